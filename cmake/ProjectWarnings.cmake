@@ -1,0 +1,10 @@
+# s3oram_target_warnings(<target>): the warning set for project code. Third-party
+# headers are included as SYSTEM so only our code is held to -Werror.
+function(s3oram_target_warnings target)
+  target_compile_options(${target} PRIVATE
+    -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
+    -Woverloaded-virtual -Wnull-dereference -Wformat=2 -Wimplicit-fallthrough)
+  if(S3ORAM_WERROR)
+    target_compile_options(${target} PRIVATE -Werror)
+  endif()
+endfunction()

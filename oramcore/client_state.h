@@ -1,0 +1,102 @@
+// The client's durable state: one SQLite database (WAL mode) per filesystem.
+//
+// It holds the filesystem's identity and parameters, the server addresses, the
+// access counters (nr, ne, seq, epoch), the position map and the pending-
+// operation log. Without the position map the servers' shares are noise, so
+// every change goes through one SQLite transaction (Commit) and the file is
+// refused if it is not a valid s3oram state of a known schema version.
+//
+// Crash rule: the client records an intent (AddPending) and commits it before it
+// sends the mutation it describes, and removes it in the same transaction that
+// records the mutation's effect (counters, positions). See docs/ARCHITECTURE.md.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oramcore/params.h"
+#include "oramcore/position_map.h"
+#include "oramcore/status.h"
+#include "oramcore/wire.h"
+
+struct sqlite3;
+
+namespace s3oram {
+
+struct FsConfig {
+  wire::FsId fs_id{};
+  OramParams params;
+  std::vector<std::string> servers;  // ZeroMQ endpoints, index = party index
+  bool allow_unsafe = false;         // parameters below the overflow bound were forced
+};
+
+struct Counters {
+  std::uint64_t nr = 0;     // accesses since the last eviction (next root slot)
+  std::uint64_t ne = 0;     // evictions committed
+  std::uint64_t seq = 0;    // last mutation sequence number used
+  std::uint64_t epoch = 0;  // client epoch
+  bool operator==(const Counters&) const = default;
+};
+
+struct PendingOp {
+  std::uint64_t seq = 0;
+  std::string kind;                   // "write_root", "evict", ...
+  std::vector<std::uint8_t> payload;  // kind-specific
+};
+
+class ClientStateStore {
+ public:
+  // Creates a new state file; fails with AlreadyExists if `path` exists.
+  static Result<std::unique_ptr<ClientStateStore>> Create(const std::string& path,
+                                                          const FsConfig& config);
+  // Opens an existing state file; fails with Corruption (clear message, file
+  // untouched) if it is not a valid s3oram state.
+  static Result<std::unique_ptr<ClientStateStore>> Open(const std::string& path);
+  ~ClientStateStore();
+  ClientStateStore(const ClientStateStore&) = delete;
+  ClientStateStore& operator=(const ClientStateStore&) = delete;
+
+  const std::string& path() const { return path_; }
+  const FsConfig& config() const { return config_; }
+  const Counters& counters() const { return counters_; }
+
+  // Reads every position row into a fresh map (validating each row).
+  Result<PositionMap> LoadPositionMap() const;
+  Result<std::vector<PendingOp>> LoadPending() const;
+
+  // A set of changes applied atomically by Commit.
+  class Batch {
+   public:
+    void SetCounters(const Counters& c) { counters_ = c; }
+    void PutPosition(BlockId id, const PositionEntry& e) { puts_.push_back({id, e}); }
+    void ErasePosition(BlockId id) { erases_.push_back(id); }
+    void AddPending(PendingOp op) { add_pending_.push_back(std::move(op)); }
+    void RemovePending(std::uint64_t seq) { remove_pending_.push_back(seq); }
+    bool empty() const;
+
+   private:
+    friend class ClientStateStore;
+    std::optional<Counters> counters_;
+    std::vector<std::pair<BlockId, PositionEntry>> puts_;
+    std::vector<BlockId> erases_;
+    std::vector<PendingOp> add_pending_;
+    std::vector<std::uint64_t> remove_pending_;
+  };
+
+  // One transaction. durable = true waits for the data to reach stable storage
+  // (synchronous=FULL); otherwise the commit survives a process crash but maybe
+  // not a power loss (WAL, synchronous=NORMAL).
+  Status Commit(const Batch& batch, bool durable = false);
+
+ private:
+  ClientStateStore() = default;
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  FsConfig config_;
+  Counters counters_;
+};
+
+}  // namespace s3oram

@@ -1,0 +1,26 @@
+#include "oramcore/status.h"
+
+namespace s3oram {
+
+const char* Status::CodeName(Code c) {
+  switch (c) {
+    case Code::kOk: return "OK";
+    case Code::kInvalidArgument: return "invalid argument";
+    case Code::kCorruption: return "corruption";
+    case Code::kIoError: return "I/O error";
+    case Code::kNotFound: return "not found";
+    case Code::kAlreadyExists: return "already exists";
+    case Code::kUnavailable: return "unavailable";
+    case Code::kOverflow: return "bucket overflow";
+    case Code::kFailedPrecondition: return "failed precondition";
+    case Code::kProtocol: return "protocol error";
+  }
+  return "unknown";
+}
+
+std::string Status::ToString() const {
+  if (ok()) return "OK";
+  return std::string(CodeName(code_)) + ": " + message_;
+}
+
+}  // namespace s3oram

@@ -1,0 +1,162 @@
+// The s3oram wire protocol: every message between client and servers, and
+// between servers, with its one encoder and one decoder.
+//
+// Frame (all integers little-endian):
+//   magic   u32  'S3OR' (0x524f3353)
+//   version u16  kWireVersion; a decoder refuses any other
+//   type    u16  MessageType
+//   fs_id   16 bytes        filesystem the message is about (zero for HELLO to an empty server)
+//   epoch   u64             client epoch (fencing)
+//   seq     u64             client sequence number; replies echo the request's
+//   length  u32             body length; must equal the bytes that follow
+//   body    `length` bytes  per type, below
+// Vectors of field elements are a u32 count followed by count u32 elements, each
+// < p. Strings are a u32 length then bytes. The decoder checks every length
+// against the bytes actually present before allocating, checks every element is
+// canonical, rejects trailing bytes, and caps vectors at kMaxElems.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "oramcore/field.h"
+#include "oramcore/status.h"
+
+namespace s3oram::wire {
+
+using field::Elem;
+using FsId = std::array<std::uint8_t, 16>;
+
+inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
+inline constexpr std::uint16_t kWireVersion = 1;
+inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
+// Largest element vector a decoder accepts (1 GiB of elements).
+inline constexpr std::uint32_t kMaxElems = (1u << 28);
+inline constexpr std::uint32_t kMaxString = 4096;
+
+enum class MessageType : std::uint16_t {
+  kError = 1,
+  kStatusRequest = 2,
+  kStatusReply = 3,
+  kInitRequest = 4,
+  kInitReply = 5,
+  kRetrieveRequest = 6,
+  kRetrieveReply = 7,
+  kWriteRootRequest = 8,
+  kWriteRootReply = 9,
+  kEvictPrepareRequest = 10,
+  kEvictPrepareReply = 11,
+  kEvictCommitRequest = 12,
+  kEvictCommitReply = 13,
+  kSmpShares = 14,  // server -> server, no reply
+};
+const char* MessageTypeName(MessageType t);
+
+struct Header {
+  MessageType type = MessageType::kError;
+  FsId fs_id{};
+  std::uint64_t epoch = 0;
+  std::uint64_t seq = 0;
+};
+
+// Shape of a server's share of the tree.
+struct StoreShape {
+  std::uint32_t height = 0;         // H
+  std::uint32_t bucket_size = 0;    // Z
+  std::uint32_t elems_per_slot = 0; // m
+  bool operator==(const StoreShape&) const = default;
+};
+
+struct ErrorReply {
+  std::uint32_t code = 0;  // Status::Code
+  std::string message;
+};
+
+struct StatusRequest {};
+struct StatusReply {
+  std::uint32_t server_index = 0;  // 0-based party index
+  bool initialized = false;
+  StoreShape shape;
+  std::uint64_t epoch = 0;              // highest client epoch seen
+  std::uint64_t applied_seq = 0;        // highest mutation seq applied
+  std::uint64_t applied_evictions = 0;  // evictions committed (next eviction number)
+  std::uint64_t prepared_eviction = 0;  // eviction number + 1 of a prepared, uncommitted shadow; 0 if none
+  std::uint64_t share_file_bytes = 0;   // logical size of the share file
+  std::uint64_t allocated_bytes = 0;    // bytes actually allocated on disk
+};
+
+struct InitRequest {
+  std::uint32_t server_index = 0;
+  StoreShape shape;
+  bool overwrite = false;  // replace an existing store of another filesystem
+};
+struct InitReply {};
+
+struct RetrieveRequest {
+  std::uint64_t leaf = 0;
+  std::vector<Elem> select;  // Z (H+1) shares of the select vector
+};
+struct RetrieveReply {
+  std::vector<Elem> answer;  // m degree-2t shares
+};
+
+struct WriteRootRequest {
+  std::uint32_t slot = 0;
+  std::vector<Elem> share;  // m shares
+};
+struct WriteRootReply {};
+
+struct EvictPrepareRequest {
+  std::uint64_t eviction = 0;  // ne
+  std::uint32_t attempt = 0;   // bumped by the client on every retry of the same eviction
+  std::uint64_t leaf = 0;
+  std::vector<Elem> matrices;  // (H+1) * 2Z * Z shares, steps in plan order
+};
+struct EvictPrepareReply {
+  std::uint64_t eviction = 0;
+};
+
+struct EvictCommitRequest {
+  std::uint64_t eviction = 0;
+};
+struct EvictCommitReply {
+  std::uint64_t applied_evictions = 0;
+};
+
+// SMP degree-reduction shares from one server to another for one round.
+struct SmpShares {
+  std::uint64_t eviction = 0;
+  std::uint32_t attempt = 0;
+  std::uint32_t round = 0;       // 0..H-1: one round per path level (the leaf round carries both leaves)
+  std::uint32_t from_index = 0;  // sender's party index
+  std::vector<Elem> shares;
+};
+
+using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
+                          RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
+                          EvictPrepareRequest, EvictPrepareReply, EvictCommitRequest,
+                          EvictCommitReply, SmpShares>;
+
+struct Message {
+  Header header;
+  Body body;
+};
+
+// The type tag that goes with a body alternative.
+MessageType TypeOf(const Body& body);
+
+// Encodes header + body; header.type is taken from the body.
+std::vector<std::uint8_t> Encode(const Header& header, const Body& body);
+// Decodes one whole frame. Never reads out of bounds, never allocates more than
+// the frame's own size, rejects every malformed input with Status::Corruption.
+Result<Message> Decode(std::span<const std::uint8_t> frame);
+
+// Builds an ErrorReply message body from a Status.
+ErrorReply ErrorFromStatus(const Status& s);
+Status StatusFromError(const ErrorReply& e);
+
+}  // namespace s3oram::wire

@@ -1,0 +1,55 @@
+// s3oram-serverd's configuration: a TOML file (man 5 s3oram-serverd.toml).
+//
+//   [server]
+//   index = 0                              # party index 0..parties-1 (x = index + 1)
+//   listen = "tcp://127.0.0.1:7300"        # client-facing ZeroMQ endpoint
+//   peer_listen = "tcp://127.0.0.1:7310"   # endpoint the other servers connect to
+//   data_dir = "/var/lib/s3oramfs/0"
+//   threads = 0                            # kernel threads; 0 = one per core
+//   sync = true                            # fdatasync before acknowledging
+//   peer_timeout_ms = 30000                # give up an eviction round after this
+//   log_level = "info"                     # trace, debug, info, warn, error
+//
+//   [[peer]]
+//   index = 1
+//   endpoint = "tcp://127.0.0.1:7311"
+//
+// Every field is validated (types, ranges, endpoint syntax, distinct indices,
+// own index not among peers); unknown keys are errors, so typos do not pass.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oramcore/status.h"
+
+namespace s3oram::serverd {
+
+struct PeerConfig {
+  std::uint32_t index = 0;
+  std::string endpoint;
+  bool operator==(const PeerConfig&) const = default;
+};
+
+struct ServerConfig {
+  std::uint32_t index = 0;
+  std::string listen;
+  std::string peer_listen;
+  std::string data_dir;
+  std::uint32_t threads = 0;
+  bool sync = true;
+  std::uint32_t peer_timeout_ms = 30000;
+  std::string log_level = "info";
+  std::vector<PeerConfig> peers;
+  bool operator==(const ServerConfig&) const = default;
+};
+
+// origin names the source in error messages (a path, or "<string>").
+Result<ServerConfig> ParseServerConfig(std::string_view toml_text, const std::string& origin);
+Result<ServerConfig> LoadServerConfig(const std::string& path);
+// TOML text that ParseServerConfig reads back to an equal config.
+std::string RenderServerConfig(const ServerConfig& config);
+
+}  // namespace s3oram::serverd

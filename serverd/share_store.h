@@ -1,0 +1,91 @@
+// A server's share of the ORAM tree on disk, and the shadow area evictions are
+// computed into.
+//
+// Files in the data directory:
+//   shares.bin  header (4 KiB) then buckets 1..2^(H+1)-1, bucket-major, slot-major
+//               (bucket b at 4096 + (b-1) * Z * slot_bytes). Created sparse with
+//               ftruncate: all-zero bytes are a valid sharing of the empty tree,
+//               so initialising writes no data. Read through a read-only mmap.
+//   shadow.bin  the buckets an eviction produces, plus a sealed header, kept
+//               until the eviction commits.
+// The 4 KiB header holds two copies of ServerMeta (at 0 and 512), each with a
+// generation number and a CRC32C-style checksum; updates alternate between
+// copies and fdatasync, so a torn write leaves the other copy valid.
+//
+// Guarantees: every mutating call is durable (fdatasync) before it returns OK;
+// Commit copies a sealed shadow into shares.bin and only then records the
+// eviction as applied, so re-running Commit after a crash is safe; nothing that
+// an uncommitted eviction reads is overwritten before its commit.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "oramcore/field.h"
+#include "oramcore/status.h"
+#include "oramcore/wire.h"
+
+namespace s3oram::serverd {
+
+using field::Elem;
+
+struct ServerMeta {
+  wire::FsId fs_id{};
+  std::uint32_t server_index = 0;
+  wire::StoreShape shape;
+  std::uint64_t epoch = 0;
+  std::uint64_t applied_seq = 0;
+  std::uint64_t applied_evictions = 0;
+};
+
+class ShareStore {
+ public:
+  // Creates an empty store (sparse share file) in dir, replacing an existing one
+  // only if overwrite is set.
+  static Result<std::unique_ptr<ShareStore>> Create(const std::string& dir, const ServerMeta& meta,
+                                                    bool overwrite);
+  // Opens the store in dir; NotFound if there is none; Corruption if the header
+  // or file size is inconsistent. A sealed shadow is kept for Commit.
+  static Result<std::unique_ptr<ShareStore>> Open(const std::string& dir);
+  ~ShareStore();
+
+  const ServerMeta& meta() const { return meta_; }
+  std::uint64_t slot_elems() const { return meta_.shape.elems_per_slot; }
+  std::uint64_t bucket_elems() const;
+  std::uint64_t num_buckets() const;
+  std::uint64_t file_bytes() const;
+  std::uint64_t allocated_bytes() const;  // st_blocks * 512
+
+  // Read-only view of bucket b (1-based), bucket_elems() elements. Valid until
+  // the store is destroyed; contents change only through WriteSlot and Commit.
+  const Elem* Bucket(std::uint64_t b) const;
+
+  // Overwrites one slot of a bucket, then records seq/epoch in the header.
+  Status WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
+                   std::uint64_t seq, std::uint64_t epoch);
+  Status UpdateMeta(const ServerMeta& meta);
+
+  // Shadow of one eviction: Begin, Put each bucket's new content, Seal (durable).
+  Status BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
+                     std::span<const std::uint64_t> buckets);
+  // Content of bucket index i of the list given to BeginShadow.
+  Status PutShadowBucket(std::size_t i, std::span<const Elem> data);
+  Status SealShadow();
+  // Number + 1 of the eviction whose sealed shadow is waiting for commit; 0 if none.
+  std::uint64_t SealedEviction() const;
+  // Makes the sealed shadow of `eviction` live and sets applied_evictions =
+  // eviction + 1 and applied_seq = max(applied_seq, seq). Idempotent: OK if
+  // already applied. FailedPrecondition if no sealed shadow for it exists.
+  Status Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64_t epoch);
+
+ private:
+  ShareStore() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  ServerMeta meta_;
+};
+
+}  // namespace s3oram::serverd
