@@ -1,1 +1,280 @@
-// pending
+#include "cli/local_cluster.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <thread>
+
+#include "oramcore/random.h"
+#include "serverd/config.h"
+
+namespace s3oram::cluster {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+namespace {
+
+bool PortFree(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+bool PortAccepts(std::uint16_t port) {
+  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return false;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(port);
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  ::close(fd);
+  return ok;
+}
+
+std::string ReadTail(const std::string& path, std::size_t max_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string s = ss.str();
+  if (s.size() > max_bytes) s = s.substr(s.size() - max_bytes);
+  return s;
+}
+
+// True if pid runs s3oram-serverd with `config` on its command line.
+bool IsOurServer(pid_t pid, const std::string& config) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/cmdline", std::ios::binary);
+  if (!in) return false;
+  std::string cmdline((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  return cmdline.find("s3oram-serverd") != std::string::npos &&
+         cmdline.find(config) != std::string::npos;
+}
+
+bool WaitGone(pid_t pid, bool is_child, std::chrono::milliseconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (is_child) {
+      int status;
+      pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid || (r < 0 && errno == ECHILD)) return true;
+    } else if (::kill(pid, 0) != 0 && errno == ESRCH) {
+      return true;
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  return false;
+}
+
+}  // namespace
+
+std::string FindServerd() {
+  if (const char* env = std::getenv("S3ORAM_SERVERD"); env && *env) return env;
+  std::error_code ec;
+  fs::path self = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    for (const fs::path& candidate :
+         {self.parent_path() / "s3oram-serverd", self.parent_path().parent_path() / "serverd" / "s3oram-serverd",
+          self.parent_path().parent_path() / "sbin" / "s3oram-serverd"}) {
+      if (::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+    }
+  }
+  return "/usr/sbin/s3oram-serverd";
+}
+
+std::string LocalCluster::config_path(std::size_t i) const {
+  return (fs::path(options_.dir) / ("server-" + std::to_string(i) + ".toml")).string();
+}
+std::string LocalCluster::log_path(std::size_t i) const {
+  return (fs::path(options_.dir) / ("server-" + std::to_string(i) + ".log")).string();
+}
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
+  std::unique_ptr<LocalCluster> c(new LocalCluster());
+  c->options_ = options;
+  if (c->options_.serverd_path.empty()) c->options_.serverd_path = FindServerd();
+  if (::access(c->options_.serverd_path.c_str(), X_OK) != 0) {
+    return Status::NotFound("s3oram-serverd not found at " + c->options_.serverd_path +
+                            " (set S3ORAM_SERVERD)");
+  }
+  std::error_code ec;
+  fs::create_directories(options.dir, ec);
+  if (ec) return Status::IoError("creating " + options.dir + ": " + ec.message());
+  ::chmod(options.dir.c_str(), 0700);
+
+  const std::size_t n = options.servers;
+  std::uint16_t base = options.base_port;
+  if (base == 0) {
+    for (int tries = 0; tries < 200 && base == 0; ++tries) {
+      auto candidate = static_cast<std::uint16_t>(20000 + random::Below(40000 - 2 * n));
+      bool all = true;
+      for (std::size_t k = 0; k < 2 * n && all; ++k) {
+        all = PortFree(static_cast<std::uint16_t>(candidate + k));
+      }
+      if (all) base = candidate;
+    }
+    if (base == 0) return Status::Unavailable("no free port range on 127.0.0.1");
+  }
+  for (std::size_t k = 0; k < 2 * n; ++k) c->ports_.push_back(static_cast<std::uint16_t>(base + k));
+
+  for (std::size_t i = 0; i < n; ++i) {
+    serverd::ServerConfig cfg;
+    cfg.index = static_cast<std::uint32_t>(i);
+    cfg.listen = "tcp://127.0.0.1:" + std::to_string(c->ports_[i]);
+    cfg.peer_listen = "tcp://127.0.0.1:" + std::to_string(c->ports_[n + i]);
+    cfg.data_dir = (fs::absolute(options.dir) / ("data-" + std::to_string(i))).string();
+    cfg.threads = options.threads;
+    cfg.sync = options.sync;
+    cfg.peer_timeout_ms = options.peer_timeout_ms;
+    cfg.log_level = options.log_level;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j == i) continue;
+      cfg.peers.push_back({static_cast<std::uint32_t>(j),
+                           "tcp://127.0.0.1:" + std::to_string(c->ports_[n + j])});
+    }
+    std::ofstream out(c->config_path(i), std::ios::trunc);
+    out << serverd::RenderServerConfig(cfg);
+    if (!out) return Status::IoError("writing " + c->config_path(i));
+    c->endpoints_.push_back(cfg.listen);
+  }
+  c->pids_.assign(n, -1);
+  for (std::size_t i = 0; i < n; ++i) S3ORAM_RETURN_IF_ERROR(c->Spawn(i));
+  for (std::size_t i = 0; i < n; ++i) S3ORAM_RETURN_IF_ERROR(c->WaitReady(i));
+  return c;
+}
+
+Status LocalCluster::Spawn(std::size_t i) {
+  const std::string config = config_path(i);
+  const std::string log = log_path(i);
+  const bool tie = options_.tie_to_parent;
+  const pid_t parent = ::getpid();
+  pid_t pid = ::fork();
+  if (pid < 0) return Status::IoError(std::string("fork: ") + std::strerror(errno));
+  if (pid == 0) {
+    // Child: only async-signal-safe calls until exec.
+    ::setsid();
+    if (tie) {
+      ::prctl(PR_SET_PDEATHSIG, SIGTERM);
+      if (::getppid() != parent) ::_exit(1);
+    }
+    int fd = ::open(log.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0600);
+    int devnull = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+    if (fd >= 0) {
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+    }
+    if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
+    const char* argv[] = {"s3oram-serverd", "--config", config.c_str(), nullptr};
+    ::execv(options_.serverd_path.c_str(), const_cast<char* const*>(argv));
+    ::_exit(127);
+  }
+  pids_[i] = pid;
+  std::ofstream pidfile((fs::path(options_.dir) / ("server-" + std::to_string(i) + ".pid")).string(),
+                        std::ios::trunc);
+  pidfile << pid << "\n";
+  return Status::Ok();
+}
+
+Status LocalCluster::WaitReady(std::size_t i) {
+  const std::size_t n = options_.servers;
+  const auto deadline = std::chrono::steady_clock::now() + 20s;
+  while (std::chrono::steady_clock::now() < deadline) {
+    int status;
+    if (::waitpid(pids_[i], &status, WNOHANG) == pids_[i]) {
+      pids_[i] = -1;
+      return Status::Unavailable("s3oram-serverd " + std::to_string(i) + " exited at start:\n" +
+                                 ReadTail(log_path(i), 2000));
+    }
+    if (PortAccepts(ports_[i]) && PortAccepts(ports_[n + i])) return Status::Ok();
+    std::this_thread::sleep_for(20ms);
+  }
+  return Status::Unavailable("s3oram-serverd " + std::to_string(i) + " not listening after 20 s:\n" +
+                             ReadTail(log_path(i), 2000));
+}
+
+Status LocalCluster::Kill(std::size_t i, int sig) {
+  if (pids_.at(i) <= 0) return Status::FailedPrecondition("server " + std::to_string(i) + " is not running");
+  if (::kill(pids_[i], sig) != 0) return Status::IoError(std::string("kill: ") + std::strerror(errno));
+  if (sig == SIGKILL || sig == SIGTERM) {
+    if (!WaitGone(pids_[i], true, 10s)) {
+      ::kill(pids_[i], SIGKILL);
+      WaitGone(pids_[i], true, 5s);
+    }
+    pids_[i] = -1;
+  }
+  return Status::Ok();
+}
+
+Status LocalCluster::Restart(std::size_t i) {
+  if (pids_.at(i) > 0) return Status::FailedPrecondition("server " + std::to_string(i) + " is running");
+  S3ORAM_RETURN_IF_ERROR(Spawn(i));
+  return WaitReady(i);
+}
+
+Status LocalCluster::Stop() {
+  for (std::size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] > 0) ::kill(pids_[i], SIGTERM);
+  }
+  for (std::size_t i = 0; i < pids_.size(); ++i) {
+    if (pids_[i] <= 0) continue;
+    if (!WaitGone(pids_[i], true, 10s)) {
+      ::kill(pids_[i], SIGKILL);
+      WaitGone(pids_[i], true, 5s);
+    }
+    pids_[i] = -1;
+    std::error_code ec;
+    fs::remove(fs::path(options_.dir) / ("server-" + std::to_string(i) + ".pid"), ec);
+  }
+  return Status::Ok();
+}
+
+void LocalCluster::Detach() { detached_ = true; }
+
+LocalCluster::~LocalCluster() {
+  if (!detached_) Stop();
+}
+
+Status LocalCluster::StopDir(const std::string& dir) {
+  std::size_t stopped = 0;
+  for (std::size_t i = 0;; ++i) {
+    fs::path pidfile = fs::path(dir) / ("server-" + std::to_string(i) + ".pid");
+    fs::path config = fs::path(dir) / ("server-" + std::to_string(i) + ".toml");
+    if (!fs::exists(config)) break;
+    std::ifstream in(pidfile);
+    pid_t pid = 0;
+    if (!(in >> pid) || pid <= 0) continue;
+    if (IsOurServer(pid, config.filename().string())) {
+      ::kill(pid, SIGTERM);
+      if (!WaitGone(pid, false, 10s) && IsOurServer(pid, config.filename().string())) {
+        ::kill(pid, SIGKILL);
+        WaitGone(pid, false, 5s);
+      }
+      ++stopped;
+    }
+    std::error_code ec;
+    fs::remove(pidfile, ec);
+  }
+  if (stopped == 0) return Status::NotFound("no running server of the cluster in " + dir);
+  return Status::Ok();
+}
+
+}  // namespace s3oram::cluster

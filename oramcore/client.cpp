@@ -1,1 +1,428 @@
-// implementation pending
+#include "oramcore/client.h"
+
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "oramcore/field.h"
+#include "oramcore/random.h"
+#include "oramcore/shamir.h"
+
+namespace s3oram {
+
+using field::Elem;
+
+namespace {
+
+constexpr const char* kEvictKind = "evict";
+
+// Pending-eviction payload: eviction number and the last attempt sent.
+std::vector<std::uint8_t> EncodeEvictPayload(std::uint64_t ne, std::uint32_t attempt) {
+  std::vector<std::uint8_t> out(12);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(ne >> (8 * i));
+  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<std::uint8_t>(attempt >> (8 * i));
+  return out;
+}
+
+Status DecodeEvictPayload(const std::vector<std::uint8_t>& p, std::uint64_t* ne,
+                          std::uint32_t* attempt) {
+  if (p.size() != 12) return Status::Corruption("pending eviction record has a bad size");
+  *ne = 0;
+  *attempt = 0;
+  for (int i = 0; i < 8; ++i) *ne |= std::uint64_t{p[i]} << (8 * i);
+  for (int i = 0; i < 4; ++i) *attempt |= std::uint32_t{p[8 + i]} << (8 * i);
+  return Status::Ok();
+}
+
+// Shares `secret` (n elements) among `parties` with threshold t, drawing the
+// polynomial coefficients from the CSPRNG. outs[i] receives party i's n shares.
+void ShareVector(std::span<const Elem> secret, std::size_t t,
+                 std::vector<std::vector<Elem>>& outs) {
+  std::vector<Elem> coeffs(secret.size() * t);
+  random::Elems(coeffs);
+  std::vector<Elem*> ptrs;
+  for (auto& o : outs) {
+    o.resize(secret.size());
+    ptrs.push_back(o.data());
+  }
+  shamir::Create(secret, t, coeffs, ptrs);
+}
+
+wire::StoreShape ShapeOf(const OramParams& p) {
+  return wire::StoreShape{p.height, p.bucket_size, static_cast<std::uint32_t>(p.elems_per_slot())};
+}
+
+}  // namespace
+
+OramClient::~OramClient() = default;
+
+const FsConfig& OramClient::config() const { return store_->config(); }
+const Counters& OramClient::counters() const { return counters_; }
+const TransportStats& OramClient::transport_stats() const { return servers_->stats(); }
+
+wire::Header OramClient::NextHeader() {
+  wire::Header h;
+  h.fs_id = config().fs_id;
+  h.epoch = counters_.epoch;
+  h.seq = ++counters_.seq;
+  return h;
+}
+
+Status OramClient::Initialize(const std::string& state_path, const FsConfig& config_in,
+                              bool overwrite_servers) {
+  FsConfig config = config_in;
+  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe));
+  if (config.servers.size() != config.params.parties) {
+    return Status::InvalidArgument("need exactly " + std::to_string(config.params.parties) +
+                                   " server endpoints, got " +
+                                   std::to_string(config.servers.size()));
+  }
+  struct stat st;
+  if (::stat(state_path.c_str(), &st) == 0) {
+    return Status::AlreadyExists("client state " + state_path + " already exists");
+  }
+  bool zero_id = std::all_of(config.fs_id.begin(), config.fs_id.end(),
+                             [](std::uint8_t b) { return b == 0; });
+  if (zero_id) random::Bytes(config.fs_id);
+
+  S3ORAM_ASSIGN_OR_RETURN(auto servers, ServerSet::Connect(config.servers));
+  wire::Header header;
+  header.fs_id = config.fs_id;
+  header.epoch = 1;
+  header.seq = 1;
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < config.servers.size(); ++i) {
+    wire::InitRequest req;
+    req.server_index = static_cast<std::uint32_t>(i);
+    req.shape = ShapeOf(config.params);
+    req.overwrite = overwrite_servers;
+    frames.push_back(wire::Encode(header, req));
+  }
+  ClientOptions defaults;
+  auto replies =
+      servers->Exchange(frames, header, wire::MessageType::kInitReply, defaults.requests);
+  if (!replies.ok()) return replies.status().WithContext("initialising servers");
+
+  S3ORAM_ASSIGN_OR_RETURN(auto store, ClientStateStore::Create(state_path, config));
+  ClientStateStore::Batch batch;
+  Counters c;
+  c.epoch = 1;
+  c.seq = 1;
+  batch.SetCounters(c);
+  return store->Commit(batch, /*durable=*/true);
+}
+
+Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_path,
+                                                     ClientOptions options) {
+  random::EnsureInitialized();
+  std::unique_ptr<OramClient> client(new OramClient());
+  client->options_ = options;
+  S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(state_path));
+  const FsConfig& config = client->store_->config();
+  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
+                             .WithContext("parameters in " + state_path));
+  S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
+  client->pm_ = std::make_unique<PositionMap>(std::move(pm));
+  client->counters_ = client->store_->counters();
+  S3ORAM_ASSIGN_OR_RETURN(client->servers_, ServerSet::Connect(config.servers));
+
+  std::vector<Elem> xs;
+  for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
+  S3ORAM_ASSIGN_OR_RETURN(client->lambda_, shamir::LagrangeAtZero(xs));
+
+  // Every server must serve this filesystem with this shape.
+  auto reports = client->QueryServers(options.requests.deadline);
+  std::uint64_t max_seq = 0;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
+    if (!r.status.ok()) return r.status;
+    if (!r.reply.initialized) {
+      return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
+                                        ") holds no filesystem; run s3oram init");
+    }
+    if (r.reply.server_index != i || !(r.reply.shape == ShapeOf(config.params))) {
+      return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
+                                        ") serves a different share (index or shape mismatch)");
+    }
+    if (r.reply.applied_evictions > client->counters_.ne + 1) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(i) + " has applied " +
+          std::to_string(r.reply.applied_evictions) + " evictions but this client state knows " +
+          std::to_string(client->counters_.ne) + ": the state file is older than the servers");
+    }
+    max_seq = std::max(max_seq, r.reply.applied_seq);
+  }
+  client->counters_.seq = std::max(client->counters_.seq, max_seq);
+  S3ORAM_RETURN_IF_ERROR(client->FinishPendingEviction());
+  return client;
+}
+
+std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds timeout) {
+  std::vector<ServerReport> out(servers_->size());
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out[i].endpoint = servers_->endpoint(i);
+    wire::Header h = NextHeader();
+    auto frame = wire::Encode(h, wire::StatusRequest{});
+    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
+    if (!r.ok()) {
+      out[i].status = r.status();
+      continue;
+    }
+    const wire::Message& m = r.value()[0];
+    if (m.header.fs_id != config().fs_id) {
+      if (const auto* sr = std::get_if<wire::StatusReply>(&m.body); sr && sr->initialized) {
+        out[i].status = Status::FailedPrecondition("server " + std::to_string(i) + " (" +
+                                                   out[i].endpoint +
+                                                   ") serves another filesystem");
+        continue;
+      }
+    }
+    out[i].reply = std::get<wire::StatusReply>(m.body);
+  }
+  return out;
+}
+
+Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) {
+  const OramParams& p = params();
+  const TreeGeometry geo = p.geometry();
+  const std::size_t n = geo.path_slots();
+  const std::size_t m = p.elems_per_slot();
+  std::vector<Elem> select(n, 0);
+  LeafId leaf;
+  if (where) {
+    leaf = where->pos.leaf;
+    select[std::size_t{where->pos.level} * p.bucket_size + where->pos.slot] = 1;
+  } else {
+    // A block that is not in the tree: an all-zero select over a random path
+    // looks exactly like a real one to every server.
+    leaf = geo.first_leaf() + random::Below(geo.num_leaves());
+  }
+  std::vector<std::vector<Elem>> shares(p.parties);
+  ShareVector(select, p.threshold, shares);
+
+  wire::Header h = NextHeader();
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < p.parties; ++i) {
+    wire::RetrieveRequest req;
+    req.leaf = leaf;
+    req.select = std::move(shares[i]);
+    frames.push_back(wire::Encode(h, req));
+  }
+  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->Exchange(frames, h,
+                                                           wire::MessageType::kRetrieveReply,
+                                                           options_.requests));
+  std::vector<const Elem*> answers;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& ans = std::get<wire::RetrieveReply>(replies[i].body).answer;
+    if (ans.size() != m) {
+      return Status::Protocol("server " + std::to_string(i) + " answered " +
+                              std::to_string(ans.size()) + " elements, expected " +
+                              std::to_string(m));
+    }
+    answers.push_back(ans.data());
+  }
+  std::vector<Elem> block(m);
+  shamir::Recover(answers, lambda_, m, block.data());
+  return block;
+}
+
+Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
+  const OramParams& p = params();
+  std::vector<std::vector<Elem>> shares(p.parties);
+  ShareVector(elems, p.threshold, shares);
+  wire::Header h = NextHeader();
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < p.parties; ++i) {
+    wire::WriteRootRequest req;
+    req.slot = slot;
+    req.share = std::move(shares[i]);
+    frames.push_back(wire::Encode(h, req));
+  }
+  return servers_->Exchange(frames, h, wire::MessageType::kWriteRootReply, options_.requests)
+      .status();
+}
+
+Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
+                                                     std::span<const std::uint8_t> data) {
+  const OramParams& p = params();
+  if (id >= p.capacity_blocks) {
+    return Status::InvalidArgument("block " + std::to_string(id) + " is beyond the capacity of " +
+                                   std::to_string(p.capacity_blocks) + " blocks");
+  }
+  if (op == AccessOp::kWrite && data.size() != p.block_bytes) {
+    return Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
+                                   " bytes, got " + std::to_string(data.size()));
+  }
+  // An eviction left pending by an earlier failure must finish first: the root
+  // has no free slot until it does.
+  if (counters_.nr >= p.evict_rate) S3ORAM_RETURN_IF_ERROR(RunEviction());
+
+  const PositionEntry* where = pm_->Find(id);
+  const PositionEntry old = where ? *where : PositionEntry{};
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<Elem> elems, RetrieveElems(where));
+
+  std::vector<std::uint8_t> previous(p.block_bytes, 0);
+  if (where && !field::Unpack(elems, previous)) {
+    return Status::Corruption("block " + std::to_string(id) +
+                              " did not reconstruct to a valid packing (a server returned a wrong "
+                              "share, or the client state does not match the servers)");
+  }
+  if (op == AccessOp::kWrite) field::Pack(data, elems);
+  if (!where && op == AccessOp::kRead) std::fill(elems.begin(), elems.end(), 0);
+
+  const TreeGeometry geo = p.geometry();
+  const auto slot = static_cast<std::uint32_t>(counters_.nr);
+  S3ORAM_RETURN_IF_ERROR(WriteRoot(slot, elems));
+
+  // The root write is acknowledged by every server; make it visible.
+  Counters next = counters_;
+  next.nr += 1;
+  ClientStateStore::Batch batch;
+  batch.SetCounters(next);
+  PositionEntry moved;
+  const bool mapped = where || op == AccessOp::kWrite;
+  if (mapped) {
+    moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, slot};
+    moved.version = old.version + 1;
+    batch.PutPosition(id, moved);
+  }
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+  counters_ = next;
+  if (mapped) S3ORAM_RETURN_IF_ERROR(pm_->Place(id, moved.pos, moved.version));
+  ++stats_.accesses;
+
+  if (counters_.nr >= p.evict_rate) S3ORAM_RETURN_IF_ERROR(RunEviction());
+  return previous;
+}
+
+Status OramClient::RunEviction() {
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  for (const auto& op : pending) {
+    if (op.kind == kEvictKind) return FinishPendingEviction();
+  }
+  const TreeGeometry geo = params().geometry();
+  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
+  // Log the intent before anything is sent.
+  const std::uint32_t attempt = 1;
+  ClientStateStore::Batch intent;
+  Counters c = counters_;
+  intent.AddPending(PendingOp{counters_.ne, kEvictKind, EncodeEvictPayload(counters_.ne, attempt)});
+  intent.SetCounters(c);
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(intent));
+  return PrepareAndCommit(plan, attempt);
+}
+
+Status OramClient::FinishPendingEviction() {
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  const PendingOp* op = nullptr;
+  for (const auto& p : pending) {
+    if (p.kind == kEvictKind) op = &p;
+  }
+  if (!op) {
+    if (counters_.nr >= params().evict_rate) return RunEviction();
+    return Status::Ok();
+  }
+  std::uint64_t ne;
+  std::uint32_t attempt;
+  S3ORAM_RETURN_IF_ERROR(DecodeEvictPayload(op->payload, &ne, &attempt));
+  if (ne != counters_.ne) {
+    return Status::Corruption("pending eviction " + std::to_string(ne) +
+                              " does not match the eviction counter " +
+                              std::to_string(counters_.ne));
+  }
+  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
+                          PlanEviction(params().geometry(), counters_.ne, *pm_));
+  ++stats_.eviction_retries;
+  return PrepareAndCommit(plan, attempt + 1);
+}
+
+Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t first_attempt) {
+  const OramParams& p = params();
+  const std::size_t Z = p.bucket_size;
+  const std::size_t step_elems = 2 * Z * Z;
+
+  // If any server already committed this eviction, every server prepared it
+  // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
+  bool committed_somewhere = false;
+  if (first_attempt > 1) {
+    for (const auto& r : QueryServers(options_.requests.deadline)) {
+      if (!r.status.ok()) return r.status.WithContext("finishing eviction");
+      if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
+    }
+  }
+
+  std::uint32_t attempt = first_attempt;
+  if (!committed_somewhere) {
+    std::vector<Elem> dense(plan.steps.size() * step_elems);
+    for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+      ExpandStepMatrix(plan.steps[s],
+                       p.bucket_size, std::span<Elem>(dense).subspan(s * step_elems, step_elems));
+    }
+    constexpr std::uint32_t kMaxAttempts = 4;
+    Status last;
+    for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries, ++attempt) {
+      if (attempt != first_attempt || first_attempt > 1) {
+        ClientStateStore::Batch b;
+        b.RemovePending(plan.eviction);
+        b.AddPending(PendingOp{plan.eviction, kEvictKind, EncodeEvictPayload(plan.eviction, attempt)});
+        S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
+      }
+      // Fresh shares for every attempt: a retry must not reuse randomness.
+      std::vector<std::vector<Elem>> shares(p.parties);
+      ShareVector(dense, p.threshold, shares);
+      wire::Header h = NextHeader();
+      std::vector<std::vector<std::uint8_t>> frames;
+      for (std::size_t i = 0; i < p.parties; ++i) {
+        wire::EvictPrepareRequest req;
+        req.eviction = plan.eviction;
+        req.attempt = attempt;
+        req.leaf = plan.leaf;
+        req.matrices = std::move(shares[i]);
+        frames.push_back(wire::Encode(h, req));
+      }
+      shares.clear();
+      last = servers_->Exchange(frames, h, wire::MessageType::kEvictPrepareReply,
+                                options_.evictions)
+                 .status();
+      if (last.ok()) break;
+      spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());
+      ++stats_.eviction_retries;
+    }
+    if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
+  }
+
+  wire::Header h = NextHeader();
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < p.parties; ++i) {
+    frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
+  }
+  S3ORAM_RETURN_IF_ERROR(servers_
+                             ->Exchange(frames, h, wire::MessageType::kEvictCommitReply,
+                                        options_.requests)
+                             .status()
+                             .WithContext("committing eviction " + std::to_string(plan.eviction)));
+
+  // Every server has made the eviction live: record the new positions.
+  Counters next = counters_;
+  next.nr = 0;
+  next.ne = plan.eviction + 1;
+  ClientStateStore::Batch batch;
+  batch.SetCounters(next);
+  for (const auto& [id, pos] : plan.moves) {
+    const PositionEntry* e = pm_->Find(id);
+    if (!e) return Status::Corruption("eviction moved block " + std::to_string(id) + " that is not mapped");
+    batch.PutPosition(id, PositionEntry{pos, e->version});
+  }
+  batch.RemovePending(plan.eviction);
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+  counters_ = next;
+  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
+  ++stats_.evictions;
+  return Status::Ok();
+}
+
+}  // namespace s3oram

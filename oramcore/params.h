@@ -38,7 +38,13 @@ struct OramParams {
   std::string ToString() const;
 };
 
-// log2 of the union bound above (a negative number; -inf if exactly 0).
+// Natural log of P(Binomial(n, q) > z) for integers 0 <= n, z (n held exactly
+// in a double). Accurate in log space for n up to ~2^50 and tails far below
+// 2^-200; the building block of the bound below, exposed for its unit test.
+double LogBinomialUpperTail(double n, double q, double z);
+
+// log2 of the union bound above (<= 0; -inf if exactly 0). A bound >= 1 is
+// clamped to 0 (probability 1), and Z < A gives 0: the root always overflows.
 double Log2OverflowPerEviction(std::uint32_t A, std::uint32_t H, std::uint32_t Z,
                                std::uint64_t N);
 

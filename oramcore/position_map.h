@@ -59,7 +59,14 @@ class PositionMap {
  private:
   TreeGeometry geo_;
   std::vector<PositionEntry> entries_;
+  // Only buckets holding at least one block have an entry, so memory follows
+  // the live blocks, not the tree. Each vector holds the Z slot occupants
+  // followed by the bucket's load (position_map.cpp, kLoadIndex).
   std::unordered_map<BucketId, std::vector<BlockId>> buckets_;
+  // Nodes of buckets that became empty, kept (cleared, bounded in number) so
+  // that the buckets an access or eviction empties and fills again reuse them
+  // instead of allocating: steady-state operation does not allocate.
+  std::vector<std::unordered_map<BucketId, std::vector<BlockId>>::node_type> spare_;
   std::uint64_t live_ = 0;
 };
 

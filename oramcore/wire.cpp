@@ -1,1 +1,533 @@
-// implementation pending
+// The wire codec. Every body layout is written exactly once, as a `Fields`
+// function that walks a message's fields in wire order through an "I/O" object:
+//   * Sizer  counts the bytes a body will take (so Encode allocates once),
+//   * Writer appends little-endian bytes to the output,
+//   * Reader parses them back with bounds, range and canonicality checks.
+// Because encoder and decoder share the same field walk, the two can never
+// disagree about a layout.
+#include "oramcore/wire.h"
+
+#include <bit>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string_view>
+#include <type_traits>
+#include <utility>
+
+namespace s3oram::wire {
+namespace {
+
+// The bulk paths (element vectors) copy the in-memory u32 array verbatim when
+// the host is little-endian, and fall back to per-element byte assembly
+// otherwise. Mixed-endian hosts are not supported.
+static_assert(std::endian::native == std::endian::little ||
+                  std::endian::native == std::endian::big,
+              "mixed-endian hosts are not supported");
+inline constexpr bool kLittleEndianHost = std::endian::native == std::endian::little;
+static_assert(sizeof(Elem) == 4, "elements travel as u32");
+
+// Largest body any message can have: one vector at the cap plus a few fixed
+// fields. Keeps the u32 body length field from ever wrapping.
+static_assert(std::uint64_t{kMaxElems} * sizeof(Elem) + 4096 + kMaxString <
+                  std::uint64_t{1} << 32,
+              "a maximal body must fit the u32 length field");
+
+// Contract violations by our own code (not by a peer): a vector that no decoder
+// would accept. There is no way to report it through Encode's signature, and
+// emitting a frame the peer must reject would only move the failure elsewhere.
+[[noreturn]] void EncodeContractViolation(const char* what, std::size_t n) {
+  std::fprintf(stderr, "s3oram::wire::Encode: %s has %zu elements, above kMaxElems (%u)\n", what,
+               n, kMaxElems);
+  std::abort();
+}
+
+// Strings are diagnostic text only (error messages); an over-long one is cut
+// at kMaxString, backing off to a UTF-8 boundary so the result stays valid text.
+std::string_view ClipString(const std::string& s) {
+  if (s.size() <= kMaxString) return s;
+  std::size_t n = kMaxString;
+  while (n > 0 && (static_cast<unsigned char>(s[n]) & 0xC0) == 0x80) --n;
+  return std::string_view(s).substr(0, n);
+}
+
+// ---------------------------------------------------------------------------
+// Encoding side.
+
+// Counts the bytes Writer will produce for the same field walk.
+class Sizer {
+ public:
+  static constexpr bool kWriting = true;
+  void U8(const std::uint8_t&, const char*) { n_ += 1; }
+  void U16(const std::uint16_t&, const char*) { n_ += 2; }
+  void U32(const std::uint32_t&, const char*) { n_ += 4; }
+  void U64(const std::uint64_t&, const char*) { n_ += 8; }
+  void Bool(const bool&, const char*) { n_ += 1; }
+  void String(const std::string& s, const char*) { n_ += 4 + ClipString(s).size(); }
+  void Elems(const std::vector<Elem>& v, const char* name) {
+    if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
+    n_ += 4 + v.size() * sizeof(Elem);
+  }
+  std::size_t size() const { return n_; }
+
+ private:
+  std::size_t n_ = 0;
+};
+
+// Appends to a vector whose capacity the caller reserved from Sizer, so no
+// append reallocates. Writing past the reservation is still safe (the vector
+// grows); Encode checks afterwards that the sizes agreed.
+class Writer {
+ public:
+  static constexpr bool kWriting = true;
+  explicit Writer(std::vector<std::uint8_t>& out) : out_(out) {}
+
+  void U8(const std::uint8_t& v, const char*) { out_.push_back(v); }
+  void U16(const std::uint16_t& v, const char*) { Le(v, 2); }
+  void U32(const std::uint32_t& v, const char*) { Le(v, 4); }
+  void U64(const std::uint64_t& v, const char*) { Le(v, 8); }
+  void Bool(const bool& v, const char*) { out_.push_back(v ? 1 : 0); }
+  void String(const std::string& s, const char*) {
+    std::string_view clipped = ClipString(s);
+    Le(clipped.size(), 4);
+    const auto* p = reinterpret_cast<const std::uint8_t*>(clipped.data());
+    out_.insert(out_.end(), p, p + clipped.size());
+  }
+  void Elems(const std::vector<Elem>& v, const char* name) {
+    if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
+    Le(v.size(), 4);
+    if constexpr (kLittleEndianHost) {
+      // The in-memory array already is the wire format: one bulk copy.
+      const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
+      out_.insert(out_.end(), p, p + v.size() * sizeof(Elem));
+    } else {
+      for (Elem e : v) Le(e, 4);
+    }
+  }
+  // Overwrites 4 bytes at `at` (the body length, known only after the body).
+  void PatchU32(std::size_t at, std::uint32_t v) {
+    for (int i = 0; i < 4; ++i) out_[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
+  }
+
+ private:
+  void Le(std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out_.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  }
+  std::vector<std::uint8_t>& out_;
+};
+
+// ---------------------------------------------------------------------------
+// Decoding side.
+
+// Reads from a fixed span. The first failure is recorded and every later read
+// becomes a no-op returning zeros, so a Fields walk needs no error plumbing;
+// the caller checks status() once at the end. No read ever goes past the span
+// and no allocation is larger than the bytes actually present.
+class Reader {
+ public:
+  static constexpr bool kWriting = false;
+  Reader(std::span<const std::uint8_t> in, const char* context) : in_(in), context_(context) {}
+
+  void U8(std::uint8_t& v, const char* name) { v = static_cast<std::uint8_t>(Le(1, name)); }
+  void U16(std::uint16_t& v, const char* name) { v = static_cast<std::uint16_t>(Le(2, name)); }
+  void U32(std::uint32_t& v, const char* name) { v = static_cast<std::uint32_t>(Le(4, name)); }
+  void U64(std::uint64_t& v, const char* name) { v = Le(8, name); }
+  void Bool(bool& v, const char* name) {
+    std::uint8_t b = static_cast<std::uint8_t>(Le(1, name));
+    // Only 0 and 1 are valid, so every boolean has exactly one encoding and a
+    // flipped bit is caught rather than silently read as `true`.
+    if (b > 1) Fail(std::string(name) + ": boolean byte is " + std::to_string(b) + ", not 0 or 1");
+    v = b == 1;
+  }
+  void Bytes(std::uint8_t* dst, std::size_t n, const char* name) {
+    if (!Need(n, name)) return;
+    std::memcpy(dst, in_.data() + pos_, n);
+    pos_ += n;
+  }
+  void String(std::string& s, const char* name) {
+    std::uint32_t len = 0;
+    U32(len, name);
+    if (!ok()) return;
+    if (len > kMaxString) {
+      Fail(std::string(name) + ": string length " + std::to_string(len) + " exceeds limit " +
+           std::to_string(kMaxString));
+      return;
+    }
+    if (!Need(len, name)) return;
+    s.assign(reinterpret_cast<const char*>(in_.data() + pos_), len);
+    pos_ += len;
+  }
+  void Elems(std::vector<Elem>& v, const char* name) {
+    std::uint32_t count = 0;
+    U32(count, name);
+    if (!ok()) return;
+    // Both checks happen before allocating: the cap bounds what an honest peer
+    // may send, and the remaining-bytes check ties the allocation to the frame
+    // actually received (a 40-byte frame claiming 2^31 elements allocates nothing).
+    if (count > kMaxElems) {
+      Fail(std::string(name) + ": element count " + std::to_string(count) + " exceeds limit " +
+           std::to_string(kMaxElems));
+      return;
+    }
+    const std::size_t bytes = std::size_t{count} * sizeof(Elem);
+    if (!Need(bytes, name)) return;
+    v.resize(count);
+    const std::uint8_t* src = in_.data() + pos_;
+    if constexpr (kLittleEndianHost) {
+      if (count != 0) std::memcpy(v.data(), src, bytes);
+    } else {
+      for (std::size_t i = 0; i < count; ++i) {
+        const std::uint8_t* q = src + 4 * i;
+        v[i] = Elem{q[0]} | Elem{q[1]} << 8 | Elem{q[2]} << 16 | Elem{q[3]} << 24;
+      }
+    }
+    pos_ += bytes;
+    // Every element must be canonical (< p): arithmetic downstream assumes it,
+    // and it gives each field element exactly one encoding.
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i] >= field::kPrime) {
+        Fail(std::string(name) + ": element " + std::to_string(i) + " is " +
+             std::to_string(v[i]) + ", not below the prime " + std::to_string(field::kPrime));
+        v.clear();
+        return;
+      }
+    }
+  }
+
+  std::size_t remaining() const { return in_.size() - pos_; }
+  bool ok() const { return status_.ok(); }
+  const Status& status() const { return status_; }
+  void Fail(const std::string& what) {
+    if (status_.ok()) status_ = Status::Corruption(std::string(context_) + ": " + what);
+  }
+
+ private:
+  bool Need(std::size_t n, const char* name) {
+    if (!ok()) return false;
+    if (n > remaining()) {
+      Fail(std::string(name) + ": needs " + std::to_string(n) + " bytes, only " +
+           std::to_string(remaining()) + " left (truncated)");
+      return false;
+    }
+    return true;
+  }
+  std::uint64_t Le(int bytes, const char* name) {
+    if (!Need(static_cast<std::size_t>(bytes), name)) return 0;
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{in_[pos_ + i]} << (8 * i);
+    pos_ += static_cast<std::size_t>(bytes);
+    return v;
+  }
+
+  std::span<const std::uint8_t> in_;
+  std::size_t pos_ = 0;
+  const char* context_;
+  Status status_;
+};
+
+// ---------------------------------------------------------------------------
+// Body layouts, one per message, shared by Sizer, Writer and Reader. `Ref`
+// makes the message const when writing and mutable when reading.
+
+template <class Io, class T>
+using Ref = std::conditional_t<Io::kWriting, const T&, T&>;
+
+template <class Io>
+void Fields(Io& io, Ref<Io, StoreShape> m) {
+  io.U32(m.height, "shape.height");
+  io.U32(m.bucket_size, "shape.bucket_size");
+  io.U32(m.elems_per_slot, "shape.elems_per_slot");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, ErrorReply> m) {
+  io.U32(m.code, "code");
+  io.String(m.message, "message");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, StatusRequest>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, StatusReply> m) {
+  io.U32(m.server_index, "server_index");
+  io.Bool(m.initialized, "initialized");
+  Fields<Io>(io, m.shape);
+  io.U64(m.epoch, "epoch");
+  io.U64(m.applied_seq, "applied_seq");
+  io.U64(m.applied_evictions, "applied_evictions");
+  io.U64(m.prepared_eviction, "prepared_eviction");
+  io.U64(m.share_file_bytes, "share_file_bytes");
+  io.U64(m.allocated_bytes, "allocated_bytes");
+  io.U64(m.peer_bytes_sent, "peer_bytes_sent");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, InitRequest> m) {
+  io.U32(m.server_index, "server_index");
+  Fields<Io>(io, m.shape);
+  io.Bool(m.overwrite, "overwrite");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, InitReply>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, RetrieveRequest> m) {
+  io.U64(m.leaf, "leaf");
+  io.Elems(m.select, "select");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, RetrieveReply> m) {
+  io.Elems(m.answer, "answer");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, WriteRootRequest> m) {
+  io.U32(m.slot, "slot");
+  io.Elems(m.share, "share");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, WriteRootReply>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictPrepareRequest> m) {
+  io.U64(m.eviction, "eviction");
+  io.U32(m.attempt, "attempt");
+  io.U64(m.leaf, "leaf");
+  io.Elems(m.matrices, "matrices");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictPrepareReply> m) {
+  io.U64(m.eviction, "eviction");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictCommitRequest> m) {
+  io.U64(m.eviction, "eviction");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictCommitReply> m) {
+  io.U64(m.applied_evictions, "applied_evictions");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, SmpShares> m) {
+  io.U64(m.eviction, "eviction");
+  io.U32(m.attempt, "attempt");
+  io.U32(m.round, "round");
+  io.U32(m.from_index, "from_index");
+  io.Elems(m.shares, "shares");
+}
+
+// Counts the members of an aggregate: the largest n for which T{x1, ..., xn}
+// compiles with placeholders convertible to anything.
+struct AnyField {
+  template <class T>
+  operator T() const;  // NOLINT(google-explicit-constructor): declared only, never called
+};
+template <class T, class... A>
+constexpr std::size_t MemberCount() {
+  if constexpr (requires { T{A{}..., AnyField{}}; }) {
+    return MemberCount<T, A..., AnyField>();
+  } else {
+    return sizeof...(A);
+  }
+}
+
+// The type tag of each body alternative, checked at compile time to cover the
+// whole variant in order (the tags are the variant index + 1), and the number
+// of members its Fields() above encodes: a member added to a message in
+// wire.h without a matching Fields() line would otherwise be silently dropped
+// on the wire, so it fails the build here instead.
+template <class T>
+struct Tag;
+#define S3ORAM_WIRE_TAG(T, tag, members)                                          \
+  template <>                                                                     \
+  struct Tag<T> {                                                                 \
+    static constexpr MessageType kType = MessageType::tag;                        \
+  };                                                                              \
+  static_assert(MemberCount<T>() == (members),                                    \
+                #T " changed: update its Fields() layout in wire.cpp (and the " \
+                "member count here)")
+S3ORAM_WIRE_TAG(ErrorReply, kError, 2);
+S3ORAM_WIRE_TAG(StatusRequest, kStatusRequest, 0);
+S3ORAM_WIRE_TAG(StatusReply, kStatusReply, 10);
+S3ORAM_WIRE_TAG(InitRequest, kInitRequest, 3);
+S3ORAM_WIRE_TAG(InitReply, kInitReply, 0);
+S3ORAM_WIRE_TAG(RetrieveRequest, kRetrieveRequest, 2);
+S3ORAM_WIRE_TAG(RetrieveReply, kRetrieveReply, 1);
+S3ORAM_WIRE_TAG(WriteRootRequest, kWriteRootRequest, 2);
+S3ORAM_WIRE_TAG(WriteRootReply, kWriteRootReply, 0);
+S3ORAM_WIRE_TAG(EvictPrepareRequest, kEvictPrepareRequest, 4);
+S3ORAM_WIRE_TAG(EvictPrepareReply, kEvictPrepareReply, 1);
+S3ORAM_WIRE_TAG(EvictCommitRequest, kEvictCommitRequest, 1);
+S3ORAM_WIRE_TAG(EvictCommitReply, kEvictCommitReply, 1);
+S3ORAM_WIRE_TAG(SmpShares, kSmpShares, 5);
+static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
+#undef S3ORAM_WIRE_TAG
+
+template <std::size_t... I>
+constexpr bool TagsMatchVariantOrder(std::index_sequence<I...>) {
+  return ((static_cast<std::size_t>(Tag<std::variant_alternative_t<I, Body>>::kType) == I + 1) &&
+          ...);
+}
+static_assert(TagsMatchVariantOrder(std::make_index_sequence<std::variant_size_v<Body>>()),
+              "MessageType values must equal Body variant index + 1");
+
+// Decodes the body of alternative I (= type - 1) into a Body.
+template <std::size_t I>
+Result<Body> DecodeBodyAs(std::span<const std::uint8_t> body) {
+  using T = std::variant_alternative_t<I, Body>;
+  Reader r(body, MessageTypeName(Tag<T>::kType));
+  T m{};
+  Fields<Reader>(r, m);
+  if (r.ok() && r.remaining() != 0) {
+    r.Fail(std::to_string(r.remaining()) + " trailing bytes after the body's last field");
+  }
+  if (!r.ok()) return r.status();
+  return Body(std::in_place_index<I>, std::move(m));
+}
+
+template <std::size_t... I>
+Result<Body> DecodeBody(std::size_t index, std::span<const std::uint8_t> body,
+                        std::index_sequence<I...>) {
+  using Fn = Result<Body> (*)(std::span<const std::uint8_t>);
+  static constexpr Fn kTable[] = {&DecodeBodyAs<I>...};
+  return kTable[index](body);
+}
+
+}  // namespace
+
+const char* MessageTypeName(MessageType t) {
+  switch (t) {
+    case MessageType::kError: return "ERROR";
+    case MessageType::kStatusRequest: return "STATUS_REQUEST";
+    case MessageType::kStatusReply: return "STATUS_REPLY";
+    case MessageType::kInitRequest: return "INIT_REQUEST";
+    case MessageType::kInitReply: return "INIT_REPLY";
+    case MessageType::kRetrieveRequest: return "RETRIEVE_REQUEST";
+    case MessageType::kRetrieveReply: return "RETRIEVE_REPLY";
+    case MessageType::kWriteRootRequest: return "WRITE_ROOT_REQUEST";
+    case MessageType::kWriteRootReply: return "WRITE_ROOT_REPLY";
+    case MessageType::kEvictPrepareRequest: return "EVICT_PREPARE_REQUEST";
+    case MessageType::kEvictPrepareReply: return "EVICT_PREPARE_REPLY";
+    case MessageType::kEvictCommitRequest: return "EVICT_COMMIT_REQUEST";
+    case MessageType::kEvictCommitReply: return "EVICT_COMMIT_REPLY";
+    case MessageType::kSmpShares: return "SMP_SHARES";
+  }
+  return "UNKNOWN";
+}
+
+MessageType TypeOf(const Body& body) {
+  return std::visit([](const auto& b) { return Tag<std::decay_t<decltype(b)>>::kType; }, body);
+}
+
+std::vector<std::uint8_t> Encode(const Header& header, const Body& body) {
+  return std::visit(
+      [&header](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        Sizer sizer;
+        Fields<Sizer>(sizer, b);
+        const std::size_t body_bytes = sizer.size();
+
+        std::vector<std::uint8_t> out;
+        out.reserve(kHeaderBytes + body_bytes);
+        Writer w(out);
+        // The header's type always comes from the body, so a frame cannot
+        // claim one type and carry another's layout.
+        w.U32(kMagic, "magic");
+        w.U16(kWireVersion, "version");
+        w.U16(static_cast<std::uint16_t>(Tag<T>::kType), "type");
+        const auto* fs = header.fs_id.data();
+        out.insert(out.end(), fs, fs + header.fs_id.size());
+        w.U64(header.epoch, "epoch");
+        w.U64(header.seq, "seq");
+        w.U32(static_cast<std::uint32_t>(body_bytes), "length");
+        Fields<Writer>(w, b);
+        // Sizer and Writer walk the same Fields, so this only fails if one of
+        // their per-field byte counts is wrong: a bug in this file.
+        if (out.size() != kHeaderBytes + body_bytes) {
+          std::fprintf(stderr, "s3oram::wire::Encode: size mismatch for %s (%zu != %zu)\n",
+                       MessageTypeName(Tag<T>::kType), out.size(), kHeaderBytes + body_bytes);
+          std::abort();
+        }
+        return out;
+      },
+      body);
+}
+
+Result<Message> Decode(std::span<const std::uint8_t> frame) {
+  Reader r(frame, "wire frame");
+  // Magic and version are checked before anything else so that a frame from a
+  // different protocol version, whose header may be laid out differently, gets
+  // a version error rather than a misleading length or type error.
+  std::uint32_t magic = 0;
+  r.U32(magic, "magic");
+  if (!r.ok()) return r.status();
+  if (magic != kMagic) {
+    char buf[96];
+    std::snprintf(buf, sizeof buf, "wire frame: bad magic 0x%08x (expected 0x%08x 'S3OR')",
+                  magic, kMagic);
+    return Status::Corruption(buf);
+  }
+  std::uint16_t version = 0;
+  r.U16(version, "version");
+  if (!r.ok()) return r.status();
+  if (version != kWireVersion) {
+    return Status::Corruption("wire frame: protocol version mismatch: peer sent version " +
+                              std::to_string(version) + ", this build speaks version " +
+                              std::to_string(kWireVersion));
+  }
+  std::uint16_t raw_type = 0;
+  r.U16(raw_type, "type");
+  if (!r.ok()) return r.status();
+  constexpr std::size_t kTypes = std::variant_size_v<Body>;
+  if (raw_type == 0 || raw_type > kTypes) {
+    return Status::Corruption("wire frame: unknown message type " + std::to_string(raw_type));
+  }
+
+  Message msg;
+  msg.header.type = static_cast<MessageType>(raw_type);
+  r.Bytes(msg.header.fs_id.data(), msg.header.fs_id.size(), "fs_id");
+  r.U64(msg.header.epoch, "epoch");
+  r.U64(msg.header.seq, "seq");
+  std::uint32_t length = 0;
+  r.U32(length, "length");
+  if (!r.ok()) return r.status();
+  if (length != r.remaining()) {
+    return Status::Corruption(std::string("wire frame: ") + MessageTypeName(msg.header.type) +
+                              " header declares a " + std::to_string(length) +
+                              "-byte body but " + std::to_string(r.remaining()) +
+                              " bytes follow the header");
+  }
+
+  auto body = DecodeBody(raw_type - 1u, frame.subspan(kHeaderBytes),
+                         std::make_index_sequence<kTypes>());
+  if (!body.ok()) return body.status();
+  msg.body = std::move(body).value();
+  return msg;
+}
+
+ErrorReply ErrorFromStatus(const Status& s) {
+  ErrorReply e;
+  e.code = static_cast<std::uint32_t>(s.code());
+  e.message = std::string(ClipString(s.message()));
+  return e;
+}
+
+Status StatusFromError(const ErrorReply& e) {
+  using Code = Status::Code;
+  // A remote message is relayed as-is (it is diagnostic text, never used for
+  // decisions); the code decides how the caller reacts, so only known codes
+  // are trusted and anything else is the peer breaking the protocol.
+  switch (static_cast<Code>(e.code)) {
+    case Code::kInvalidArgument: return Status::InvalidArgument(e.message);
+    case Code::kCorruption: return Status::Corruption(e.message);
+    case Code::kIoError: return Status::IoError(e.message);
+    case Code::kNotFound: return Status::NotFound(e.message);
+    case Code::kAlreadyExists: return Status::AlreadyExists(e.message);
+    case Code::kUnavailable: return Status::Unavailable(e.message);
+    case Code::kOverflow: return Status::Overflow(e.message);
+    case Code::kFailedPrecondition: return Status::FailedPrecondition(e.message);
+    case Code::kProtocol: return Status::Protocol(e.message);
+    case Code::kOk:
+      // An ERROR message that reports success is itself a protocol violation;
+      // turning it into OK would let a peer make a failed request look applied.
+      return Status::Protocol("peer sent an error reply with code OK: " + e.message);
+  }
+  return Status::Protocol("peer sent an error reply with unknown code " + std::to_string(e.code) +
+                          ": " + e.message);
+}
+
+}  // namespace s3oram::wire

@@ -87,6 +87,7 @@ struct StatusReply {
   std::uint64_t prepared_eviction = 0;  // eviction number + 1 of a prepared, uncommitted shadow; 0 if none
   std::uint64_t share_file_bytes = 0;   // logical size of the share file
   std::uint64_t allocated_bytes = 0;    // bytes actually allocated on disk
+  std::uint64_t peer_bytes_sent = 0;    // SMP bytes this process sent to peers since it started
 };
 
 struct InitRequest {

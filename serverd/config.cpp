@@ -1,1 +1,419 @@
-// implementation pending
+// s3oram-serverd configuration: strict TOML parsing and rendering.
+//
+// Debian's libtomlplusplus is a compiled library built with TOML_EXCEPTIONS=1
+// (it exports only the toml::v3::ex ABI), so parse errors arrive as
+// toml::parse_error exceptions; they are caught here and never escape.
+//
+// Every error message has the form
+//   <origin>[:line:col]: <key path>: expected <what>[, got <what was there>]
+// so an operator can find and fix the line without reading code.
+
+#include "serverd/config.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <limits>
+#include <set>
+#include <sstream>
+#include <string>
+#include <system_error>
+#include <toml++/toml.h>
+
+#include "oramcore/field.h"
+
+namespace s3oram::serverd {
+namespace {
+
+// Party i evaluates its shares at x = i + 1, which must be a non-zero field
+// element; this is the only hard bound on an index.
+constexpr std::int64_t kMaxPartyIndex = static_cast<std::int64_t>(field::kPrime) - 2;
+constexpr std::int64_t kMaxThreads = 1024;
+constexpr std::int64_t kMaxPeerTimeoutMs = 24LL * 3600 * 1000;
+// ZeroMQ's ipc transport binds an AF_UNIX socket: sun_path holds 107 bytes + NUL.
+constexpr std::size_t kMaxIpcPath = 107;
+// A config file is a few hundred bytes; the cap stops a mistaken path (a
+// device, a huge file) from being read whole.
+constexpr std::size_t kMaxConfigBytes = 1 << 20;
+
+const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error"};
+
+const char* TypeName(const toml::node& n) {
+  switch (n.type()) {
+    case toml::node_type::table: return "a table";
+    case toml::node_type::array: return "an array";
+    case toml::node_type::string: return "a string";
+    case toml::node_type::integer: return "an integer";
+    case toml::node_type::floating_point: return "a floating-point number";
+    case toml::node_type::boolean: return "a boolean";
+    case toml::node_type::date: return "a date";
+    case toml::node_type::time: return "a time";
+    case toml::node_type::date_time: return "a date-time";
+    case toml::node_type::none: break;
+  }
+  return "nothing";
+}
+
+// Collects the origin so that every message is built the same way.
+class Checker {
+ public:
+  explicit Checker(const std::string& origin) : origin_(origin) {}
+
+  Status Error(const toml::source_region& where, const std::string& key,
+               const std::string& message) const {
+    std::string at = origin_;
+    if (where.begin.line > 0) {
+      at += ":" + std::to_string(where.begin.line) + ":" + std::to_string(where.begin.column);
+    }
+    return Status::InvalidArgument(at + ": " + key + ": " + message);
+  }
+  Status Missing(const toml::node& table, const std::string& table_name, const std::string& key,
+                 const std::string& expected) const {
+    return Error(table.source(), table_name,
+                 "missing required key '" + key + "' (expected " + expected + ")");
+  }
+
+  // Rejects keys not in `allowed`: a misspelt optional key would otherwise be
+  // silently replaced by its default.
+  Status OnlyKeys(const toml::table& t, const std::string& prefix,
+                  std::initializer_list<const char*> allowed) const {
+    for (auto&& [k, v] : t) {
+      bool ok = false;
+      for (const char* a : allowed) ok = ok || k.str() == a;
+      if (!ok) {
+        std::string list;
+        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
+        return Error(k.source(), prefix + std::string(k.str()),
+                     "unknown key (allowed: " + list + ")");
+      }
+    }
+    return Status::Ok();
+  }
+
+  Status Integer(const toml::node& n, const std::string& key, std::int64_t lo, std::int64_t hi,
+                 std::int64_t* out) const {
+    const std::string expected =
+        "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
+    const auto* v = n.as_integer();
+    if (v == nullptr) return Error(n.source(), key, "expected " + expected + ", got " + TypeName(n));
+    if (v->get() < lo || v->get() > hi) {
+      return Error(n.source(), key, "expected " + expected + ", got " + std::to_string(v->get()));
+    }
+    *out = v->get();
+    return Status::Ok();
+  }
+  Status String(const toml::node& n, const std::string& key, std::string* out) const {
+    const auto* v = n.as_string();
+    if (v == nullptr) return Error(n.source(), key, std::string("expected a string, got ") + TypeName(n));
+    *out = v->get();
+    return Status::Ok();
+  }
+  Status Bool(const toml::node& n, const std::string& key, bool* out) const {
+    const auto* v = n.as_boolean();
+    if (v == nullptr) {
+      return Error(n.source(), key, std::string("expected true or false, got ") + TypeName(n));
+    }
+    *out = v->get();
+    return Status::Ok();
+  }
+
+ private:
+  const std::string& origin_;
+};
+
+// Why `ep` is not a usable ZeroMQ endpoint, or "" if it is. Accepted:
+//   tcp://HOST:PORT  HOST a name or IPv4 address ([A-Za-z0-9.-_]), "[IPv6]",
+//                    or "*" (any interface; only where the endpoint is bound);
+//                    PORT decimal 1..65535
+//   ipc://PATH       PATH non-empty, at most 107 bytes (AF_UNIX limit)
+std::string EndpointProblem(const std::string& ep, bool bind) {
+  constexpr std::string_view kTcp = "tcp://";
+  constexpr std::string_view kIpc = "ipc://";
+  const std::string_view s = ep;
+  if (s.substr(0, kIpc.size()) == kIpc) {
+    const std::string_view path = s.substr(kIpc.size());
+    if (path.empty()) return "ipc:// needs a socket path";
+    if (path.size() > kMaxIpcPath) {
+      return "ipc path is " + std::to_string(path.size()) + " bytes, at most " +
+             std::to_string(kMaxIpcPath) + " fit a Unix socket address";
+    }
+    if (path.find('\0') != std::string_view::npos) return "ipc path contains a NUL byte";
+    return "";
+  }
+  if (s.substr(0, kTcp.size()) != kTcp) return "endpoint must start with tcp:// or ipc://";
+  const std::string_view rest = s.substr(kTcp.size());
+  const std::size_t colon = rest.rfind(':');
+  if (colon == std::string_view::npos) return "tcp endpoint needs host:port";
+  const std::string_view host = rest.substr(0, colon);
+  const std::string_view port = rest.substr(colon + 1);
+  if (host.empty()) return "tcp endpoint has an empty host";
+  if (host == "*") {
+    if (!bind) return "host '*' (any interface) can only be listened on, not connected to";
+  } else if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return "IPv6 host must be written [address]";
+    for (char c : host.substr(1, host.size() - 2)) {
+      const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f') ||
+                      (c >= 'A' && c <= 'F') || c == ':' || c == '.';
+      if (!ok) return "invalid character in IPv6 address";
+    }
+  } else {
+    for (char c : host) {
+      const bool ok = (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') ||
+                      (c >= 'A' && c <= 'Z') || c == '.' || c == '-' || c == '_';
+      if (!ok) return std::string("invalid character '") + c + "' in host";
+    }
+  }
+  if (port.empty() || port.size() > 5) return "port must be a number in 1..65535";
+  unsigned value = 0;
+  for (char c : port) {
+    if (c < '0' || c > '9') return "port must be a number in 1..65535";
+    value = value * 10 + static_cast<unsigned>(c - '0');
+  }
+  if (value < 1 || value > 65535) return "port must be a number in 1..65535";
+  return "";
+}
+
+Status Endpoint(const Checker& ck, const toml::node& n, const std::string& key, bool bind,
+                std::string* out) {
+  S3ORAM_RETURN_IF_ERROR(ck.String(n, key, out));
+  if (std::string why = EndpointProblem(*out, bind); !why.empty()) {
+    return ck.Error(n.source(), key,
+                    "expected an endpoint \"tcp://host:port\" or \"ipc://path\", got \"" + *out +
+                        "\" (" + why + ")");
+  }
+  return Status::Ok();
+}
+
+Status ParseServer(const Checker& ck, const toml::table& t, ServerConfig* c) {
+  S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(t, "server.",
+                                     {"index", "listen", "peer_listen", "data_dir", "threads",
+                                      "sync", "peer_timeout_ms", "log_level"}));
+  std::int64_t v = 0;
+  const toml::node* n = t.get("index");
+  if (n == nullptr) {
+    return ck.Missing(t, "[server]", "index",
+                      "an integer in 0.." + std::to_string(kMaxPartyIndex));
+  }
+  S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "server.index", 0, kMaxPartyIndex, &v));
+  c->index = static_cast<std::uint32_t>(v);
+
+  if ((n = t.get("listen")) == nullptr) {
+    return ck.Missing(t, "[server]", "listen", "an endpoint \"tcp://host:port\" or \"ipc://path\"");
+  }
+  S3ORAM_RETURN_IF_ERROR(Endpoint(ck, *n, "server.listen", true, &c->listen));
+  if ((n = t.get("peer_listen")) == nullptr) {
+    return ck.Missing(t, "[server]", "peer_listen",
+                      "an endpoint \"tcp://host:port\" or \"ipc://path\"");
+  }
+  S3ORAM_RETURN_IF_ERROR(Endpoint(ck, *n, "server.peer_listen", true, &c->peer_listen));
+  if (c->peer_listen == c->listen) {
+    return ck.Error(n->source(), "server.peer_listen",
+                    "expected an endpoint different from server.listen, got the same \"" +
+                        c->listen + "\"");
+  }
+
+  if ((n = t.get("data_dir")) == nullptr) {
+    return ck.Missing(t, "[server]", "data_dir", "a directory path");
+  }
+  S3ORAM_RETURN_IF_ERROR(ck.String(*n, "server.data_dir", &c->data_dir));
+  if (c->data_dir.empty()) {
+    return ck.Error(n->source(), "server.data_dir", "expected a directory path, got \"\"");
+  }
+  if (c->data_dir.find('\0') != std::string::npos) {
+    return ck.Error(n->source(), "server.data_dir", "expected a path without NUL bytes");
+  }
+
+  if ((n = t.get("threads")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "server.threads", 0, kMaxThreads, &v));
+    c->threads = static_cast<std::uint32_t>(v);
+  }
+  if ((n = t.get("sync")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Bool(*n, "server.sync", &c->sync));
+  }
+  if ((n = t.get("peer_timeout_ms")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "server.peer_timeout_ms", 1, kMaxPeerTimeoutMs, &v));
+    c->peer_timeout_ms = static_cast<std::uint32_t>(v);
+  }
+  if ((n = t.get("log_level")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.String(*n, "server.log_level", &c->log_level));
+    bool known = false;
+    for (const char* l : kLogLevels) known = known || c->log_level == l;
+    if (!known) {
+      return ck.Error(n->source(), "server.log_level",
+                      "expected one of trace, debug, info, warn, error, got \"" + c->log_level +
+                          "\"");
+    }
+  }
+  return Status::Ok();
+}
+
+Status ParsePeers(const Checker& ck, const toml::node& n, ServerConfig* c) {
+  const auto* arr = n.as_array();
+  if (arr == nullptr) {
+    return ck.Error(n.source(), "peer",
+                    std::string("expected an array of [[peer]] tables, got ") + TypeName(n));
+  }
+  if (arr->empty()) {
+    return ck.Error(n.source(), "peer", "expected at least one [[peer]] table, got none");
+  }
+  std::set<std::uint32_t> indices;
+  std::set<std::string> endpoints;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    const toml::node& e = *arr->get(i);
+    const std::string name = "peer[" + std::to_string(i) + "]";
+    const auto* t = e.as_table();
+    if (t == nullptr) {
+      return ck.Error(e.source(), name, std::string("expected a [[peer]] table, got ") + TypeName(e));
+    }
+    S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(*t, name + ".", {"index", "endpoint"}));
+    PeerConfig p;
+    std::int64_t v = 0;
+    const toml::node* f = t->get("index");
+    if (f == nullptr) {
+      return ck.Missing(*t, name, "index", "an integer in 0.." + std::to_string(kMaxPartyIndex));
+    }
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*f, name + ".index", 0, kMaxPartyIndex, &v));
+    p.index = static_cast<std::uint32_t>(v);
+    if (p.index == c->index) {
+      return ck.Error(f->source(), name + ".index",
+                      "expected another server's index, got " + std::to_string(v) +
+                          ", which is this server's own server.index");
+    }
+    if (!indices.insert(p.index).second) {
+      return ck.Error(f->source(), name + ".index",
+                      "expected distinct peer indices, got " + std::to_string(v) + " twice");
+    }
+    if ((f = t->get("endpoint")) == nullptr) {
+      return ck.Missing(*t, name, "endpoint", "an endpoint \"tcp://host:port\" or \"ipc://path\"");
+    }
+    S3ORAM_RETURN_IF_ERROR(Endpoint(ck, *f, name + ".endpoint", false, &p.endpoint));
+    if (!endpoints.insert(p.endpoint).second) {
+      return ck.Error(f->source(), name + ".endpoint",
+                      "expected distinct peer endpoints, got \"" + p.endpoint + "\" twice");
+    }
+    c->peers.push_back(std::move(p));
+  }
+  return Status::Ok();
+}
+
+// A TOML basic string. Escapes what TOML requires (", \, and control
+// characters other than tab, including DEL); other bytes pass through, so
+// valid UTF-8 stays valid UTF-8.
+std::string Quote(const std::string& s) {
+  std::string out = "\"";
+  for (char ch : s) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '"': out += "\\\""; break;
+      case '\\': out += "\\\\"; break;
+      case '\b': out += "\\b"; break;
+      case '\t': out += "\\t"; break;
+      case '\n': out += "\\n"; break;
+      case '\f': out += "\\f"; break;
+      case '\r': out += "\\r"; break;
+      default:
+        if (c < 0x20 || c == 0x7f) {
+          char buf[8];
+          std::snprintf(buf, sizeof buf, "\\u%04X", static_cast<unsigned>(c));
+          out += buf;
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out + "\"";
+}
+
+}  // namespace
+
+Result<ServerConfig> ParseServerConfig(std::string_view toml_text, const std::string& origin) {
+  Checker ck(origin);
+  toml::table root;
+  try {
+    root = toml::parse(toml_text, origin);
+  } catch (const toml::parse_error& e) {
+    return ck.Error(e.source(), "TOML syntax", std::string(e.description()));
+  }
+  S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(root, "", {"server", "peer"}));
+  ServerConfig c;
+  const toml::node* server = root.get("server");
+  if (server == nullptr) {
+    // No location: the table is absent, so no line of the file is at fault.
+    return ck.Error(toml::source_region{}, "[server]",
+                    "missing required table (expected [server])");
+  }
+  const auto* st = server->as_table();
+  if (st == nullptr) {
+    return ck.Error(server->source(), "server",
+                    std::string("expected a [server] table, got ") + TypeName(*server));
+  }
+  S3ORAM_RETURN_IF_ERROR(ParseServer(ck, *st, &c));
+  const toml::node* peers = root.get("peer");
+  if (peers == nullptr) {
+    return ck.Error(toml::source_region{}, "[[peer]]",
+                    "missing required tables (expected at least one [[peer]] with index and "
+                    "endpoint: the servers this one exchanges SMP shares with)");
+  }
+  S3ORAM_RETURN_IF_ERROR(ParsePeers(ck, *peers, &c));
+  return c;
+}
+
+Result<ServerConfig> LoadServerConfig(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  auto err = [&](int e) { return std::error_code(e, std::generic_category()).message(); };
+  if (fd < 0) {
+    const int e = errno;
+    if (e == ENOENT) return Status::NotFound("config file " + path + " does not exist");
+    return Status::IoError("cannot open config file " + path + ": " + err(e));
+  }
+  struct stat st{};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return Status::IoError("config file " + path + " is not a regular file");
+  }
+  std::string text;
+  char buf[16384];
+  while (true) {
+    const ssize_t r = ::read(fd, buf, sizeof buf);
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      const int e = errno;
+      ::close(fd);
+      return Status::IoError("cannot read config file " + path + ": " + err(e));
+    }
+    if (r == 0) break;
+    text.append(buf, static_cast<std::size_t>(r));
+    if (text.size() > kMaxConfigBytes) {
+      ::close(fd);
+      return Status::InvalidArgument("config file " + path + " is larger than " +
+                                     std::to_string(kMaxConfigBytes) + " bytes");
+    }
+  }
+  ::close(fd);
+  return ParseServerConfig(text, path);
+}
+
+std::string RenderServerConfig(const ServerConfig& c) {
+  std::ostringstream o;
+  o << "# s3oram-serverd configuration (man 5 s3oram-serverd.toml)\n"
+    << "[server]\n"
+    << "index = " << c.index << "\n"
+    << "listen = " << Quote(c.listen) << "\n"
+    << "peer_listen = " << Quote(c.peer_listen) << "\n"
+    << "data_dir = " << Quote(c.data_dir) << "\n"
+    << "threads = " << c.threads << "\n"
+    << "sync = " << (c.sync ? "true" : "false") << "\n"
+    << "peer_timeout_ms = " << c.peer_timeout_ms << "\n"
+    << "log_level = " << Quote(c.log_level) << "\n";
+  for (const PeerConfig& p : c.peers) {
+    o << "\n[[peer]]\n"
+      << "index = " << p.index << "\n"
+      << "endpoint = " << Quote(p.endpoint) << "\n";
+  }
+  return o.str();
+}
+
+}  // namespace s3oram::serverd

@@ -1,1 +1,875 @@
-// implementation pending
+// On-disk share store. Layout and guarantees are described in share_store.h;
+// this file adds the byte formats:
+//
+// shares.bin header region (4096 bytes): two meta records, at 0 and at 512.
+// Record (little-endian), 84 bytes used, rest of its 512 bytes zero:
+//   0  magic "S3ORMETA"        8
+//   8  format version u32       (kMetaVersion)
+//   12 record length u32        (kMetaRecordBytes; bytes covered by the CRC + 4)
+//   16 generation u64           bumped on every update; copy = generation % 2
+//   24 fs_id[16]
+//   40 server_index u32
+//   44 height u32, 48 bucket_size u32, 52 elems_per_slot u32
+//   56 epoch u64, 64 applied_seq u64, 72 applied_evictions u64
+//   80 crc32c u32 over bytes [0, 80)
+// An update writes generation g+1 into copy (g+1) % 2, i.e. never into the copy
+// holding the current generation, so a torn write leaves that copy intact.
+//
+// shadow.bin: header region of data_offset bytes (a multiple of 4096), then the
+// buckets in list order, bucket_bytes each. Header (little-endian):
+//   0  magic "S3ORSHDW"        8
+//   8  format version u32, 12 sealed u32 (0 or 1)
+//   16 fs_id[16]
+//   32 height u32, 36 bucket_size u32, 40 elems_per_slot u32, 44 attempt u32
+//   48 eviction u64, 56 count u64, 64 data_offset u64
+//   72 bucket numbers u64 x count
+//   then crc32c u32 over everything before it.
+// The data is not checksummed (it may be hundreds of MiB per eviction); instead
+// Seal orders the writes: data, fdatasync, sealed header, fdatasync. A sealed
+// header on disk therefore implies complete data, and a torn header fails its
+// CRC and reads as "no sealed shadow". Begin writes an *unsealed* header (and
+// syncs it) before touching any data, so an older sealed shadow can never be
+// paired with half-overwritten data.
+
+#include "serverd/share_store.h"
+
+#include <fcntl.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+#include <limits>
+#include <string_view>
+#include <system_error>
+#include <unordered_set>
+#include <utility>
+
+namespace s3oram::serverd {
+
+// Buckets are exposed as Elem* straight from the mmap, and elements are
+// defined as 32-bit little-endian words.
+static_assert(std::endian::native == std::endian::little,
+              "the share file stores elements in host order; host must be little-endian");
+static_assert(sizeof(Elem) == 4);
+
+namespace {
+
+constexpr std::uint64_t kHeaderRegion = 4096;
+constexpr std::uint64_t kMetaCopyBytes = 512;
+constexpr std::uint32_t kMetaVersion = 1;
+constexpr std::uint32_t kMetaRecordBytes = 84;
+constexpr std::array<char, 8> kMetaMagic = {'S', '3', 'O', 'R', 'M', 'E', 'T', 'A'};
+
+constexpr std::uint32_t kShadowVersion = 1;
+constexpr std::uint64_t kShadowFixedBytes = 72;
+constexpr std::array<char, 8> kShadowMagic = {'S', '3', 'O', 'R', 'S', 'H', 'D', 'W'};
+// One eviction rewrites a path (H + 1 <= 41 buckets) plus a sibling leaf; the
+// cap only bounds what Open allocates for the bucket list of a damaged header.
+constexpr std::uint64_t kMaxShadowBuckets = 1u << 16;
+
+constexpr std::uint32_t kMaxHeight = 40;
+// Largest single read/write request; Linux caps one request at 0x7ffff000 bytes.
+constexpr std::size_t kMaxIo = std::size_t{1} << 30;
+// Buffer for copying shadow buckets into the share file.
+constexpr std::size_t kCopyChunk = std::size_t{8} << 20;
+
+// ---- CRC32C (Castagnoli, reflected polynomial 0x82F63B78), table driven. Used
+// only for headers, so the simple byte-at-a-time form is fast enough.
+constexpr std::array<std::uint32_t, 256> MakeCrcTable() {
+  std::array<std::uint32_t, 256> t{};
+  for (std::uint32_t i = 0; i < 256; ++i) {
+    std::uint32_t c = i;
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+    t[i] = c;
+  }
+  return t;
+}
+constexpr std::array<std::uint32_t, 256> kCrcTable = MakeCrcTable();
+
+template <typename Byte>
+constexpr std::uint32_t Crc32c(const Byte* p, std::size_t n) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < n; ++i) {
+    c = kCrcTable[(c ^ static_cast<std::uint8_t>(p[i])) & 0xFF] ^ (c >> 8);
+  }
+  return ~c;
+}
+// The standard check value of CRC-32C.
+static_assert(Crc32c("123456789", 9) == 0xE3069283u);
+
+// ---- little-endian field access into byte buffers.
+void PutU32(std::uint8_t* p, std::uint32_t v) {
+  for (int i = 0; i < 4; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+void PutU64(std::uint8_t* p, std::uint64_t v) {
+  for (int i = 0; i < 8; ++i) p[i] = static_cast<std::uint8_t>(v >> (8 * i));
+}
+std::uint32_t GetU32(const std::uint8_t* p) {
+  std::uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<std::uint32_t>(p[i]) << (8 * i);
+  return v;
+}
+std::uint64_t GetU64(const std::uint8_t* p) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < 8; ++i) v |= static_cast<std::uint64_t>(p[i]) << (8 * i);
+  return v;
+}
+
+// ---- system call wrappers: EINTR, short transfers, errno -> Status with path.
+std::string ErrnoText(int e) { return std::error_code(e, std::generic_category()).message(); }
+
+Status SysError(const std::string& what, const std::string& path, int e) {
+  return Status::IoError(what + " " + path + ": " + ErrnoText(e));
+}
+
+Status PwriteAll(int fd, const void* buf, std::size_t n, std::uint64_t off,
+                 const std::string& path) {
+  const auto* p = static_cast<const std::uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = ::pwrite(fd, p, std::min(n, kMaxIo), static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return SysError("writing", path, errno);
+    }
+    if (r == 0) return Status::IoError("writing " + path + ": write made no progress");
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    off += static_cast<std::uint64_t>(r);
+  }
+  return Status::Ok();
+}
+
+// Corruption if the file ends early: every caller reads a range the header
+// says exists.
+Status PreadAll(int fd, void* buf, std::size_t n, std::uint64_t off, const std::string& path) {
+  auto* p = static_cast<std::uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = ::pread(fd, p, std::min(n, kMaxIo), static_cast<off_t>(off));
+    if (r < 0) {
+      if (errno == EINTR) continue;
+      return SysError("reading", path, errno);
+    }
+    if (r == 0) {
+      return Status::Corruption("reading " + path + ": file ends at offset " +
+                                std::to_string(off) + ", " + std::to_string(n) +
+                                " more bytes expected");
+    }
+    p += r;
+    n -= static_cast<std::size_t>(r);
+    off += static_cast<std::uint64_t>(r);
+  }
+  return Status::Ok();
+}
+
+Status DataSync(int fd, const std::string& path) {
+  while (::fdatasync(fd) != 0) {
+    if (errno == EINTR) continue;
+    return SysError("fdatasync of", path, errno);
+  }
+  return Status::Ok();
+}
+
+Status SyncDir(const std::string& dir) {
+  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return SysError("opening directory", dir, errno);
+  int rc;
+  while ((rc = ::fsync(fd)) != 0 && errno == EINTR) {
+  }
+  int e = errno;
+  ::close(fd);
+  if (rc != 0) return SysError("fsync of directory", dir, e);
+  return Status::Ok();
+}
+
+// mkdir -p; directories it creates get mode 0700 (the shares are secret).
+Status MakeDirs(const std::string& dir) {
+  if (dir.empty()) return Status::InvalidArgument("empty data directory path");
+  std::size_t pos = 0;
+  while (pos != std::string::npos) {
+    pos = dir.find('/', pos + 1);
+    std::string prefix = dir.substr(0, pos);
+    if (prefix.empty()) continue;
+    if (::mkdir(prefix.c_str(), 0700) != 0 && errno != EEXIST) {
+      return SysError("creating directory", prefix, errno);
+    }
+  }
+  struct stat st{};
+  if (::stat(dir.c_str(), &st) != 0) return SysError("stat of", dir, errno);
+  if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " exists and is not a directory");
+  return Status::Ok();
+}
+
+// Closes a descriptor on scope exit unless released.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  Fd(Fd&& o) noexcept : fd_(std::exchange(o.fd_, -1)) {}
+  Fd& operator=(Fd&& o) noexcept {
+    if (this != &o) {
+      Reset();
+      fd_ = std::exchange(o.fd_, -1);
+    }
+    return *this;
+  }
+  ~Fd() { Reset(); }
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  void Reset() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Geometry {
+  std::uint64_t bucket_bytes = 0;
+  std::uint64_t num_buckets = 0;
+  std::uint64_t file_bytes = 0;
+};
+
+std::string ShapeText(const wire::StoreShape& s) {
+  return "H=" + std::to_string(s.height) + " Z=" + std::to_string(s.bucket_size) +
+         " m=" + std::to_string(s.elems_per_slot);
+}
+
+// Sizes implied by a shape, or why the shape is unusable. The file size must
+// fit off_t, which also keeps every offset computed from it in range.
+bool ComputeGeometry(const wire::StoreShape& s, Geometry* g, std::string* why) {
+  if (s.height > kMaxHeight) {
+    *why = "height " + std::to_string(s.height) + " exceeds " + std::to_string(kMaxHeight);
+    return false;
+  }
+  if (s.bucket_size < 1) {
+    *why = "bucket size Z must be at least 1";
+    return false;
+  }
+  if (s.elems_per_slot < 1) {
+    *why = "elements per slot m must be at least 1";
+    return false;
+  }
+  std::uint64_t bucket_bytes = 0;
+  std::uint64_t data_bytes = 0;
+  std::uint64_t file_bytes = 0;
+  const std::uint64_t num_buckets = (std::uint64_t{1} << (s.height + 1)) - 1;
+  if (__builtin_mul_overflow(std::uint64_t{s.bucket_size}, std::uint64_t{s.elems_per_slot},
+                             &bucket_bytes) ||
+      __builtin_mul_overflow(bucket_bytes, std::uint64_t{sizeof(Elem)}, &bucket_bytes) ||
+      __builtin_mul_overflow(bucket_bytes, num_buckets, &data_bytes) ||
+      __builtin_add_overflow(data_bytes, kHeaderRegion, &file_bytes) ||
+      file_bytes > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
+    *why = "share file size overflows (" + ShapeText(s) + ")";
+    return false;
+  }
+  *g = Geometry{bucket_bytes, num_buckets, file_bytes};
+  return true;
+}
+
+void EncodeMeta(const ServerMeta& m, std::uint64_t generation, std::uint8_t* rec) {
+  std::memset(rec, 0, kMetaCopyBytes);
+  std::memcpy(rec, kMetaMagic.data(), kMetaMagic.size());
+  PutU32(rec + 8, kMetaVersion);
+  PutU32(rec + 12, kMetaRecordBytes);
+  PutU64(rec + 16, generation);
+  std::memcpy(rec + 24, m.fs_id.data(), m.fs_id.size());
+  PutU32(rec + 40, m.server_index);
+  PutU32(rec + 44, m.shape.height);
+  PutU32(rec + 48, m.shape.bucket_size);
+  PutU32(rec + 52, m.shape.elems_per_slot);
+  PutU64(rec + 56, m.epoch);
+  PutU64(rec + 64, m.applied_seq);
+  PutU64(rec + 72, m.applied_evictions);
+  PutU32(rec + 80, Crc32c(rec, 80));
+}
+
+// Decodes one meta copy; on failure sets *why.
+bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, std::uint64_t* generation,
+                std::string* why) {
+  if (std::memcmp(rec, kMetaMagic.data(), kMetaMagic.size()) != 0) {
+    *why = "bad magic";
+    return false;
+  }
+  if (GetU32(rec + 80) != Crc32c(rec, 80)) {
+    *why = "checksum mismatch";
+    return false;
+  }
+  // Checked after the CRC so that a torn record is reported as such, not as a
+  // record from a newer version.
+  if (GetU32(rec + 8) != kMetaVersion || GetU32(rec + 12) != kMetaRecordBytes) {
+    *why = "unsupported format version " + std::to_string(GetU32(rec + 8));
+    return false;
+  }
+  *generation = GetU64(rec + 16);
+  std::memcpy(m->fs_id.data(), rec + 24, m->fs_id.size());
+  m->server_index = GetU32(rec + 40);
+  m->shape.height = GetU32(rec + 44);
+  m->shape.bucket_size = GetU32(rec + 48);
+  m->shape.elems_per_slot = GetU32(rec + 52);
+  m->epoch = GetU64(rec + 56);
+  m->applied_seq = GetU64(rec + 64);
+  m->applied_evictions = GetU64(rec + 72);
+  return true;
+}
+
+struct ShadowHeader {
+  bool sealed = false;
+  wire::FsId fs_id{};
+  wire::StoreShape shape;
+  std::uint32_t attempt = 0;
+  std::uint64_t eviction = 0;
+  std::vector<std::uint64_t> buckets;
+  std::uint64_t data_offset = 0;
+};
+
+std::uint64_t ShadowDataOffset(std::size_t count) {
+  const std::uint64_t used = kShadowFixedBytes + 8 * std::uint64_t{count} + 4;
+  return (used + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
+}
+
+std::vector<std::uint8_t> EncodeShadowHeader(const ShadowHeader& h) {
+  const std::size_t used = kShadowFixedBytes + 8 * h.buckets.size();
+  std::vector<std::uint8_t> out(used + 4, 0);
+  std::uint8_t* p = out.data();
+  std::memcpy(p, kShadowMagic.data(), kShadowMagic.size());
+  PutU32(p + 8, kShadowVersion);
+  PutU32(p + 12, h.sealed ? 1 : 0);
+  std::memcpy(p + 16, h.fs_id.data(), h.fs_id.size());
+  PutU32(p + 32, h.shape.height);
+  PutU32(p + 36, h.shape.bucket_size);
+  PutU32(p + 40, h.shape.elems_per_slot);
+  PutU32(p + 44, h.attempt);
+  PutU64(p + 48, h.eviction);
+  PutU64(p + 56, h.buckets.size());
+  PutU64(p + 64, h.data_offset);
+  for (std::size_t i = 0; i < h.buckets.size(); ++i) PutU64(p + 72 + 8 * i, h.buckets[i]);
+  PutU32(p + used, Crc32c(p, used));
+  return out;
+}
+
+// Reads shadow.bin's header. Returns false if it is absent, torn or from an
+// unknown version: all of these mean "no usable shadow".
+bool ReadShadowHeader(int fd, const std::string& path, ShadowHeader* h) {
+  std::array<std::uint8_t, kShadowFixedBytes> fixed{};
+  if (!PreadAll(fd, fixed.data(), fixed.size(), 0, path).ok()) return false;
+  if (std::memcmp(fixed.data(), kShadowMagic.data(), kShadowMagic.size()) != 0) return false;
+  if (GetU32(fixed.data() + 8) != kShadowVersion) return false;
+  const std::uint64_t count = GetU64(fixed.data() + 56);
+  if (count == 0 || count > kMaxShadowBuckets) return false;
+  const std::size_t used = kShadowFixedBytes + 8 * count;
+  std::vector<std::uint8_t> all(used + 4);
+  if (!PreadAll(fd, all.data(), all.size(), 0, path).ok()) return false;
+  if (GetU32(all.data() + used) != Crc32c(all.data(), used)) return false;
+  const std::uint8_t* p = all.data();
+  const std::uint32_t sealed = GetU32(p + 12);
+  if (sealed > 1) return false;
+  h->sealed = sealed == 1;
+  std::memcpy(h->fs_id.data(), p + 16, h->fs_id.size());
+  h->shape.height = GetU32(p + 32);
+  h->shape.bucket_size = GetU32(p + 36);
+  h->shape.elems_per_slot = GetU32(p + 40);
+  h->attempt = GetU32(p + 44);
+  h->eviction = GetU64(p + 48);
+  h->data_offset = GetU64(p + 64);
+  if (h->data_offset != ShadowDataOffset(count)) return false;
+  h->buckets.resize(count);
+  for (std::size_t i = 0; i < count; ++i) h->buckets[i] = GetU64(p + 72 + 8 * i);
+  return true;
+}
+
+}  // namespace
+
+struct ShareStore::Impl {
+  enum class ShadowState { kNone, kOpen, kSealed };
+
+  std::string dir;
+  std::string shares_path;
+  std::string shadow_path;
+  bool sync = true;
+  Fd dir_fd;  // holds the exclusive flock on dir
+  Fd fd;      // shares.bin
+  const std::uint8_t* map = nullptr;
+  std::size_t map_len = 0;
+  Geometry geo;
+  std::uint64_t generation = 0;  // of the meta copy that holds meta_
+  // Set when an fdatasync fails: after that the kernel may have dropped dirty
+  // pages while reporting the error only once, so nothing written since the last
+  // successful sync can be trusted and later syncs could wrongly succeed. The
+  // store refuses further mutations; a restart re-reads the on-disk state.
+  std::string failure;
+
+  Fd shadow_fd;
+  ShadowState shadow_state = ShadowState::kNone;
+  ShadowHeader shadow;
+  std::vector<bool> shadow_filled;
+
+  ~Impl() {
+    if (map != nullptr) ::munmap(const_cast<std::uint8_t*>(map), map_len);
+  }
+
+  Status Usable() const {
+    if (failure.empty()) return Status::Ok();
+    return Status::IoError("share store in " + dir + " is unusable after an earlier failure (" +
+                           failure + "); restart the server");
+  }
+  Status Sync(int f, const std::string& path) {
+    if (!sync) return Status::Ok();
+    Status s = DataSync(f, path);
+    if (!s.ok()) failure = s.message();
+    return s;
+  }
+  std::uint64_t BucketOffset(std::uint64_t b) const {
+    return kHeaderRegion + (b - 1) * geo.bucket_bytes;
+  }
+  // Maps the whole share file read-only. MAP_SHARED sees every pwrite at once
+  // (one page cache), so Bucket() reflects WriteSlot and Commit immediately.
+  Status Map(const std::string& path) {
+    void* m = ::mmap(nullptr, geo.file_bytes, PROT_READ, MAP_SHARED, fd.get(), 0);
+    if (m == MAP_FAILED) return SysError("mmap of", path, errno);
+    map = static_cast<const std::uint8_t*>(m);
+    map_len = geo.file_bytes;
+    return Status::Ok();
+  }
+  // Writes `m` as the next generation into the copy not holding the current
+  // one, then syncs. The caller updates meta_ only once this returns OK.
+  Status WriteMeta(const ServerMeta& m) {
+    const std::uint64_t gen = generation + 1;
+    std::array<std::uint8_t, kMetaCopyBytes> rec{};
+    EncodeMeta(m, gen, rec.data());
+    S3ORAM_RETURN_IF_ERROR(
+        PwriteAll(fd.get(), rec.data(), rec.size(), (gen % 2) * kMetaCopyBytes, shares_path));
+    S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
+    generation = gen;
+    return Status::Ok();
+  }
+};
+
+namespace {
+
+// Opens dir and takes the exclusive lock that keeps two stores off one dir.
+Result<Fd> LockDir(const std::string& dir) {
+  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  if (!d.valid()) {
+    if (errno == ENOENT) return Status::NotFound("data directory " + dir + " does not exist");
+    return SysError("opening directory", dir, errno);
+  }
+  while (::flock(d.get(), LOCK_EX | LOCK_NB) != 0) {
+    if (errno == EINTR) continue;
+    if (errno == EWOULDBLOCK) {
+      return Status::FailedPrecondition("data directory " + dir +
+                                        " is in use by another share store (flock held)");
+    }
+    return SysError("locking directory", dir, errno);
+  }
+  return d;
+}
+
+}  // namespace
+
+ShareStore::~ShareStore() = default;
+
+std::uint64_t ShareStore::bucket_elems() const {
+  return std::uint64_t{meta_.shape.bucket_size} * meta_.shape.elems_per_slot;
+}
+std::uint64_t ShareStore::num_buckets() const { return impl_->geo.num_buckets; }
+std::uint64_t ShareStore::file_bytes() const { return impl_->geo.file_bytes; }
+std::uint64_t ShareStore::allocated_bytes() const {
+  struct stat st{};
+  if (::fstat(impl_->fd.get(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
+}
+
+const Elem* ShareStore::Bucket(std::uint64_t b) const {
+  assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
+  // The header region is 4096 bytes and buckets are whole elements, so every
+  // bucket is Elem-aligned within the page-aligned mapping.
+  return reinterpret_cast<const Elem*>(impl_->map + impl_->BucketOffset(b));
+}
+
+Result<std::unique_ptr<ShareStore>> ShareStore::Create(const std::string& dir,
+                                                       const ServerMeta& meta, bool overwrite,
+                                                       bool sync) {
+  Geometry geo;
+  std::string why;
+  if (!ComputeGeometry(meta.shape, &geo, &why)) {
+    return Status::InvalidArgument("cannot create share store in " + dir + ": " + why);
+  }
+  S3ORAM_RETURN_IF_ERROR(MakeDirs(dir));
+  S3ORAM_ASSIGN_OR_RETURN(Fd dir_fd, LockDir(dir));
+
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->shares_path = dir + "/shares.bin";
+  impl->shadow_path = dir + "/shadow.bin";
+  impl->sync = sync;
+  impl->geo = geo;
+  impl->dir_fd = std::move(dir_fd);
+
+  struct stat st{};
+  if (::lstat(impl->shares_path.c_str(), &st) == 0) {
+    if (!overwrite) {
+      return Status::AlreadyExists("a share store already exists in " + dir +
+                                   " (overwrite not requested)");
+    }
+  } else if (errno != ENOENT) {
+    return SysError("stat of", impl->shares_path, errno);
+  }
+
+  // The shadow goes first, durably: a leftover sealed shadow must never meet the
+  // new share file (it could even carry the same fs id and eviction number).
+  if (::unlink(impl->shadow_path.c_str()) != 0 && errno != ENOENT) {
+    return SysError("removing", impl->shadow_path, errno);
+  }
+  // The new file is built under a temporary name and renamed into place, so a
+  // crash leaves either the old store or a complete new one.
+  const std::string tmp_path = dir + "/shares.bin.tmp";
+  if (::unlink(tmp_path.c_str()) != 0 && errno != ENOENT) {
+    return SysError("removing", tmp_path, errno);
+  }
+  Fd fd(::open(tmp_path.c_str(), O_RDWR | O_CREAT | O_EXCL | O_CLOEXEC, 0600));
+  if (!fd.valid()) return SysError("creating", tmp_path, errno);
+  auto fail = [&](Status s) {
+    ::unlink(tmp_path.c_str());
+    return s;
+  };
+  // Sparse: ftruncate allocates nothing, and zero bytes are a valid sharing of
+  // the empty tree.
+  while (::ftruncate(fd.get(), static_cast<off_t>(geo.file_bytes)) != 0) {
+    if (errno == EINTR) continue;
+    return fail(SysError("sizing", tmp_path, errno));
+  }
+  // Both copies valid from the start (generations 0 and 1), so one damaged copy
+  // never makes a fresh store unreadable.
+  std::array<std::uint8_t, kHeaderRegion> header{};
+  EncodeMeta(meta, 0, header.data());
+  EncodeMeta(meta, 1, header.data() + kMetaCopyBytes);
+  if (Status s = PwriteAll(fd.get(), header.data(), header.size(), 0, tmp_path); !s.ok()) {
+    return fail(s);
+  }
+  if (sync) {
+    if (Status s = DataSync(fd.get(), tmp_path); !s.ok()) return fail(s);
+  }
+  impl->fd = std::move(fd);
+  if (Status s = impl->Map(tmp_path); !s.ok()) return fail(s);
+  if (::rename(tmp_path.c_str(), impl->shares_path.c_str()) != 0) {
+    return fail(SysError("renaming " + tmp_path + " to", impl->shares_path, errno));
+  }
+  if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
+  impl->generation = 1;
+
+  std::unique_ptr<ShareStore> store(new ShareStore());
+  store->impl_ = std::move(impl);
+  store->meta_ = meta;
+  return store;
+}
+
+Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, bool sync) {
+  S3ORAM_ASSIGN_OR_RETURN(Fd dir_fd, LockDir(dir));
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->shares_path = dir + "/shares.bin";
+  impl->shadow_path = dir + "/shadow.bin";
+  impl->sync = sync;
+  impl->dir_fd = std::move(dir_fd);
+  const std::string& path = impl->shares_path;
+
+  impl->fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!impl->fd.valid()) {
+    if (errno == ENOENT) return Status::NotFound("no share store in " + dir + " (no shares.bin)");
+    return SysError("opening", path, errno);
+  }
+  struct stat st{};
+  if (::fstat(impl->fd.get(), &st) != 0) return SysError("stat of", path, errno);
+  const auto size = static_cast<std::uint64_t>(st.st_size);
+  if (size < kHeaderRegion) {
+    return Status::Corruption(path + " is " + std::to_string(size) +
+                              " bytes, shorter than its 4096-byte header");
+  }
+  std::array<std::uint8_t, kHeaderRegion> header{};
+  S3ORAM_RETURN_IF_ERROR(PreadAll(impl->fd.get(), header.data(), header.size(), 0, path));
+
+  // The valid copy with the highest generation is the current meta; the other
+  // is either one update older or a torn write of the newest update, whose data
+  // was synced before the header write began but which was never acknowledged.
+  ServerMeta best;
+  std::uint64_t best_gen = 0;
+  bool found = false;
+  std::string why[2];
+  for (int c = 0; c < 2; ++c) {
+    ServerMeta m;
+    std::uint64_t gen = 0;
+    if (!DecodeMeta(header.data() + c * kMetaCopyBytes, &m, &gen, &why[c])) continue;
+    if (!found || gen > best_gen) {
+      best = m;
+      best_gen = gen;
+      found = true;
+    }
+  }
+  if (!found) {
+    return Status::Corruption(path + ": no valid header copy (copy 0: " + why[0] +
+                              "; copy 1: " + why[1] + ")");
+  }
+  std::string shape_why;
+  if (!ComputeGeometry(best.shape, &impl->geo, &shape_why)) {
+    return Status::Corruption(path + ": header describes an impossible shape: " + shape_why);
+  }
+  if (size != impl->geo.file_bytes) {
+    return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
+                              ShapeText(best.shape) + " needs " +
+                              std::to_string(impl->geo.file_bytes));
+  }
+  S3ORAM_RETURN_IF_ERROR(impl->Map(path));
+  impl->generation = best_gen;
+
+  // A sealed shadow survives only if it belongs to this store and is the next
+  // eviction; one for an earlier eviction is obsolete (its commit completed),
+  // and anything unsealed, torn or foreign is ignored and overwritten by the
+  // next BeginShadow.
+  Fd sfd(::open(impl->shadow_path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!sfd.valid() && errno != ENOENT) return SysError("opening", impl->shadow_path, errno);
+  ShadowHeader sh;
+  if (sfd.valid() && ReadShadowHeader(sfd.get(), impl->shadow_path, &sh) && sh.sealed &&
+      sh.fs_id == best.fs_id && sh.shape == best.shape &&
+      sh.eviction == best.applied_evictions) {
+    struct stat sst{};
+    bool ok = ::fstat(sfd.get(), &sst) == 0 &&
+              static_cast<std::uint64_t>(sst.st_size) >=
+                  sh.data_offset + sh.buckets.size() * impl->geo.bucket_bytes;
+    std::unordered_set<std::uint64_t> seen;
+    for (std::uint64_t b : sh.buckets) {
+      ok = ok && b >= 1 && b <= impl->geo.num_buckets && seen.insert(b).second;
+    }
+    if (ok) {
+      impl->shadow_state = Impl::ShadowState::kSealed;
+      impl->shadow = std::move(sh);
+      impl->shadow_filled.assign(impl->shadow.buckets.size(), true);
+    }
+  }
+  impl->shadow_fd = std::move(sfd);
+
+  std::unique_ptr<ShareStore> store(new ShareStore());
+  store->impl_ = std::move(impl);
+  store->meta_ = best;
+  return store;
+}
+
+Status ShareStore::UpdateMeta(const ServerMeta& meta) {
+  S3ORAM_RETURN_IF_ERROR(impl_->Usable());
+  if (!(meta.shape == meta_.shape)) {
+    return Status::InvalidArgument("UpdateMeta cannot change the store shape (" +
+                                   ShapeText(meta_.shape) + " -> " + ShapeText(meta.shape) +
+                                   "); create a new store");
+  }
+  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(meta));
+  meta_ = meta;
+  return Status::Ok();
+}
+
+Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
+                             std::span<const Elem> data, std::uint64_t seq,
+                             std::uint64_t epoch) {
+  S3ORAM_RETURN_IF_ERROR(impl_->Usable());
+  if (bucket < 1 || bucket > impl_->geo.num_buckets) {
+    return Status::InvalidArgument("bucket " + std::to_string(bucket) + " out of range 1.." +
+                                   std::to_string(impl_->geo.num_buckets));
+  }
+  if (slot >= meta_.shape.bucket_size) {
+    return Status::InvalidArgument("slot " + std::to_string(slot) + " out of range 0.." +
+                                   std::to_string(meta_.shape.bucket_size - 1));
+  }
+  if (data.size() != slot_elems()) {
+    return Status::InvalidArgument("slot data has " + std::to_string(data.size()) +
+                                   " elements, expected " + std::to_string(slot_elems()));
+  }
+  const std::uint64_t off =
+      impl_->BucketOffset(bucket) + std::uint64_t{slot} * slot_elems() * sizeof(Elem);
+  // Data first and durable, then the header: the header never claims a seq
+  // whose write is not on disk.
+  S3ORAM_RETURN_IF_ERROR(
+      PwriteAll(impl_->fd.get(), data.data(), data.size_bytes(), off, impl_->shares_path));
+  S3ORAM_RETURN_IF_ERROR(impl_->Sync(impl_->fd.get(), impl_->shares_path));
+  ServerMeta m = meta_;
+  m.applied_seq = std::max(m.applied_seq, seq);
+  m.epoch = std::max(m.epoch, epoch);
+  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m));
+  meta_ = m;
+  return Status::Ok();
+}
+
+Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
+                               std::span<const std::uint64_t> buckets) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (eviction != meta_.applied_evictions) {
+    return Status::FailedPrecondition("cannot prepare eviction " + std::to_string(eviction) +
+                                      ": the store has applied " +
+                                      std::to_string(meta_.applied_evictions) + " evictions");
+  }
+  if (buckets.empty() || buckets.size() > kMaxShadowBuckets) {
+    return Status::InvalidArgument("shadow bucket list has " + std::to_string(buckets.size()) +
+                                   " entries, expected 1.." + std::to_string(kMaxShadowBuckets));
+  }
+  std::unordered_set<std::uint64_t> seen;
+  for (std::uint64_t b : buckets) {
+    if (b < 1 || b > im.geo.num_buckets) {
+      return Status::InvalidArgument("shadow bucket " + std::to_string(b) + " out of range 1.." +
+                                     std::to_string(im.geo.num_buckets));
+    }
+    if (!seen.insert(b).second) {
+      return Status::InvalidArgument("shadow bucket " + std::to_string(b) + " listed twice");
+    }
+  }
+  if (!im.shadow_fd.valid()) {
+    im.shadow_fd = Fd(::open(im.shadow_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!im.shadow_fd.valid()) return SysError("creating", im.shadow_path, errno);
+  }
+  // Forget the previous shadow before touching the file: if anything below
+  // fails, no shadow (old or new) may be committed.
+  im.shadow_state = Impl::ShadowState::kNone;
+
+  ShadowHeader h;
+  h.sealed = false;
+  h.fs_id = meta_.fs_id;
+  h.shape = meta_.shape;
+  h.attempt = attempt;
+  h.eviction = eviction;
+  h.buckets.assign(buckets.begin(), buckets.end());
+  h.data_offset = ShadowDataOffset(buckets.size());
+  const int sfd = im.shadow_fd.get();
+  // Unsealed header first and durable, so an older sealed header is gone
+  // before its data starts being overwritten.
+  std::vector<std::uint8_t> enc = EncodeShadowHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd, enc.data(), enc.size(), 0, im.shadow_path));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
+  const std::uint64_t size = h.data_offset + buckets.size() * im.geo.bucket_bytes;
+  while (::ftruncate(sfd, static_cast<off_t>(size)) != 0) {
+    if (errno == EINTR) continue;
+    return SysError("sizing", im.shadow_path, errno);
+  }
+  // Reserve the space now so that a full disk fails here, not halfway through
+  // the puts. Filesystems without fallocate just allocate on write.
+  int rc;
+  while ((rc = ::fallocate(sfd, 0, 0, static_cast<off_t>(size))) != 0 && errno == EINTR) {
+  }
+  if (rc != 0 && errno != EOPNOTSUPP) return SysError("allocating", im.shadow_path, errno);
+
+  im.shadow = std::move(h);
+  im.shadow_filled.assign(buckets.size(), false);
+  im.shadow_state = Impl::ShadowState::kOpen;
+  return Status::Ok();
+}
+
+Status ShareStore::PutShadowBucket(std::size_t i, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (im.shadow_state != Impl::ShadowState::kOpen) {
+    return Status::FailedPrecondition("no shadow is being written (call BeginShadow first)");
+  }
+  if (i >= im.shadow.buckets.size()) {
+    return Status::InvalidArgument("shadow bucket index " + std::to_string(i) +
+                                   " out of range 0.." +
+                                   std::to_string(im.shadow.buckets.size() - 1));
+  }
+  if (data.size() != bucket_elems()) {
+    return Status::InvalidArgument("shadow bucket data has " + std::to_string(data.size()) +
+                                   " elements, expected " + std::to_string(bucket_elems()));
+  }
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.shadow_fd.get(), data.data(), data.size_bytes(),
+                                   im.shadow.data_offset + i * im.geo.bucket_bytes,
+                                   im.shadow_path));
+  im.shadow_filled[i] = true;
+  return Status::Ok();
+}
+
+Status ShareStore::SealShadow() {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (im.shadow_state == Impl::ShadowState::kSealed) return Status::Ok();
+  if (im.shadow_state != Impl::ShadowState::kOpen) {
+    return Status::FailedPrecondition("no shadow to seal (call BeginShadow first)");
+  }
+  // An unwritten bucket would read as zeros, which is a valid sharing of an
+  // empty bucket: committing it would silently drop blocks.
+  for (std::size_t i = 0; i < im.shadow_filled.size(); ++i) {
+    if (!im.shadow_filled[i]) {
+      return Status::FailedPrecondition("cannot seal shadow of eviction " +
+                                        std::to_string(im.shadow.eviction) + ": bucket index " +
+                                        std::to_string(i) + " (bucket " +
+                                        std::to_string(im.shadow.buckets[i]) +
+                                        ") was never written");
+    }
+  }
+  const int sfd = im.shadow_fd.get();
+  S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
+  ShadowHeader sealed = im.shadow;
+  sealed.sealed = true;
+  std::vector<std::uint8_t> enc = EncodeShadowHeader(sealed);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd, enc.data(), enc.size(), 0, im.shadow_path));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
+  im.shadow.sealed = true;
+  im.shadow_state = Impl::ShadowState::kSealed;
+  return Status::Ok();
+}
+
+std::uint64_t ShareStore::SealedEviction() const {
+  const Impl& im = *impl_;
+  if (im.shadow_state != Impl::ShadowState::kSealed) return 0;
+  return im.shadow.eviction + 1;
+}
+
+Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64_t epoch) {
+  Impl& im = *impl_;
+  // Already applied (possibly by a commit whose reply was lost): nothing to do.
+  if (eviction < meta_.applied_evictions) return Status::Ok();
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction) {
+    std::string have = im.shadow_state == Impl::ShadowState::kSealed
+                           ? "the sealed shadow is for eviction " +
+                                 std::to_string(im.shadow.eviction)
+                           : "no shadow is sealed";
+    return Status::FailedPrecondition("cannot commit eviction " + std::to_string(eviction) +
+                                      ": " + have);
+  }
+  // BeginShadow and Open only admit a shadow for the next eviction.
+  assert(eviction == meta_.applied_evictions);
+
+  // Copy every shadow bucket over its live bucket. Re-running this after a
+  // crash is harmless: the shadow is unchanged and the copy idempotent.
+  const std::uint64_t bb = im.geo.bucket_bytes;
+  std::vector<std::uint8_t> buf(static_cast<std::size_t>(std::min<std::uint64_t>(bb, kCopyChunk)));
+  for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
+    const std::uint64_t src = im.shadow.data_offset + i * bb;
+    const std::uint64_t dst = im.BucketOffset(im.shadow.buckets[i]);
+    for (std::uint64_t done = 0; done < bb;) {
+      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bb - done));
+      S3ORAM_RETURN_IF_ERROR(
+          PreadAll(im.shadow_fd.get(), buf.data(), n, src + done, im.shadow_path));
+      S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), n, dst + done, im.shares_path));
+      done += n;
+    }
+  }
+  S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
+  ServerMeta m = meta_;
+  m.applied_evictions = eviction + 1;
+  m.applied_seq = std::max(m.applied_seq, seq);
+  m.epoch = std::max(m.epoch, epoch);
+  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m));
+  meta_ = m;
+  // The shadow file stays; its eviction is now below applied_evictions, so
+  // Open ignores it and the next BeginShadow overwrites it.
+  im.shadow_state = Impl::ShadowState::kNone;
+  return Status::Ok();
+}
+
+}  // namespace s3oram::serverd

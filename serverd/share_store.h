@@ -41,15 +41,20 @@ struct ServerMeta {
   std::uint64_t applied_evictions = 0;
 };
 
+// Not thread-safe for mutation: callers serialise mutating calls; Bucket() may
+// be read concurrently with other readers.
 class ShareStore {
  public:
   // Creates an empty store (sparse share file) in dir, replacing an existing one
-  // only if overwrite is set.
+  // only if overwrite is set. `sync` = false skips every fdatasync (the server's
+  // `sync = false`, for tests and benchmarks): faster, but a crash may then lose
+  // or reorder updates. The store holds an exclusive flock on dir while it lives,
+  // so a second store (in any process) on the same dir is FailedPrecondition.
   static Result<std::unique_ptr<ShareStore>> Create(const std::string& dir, const ServerMeta& meta,
-                                                    bool overwrite);
+                                                    bool overwrite, bool sync = true);
   // Opens the store in dir; NotFound if there is none; Corruption if the header
   // or file size is inconsistent. A sealed shadow is kept for Commit.
-  static Result<std::unique_ptr<ShareStore>> Open(const std::string& dir);
+  static Result<std::unique_ptr<ShareStore>> Open(const std::string& dir, bool sync = true);
   ~ShareStore();
 
   const ServerMeta& meta() const { return meta_; }
@@ -69,6 +74,10 @@ class ShareStore {
   Status UpdateMeta(const ServerMeta& meta);
 
   // Shadow of one eviction: Begin, Put each bucket's new content, Seal (durable).
+  // Begin needs eviction == applied_evictions (an eviction is computed from the
+  // tree the previous one left) and distinct, in-range buckets; it discards any
+  // earlier shadow, sealed or not (a retried prepare replaces the old attempt).
+  // Puts become durable at Seal, which fails unless every bucket was put.
   Status BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
                      std::span<const std::uint64_t> buckets);
   // Content of bucket index i of the list given to BeginShadow.

@@ -1,0 +1,211 @@
+// s3oram bench: random read/write accesses over a fresh filesystem on a
+// temporary local cluster, every read verified against an in-memory model.
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+#include <unordered_map>
+
+#include "cli/commands.h"
+#include "cli/local_cluster.h"
+#include "cli/param_options.h"
+#include "oramcore/client.h"
+#include "oramcore/kernels.h"
+
+namespace s3oram::cli {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct BenchArgs {
+  ParamOptions params;
+  std::uint64_t accesses = 0;
+  double write_fraction = 0.5;
+  std::uint32_t threads = 0;
+  bool no_sync = false;
+  bool json = false;
+  bool keep = false;
+  std::string dir;
+};
+
+// Block content is a function of (id, version tag), so the model stores one
+// 64-bit tag per block instead of the block.
+void FillBlock(std::uint64_t id, std::uint64_t tag, std::vector<std::uint8_t>& out) {
+  std::mt19937_64 gen(id * 0x9e3779b97f4a7c15ull ^ tag);
+  for (std::size_t i = 0; i < out.size(); i += 8) {
+    std::uint64_t v = gen();
+    for (std::size_t k = 0; k < 8 && i + k < out.size(); ++k) out[i + k] = std::uint8_t(v >> (8 * k));
+  }
+}
+
+double Percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  std::size_t idx = std::min(v.size() - 1, static_cast<std::size_t>(q * double(v.size() - 1) + 0.5));
+  return v[idx];
+}
+
+std::uint64_t SumPeerBytes(OramClient& c) {
+  std::uint64_t total = 0;
+  for (const auto& r : c.QueryServers(std::chrono::milliseconds(10000))) {
+    if (r.status.ok()) total += r.reply.peer_bytes_sent;
+  }
+  return total;
+}
+
+int RunBench(const BenchArgs& a) {
+  auto p = ResolveParams(a.params, std::uint64_t{64} << 20);
+  if (!p.ok()) {
+    std::fprintf(stderr, "s3oram bench: %s\n", p.status().ToString().c_str());
+    return 2;
+  }
+  const std::uint64_t accesses =
+      a.accesses ? a.accesses : std::max<std::uint64_t>(200, 3ull * p->evict_rate);
+  std::string dir = a.dir;
+  if (dir.empty()) {
+    char tmpl[] = "/tmp/s3oram-bench-XXXXXX";
+    if (!::mkdtemp(tmpl)) {
+      std::perror("s3oram bench: mkdtemp");
+      return 1;
+    }
+    dir = tmpl;
+  }
+  cluster::LocalClusterOptions copts;
+  copts.dir = dir;
+  copts.threads = a.threads;
+  copts.sync = !a.no_sync;
+  copts.log_level = "warn";
+  copts.peer_timeout_ms = 600000;
+  auto cl = cluster::LocalCluster::Start(copts);
+  if (!cl.ok()) {
+    std::fprintf(stderr, "s3oram bench: %s\n", cl.status().ToString().c_str());
+    return 1;
+  }
+  const std::string state = (fs::path(dir) / "bench.s3oram").string();
+  FsConfig config;
+  config.params = *p;
+  config.servers = (*cl)->endpoints();
+  config.allow_unsafe = a.params.allow_unsafe;
+  if (auto st = OramClient::Initialize(state, config); !st.ok()) {
+    std::fprintf(stderr, "s3oram bench: init: %s\n", st.ToString().c_str());
+    return 1;
+  }
+  auto client = OramClient::Open(state);
+  if (!client.ok()) {
+    std::fprintf(stderr, "s3oram bench: %s\n", client.status().ToString().c_str());
+    return 1;
+  }
+  OramClient& c = **client;
+  if (!a.json) {
+    std::printf("benchmark: %llu accesses (%.0f%% writes), 3 local servers, %s kernels, sync=%s\n%s",
+                static_cast<unsigned long long>(accesses), a.write_fraction * 100,
+                kernels::FastKernelName(), a.no_sync ? "off" : "on",
+                DescribeParams(*p, a.params.allow_unsafe).c_str());
+    std::fflush(stdout);
+  }
+
+  std::random_device rd;
+  std::mt19937_64 rng((std::uint64_t{rd()} << 32) ^ rd());
+  std::unordered_map<std::uint64_t, std::uint64_t> model;  // id -> content tag
+  std::vector<std::uint8_t> data(p->block_bytes), expect(p->block_bytes);
+  std::vector<double> latencies_ms;
+  latencies_ms.reserve(accesses);
+  const std::uint64_t peer_before = SumPeerBytes(c);
+  const auto sent0 = c.transport_stats().bytes_sent, recv0 = c.transport_stats().bytes_received;
+  const auto start = Clock::now();
+  std::uint64_t reads_verified = 0;
+  for (std::uint64_t i = 0; i < accesses; ++i) {
+    const std::uint64_t id = rng() % p->capacity_blocks;
+    const bool write = std::uniform_real_distribution<double>(0, 1)(rng) < a.write_fraction;
+    const auto t0 = Clock::now();
+    std::uint64_t tag = 0;
+    if (write) {
+      tag = rng();
+      FillBlock(id, tag, data);
+    }
+    auto r = c.Access(write ? AccessOp::kWrite : AccessOp::kRead, id,
+                      write ? std::span<const std::uint8_t>(data) : std::span<const std::uint8_t>());
+    latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    if (!r.ok()) {
+      std::fprintf(stderr, "s3oram bench: access %llu failed: %s\n",
+                   static_cast<unsigned long long>(i), r.status().ToString().c_str());
+      return 1;
+    }
+    // The access returns the content before it; check it against the model.
+    auto it = model.find(id);
+    if (it == model.end()) {
+      std::fill(expect.begin(), expect.end(), 0);
+    } else {
+      FillBlock(id, it->second, expect);
+    }
+    if (r.value() != expect) {
+      std::fprintf(stderr, "s3oram bench: block %llu read back wrong data at access %llu\n",
+                   static_cast<unsigned long long>(id), static_cast<unsigned long long>(i));
+      return 1;
+    }
+    ++reads_verified;
+    if (write) model[id] = tag;
+  }
+  const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  const double client_bytes =
+      double(c.transport_stats().bytes_sent - sent0 + c.transport_stats().bytes_received - recv0) /
+      double(accesses);
+  const double peer_bytes = double(SumPeerBytes(c) - peer_before) / double(accesses);
+  const double mean = seconds * 1000 / double(accesses);
+  const double p50 = Percentile(latencies_ms, 0.50), p99 = Percentile(latencies_ms, 0.99);
+  if (a.json) {
+    std::printf("{\"params\": %s, \"accesses\": %llu, \"evictions\": %llu, \"verified\": %llu, "
+                "\"seconds\": %.3f, \"mean_ms\": %.3f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+                "\"accesses_per_s\": %.2f, \"client_server_bytes_per_access\": %.0f, "
+                "\"server_server_bytes_per_access\": %.0f, \"kernels\": \"%s\", \"sync\": %s}\n",
+                ParamsJson(*p).c_str(), static_cast<unsigned long long>(accesses),
+                static_cast<unsigned long long>(c.stats().evictions),
+                static_cast<unsigned long long>(reads_verified), seconds, mean, p50, p99,
+                double(accesses) / seconds, client_bytes, peer_bytes, kernels::FastKernelName(),
+                a.no_sync ? "false" : "true");
+  } else {
+    std::printf("results:\n");
+    std::printf("  accesses           %llu (%llu evictions), every result verified\n",
+                static_cast<unsigned long long>(accesses),
+                static_cast<unsigned long long>(c.stats().evictions));
+    std::printf("  latency            mean %.2f ms (amortised eviction included), p50 %.2f ms, p99 %.2f ms\n",
+                mean, p50, p99);
+    std::printf("  throughput         %.1f accesses/s, %s/s of block payload\n",
+                double(accesses) / seconds, HumanBytes(double(accesses) * p->block_bytes / seconds).c_str());
+    std::printf("  client <-> servers %s per access\n", HumanBytes(client_bytes).c_str());
+    std::printf("  server <-> server  %s per access\n", HumanBytes(peer_bytes).c_str());
+  }
+  client->reset();
+  (*cl)->Stop();
+  if (!a.keep) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  return 0;
+}
+
+}  // namespace
+
+void RegisterBench(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "bench", "random verified accesses on a fresh filesystem over 3 temporary local servers");
+  auto a = std::make_shared<BenchArgs>();
+  AddParamOptions(cmd, a->params);
+  cmd->add_option("-n,--accesses", a->accesses, "number of accesses (default: max(200, 3A))");
+  cmd->add_option("--write-fraction", a->write_fraction, "share of writes")
+      ->capture_default_str()->check(CLI::Range(0.0, 1.0));
+  cmd->add_option("--threads", a->threads, "kernel threads per server (0: one per core)");
+  cmd->add_flag("--no-sync", a->no_sync, "servers skip fdatasync");
+  cmd->add_flag("--json", a->json, "print one JSON object");
+  cmd->add_option("--dir", a->dir, "cluster directory (default: a fresh one in /tmp)");
+  cmd->add_flag("--keep", a->keep, "keep the cluster directory");
+  cmd->callback([a, exit_code] { *exit_code = RunBench(*a); });
+}
+
+}  // namespace s3oram::cli

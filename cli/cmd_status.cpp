@@ -1,0 +1,61 @@
+// s3oram status: reachability and progress of every server of a filesystem.
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "oramcore/client.h"
+
+namespace s3oram::cli {
+
+void RegisterStatus(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand("status", "servers reachable, epoch, applied seq, capacity used");
+  auto state = std::make_shared<std::string>();
+  auto timeout_ms = std::make_shared<int>(5000);
+  cmd->add_option("-s,--state", *state, "client state file")->required();
+  cmd->add_option("--timeout-ms", *timeout_ms, "per-server timeout")->capture_default_str();
+  cmd->callback([state, timeout_ms, exit_code] {
+    ClientOptions options;
+    options.requests.deadline = std::chrono::milliseconds(*timeout_ms);
+    options.requests.resend_after = std::chrono::milliseconds(*timeout_ms);
+    auto client = OramClient::Open(*state, options);
+    if (!client.ok()) {
+      std::fprintf(stderr, "s3oram status: %s\n", client.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    const auto& c = (*client)->counters();
+    const auto& p = (*client)->params();
+    const auto& pm = (*client)->position_map();
+    std::printf("filesystem  %s\n", state->c_str());
+    std::printf("blocks      %llu of %llu used (%s of %s)\n",
+                static_cast<unsigned long long>(pm.live_blocks()),
+                static_cast<unsigned long long>(p.capacity_blocks),
+                HumanBytes(double(pm.live_blocks()) * p.block_bytes).c_str(),
+                HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str());
+    std::printf("client      epoch %llu, seq %llu, evictions %llu, accesses since eviction %llu/%u\n",
+                static_cast<unsigned long long>(c.epoch), static_cast<unsigned long long>(c.seq),
+                static_cast<unsigned long long>(c.ne), static_cast<unsigned long long>(c.nr),
+                p.evict_rate);
+    int unreachable = 0;
+    auto reports = (*client)->QueryServers(std::chrono::milliseconds(*timeout_ms));
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      const auto& r = reports[i];
+      if (!r.status.ok()) {
+        std::printf("server %zu    %s  UNREACHABLE: %s\n", i, r.endpoint.c_str(),
+                    r.status.ToString().c_str());
+        ++unreachable;
+        continue;
+      }
+      std::printf("server %zu    %s  up, epoch %llu, applied seq %llu, evictions %llu%s, share %s "
+                  "(%s allocated)\n",
+                  i, r.endpoint.c_str(), static_cast<unsigned long long>(r.reply.epoch),
+                  static_cast<unsigned long long>(r.reply.applied_seq),
+                  static_cast<unsigned long long>(r.reply.applied_evictions),
+                  r.reply.prepared_eviction ? " (one prepared)" : "",
+                  HumanBytes(double(r.reply.share_file_bytes)).c_str(),
+                  HumanBytes(double(r.reply.allocated_bytes)).c_str());
+    }
+    *exit_code = unreachable ? 1 : 0;
+  });
+}
+
+}  // namespace s3oram::cli

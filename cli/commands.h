@@ -1,0 +1,26 @@
+// The s3oram subcommands. Each Register* adds one subcommand to the app; its
+// callback stores the process exit code in *exit_code.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cstdint>
+#include <string>
+
+namespace s3oram::cli {
+
+// Defaults for a new filesystem (chosen by benchmark: docs/PERFORMANCE.md).
+inline constexpr std::uint32_t kDefaultBlockBytes = 4096;
+inline constexpr std::uint32_t kDefaultEvictRate = 32;
+inline constexpr std::uint32_t kDefaultLambda = 80;
+
+void RegisterInit(CLI::App& app, int* exit_code);
+void RegisterParams(CLI::App& app, int* exit_code);
+void RegisterStatus(CLI::App& app, int* exit_code);
+void RegisterBench(CLI::App& app, int* exit_code);
+void RegisterCluster(CLI::App& app, int* exit_code);
+
+// "1G", "512M", "64K", "4096" (binary units) -> bytes; throws CLI::ValidationError.
+std::uint64_t ParseSize(const std::string& text);
+std::string HumanBytes(double bytes);
+
+}  // namespace s3oram::cli

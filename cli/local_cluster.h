@@ -1,0 +1,75 @@
+// A local cluster: ℓ s3oram-serverd processes on 127.0.0.1 with generated
+// configurations, for the demo, the tests and the benchmarks.
+//
+// Layout of dir: server-<i>.toml, data-<i>/, server-<i>.log, server-<i>.pid.
+// Only processes this cluster started are ever signalled: by the PIDs it
+// recorded, and (for StopDir, across invocations) only after checking that the
+// PID still runs s3oram-serverd with this cluster's config file.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oramcore/status.h"
+
+namespace s3oram::cluster {
+
+struct LocalClusterOptions {
+  std::string dir;                // created if missing
+  std::size_t servers = 3;
+  std::uint16_t base_port = 0;    // 0: find 2 * servers free consecutive ports
+  std::string serverd_path;       // empty: FindServerd()
+  std::string log_level = "info";
+  bool sync = true;               // servers fdatasync before acknowledging
+  std::uint32_t threads = 0;      // kernel threads per server; 0 = one per core
+  std::uint32_t peer_timeout_ms = 30000;
+  // Children get SIGTERM when this process dies (tests, bench). Off for
+  // `s3oram cluster start`, whose servers outlive the command.
+  bool tie_to_parent = true;
+};
+
+// s3oram-serverd to run: $S3ORAM_SERVERD, else next to this executable (or in
+// the build tree's serverd/), else /usr/sbin/s3oram-serverd.
+std::string FindServerd();
+
+class LocalCluster {
+ public:
+  static Result<std::unique_ptr<LocalCluster>> Start(const LocalClusterOptions& options);
+  // Stops every server it started (SIGTERM, then SIGKILL after 10 s).
+  ~LocalCluster();
+
+  const std::vector<std::string>& endpoints() const { return endpoints_; }
+  const std::string& dir() const { return options_.dir; }
+  pid_t pid(std::size_t i) const { return pids_.at(i); }
+  std::string log_path(std::size_t i) const;
+
+  // Sends sig to server i and, for SIGKILL/SIGTERM, reaps it.
+  Status Kill(std::size_t i, int sig);
+  // Starts server i again (after Kill) with the same config and data.
+  Status Restart(std::size_t i);
+  Status Stop();
+
+  // Stops the servers of a cluster started by another process (`cluster stop`).
+  static Status StopDir(const std::string& dir);
+  // Writes the pid files and detaches: the servers keep running after this
+  // object is destroyed (used by `cluster start`).
+  void Detach();
+
+ private:
+  LocalCluster() = default;
+  Status Spawn(std::size_t i);
+  Status WaitReady(std::size_t i);
+  std::string config_path(std::size_t i) const;
+
+  LocalClusterOptions options_;
+  std::vector<std::string> endpoints_;
+  std::vector<std::uint16_t> ports_;  // client port i, peer port servers + i
+  std::vector<pid_t> pids_;
+  bool detached_ = false;
+};
+
+}  // namespace s3oram::cluster

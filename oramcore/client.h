@@ -1,0 +1,108 @@
+// The S3ORAM client (Protocol 2 of the paper): Access(op, id, data) =
+//   retrieve the block with a PIR select over its path (Subroutine 1),
+//   write it, fresh-shared, to root slot nr under a new random leaf,
+//   and after every A accesses run the triplet eviction (Subroutine 3) as
+//   EVICT_PREPARE on all servers (they reduce degrees with SMP among
+//   themselves) followed by EVICT_COMMIT.
+//
+// Guarantees:
+//  * Reads return exactly the bytes last written (zeros for a block never
+//    written), or an error; a reconstruction that is not a valid packing is
+//    reported as Corruption, never returned.
+//  * Every access looks the same to each server: one RETRIEVE with fresh
+//    random select shares for a uniformly random-looking path, one WRITE_ROOT
+//    to the next root slot, and an eviction on a fixed schedule.
+//  * Crash consistency: an access becomes visible only when its SQLite
+//    transaction commits, after every server acknowledged the root write; the
+//    slot it wrote is free until then, so a crash loses the access and nothing
+//    else. An eviction is logged as pending before PREPARE; Open finishes a
+//    pending eviction (COMMIT where some server already committed, else PREPARE
+//    again with a new attempt number).
+// Not thread-safe: one access at a time (callers serialise).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "oramcore/client_state.h"
+#include "oramcore/planner.h"
+#include "oramcore/status.h"
+#include "oramcore/transport.h"
+#include "oramcore/wire.h"
+
+namespace s3oram {
+
+enum class AccessOp { kRead, kWrite };
+
+struct ClientOptions {
+  TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
+  TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
+};
+
+struct ClientStats {
+  std::uint64_t accesses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t eviction_retries = 0;
+};
+
+struct ServerReport {
+  std::string endpoint;
+  Status status;            // reachability
+  wire::StatusReply reply;  // valid if status.ok()
+};
+
+class OramClient {
+ public:
+  // Creates the client state file and initialises every server's share store
+  // (sparse, no data written). Fails if the state file exists.
+  static Status Initialize(const std::string& state_path, const FsConfig& config,
+                           bool overwrite_servers = false);
+  // Opens the state, connects, checks every server serves this filesystem with
+  // the expected shape, and finishes a pending eviction.
+  static Result<std::unique_ptr<OramClient>> Open(const std::string& state_path,
+                                                  ClientOptions options = {});
+  ~OramClient();
+
+  const FsConfig& config() const;
+  const OramParams& params() const { return config().params; }
+  std::uint64_t block_bytes() const { return params().block_bytes; }
+  const Counters& counters() const;
+  const PositionMap& position_map() const { return *pm_; }
+
+  // One ORAM access. For kWrite, data.size() must equal block_bytes(); for kRead
+  // data is ignored. Returns the block's content before the access.
+  Result<std::vector<std::uint8_t>> Access(AccessOp op, BlockId id,
+                                           std::span<const std::uint8_t> data);
+  Result<std::vector<std::uint8_t>> Read(BlockId id) { return Access(AccessOp::kRead, id, {}); }
+  Status Write(BlockId id, std::span<const std::uint8_t> data) {
+    return Access(AccessOp::kWrite, id, data).status();
+  }
+
+  // STATUS of every server (unreachable ones carry an error status).
+  std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
+
+  const ClientStats& stats() const { return stats_; }
+  const TransportStats& transport_stats() const;
+
+ private:
+  OramClient() = default;
+  wire::Header NextHeader();
+  Status RunEviction();
+  Status FinishPendingEviction();
+  Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
+  Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where);
+  Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
+
+  ClientOptions options_;
+  std::unique_ptr<ClientStateStore> store_;
+  std::unique_ptr<PositionMap> pm_;
+  std::unique_ptr<ServerSet> servers_;
+  std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
+  Counters counters_;
+  ClientStats stats_;
+};
+
+}  // namespace s3oram

@@ -1,0 +1,67 @@
+// The client's connections to the ℓ servers: one persistent ZeroMQ DEALER
+// socket per server, reused for every request (never reopened per access).
+//
+// Requests are idempotent by construction (see docs/ARCHITECTURE.md), so on a
+// timeout the same frame is sent again; a reply is accepted only if its seq and
+// type match the outstanding request, so late replies to earlier attempts are
+// dropped. A server that stays silent for the whole budget yields Unavailable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oramcore/status.h"
+#include "oramcore/wire.h"
+
+namespace s3oram {
+
+struct TransportOptions {
+  // Time to wait for a reply before sending the request again.
+  std::chrono::milliseconds resend_after{2000};
+  // Total time one exchange may take before it fails with Unavailable.
+  std::chrono::milliseconds deadline{30000};
+};
+
+struct TransportStats {
+  std::uint64_t bytes_sent = 0;      // request frames, all servers, retries included
+  std::uint64_t bytes_received = 0;  // accepted reply frames
+  std::uint64_t resends = 0;
+};
+
+class ServerSet {
+ public:
+  // Connects (lazily, as ZeroMQ does) to every endpoint.
+  static Result<std::unique_ptr<ServerSet>> Connect(const std::vector<std::string>& endpoints);
+  ~ServerSet();
+  ServerSet(const ServerSet&) = delete;
+  ServerSet& operator=(const ServerSet&) = delete;
+
+  std::size_t size() const;
+  const std::string& endpoint(std::size_t i) const;
+
+  // Sends frames[i] to server i (every i at once) and waits for every reply.
+  // expected_reply is the reply type for each request; an ErrorReply from any
+  // server turns into that server's Status (with its endpoint as context).
+  Result<std::vector<wire::Message>> Exchange(const std::vector<std::vector<std::uint8_t>>& frames,
+                                              const wire::Header& header,
+                                              wire::MessageType expected_reply,
+                                              const TransportOptions& options);
+  // Same, for a subset of servers (indices), e.g. STATUS to one server.
+  Result<std::vector<wire::Message>> ExchangeWith(
+      const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
+      const wire::Header& header, wire::MessageType expected_reply,
+      const TransportOptions& options);
+
+  const TransportStats& stats() const { return stats_; }
+
+ private:
+  ServerSet() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  TransportStats stats_;
+};
+
+}  // namespace s3oram

@@ -1,0 +1,42 @@
+// One s3oram storage server: answers the client's requests against its
+// ShareStore and runs the SMP degree-reduction rounds of an eviction with its
+// peers.
+//
+// Sockets (all persistent): a ROUTER bound at config.listen for clients, a PULL
+// bound at config.peer_listen for SMP shares from peers, and one PUSH per peer.
+// Requests are handled one at a time in arrival order; an EVICT_PREPARE runs
+// its rounds to completion (or to a peer timeout) before the next request, so
+// the store never sees two mutations interleave. Kernels run on a thread pool.
+//
+// Every request is checked before use: fs id, epoch (a request from an older
+// epoch than the store has seen is refused: fencing), and every index and
+// length against the store's shape.
+#pragma once
+
+#include <atomic>
+#include <memory>
+
+#include "oramcore/status.h"
+#include "serverd/config.h"
+
+namespace s3oram::serverd {
+
+class Server {
+ public:
+  explicit Server(ServerConfig config);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds sockets and opens the store (if initialised). After this returns OK
+  // the server is ready (the caller may notify systemd).
+  Status Start();
+  // Serves until `stop` becomes true (checked at least every 200 ms).
+  Status Run(const std::atomic<bool>& stop);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace s3oram::serverd

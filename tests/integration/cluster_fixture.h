@@ -1,0 +1,67 @@
+// A temporary directory with three real s3oram-serverd processes on 127.0.0.1
+// and a freshly initialised filesystem, for integration tests. Everything is
+// removed (and every process it started is stopped) when the fixture ends.
+#pragma once
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <filesystem>
+#include <memory>
+#include <string>
+
+#include "cli/local_cluster.h"
+#include "oramcore/client.h"
+
+namespace s3oram::testing {
+
+class TempDir {
+ public:
+  TempDir() {
+    std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
+    std::string tmpl = base + "/s3oram-test-XXXXXX";
+    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
+  }
+  ~TempDir() {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+inline std::unique_ptr<cluster::LocalCluster> StartCluster(const std::string& dir,
+                                                           std::uint32_t peer_timeout_ms = 20000) {
+  cluster::LocalClusterOptions o;
+  o.dir = dir;
+  o.log_level = "warn";
+  o.threads = 1;
+  o.peer_timeout_ms = peer_timeout_ms;
+  auto c = cluster::LocalCluster::Start(o);
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return c.ok() ? std::move(c).value() : nullptr;
+}
+
+inline OramParams SmallParams(std::uint32_t block_bytes, std::uint32_t A, std::uint32_t H) {
+  OramParams p;
+  p.block_bytes = block_bytes;
+  p.evict_rate = A;
+  p.height = H;
+  p.capacity_blocks = p.max_capacity_blocks();
+  p.bucket_size = MinSafeBucketSize(A, H, p.lambda, p.capacity_blocks);
+  return p;
+}
+
+inline ClientOptions FastRetryOptions() {
+  ClientOptions o;
+  o.requests.resend_after = std::chrono::milliseconds(500);
+  o.requests.deadline = std::chrono::milliseconds(30000);
+  o.evictions.resend_after = std::chrono::milliseconds(30000);
+  o.evictions.deadline = std::chrono::milliseconds(120000);
+  return o;
+}
+
+}  // namespace s3oram::testing

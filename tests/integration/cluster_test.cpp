@@ -1,0 +1,343 @@
+// End to end over three real s3oram-serverd processes on 127.0.0.1: every
+// access goes through the wire protocol, the share files and the SMP rounds.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cmath>
+#include <fstream>
+#include <future>
+#include <iterator>
+#include <random>
+#include <thread>
+#include <unordered_map>
+
+#include "oramcore/field.h"
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::FastRetryOptions;
+using testing::SmallParams;
+using testing::StartCluster;
+using testing::TempDir;
+
+// Block content derived from (id, tag): the model keeps one tag per block.
+std::vector<std::uint8_t> Content(std::size_t bytes, std::uint64_t id, std::uint64_t tag) {
+  std::vector<std::uint8_t> out(bytes);
+  std::mt19937_64 g(id * 0x9e3779b97f4a7c15ull + tag);
+  for (auto& b : out) b = static_cast<std::uint8_t>(g());
+  return out;
+}
+
+class Workload {
+ public:
+  Workload(OramClient& client, std::mt19937_64& rng) : c_(&client), rng_(rng) {}
+
+  // One random access; checks the returned (previous) content against the model.
+  void Step(double write_fraction) {
+    const std::uint64_t id = rng_() % c_->params().capacity_blocks;
+    const bool write = std::uniform_real_distribution<double>(0, 1)(rng_) < write_fraction;
+    std::vector<std::uint8_t> data;
+    std::uint64_t tag = rng_();
+    if (write) data = Content(c_->block_bytes(), id, tag);
+    auto r = c_->Access(write ? AccessOp::kWrite : AccessOp::kRead, id, data);
+    ASSERT_TRUE(r.ok()) << "access " << done_ << ": " << r.status().ToString();
+    auto it = model_.find(id);
+    const auto expect = it == model_.end() ? std::vector<std::uint8_t>(c_->block_bytes(), 0)
+                                           : Content(c_->block_bytes(), id, it->second);
+    ASSERT_EQ(r.value(), expect) << "block " << id << " at access " << done_;
+    ++verified_;
+    if (write) model_[id] = tag;
+    ++done_;
+  }
+  // Reads every block and compares with the model.
+  void VerifyAll() {
+    for (std::uint64_t id = 0; id < c_->params().capacity_blocks; ++id) {
+      auto r = c_->Read(id);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      auto it = model_.find(id);
+      const auto expect = it == model_.end() ? std::vector<std::uint8_t>(c_->block_bytes(), 0)
+                                             : Content(c_->block_bytes(), id, it->second);
+      ASSERT_EQ(r.value(), expect) << "block " << id;
+      ++verified_;
+    }
+  }
+  std::uint64_t verified() const { return verified_; }
+
+ private:
+  OramClient* c_;
+  std::mt19937_64& rng_;
+  std::unordered_map<std::uint64_t, std::uint64_t> model_;
+  std::uint64_t verified_ = 0;
+  std::uint64_t done_ = 0;
+};
+
+TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5);
+  config.servers = cluster->endpoints();
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto rng = testing::SeededRng();
+  Workload w(**client, rng);
+  for (int i = 0; i < 20000; ++i) {
+    w.Step(0.5);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  w.VerifyAll();
+  EXPECT_GE((*client)->stats().evictions, 50u);
+  EXPECT_GE(w.verified(), 20000u);
+  EXPECT_TRUE((*client)->position_map().CheckInvariants().ok());
+  // Every server agrees on the number of evictions applied.
+  for (const auto& r : (*client)->QueryServers(std::chrono::milliseconds(5000))) {
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(r.reply.applied_evictions, (*client)->counters().ne);
+  }
+}
+
+TEST(ClusterTest, StatePersistsAcrossClientRestart) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(100, 4, 4);
+  config.servers = cluster->endpoints();
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  auto rng = testing::SeededRng();
+  std::unordered_map<std::uint64_t, std::uint64_t> tags;
+  {
+    auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
+      tags[id] = rng();
+      ASSERT_TRUE((*client)->Write(id, Content(100, id, tags[id])).ok());
+    }
+  }
+  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
+    auto r = (*client)->Read(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value(), Content(100, id, tags[id])) << "block " << id;
+  }
+}
+
+TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(128, 4, 4);
+  config.servers = cluster->endpoints();
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto rng = testing::SeededRng();
+  Workload w(**client, rng);
+  for (int round = 0; round < 12; ++round) {
+    // Vary where in the eviction cycle the kill lands.
+    const int steps = 1 + static_cast<int>(rng() % 13);
+    for (int i = 0; i < steps; ++i) {
+      w.Step(0.6);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    const std::size_t victim = rng() % 3;
+    ASSERT_TRUE(cluster->Kill(victim, SIGKILL).ok());
+    ASSERT_TRUE(cluster->Restart(victim).ok());
+  }
+  // Killed while the client is mid-access: the client resends until the server is back.
+  for (int round = 0; round < 3; ++round) {
+    ASSERT_TRUE(cluster->Kill(round % 3, SIGKILL).ok());
+    auto pending = std::async(std::launch::async, [&] { w.Step(0.5); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ASSERT_TRUE(cluster->Restart(round % 3).ok());
+    pending.get();
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  for (int i = 0; i < 100; ++i) {
+    w.Step(0.5);
+    if (::testing::Test::HasFatalFailure()) return;
+  }
+  w.VerifyAll();
+  EXPECT_GE((*client)->stats().evictions, 10u);
+}
+
+// Byte-frequency chi-square of share-file contents, ignoring all-zero slots
+// (never written: a zero is the public sharing of the empty tree). Elements are
+// little-endian words < 2^31 - 1: bytes 0-2 are uniform on 256 values, byte 3 on 128.
+struct ChiSquare {
+  double low_bytes = 0;   // 255 degrees of freedom
+  double high_byte = 0;   // 127 degrees of freedom
+  std::uint64_t samples = 0;
+};
+
+ChiSquare ShareFileChiSquare(const std::string& path, std::size_t slot_bytes) {
+  std::ifstream in(path, std::ios::binary);
+  std::vector<char> buf((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<double> low(256, 0), high(128, 0);
+  std::uint64_t slots = 0;
+  for (std::size_t off = 4096; off + slot_bytes <= buf.size(); off += slot_bytes) {
+    bool nonzero = false;
+    for (std::size_t k = 0; k < slot_bytes && !nonzero; ++k) nonzero = buf[off + k] != 0;
+    if (!nonzero) continue;
+    ++slots;
+    for (std::size_t k = 0; k < slot_bytes; ++k) {
+      auto b = static_cast<std::uint8_t>(buf[off + k]);
+      if (k % 4 == 3) {
+        if (b < 128) high[b] += 1;
+        else high[0] += 1e9;  // impossible for a canonical element: fail loudly
+      } else {
+        low[b] += 1;
+      }
+    }
+  }
+  ChiSquare r;
+  double n_low = 0, n_high = 0;
+  for (double v : low) n_low += v;
+  for (double v : high) n_high += v;
+  for (double v : low) r.low_bytes += (v - n_low / 256) * (v - n_low / 256) / (n_low / 256);
+  for (double v : high) r.high_byte += (v - n_high / 128) * (v - n_high / 128) / (n_high / 128);
+  r.samples = slots;
+  return r;
+}
+
+// Upper 1e-6 quantile of chi-square with k degrees of freedom (Wilson-Hilferty).
+double ChiSquareCritical(double k) {
+  const double z = 4.753;
+  const double h = 2.0 / (9.0 * k);
+  return k * std::pow(1 - h + z * std::sqrt(h), 3);
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(ClusterTest, ShareFilesAreRandomAndHoldNoPlaintext) {
+  const std::uint32_t B = 240;
+  const std::string marker = "PLAINTEXT-MARKER-s3oram-";
+  std::vector<std::uint8_t> pattern(B);
+  for (std::size_t i = 0; i < B; ++i) pattern[i] = static_cast<std::uint8_t>(marker[i % marker.size()]);
+  std::vector<std::uint8_t> zeros(B, 0);
+  std::vector<std::string> share_files;
+  std::size_t slot_bytes = 0;
+  TempDir dir;
+  for (int run = 0; run < 2; ++run) {
+    auto cluster = StartCluster(dir.Sub("cluster" + std::to_string(run)));
+    ASSERT_TRUE(cluster);
+    FsConfig config;
+    config.params = SmallParams(B, 4, 4);
+    config.servers = cluster->endpoints();
+    slot_bytes = config.params.slot_bytes();
+    const std::string state = dir.Sub("fs" + std::to_string(run) + ".s3oram");
+    ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+    auto client = OramClient::Open(state, FastRetryOptions());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    // The same highly structured data, in the same order, in both runs.
+    for (int pass = 0; pass < 3; ++pass) {
+      for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
+        ASSERT_TRUE((*client)->Write(id, id % 2 ? pattern : zeros).ok());
+      }
+    }
+    client->reset();
+    cluster->Stop();
+    share_files.push_back(ReadFile(dir.Sub("cluster" + std::to_string(run)) + "/data-0/shares.bin"));
+    const auto chi = ShareFileChiSquare(dir.Sub("cluster" + std::to_string(run)) + "/data-0/shares.bin",
+                                        slot_bytes);
+    std::printf("[ chi2     ] run %d: %llu non-zero slots, low bytes %.1f (critical %.1f), "
+                "high byte %.1f (critical %.1f)\n",
+                run, static_cast<unsigned long long>(chi.samples), chi.low_bytes,
+                ChiSquareCritical(255), chi.high_byte, ChiSquareCritical(127));
+    EXPECT_GT(chi.samples, 100u);
+    EXPECT_LT(chi.low_bytes, ChiSquareCritical(255));
+    EXPECT_LT(chi.high_byte, ChiSquareCritical(127));
+    // No plaintext: neither the marker bytes nor their packed field encoding.
+    const std::string& shares = share_files.back();
+    EXPECT_EQ(shares.find(marker.substr(0, 12)), std::string::npos);
+    std::vector<field::Elem> packed(field::ElemsForBytes(B));
+    field::Pack(pattern, packed);
+    std::string packed_bytes(reinterpret_cast<const char*>(packed.data()), 16);
+    EXPECT_EQ(shares.find(packed_bytes), std::string::npos);
+  }
+  // Two inits with the same data give different share files.
+  ASSERT_EQ(share_files[0].size(), share_files[1].size());
+  std::size_t differing = 0, nonzero = 0;
+  for (std::size_t i = 4096; i < share_files[0].size(); ++i) {
+    if (share_files[0][i] || share_files[1][i]) ++nonzero;
+    if (share_files[0][i] != share_files[1][i]) ++differing;
+  }
+  EXPECT_GT(nonzero, 0u);
+  EXPECT_GT(double(differing), 0.95 * double(nonzero));
+}
+
+TEST(ClusterTest, UnsafeBucketSizeOverflowIsDetectedNotSilent) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(64, 4, 5);
+  config.params.bucket_size = 4;  // Z = A: overflows quickly
+  config.allow_unsafe = true;
+  config.servers = cluster->endpoints();
+  EXPECT_FALSE(ValidateParams(config.params, false).ok());
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto rng = testing::SeededRng();
+  std::unordered_map<std::uint64_t, std::uint64_t> model;
+  bool overflowed = false;
+  for (int i = 0; i < 5000 && !overflowed; ++i) {
+    const std::uint64_t id = rng() % config.params.capacity_blocks;
+    const std::uint64_t tag = rng();
+    auto r = (*client)->Access(AccessOp::kWrite, id, Content(64, id, tag));
+    if (!r.ok()) {
+      EXPECT_EQ(r.status().code(), Status::Code::kOverflow) << r.status().ToString();
+      overflowed = true;
+      break;
+    }
+    auto it = model.find(id);
+    EXPECT_EQ(r.value(), it == model.end() ? std::vector<std::uint8_t>(64, 0)
+                                           : Content(64, id, it->second));
+    model[id] = tag;
+  }
+  EXPECT_TRUE(overflowed) << "Z = A should overflow within 5000 accesses";
+  // Nothing was sent for the failed eviction: the servers are still consistent
+  // with the committed state.
+  for (const auto& r : (*client)->QueryServers(std::chrono::milliseconds(5000))) {
+    ASSERT_TRUE(r.status.ok());
+    EXPECT_EQ(r.reply.applied_evictions, (*client)->counters().ne);
+    EXPECT_EQ(r.reply.prepared_eviction, 0u);
+  }
+}
+
+TEST(ClusterTest, OpenRefusesServersOfAnotherFilesystem) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(64, 4, 3);
+  config.servers = cluster->endpoints();
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("a.s3oram"), config).ok());
+  // A second init on the same servers is refused without overwrite...
+  Status again = OramClient::Initialize(dir.Sub("b.s3oram"), config);
+  EXPECT_EQ(again.code(), Status::Code::kAlreadyExists) << again.ToString();
+  // ...and with overwrite the old state no longer opens.
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("c.s3oram"), config, /*overwrite_servers=*/true).ok());
+  auto old = OramClient::Open(dir.Sub("a.s3oram"), FastRetryOptions());
+  ASSERT_FALSE(old.ok());
+  EXPECT_NE(old.status().message().find("another filesystem"), std::string::npos)
+      << old.status().ToString();
+  // Servers listed in the wrong order are refused.
+  FsConfig swapped = config;
+  std::swap(swapped.servers[0], swapped.servers[1]);
+  EXPECT_FALSE(OramClient::Initialize(dir.Sub("d.s3oram"), swapped, true).ok());
+}
+
+}  // namespace
+}  // namespace s3oram

@@ -1,0 +1,764 @@
+// ShareStore: sparse creation, slot writes, header redundancy, the shadow
+// protocol and crash recovery (simulated by destroying the store without
+// committing, and by rewinding the header region on disk).
+
+#include "serverd/share_store.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "tests/support/test_seed.h"
+
+namespace s3oram::serverd {
+namespace {
+
+using field::Elem;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+                       "/share_store_test.XXXXXX";
+    std::vector<char> buf(tmpl.begin(), tmpl.end());
+    buf.push_back('\0');
+    if (::mkdtemp(buf.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
+    }
+    path_ = buf.data();
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+ServerMeta MakeMeta(std::uint32_t h, std::uint32_t z, std::uint32_t m) {
+  ServerMeta meta;
+  for (std::size_t i = 0; i < meta.fs_id.size(); ++i) meta.fs_id[i] = static_cast<std::uint8_t>(i * 7 + 1);
+  meta.server_index = 2;
+  meta.shape = {h, z, m};
+  return meta;
+}
+
+std::vector<Elem> RandomElems(std::mt19937_64& rng, std::size_t n) {
+  std::uniform_int_distribution<Elem> d(0, field::kPrime - 1);
+  std::vector<Elem> v(n);
+  for (Elem& e : v) e = d(rng);
+  return v;
+}
+
+std::vector<Elem> ReadBucket(const ShareStore& s, std::uint64_t b) {
+  const Elem* p = s.Bucket(b);
+  return std::vector<Elem>(p, p + s.bucket_elems());
+}
+
+bool AllZero(const Elem* p, std::uint64_t n) {
+  return std::all_of(p, p + n, [](Elem e) { return e == 0; });
+}
+
+void ExpectMetaEq(const ServerMeta& a, const ServerMeta& b) {
+  EXPECT_EQ(a.fs_id, b.fs_id);
+  EXPECT_EQ(a.server_index, b.server_index);
+  EXPECT_EQ(a.shape, b.shape);
+  EXPECT_EQ(a.epoch, b.epoch);
+  EXPECT_EQ(a.applied_seq, b.applied_seq);
+  EXPECT_EQ(a.applied_evictions, b.applied_evictions);
+}
+
+std::vector<std::uint8_t> ReadRange(const std::string& path, std::uint64_t off, std::size_t n) {
+  std::vector<std::uint8_t> out(n);
+  int fd = ::open(path.c_str(), O_RDONLY);
+  EXPECT_GE(fd, 0) << path;
+  EXPECT_EQ(::pread(fd, out.data(), n, static_cast<off_t>(off)), static_cast<ssize_t>(n));
+  ::close(fd);
+  return out;
+}
+
+void WriteRange(const std::string& path, std::uint64_t off, const std::vector<std::uint8_t>& d) {
+  int fd = ::open(path.c_str(), O_WRONLY);
+  ASSERT_GE(fd, 0) << path;
+  ASSERT_EQ(::pwrite(fd, d.data(), d.size(), static_cast<off_t>(off)),
+            static_cast<ssize_t>(d.size()));
+  ::close(fd);
+}
+
+void FlipBytes(const std::string& path, std::uint64_t off, std::size_t n) {
+  std::vector<std::uint8_t> d = ReadRange(path, off, n);
+  for (auto& b : d) b ^= 0x5a;
+  WriteRange(path, off, d);
+}
+
+std::unique_ptr<ShareStore> MustCreate(const std::string& dir, const ServerMeta& meta) {
+  auto r = ShareStore::Create(dir, meta, false);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+std::unique_ptr<ShareStore> MustOpen(const std::string& dir) {
+  auto r = ShareStore::Open(dir);
+  EXPECT_TRUE(r.ok()) << r.status().ToString();
+  return r.ok() ? std::move(r).value() : nullptr;
+}
+
+// Writes a whole shadow for `eviction` and seals it; returns the contents.
+std::vector<std::vector<Elem>> SealRandomShadow(ShareStore& s, std::uint64_t eviction,
+                                                const std::vector<std::uint64_t>& buckets,
+                                                std::mt19937_64& rng, std::uint32_t attempt = 0) {
+  std::vector<std::vector<Elem>> data;
+  EXPECT_TRUE(s.BeginShadow(eviction, attempt, buckets).ok());
+  for (std::size_t i = 0; i < buckets.size(); ++i) {
+    data.push_back(RandomElems(rng, s.bucket_elems()));
+    EXPECT_TRUE(s.PutShadowBucket(i, data.back()).ok());
+  }
+  Status st = s.SealShadow();
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return data;
+}
+
+const std::vector<std::uint64_t> kPath = {1, 3, 6, 13};  // root to a leaf of H=3
+
+TEST(ShareStore, CreateIsSparseAndReadsZero) {
+  TempDir tmp;
+  // A data directory that does not exist yet, two levels deep.
+  const std::string dir = tmp.path() + "/a/data";
+  const ServerMeta meta = MakeMeta(16, 64, 1096);
+  auto store = MustCreate(dir, meta);
+  ASSERT_NE(store, nullptr);
+
+  const std::uint64_t buckets = (1ull << 17) - 1;
+  EXPECT_EQ(store->num_buckets(), buckets);
+  EXPECT_EQ(store->bucket_elems(), 64u * 1096u);
+  EXPECT_EQ(store->file_bytes(), 4096 + buckets * 64 * 1096 * 4);  // ~36.8 GB logical
+  struct stat st{};
+  ASSERT_EQ(::stat((dir + "/shares.bin").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
+  EXPECT_LT(store->allocated_bytes(), 1u << 20) << "creating the store wrote data";
+
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  ASSERT_EQ(::stat((tmp.path() + "/a").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+
+  for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{2}, buckets / 2, buckets}) {
+    EXPECT_TRUE(AllZero(store->Bucket(b), store->bucket_elems())) << "bucket " << b;
+  }
+  EXPECT_EQ(store->meta().applied_seq, 0u);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+
+  // One slot at the far end allocates about one slot, not the file.
+  std::vector<Elem> slot(store->slot_elems(), 12345);
+  ASSERT_TRUE(store->WriteSlot(buckets, 63, slot, 1, 1).ok());
+  EXPECT_LT(store->allocated_bytes(), 1u << 20);
+  const Elem* last = store->Bucket(buckets);
+  EXPECT_TRUE(AllZero(last, 63 * store->slot_elems()));
+  EXPECT_TRUE(std::equal(slot.begin(), slot.end(), last + 63 * store->slot_elems()));
+}
+
+TEST(ShareStore, WriteSlotReadsBackThroughMapping) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(store, nullptr);
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::vector<Elem>> model;
+  for (int i = 0; i < 40; ++i) {
+    const std::uint64_t b = 1 + rng() % store->num_buckets();
+    const auto slot = static_cast<std::uint32_t>(rng() % 4);
+    auto data = RandomElems(rng, store->slot_elems());
+    ASSERT_TRUE(store->WriteSlot(b, slot, data, 100 + i, 7).ok());
+    model[{b, slot}] = data;
+  }
+  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+    for (std::uint32_t slot = 0; slot < 4; ++slot) {
+      const Elem* p = store->Bucket(b) + slot * store->slot_elems();
+      auto it = model.find({b, slot});
+      if (it == model.end()) {
+        EXPECT_TRUE(AllZero(p, store->slot_elems()));
+      } else {
+        EXPECT_TRUE(std::equal(it->second.begin(), it->second.end(), p)) << b << "/" << slot;
+      }
+    }
+  }
+  EXPECT_EQ(store->meta().applied_seq, 139u);
+  EXPECT_EQ(store->meta().epoch, 7u);
+  // seq and epoch only move forward.
+  ASSERT_TRUE(store->WriteSlot(1, 0, model.begin()->second, 5, 3).ok());
+  EXPECT_EQ(store->meta().applied_seq, 139u);
+  EXPECT_EQ(store->meta().epoch, 7u);
+}
+
+TEST(ShareStore, WriteSlotRejectsBadArguments) {
+  TempDir tmp;
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(store, nullptr);
+  std::vector<Elem> ok(8, 1);
+  std::vector<Elem> short_data(7, 1);
+  EXPECT_EQ(store->WriteSlot(0, 0, ok, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->WriteSlot(16, 0, ok, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->WriteSlot(1, 4, ok, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->WriteSlot(1, 0, short_data, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->meta().applied_seq, 0u);
+  EXPECT_TRUE(store->WriteSlot(15, 3, ok, 1, 1).ok());
+}
+
+TEST(ShareStore, ReopenPersistsMetaAndData) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(4, 3, 5);
+  std::vector<std::vector<Elem>> before;
+  {
+    auto store = MustCreate(tmp.path(), meta);
+    ASSERT_NE(store, nullptr);
+    for (std::uint64_t b = 1; b <= store->num_buckets(); b += 3) {
+      ASSERT_TRUE(store->WriteSlot(b, static_cast<std::uint32_t>(b % 3),
+                                   RandomElems(rng, store->slot_elems()), b, 4)
+                      .ok());
+    }
+    ServerMeta m = store->meta();
+    m.epoch = 99;
+    ASSERT_TRUE(store->UpdateMeta(m).ok());
+    for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) before.push_back(ReadBucket(*store, b));
+  }
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  ServerMeta expect = meta;
+  expect.epoch = 99;
+  expect.applied_seq = 31;
+  ExpectMetaEq(store->meta(), expect);
+  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+    EXPECT_EQ(ReadBucket(*store, b), before[b - 1]) << "bucket " << b;
+  }
+}
+
+TEST(ShareStore, UpdateMetaCannotChangeShape) {
+  TempDir tmp;
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(store, nullptr);
+  ServerMeta m = store->meta();
+  m.shape.bucket_size = 5;
+  EXPECT_EQ(store->UpdateMeta(m).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(ShareStore, CreateRefusesExistingUnlessOverwrite) {
+  TempDir tmp;
+  ServerMeta meta = MakeMeta(3, 4, 8);
+  {
+    auto store = MustCreate(tmp.path(), meta);
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->WriteSlot(1, 0, std::vector<Elem>(8, 9), 3, 1).ok());
+  }
+  auto again = ShareStore::Create(tmp.path(), meta, false);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), Status::Code::kAlreadyExists);
+
+  meta.fs_id[0] ^= 0xff;
+  meta.shape = {2, 2, 2};
+  auto fresh = ShareStore::Create(tmp.path(), meta, true);
+  ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
+  ExpectMetaEq((*fresh)->meta(), meta);
+  EXPECT_TRUE(AllZero((*fresh)->Bucket(1), (*fresh)->bucket_elems()));
+  fresh = Status::NotFound("closed");  // release the store
+  auto reopened = MustOpen(tmp.path());
+  ASSERT_NE(reopened, nullptr);
+  ExpectMetaEq(reopened->meta(), meta);
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/shares.bin.tmp"));
+}
+
+TEST(ShareStore, OverwriteDiscardsSealedShadow) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 2, 4);
+  {
+    auto store = MustCreate(tmp.path(), meta);
+    ASSERT_NE(store, nullptr);
+    SealRandomShadow(*store, 0, kPath, rng);
+  }
+  // Same fs id and eviction 0: only removing the shadow keeps it from applying.
+  auto fresh = ShareStore::Create(tmp.path(), meta, true);
+  ASSERT_TRUE(fresh.ok());
+  fresh = Status::NotFound("closed");
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+  EXPECT_EQ(store->Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
+}
+
+TEST(ShareStore, OpenMissingIsNotFound) {
+  TempDir tmp;
+  auto r = ShareStore::Open(tmp.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
+  auto r2 = ShareStore::Open(tmp.path() + "/nonexistent");
+  ASSERT_FALSE(r2.ok());
+  EXPECT_EQ(r2.status().code(), Status::Code::kNotFound);
+}
+
+TEST(ShareStore, SecondStoreOnSameDirIsRefused) {
+  TempDir tmp;
+  auto store = MustCreate(tmp.path(), MakeMeta(2, 2, 2));
+  ASSERT_NE(store, nullptr);
+  auto r = ShareStore::Open(tmp.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kFailedPrecondition) << r.status().ToString();
+  auto c = ShareStore::Create(tmp.path(), MakeMeta(2, 2, 2), true);
+  ASSERT_FALSE(c.ok());
+  EXPECT_EQ(c.status().code(), Status::Code::kFailedPrecondition);
+  store.reset();
+  EXPECT_NE(MustOpen(tmp.path()), nullptr);
+}
+
+TEST(ShareStore, RejectsImpossibleShapes) {
+  TempDir tmp;
+  for (wire::StoreShape shape : {wire::StoreShape{41, 4, 8}, wire::StoreShape{3, 0, 8},
+                                 wire::StoreShape{3, 4, 0},
+                                 wire::StoreShape{40, 0xffffffffu, 0xffffffffu},
+                                 wire::StoreShape{40, 1u << 16, 1u << 16}}) {
+    ServerMeta meta = MakeMeta(0, 0, 0);
+    meta.shape = shape;
+    auto r = ShareStore::Create(tmp.path(), meta, true);
+    ASSERT_FALSE(r.ok()) << shape.height << " " << shape.bucket_size;
+    EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument) << r.status().ToString();
+  }
+  EXPECT_FALSE(std::filesystem::exists(tmp.path() + "/shares.bin"));
+}
+
+// Updates alternate between the copies at 0 and 512, so after two updates the
+// copies hold the last two states. Damaging either one must leave a store that
+// opens at one of those two states, and each state is reachable.
+TEST(ShareStore, OneTornHeaderCopyFallsBackToTheOther) {
+  std::vector<std::uint64_t> seen;
+  for (std::uint64_t damaged : {0u, 512u}) {
+    TempDir tmp;
+    {
+      auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+      ASSERT_NE(store, nullptr);
+      ASSERT_TRUE(store->WriteSlot(1, 0, std::vector<Elem>(8, 1), 5, 1).ok());
+      ASSERT_TRUE(store->WriteSlot(1, 1, std::vector<Elem>(8, 2), 7, 1).ok());
+    }
+    FlipBytes(tmp.path() + "/shares.bin", damaged + 30, 40);
+    auto store = MustOpen(tmp.path());
+    ASSERT_NE(store, nullptr);
+    seen.push_back(store->meta().applied_seq);
+    // The store keeps working and the next update lands in the damaged copy's
+    // place or the other; either way a reopen sees it.
+    ASSERT_TRUE(store->WriteSlot(2, 0, std::vector<Elem>(8, 3), 9, 1).ok());
+    ASSERT_TRUE(store->WriteSlot(2, 1, std::vector<Elem>(8, 4), 11, 1).ok());
+    store.reset();
+    store = MustOpen(tmp.path());
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->meta().applied_seq, 11u);
+  }
+  std::sort(seen.begin(), seen.end());
+  EXPECT_EQ(seen, (std::vector<std::uint64_t>{5, 7}));
+}
+
+TEST(ShareStore, BothHeaderCopiesDamagedIsCorruption) {
+  TempDir tmp;
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+    ASSERT_NE(store, nullptr);
+  }
+  FlipBytes(tmp.path() + "/shares.bin", 60, 4);
+  FlipBytes(tmp.path() + "/shares.bin", 512, 4);  // the magic
+  auto r = ShareStore::Open(tmp.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+  EXPECT_NE(r.status().message().find("no valid header copy"), std::string::npos)
+      << r.status().message();
+  EXPECT_NE(r.status().message().find("checksum"), std::string::npos) << r.status().message();
+  EXPECT_NE(r.status().message().find("magic"), std::string::npos) << r.status().message();
+}
+
+TEST(ShareStore, WrongFileSizeIsCorruption) {
+  for (long delta : {-4L, 4096L}) {
+    TempDir tmp;
+    std::uint64_t size = 0;
+    {
+      auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+      ASSERT_NE(store, nullptr);
+      size = store->file_bytes();
+    }
+    ASSERT_EQ(::truncate((tmp.path() + "/shares.bin").c_str(),
+                         static_cast<off_t>(static_cast<long>(size) + delta)),
+              0);
+    auto r = ShareStore::Open(tmp.path());
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+    EXPECT_NE(r.status().message().find("needs " + std::to_string(size)), std::string::npos)
+        << r.status().message();
+  }
+  TempDir tmp;
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+    ASSERT_NE(store, nullptr);
+  }
+  ASSERT_EQ(::truncate((tmp.path() + "/shares.bin").c_str(), 100), 0);
+  auto r = ShareStore::Open(tmp.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
+}
+
+TEST(ShareStore, ShadowCommitMovesData) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(store, nullptr);
+  // Some live data the eviction reads; it must survive until the commit.
+  auto root_slot = RandomElems(rng, store->slot_elems());
+  ASSERT_TRUE(store->WriteSlot(1, 2, root_slot, 4, 1).ok());
+  std::vector<std::vector<Elem>> old;
+  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) old.push_back(ReadBucket(*store, b));
+
+  auto shadow = SealRandomShadow(*store, 0, kPath, rng, 3);
+  EXPECT_EQ(store->SealedEviction(), 1u);
+  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+    EXPECT_EQ(ReadBucket(*store, b), old[b - 1]) << "bucket " << b << " changed before commit";
+  }
+  ASSERT_TRUE(store->Commit(0, 10, 2).ok());
+  EXPECT_EQ(store->meta().applied_evictions, 1u);
+  EXPECT_EQ(store->meta().applied_seq, 10u);
+  EXPECT_EQ(store->meta().epoch, 2u);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+    auto it = std::find(kPath.begin(), kPath.end(), b);
+    const auto& want = it == kPath.end() ? old[b - 1] : shadow[it - kPath.begin()];
+    EXPECT_EQ(ReadBucket(*store, b), want) << "bucket " << b;
+  }
+  // Idempotent: a repeated commit (lost reply) changes nothing.
+  ASSERT_TRUE(store->Commit(0, 99, 99).ok());
+  EXPECT_EQ(store->meta().applied_seq, 10u);
+  EXPECT_EQ(store->meta().applied_evictions, 1u);
+
+  store.reset();
+  store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->meta().applied_evictions, 1u);
+  EXPECT_EQ(store->SealedEviction(), 0u) << "a committed shadow must be obsolete";
+  EXPECT_TRUE(store->Commit(0, 1, 1).ok());
+  EXPECT_EQ(ReadBucket(*store, 13), shadow[3]);
+}
+
+TEST(ShareStore, ShadowPreconditionsAndArguments) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 2, 4));
+  ASSERT_NE(store, nullptr);
+  const auto bucket = RandomElems(rng, store->bucket_elems());
+  using C = Status::Code;
+  EXPECT_EQ(store->PutShadowBucket(0, bucket).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->SealShadow().code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->Commit(0, 1, 1).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->Commit(5, 1, 1).code(), C::kFailedPrecondition);
+
+  const std::vector<std::uint64_t> empty;
+  const std::vector<std::uint64_t> dup = {1, 2, 1};
+  const std::vector<std::uint64_t> zero = {0, 2};
+  const std::vector<std::uint64_t> big = {1, 16};
+  EXPECT_EQ(store->BeginShadow(1, 0, kPath).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->BeginShadow(0, 0, empty).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->BeginShadow(0, 0, dup).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->BeginShadow(0, 0, zero).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->BeginShadow(0, 0, big).code(), C::kInvalidArgument);
+
+  ASSERT_TRUE(store->BeginShadow(0, 0, kPath).ok());
+  EXPECT_EQ(store->PutShadowBucket(4, bucket).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->PutShadowBucket(0, std::span(bucket).first(bucket.size() - 1)).code(),
+            C::kInvalidArgument);
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(store->PutShadowBucket(i, bucket).ok());
+  // Not sealed yet: nothing to commit.
+  EXPECT_EQ(store->Commit(0, 1, 1).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+  // Bucket index 3 was never written.
+  Status s = store->SealShadow();
+  EXPECT_EQ(s.code(), C::kFailedPrecondition);
+  EXPECT_NE(s.message().find("bucket index 3"), std::string::npos) << s.message();
+  ASSERT_TRUE(store->PutShadowBucket(3, bucket).ok());
+  ASSERT_TRUE(store->SealShadow().ok());
+  EXPECT_TRUE(store->SealShadow().ok());  // sealing twice is harmless
+  EXPECT_EQ(store->Commit(1, 1, 1).code(), C::kFailedPrecondition);
+  ASSERT_TRUE(store->Commit(0, 1, 1).ok());
+  // The next eviction must be 1; 0 is done.
+  EXPECT_EQ(store->BeginShadow(0, 0, kPath).code(), C::kFailedPrecondition);
+  EXPECT_TRUE(store->BeginShadow(1, 0, kPath).ok());
+}
+
+TEST(ShareStore, CrashAfterSealThenCommitOnReopen) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  std::vector<std::vector<Elem>> shadow;
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+    ASSERT_NE(store, nullptr);
+    shadow = SealRandomShadow(*store, 0, kPath, rng);
+    // "Crash": the store goes away without committing.
+  }
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->SealedEviction(), 1u);
+  EXPECT_TRUE(AllZero(store->Bucket(1), store->bucket_elems()));
+  ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+  for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
+  EXPECT_EQ(store->meta().applied_evictions, 1u);
+}
+
+TEST(ShareStore, CrashAfterDataCopyBeforeMetaRecommits) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const std::string shares = tmp.path() + "/shares.bin";
+  std::vector<std::vector<Elem>> shadow;
+  std::vector<std::uint8_t> header_before;
+  std::uint64_t bucket_bytes = 0;
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+    ASSERT_NE(store, nullptr);
+    bucket_bytes = store->bucket_elems() * sizeof(Elem);
+    ASSERT_TRUE(store->WriteSlot(13, 1, RandomElems(rng, 8), 2, 1).ok());
+    shadow = SealRandomShadow(*store, 0, kPath, rng);
+    header_before = ReadRange(shares, 0, 4096);
+    ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+  }
+  // Rewind the header: the buckets hold the copied data but the header never
+  // recorded the eviction. Also damage one copied bucket, as if the copy had
+  // stopped partway.
+  WriteRange(shares, 0, header_before);
+  WriteRange(shares, 4096 + (kPath[2] - 1) * bucket_bytes, std::vector<std::uint8_t>(100, 0xee));
+
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->meta().applied_evictions, 0u);
+  EXPECT_EQ(store->SealedEviction(), 1u);
+  ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+  for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
+  EXPECT_EQ(store->meta().applied_evictions, 1u);
+  EXPECT_EQ(store->meta().applied_seq, 3u);
+}
+
+TEST(ShareStore, UnsealedShadowIsIgnoredAfterReopen) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 2, 4));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->BeginShadow(0, 0, kPath).ok());
+    for (std::size_t i = 0; i < kPath.size(); ++i) {
+      ASSERT_TRUE(store->PutShadowBucket(i, RandomElems(rng, store->bucket_elems())).ok());
+    }
+  }
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+  EXPECT_EQ(store->Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems())).code(),
+            Status::Code::kFailedPrecondition);
+  auto shadow = SealRandomShadow(*store, 0, kPath, rng);
+  ASSERT_TRUE(store->Commit(0, 1, 1).ok());
+  EXPECT_EQ(ReadBucket(*store, kPath[0]), shadow[0]);
+}
+
+// A retried prepare (new attempt) replaces a sealed shadow; a crash after the
+// new Begin must not resurrect the old sealed one.
+TEST(ShareStore, NewAttemptInvalidatesOldSealedShadow) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 2, 4));
+    ASSERT_NE(store, nullptr);
+    SealRandomShadow(*store, 0, kPath, rng, 1);
+    const std::vector<std::uint64_t> other = {1, 2, 5, 10, 11};
+    ASSERT_TRUE(store->BeginShadow(0, 2, other).ok());
+    EXPECT_EQ(store->SealedEviction(), 0u);
+    ASSERT_TRUE(store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems())).ok());
+  }
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+  auto shadow = SealRandomShadow(*store, 0, kPath, rng, 3);
+  ASSERT_TRUE(store->Commit(0, 1, 1).ok());
+  for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
+}
+
+TEST(ShareStore, TornShadowHeaderMeansNoShadow) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 2, 4));
+    ASSERT_NE(store, nullptr);
+    SealRandomShadow(*store, 0, kPath, rng);
+  }
+  FlipBytes(tmp.path() + "/shadow.bin", 80, 2);  // inside the bucket list
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->SealedEviction(), 0u);
+  EXPECT_EQ(store->Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
+}
+
+// Random slot writes, evictions and crashes against an in-memory model.
+TEST(ShareStore, RandomOperationsMatchModelAcrossReopens) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(4, 3, 6);
+  auto store = MustCreate(tmp.path(), meta);
+  ASSERT_NE(store, nullptr);
+  const std::uint64_t nb = store->num_buckets();
+  const std::uint64_t be = store->bucket_elems();
+  std::vector<std::vector<Elem>> model(nb + 1, std::vector<Elem>(be, 0));
+  std::uint64_t seq = 0;
+  std::uint64_t evictions = 0;
+  for (int step = 0; step < 300; ++step) {
+    const unsigned op = static_cast<unsigned>(rng() % 10);
+    if (op < 5) {
+      const std::uint64_t b = 1 + rng() % nb;
+      const auto slot = static_cast<std::uint32_t>(rng() % 3);
+      auto data = RandomElems(rng, 6);
+      ASSERT_TRUE(store->WriteSlot(b, slot, data, ++seq, 1).ok());
+      std::copy(data.begin(), data.end(), model[b].begin() + slot * 6);
+    } else if (op < 9) {
+      // A root-to-leaf path, sometimes with the sibling leaf.
+      const std::uint64_t leaf = 16 + rng() % 16;
+      std::vector<std::uint64_t> path;
+      for (std::uint64_t b = leaf; b >= 1; b /= 2) path.push_back(b);
+      if (rng() % 2) path.push_back(leaf ^ 1);
+      std::shuffle(path.begin(), path.end(), rng);
+      auto shadow = SealRandomShadow(*store, evictions, path, rng);
+      const unsigned crash = static_cast<unsigned>(rng() % 3);
+      if (crash == 0) {  // crash before commit
+        store.reset();
+        store = MustOpen(tmp.path());
+        ASSERT_NE(store, nullptr);
+        ASSERT_EQ(store->SealedEviction(), evictions + 1);
+      }
+      ASSERT_TRUE(store->Commit(evictions, ++seq, 1).ok());
+      for (std::size_t i = 0; i < path.size(); ++i) model[path[i]] = shadow[i];
+      ++evictions;
+    } else {
+      store.reset();
+      store = MustOpen(tmp.path());
+      ASSERT_NE(store, nullptr);
+    }
+    ASSERT_EQ(store->meta().applied_evictions, evictions);
+    ASSERT_EQ(store->meta().applied_seq, seq);
+  }
+  for (std::uint64_t b = 1; b <= nb; ++b) EXPECT_EQ(ReadBucket(*store, b), model[b]) << b;
+}
+
+TEST(ShareStore, SyncOffStillWorks) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  {
+    auto r = ShareStore::Create(tmp.path(), MakeMeta(3, 2, 4), false, /*sync=*/false);
+    ASSERT_TRUE(r.ok());
+    auto& store = *r;
+    ASSERT_TRUE(store->WriteSlot(3, 1, RandomElems(rng, 4), 1, 1).ok());
+    SealRandomShadow(*store, 0, kPath, rng);
+    ASSERT_TRUE(store->Commit(0, 2, 1).ok());
+  }
+  auto r = ShareStore::Open(tmp.path(), /*sync=*/false);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ((*r)->meta().applied_evictions, 1u);
+  EXPECT_EQ((*r)->meta().applied_seq, 2u);
+}
+
+// A full filesystem: every failure is an IoError naming the file and the
+// cause, the header never claims the failed write, and the store works again
+// once space is freed. Needs a small tmpfs (root in most test environments).
+TEST(ShareStore, NoSpaceLeavesConsistentState) {
+  TempDir tmp;
+  const std::string mnt = tmp.path() + "/tmpfs";
+  ASSERT_EQ(::mkdir(mnt.c_str(), 0700), 0);
+  if (::mount("tmpfs", mnt.c_str(), "tmpfs", 0, "size=1m") != 0) {
+    GTEST_SKIP() << "cannot mount a 1 MiB tmpfs to fill up (" << std::strerror(errno)
+                 << "); skipping the ENOSPC case";
+  }
+  struct Unmount {
+    std::string path;
+    ~Unmount() { ::umount2(path.c_str(), MNT_DETACH); }
+  } unmount{mnt};
+  auto rng = testing::SeededRng();
+  const std::string dir = mnt + "/data";
+  const std::string filler = mnt + "/filler";
+  {
+    // 8 slots of 4 KiB per bucket, 127 buckets: 4 MiB logical on a 1 MiB fs.
+    auto store = MustCreate(dir, MakeMeta(6, 8, 1024));
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, 1024), 1, 1).ok());
+
+    // Fill the filesystem.
+    {
+      std::ofstream f(filler, std::ios::binary);
+      std::vector<char> chunk(4096, 'x');
+      while (f.write(chunk.data(), static_cast<std::streamsize>(chunk.size())) && f.flush()) {
+      }
+    }
+    // Slot writes into holes need new pages.
+    Status s;
+    std::uint64_t last_ok = 1;
+    for (std::uint64_t b = 2; b <= store->num_buckets(); ++b) {
+      s = store->WriteSlot(b, 0, RandomElems(rng, 1024), b, 1);
+      if (!s.ok()) break;
+      last_ok = b;
+    }
+    ASSERT_FALSE(s.ok()) << "the filesystem never filled up";
+    EXPECT_EQ(s.code(), Status::Code::kIoError);
+    EXPECT_NE(s.message().find(dir + "/shares.bin"), std::string::npos) << s.message();
+    EXPECT_NE(s.message().find("No space"), std::string::npos) << s.message();
+    EXPECT_EQ(store->meta().applied_seq, last_ok);
+
+    // An eviction cannot even reserve its shadow.
+    const std::vector<std::uint64_t> path = {1, 2, 4, 8, 16, 32, 64};
+    Status b = store->BeginShadow(0, 0, path);
+    Status put = b.ok() ? store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems()))
+                        : b;
+    EXPECT_EQ(put.code(), Status::Code::kIoError) << put.ToString();
+    EXPECT_EQ(store->SealedEviction(), 0u);
+    EXPECT_EQ(store->meta().applied_seq, last_ok);
+  }
+  {
+    auto store = MustOpen(dir);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->SealedEviction(), 0u);
+    EXPECT_EQ(store->meta().applied_evictions, 0u);
+    ASSERT_EQ(::unlink(filler.c_str()), 0);
+    // Space is back: an eviction and more writes succeed.
+    const std::vector<std::uint64_t> path = {1, 2, 4, 8, 16, 32, 64};
+    auto shadow = SealRandomShadow(*store, 0, path, rng);
+    // Fill up again so that the commit itself hits ENOSPC copying into holes.
+    {
+      std::ofstream f(filler, std::ios::binary);
+      std::vector<char> chunk(4096, 'x');
+      while (f.write(chunk.data(), static_cast<std::streamsize>(chunk.size())) && f.flush()) {
+      }
+    }
+    // The copy fills holes in shares.bin, and not one page is free.
+    Status c = store->Commit(0, 500, 1);
+    EXPECT_EQ(c.code(), Status::Code::kIoError) << c.ToString();
+    EXPECT_NE(c.message().find("No space"), std::string::npos) << c.message();
+    EXPECT_EQ(store->meta().applied_evictions, 0u);
+    EXPECT_EQ(store->SealedEviction(), 1u) << "a failed commit must keep its shadow";
+    ASSERT_EQ(::unlink(filler.c_str()), 0);
+    ASSERT_TRUE(store->Commit(0, 500, 1).ok());
+    EXPECT_EQ(store->meta().applied_evictions, 1u);
+    for (std::size_t i = 0; i < path.size(); ++i) EXPECT_EQ(ReadBucket(*store, path[i]), shadow[i]);
+  }
+}
+
+}  // namespace
+}  // namespace s3oram::serverd
