@@ -3,7 +3,7 @@
 function(s3oram_target_warnings target)
   target_compile_options(${target} PRIVATE
     -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor -Wcast-align
-    -Woverloaded-virtual -Wnull-dereference -Wformat=2 -Wimplicit-fallthrough)
+    -Woverloaded-virtual -Wformat=2 -Wimplicit-fallthrough)
   if(S3ORAM_WERROR)
     target_compile_options(${target} PRIVATE -Werror)
   endif()

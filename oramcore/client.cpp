@@ -75,7 +75,7 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
                               bool overwrite_servers) {
   FsConfig config = config_in;
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe));
-  if (config.servers.size() != config.params.parties) {
+  if (config.servers.size() != config.params.parties) {  // checked again at Open
     return Status::InvalidArgument("need exactly " + std::to_string(config.params.parties) +
                                    " server endpoints, got " +
                                    std::to_string(config.servers.size()));
@@ -127,6 +127,10 @@ Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_pa
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
+  if (config.servers.size() != config.params.parties) {
+    return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
+                              " servers for " + std::to_string(config.params.parties) + " parties");
+  }
   S3ORAM_ASSIGN_OR_RETURN(client->servers_, ServerSet::Connect(config.servers));
 
   std::vector<Elem> xs;
@@ -147,6 +151,12 @@ Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_pa
       return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
                                         ") serves a different share (index or shape mismatch)");
     }
+    if (r.reply.applied_evictions < client->counters_.ne) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(i) + " (" + r.endpoint + ") has applied only " +
+          std::to_string(r.reply.applied_evictions) + " evictions but the client state records " +
+          std::to_string(client->counters_.ne) + ": the server lost data");
+    }
     if (r.reply.applied_evictions > client->counters_.ne + 1) {
       return Status::FailedPrecondition(
           "server " + std::to_string(i) + " has applied " +
@@ -156,6 +166,20 @@ Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_pa
     max_seq = std::max(max_seq, r.reply.applied_seq);
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
+  // A server ahead by one eviction is only possible while that eviction is
+  // pending in the state (it committed there before the client recorded it).
+  bool ahead = false;
+  for (const auto& r : reports) ahead |= r.reply.applied_evictions == client->counters_.ne + 1;
+  if (ahead) {
+    S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
+    bool evicting = false;
+    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+    if (!evicting) {
+      return Status::FailedPrecondition(
+          "the servers have applied an eviction this client state does not know of: the state "
+          "file is older than the servers");
+    }
+  }
   S3ORAM_RETURN_IF_ERROR(client->FinishPendingEviction());
   return client;
 }
@@ -295,7 +319,14 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
   if (mapped) S3ORAM_RETURN_IF_ERROR(pm_->Place(id, moved.pos, moved.version));
   ++stats_.accesses;
 
-  if (counters_.nr >= p.evict_rate) S3ORAM_RETURN_IF_ERROR(RunEviction());
+  if (counters_.nr >= p.evict_rate) {
+    // The access itself is committed: report its result. A failed eviction
+    // stays due and is retried (or reported) at the start of the next access.
+    if (Status st = RunEviction(); !st.ok()) {
+      spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, id,
+                   st.ToString());
+    }
+  }
   return previous;
 }
 
@@ -312,7 +343,9 @@ Status OramClient::RunEviction() {
   Counters c = counters_;
   intent.AddPending(PendingOp{counters_.ne, kEvictKind, EncodeEvictPayload(counters_.ne, attempt)});
   intent.SetCounters(c);
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(intent));
+  // Durable: after a power loss the state must still know an eviction may be
+  // under way (and, WAL being a log, keeps every access committed before it).
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
   return PrepareAndCommit(plan, attempt);
 }
 
@@ -326,8 +359,8 @@ Status OramClient::FinishPendingEviction() {
     if (counters_.nr >= params().evict_rate) return RunEviction();
     return Status::Ok();
   }
-  std::uint64_t ne;
-  std::uint32_t attempt;
+  std::uint64_t ne = 0;
+  std::uint32_t attempt = 0;
   S3ORAM_RETURN_IF_ERROR(DecodeEvictPayload(op->payload, &ne, &attempt));
   if (ne != counters_.ne) {
     return Status::Corruption("pending eviction " + std::to_string(ne) +
@@ -369,7 +402,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
         ClientStateStore::Batch b;
         b.RemovePending(plan.eviction);
         b.AddPending(PendingOp{plan.eviction, kEvictKind, EncodeEvictPayload(plan.eviction, attempt)});
-        S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
+        S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
       }
       // Fresh shares for every attempt: a retry must not reuse randomness.
       std::vector<std::vector<Elem>> shares(p.parties);
@@ -418,7 +451,8 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
     batch.PutPosition(id, PositionEntry{pos, e->version});
   }
   batch.RemovePending(plan.eviction);
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+  // Durable: the servers have moved the blocks; positions must not roll back.
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
   counters_ = next;
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   ++stats_.evictions;

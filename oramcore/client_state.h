@@ -6,9 +6,12 @@
 // every change goes through one SQLite transaction (Commit) and the file is
 // refused if it is not a valid s3oram state of a known schema version.
 //
-// Crash rule: the client records an intent (AddPending) and commits it before it
-// sends the mutation it describes, and removes it in the same transaction that
-// records the mutation's effect (counters, positions). See docs/ARCHITECTURE.md.
+// Crash rule: a mutation whose effect could be seen before the client records
+// it (an eviction) is logged as a pending intent (AddPending, durable) before it
+// is sent, and the intent is removed in the same transaction that records the
+// effect (counters, positions). A root write needs no intent: the slot it
+// writes is free in the position map until the access commits, so an
+// interrupted one is invisible. See docs/ARCHITECTURE.md §Crash consistency.
 #pragma once
 
 #include <cstdint>
@@ -42,8 +45,8 @@ struct Counters {
 };
 
 struct PendingOp {
-  std::uint64_t seq = 0;
-  std::string kind;                   // "write_root", "evict", ...
+  std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
+  std::string kind;                   // "evict"
   std::vector<std::uint8_t> payload;  // kind-specific
 };
 

@@ -15,6 +15,8 @@
 //    1 - P(X <= Z) with the lower sum (itself <= ~1/2, so no cancellation).
 #include "oramcore/params.h"
 
+#include "oramcore/wire.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -246,6 +248,21 @@ Status ValidateParams(const OramParams& p, bool allow_unsafe) {
   }
   if (p.parties > kMaxParties) {
     return bad("at most " + std::to_string(kMaxParties) + " parties are supported");
+  }
+  // The servers reduce degrees with t = floor((parties - 1) / 2), derived from
+  // their peer count, so the client must share with the same t.
+  if (p.threshold != (p.parties - 1) / 2) {
+    return bad("threshold t must be (parties - 1) / 2 = " + std::to_string((p.parties - 1) / 2) +
+               ", the degree the servers reduce to");
+  }
+  // Every message must fit the wire's vector limit: the eviction matrices
+  // ((H+1) * 2Z^2 shares), the leaf SMP round (2 Z m) and the select vector.
+  const std::uint64_t Z = p.bucket_size, levels = std::uint64_t{p.height} + 1;
+  if (levels * 2 * Z * Z > wire::kMaxElems || 2 * Z * p.elems_per_slot() > wire::kMaxElems ||
+      levels * Z > wire::kMaxElems) {
+    return bad("messages would exceed the wire limit of " + std::to_string(wire::kMaxElems) +
+               " elements ((H+1)*2Z^2 = " + std::to_string(levels * 2 * Z * Z) +
+               ", 2*Z*m = " + std::to_string(2 * Z * p.elems_per_slot()) + ")");
   }
   // The share file holds (2^(H+1) - 1) buckets of Z slots; its byte offsets
   // must fit 64 bits (checked on the round-up 2^(H+1)).

@@ -9,9 +9,9 @@ namespace s3oram {
 namespace {
 
 // Fills `step` (whose rows are all -1) and `content` (the target's occupants
-// by slot after the step) for moving `incoming` source slots into `target`:
-// residents keep their slots, incoming blocks take the lowest free slots in
-// source-slot order. Fails with Overflow if they do not all fit.
+// by slot after the step) for moving the `incoming` source slots into
+// step.target: residents keep their slots, incoming blocks take the lowest
+// free slots in source-slot order. Fails with Overflow if they do not all fit.
 Status FillTarget(const TreeGeometry& geo, std::uint64_t ne, const PositionMap& pm,
                   std::span<const BlockId> source, std::span<const std::uint32_t> incoming,
                   EvictionStep& step, std::vector<BlockId>& content,
@@ -31,10 +31,11 @@ Status FillTarget(const TreeGeometry& geo, std::uint64_t ne, const PositionMap& 
     const std::uint32_t level = TreeGeometry::LevelOf(step.target);
     return Status::Overflow(
         "eviction " + std::to_string(ne) + " (path to leaf " +
-        std::to_string(geo.EvictionLeaf(ne)) + "): bucket " + std::to_string(step.target) + " at level " + std::to_string(level) +
-        " would hold " + std::to_string(residents + incoming.size()) + " blocks (" +
-        std::to_string(residents) + " resident + " + std::to_string(incoming.size()) +
-        " arriving) but Z = " + std::to_string(Z) +
+        std::to_string(geo.EvictionLeaf(ne)) + "): bucket " + std::to_string(step.target) +
+        " at level " + std::to_string(level) + " would hold " +
+        std::to_string(residents + incoming.size()) + " blocks (" + std::to_string(residents) +
+        " resident + " + std::to_string(incoming.size()) + " arriving) but Z = " +
+        std::to_string(Z) +
         "; the bucket size is too small for the eviction rate (see MinSafeBucketSize)");
   }
   std::uint32_t free_slot = 0;
@@ -156,8 +157,8 @@ void ExpandStepMatrix(const EvictionStep& step, std::uint32_t Z, std::span<field
 }
 
 Status ApplyEviction(const EvictionPlan& plan, PositionMap& pm) {
-  // All moved blocks leave their slots first: a block may move into a slot
-  // another moved block vacates. Nothing changes unless every move succeeds.
+  // All moved blocks leave their slots first, so the result does not depend on
+  // the order of the moves. Nothing changes unless every move succeeds.
   std::vector<std::pair<BlockId, PositionEntry>> before;
   before.reserve(plan.moves.size());
   for (const auto& [id, pos] : plan.moves) {

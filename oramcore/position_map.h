@@ -28,7 +28,7 @@ struct Position {
 
 struct PositionEntry {
   Position pos;
-  std::uint64_t version = 0;  // bumped on every write of the block (used by AEAD later)
+  std::uint64_t version = 0;  // bumped on every access that rewrites the block to the root (reads too: each rewrite is a fresh sharing)
 };
 
 class PositionMap {
@@ -61,7 +61,7 @@ class PositionMap {
   std::vector<PositionEntry> entries_;
   // Only buckets holding at least one block have an entry, so memory follows
   // the live blocks, not the tree. Each vector holds the Z slot occupants
-  // followed by the bucket's load (position_map.cpp, kLoadIndex).
+  // followed by the bucket's load (see LoadIndex in position_map.cpp).
   std::unordered_map<BucketId, std::vector<BlockId>> buckets_;
   // Nodes of buckets that became empty, kept (cleared, bounded in number) so
   // that the buckets an access or eviction empties and fills again reuse them

@@ -5,7 +5,7 @@
 //   magic   u32  'S3OR' (0x524f3353)
 //   version u16  kWireVersion; a decoder refuses any other
 //   type    u16  MessageType
-//   fs_id   16 bytes        filesystem the message is about (zero for HELLO to an empty server)
+//   fs_id   16 bytes        filesystem the message is about (zero in STATUS/INIT to an empty server)
 //   epoch   u64             client epoch (fencing)
 //   seq     u64             client sequence number; replies echo the request's
 //   length  u32             body length; must equal the bytes that follow

@@ -316,7 +316,10 @@ struct Server::Impl {
     const TreeGeometry geo{shape.height, shape.bucket_size};
     const std::size_t Z = shape.bucket_size, m = shape.elems_per_slot, H = shape.height;
     const std::size_t step = 2 * Z * Z;
-    if (!geo.is_leaf(req.leaf)) return Status::InvalidArgument("evict: leaf out of range");
+    if (req.leaf != geo.EvictionLeaf(req.eviction)) {
+      return Status::InvalidArgument("evict: leaf " + std::to_string(req.leaf) +
+                                     " is not the path of eviction " + std::to_string(req.eviction));
+    }
     if (req.matrices.size() != (H + 1) * step) {
       return Status::InvalidArgument("evict: " + std::to_string(req.matrices.size()) +
                                      " matrix entries, expected " + std::to_string((H + 1) * step));
@@ -422,6 +425,12 @@ struct Server::Impl {
     auto decoded = wire::Decode(frame);
     wire::Header reply_header;
     if (!decoded.ok()) {
+      // Echo the seq from its fixed offset when the frame is long enough, so
+      // the client sees this error instead of a timeout.
+      constexpr std::size_t kSeqOffset = 4 + 2 + 2 + 16 + 8;
+      if (frame.size() >= wire::kHeaderBytes) {
+        for (int b = 0; b < 8; ++b) reply_header.seq |= std::uint64_t{frame[kSeqOffset + b]} << (8 * b);
+      }
       spdlog::warn("rejecting malformed request: {}", decoded.status().ToString());
       return wire::Encode(reply_header, wire::ErrorFromStatus(decoded.status()));
     }

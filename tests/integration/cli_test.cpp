@@ -20,7 +20,7 @@ struct CliRun {
 
 CliRun RunCli(const std::string& args) {
   const char* cli = std::getenv("S3ORAM_CLI");
-  std::string cmd = std::string(cli ? cli : "s3oram") + " " + args + " 2>&1";
+  std::string cmd = std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1";
   CliRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;

@@ -37,6 +37,8 @@ inline std::unique_ptr<cluster::LocalCluster> StartCluster(const std::string& di
                                                            std::uint32_t peer_timeout_ms = 20000) {
   cluster::LocalClusterOptions o;
   o.dir = dir;
+  const char* env = std::getenv("S3ORAM_SERVERD");
+  o.serverd_path = env && *env ? env : S3ORAM_TEST_SERVERD;
   o.log_level = "warn";
   o.threads = 1;
   o.peer_timeout_ms = peer_timeout_ms;

@@ -544,7 +544,7 @@ struct SimCase {
 TEST(EvictionSimulation, ComputedBucketSizeNeverOverflows) {
   auto rng = testing::SeededRng();
   const auto start = std::chrono::steady_clock::now();
-  for (const SimCase c : {SimCase{7, 4, 1000000}, SimCase{6, 6, 1000000}, SimCase{5, 8, 1000000}}) {
+  for (const SimCase c : {SimCase{7, 4, 2000000}, SimCase{6, 6, 2000000}, SimCase{5, 8, 2000000}}) {
     const std::uint64_t N = std::uint64_t{c.A} << (c.H - 1);
     const std::uint32_t Z = MinSafeBucketSize(c.A, c.H, 80, N);
     SCOPED_TRACE("H=" + std::to_string(c.H) + " A=" + std::to_string(c.A) + " Z=" +

@@ -123,11 +123,12 @@ TEST(PositionMap, PlaceRejectsInvalidAndChangesNothing) {
 
   const Status beyond = pm.Place(10, Position{8, 0, 0}, 1);
   EXPECT_EQ(beyond.code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(pm.Place(3, Position{0, 0, 0}, 1).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(pm.Place(3, Position{7, 0, 0}, 1).code(), Status::Code::kInvalidArgument);   // internal
-  EXPECT_EQ(pm.Place(3, Position{16, 0, 0}, 1).code(), Status::Code::kInvalidArgument);  // past last
-  EXPECT_EQ(pm.Place(3, Position{8, 4, 0}, 1).code(), Status::Code::kInvalidArgument);   // level > H
-  EXPECT_EQ(pm.Place(3, Position{8, 0, 4}, 1).code(), Status::Code::kInvalidArgument);   // slot >= Z
+  constexpr auto kInvalid = Status::Code::kInvalidArgument;
+  EXPECT_EQ(pm.Place(3, Position{0, 0, 0}, 1).code(), kInvalid);   // "not in the tree"
+  EXPECT_EQ(pm.Place(3, Position{7, 0, 0}, 1).code(), kInvalid);   // internal bucket
+  EXPECT_EQ(pm.Place(3, Position{16, 0, 0}, 1).code(), kInvalid);  // past the last leaf
+  EXPECT_EQ(pm.Place(3, Position{8, 4, 0}, 1).code(), kInvalid);   // level > H
+  EXPECT_EQ(pm.Place(3, Position{8, 0, 4}, 1).code(), kInvalid);   // slot >= Z
   // Slot held by another block, reached through the same leaf or another one.
   EXPECT_EQ(pm.Place(3, Position{8, 3, 2}, 1).code(), Status::Code::kFailedPrecondition);
   EXPECT_EQ(pm.Place(3, Position{15, 0, 0}, 1).code(), Status::Code::kFailedPrecondition);
