@@ -32,6 +32,7 @@ struct BenchArgs {
   bool json = false;
   bool keep = false;
   std::string dir;
+  std::string server_log_level = "warn";
 };
 
 // Block content is a function of (id, version tag), so the model stores one
@@ -80,7 +81,7 @@ int RunBench(const BenchArgs& a) {
   copts.dir = dir;
   copts.threads = a.threads;
   copts.sync = !a.no_sync;
-  copts.log_level = "warn";
+  copts.log_level = a.server_log_level;
   copts.peer_timeout_ms = 600000;
   auto cl = cluster::LocalCluster::Start(copts);
   if (!cl.ok()) {
@@ -205,6 +206,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_option("--dir", a->dir, "cluster directory (default: a fresh one in /tmp)");
   cmd->add_flag("--keep", a->keep, "keep the cluster directory");
+  cmd->add_option("--server-log-level", a->server_log_level,
+                  "log level of the temporary servers (debug shows eviction phase timings)")
+      ->capture_default_str();
   cmd->callback([a, exit_code] { *exit_code = RunBench(*a); });
 }
 

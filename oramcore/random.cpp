@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <mutex>
 
 namespace s3oram::random {
@@ -21,7 +22,28 @@ void EnsureInitialized() {
 
 void Bytes(std::span<std::uint8_t> out) {
   EnsureInitialized();
-  randombytes_buf(out.data(), out.size());
+  // Small requests go straight to the OS. Large ones (shares of whole blocks,
+  // matrices, SMP masks: megabytes per eviction) would be syscall-bound on
+  // libsodium's sysrandom backend (~170 MB/s here), so each is the ChaCha20
+  // keystream of a fresh 256-bit key drawn from the OS for this call alone:
+  // the same construction as libsodium's internal generator, with no state kept
+  // between calls (the key is zeroed before returning).
+  constexpr std::size_t kDirect = 256;
+  // ChaCha20-IETF has a 32-bit block counter: at most 2^32 * 64 bytes per key.
+  constexpr std::size_t kMaxPerKey = std::size_t{1} << 37;
+  if (out.size() <= kDirect) {
+    randombytes_buf(out.data(), out.size());
+    return;
+  }
+  static constexpr unsigned char kNonce[crypto_stream_chacha20_ietf_NONCEBYTES] = {};
+  unsigned char key[crypto_stream_chacha20_ietf_KEYBYTES];
+  for (std::size_t off = 0; off < out.size(); off += kMaxPerKey) {
+    const std::size_t n = std::min(kMaxPerKey, out.size() - off);
+    randombytes_buf(key, sizeof key);
+    // A key is used for exactly one keystream, so a fixed nonce never repeats under it.
+    crypto_stream_chacha20_ietf(out.data() + off, n, kNonce, key);
+  }
+  sodium_memzero(key, sizeof key);
 }
 
 std::uint64_t Below(std::uint64_t bound) {
@@ -37,8 +59,7 @@ std::uint64_t Below(std::uint64_t bound) {
 }
 
 void Elems(std::span<field::Elem> out) {
-  EnsureInitialized();
-  randombytes_buf(out.data(), out.size_bytes());
+  Bytes(std::span<std::uint8_t>(reinterpret_cast<std::uint8_t*>(out.data()), out.size_bytes()));
   for (auto& e : out) {
     e &= field::kPrime;
     // Probability 2^-31 per element; redraw until canonical.

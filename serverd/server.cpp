@@ -65,6 +65,8 @@ struct Server::Impl {
   // PREPARE (client resend) be answered without a new SMP run.
   std::optional<std::pair<std::uint64_t, std::uint32_t>> sealed;
   std::uint64_t peer_bytes_sent = 0;
+  // Reused buffers for bucket reads (a path; an eviction's inputs).
+  std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
 
   ~Impl() {
     for (auto& [i, s] : pushes) zmq_close(s);
@@ -172,9 +174,15 @@ struct Server::Impl {
                                      std::to_string(req.select.size()) + " entries, expected " +
                                      std::to_string(geo.path_slots()));
     }
+    const auto t0 = Clock::now();
+    const std::size_t bucket = store->bucket_elems();
+    path_buffer.resize(bucket * geo.levels());
     std::vector<const Elem*> buckets;
     for (std::uint32_t l = 0; l <= geo.height; ++l) {
-      buckets.push_back(store->Bucket(geo.BucketOnPath(req.leaf, l)));
+      std::span<Elem> scratch(path_buffer.data() + l * bucket, bucket);
+      S3ORAM_ASSIGN_OR_RETURN(const Elem* view,
+                              store->BucketForRead(geo.BucketOnPath(req.leaf, l), scratch));
+      buckets.push_back(view);
     }
     const std::size_t m = shape.elems_per_slot;
     wire::RetrieveReply reply;
@@ -182,6 +190,8 @@ struct Server::Impl {
     ParallelColumns(m, [&](kernels::ColumnRange r) {
       kernels::PathInnerProduct(buckets, shape.bucket_size, m, req.select, reply.answer.data(), r);
     });
+    spdlog::trace("retrieve leaf {}: {:.2f} ms", req.leaf,
+                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     return wire::Body{std::move(reply)};
   }
 
@@ -331,29 +341,45 @@ struct Server::Impl {
     sealed.reset();
     S3ORAM_RETURN_IF_ERROR(store->BeginShadow(req.eviction, req.attempt, list));
 
-    const std::size_t bucket = Z * m;
     std::vector<Elem> prev;                // u_{k-1} after step k-1
-    const Elem* source = store->Bucket(1);  // the root is not changed by an eviction
+    const std::size_t bucket = Z * m;
+    source_buffer.resize(bucket);
+    target_buffer.resize(bucket);
+    sibling_buffer.resize(bucket);
+    // The root is not changed by an eviction; later sources are the previous step's output.
+    S3ORAM_ASSIGN_OR_RETURN(const Elem* source, store->BucketForRead(1, source_buffer));
     std::vector<Elem> product, coeffs, combined;
     std::vector<std::vector<Elem>> outs(parties);
     const std::uint32_t me = config.index;
+    // Phase timings for the debug log: kernels, SMP split/combine, waiting for
+    // peers, shadow writes.
+    double t_kernel = 0, t_smp = 0, t_wait = 0, t_shadow = 0;
+    auto since = [](Clock::time_point t0) {
+      return std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    };
+    const auto t_start = Clock::now();
     for (std::uint32_t k = 1; k <= H; ++k) {
       const std::uint32_t round = k - 1;
+      auto t0 = Clock::now();
       if (k < H) S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(H + k - 1, {source, bucket}));
+      t_shadow += since(t0);
+      t0 = Clock::now();
       const bool leaf_round = (k == H);
       product.resize(leaf_round ? 2 * bucket : bucket);
       std::span<const Elem> mk(req.matrices.data() + (k - 1) * step, step);
-      const Elem* target = store->Bucket(list[k - 1]);
+      S3ORAM_ASSIGN_OR_RETURN(const Elem* target, store->BucketForRead(list[k - 1], target_buffer));
       ParallelColumns(m, [&](kernels::ColumnRange r) {
         kernels::EvictProduct(source, target, Z, m, mk, product.data(), r);
       });
       if (leaf_round) {
         std::span<const Elem> ms(req.matrices.data() + H * step, step);
-        const Elem* sib = store->Bucket(list[2 * H - 1]);
+        S3ORAM_ASSIGN_OR_RETURN(const Elem* sib, store->BucketForRead(list[2 * H - 1], sibling_buffer));
         ParallelColumns(m, [&](kernels::ColumnRange r) {
           kernels::EvictProduct(source, sib, Z, m, ms, product.data() + bucket, r);
         });
       }
+      t_kernel += since(t0);
+      t0 = Clock::now();
       // SMP: re-share lambda_me * product with degree t; keep our own part.
       coeffs.resize(product.size() * threshold);
       random::Elems(coeffs);
@@ -365,7 +391,11 @@ struct Server::Impl {
       shamir::SmpSplit(product, lambda[me], threshold, coeffs, ptrs);
       std::vector<Elem> mine = std::move(outs[me]);
       S3ORAM_RETURN_IF_ERROR(SendSmp(h, req.eviction, req.attempt, round, outs));
+      t_smp += since(t0);
+      t0 = Clock::now();
       S3ORAM_RETURN_IF_ERROR(AwaitSmp(req.eviction, req.attempt, round, product.size()));
+      t_wait += since(t0);
+      t0 = Clock::now();
       std::vector<const Elem*> received{mine.data()};
       for (auto& [peer, s] : pushes) {
         received.push_back(smp_buffer[SmpKey{req.eviction, req.attempt, round, peer}].data());
@@ -373,20 +403,31 @@ struct Server::Impl {
       combined.resize(product.size());
       shamir::SmpCombine(received, product.size(), combined.data());
       for (auto& [peer, s] : pushes) smp_buffer.erase(SmpKey{req.eviction, req.attempt, round, peer});
+      t_smp += since(t0);
+      t0 = Clock::now();
       S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(k - 1, {combined.data(), bucket}));
       if (leaf_round) {
         S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(2 * H - 1, {combined.data() + bucket, bucket}));
       }
+      t_shadow += since(t0);
       prev.assign(combined.begin(), combined.begin() + static_cast<std::ptrdiff_t>(bucket));
       source = prev.data();
     }
+    auto t_seal = Clock::now();
     S3ORAM_RETURN_IF_ERROR(store->SealShadow());
+    spdlog::debug("eviction {} attempt {} prepared in {:.1f} ms: kernels {:.1f}, smp {:.1f}, "
+                  "peer wait {:.1f}, shadow {:.1f}, seal {:.1f}",
+                  req.eviction, req.attempt, since(t_start), t_kernel, t_smp, t_wait, t_shadow,
+                  since(t_seal));
     sealed = std::make_pair(req.eviction, req.attempt);
     return wire::Body{wire::EvictPrepareReply{req.eviction}};
   }
 
   Result<wire::Body> HandleCommit(const wire::Header& h, const wire::EvictCommitRequest& req) {
+    const auto t0 = Clock::now();
     S3ORAM_RETURN_IF_ERROR(store->Commit(req.eviction, h.seq, h.epoch));
+    spdlog::debug("eviction {} committed in {:.1f} ms", req.eviction,
+                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     sealed.reset();
     return wire::Body{wire::EvictCommitReply{store->meta().applied_evictions}};
   }

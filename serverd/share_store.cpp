@@ -497,6 +497,32 @@ const Elem* ShareStore::Bucket(std::uint64_t b) const {
   return reinterpret_cast<const Elem*>(impl_->map + impl_->BucketOffset(b));
 }
 
+Status ShareStore::ReadBucket(std::uint64_t b, std::span<Elem> out) const {
+  if (b < 1 || b > impl_->geo.num_buckets || out.size() != bucket_elems()) {
+    return Status::InvalidArgument("ReadBucket: bucket or buffer size out of range");
+  }
+  return PreadAll(impl_->fd.get(), out.data(), out.size_bytes(), impl_->BucketOffset(b),
+                  impl_->shares_path);
+}
+
+Result<const Elem*> ShareStore::BucketForRead(std::uint64_t b, std::span<Elem> scratch) const {
+  if (b < 1 || b > impl_->geo.num_buckets) {
+    return Status::InvalidArgument("BucketForRead: bucket out of range");
+  }
+  const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
+  const std::uint64_t off = impl_->BucketOffset(b);
+  const std::uint64_t begin = off / page * page;
+  const std::uint64_t end = off + bucket_elems() * sizeof(Elem);
+  std::vector<unsigned char> resident((end - begin + page - 1) / page);
+  void* addr = const_cast<std::uint8_t*>(impl_->map + begin);  // mincore only inspects
+  if (::mincore(addr, end - begin, resident.data()) == 0 &&
+      std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; })) {
+    return Bucket(b);
+  }
+  S3ORAM_RETURN_IF_ERROR(ReadBucket(b, scratch));
+  return static_cast<const Elem*>(scratch.data());
+}
+
 Result<std::unique_ptr<ShareStore>> ShareStore::Create(const std::string& dir,
                                                        const ServerMeta& meta, bool overwrite,
                                                        bool sync) {

@@ -67,6 +67,17 @@ class ShareStore {
   // Read-only view of bucket b (1-based), bucket_elems() elements. Valid until
   // the store is destroyed; contents change only through WriteSlot and Commit.
   const Elem* Bucket(std::uint64_t b) const;
+  // Copies bucket b into out (bucket_elems() elements) with one large pread.
+  // Preferred over Bucket() for streaming whole paths: first touches of a
+  // mapping cost a page fault per 4 KiB (60-80 MB/s on the VMs measured, on the
+  // sparse regions of a fresh store), a pread of the same range runs at 0.8-1.3
+  // GB/s, and a copy of a hot bucket costs far less than the kernel that reads it.
+  Status ReadBucket(std::uint64_t b, std::span<Elem> out) const;
+  // Bucket b for reading: the mapping itself if every page of it is in the page
+  // cache (faults there are cheap minor faults), else a ReadBucket copy in
+  // `scratch` (bucket_elems() elements). Either way valid until the next call
+  // that uses the same scratch, or the next mutation of the bucket.
+  Result<const Elem*> BucketForRead(std::uint64_t b, std::span<Elem> scratch) const;
 
   // Overwrites one slot of a bucket, then records seq/epoch in the header.
   Status WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,

@@ -298,6 +298,10 @@ TEST(ParamsTest, ValidateRefusesStructuralErrorsEvenWhenUnsafeAllowed) {
     p.threshold = 2;
   });
   add("t=0", [](OramParams& p) { p.threshold = 0; });
+  add("t below (parties-1)/2", [](OramParams& p) {
+    p.parties = 5;
+    p.threshold = 1;
+  });
   add("parties>16", [](OramParams& p) {
     p.parties = 17;
     p.threshold = 8;
@@ -319,8 +323,15 @@ TEST(ParamsTest, ValidateRefusesStructuralErrorsEvenWhenUnsafeAllowed) {
   OramParams edge = SafeParams();
   edge.block_bytes = 16;
   EXPECT_TRUE(ValidateParams(edge, false).ok());
-  edge.block_bytes = 16u << 20;
+  edge.block_bytes = 1u << 20;
   EXPECT_TRUE(ValidateParams(edge, false).ok());
+  // 16 MiB blocks pass the block-size range but, at this Z, the leaf SMP round
+  // (2 Z m elements) exceeds the wire's vector limit.
+  edge.block_bytes = 16u << 20;
+  Status too_big = ValidateParams(edge, true);
+  EXPECT_EQ(too_big.code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(too_big.message().find("wire limit"), std::string::npos) << too_big.ToString();
+  edge.block_bytes = 4096;
   edge.parties = 16;
   edge.threshold = 7;
   EXPECT_TRUE(ValidateParams(edge, false).ok());
