@@ -127,6 +127,13 @@ Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_pa
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
+  if (!options.read_only) {
+    // A new epoch for this client incarnation, durable before any request uses it.
+    ++client->counters_.epoch;
+    ClientStateStore::Batch batch;
+    batch.SetCounters(client->counters_);
+    S3ORAM_RETURN_IF_ERROR(client->store_->Commit(batch, /*durable=*/true));
+  }
   if (config.servers.size() != config.params.parties) {
     return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
                               " servers for " + std::to_string(config.params.parties) + " parties");
@@ -166,6 +173,7 @@ Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_pa
     max_seq = std::max(max_seq, r.reply.applied_seq);
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
+  if (options.read_only) return client;
   // A server ahead by one eviction is only possible while that eviction is
   // pending in the state (it committed there before the client recorded it).
   bool ahead = false;
@@ -270,9 +278,18 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
       .status();
 }
 
+Status OramClient::RepairRootSlot() {
+  std::vector<Elem> zeros(params().elems_per_slot(), 0);
+  S3ORAM_RETURN_IF_ERROR(WriteRoot(static_cast<std::uint32_t>(counters_.nr), zeros)
+                             .WithContext("rewriting root slot " + std::to_string(counters_.nr)));
+  root_slot_dirty_ = false;
+  return Status::Ok();
+}
+
 Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
                                                      std::span<const std::uint8_t> data) {
   const OramParams& p = params();
+  if (options_.read_only) return Status::FailedPrecondition("client opened read-only");
   if (id >= p.capacity_blocks) {
     return Status::InvalidArgument("block " + std::to_string(id) + " is beyond the capacity of " +
                                    std::to_string(p.capacity_blocks) + " blocks");
@@ -284,6 +301,8 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
   // An eviction left pending by an earlier failure must finish first: the root
   // has no free slot until it does.
   if (counters_.nr >= p.evict_rate) S3ORAM_RETURN_IF_ERROR(RunEviction());
+
+  if (root_slot_dirty_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
 
   const PositionEntry* where = pm_->Find(id);
   const PositionEntry old = where ? *where : PositionEntry{};
@@ -300,7 +319,10 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
 
   const TreeGeometry geo = p.geometry();
   const auto slot = static_cast<std::uint32_t>(counters_.nr);
-  S3ORAM_RETURN_IF_ERROR(WriteRoot(slot, elems));
+  if (Status st = WriteRoot(slot, elems); !st.ok()) {
+    root_slot_dirty_ = true;  // some servers may hold the new sharing, some not
+    return st;
+  }
 
   // The root write is acknowledged by every server; make it visible.
   Counters next = counters_;

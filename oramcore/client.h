@@ -13,11 +13,18 @@
 //    random select shares for a uniformly random-looking path, one WRITE_ROOT
 //    to the next root slot, and an eviction on a fixed schedule.
 //  * Crash consistency: an access becomes visible only when its SQLite
-//    transaction commits, after every server acknowledged the root write; the
-//    slot it wrote is free until then, so a crash loses the access and nothing
-//    else. An eviction is logged as pending before PREPARE; Open finishes a
-//    pending eviction (COMMIT where some server already committed, else PREPARE
-//    again with a new attempt number).
+//    transaction commits, after every server acknowledged the root write, so a
+//    crash loses that access and nothing else. An eviction is logged as pending
+//    before PREPARE; Open finishes a pending eviction (COMMIT where some server
+//    already committed, else PREPARE again with a new attempt number).
+//  * Every slot on a path must hold a consistent sharing, free ones included:
+//    the PIR select multiplies each slot by a share of 0 or 1, and a slot whose
+//    servers disagree (a root write that reached only some of them) turns every
+//    retrieval through it into garbage. So each Open starts a new epoch (the
+//    servers then refuse whatever a previous, dead client left queued), and the
+//    root slot an interrupted write may have touched — slot nr — is rewritten
+//    with a fresh sharing before the first retrieval after an Open or after any
+//    failed root write.
 // Not thread-safe: one access at a time (callers serialise).
 #pragma once
 
@@ -40,6 +47,9 @@ enum class AccessOp { kRead, kWrite };
 struct ClientOptions {
   TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
   TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
+  // Inspect only (s3oram status): no new epoch, no recovery, no accesses, so a
+  // running client is not fenced off.
+  bool read_only = false;
 };
 
 struct ClientStats {
@@ -95,6 +105,7 @@ class OramClient {
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
   Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where);
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
+  Status RepairRootSlot();
 
   ClientOptions options_;
   std::unique_ptr<ClientStateStore> store_;
@@ -103,6 +114,7 @@ class OramClient {
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
   Counters counters_;
   ClientStats stats_;
+  bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
 };
 
 }  // namespace s3oram

@@ -10,8 +10,9 @@
 // it (an eviction) is logged as a pending intent (AddPending, durable) before it
 // is sent, and the intent is removed in the same transaction that records the
 // effect (counters, positions). A root write needs no intent: the slot it
-// writes is free in the position map until the access commits, so an
-// interrupted one is invisible. See docs/ARCHITECTURE.md §Crash consistency.
+// writes is free in the position map until the access commits, and the client
+// rewrites that slot consistently before its next retrieval (OramClient). See
+// docs/ARCHITECTURE.md §Crash consistency.
 #pragma once
 
 #include <cstdint>

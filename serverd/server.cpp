@@ -65,6 +65,7 @@ struct Server::Impl {
   // PREPARE (client resend) be answered without a new SMP run.
   std::optional<std::pair<std::uint64_t, std::uint32_t>> sealed;
   std::uint64_t peer_bytes_sent = 0;
+  std::uint64_t max_epoch = 0;  // highest client epoch accepted by this process
   // Reused buffers for bucket reads (a path; an eviction's inputs).
   std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
 
@@ -97,18 +98,23 @@ struct Server::Impl {
     done.wait();
   }
 
-  Status CheckRequest(const wire::Header& h, bool needs_store) const {
+  Status CheckRequest(const wire::Header& h, bool needs_store) {
     if (!needs_store) return Status::Ok();
     if (!store) return Status::FailedPrecondition("server holds no filesystem; run s3oram init");
     if (h.fs_id != store->meta().fs_id) {
       return Status::FailedPrecondition("request for filesystem " + HexId(h.fs_id) +
                                         " but this server holds " + HexId(store->meta().fs_id));
     }
-    if (h.epoch < store->meta().epoch) {
+    // Fencing: once a request of epoch e is accepted, nothing older is. A
+    // client starts a new epoch at every open, so requests a dead client left
+    // queued here cannot land after its successor's writes. Mutations persist
+    // the epoch; max_epoch also covers the read-only requests in between.
+    max_epoch = std::max(max_epoch, store->meta().epoch);
+    if (h.epoch < max_epoch) {
       return Status::FailedPrecondition("fenced: request epoch " + std::to_string(h.epoch) +
-                                        " is older than epoch " +
-                                        std::to_string(store->meta().epoch));
+                                        " is older than epoch " + std::to_string(max_epoch));
     }
+    max_epoch = h.epoch;
     return Status::Ok();
   }
 
@@ -157,6 +163,7 @@ struct Server::Impl {
     meta.server_index = req.server_index;
     meta.shape = s;
     meta.epoch = h.epoch;
+    max_epoch = h.epoch;
     S3ORAM_ASSIGN_OR_RETURN(store, ShareStore::Create(config.data_dir, meta, req.overwrite, config.sync));
     sealed.reset();
     smp_buffer.clear();
@@ -204,6 +211,7 @@ struct Server::Impl {
                                      std::to_string(shape.elems_per_slot));
     }
     S3ORAM_RETURN_IF_ERROR(store->WriteSlot(1, req.slot, req.share, h.seq, h.epoch));
+    spdlog::debug("write_root seq {} slot {}", h.seq, req.slot);
     return wire::Body{wire::WriteRootReply{}};
   }
 
@@ -310,6 +318,8 @@ struct Server::Impl {
 
   Result<wire::Body> HandlePrepare(const wire::Header& h, const wire::EvictPrepareRequest& req) {
     const ServerMeta& meta = store->meta();
+    spdlog::debug("prepare seq {} eviction {} attempt {} (applied {})", h.seq, req.eviction,
+                  req.attempt, meta.applied_evictions);
     if (req.eviction < meta.applied_evictions) {
       return wire::Body{wire::EvictPrepareReply{req.eviction}};  // already committed here
     }
@@ -426,7 +436,7 @@ struct Server::Impl {
   Result<wire::Body> HandleCommit(const wire::Header& h, const wire::EvictCommitRequest& req) {
     const auto t0 = Clock::now();
     S3ORAM_RETURN_IF_ERROR(store->Commit(req.eviction, h.seq, h.epoch));
-    spdlog::debug("eviction {} committed in {:.1f} ms", req.eviction,
+    spdlog::debug("commit seq {}: eviction {} applied in {:.1f} ms", h.seq, req.eviction,
                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
     sealed.reset();
     return wire::Body{wire::EvictCommitReply{store->meta().applied_evictions}};

@@ -22,7 +22,13 @@ class TempDir {
     std::string tmpl = base + "/s3oram-test-XXXXXX";
     path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
   }
+  // S3ORAM_TEST_KEEP=1 keeps the directory (server logs, state) for debugging.
   ~TempDir() {
+    const char* keep = std::getenv("S3ORAM_TEST_KEEP");
+    if (keep && *keep == '1') {
+      std::printf("[ kept     ] %s\n", path_.c_str());
+      return;
+    }
     std::error_code ec;
     if (!path_.empty()) std::filesystem::remove_all(path_, ec);
   }
@@ -39,7 +45,9 @@ inline std::unique_ptr<cluster::LocalCluster> StartCluster(const std::string& di
   o.dir = dir;
   const char* env = std::getenv("S3ORAM_SERVERD");
   o.serverd_path = env && *env ? env : S3ORAM_TEST_SERVERD;
-  o.log_level = "warn";
+  // S3ORAM_TEST_SERVER_LOG=debug shows every eviction's phases in server-<i>.log.
+  const char* level = std::getenv("S3ORAM_TEST_SERVER_LOG");
+  o.log_level = level && *level ? level : "warn";
   o.threads = 1;
   o.peer_timeout_ms = peer_timeout_ms;
   auto c = cluster::LocalCluster::Start(o);

@@ -341,3 +341,71 @@ TEST(ClusterTest, OpenRefusesServersOfAnotherFilesystem) {
 
 }  // namespace
 }  // namespace s3oram
+
+namespace s3oram {
+namespace {
+
+// A root write that reached only one server (the client died mid-access) makes
+// root slot nr inconsistent, and the root lies on every path. The next client
+// must rewrite that slot before it retrieves anything, and requests still
+// queued from the dead client must be refused (fenced by the new epoch).
+TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(64, 8, 4);
+  config.servers = cluster->endpoints();
+  const std::string state = dir.Sub("fs.s3oram");
+  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+  std::vector<std::vector<std::uint8_t>> blocks;
+  {
+    auto a = OramClient::Open(state, FastRetryOptions());
+    ASSERT_TRUE(a.ok()) << a.status().ToString();
+    for (std::uint64_t id = 0; id < 5; ++id) {  // 5 < A: no eviction, nr = 5
+      blocks.push_back(Content(64, id, 7 * id + 1));
+      ASSERT_TRUE((*a)->Write(id, blocks.back()).ok());
+    }
+  }
+  // The dead client's last request: a fresh sharing of something, to server 0 only.
+  auto st = ClientStateStore::Open(state);
+  ASSERT_TRUE(st.ok());
+  wire::Header h;
+  h.fs_id = (*st)->config().fs_id;
+  h.epoch = (*st)->counters().epoch;
+  h.seq = (*st)->counters().seq + 1;
+  const auto nr = static_cast<std::uint32_t>((*st)->counters().nr);
+  st.value().reset();
+  wire::WriteRootRequest stale;
+  stale.slot = nr;
+  stale.share.assign(config.params.elems_per_slot(), 12345);
+  auto raw = ServerSet::Connect({cluster->endpoints()[0]});
+  ASSERT_TRUE(raw.ok());
+  auto sent = (*raw)->Exchange({wire::Encode(h, stale)}, h, wire::MessageType::kWriteRootReply,
+                               FastRetryOptions().requests);
+  ASSERT_TRUE(sent.ok()) << sent.status().ToString();  // same epoch: accepted
+
+  auto b = OramClient::Open(state, FastRetryOptions());
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  for (std::uint64_t id = 0; id < 5; ++id) {
+    auto r = (*b)->Read(id);
+    ASSERT_TRUE(r.ok()) << "block " << id << ": " << r.status().ToString();
+    EXPECT_EQ(r.value(), blocks[id]);
+  }
+  // The same stale request arriving now is refused: client b's epoch is newer.
+  h.seq += 100;
+  stale.slot = static_cast<std::uint32_t>((*b)->counters().nr);
+  auto fenced = (*raw)->Exchange({wire::Encode(h, stale)}, h, wire::MessageType::kWriteRootReply,
+                                 FastRetryOptions().requests);
+  ASSERT_FALSE(fenced.ok());
+  EXPECT_NE(fenced.status().message().find("fenced"), std::string::npos)
+      << fenced.status().ToString();
+  for (std::uint64_t id = 0; id < 5; ++id) {
+    auto r = (*b)->Read(id);
+    ASSERT_TRUE(r.ok()) << "block " << id << ": " << r.status().ToString();
+    EXPECT_EQ(r.value(), blocks[id]);
+  }
+}
+
+}  // namespace
+}  // namespace s3oram
