@@ -15,6 +15,7 @@
 //  * MAC/s: field-element multiply-accumulates per second.
 //  * PathRead/*: a plain sum over as many bytes as the p31 path occupies, the
 //    ceiling for the (memory-bound) inner product.
+#include <NTL/mat_lzz_p.h>
 #include <benchmark/benchmark.h>
 
 #include <algorithm>
@@ -540,6 +541,33 @@ void Shapes(benchmark::internal::Benchmark* b) {
   b->ArgName("Z")->Arg(64)->Arg(333)->Unit(benchmark::kMillisecond);
 }
 
+// ---------------------------------------------------------------------------
+// NTL's mat_zz_p product as the eviction kernel (the design names it as a
+// candidate): out (Z x m) = M^T (Z x 2Z) * U (2Z x m) over the same prime.
+namespace ntl {
+
+void NtlEvict(benchmark::State& state) {
+  const auto Z = static_cast<long>(state.range(0));
+  const long m = static_cast<long>(p31::kElems);
+  NTL::zz_p::init(s3oram::field::kPrime);
+  std::mt19937_64 rng(42);
+  NTL::mat_zz_p mt, u, out;
+  mt.SetDims(Z, 2 * Z);
+  u.SetDims(2 * Z, m);
+  for (long i = 0; i < Z; ++i)
+    for (long j = 0; j < 2 * Z; ++j) mt[i][j] = static_cast<long>(rng() % s3oram::field::kPrime);
+  for (long i = 0; i < 2 * Z; ++i)
+    for (long j = 0; j < m; ++j) u[i][j] = static_cast<long>(rng() % s3oram::field::kPrime);
+  for (auto _ : state) {
+    NTL::mul(out, mt, u);
+    benchmark::DoNotOptimize(out[0][0]);
+  }
+  ReportEvict(state, static_cast<std::size_t>(Z), p31::kElems);
+}
+
+}  // namespace ntl
+
+using ntl::NtlEvict;
 using p31::P31Evict;
 using p31::P31Path;
 using p32::P32Evict;
@@ -561,6 +589,7 @@ BENCHMARK_CAPTURE(P31Evict, dispatched, k::EvictProduct, false)->Apply(Shapes);
 BENCHMARK_CAPTURE(P31Evict, avx2, ki::EvictProductAvx2, true)->Apply(Shapes);
 BENCHMARK_CAPTURE(P31Evict, scalar, ki::EvictProductScalar, false)->Apply(Shapes);
 BENCHMARK(P61Evict)->Name("P61Evict/scalar")->Apply(Shapes);
+BENCHMARK(NtlEvict)->Name("NtlEvict/mat_zz_p")->Apply(Shapes);
 BENCHMARK_CAPTURE(P32Evict, avx2, p32::EvictProductAvx2, true)->Apply(Shapes);
 BENCHMARK_CAPTURE(P32Evict, scalar, p32::EvictProductScalar, false)->Apply(Shapes);
 
