@@ -1,0 +1,144 @@
+// A live s3oram-serverd facing malformed and out-of-range requests: each gets
+// an error reply (never a crash, never a changed share), and the filesystem
+// keeps working for the real client afterwards.
+#include <gtest/gtest.h>
+#include <zmq.h>
+
+#include <random>
+
+#include "oramcore/transport.h"
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::FastRetryOptions;
+using testing::SmallParams;
+using testing::StartCluster;
+using testing::TempDir;
+
+// Sends one raw frame on a DEALER socket and returns the raw reply (empty on timeout).
+std::vector<std::uint8_t> RawRoundTrip(const std::string& endpoint, const std::vector<std::uint8_t>& frame) {
+  void* ctx = zmq_ctx_new();
+  void* s = zmq_socket(ctx, ZMQ_DEALER);
+  int linger = 0;
+  zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
+  zmq_connect(s, endpoint.c_str());
+  zmq_send(s, frame.data(), frame.size(), 0);
+  zmq_pollitem_t item{s, 0, ZMQ_POLLIN, 0};
+  std::vector<std::uint8_t> reply;
+  if (zmq_poll(&item, 1, 5000) > 0) {
+    zmq_msg_t msg;
+    zmq_msg_init(&msg);
+    if (zmq_msg_recv(&msg, s, 0) >= 0) {
+      auto* d = static_cast<std::uint8_t*>(zmq_msg_data(&msg));
+      reply.assign(d, d + zmq_msg_size(&msg));
+    }
+    zmq_msg_close(&msg);
+  }
+  zmq_close(s);
+  zmq_ctx_term(ctx);
+  return reply;
+}
+
+// The decoded reply must be an ErrorReply.
+void ExpectError(const std::vector<std::uint8_t>& reply, const std::string& what) {
+  ASSERT_FALSE(reply.empty()) << what << ": no reply (server dead or silent)";
+  auto m = wire::Decode(reply);
+  ASSERT_TRUE(m.ok()) << what << ": undecodable reply";
+  EXPECT_TRUE(std::holds_alternative<wire::ErrorReply>(m->body)) << what << ": not refused";
+}
+
+TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(128, 4, 4);
+  config.servers = cluster->endpoints();
+  const std::string state = dir.Sub("fs.s3oram");
+  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+  std::vector<std::uint8_t> block(128, 0x5a);
+  {
+    auto c = OramClient::Open(state, FastRetryOptions());
+    ASSERT_TRUE(c.ok());
+    ASSERT_TRUE((*c)->Write(3, block).ok());
+  }
+  auto st = ClientStateStore::Open(state);
+  ASSERT_TRUE(st.ok());
+  wire::Header h;
+  h.fs_id = (*st)->config().fs_id;
+  h.epoch = (*st)->counters().epoch;
+  h.seq = (*st)->counters().seq + 1;
+  const TreeGeometry geo = config.params.geometry();
+  const std::size_t m = config.params.elems_per_slot();
+  const std::string ep = cluster->endpoints()[0];
+
+  auto rng = testing::SeededRng();
+  // Garbage and truncations of a valid frame.
+  wire::RetrieveRequest good;
+  good.leaf = geo.first_leaf();
+  good.select.assign(geo.path_slots(), 0);
+  const auto valid = wire::Encode(h, good);
+  for (int i = 0; i < 40; ++i) {
+    std::vector<std::uint8_t> junk(rng() % 200);
+    for (auto& b : junk) b = static_cast<std::uint8_t>(rng());
+    ExpectError(RawRoundTrip(ep, junk), "random bytes");
+  }
+  for (std::size_t cut : {std::size_t{0}, std::size_t{10}, wire::kHeaderBytes, valid.size() - 1}) {
+    ExpectError(RawRoundTrip(ep, std::vector<std::uint8_t>(valid.begin(), valid.begin() + cut)),
+                "truncated at " + std::to_string(cut));
+  }
+  // Well-formed frames with fields out of range for this store.
+  wire::Header other = h;
+  other.fs_id[0] ^= 1;
+  ExpectError(RawRoundTrip(ep, wire::Encode(other, good)), "another filesystem");
+  wire::Header old = h;
+  old.epoch = 0;
+  ExpectError(RawRoundTrip(ep, wire::Encode(old, good)), "older epoch");
+  wire::RetrieveRequest bad_leaf = good;
+  bad_leaf.leaf = geo.first_leaf() - 1;
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, bad_leaf)), "internal bucket as leaf");
+  bad_leaf.leaf = geo.first_leaf() << 1;
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, bad_leaf)), "leaf past the tree");
+  wire::RetrieveRequest short_select = good;
+  short_select.select.pop_back();
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, short_select)), "short select vector");
+  wire::WriteRootRequest bad_slot;
+  bad_slot.slot = config.params.bucket_size;
+  bad_slot.share.assign(m, 1);
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, bad_slot)), "slot past Z");
+  wire::WriteRootRequest short_share;
+  short_share.share.assign(m - 1, 1);
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, short_share)), "short share");
+  wire::EvictPrepareRequest wrong_leaf;
+  wrong_leaf.eviction = 0;
+  wrong_leaf.leaf = geo.EvictionLeaf(1);
+  wrong_leaf.matrices.assign((geo.height + 1) * 2 * geo.bucket_size * geo.bucket_size, 0);
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, wrong_leaf)), "eviction leaf not on schedule");
+  wire::EvictPrepareRequest future;
+  future.eviction = 7;
+  future.leaf = geo.EvictionLeaf(7);
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, future)), "eviction from the future");
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, wire::EvictCommitRequest{0})),
+              "commit without a prepared shadow");
+  wire::InitRequest reinit;
+  reinit.server_index = 0;
+  reinit.shape = wire::StoreShape{geo.height, geo.bucket_size, static_cast<std::uint32_t>(m)};
+  wire::Header stranger = h;
+  stranger.fs_id[5] ^= 0xff;
+  ExpectError(RawRoundTrip(ep, wire::Encode(stranger, reinit)), "init over another filesystem");
+  ExpectError(RawRoundTrip(ep, wire::Encode(h, wire::SmpShares{})), "peer message on client port");
+  st.value().reset();
+
+  // Nothing above changed the store: the client still reads its block.
+  auto c = OramClient::Open(state, FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = (*c)->Read(3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r.value(), block);
+}
+
+}  // namespace
+}  // namespace s3oram
