@@ -1,6 +1,9 @@
 // All randomness in s3oram comes from here, and everything here comes from the
-// operating system's CSPRNG through libsodium (randombytes_buf). There is no
-// seed to set: two processes never draw the same shares.
+// operating system's CSPRNG through libsodium. Requests up to 256 bytes are
+// randombytes_buf output; larger ones are the ChaCha20 keystream of a fresh
+// 256-bit key drawn from randombytes_buf for that request alone and zeroed
+// after it (libsodium's own generator construction, without state kept between
+// calls). There is no seed to set: two processes never draw the same shares.
 #pragma once
 
 #include <cstdint>

@@ -448,6 +448,10 @@ struct Server::Impl {
         [&](const auto& body) -> Result<wire::Body> {
           using T = std::decay_t<decltype(body)>;
           if constexpr (std::is_same_v<T, wire::StatusRequest>) {
+            // STATUS is never refused, but a newer epoch seen here already
+            // fences the older client: a successor's recovery begins with
+            // STATUS, and a dead client's queued COMMIT must not run after it.
+            if (store && h.fs_id == store->meta().fs_id) max_epoch = std::max(max_epoch, h.epoch);
             return wire::Body{MakeStatus()};
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);

@@ -5,7 +5,8 @@
 //   shares.bin  header (4 KiB) then buckets 1..2^(H+1)-1, bucket-major, slot-major
 //               (bucket b at 4096 + (b-1) * Z * slot_bytes). Created sparse with
 //               ftruncate: all-zero bytes are a valid sharing of the empty tree,
-//               so initialising writes no data. Read through a read-only mmap.
+//               so initialising writes no data. Read through a read-only mmap
+//               when the pages are resident, else with pread (BucketForRead).
 //   shadow.bin  the buckets an eviction produces, plus a sealed header, kept
 //               until the eviction commits.
 // The 4 KiB header holds two copies of ServerMeta (at 0 and 512), each with a
@@ -68,10 +69,10 @@ class ShareStore {
   // the store is destroyed; contents change only through WriteSlot and Commit.
   const Elem* Bucket(std::uint64_t b) const;
   // Copies bucket b into out (bucket_elems() elements) with one large pread.
-  // Preferred over Bucket() for streaming whole paths: first touches of a
-  // mapping cost a page fault per 4 KiB (60-80 MB/s on the VMs measured, on the
-  // sparse regions of a fresh store), a pread of the same range runs at 0.8-1.3
-  // GB/s, and a copy of a hot bucket costs far less than the kernel that reads it.
+  // First touches of a mapping cost a page fault per 4 KiB (60-80 MB/s on the
+  // VMs measured, on the sparse regions of a fresh store) while a pread of the
+  // same range runs at 0.8-1.3 GB/s; on resident pages the mapping avoids the
+  // copy. BucketForRead picks between the two.
   Status ReadBucket(std::uint64_t b, std::span<Elem> out) const;
   // Bucket b for reading: the mapping itself if every page of it is in the page
   // cache (faults there are cheap minor faults), else a ReadBucket copy in
