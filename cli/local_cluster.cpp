@@ -70,12 +70,15 @@ bool IsOurServer(pid_t pid, const std::string& config) {
          cmdline.find(config) != std::string::npos;
 }
 
-bool WaitGone(pid_t pid, bool is_child, std::chrono::milliseconds timeout) {
+// Waits for pid to end; for a child, reaps it and stores its wait status.
+bool WaitGone(pid_t pid, bool is_child, std::chrono::milliseconds timeout,
+              int* wait_status = nullptr) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
     if (is_child) {
-      int status;
+      int status = 0;
       pid_t r = ::waitpid(pid, &status, WNOHANG);
+      if (r == pid && wait_status) *wait_status = status;
       if (r == pid || (r < 0 && errno == ECHILD)) return true;
     } else if (::kill(pid, 0) != 0 && errno == ESRCH) {
       return true;
@@ -215,11 +218,13 @@ Status LocalCluster::Kill(std::size_t i, int sig) {
   if (pids_.at(i) <= 0) return Status::FailedPrecondition("server " + std::to_string(i) + " is not running");
   if (::kill(pids_[i], sig) != 0) return Status::IoError(std::string("kill: ") + std::strerror(errno));
   if (sig == SIGKILL || sig == SIGTERM) {
-    if (!WaitGone(pids_[i], true, 10s)) {
+    int status = 0;
+    if (!WaitGone(pids_[i], true, 10s, &status)) {
       ::kill(pids_[i], SIGKILL);
-      WaitGone(pids_[i], true, 5s);
+      WaitGone(pids_[i], true, 5s, &status);
     }
     pids_[i] = -1;
+    last_wait_status_ = status;
   }
   return Status::Ok();
 }

@@ -47,8 +47,10 @@ class LocalCluster {
   pid_t pid(std::size_t i) const { return pids_.at(i); }
   std::string log_path(std::size_t i) const;
 
-  // Sends sig to server i and, for SIGKILL/SIGTERM, reaps it.
+  // Sends sig to server i and, for SIGKILL/SIGTERM, reaps it (SIGKILL after
+  // 10 s if it does not end); its wait status is then last_wait_status().
   Status Kill(std::size_t i, int sig);
+  int last_wait_status() const { return last_wait_status_; }
   // Starts server i again (after Kill) with the same config and data.
   Status Restart(std::size_t i);
   Status Stop();
@@ -70,6 +72,7 @@ class LocalCluster {
   std::vector<std::uint16_t> ports_;  // client port i, peer port servers + i
   std::vector<pid_t> pids_;
   bool detached_ = false;
+  int last_wait_status_ = 0;
 };
 
 }  // namespace s3oram::cluster

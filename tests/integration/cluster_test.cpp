@@ -2,6 +2,7 @@
 // access goes through the wire protocol, the share files and the SMP rounds.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <cmath>
 #include <fstream>
@@ -98,6 +99,36 @@ TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
   for (const auto& r : (*client)->QueryServers(std::chrono::milliseconds(5000))) {
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
     EXPECT_EQ(r.reply.applied_evictions, (*client)->counters().ne);
+  }
+}
+
+TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
+  TempDir dir;
+  auto cluster = StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  FsConfig config;
+  config.params = SmallParams(64, 4, 3);
+  config.servers = cluster->endpoints();
+  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  std::vector<std::uint8_t> block(64, 0x42);
+  {
+    auto c = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+    ASSERT_TRUE(c.ok());
+    for (std::uint64_t id = 0; id < 10; ++id) ASSERT_TRUE((*c)->Write(id, block).ok());
+  }
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cluster->Kill(i, SIGTERM).ok());
+    const int status = cluster->last_wait_status();
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
+        << "server " << i << " did not exit cleanly (wait status " << status << ")";
+    ASSERT_TRUE(cluster->Restart(i).ok());
+  }
+  auto c = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (std::uint64_t id = 0; id < 10; ++id) {
+    auto r = (*c)->Read(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value(), block);
   }
 }
 
