@@ -28,29 +28,21 @@ using namespace std::chrono_literals;
 
 namespace {
 
-bool PortFree(std::uint16_t port) {
+// Binds, or connects, a TCP socket to 127.0.0.1:port; true on success.
+bool LoopbackSocket(std::uint16_t port, bool connect) {
   int fd = ::socket(AF_INET, SOCK_STREAM, 0);
   if (fd < 0) return false;
   sockaddr_in addr{};
   addr.sin_family = AF_INET;
   addr.sin_port = htons(port);
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
+  auto* sa = reinterpret_cast<sockaddr*>(&addr);
+  bool ok = (connect ? ::connect(fd, sa, sizeof addr) : ::bind(fd, sa, sizeof addr)) == 0;
   ::close(fd);
   return ok;
 }
-
-bool PortAccepts(std::uint16_t port) {
-  int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) return false;
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_port = htons(port);
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  bool ok = ::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0;
-  ::close(fd);
-  return ok;
-}
+bool PortFree(std::uint16_t port) { return LoopbackSocket(port, /*connect=*/false); }
+bool PortAccepts(std::uint16_t port) { return LoopbackSocket(port, /*connect=*/true); }
 
 std::string ReadTail(const std::string& path, std::size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);

@@ -233,20 +233,13 @@ Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) 
     // looks exactly like a real one to every server.
     leaf = geo.first_leaf() + random::Below(geo.num_leaves());
   }
-  std::vector<std::vector<Elem>> shares(p.parties);
-  ShareVector(select, p.threshold, shares);
-
-  wire::Header h = NextHeader();
-  std::vector<std::vector<std::uint8_t>> frames;
-  for (std::size_t i = 0; i < p.parties; ++i) {
-    wire::RetrieveRequest req;
-    req.leaf = leaf;
-    req.select = std::move(shares[i]);
-    frames.push_back(wire::Encode(h, req));
-  }
-  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->Exchange(frames, h,
-                                                           wire::MessageType::kRetrieveReply,
-                                                           options_.requests));
+  S3ORAM_ASSIGN_OR_RETURN(auto replies,
+                          ExchangeShared(
+                              select,
+                              [leaf](std::vector<Elem>&& share) {
+                                return wire::Body{wire::RetrieveRequest{leaf, std::move(share)}};
+                              },
+                              wire::MessageType::kRetrieveReply, options_.requests));
   std::vector<const Elem*> answers;
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const auto& ans = std::get<wire::RetrieveReply>(replies[i].body).answer;
@@ -262,19 +255,29 @@ Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) 
   return block;
 }
 
-Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
+Result<std::vector<wire::Message>> OramClient::ExchangeShared(
+    std::span<const Elem> secret,
+    const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
+    wire::MessageType expected_reply, const TransportOptions& options) {
   const OramParams& p = params();
   std::vector<std::vector<Elem>> shares(p.parties);
-  ShareVector(elems, p.threshold, shares);
+  ShareVector(secret, p.threshold, shares);
   wire::Header h = NextHeader();
   std::vector<std::vector<std::uint8_t>> frames;
-  for (std::size_t i = 0; i < p.parties; ++i) {
-    wire::WriteRootRequest req;
-    req.slot = slot;
-    req.share = std::move(shares[i]);
-    frames.push_back(wire::Encode(h, req));
+  for (auto& share : shares) {
+    frames.push_back(wire::Encode(h, make_request(std::move(share))));
+    share = {};  // frames hold the bytes now; keep peak memory at one copy
   }
-  return servers_->Exchange(frames, h, wire::MessageType::kWriteRootReply, options_.requests)
+  return servers_->Exchange(frames, h, expected_reply, options);
+}
+
+Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
+  return ExchangeShared(
+             elems,
+             [slot](std::vector<Elem>&& share) {
+               return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
+             },
+             wire::MessageType::kWriteRootReply, options_.requests)
       .status();
 }
 
@@ -427,21 +430,13 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
         S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
       }
       // Fresh shares for every attempt: a retry must not reuse randomness.
-      std::vector<std::vector<Elem>> shares(p.parties);
-      ShareVector(dense, p.threshold, shares);
-      wire::Header h = NextHeader();
-      std::vector<std::vector<std::uint8_t>> frames;
-      for (std::size_t i = 0; i < p.parties; ++i) {
-        wire::EvictPrepareRequest req;
-        req.eviction = plan.eviction;
-        req.attempt = attempt;
-        req.leaf = plan.leaf;
-        req.matrices = std::move(shares[i]);
-        frames.push_back(wire::Encode(h, req));
-      }
-      shares.clear();
-      last = servers_->Exchange(frames, h, wire::MessageType::kEvictPrepareReply,
-                                options_.evictions)
+      last = ExchangeShared(
+                 dense,
+                 [&plan, attempt](std::vector<Elem>&& share) {
+                   return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
+                                                               std::move(share)}};
+                 },
+                 wire::MessageType::kEvictPrepareReply, options_.evictions)
                  .status();
       if (last.ok()) break;
       spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());

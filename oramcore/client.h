@@ -29,6 +29,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -103,6 +104,12 @@ class OramClient {
   Status RunEviction();
   Status FinishPendingEviction();
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
+  // Shares `secret` afresh among the servers and sends server i the request
+  // make_request(its shares), all under one new header; returns the replies.
+  Result<std::vector<wire::Message>> ExchangeShared(
+      std::span<const field::Elem> secret,
+      const std::function<wire::Body(std::vector<field::Elem>&&)>& make_request,
+      wire::MessageType expected_reply, const TransportOptions& options);
   Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where);
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
   Status RepairRootSlot();

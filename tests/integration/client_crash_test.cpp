@@ -24,10 +24,7 @@ using testing::TempDir;
 constexpr std::uint32_t kBlock = 1024;
 
 std::vector<std::uint8_t> Content(std::uint64_t id, std::uint64_t tag) {
-  std::vector<std::uint8_t> out(kBlock);
-  std::mt19937_64 g(id * 0x9e3779b97f4a7c15ull + tag);
-  for (auto& b : out) b = static_cast<std::uint8_t>(g());
-  return out;
+  return testing::Content(kBlock, id, tag);
 }
 
 // Child: writes random blocks forever, announcing each write on `fd` before
@@ -51,14 +48,9 @@ std::vector<std::uint8_t> Content(std::uint64_t id, std::uint64_t tag) {
 }
 
 TEST(ClientCrashTest, KilledClientLosesNothingCommitted) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(kBlock, 16, 5);
-  config.servers = cluster->endpoints();
-  const std::string state = dir.Sub("fs.s3oram");
-  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+  auto fs = testing::MakeFs(SmallParams(kBlock, 16, 5));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
 
   const std::uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);

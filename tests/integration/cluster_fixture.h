@@ -8,7 +8,9 @@
 
 #include <filesystem>
 #include <memory>
+#include <random>
 #include <string>
+#include <vector>
 
 #include "cli/local_cluster.h"
 #include "oramcore/client.h"
@@ -63,6 +65,48 @@ inline OramParams SmallParams(std::uint32_t block_bytes, std::uint32_t A, std::u
   p.capacity_blocks = p.max_capacity_blocks();
   p.bucket_size = MinSafeBucketSize(A, H, p.lambda, p.capacity_blocks);
   return p;
+}
+
+// Block content derived from (id, tag), so a model keeps one tag per block.
+inline std::vector<std::uint8_t> Content(std::size_t bytes, std::uint64_t id, std::uint64_t tag) {
+  std::vector<std::uint8_t> out(bytes);
+  std::mt19937_64 g(id * 0x9e3779b97f4a7c15ull + tag);
+  for (auto& b : out) b = static_cast<std::uint8_t>(g());
+  return out;
+}
+
+// Three servers in a temporary directory with a freshly initialised filesystem
+// whose client state is `state`. Use as
+//   auto fs = MakeFs(params); ASSERT_TRUE(fs); auto& [dir, cluster, config, state] = *fs;
+struct TestFs {
+  TempDir dir;
+  std::unique_ptr<cluster::LocalCluster> cluster;
+  FsConfig config;
+  std::string state;
+};
+
+inline std::unique_ptr<TestFs> MakeFs(const OramParams& params) {
+  auto fs = std::make_unique<TestFs>();
+  fs->cluster = StartCluster(fs->dir.Sub("cluster"));
+  if (!fs->cluster) return nullptr;
+  fs->config.params = params;
+  fs->config.servers = fs->cluster->endpoints();
+  fs->state = fs->dir.Sub("fs.s3oram");
+  Status st = OramClient::Initialize(fs->state, fs->config);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return st.ok() ? std::move(fs) : nullptr;
+}
+
+// A request header as the filesystem's last client would have sent it next.
+inline wire::Header HeaderFromState(const std::string& state) {
+  wire::Header h;
+  auto st = ClientStateStore::Open(state);
+  EXPECT_TRUE(st.ok()) << st.status().ToString();
+  if (!st.ok()) return h;
+  h.fs_id = (*st)->config().fs_id;
+  h.epoch = (*st)->counters().epoch;
+  h.seq = (*st)->counters().seq + 1;
+  return h;
 }
 
 inline ClientOptions FastRetryOptions() {

@@ -24,13 +24,7 @@ using testing::SmallParams;
 using testing::StartCluster;
 using testing::TempDir;
 
-// Block content derived from (id, tag): the model keeps one tag per block.
-std::vector<std::uint8_t> Content(std::size_t bytes, std::uint64_t id, std::uint64_t tag) {
-  std::vector<std::uint8_t> out(bytes);
-  std::mt19937_64 g(id * 0x9e3779b97f4a7c15ull + tag);
-  for (auto& b : out) b = static_cast<std::uint8_t>(g());
-  return out;
-}
+using testing::Content;
 
 class Workload {
  public:
@@ -76,14 +70,10 @@ class Workload {
 };
 
 TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5);
-  config.servers = cluster->endpoints();
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
-  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  auto fs = testing::MakeFs(SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
+  auto client = OramClient::Open(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   Workload w(**client, rng);
@@ -103,16 +93,12 @@ TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
 }
 
 TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(64, 4, 3);
-  config.servers = cluster->endpoints();
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  auto fs = testing::MakeFs(SmallParams(64, 4, 3));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
   std::vector<std::uint8_t> block(64, 0x42);
   {
-    auto c = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+    auto c = OramClient::Open(state, FastRetryOptions());
     ASSERT_TRUE(c.ok());
     for (std::uint64_t id = 0; id < 10; ++id) ASSERT_TRUE((*c)->Write(id, block).ok());
   }
@@ -123,7 +109,7 @@ TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
         << "server " << i << " did not exit cleanly (wait status " << status << ")";
     ASSERT_TRUE(cluster->Restart(i).ok());
   }
-  auto c = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  auto c = OramClient::Open(state, FastRetryOptions());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   for (std::uint64_t id = 0; id < 10; ++id) {
     auto r = (*c)->Read(id);
@@ -133,24 +119,20 @@ TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
 }
 
 TEST(ClusterTest, StatePersistsAcrossClientRestart) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(100, 4, 4);
-  config.servers = cluster->endpoints();
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
+  auto fs = testing::MakeFs(SmallParams(100, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
   auto rng = testing::SeededRng();
   std::unordered_map<std::uint64_t, std::uint64_t> tags;
   {
-    auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+    auto client = OramClient::Open(state, FastRetryOptions());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
       tags[id] = rng();
       ASSERT_TRUE((*client)->Write(id, Content(100, id, tags[id])).ok());
     }
   }
-  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  auto client = OramClient::Open(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
     auto r = (*client)->Read(id);
@@ -160,14 +142,10 @@ TEST(ClusterTest, StatePersistsAcrossClientRestart) {
 }
 
 TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(128, 4, 4);
-  config.servers = cluster->endpoints();
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
-  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  auto fs = testing::MakeFs(SmallParams(128, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
+  auto client = OramClient::Open(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   Workload w(**client, rng);
@@ -317,8 +295,9 @@ TEST(ClusterTest, UnsafeBucketSizeOverflowIsDetectedNotSilent) {
   config.allow_unsafe = true;
   config.servers = cluster->endpoints();
   EXPECT_FALSE(ValidateParams(config.params, false).ok());
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("fs.s3oram"), config).ok());
-  auto client = OramClient::Open(dir.Sub("fs.s3oram"), FastRetryOptions());
+  const std::string state = dir.Sub("fs.s3oram");
+  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+  auto client = OramClient::Open(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   std::unordered_map<std::uint64_t, std::uint64_t> model;
@@ -381,14 +360,9 @@ namespace {
 // must rewrite that slot before it retrieves anything, and requests still
 // queued from the dead client must be refused (fenced by the new epoch).
 TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(64, 8, 4);
-  config.servers = cluster->endpoints();
-  const std::string state = dir.Sub("fs.s3oram");
-  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+  auto fs = testing::MakeFs(SmallParams(64, 8, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
   std::vector<std::vector<std::uint8_t>> blocks;
   {
     auto a = OramClient::Open(state, FastRetryOptions());
@@ -399,14 +373,8 @@ TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
     }
   }
   // The dead client's last request: a fresh sharing of something, to server 0 only.
-  auto st = ClientStateStore::Open(state);
-  ASSERT_TRUE(st.ok());
-  wire::Header h;
-  h.fs_id = (*st)->config().fs_id;
-  h.epoch = (*st)->counters().epoch;
-  h.seq = (*st)->counters().seq + 1;
-  const auto nr = static_cast<std::uint32_t>((*st)->counters().nr);
-  st.value().reset();
+  wire::Header h = testing::HeaderFromState(state);
+  const auto nr = static_cast<std::uint32_t>(ClientStateStore::Open(state).value()->counters().nr);
   wire::WriteRootRequest stale;
   stale.slot = nr;
   stale.share.assign(config.params.elems_per_slot(), 12345);

@@ -51,26 +51,16 @@ void ExpectError(const std::vector<std::uint8_t>& reply, const std::string& what
 }
 
 TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
-  TempDir dir;
-  auto cluster = StartCluster(dir.Sub("cluster"));
-  ASSERT_TRUE(cluster);
-  FsConfig config;
-  config.params = SmallParams(128, 4, 4);
-  config.servers = cluster->endpoints();
-  const std::string state = dir.Sub("fs.s3oram");
-  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
+  auto fs = testing::MakeFs(SmallParams(128, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state] = *fs;
   std::vector<std::uint8_t> block(128, 0x5a);
   {
     auto c = OramClient::Open(state, FastRetryOptions());
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE((*c)->Write(3, block).ok());
   }
-  auto st = ClientStateStore::Open(state);
-  ASSERT_TRUE(st.ok());
-  wire::Header h;
-  h.fs_id = (*st)->config().fs_id;
-  h.epoch = (*st)->counters().epoch;
-  h.seq = (*st)->counters().seq + 1;
+  const wire::Header h = testing::HeaderFromState(state);
   const TreeGeometry geo = config.params.geometry();
   const std::size_t m = config.params.elems_per_slot();
   const std::string ep = cluster->endpoints()[0];
@@ -130,7 +120,6 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   stranger.fs_id[5] ^= 0xff;
   ExpectError(RawRoundTrip(ep, wire::Encode(stranger, reinit)), "init over another filesystem");
   ExpectError(RawRoundTrip(ep, wire::Encode(h, wire::SmpShares{})), "peer message on client port");
-  st.value().reset();
 
   // Nothing above changed the store: the client still reads its block.
   auto c = OramClient::Open(state, FastRetryOptions());
