@@ -281,6 +281,13 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
       .status();
 }
 
+Status OramClient::Sync() {
+  if (options_.read_only) return Status::Ok();
+  ClientStateStore::Batch batch;
+  batch.SetCounters(counters_);
+  return store_->Commit(batch, /*durable=*/true);
+}
+
 Status OramClient::RepairRootSlot() {
   std::vector<Elem> zeros(params().elems_per_slot(), 0);
   S3ORAM_RETURN_IF_ERROR(WriteRoot(static_cast<std::uint32_t>(counters_.nr), zeros)

@@ -92,6 +92,12 @@ class OramClient {
     return Access(AccessOp::kWrite, id, data).status();
   }
 
+  // Makes every committed access durable against power loss, not only against
+  // a crash of this process (accesses commit with synchronous=NORMAL; this
+  // writes the counters with synchronous=FULL, which syncs the whole WAL).
+  // What fsync(2) in the filesystem calls.
+  Status Sync();
+
   // STATUS of every server (unreachable ones carry an error status).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
 

@@ -131,6 +131,7 @@ TEST(ClusterTest, StatePersistsAcrossClientRestart) {
       tags[id] = rng();
       ASSERT_TRUE((*client)->Write(id, Content(100, id, tags[id])).ok());
     }
+    ASSERT_TRUE((*client)->Sync().ok());
   }
   auto client = OramClient::Open(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
