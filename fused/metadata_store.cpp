@@ -1,6 +1,6 @@
 // MetadataStore (see metadata_store.h).
 //
-// Schema (fs schema version 1), in the client state file next to the
+// Schema (fs schema version 2), in the client state file next to the
 // ClientStateStore tables:
 //   fs_meta(key TEXT PRIMARY KEY, value)  schema_version, capacity_blocks,
 //                                         block_bytes, next_unused, sync_count
@@ -10,11 +10,15 @@
 //              ino, UNIQUE(parent, name))
 //   fs_symlinks(ino PRIMARY KEY, target BLOB)
 //   fs_xattrs(ino, name BLOB, value BLOB, PRIMARY KEY(ino, name))
-//   fs_blocks(ino, idx, block_id UNIQUE, PRIMARY KEY(ino, idx))
+//   fs_blocks(ino, idx, block_id UNIQUE, valid, PRIMARY KEY(ino, idx))
 //   fs_free_blocks(block_id PRIMARY KEY)
 // Block allocation: ids below next_unused are either mapped (fs_blocks) or
 // free (fs_free_blocks); ids from next_unused up to the capacity have never
-// been used. AUTOINCREMENT keeps inode numbers and cookies from being reused.
+// been used. `valid` is how many leading bytes of the ORAM's copy of a block
+// belong to the file: 0 for a block allocated but never written back (the
+// ORAM may still hold a previous owner's data for it), at most the part of
+// the block below the file size (Truncate lowers it, MarkWritten raises it).
+// The daemon reads every byte at or past `valid` as zero. AUTOINCREMENT keeps inode numbers and cookies from being reused.
 //
 // Internally, operation bodies report failure by throwing FsFail (an errno and
 // a message); Run() catches it, rolls the transaction back and returns the
@@ -39,7 +43,7 @@
 namespace s3oram::fs {
 namespace {
 
-constexpr std::int64_t kFsSchemaVersion = 1;
+constexpr std::int64_t kFsSchemaVersion = 2;
 constexpr int kBusyTimeoutMs = 5000;
 
 struct FsFail {
@@ -88,6 +92,7 @@ CREATE TABLE IF NOT EXISTS fs_xattrs(
   PRIMARY KEY(ino, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_blocks(
   ino INTEGER NOT NULL, idx INTEGER NOT NULL, block_id INTEGER NOT NULL UNIQUE,
+  valid INTEGER NOT NULL DEFAULT 0,
   PRIMARY KEY(ino, idx)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_free_blocks(block_id INTEGER PRIMARY KEY);
 )sql";
@@ -351,6 +356,11 @@ class MetadataStore::Impl {
       cur = *p;
     }
     Fail(EIO, "directory tree has a cycle");
+  }
+
+  // Block indices are stored as SQLite integers; indices past INT64_MAX never exist.
+  static std::int64_t ClampIdx(std::uint64_t idx) {
+    return static_cast<std::int64_t>(std::min<std::uint64_t>(idx, INT64_MAX));
   }
 
   std::uint64_t BlocksFor(std::uint64_t size) const {
@@ -791,6 +801,12 @@ int MetadataStore::Truncate(Ino ino, std::uint64_t new_size, std::vector<BlockId
     if (new_size > static_cast<std::uint64_t>(INT64_MAX)) Fail(EINVAL, "size too large");
     std::vector<BlockId> ids;
     m.FreeBlocksFrom(ino, m.BlocksFor(new_size), &ids);
+    if (new_size % m.block_bytes_ != 0) {
+      // The ORAM's copy of the new last block keeps its old tail; reading it
+      // as zeros lets the file grow again without exposing those bytes.
+      m.S("UPDATE fs_blocks SET valid = min(valid, ?) WHERE ino = ? AND idx = ?")
+          .U(new_size % m.block_bytes_).U(ino).U(new_size / m.block_bytes_).Run();
+    }
     const std::int64_t now = NowNs();
     m.S("UPDATE fs_inodes SET size = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?")
         .U(new_size).I(now).I(now).U(ino).Run();
@@ -929,6 +945,83 @@ int MetadataStore::MapBlock(Ino ino, std::uint64_t idx, std::uint64_t min_size, 
           .U(min_size).I(now).I(now).U(ino).Run();
     }
     if (out) *out = *id;
+  });
+}
+
+int MetadataStore::GetBlocks(Ino ino, std::uint64_t first_idx, std::uint64_t count,
+                             std::vector<BlockMapping>* out, Attr* attr) {
+  return Run(false, [&](Impl& m) {
+    Attr a = m.FullAttr(ino);
+    if (IsDir(a.mode)) Fail(EISDIR);
+    std::vector<BlockMapping> r;
+    if (count > 0) {
+      const std::uint64_t last = first_idx + std::min(count - 1, UINT64_MAX - first_idx);
+      Q q = m.S("SELECT idx, block_id, valid FROM fs_blocks WHERE ino = ? AND idx >= ? AND "
+                "idx <= ? ORDER BY idx");
+      q.U(ino).I(m.ClampIdx(first_idx)).I(m.ClampIdx(last));
+      while (q.Next()) {
+        r.push_back(BlockMapping{q.UCol(0), q.UCol(1), static_cast<std::uint32_t>(q.Col(2))});
+      }
+    }
+    if (out) *out = std::move(r);
+    if (attr) *attr = a;
+  });
+}
+
+int MetadataStore::PrepareWrite(Ino ino, std::uint64_t offset, std::uint64_t length,
+                                std::vector<BlockMapping>* out, Attr* old_attr) {
+  return Run(true, [&](Impl& m) {
+    Attr a = m.FullAttr(ino);
+    if (IsDir(a.mode)) Fail(EISDIR);
+    if ((a.mode & S_IFMT) != S_IFREG) Fail(EINVAL, "blocks of a non-regular file");
+    constexpr std::uint64_t kMax = static_cast<std::uint64_t>(INT64_MAX);
+    if (offset > kMax || length > kMax - offset) Fail(EFBIG, "offset too large");
+    const std::uint64_t end = offset + length;
+    std::vector<BlockMapping> r;
+    if (length > 0) {
+      const std::uint64_t first = offset / m.block_bytes_;
+      const std::uint64_t last = (end - 1) / m.block_bytes_;
+      std::map<std::uint64_t, BlockMapping> mapped;
+      {
+        Q q = m.S("SELECT idx, block_id, valid FROM fs_blocks WHERE ino = ? AND idx >= ? AND "
+                  "idx <= ? ORDER BY idx");
+        q.U(ino).U(first).U(last);
+        while (q.Next()) {
+          mapped[q.UCol(0)] =
+              BlockMapping{q.UCol(0), q.UCol(1), static_cast<std::uint32_t>(q.Col(2))};
+        }
+      }
+      for (std::uint64_t idx = first; idx <= last; ++idx) {
+        auto it = mapped.find(idx);
+        if (it != mapped.end()) {
+          r.push_back(it->second);
+          continue;
+        }
+        BlockId id = m.AllocateBlock();
+        m.S("INSERT INTO fs_blocks(ino, idx, block_id, valid) VALUES (?, ?, ?, 0)")
+            .U(ino).U(idx).U(id).Run();
+        r.push_back(BlockMapping{idx, id, 0});
+      }
+    }
+    const std::int64_t now = NowNs();
+    m.S("UPDATE fs_inodes SET size = ?, mtime_ns = ?, ctime_ns = ? WHERE ino = ?")
+        .U(std::max(a.size, end)).I(now).I(now).U(ino).Run();
+    if (out) *out = std::move(r);
+    if (old_attr) *old_attr = a;
+  });
+}
+
+int MetadataStore::MarkWritten(const std::vector<BlockId>& ids) {
+  if (ids.empty()) return 0;
+  return Run(true, [&](Impl& m) {
+    // valid = the part of the block below the file's current size. The
+    // daemon's cached copy is zero past the size, so whatever it wrote back
+    // past the size at the time of its copy is zeros as well.
+    for (BlockId id : ids) {
+      m.S("UPDATE fs_blocks SET valid = (SELECT max(0, min(?, i.size - fs_blocks.idx * ?)) "
+          "FROM fs_inodes i WHERE i.ino = fs_blocks.ino) WHERE block_id = ?")
+          .I(m.block_bytes_).I(m.block_bytes_).U(id).Run();
+    }
   });
 }
 
@@ -1075,17 +1168,25 @@ Status MetadataStore::CheckInvariants() {
     if (next > m.capacity_) bad("next_unused beyond capacity");
     std::set<BlockId> used;
     {
-      Q q = m.S("SELECT ino, idx, block_id FROM fs_blocks");
+      Q q = m.S("SELECT ino, idx, block_id, valid FROM fs_blocks");
       while (q.Next()) {
         Ino ino = q.UCol(0);
         std::uint64_t idx = q.UCol(1);
         BlockId id = q.UCol(2);
+        const std::int64_t valid = q.Col(3);
         auto it = inodes.find(ino);
         if (it == inodes.end()) bad("block " + std::to_string(id) + " of missing inode");
         if ((it->second.mode & S_IFMT) != S_IFREG) bad("block of a non-regular file");
         if (idx >= m.BlocksFor(it->second.size)) {
           bad("inode " + std::to_string(ino) + " maps block index " + std::to_string(idx) +
               " beyond its size " + std::to_string(it->second.size));
+        }
+        const std::uint64_t in_size = it->second.size - std::min(it->second.size,
+                                                                  idx * m.block_bytes_);
+        if (valid < 0 || static_cast<std::uint64_t>(valid) > std::min<std::uint64_t>(
+                                                                  m.block_bytes_, in_size)) {
+          bad("block " + std::to_string(id) + " has valid length " + std::to_string(valid) +
+              " beyond the file size");
         }
         if (id >= next) bad("block id " + std::to_string(id) + " beyond next_unused");
         if (!used.insert(id).second) bad("block id " + std::to_string(id) + " mapped twice");

@@ -103,6 +103,17 @@ struct SetAttrIn {
   std::int64_t ctime_ns = 0;
 };
 
+// One mapped block of a file. `valid` counts the leading bytes of the ORAM's
+// copy that belong to the file; every byte at or past it reads as zero. It is
+// 0 from allocation (the ORAM may still hold a previous owner's data) until
+// the daemon reports a write-back (MarkWritten), and never exceeds the part
+// of the block below the file size (Truncate lowers it).
+struct BlockMapping {
+  std::uint64_t idx = 0;
+  BlockId id = 0;
+  std::uint32_t valid = 0;
+};
+
 struct FsStats {
   std::uint64_t total_blocks = 0;  // ORAM capacity in blocks
   std::uint64_t free_blocks = 0;   // not mapped by any inode (orphans included as used)
@@ -184,6 +195,23 @@ class MetadataStore {
   // crash never leaves a block mapped beyond the size. EINVAL if `idx` lies
   // wholly beyond max(size, min_size); EINVAL/EISDIR for non-regular files.
   [[nodiscard]] int MapBlock(Ino ino, std::uint64_t idx, std::uint64_t min_size, BlockId* out);
+  // The mapped blocks with index in [first_idx, first_idx + count), in index
+  // order (holes omitted), and the file's attributes, in one snapshot.
+  [[nodiscard]] int GetBlocks(Ino ino, std::uint64_t first_idx, std::uint64_t count,
+                              std::vector<BlockMapping>* out, Attr* attr);
+  // What a write of [offset, offset + length) needs, in one transaction:
+  // every block of the range mapped (holes get fresh blocks, valid 0; all
+  // or nothing: ENOSPC changes nothing), the size raised to offset + length
+  // if smaller, and mtime/ctime set to now. *out gets the range's mappings in
+  // index order and *attr the attributes from before the write (the daemon
+  // needs the old size to zero the grown part of the old last block).
+  // EFBIG if the end exceeds INT64_MAX; EISDIR/EINVAL for non-regular files.
+  [[nodiscard]] int PrepareWrite(Ino ino, std::uint64_t offset, std::uint64_t length,
+                                 std::vector<BlockMapping>* out, Attr* old_attr);
+  // Records that the ORAM now holds the daemon's copy of these blocks, whose
+  // bytes past the file size are zero: valid becomes the part of each block
+  // below the file's current size. Ids no longer mapped are ignored.
+  [[nodiscard]] int MarkWritten(const std::vector<BlockId>& ids);
   [[nodiscard]] int StatFs(FsStats* out);
 
   // Makes every committed operation durable (fsyncs the WAL).

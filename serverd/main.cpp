@@ -1,5 +1,4 @@
 // s3oram-serverd: one S3ORAM storage server (man 8 s3oram-serverd).
-#include <spdlog/pattern_formatter.h>
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
@@ -13,6 +12,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "oramcore/logging.h"
 #include "serverd/config.h"
 #include "serverd/server.h"
 
@@ -22,43 +22,9 @@ std::atomic<bool> g_stop{false};
 
 extern "C" void OnSignal(int) { g_stop.store(true); }
 
-// Under systemd (stderr connected to the journal) the journal adds timestamps and
-// reads "<N>" priority prefixes; elsewhere we print our own timestamps.
-bool StderrIsJournal() {
-  const char* js = std::getenv("JOURNAL_STREAM");
-  if (!js) return false;
-  unsigned long dev = 0, ino = 0;
-  if (std::sscanf(js, "%lu:%lu", &dev, &ino) != 2) return false;
-  struct stat st;
-  if (fstat(STDERR_FILENO, &st) != 0) return false;
-  return st.st_dev == dev && st.st_ino == ino;
-}
-
-// sd-daemon(3) priority prefix for each spdlog level.
-class JournalPriority : public spdlog::custom_flag_formatter {
- public:
-  void format(const spdlog::details::log_msg& msg, const std::tm&,
-              spdlog::memory_buf_t& dest) override {
-    static constexpr const char* kPrefix[] = {"<7>", "<7>", "<6>", "<4>", "<3>", "<2>", "<6>"};
-    const char* p = kPrefix[static_cast<int>(msg.level)];
-    dest.append(p, p + 3);
-  }
-  std::unique_ptr<custom_flag_formatter> clone() const override {
-    return std::make_unique<JournalPriority>();
-  }
-};
-
 void SetupLogging(const std::string& level) {
-  auto logger = spdlog::stderr_logger_mt("serverd");
-  spdlog::set_default_logger(logger);
-  if (StderrIsJournal()) {
-    auto formatter = std::make_unique<spdlog::pattern_formatter>();
-    formatter->add_flag<JournalPriority>('*').set_pattern("%*%v");
-    spdlog::set_formatter(std::move(formatter));
-  } else {
-    spdlog::set_pattern("%Y-%m-%d %H:%M:%S.%e s3oram-serverd[%P] %l: %v");
-  }
-  spdlog::set_level(spdlog::level::from_str(level));
+  s3oram::logging::Install(spdlog::stderr_logger_mt("serverd"), s3oram::logging::StderrIsJournal(),
+                           "s3oram-serverd", spdlog::level::from_str(level));
 }
 
 }  // namespace

@@ -540,6 +540,69 @@ TEST_F(MetadataStoreTest, BlocksHolesAllocationAndEnospc) {
   ExpectInvariants();
 }
 
+TEST_F(MetadataStoreTest, PrepareWriteGetBlocksAndValidLengths) {
+  OpenStore(6);
+  Ino f = MakeFile(kRootIno, "f");
+  std::vector<BlockMapping> maps;
+  Attr before;
+  // A write of [kBlock + 10, 3 * kBlock + 5) maps blocks 1..3, all fresh.
+  ASSERT_EQ(store_->PrepareWrite(f, kBlock + 10, 2 * kBlock - 5, &maps, &before), 0);
+  EXPECT_EQ(before.size, 0u);
+  ASSERT_EQ(maps.size(), 3u);
+  for (std::size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(maps[i].idx, i + 1);
+    EXPECT_EQ(maps[i].valid, 0u);
+  }
+  EXPECT_EQ(Get(f).size, 3u * kBlock + 5);
+  EXPECT_EQ(Get(f).mapped_blocks, 3u);
+  // MarkWritten sets valid to the part below the size; unknown ids are ignored.
+  ASSERT_EQ(store_->MarkWritten({maps[0].id, maps[2].id, 999}), 0);
+  std::vector<BlockMapping> got;
+  Attr attr;
+  ASSERT_EQ(store_->GetBlocks(f, 0, 10, &got, &attr), 0);
+  ASSERT_EQ(got.size(), 3u);
+  EXPECT_EQ(got[0].valid, kBlock);
+  EXPECT_EQ(got[1].valid, 0u);
+  EXPECT_EQ(got[2].valid, 5u);
+  EXPECT_EQ(attr.size, 3u * kBlock + 5);
+  ExpectInvariants();
+  // Shrinking into a block lowers its valid length; growing keeps it.
+  ASSERT_EQ(store_->Truncate(f, kBlock + 7, nullptr, &attr), 0);
+  ASSERT_EQ(store_->Truncate(f, 3 * kBlock + 5, nullptr, &attr), 0);
+  ASSERT_EQ(store_->GetBlocks(f, 1, 1, &got, &attr), 0);
+  ASSERT_EQ(got.size(), 1u);
+  EXPECT_EQ(got[0].valid, 7u);
+  ExpectInvariants();
+  ASSERT_EQ(store_->PrepareWrite(f, 2 * kBlock, 4, &maps, &attr), 0);
+  ASSERT_EQ(maps.size(), 1u);
+  EXPECT_EQ(maps[0].valid, 0u);  // block 2 was freed by the shrink and mapped afresh
+  // A write inside the file keeps the size and the existing mappings.
+  std::vector<BlockMapping> again;
+  ASSERT_EQ(store_->PrepareWrite(f, 2 * kBlock, 1, &again, &before), 0);
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].id, maps[0].id);
+  EXPECT_EQ(before.size, 3u * kBlock + 5);
+  EXPECT_EQ(Get(f).size, 3u * kBlock + 5);
+  // All or nothing: f holds blocks 1 and 2, so 5 more do not fit in the 4 left.
+  Ino g = MakeFile(kRootIno, "g");
+  EXPECT_EQ(store_->PrepareWrite(g, 0, 5 * kBlock, &maps, &before), ENOSPC);
+  EXPECT_EQ(Get(g).size, 0u);
+  EXPECT_EQ(Get(g).mapped_blocks, 0u);
+  // A freed and reused block comes back unwritten.
+  ASSERT_EQ(store_->Truncate(f, 0, nullptr, &attr), 0);
+  ASSERT_EQ(store_->PrepareWrite(g, 0, 6 * kBlock, &maps, &before), 0);
+  ASSERT_EQ(maps.size(), 6u);
+  for (const auto& m : maps) EXPECT_EQ(m.valid, 0u) << m.idx;
+  // Errors.
+  Ino d = MakeDir(kRootIno, "d");
+  EXPECT_EQ(store_->PrepareWrite(d, 0, 1, &maps, &before), EISDIR);
+  EXPECT_EQ(store_->GetBlocks(d, 0, 1, &maps, &attr), EISDIR);
+  EXPECT_EQ(store_->PrepareWrite(f, static_cast<std::uint64_t>(INT64_MAX), 2, &maps, &before),
+            EFBIG);
+  EXPECT_EQ(store_->PrepareWrite(999, 0, 1, &maps, &before), ENOENT);
+  ExpectInvariants();
+}
+
 TEST_F(MetadataStoreTest, ReopenPersistsEverything) {
   OpenStore();
   Ino d = MakeDir(kRootIno, "dir");

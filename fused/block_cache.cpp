@@ -1,0 +1,242 @@
+#include "fused/block_cache.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <iterator>
+
+namespace s3oram::fs {
+
+BlockCache::BlockCache(BlockEngine& engine, InodeLocks& locks, std::size_t capacity_pages,
+                       WrittenHook on_written)
+    : engine_(engine),
+      locks_(locks),
+      block_(engine.block_bytes()),
+      capacity_(std::max<std::size_t>(capacity_pages, 1)),
+      on_written_(std::move(on_written)) {}
+
+BlockCache::~BlockCache() = default;
+
+BlockCache::Page* BlockCache::FindReady(std::unique_lock<std::mutex>& lock, PageKey key) {
+  for (;;) {
+    auto it = pages_.find(key);
+    if (it == pages_.end()) return nullptr;
+    if (!it->second->loading) return it->second.get();
+    cv_.wait(lock);
+  }
+}
+
+BlockCache::Page* BlockCache::Insert(std::unique_lock<std::mutex>& lock, PageKey key,
+                                     const BlockMapping& m, bool load) {
+  auto page = std::make_unique<Page>();
+  page->block = m.id;
+  page->data.assign(block_, 0);
+  lru_.push_back(key);
+  page->lru = std::prev(lru_.end());
+  Page* p = page.get();
+  pages_.emplace(key, std::move(page));
+  if (!load) return p;
+
+  p->loading = true;
+  ++stats_.loads;
+  lock.unlock();
+  auto r = engine_.Read(m.id);
+  lock.lock();
+  p->loading = false;
+  cv_.notify_all();
+  if (!r.ok() || r->size() != block_) {
+    ++stats_.failures;
+    lru_.erase(p->lru);
+    pages_.erase(key);
+    return nullptr;
+  }
+  // Bytes at or past `valid` may be a previous owner's data or a truncated
+  // tail: they read as zeros.
+  const std::size_t keep = std::min<std::size_t>(m.valid, block_);
+  std::memcpy(p->data.data(), r->data(), keep);
+  return p;
+}
+
+void BlockCache::Touch(Page* p) { lru_.splice(lru_.end(), lru_, p->lru); }
+
+int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
+                     std::span<std::uint8_t> dst) {
+  if (offset > block_ || dst.size() > block_ - offset) return EINVAL;
+  std::unique_lock<std::mutex> lock(mu_);
+  Page* p = FindReady(lock, key);
+  if (p) {
+    ++stats_.hits;
+  } else if (m.valid == 0) {
+    std::fill(dst.begin(), dst.end(), std::uint8_t{0});
+    return 0;
+  } else {
+    p = Insert(lock, key, m, /*load=*/true);
+    if (!p) return EIO;
+  }
+  std::memcpy(dst.data(), p->data.data() + offset, dst.size());
+  Touch(p);
+  return 0;
+}
+
+int BlockCache::Write(PageKey key, const BlockMapping& m, std::size_t offset,
+                      std::span<const std::uint8_t> src) {
+  if (offset > block_ || src.size() > block_ - offset) return EINVAL;
+  std::unique_lock<std::mutex> lock(mu_);
+  Page* p = FindReady(lock, key);
+  if (p) {
+    ++stats_.hits;
+  } else {
+    const bool whole = offset == 0 && src.size() == block_;
+    p = Insert(lock, key, m, /*load=*/!whole && m.valid > 0);
+    if (!p) return EIO;
+  }
+  std::memcpy(p->data.data() + offset, src.data(), src.size());
+  p->dirty = true;
+  Touch(p);
+  return 0;
+}
+
+void BlockCache::ZeroTail(PageKey key, std::size_t from) {
+  std::unique_lock<std::mutex> lock(mu_);
+  Page* p = FindReady(lock, key);
+  if (!p || from >= block_) return;
+  // Not marked dirty: the metadata's valid length already hides the ORAM
+  // copy's tail, and a later write-back of this page carries the zeros.
+  std::fill(p->data.begin() + static_cast<std::ptrdiff_t>(from), p->data.end(), std::uint8_t{0});
+}
+
+void BlockCache::Discard(Ino ino, std::uint64_t first_idx) {
+  std::unique_lock<std::mutex> lock(mu_);
+  for (;;) {
+    bool waited = false;
+    auto it = pages_.lower_bound(PageKey{ino, first_idx});
+    while (it != pages_.end() && it->first.ino == ino) {
+      Page* p = it->second.get();
+      if (p->writing || p->loading) {
+        cv_.wait(lock);
+        waited = true;
+        break;
+      }
+      lru_.erase(p->lru);
+      it = pages_.erase(it);
+    }
+    if (!waited) return;
+  }
+}
+
+int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page* p,
+                          std::vector<BlockId>* written) {
+  // Wait out a write-back in flight (its copy may predate our change), then
+  // write the page if it is still dirty. Pages are looked up again after
+  // every wait: they may have been discarded meanwhile.
+  for (;;) {
+    auto it = pages_.find(key);
+    if (it == pages_.end()) return 0;
+    p = it->second.get();
+    if (p->loading) return 0;  // a page being loaded is clean
+    if (!p->writing) break;
+    cv_.wait(lock);
+  }
+  if (!p->dirty) return 0;
+  p->writing = true;
+  p->dirty = false;
+  std::vector<std::uint8_t> copy = p->data;
+  const BlockId block = p->block;
+  lock.unlock();
+  Status s = engine_.Write(block, copy);
+  int err = s.ok() ? 0 : EIO;
+  // The hook runs before `writing` clears: until then nobody can discard
+  // the page, so its block cannot be freed and reused by another file
+  // before the metadata says what the ORAM holds for it.
+  if (err == 0 && on_written_) err = on_written_({block});
+  lock.lock();
+  p->writing = false;
+  ++stats_.writebacks;
+  if (err != 0) {
+    p->dirty = true;
+    ++stats_.failures;
+  } else if (written) {
+    written->push_back(block);
+  }
+  cv_.notify_all();
+  return err;
+}
+
+int BlockCache::FlushInode(Ino ino) {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<PageKey> keys;
+  for (auto it = pages_.lower_bound(PageKey{ino, 0}); it != pages_.end() && it->first.ino == ino;
+       ++it) {
+    if (it->second->dirty || it->second->writing) keys.push_back(it->first);
+  }
+  int err = 0;
+  for (const PageKey& k : keys) {
+    if (int e = WriteBack(lock, k, nullptr, nullptr); e != 0) err = e;
+  }
+  return err;
+}
+
+int BlockCache::FlushAll() {
+  std::unique_lock<std::mutex> lock(mu_);
+  std::vector<PageKey> keys;
+  for (const auto& [k, p] : pages_) {
+    if (p->dirty || p->writing) keys.push_back(k);
+  }
+  int err = 0;
+  for (const PageKey& k : keys) {
+    if (int e = WriteBack(lock, k, nullptr, nullptr); e != 0) err = e;
+  }
+  return err;
+}
+
+int BlockCache::Shrink() {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Bounded: each round drops a page, or skips past pages it cannot take.
+  std::size_t rounds = 2 * pages_.size() + 16;
+  auto lit = lru_.begin();
+  while (pages_.size() > capacity_ && rounds-- > 0) {
+    while (lit != lru_.end()) {
+      const Page* p = pages_.at(*lit).get();
+      if (!p->loading && !p->writing) break;
+      ++lit;
+    }
+    if (lit == lru_.end()) return 0;  // the rest is in I/O or in use
+    const PageKey key = *lit;
+    // The owner's lock keeps its mappings true while we write back and drop
+    // (see inode_locks.h); if it is busy, its owner is using the file.
+    std::unique_lock<std::mutex> owner(locks_.For(key.ino), std::try_to_lock);
+    if (!owner.owns_lock()) {
+      ++lit;
+      continue;
+    }
+    if (int e = WriteBack(lock, key, nullptr, nullptr); e != 0) return e;
+    auto it = pages_.find(key);
+    if (it != pages_.end() && !it->second->dirty && !it->second->writing &&
+        !it->second->loading) {
+      lru_.erase(it->second->lru);
+      pages_.erase(it);
+    }
+    lit = lru_.begin();  // the list may have changed while the lock was released
+  }
+  return 0;
+}
+
+bool BlockCache::HasDirty(Ino ino) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (auto it = pages_.lower_bound(PageKey{ino, 0}); it != pages_.end() && it->first.ino == ino;
+       ++it) {
+    if (it->second->dirty || it->second->writing) return true;
+  }
+  return false;
+}
+
+BlockCache::Stats BlockCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  Stats s = stats_;
+  s.pages = pages_.size();
+  s.dirty = static_cast<std::size_t>(
+      std::count_if(pages_.begin(), pages_.end(), [](const auto& kv) { return kv.second->dirty; }));
+  return s;
+}
+
+}  // namespace s3oram::fs

@@ -1,0 +1,51 @@
+#include "fused/block_engine.h"
+
+#include <spdlog/spdlog.h>
+
+namespace s3oram::fs {
+
+OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client) : client_(std::move(client)) {}
+
+std::uint32_t OramBlockEngine::block_bytes() const {
+  return static_cast<std::uint32_t>(client_->block_bytes());
+}
+
+std::uint64_t OramBlockEngine::capacity_blocks() const {
+  return client_->params().capacity_blocks;
+}
+
+Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = client_->Read(id);
+  ++stats_.reads;
+  if (!r.ok()) {
+    ++stats_.failures;
+    spdlog::error("ORAM read of block {} failed: {}", id, r.status().ToString());
+  }
+  return r;
+}
+
+Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> data) {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status s = client_->Write(id, data);
+  ++stats_.writes;
+  if (!s.ok()) {
+    ++stats_.failures;
+    spdlog::error("ORAM write of block {} failed: {}", id, s.ToString());
+  }
+  return s;
+}
+
+Status OramBlockEngine::Sync() {
+  std::lock_guard<std::mutex> lock(mu_);
+  Status s = client_->Sync();
+  if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
+  return s;
+}
+
+OramBlockEngine::Stats OramBlockEngine::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return stats_;
+}
+
+}  // namespace s3oram::fs

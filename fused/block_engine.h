@@ -1,0 +1,57 @@
+// BlockEngine: where the filesystem's fixed-size data blocks live.
+//
+// Blocks have ids [0, capacity_blocks()) and exactly block_bytes() bytes; a
+// block never written reads as some block_bytes() of data (the filesystem
+// never reads one it has not written: see BlockMapping::valid). Every call
+// is complete when it returns: a successful Write survives a crash of this
+// process, and Sync() makes every earlier Write survive a power loss.
+// Implementations are thread-safe (they may serialise).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <vector>
+
+#include "oramcore/client.h"
+#include "oramcore/status.h"
+
+namespace s3oram::fs {
+
+class BlockEngine {
+ public:
+  virtual ~BlockEngine() = default;
+  virtual std::uint32_t block_bytes() const = 0;
+  virtual std::uint64_t capacity_blocks() const = 0;
+  virtual Result<std::vector<std::uint8_t>> Read(std::uint64_t id) = 0;
+  virtual Status Write(std::uint64_t id, std::span<const std::uint8_t> data) = 0;
+  virtual Status Sync() = 0;
+};
+
+// The S3ORAM client as a BlockEngine: one ORAM access per Read or Write, one
+// at a time (OramClient is single-threaded; callers queue on a mutex, so
+// concurrent FUSE requests are served in arrival order).
+class OramBlockEngine final : public BlockEngine {
+ public:
+  explicit OramBlockEngine(std::unique_ptr<OramClient> client);
+  std::uint32_t block_bytes() const override;
+  std::uint64_t capacity_blocks() const override;
+  Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override;
+  Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override;
+  Status Sync() override;
+
+  struct Stats {
+    std::uint64_t reads = 0;
+    std::uint64_t writes = 0;
+    std::uint64_t failures = 0;
+  };
+  Stats stats() const;
+
+ private:
+  mutable std::mutex mu_;
+  std::unique_ptr<OramClient> client_;
+  Stats stats_;
+};
+
+}  // namespace s3oram::fs

@@ -1,0 +1,123 @@
+#include "fused/file_data.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cerrno>
+
+namespace s3oram::fs {
+
+FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine,
+                   InodeLocks& locks)
+    : meta_(meta), cache_(cache), engine_(engine), block_(engine.block_bytes()), locks_(locks) {}
+
+int FileData::Read(Ino ino, std::uint64_t offset, std::size_t size,
+                   std::vector<std::uint8_t>* out) {
+  out->clear();
+  std::lock_guard<std::mutex> lock(LockFor(ino));
+  Attr attr;
+  std::vector<BlockMapping> maps;
+  if (size == 0) return 0;
+  const std::uint64_t first = offset / block_;
+  const std::uint64_t last_wanted = (offset + size - 1) / block_;
+  if (int e = meta_.GetBlocks(ino, first, last_wanted - first + 1, &maps, &attr); e != 0) {
+    return e;
+  }
+  if (offset >= attr.size) return 0;
+  const std::uint64_t end = std::min<std::uint64_t>(attr.size, offset + size);
+  out->assign(end - offset, 0);  // holes and unmapped blocks read as zeros
+  for (const BlockMapping& m : maps) {
+    const std::uint64_t block_start = m.idx * block_;
+    const std::uint64_t from = std::max(offset, block_start);
+    const std::uint64_t to = std::min(end, block_start + block_);
+    if (from >= to) continue;
+    std::span<std::uint8_t> dst(out->data() + (from - offset), to - from);
+    if (int e = cache_.Read(PageKey{ino, m.idx}, m, from - block_start, dst); e != 0) {
+      out->clear();
+      return e;
+    }
+  }
+  return 0;
+}
+
+int FileData::Write(Ino ino, std::uint64_t offset, std::span<const std::uint8_t> data) {
+  if (data.empty()) return 0;
+  {
+    std::lock_guard<std::mutex> lock(LockFor(ino));
+    std::vector<BlockMapping> maps;
+    Attr before;
+    if (int e = meta_.PrepareWrite(ino, offset, data.size(), &maps, &before); e != 0) return e;
+    const std::uint64_t end = offset + data.size();
+    for (const BlockMapping& m : maps) {
+      const std::uint64_t block_start = m.idx * block_;
+      const std::uint64_t from = std::max(offset, block_start);
+      const std::uint64_t to = std::min(end, block_start + block_);
+      auto src = data.subspan(from - offset, to - from);
+      if (int e = cache_.Write(PageKey{ino, m.idx}, m, from - block_start, src); e != 0) return e;
+    }
+  }
+  return cache_.Shrink();
+}
+
+int FileData::Truncate(Ino ino, std::uint64_t size, Attr* out) {
+  std::lock_guard<std::mutex> lock(LockFor(ino));
+  Attr before;
+  if (int e = meta_.GetAttr(ino, &before); e != 0) return e;
+  if (size < before.size) {
+    // Pages past the new end go first, so no write-back of them can land
+    // after their blocks are freed (and perhaps reused by another file).
+    cache_.Discard(ino, (size + block_ - 1) / block_);
+    if (int e = meta_.Truncate(ino, size, nullptr, out); e != 0) return e;
+    if (size % block_ != 0) cache_.ZeroTail(PageKey{ino, size / block_}, size % block_);
+    return 0;
+  }
+  // Growing needs no data: bytes past the old size are zero in the cache and
+  // past `valid` in the ORAM.
+  return meta_.Truncate(ino, size, nullptr, out);
+}
+
+int FileData::Allocate(Ino ino, std::uint64_t offset, std::uint64_t length) {
+  if (length == 0) return EINVAL;
+  std::lock_guard<std::mutex> lock(LockFor(ino));
+  std::vector<BlockMapping> maps;
+  Attr before;
+  return meta_.PrepareWrite(ino, offset, length, &maps, &before);
+}
+
+int FileData::Flush(Ino ino) {
+  std::lock_guard<std::mutex> lock(LockFor(ino));
+  return cache_.FlushInode(ino);
+}
+
+int FileData::SyncAll() {
+  if (Status s = engine_.Sync(); !s.ok()) return EIO;
+  if (int e = meta_.Sync(); e != 0) {
+    spdlog::error("syncing the metadata failed: {}", meta_.last_error());
+    return e;
+  }
+  return 0;
+}
+
+int FileData::Fsync(Ino ino) {
+  if (int e = Flush(ino); e != 0) return e;
+  return SyncAll();
+}
+
+int FileData::ForgetIfOrphan(Ino ino) {
+  std::lock_guard<std::mutex> lock(LockFor(ino));
+  Attr a;
+  int e = meta_.GetAttr(ino, &a);
+  if (e == ENOENT) return 0;
+  if (e != 0) return e;
+  if (a.nlink != 0) return 0;
+  cache_.Discard(ino, 0);
+  return meta_.ForgetOrphan(ino, nullptr);
+}
+
+int FileData::FlushAllAndSync() {
+  int err = cache_.FlushAll();
+  if (int e = SyncAll(); e != 0 && err == 0) err = e;
+  return err;
+}
+
+}  // namespace s3oram::fs

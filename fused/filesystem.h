@@ -1,0 +1,59 @@
+// Filesystem: the libfuse low-level operations of s3oramfs.
+//
+// Metadata operations go to the MetadataStore (one SQLite transaction each),
+// file contents to FileData. The kernel's lookup count of every inode is
+// tracked here: an inode unlinked while the kernel still knows it is kept as
+// an orphan and freed (blocks included) when the count drops to zero.
+// Permissions are checked by the kernel (default_permissions is always on).
+#pragma once
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+
+#include <cstdint>
+#include <mutex>
+#include <unordered_map>
+
+#include "fused/file_data.h"
+#include "fused/metadata_store.h"
+
+namespace s3oram::fs {
+
+class Filesystem {
+ public:
+  Filesystem(MetadataStore& meta, FileData& data, double timeout_seconds);
+
+  // The operation table; pass `this` as the session's userdata.
+  static const fuse_lowlevel_ops& Operations();
+
+  // Flushed and synced in `destroy` (unmount, SIGTERM); true once that ran.
+  bool destroyed() const { return destroyed_; }
+
+  // Handlers (public for the C callbacks; not an API).
+  void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);
+  void Forget(fuse_ino_t ino, std::uint64_t nlookup);
+  void Destroy();
+  MetadataStore& meta() { return meta_; }
+  FileData& data() { return data_; }
+  double timeout() const { return timeout_; }
+  void ReplyEntry(fuse_req_t req, const Attr& a);
+  void ReplyCreate(fuse_req_t req, const Attr& a, fuse_file_info* fi);
+  void FillStat(const Attr& a, struct stat* st) const;
+  // After an unlink/rmdir/rename dropped `ino`'s last link: frees it now if
+  // the kernel no longer knows it (otherwise Forget will).
+  void Orphaned(Ino ino);
+  // Replies with `err`, logging the store's message behind an EIO.
+  void ReplyErr(fuse_req_t req, int err, const char* op);
+
+ private:
+  void AddLookup(Ino ino);
+
+  MetadataStore& meta_;
+  FileData& data_;
+  const double timeout_;
+  std::mutex lookups_mu_;
+  std::unordered_map<Ino, std::uint64_t> lookups_;
+  bool destroyed_ = false;
+};
+
+}  // namespace s3oram::fs

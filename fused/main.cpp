@@ -1,0 +1,284 @@
+// s3oramfs-fused: the s3oramfs FUSE daemon and mount helper
+// (man 8 s3oramfs-fused, mount.s3oramfs).
+//
+// Start-up order matters:
+//  1. parse the command line (mount-helper or daemon role, from argv[0]);
+//  2. unless in the foreground, fork before anything starts a thread; the
+//     parent waits on a pipe and exits only when the child reports the
+//     mount live (0) or failed (1, with the child's message on stderr);
+//  3. open the client state and connect to the servers (recovering a
+//     pending eviction), open the metadata and free crash orphans;
+//  4. create the FUSE session, mount, report success, detach stdio;
+//  5. serve with the multi-threaded loop until unmount or SIGTERM/SIGINT/
+//     SIGHUP; `destroy` writes back every cached block and syncs.
+// Once mounted, nothing is written to stderr (logs go to log_file, syslog,
+// or the journal when stderr is the journal).
+#include <fcntl.h>
+#include <spdlog/sinks/basic_file_sink.h>
+#include <spdlog/sinks/stdout_sinks.h>
+#include <spdlog/sinks/syslog_sink.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <syslog.h>
+#include <systemd/sd-daemon.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "fused/block_cache.h"
+#include "fused/block_engine.h"
+#include "fused/file_data.h"
+#include "fused/filesystem.h"
+#include "fused/metadata_store.h"
+#include "fused/mount_options.h"
+#include "oramcore/client.h"
+#include "oramcore/logging.h"
+
+namespace {
+
+using s3oram::Status;
+namespace fs = s3oram::fs;
+
+constexpr const char* kProgram = "s3oramfs-fused";
+constexpr double kAttrTimeoutSeconds = 1.0;
+
+// Reports the start-up outcome to the waiting parent (or nowhere in the
+// foreground). Messages are for the user's terminal.
+class StartupReporter {
+ public:
+  explicit StartupReporter(int fd) : fd_(fd) {}
+  void Fail(const std::string& message) {
+    if (fd_ >= 0) {
+      std::string m = "1" + message;
+      (void)!write(fd_, m.data(), m.size());
+      close(fd_);
+      fd_ = -1;
+    } else {
+      std::fprintf(stderr, "%s: %s\n", kProgram, message.c_str());
+    }
+  }
+  void Succeed() {
+    if (fd_ >= 0) {
+      (void)!write(fd_, "0", 1);
+      close(fd_);
+      fd_ = -1;
+    }
+  }
+
+ private:
+  int fd_;
+};
+
+void SetupLogging(const fs::MountCommand& cmd) {
+  const auto level = spdlog::level::from_str(cmd.log_level);
+  if (!cmd.log_file.empty()) {
+    auto logger = spdlog::basic_logger_mt("fused", cmd.log_file);
+    s3oram::logging::Install(logger, false, kProgram, level);
+    spdlog::flush_on(spdlog::level::trace);
+    return;
+  }
+  if (cmd.foreground && (cmd.debug || s3oram::logging::StderrIsJournal())) {
+    s3oram::logging::Install(spdlog::stderr_logger_mt("fused"),
+                             s3oram::logging::StderrIsJournal(), kProgram, level);
+    return;
+  }
+  auto logger = spdlog::syslog_logger_mt("fused", kProgram, LOG_PID, LOG_DAEMON);
+  spdlog::set_default_logger(logger);
+  spdlog::set_pattern("%v");
+  spdlog::set_level(level);
+}
+
+std::string Absolute(const std::string& path) {
+  char buf[PATH_MAX];
+  if (realpath(path.c_str(), buf) == nullptr) return path;
+  return buf;
+}
+
+void DetachStdio() {
+  int null = open("/dev/null", O_RDWR);
+  if (null < 0) return;
+  dup2(null, STDIN_FILENO);
+  dup2(null, STDOUT_FILENO);
+  dup2(null, STDERR_FILENO);
+  if (null > STDERR_FILENO) close(null);
+}
+
+// The parent side of the fork: wait for the child's verdict.
+int WaitForChild(int fd, pid_t child) {
+  std::string msg;
+  char buf[512];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n > 0) {
+      msg.append(buf, static_cast<std::size_t>(n));
+      continue;
+    }
+    if (n < 0 && errno == EINTR) continue;
+    break;
+  }
+  close(fd);
+  if (!msg.empty() && msg[0] == '0') return 0;
+  int status = 0;
+  waitpid(child, &status, 0);
+  if (msg.size() > 1) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str() + 1);
+  } else {
+    std::fprintf(stderr, "%s: the daemon exited during start-up\n", kProgram);
+  }
+  return 1;
+}
+
+int Serve(const fs::MountCommand& cmd, StartupReporter& reporter) {
+  const std::string state = cmd.state;
+  auto client = s3oram::OramClient::Open(state);
+  if (!client.ok()) {
+    reporter.Fail("cannot open " + state + ": " + client.status().ToString());
+    return 1;
+  }
+  const auto& params = (*client)->params();
+  auto meta = fs::MetadataStore::Open(state, params.capacity_blocks,
+                                      static_cast<std::uint32_t>(params.block_bytes));
+  if (!meta.ok()) {
+    reporter.Fail("cannot open the filesystem metadata in " + state + ": " +
+                  meta.status().ToString());
+    return 1;
+  }
+  std::uint64_t purged = 0;
+  if (int e = (*meta)->PurgeOrphans(&purged); e != 0) {
+    reporter.Fail("cannot free unlinked files left by a crash: " + (*meta)->last_error());
+    return 1;
+  }
+  if (purged > 0) spdlog::info("freed {} unlinked files left by an earlier crash", purged);
+
+  fs::MetadataStore& md = **meta;
+  fs::OramBlockEngine engine(std::move(client).value());
+  const std::size_t pages =
+      static_cast<std::size_t>(cmd.cache_mib * (std::uint64_t{1} << 20) / engine.block_bytes());
+  fs::InodeLocks locks;
+  fs::BlockCache cache(engine, locks, pages,
+                       [&md](const std::vector<fs::BlockId>& ids) { return md.MarkWritten(ids); });
+  fs::FileData data(md, cache, engine, locks);
+  fs::Filesystem filesystem(md, data, kAttrTimeoutSeconds);
+
+  std::vector<std::string> argv_storage = cmd.fuse_args;
+  std::vector<char*> argv;
+  for (auto& a : argv_storage) argv.push_back(a.data());
+  fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
+  fuse_session* se = fuse_session_new(&args, &fs::Filesystem::Operations(),
+                                      sizeof(fuse_lowlevel_ops), &filesystem);
+  if (se == nullptr) {
+    reporter.Fail("cannot create the FUSE session (bad options?)");
+    return 1;
+  }
+  if (fuse_set_signal_handlers(se) != 0) {
+    fuse_session_destroy(se);
+    reporter.Fail("cannot install signal handlers");
+    return 1;
+  }
+  if (fuse_session_mount(se, cmd.mountpoint.c_str()) != 0) {
+    fuse_remove_signal_handlers(se);
+    fuse_session_destroy(se);
+    reporter.Fail("cannot mount on " + cmd.mountpoint +
+                  " (does it exist, and is nothing, not even a dead s3oramfs, mounted there?)");
+    return 1;
+  }
+  spdlog::info("mounted {} on {} ({} blocks of {} bytes, cache {} MiB)", state, cmd.mountpoint,
+               params.capacity_blocks, params.block_bytes, cmd.cache_mib);
+  reporter.Succeed();
+  if (!cmd.foreground) DetachStdio();
+  sd_notify(0, "READY=1");
+
+  int rc = 0;
+  if (cmd.single_thread) {
+    rc = fuse_session_loop(se);
+  } else {
+    fuse_loop_config* config = fuse_loop_cfg_create();
+    fuse_loop_cfg_set_clone_fd(config, 0);
+    fuse_loop_cfg_set_idle_threads(config, 10);
+    rc = fuse_session_loop_mt(se, config);
+    fuse_loop_cfg_destroy(config);
+  }
+  sd_notify(0, "STOPPING=1");
+  spdlog::info("unmounting {} (loop ended with {})", cmd.mountpoint, rc);
+  fuse_remove_signal_handlers(se);
+  fuse_session_unmount(se);
+  fuse_session_destroy(se);  // runs `destroy` if the kernel did not
+  filesystem.Destroy();
+  const auto cs = cache.stats();
+  const auto es = engine.stats();
+  spdlog::info("cache: {} hits, {} loads, {} write-backs, {} failures; ORAM: {} reads, {} writes",
+               cs.hits, cs.loads, cs.writebacks, cs.failures, es.reads, es.writes);
+  if (cache.FlushAll() != 0) return 1;
+  return rc < 0 ? 1 : 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  auto parsed = fs::ParseMountCommand(argc, argv);
+  if (!parsed.ok()) {
+    std::fprintf(stderr, "%s: %s\n%s", kProgram, parsed.status().message().c_str(),
+                 fs::UsageText(argv[0]).c_str());
+    return 2;
+  }
+  fs::MountCommand cmd = std::move(parsed).value();
+  if (cmd.show_help) {
+    std::printf("%s", fs::UsageText(argv[0]).c_str());
+    std::printf("FUSE options:\n");
+    std::fflush(stdout);
+    fuse_cmdline_help();
+    fuse_lowlevel_help();
+    return 0;
+  }
+  if (cmd.show_version) {
+    std::printf("%s version 0.1.0 (libfuse %s)\n", kProgram, fuse_pkgversion());
+    return 0;
+  }
+  if (cmd.fake) return 0;  // mount -f: pretend
+  cmd.state = Absolute(cmd.state);
+  cmd.mountpoint = Absolute(cmd.mountpoint);
+  if (!cmd.log_file.empty()) cmd.log_file = Absolute(cmd.log_file);
+  struct stat st;
+  if (stat(cmd.state.c_str(), &st) != 0) {
+    std::fprintf(stderr, "%s: cannot use state file %s: %s\n", kProgram, cmd.state.c_str(),
+                 std::strerror(errno));
+    return 1;
+  }
+
+  int report_fd = -1;
+  if (!cmd.foreground) {
+    int fds[2];
+    if (pipe(fds) != 0) {
+      std::perror("pipe");
+      return 1;
+    }
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::perror("fork");
+      return 1;
+    }
+    if (pid > 0) {
+      close(fds[1]);
+      return WaitForChild(fds[0], pid);
+    }
+    close(fds[0]);
+    report_fd = fds[1];
+    setsid();
+    if (chdir("/") != 0) {
+      // Paths are absolute already; nothing depends on the working directory.
+    }
+  }
+  SetupLogging(cmd);
+  StartupReporter reporter(report_fd);
+  int rc = Serve(cmd, reporter);
+  spdlog::shutdown();
+  return rc;
+}

@@ -1,0 +1,237 @@
+#include "fused/mount_options.h"
+
+#define FUSE_USE_VERSION 312
+#include <fuse_lowlevel.h>
+#include <fuse_opt.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstddef>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
+
+namespace s3oram::fs {
+namespace {
+
+// Filled by fuse_opt_parse: our own -o options and the positional arguments.
+struct RawOptions {
+  char* cache_size = nullptr;
+  char* log_file = nullptr;
+  char* log_level = nullptr;
+  int nonopts = 0;
+  std::string* state = nullptr;
+  std::string* error = nullptr;
+};
+
+enum { kKeyDiscard = 100 };
+
+const fuse_opt kOptionSpec[] = {
+    {"cache_size=%s", offsetof(RawOptions, cache_size), 0},
+    {"log_file=%s", offsetof(RawOptions, log_file), 0},
+    {"log_level=%s", offsetof(RawOptions, log_level), 0},
+    FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("noauto", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("user", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("nouser", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("users", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("defaults", FUSE_OPT_KEY_DISCARD),
+    // We set these ourselves.
+    FUSE_OPT_KEY("subtype=", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_KEY("default_permissions", FUSE_OPT_KEY_DISCARD),
+    FUSE_OPT_END,
+};
+
+int ProcessOption(void* data, const char* arg, int key, fuse_args*) {
+  auto* raw = static_cast<RawOptions*>(data);
+  if (key == FUSE_OPT_KEY_NONOPT) {
+    ++raw->nonopts;
+    if (raw->nonopts == 1) {
+      *raw->state = arg;
+      return 0;  // consumed: the source is ours
+    }
+    if (raw->nonopts == 2) return 1;  // the mountpoint, for fuse_parse_cmdline
+    *raw->error = std::string("unexpected argument '") + arg + "'";
+    return -1;
+  }
+  if (key == FUSE_OPT_KEY_OPT && std::strncmp(arg, "x-", 2) == 0) return 0;  // fstab/systemd
+  return 1;
+}
+
+struct FuseArgsDeleter {
+  void operator()(fuse_args* a) const {
+    fuse_opt_free_args(a);
+    delete a;
+  }
+};
+
+// mount(8) runs helpers as `mount.TYPE SPEC DIR [-sfnv] [-N NS] [-o OPTS] [-t TYPE]`;
+// turn that into the daemon's own argv.
+Result<std::vector<std::string>> TranslateHelperArgs(int argc, const char* const* argv,
+                                                     MountCommand* cmd) {
+  std::vector<std::string> out{argv[0]};
+  std::vector<std::string> options;
+  std::vector<std::string> positional;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "-o" || a == "-t" || a == "-N") {
+      if (i + 1 >= argc) return Status::InvalidArgument("option " + std::string(a) + " needs a value");
+      std::string_view v = argv[++i];
+      if (a == "-o") options.emplace_back(v);
+      if (a == "-N") return Status::InvalidArgument("mount namespaces (-N) are not supported");
+      continue;
+    }
+    if (a.starts_with("-o")) {
+      options.emplace_back(a.substr(2));
+      continue;
+    }
+    if (a.starts_with("-t")) continue;
+    if (a == "-h" || a == "--help") {
+      cmd->show_help = true;
+      continue;
+    }
+    if (a.starts_with("-") && a.size() > 1) {
+      for (char c : a.substr(1)) {
+        switch (c) {
+          case 'f': cmd->fake = true; break;
+          case 'v': cmd->verbose = true; break;
+          case 's':  // sloppy: unknown options are errors anyway
+          case 'n':  // no mtab: there is none
+            break;
+          default:
+            return Status::InvalidArgument(std::string("unknown mount helper flag -") + c);
+        }
+      }
+      continue;
+    }
+    positional.emplace_back(a);
+  }
+  for (auto& p : positional) out.push_back(std::move(p));
+  for (auto& o : options) {
+    out.emplace_back("-o");
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
+}  // namespace
+
+Invocation InvocationFromArgv0(std::string_view argv0) {
+  std::string_view base = argv0.substr(argv0.find_last_of('/') + 1);
+  if (base == "mount.s3oramfs" || base == "mount.fuse.s3oramfs") return Invocation::kMountHelper;
+  return Invocation::kDaemon;
+}
+
+std::string EscapeOptionValue(std::string_view value) {
+  std::string out;
+  for (char c : value) {
+    if (c == ',' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out;
+}
+
+std::string UsageText(std::string_view program) {
+  std::string p(program);
+  return "usage: " + p + " STATE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
+         "       mount -t s3oramfs STATE MOUNTPOINT [-o OPTIONS]\n"
+         "\n"
+         "Mounts the s3oramfs filesystem whose client state file is STATE.\n"
+         "\n"
+         "s3oramfs options:\n"
+         "    -o cache_size=MiB      write-back block cache size (default 64)\n"
+         "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"
+         "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
+         "    -o _netdev,nofail,auto,noauto,user,nouser,users,defaults,x-*\n"
+         "                           fstab options, accepted and ignored\n"
+         "\n";
+}
+
+Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
+  MountCommand cmd;
+  if (argc < 1 || argv[0] == nullptr) return Status::InvalidArgument("empty command line");
+  cmd.invocation = InvocationFromArgv0(argv[0]);
+
+  std::vector<std::string> normalized;
+  if (cmd.invocation == Invocation::kMountHelper) {
+    S3ORAM_ASSIGN_OR_RETURN(normalized, TranslateHelperArgs(argc, argv, &cmd));
+  } else {
+    normalized.assign(argv, argv + argc);
+  }
+  if (cmd.show_help) return cmd;
+
+  std::vector<char*> cargv;
+  for (auto& s : normalized) cargv.push_back(s.data());
+  std::unique_ptr<fuse_args, FuseArgsDeleter> args(new fuse_args{});
+  for (char* a : cargv) {
+    if (fuse_opt_add_arg(args.get(), a) != 0) return Status::IoError("out of memory");
+  }
+
+  RawOptions raw;
+  std::string error;
+  raw.state = &cmd.state;
+  raw.error = &error;
+  if (fuse_opt_parse(args.get(), &raw, kOptionSpec, ProcessOption) != 0) {
+    std::free(raw.cache_size);
+    std::free(raw.log_file);
+    std::free(raw.log_level);
+    return Status::InvalidArgument(error.empty() ? "invalid options" : error);
+  }
+  std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
+
+  if (cache_size) {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(cache_size.get(), &end, 10);
+    if (errno != 0 || end == cache_size.get() || *end != '\0' || v == 0 || v > kMaxCacheMib ||
+        cache_size.get()[0] == '-') {
+      return Status::InvalidArgument("cache_size must be a whole number of MiB in 1.." +
+                                     std::to_string(kMaxCacheMib) + ", not '" +
+                                     cache_size.get() + "'");
+    }
+    cmd.cache_mib = v;
+  }
+  if (log_file) cmd.log_file = log_file.get();
+  if (log_level) {
+    static constexpr std::string_view kLevels[] = {"trace", "debug", "info", "warn", "error"};
+    cmd.log_level = log_level.get();
+    bool known = false;
+    for (auto l : kLevels) known = known || l == cmd.log_level;
+    if (!known) return Status::InvalidArgument("unknown log_level '" + cmd.log_level + "'");
+  }
+
+  if (!cmd.state.empty()) {
+    // Absolute, so the mount table names the file whatever the cwd was.
+    if (char* abs = realpath(cmd.state.c_str(), nullptr)) {
+      cmd.state = abs;
+      std::free(abs);
+    }
+  }
+  std::string ours = "-osubtype=s3oramfs,default_permissions";
+  if (!cmd.state.empty()) ours += ",fsname=" + EscapeOptionValue(cmd.state);
+  if (fuse_opt_add_arg(args.get(), ours.c_str()) != 0) return Status::IoError("out of memory");
+
+  fuse_cmdline_opts opts{};
+  if (fuse_parse_cmdline(args.get(), &opts) != 0) {
+    return Status::InvalidArgument("invalid FUSE options (see --help)");
+  }
+  std::unique_ptr<char, decltype(&std::free)> mountpoint(opts.mountpoint, &std::free);
+  cmd.show_help = opts.show_help != 0;
+  cmd.show_version = opts.show_version != 0;
+  cmd.debug = opts.debug != 0;
+  cmd.single_thread = opts.singlethread != 0;
+  // A mount helper always detaches: mount(8) waits for it to return.
+  cmd.foreground = cmd.invocation == Invocation::kDaemon && (opts.foreground != 0 || cmd.debug);
+  if (mountpoint) cmd.mountpoint = mountpoint.get();
+  for (int i = 0; i < args->argc; ++i) cmd.fuse_args.emplace_back(args->argv[i]);
+  if (cmd.show_help || cmd.show_version) return cmd;
+  if (cmd.state.empty()) return Status::InvalidArgument("missing STATE (the client state file)");
+  if (cmd.mountpoint.empty()) return Status::InvalidArgument("missing MOUNTPOINT");
+  return cmd;
+}
+
+}  // namespace s3oram::fs

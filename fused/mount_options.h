@@ -1,0 +1,58 @@
+// The command line of s3oramfs-fused, in its two roles:
+//
+//   s3oramfs-fused STATE MOUNTPOINT [-f] [-d] [-s] [-o OPT[,OPT...]]
+//   mount.s3oramfs STATE MOUNTPOINT [-sfnv] [-o OPTS] [-t TYPE]   (mount(8) helper)
+//
+// The role comes from argv[0]: named mount.s3oramfs or mount.fuse.s3oramfs it
+// follows mount(8)'s helper convention (-f means "fake", -n/-s/-v are
+// accepted, and it always runs in the background). Both roles accept the
+// daemon's own options (cache_size=MiB, log_file=PATH, log_level=LEVEL),
+// drop the fstab-only options (_netdev, nofail, auto, noauto, user, nouser,
+// users, defaults, x-*), and hand everything else to libfuse, adding
+// subtype=s3oramfs, fsname=<STATE> and default_permissions.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "oramcore/status.h"
+
+namespace s3oram::fs {
+
+enum class Invocation { kDaemon, kMountHelper };
+
+struct MountCommand {
+  Invocation invocation = Invocation::kDaemon;
+  std::string state;       // the client state file (mount's "source")
+  std::string mountpoint;
+  // What remains for fuse_session_new: argv[0] then options.
+  std::vector<std::string> fuse_args;
+  bool foreground = false;
+  bool debug = false;
+  bool single_thread = false;
+  bool fake = false;       // helper -f: parse, then do nothing
+  bool verbose = false;    // helper -v
+  bool show_help = false;
+  bool show_version = false;
+  std::uint64_t cache_mib = 64;
+  std::string log_file;
+  std::string log_level = "info";
+};
+
+inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;
+
+Invocation InvocationFromArgv0(std::string_view argv0);
+
+// Parses argv; InvalidArgument with a message fit for the user on error.
+// With show_help/show_version set, the other fields may be incomplete.
+Result<MountCommand> ParseMountCommand(int argc, const char* const* argv);
+
+// `value` escaped for a -o option list (libfuse splits at unescaped commas).
+std::string EscapeOptionValue(std::string_view value);
+
+// Usage text of this program (the libfuse option help follows it).
+std::string UsageText(std::string_view program);
+
+}  // namespace s3oram::fs

@@ -1,0 +1,212 @@
+// BlockCache over an in-memory BlockEngine: hits and loads, valid-length
+// zeroing, write coalescing, capacity, discard, flush errors, and
+// concurrent writers against a model. (End-to-end, the cache runs over the
+// real ORAM in the fs_* integration tests.)
+#include "fused/block_cache.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/support/test_seed.h"
+
+namespace s3oram::fs {
+namespace {
+
+constexpr std::uint32_t kB = 64;
+
+class MemoryEngine final : public BlockEngine {
+ public:
+  std::uint32_t block_bytes() const override { return kB; }
+  std::uint64_t capacity_blocks() const override { return 1024; }
+  Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override {
+    std::lock_guard<std::mutex> l(mu);
+    ++reads;
+    if (fail) return Status::Unavailable("injected");
+    auto it = blocks.find(id);
+    if (it == blocks.end()) return std::vector<std::uint8_t>(kB, 0xEE);  // "previous owner"
+    return it->second;
+  }
+  Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override {
+    std::lock_guard<std::mutex> l(mu);
+    ++writes;
+    if (fail) return Status::Unavailable("injected");
+    blocks[id].assign(data.begin(), data.end());
+    return Status::Ok();
+  }
+  Status Sync() override { return Status::Ok(); }
+
+  std::mutex mu;
+  std::map<std::uint64_t, std::vector<std::uint8_t>> blocks;
+  int reads = 0, writes = 0;
+  bool fail = false;
+};
+
+std::vector<std::uint8_t> Bytes(std::size_t n, std::uint8_t v) {
+  return std::vector<std::uint8_t>(n, v);
+}
+
+struct Fixture {
+  MemoryEngine engine;
+  InodeLocks locks;
+  std::vector<BlockId> marked;
+  std::mutex marked_mu;
+  BlockCache cache{engine, locks, 4, [this](const std::vector<BlockId>& ids) {
+                     std::lock_guard<std::mutex> l(marked_mu);
+                     marked.insert(marked.end(), ids.begin(), ids.end());
+                     return 0;
+                   }};
+};
+
+TEST(BlockCacheTest, ValidZeroNeedsNoAccessAndHidesOldData) {
+  Fixture f;
+  std::vector<std::uint8_t> out(kB, 0x11);
+  ASSERT_EQ(f.cache.Read({1, 0}, BlockMapping{0, 7, 0}, 0, out), 0);
+  EXPECT_EQ(out, Bytes(kB, 0));
+  EXPECT_EQ(f.engine.reads, 0);
+  // A partial write to a fresh block does not load it: the rest is zeros.
+  auto src = Bytes(8, 0xAB);
+  ASSERT_EQ(f.cache.Write({1, 0}, BlockMapping{0, 7, 0}, 4, src), 0);
+  EXPECT_EQ(f.engine.reads, 0);
+  ASSERT_EQ(f.cache.Read({1, 0}, BlockMapping{0, 7, 0}, 0, out), 0);
+  for (std::size_t i = 0; i < kB; ++i) EXPECT_EQ(out[i], (i >= 4 && i < 12) ? 0xAB : 0) << i;
+}
+
+TEST(BlockCacheTest, LoadZeroesPastValidAndCoalescesWrites) {
+  Fixture f;
+  f.engine.blocks[3] = Bytes(kB, 0x55);
+  std::vector<std::uint8_t> out(kB);
+  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 10}, 0, out), 0);
+  EXPECT_EQ(f.engine.reads, 1);
+  for (std::size_t i = 0; i < kB; ++i) EXPECT_EQ(out[i], i < 10 ? 0x55 : 0) << i;
+  // Cached: no second load; many small writes, one write-back.
+  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 10}, 0, out), 0);
+  EXPECT_EQ(f.engine.reads, 1);
+  for (std::uint8_t i = 0; i < 16; ++i) {
+    std::uint8_t b = i;
+    ASSERT_EQ(f.cache.Write({2, 0}, BlockMapping{0, 3, 10}, i, std::span(&b, 1)), 0);
+  }
+  EXPECT_TRUE(f.cache.HasDirty(2));
+  ASSERT_EQ(f.cache.FlushInode(2), 0);
+  EXPECT_EQ(f.engine.writes, 1);
+  EXPECT_FALSE(f.cache.HasDirty(2));
+  EXPECT_EQ(f.marked, std::vector<BlockId>{3});
+  for (std::size_t i = 0; i < kB; ++i) EXPECT_EQ(f.engine.blocks[3][i], i < 16 ? i : 0) << i;
+  ASSERT_EQ(f.cache.FlushInode(2), 0);  // nothing dirty: nothing written
+  EXPECT_EQ(f.engine.writes, 1);
+}
+
+TEST(BlockCacheTest, WholeBlockWriteSkipsLoad) {
+  Fixture f;
+  f.engine.blocks[9] = Bytes(kB, 0x55);
+  auto src = Bytes(kB, 0x77);
+  ASSERT_EQ(f.cache.Write({1, 5}, BlockMapping{5, 9, kB}, 0, src), 0);
+  EXPECT_EQ(f.engine.reads, 0);
+}
+
+TEST(BlockCacheTest, ShrinkWritesBackLeastRecentlyUsedAndKeepsCapacity) {
+  Fixture f;
+  for (std::uint64_t i = 0; i < 10; ++i) {
+    auto src = Bytes(kB, static_cast<std::uint8_t>(i + 1));
+    ASSERT_EQ(f.cache.Write({1, i}, BlockMapping{i, 100 + i, 0}, 0, src), 0);
+    ASSERT_EQ(f.cache.Shrink(), 0);
+    EXPECT_LE(f.cache.stats().pages, 4u);
+  }
+  EXPECT_EQ(f.engine.writes, 6);  // blocks 0..5 were pushed out
+  for (std::uint64_t i = 0; i < 6; ++i) EXPECT_EQ(f.engine.blocks[100 + i], Bytes(kB, i + 1));
+  ASSERT_EQ(f.cache.FlushAll(), 0);
+  EXPECT_EQ(f.engine.writes, 10);
+  // A page pushed out is read back through the engine.
+  std::vector<std::uint8_t> out(kB);
+  ASSERT_EQ(f.cache.Read({1, 0}, BlockMapping{0, 100, kB}, 0, out), 0);
+  EXPECT_EQ(out, Bytes(kB, 1));
+}
+
+TEST(BlockCacheTest, DiscardDropsDirtyPagesAndZeroTailClearsTail) {
+  Fixture f;
+  auto src = Bytes(kB, 0x42);
+  ASSERT_EQ(f.cache.Write({4, 0}, BlockMapping{0, 1, 0}, 0, src), 0);
+  ASSERT_EQ(f.cache.Write({4, 1}, BlockMapping{1, 2, 0}, 0, src), 0);
+  f.cache.Discard(4, 1);
+  f.cache.ZeroTail({4, 0}, 5);
+  ASSERT_EQ(f.cache.FlushAll(), 0);
+  EXPECT_EQ(f.engine.writes, 1);  // block 2 was discarded unwritten
+  for (std::size_t i = 0; i < kB; ++i) EXPECT_EQ(f.engine.blocks[1][i], i < 5 ? 0x42 : 0) << i;
+  EXPECT_EQ(f.engine.blocks.count(2), 0u);
+}
+
+TEST(BlockCacheTest, FailedWriteBackStaysDirtyAndFailedLoadCachesNothing) {
+  Fixture f;
+  auto src = Bytes(kB, 0x10);
+  ASSERT_EQ(f.cache.Write({1, 0}, BlockMapping{0, 1, 0}, 0, src), 0);
+  f.engine.fail = true;
+  EXPECT_EQ(f.cache.FlushInode(1), EIO);
+  EXPECT_TRUE(f.cache.HasDirty(1));
+  EXPECT_TRUE(f.marked.empty());
+  std::vector<std::uint8_t> out(kB);
+  EXPECT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 5, kB}, 0, out), EIO);
+  EXPECT_EQ(f.cache.stats().pages, 1u);
+  f.engine.fail = false;
+  ASSERT_EQ(f.cache.FlushInode(1), 0);
+  EXPECT_EQ(f.engine.blocks[1], src);
+  EXPECT_EQ(f.marked, std::vector<BlockId>{1});
+}
+
+// Writers on disjoint inodes with a tiny cache, so write-backs of one
+// writer's pages happen on other threads; the engine must end up with
+// exactly the model's bytes.
+TEST(BlockCacheTest, ConcurrentWritersAgainstModel) {
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  Fixture f;
+  constexpr int kThreads = 4;
+  constexpr std::uint64_t kBlocksPerInode = 6;
+  std::vector<std::map<std::uint64_t, std::vector<std::uint8_t>>> model(kThreads);
+  std::vector<std::thread> threads;
+  std::atomic<int> errors{0};
+  for (int t = 0; t < kThreads; ++t) {
+    threads.emplace_back([&, t] {
+      std::mt19937_64 g(seed + static_cast<std::uint64_t>(t));
+      for (int op = 0; op < 400; ++op) {
+        std::uint64_t idx = g() % kBlocksPerInode;
+        BlockMapping m{idx, static_cast<BlockId>(t * 100 + idx), 0};
+        std::size_t off = g() % kB;
+        std::size_t len = 1 + g() % (kB - off);
+        auto& blk = model[t][idx];
+        if (blk.empty()) blk.assign(kB, 0);
+        std::vector<std::uint8_t> src(len);
+        for (auto& b : src) b = static_cast<std::uint8_t>(g());
+        std::copy(src.begin(), src.end(), blk.begin() + static_cast<std::ptrdiff_t>(off));
+        const Ino ino = static_cast<Ino>(t + 1);
+        {
+          // As FileData does: the mapping is read and used under the inode lock.
+          std::lock_guard<std::mutex> owner(f.locks.For(ino));
+          {
+            // valid is kB once the block was written back (what MarkWritten records).
+            std::lock_guard<std::mutex> l(f.engine.mu);
+            if (f.engine.blocks.count(m.id)) m.valid = kB;
+          }
+          if (f.cache.Write({ino, idx}, m, off, src) != 0) ++errors;
+          if (g() % 50 == 0 && f.cache.FlushInode(ino) != 0) ++errors;
+        }
+        if (f.cache.Shrink() != 0) ++errors;
+      }
+    });
+  }
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(errors.load(), 0);
+  ASSERT_EQ(f.cache.FlushAll(), 0);
+  for (int t = 0; t < kThreads; ++t) {
+    for (const auto& [idx, bytes] : model[t]) {
+      EXPECT_EQ(f.engine.blocks[static_cast<std::uint64_t>(t * 100) + idx], bytes)
+          << "inode " << t + 1 << " block " << idx;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace s3oram::fs
