@@ -1,6 +1,7 @@
 #include "fused/filesystem.h"
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
@@ -205,6 +206,11 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Attr a;
   if (int e = fs.meta().GetAttr(ino, &a); e != 0) return fs.ReplyErr(req, e, "open");
   if (S_ISDIR(a.mode)) return fs.ReplyErr(req, EISDIR, "open");
+  // libfuse asks for atomic O_TRUNC: the kernel passes the flag here instead
+  // of sending a separate setattr.
+  if ((fi->flags & O_TRUNC) && S_ISREG(a.mode) && (fi->flags & O_ACCMODE) != O_RDONLY) {
+    if (int e = fs.data().Truncate(ino, 0, &a); e != 0) return fs.ReplyErr(req, e, "open");
+  }
   // This mount is the only writer, so the kernel's page cache stays valid
   // across opens.
   fi->keep_cache = 1;
