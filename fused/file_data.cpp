@@ -13,6 +13,21 @@ FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine,
 
 int FileData::Read(Ino ino, std::uint64_t offset, std::size_t size,
                    std::vector<std::uint8_t>* out) {
+  int err = ReadLocked(ino, offset, size, out);
+  TrimCache();  // loads add clean pages
+  return err;
+}
+
+void FileData::TrimCache() {
+  // Failures here concern other files' blocks (they stay dirty and surface
+  // at their flush or fsync), never the request being answered.
+  if (int e = cache_.Shrink(); e != 0) {
+    spdlog::warn("cache write-back failed (errno {}); the blocks stay dirty and are retried", e);
+  }
+}
+
+int FileData::ReadLocked(Ino ino, std::uint64_t offset, std::size_t size,
+                         std::vector<std::uint8_t>* out) {
   out->clear();
   std::lock_guard<std::mutex> lock(LockFor(ino));
   Attr attr;
@@ -56,7 +71,8 @@ int FileData::Write(Ino ino, std::uint64_t offset, std::span<const std::uint8_t>
       if (int e = cache_.Write(PageKey{ino, m.idx}, m, from - block_start, src); e != 0) return e;
     }
   }
-  return cache_.Shrink();
+  TrimCache();
+  return 0;
 }
 
 int FileData::Truncate(Ino ino, std::uint64_t size, Attr* out) {
@@ -64,10 +80,12 @@ int FileData::Truncate(Ino ino, std::uint64_t size, Attr* out) {
   Attr before;
   if (int e = meta_.GetAttr(ino, &before); e != 0) return e;
   if (size < before.size) {
-    // Pages past the new end go first, so no write-back of them can land
-    // after their blocks are freed (and perhaps reused by another file).
-    cache_.Discard(ino, (size + block_ - 1) / block_);
+    // Under the inode lock no write-back of this file's pages can start
+    // (the shrinker try-locks), so dropping the pages past the new end right
+    // after the commit frees their blocks is safe; dropping them first would
+    // lose written data if the commit failed.
     if (int e = meta_.Truncate(ino, size, nullptr, out); e != 0) return e;
+    cache_.Discard(ino, (size + block_ - 1) / block_);
     if (size % block_ != 0) cache_.ZeroTail(PageKey{ino, size / block_}, size % block_);
     return 0;
   }
@@ -103,13 +121,14 @@ int FileData::Fsync(Ino ino) {
   return SyncAll();
 }
 
-int FileData::ForgetIfOrphan(Ino ino) {
+int FileData::ForgetIfOrphan(Ino ino, const std::function<bool()>& still_forgotten) {
   std::lock_guard<std::mutex> lock(LockFor(ino));
   Attr a;
   int e = meta_.GetAttr(ino, &a);
   if (e == ENOENT) return 0;
   if (e != 0) return e;
   if (a.nlink != 0) return 0;
+  if (still_forgotten && !still_forgotten()) return 0;  // looked up (and opened) again
   cache_.Discard(ino, 0);
   return meta_.ForgetOrphan(ino, nullptr);
 }

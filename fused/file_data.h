@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <mutex>
 #include <span>
 #include <vector>
@@ -37,8 +38,8 @@ class FileData {
   // Up to `size` bytes from `offset` (fewer at end of file; holes are zeros).
   [[nodiscard]] int Read(Ino ino, std::uint64_t offset, std::size_t size,
                          std::vector<std::uint8_t>* out);
-  // Writes all of `data` at `offset` (ENOSPC/EFBIG change nothing), then
-  // trims the cache to its capacity.
+  // Writes all of `data` at `offset` (ENOSPC/EFBIG change nothing). Read and
+  // Write trim the cache to its capacity afterwards (outside the inode lock).
   [[nodiscard]] int Write(Ino ino, std::uint64_t offset, std::span<const std::uint8_t> data);
   // Sets the size; *out gets the new attributes.
   [[nodiscard]] int Truncate(Ino ino, std::uint64_t size, Attr* out);
@@ -50,14 +51,18 @@ class FileData {
   // Flush, then make every committed change durable (fsync, fdatasync).
   [[nodiscard]] int Fsync(Ino ino);
   // Frees an unlinked inode the kernel has forgotten: drops its cached
-  // blocks, then its metadata. No-op if it still has links.
-  [[nodiscard]] int ForgetIfOrphan(Ino ino);
+  // blocks, then its metadata. No-op if it still has links, or if
+  // `still_forgotten` (asked under the inode lock) says the kernel has
+  // looked it up again meanwhile.
+  [[nodiscard]] int ForgetIfOrphan(Ino ino, const std::function<bool()>& still_forgotten);
   // Writes back everything and syncs (unmount).
   [[nodiscard]] int FlushAllAndSync();
 
  private:
   std::mutex& LockFor(Ino ino) { return locks_.For(ino); }
   int SyncAll();
+  int ReadLocked(Ino ino, std::uint64_t offset, std::size_t size, std::vector<std::uint8_t>* out);
+  void TrimCache();
 
   MetadataStore& meta_;
   BlockCache& cache_;

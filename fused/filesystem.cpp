@@ -48,6 +48,9 @@ void OpInit(void* userdata, fuse_conn_info* conn) {
   // No writeback cache, locks or splice: the kernel passes every write
   // through (our own cache coalesces them) and handles locks locally.
   conn->want &= ~static_cast<unsigned>(FUSE_CAP_WRITEBACK_CACHE);
+  // The kernel clears setuid/setgid on write, truncate and chown itself (as a
+  // mode change in setattr); we do not promise to.
+  conn->want &= ~static_cast<unsigned>(FUSE_CAP_HANDLE_KILLPRIV);
   if (conn->capable & FUSE_CAP_ASYNC_READ) conn->want |= FUSE_CAP_ASYNC_READ;
   if (conn->capable & FUSE_CAP_PARALLEL_DIROPS) conn->want |= FUSE_CAP_PARALLEL_DIROPS;
   conn->time_gran = 1;
@@ -517,10 +520,15 @@ void Filesystem::Forget(fuse_ino_t ino, std::uint64_t nlookup) {
     lookups_.erase(it);
   }
   if (ino == kRootIno) return;
-  if (int e = data_.ForgetIfOrphan(ino); e != 0) {
+  if (int e = data_.ForgetIfOrphan(ino, [this, ino] { return Unknown(ino); }); e != 0) {
     spdlog::error("freeing unlinked inode {} failed (errno {}); it is freed at the next mount", ino,
                   e);
   }
+}
+
+bool Filesystem::Unknown(Ino ino) {
+  std::lock_guard<std::mutex> lock(lookups_mu_);
+  return lookups_.count(ino) == 0;
 }
 
 void Filesystem::Orphaned(Ino ino) {
@@ -528,7 +536,7 @@ void Filesystem::Orphaned(Ino ino) {
     std::lock_guard<std::mutex> lock(lookups_mu_);
     if (lookups_.count(ino) != 0) return;  // Forget frees it
   }
-  if (int e = data_.ForgetIfOrphan(ino); e != 0) {
+  if (int e = data_.ForgetIfOrphan(ino, [this, ino] { return Unknown(ino); }); e != 0) {
     spdlog::error("freeing unlinked inode {} failed (errno {}); it is freed at the next mount", ino,
                   e);
   }

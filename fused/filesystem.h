@@ -47,6 +47,8 @@ class Filesystem {
 
  private:
   void AddLookup(Ino ino);
+  // True if the kernel holds no lookup of `ino`.
+  bool Unknown(Ino ino);
 
   MetadataStore& meta_;
   FileData& data_;

@@ -96,10 +96,14 @@ void SetupLogging(const fs::MountCommand& cmd) {
   spdlog::set_level(level);
 }
 
+// Absolute (the daemon changes to / after forking); files that do not exist
+// yet (a new log file) are resolved against the working directory.
 std::string Absolute(const std::string& path) {
   char buf[PATH_MAX];
-  if (realpath(path.c_str(), buf) == nullptr) return path;
-  return buf;
+  if (realpath(path.c_str(), buf) != nullptr) return buf;
+  if (!path.empty() && path[0] == '/') return path;
+  if (getcwd(buf, sizeof buf) == nullptr) return path;
+  return std::string(buf) + "/" + path;
 }
 
 void DetachStdio() {
@@ -113,12 +117,15 @@ void DetachStdio() {
 
 // The parent side of the fork: wait for the child's verdict.
 int WaitForChild(int fd, pid_t child) {
+  // "0" means mounted: return at once (a process the child started may
+  // still hold the pipe open). Anything else is read to the end.
   std::string msg;
   char buf[512];
   for (;;) {
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) {
       msg.append(buf, static_cast<std::size_t>(n));
+      if (msg[0] == '0') break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -256,7 +263,7 @@ int main(int argc, char** argv) {
   int report_fd = -1;
   if (!cmd.foreground) {
     int fds[2];
-    if (pipe(fds) != 0) {
+    if (pipe2(fds, O_CLOEXEC) != 0) {
       std::perror("pipe");
       return 1;
     }
@@ -276,8 +283,13 @@ int main(int argc, char** argv) {
       // Paths are absolute already; nothing depends on the working directory.
     }
   }
-  SetupLogging(cmd);
   StartupReporter reporter(report_fd);
+  try {
+    SetupLogging(cmd);
+  } catch (const spdlog::spdlog_ex& e) {
+    reporter.Fail(std::string("cannot set up logging: ") + e.what());
+    return 1;
+  }
   int rc = Serve(cmd, reporter);
   spdlog::shutdown();
   return rc;
