@@ -181,6 +181,8 @@ int Serve(const fs::MountCommand& cmd, StartupReporter& reporter) {
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
   fuse_session* se = fuse_session_new(&args, &fs::Filesystem::Operations(),
                                       sizeof(fuse_lowlevel_ops), &filesystem);
+  // fuse_session_new may have rebuilt args in memory of its own.
+  fuse_opt_free_args(&args);
   if (se == nullptr) {
     reporter.Fail("cannot create the FUSE session (bad options?)");
     return 1;
