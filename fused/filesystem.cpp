@@ -473,25 +473,24 @@ void Filesystem::AddLookup(Ino ino) {
   ++lookups_[ino];
 }
 
-void Filesystem::ReplyEntry(fuse_req_t req, const Attr& a) {
+fuse_entry_param Filesystem::Entry(const Attr& a) {
   fuse_entry_param e{};
   e.ino = a.ino;
   e.generation = 1;
   FillStat(a, &e.attr);
   e.attr_timeout = timeout_;
   e.entry_timeout = timeout_;
-  AddLookup(a.ino);
+  AddLookup(a.ino);  // counted before the reply, undone if it fails
+  return e;
+}
+
+void Filesystem::ReplyEntry(fuse_req_t req, const Attr& a) {
+  fuse_entry_param e = Entry(a);
   if (fuse_reply_entry(req, &e) != 0) Forget(a.ino, 1);  // the request was interrupted
 }
 
 void Filesystem::ReplyCreate(fuse_req_t req, const Attr& a, fuse_file_info* fi) {
-  fuse_entry_param e{};
-  e.ino = a.ino;
-  e.generation = 1;
-  FillStat(a, &e.attr);
-  e.attr_timeout = timeout_;
-  e.entry_timeout = timeout_;
-  AddLookup(a.ino);
+  fuse_entry_param e = Entry(a);
   if (fuse_reply_create(req, &e, fi) != 0) Forget(a.ino, 1);
 }
 

@@ -47,6 +47,8 @@ class Filesystem {
 
  private:
   void AddLookup(Ino ino);
+  // The entry reply for `a`, its lookup counted.
+  fuse_entry_param Entry(const Attr& a);
   // True if the kernel holds no lookup of `ino`.
   bool Unknown(Ino ino);
 
