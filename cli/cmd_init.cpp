@@ -2,6 +2,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
+#include "cli/key_options.h"
 #include "cli/param_options.h"
 #include "oramcore/client.h"
 
@@ -14,6 +15,8 @@ void RegisterInit(CLI::App& app, int* exit_code) {
     std::vector<std::string> servers;
     ParamOptions params;
     bool overwrite = false;
+    std::string passfile;
+    KdfOptions kdf;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("-s,--state", a->state, "client state file to create (SQLite)")->required();
@@ -23,6 +26,9 @@ void RegisterInit(CLI::App& app, int* exit_code) {
   AddParamOptions(cmd, a->params);
   cmd->add_flag("--overwrite-servers", a->overwrite,
                 "replace a filesystem the servers already hold (its data is lost)");
+  AddPassfileOption(cmd, a->passfile, "--passfile", kPassphraseEnv,
+                    "the new filesystem's passphrase");
+  AddKdfOptions(cmd, a->kdf);
   cmd->callback([a, exit_code] {
     auto p = ResolveParams(a->params, std::uint64_t{1} << 30);
     if (!p.ok()) {
@@ -30,11 +36,24 @@ void RegisterInit(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
+    auto kdf = ResolveKdf(a->kdf);
+    if (!kdf.ok()) {
+      std::fprintf(stderr, "s3oram init: %s\n", kdf.status().ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
+    auto pass = ReadPassphrase(PassphraseSource{a->passfile},
+                               "New passphrase for " + a->state + ": ", /*confirm=*/true);
+    if (!pass.ok()) {
+      std::fprintf(stderr, "s3oram init: %s\n", pass.status().ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
     FsConfig config;
     config.params = *p;
     config.servers = a->servers;
     config.allow_unsafe = a->params.allow_unsafe;
-    if (auto st = OramClient::Initialize(a->state, config, a->overwrite); !st.ok()) {
+    if (auto st = OramClient::Initialize(a->state, config, *pass, *kdf, a->overwrite); !st.ok()) {
       std::fprintf(stderr, "s3oram init: %s\n", st.ToString().c_str());
       *exit_code = 1;
       return;

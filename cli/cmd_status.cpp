@@ -14,10 +14,9 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
   cmd->add_option("--timeout-ms", *timeout_ms, "per-server timeout")->capture_default_str();
   cmd->callback([state, timeout_ms, exit_code] {
     ClientOptions options;
-    options.read_only = true;
     options.requests.deadline = std::chrono::milliseconds(*timeout_ms);
     options.requests.resend_after = std::chrono::milliseconds(*timeout_ms);
-    auto client = OramClient::Open(*state, options);
+    auto client = OramClient::OpenReadOnly(*state, options);
     if (!client.ok()) {
       std::fprintf(stderr, "s3oram status: %s\n", client.status().ToString().c_str());
       *exit_code = 1;

@@ -11,6 +11,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "s3oram 0.1.0");
   int exit_code = 0;
   s3oram::cli::RegisterInit(app, &exit_code);
+  s3oram::cli::RegisterPasswd(app, &exit_code);
   s3oram::cli::RegisterParams(app, &exit_code);
   s3oram::cli::RegisterStatus(app, &exit_code);
   s3oram::cli::RegisterBench(app, &exit_code);

@@ -41,6 +41,7 @@
 #include "fused/mount_options.h"
 #include "oramcore/client.h"
 #include "oramcore/logging.h"
+#include "oramcore/passphrase.h"
 
 namespace {
 
@@ -143,9 +144,10 @@ int WaitForChild(int fd, pid_t child) {
   return 1;
 }
 
-int Serve(const fs::MountCommand& cmd, StartupReporter& reporter) {
+int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporter& reporter) {
   const std::string state = cmd.state;
-  auto client = s3oram::OramClient::Open(state);
+  auto client = s3oram::OramClient::Open(state, passphrase);
+  passphrase = s3oram::Secret();  // zeroed: the client keeps only the derived block key
   if (!client.ok()) {
     reporter.Fail("cannot open " + state + ": " + client.status().ToString());
     return 1;
@@ -262,6 +264,16 @@ int main(int argc, char** argv) {
     return 1;
   }
 
+  if (!cmd.passfile.empty()) cmd.passfile = Absolute(cmd.passfile);
+  // Before forking: the prompt needs the terminal, and the environment
+  // variable is wiped from this process before the daemon runs.
+  auto passphrase = s3oram::ReadPassphrase(s3oram::PassphraseSource{cmd.passfile},
+                                           "Passphrase for " + cmd.state + ": ");
+  if (!passphrase.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, passphrase.status().ToString().c_str());
+    return 1;
+  }
+
   int report_fd = -1;
   if (!cmd.foreground) {
     int fds[2];
@@ -292,7 +304,7 @@ int main(int argc, char** argv) {
     reporter.Fail(std::string("cannot set up logging: ") + e.what());
     return 1;
   }
-  int rc = Serve(cmd, reporter);
+  int rc = Serve(cmd, std::move(passphrase).value(), reporter);
   spdlog::shutdown();
   return rc;
 }

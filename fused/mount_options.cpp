@@ -19,6 +19,7 @@ struct RawOptions {
   char* cache_size = nullptr;
   char* log_file = nullptr;
   char* log_level = nullptr;
+  char* passfile = nullptr;
   int nonopts = 0;
   std::string* state = nullptr;
   std::string* error = nullptr;
@@ -30,6 +31,7 @@ const fuse_opt kOptionSpec[] = {
     {"cache_size=%s", offsetof(RawOptions, cache_size), 0},
     {"log_file=%s", offsetof(RawOptions, log_file), 0},
     {"log_level=%s", offsetof(RawOptions, log_level), 0},
+    {"passfile=%s", offsetof(RawOptions, passfile), 0},
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
@@ -144,6 +146,8 @@ std::string UsageText(std::string_view program) {
          "    -o cache_size=MiB      write-back block cache size (default 64)\n"
          "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"
          "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
+         "    -o passfile=PATH       read the passphrase from PATH (mode 0600); without it\n"
+         "                           $S3ORAM_PASSPHRASE, else a prompt on the terminal\n"
          "    -o _netdev,nofail,auto,noauto,user,nouser,users,defaults,x-*\n"
          "                           fstab options, accepted and ignored\n"
          "\n";
@@ -177,11 +181,14 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
     std::free(raw.cache_size);
     std::free(raw.log_file);
     std::free(raw.log_level);
+    std::free(raw.passfile);
     return Status::InvalidArgument(error.empty() ? "invalid options" : error);
   }
   std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> passfile(raw.passfile, &std::free);
+  if (passfile) cmd.passfile = passfile.get();
 
   if (cache_size) {
     char* end = nullptr;

@@ -6,7 +6,8 @@
 // The role comes from argv[0]: named mount.s3oramfs or mount.fuse.s3oramfs it
 // follows mount(8)'s helper convention (-f means "fake", -n/-s/-v are
 // accepted, and it always runs in the background). Both roles accept the
-// daemon's own options (cache_size=MiB, log_file=PATH, log_level=LEVEL),
+// daemon's own options (cache_size=MiB, log_file=PATH, log_level=LEVEL,
+// passfile=PATH),
 // drop the fstab-only options (_netdev, nofail, auto, noauto, user, nouser,
 // users, defaults, x-*), and hand everything else to libfuse, adding
 // subtype=s3oramfs, fsname=<STATE> and default_permissions.
@@ -39,6 +40,7 @@ struct MountCommand {
   std::uint64_t cache_mib = 64;
   std::string log_file;
   std::string log_level = "info";
+  std::string passfile;    // empty: $S3ORAM_PASSPHRASE or a terminal prompt
 };
 
 inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;

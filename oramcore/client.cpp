@@ -63,6 +63,14 @@ const FsConfig& OramClient::config() const { return store_->config(); }
 const Counters& OramClient::counters() const { return counters_; }
 const TransportStats& OramClient::transport_stats() const { return servers_->stats(); }
 
+std::string OramClient::ServerSetName() const {
+  std::string out = "{";
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(i) + "=" + servers_->endpoint(i);
+  }
+  return out + "}";
+}
+
 wire::Header OramClient::NextHeader() {
   wire::Header h;
   h.fs_id = config().fs_id;
@@ -72,8 +80,10 @@ wire::Header OramClient::NextHeader() {
 }
 
 Status OramClient::Initialize(const std::string& state_path, const FsConfig& config_in,
+                              const Secret& passphrase, const KdfParams& kdf,
                               bool overwrite_servers) {
   FsConfig config = config_in;
+  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(kdf));
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe));
   if (config.servers.size() != config.params.parties) {  // checked again at Open
     return Status::InvalidArgument("need exactly " + std::to_string(config.params.parties) +
@@ -87,6 +97,10 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
   bool zero_id = std::all_of(config.fs_id.begin(), config.fs_id.end(),
                              [](std::uint8_t b) { return b == 0; });
   if (zero_id) random::Bytes(config.fs_id);
+  {
+    Secret master = NewMasterKey();
+    S3ORAM_ASSIGN_OR_RETURN(config.key_wrap, WrapMasterKey(master, passphrase, config.fs_id, kdf));
+  }
 
   S3ORAM_ASSIGN_OR_RETURN(auto servers, ServerSet::Connect(config.servers));
   wire::Header header;
@@ -116,18 +130,37 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
 }
 
 Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_path,
+                                                     const Secret& passphrase,
                                                      ClientOptions options) {
+  return OpenImpl(state_path, &passphrase, options);
+}
+
+Result<std::unique_ptr<OramClient>> OramClient::OpenReadOnly(const std::string& state_path,
+                                                             ClientOptions options) {
+  return OpenImpl(state_path, nullptr, options);
+}
+
+Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& state_path,
+                                                         const Secret* passphrase,
+                                                         ClientOptions options) {
   random::EnsureInitialized();
   std::unique_ptr<OramClient> client(new OramClient());
   client->options_ = options;
+  client->read_only_ = passphrase == nullptr;
   S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(state_path));
   const FsConfig& config = client->store_->config();
+  if (passphrase != nullptr) {
+    // Before anything changes (the epoch): a wrong passphrase leaves no trace.
+    S3ORAM_ASSIGN_OR_RETURN(Secret master,
+                            UnwrapMasterKey(config.key_wrap, *passphrase, config.fs_id));
+    client->sealer_ = std::make_unique<BlockSealer>(master, config.fs_id);
+  }
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
                              .WithContext("parameters in " + state_path));
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
-  if (!options.read_only) {
+  if (!client->read_only_) {
     // A new epoch for this client incarnation, durable before any request uses it.
     ++client->counters_.epoch;
     ClientStateStore::Batch batch;
@@ -173,7 +206,7 @@ Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_pa
     max_seq = std::max(max_seq, r.reply.applied_seq);
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
-  if (options.read_only) return client;
+  if (client->read_only_) return client;
   // A server ahead by one eviction is only possible while that eviction is
   // pending in the state (it committed there before the client recorded it).
   bool ahead = false;
@@ -282,7 +315,7 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
 }
 
 Status OramClient::Sync() {
-  if (options_.read_only) return Status::Ok();
+  if (read_only_) return Status::Ok();
   ClientStateStore::Batch batch;
   batch.SetCounters(counters_);
   return store_->Commit(batch, /*durable=*/true);
@@ -299,7 +332,7 @@ Status OramClient::RepairRootSlot() {
 Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
                                                      std::span<const std::uint8_t> data) {
   const OramParams& p = params();
-  if (options_.read_only) return Status::FailedPrecondition("client opened read-only");
+  if (read_only_) return Status::FailedPrecondition("client opened read-only");
   if (id >= p.capacity_blocks) {
     return Status::InvalidArgument("block " + std::to_string(id) + " is beyond the capacity of " +
                                    std::to_string(p.capacity_blocks) + " blocks");
@@ -318,14 +351,32 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
   const PositionEntry old = where ? *where : PositionEntry{};
   S3ORAM_ASSIGN_OR_RETURN(std::vector<Elem> elems, RetrieveElems(where));
 
+  // The block as it was: sealed under (id, old.version); zeros if unmapped.
   std::vector<std::uint8_t> previous(p.block_bytes, 0);
-  if (where && !field::Unpack(elems, previous)) {
-    return Status::Corruption("block " + std::to_string(id) +
-                              " did not reconstruct to a valid packing (a server returned a wrong "
-                              "share, or the client state does not match the servers)");
+  std::vector<std::uint8_t> sealed(p.sealed_bytes());
+  if (where) {
+    const bool packed = field::Unpack(elems, sealed);
+    if (!packed || !sealer_->Open(id, old.version, sealed, previous)) {
+      // Nothing was written and nothing committed: the block stays where it
+      // is, and the next access to it retries the same path.
+      Status bad = Status::Integrity(
+          "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
+          ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
+          ": one of the servers " + ServerSetName() +
+          " returned tampered, swapped or stale data, or the client state does not match them");
+      spdlog::error("{}", bad.message());
+      return bad;
+    }
   }
-  if (op == AccessOp::kWrite) field::Pack(data, elems);
-  if (!where && op == AccessOp::kRead) std::fill(elems.begin(), elems.end(), 0);
+  // What goes to the root: the new data (write) or the old (read), sealed
+  // under the next version with a fresh nonce, so every rewrite looks new. A
+  // read of an unmapped block writes an all-zero slot nobody will read.
+  if (where || op == AccessOp::kWrite) {
+    sealer_->Seal(id, old.version + 1, op == AccessOp::kWrite ? data : previous, sealed);
+    field::Pack(sealed, elems);
+  } else {
+    std::fill(elems.begin(), elems.end(), 0);
+  }
 
   const TreeGeometry geo = p.geometry();
   const auto slot = static_cast<std::uint32_t>(counters_.nr);

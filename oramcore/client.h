@@ -7,8 +7,11 @@
 //
 // Guarantees:
 //  * Reads return exactly the bytes last written (zeros for a block never
-//    written), or an error; a reconstruction that is not a valid packing is
-//    reported as Corruption, never returned.
+//    written), or an error. Every block is sealed (block_seal.h) before it is
+//    shared, bound to its id and version; a reconstruction that is not a
+//    valid packing or does not authenticate (a server flipped bits, answered
+//    for another block, or replayed an older version) is an Integrity error
+//    naming the server set, never returned as data, and changes nothing.
 //  * Every access looks the same to each server: one RETRIEVE with fresh
 //    random select shares for a uniformly random-looking path, one WRITE_ROOT
 //    to the next root slot, and an eviction on a fixed schedule.
@@ -35,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/block_seal.h"
 #include "oramcore/client_state.h"
 #include "oramcore/planner.h"
 #include "oramcore/status.h"
@@ -48,9 +52,6 @@ enum class AccessOp { kRead, kWrite };
 struct ClientOptions {
   TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
   TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
-  // Inspect only (s3oram status): no new epoch, no recovery, no accesses, so a
-  // running client is not fenced off.
-  bool read_only = false;
 };
 
 struct ClientStats {
@@ -67,14 +68,22 @@ struct ServerReport {
 
 class OramClient {
  public:
-  // Creates the client state file and initialises every server's share store
-  // (sparse, no data written). Fails if the state file exists.
+  // Creates the client state file with a new random master key wrapped under
+  // `passphrase` (Argon2id cost `kdf`) and initialises every server's share
+  // store (sparse, no data written). Fails if the state file exists.
   static Status Initialize(const std::string& state_path, const FsConfig& config,
+                           const Secret& passphrase, const KdfParams& kdf,
                            bool overwrite_servers = false);
-  // Opens the state, connects, checks every server serves this filesystem with
-  // the expected shape, and finishes a pending eviction.
+  // Unwraps the master key (PermissionDenied for a wrong passphrase), opens
+  // the state, connects, checks every server serves this filesystem with the
+  // expected shape, starts a new epoch and finishes a pending eviction.
   static Result<std::unique_ptr<OramClient>> Open(const std::string& state_path,
+                                                  const Secret& passphrase,
                                                   ClientOptions options = {});
+  // Inspection only (s3oram status): no key, no new epoch, no recovery and no
+  // accesses, so a running client is not fenced off.
+  static Result<std::unique_ptr<OramClient>> OpenReadOnly(const std::string& state_path,
+                                                          ClientOptions options = {});
   ~OramClient();
 
   const FsConfig& config() const;
@@ -106,6 +115,10 @@ class OramClient {
 
  private:
   OramClient() = default;
+  static Result<std::unique_ptr<OramClient>> OpenImpl(const std::string& state_path,
+                                                      const Secret* passphrase,
+                                                      ClientOptions options);
+  std::string ServerSetName() const;
   wire::Header NextHeader();
   Status RunEviction();
   Status FinishPendingEviction();
@@ -121,7 +134,9 @@ class OramClient {
   Status RepairRootSlot();
 
   ClientOptions options_;
+  bool read_only_ = false;
   std::unique_ptr<ClientStateStore> store_;
+  std::unique_ptr<BlockSealer> sealer_;  // null when read-only
   std::unique_ptr<PositionMap> pm_;
   std::unique_ptr<ServerSet> servers_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)

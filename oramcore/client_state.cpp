@@ -10,9 +10,11 @@
 // ids) is stored as its two's-complement bit pattern and read back the same
 // way, so the full u64 range round-trips. u32 fields are range-checked on load.
 //
-// Schema (version 1):
+// Schema (version 2; version 1 had no key wrap and unsealed blocks):
 //   meta(key TEXT PRIMARY KEY, value)   schema_version, fs_id (16-byte BLOB),
-//                                       every OramParams field, allow_unsafe
+//                                       every OramParams field, allow_unsafe,
+//                                       kdf_ops, kdf_mem, key_salt (16-byte
+//                                       BLOB), key_nonce (24), key_sealed (48)
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT)   idx = party index 0..n-1
 //   counters(id = 0, nr, ne, seq, epoch)              exactly one row
 //   positions(id INTEGER PRIMARY KEY, leaf, level, slot, version)
@@ -31,12 +33,13 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
+#include <span>
 #include <utility>
 
 namespace s3oram {
 namespace {
 
-constexpr std::int64_t kSchemaVersion = 1;
+constexpr std::int64_t kSchemaVersion = 2;
 // PRAGMA application_id: "S3OR" read as a big-endian 32-bit integer, which is
 // how SQLite stores it at header offset 68 (so `xxd` shows "S3OR").
 constexpr std::int32_t kApplicationId = 0x53334f52;
@@ -347,6 +350,28 @@ Status SyncParentDir(const std::string& path) {
   return Status::Ok();
 }
 
+
+// The key wrap as meta rows (INSERT OR REPLACE: Create and ReplaceKeyWrap).
+Status PutKeyWrap(sqlite3* db, const KeyWrap& w) {
+  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(w.kdf));
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)"));
+  st.Text(1, "kdf_ops");
+  st.U64(2, w.kdf.ops);
+  S3ORAM_RETURN_IF_ERROR(st.Exec("writing the key wrap"));
+  st.Text(1, "kdf_mem");
+  st.U64(2, w.kdf.mem_bytes);
+  S3ORAM_RETURN_IF_ERROR(st.Exec("writing the key wrap"));
+  const std::pair<const char*, std::span<const std::uint8_t>> blobs[] = {
+      {"key_salt", w.salt}, {"key_nonce", w.nonce}, {"key_sealed", w.sealed}};
+  for (const auto& [key, bytes] : blobs) {
+    st.Text(1, key);
+    st.Blob(2, bytes.data(), bytes.size());
+    S3ORAM_RETURN_IF_ERROR(st.Exec("writing the key wrap"));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 bool ClientStateStore::Batch::empty() const {
@@ -428,6 +453,7 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
       S3ORAM_RETURN_IF_ERROR(put_int(f.key, v));
     }
     S3ORAM_RETURN_IF_ERROR(put_int("allow_unsafe", config.allow_unsafe ? 1 : 0));
+    S3ORAM_RETURN_IF_ERROR(PutKeyWrap(db, config.key_wrap));
 
     Stmt srv;
     S3ORAM_RETURN_IF_ERROR(srv.Prepare(db, "INSERT INTO servers(idx, endpoint) VALUES (?1, ?2)"));
@@ -486,7 +512,11 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::stri
         "client state schema version " + std::to_string(*user_version) +
         (newer ? " is newer than this build supports (" : " is not supported (this build reads ") +
         "version " + std::to_string(kSchemaVersion) + ")" +
-        (newer ? "; use a newer s3oram" : "")));
+        (newer ? "; use a newer s3oram"
+               : *user_version == 1
+                     ? "; version 1 predates block encryption: create the filesystem again "
+                       "with s3oram init"
+                     : "")));
   }
 
   // Meta rows. Every expected key must be present with the right type.
@@ -549,6 +579,35 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::stri
       return fail(Status::Corruption("meta row 'fs_id' missing or not a 16-byte blob"));
     }
     std::memcpy(cfg.fs_id.data(), sqlite3_column_blob(st.get(), 0), cfg.fs_id.size());
+    sqlite3_reset(st.get());
+
+    // The key wrap: KDF cost in range, blobs of exactly their sizes.
+    auto ops = get_int("kdf_ops");
+    if (!ops.ok()) return fail(ops.status());
+    auto mem = get_int("kdf_mem");
+    if (!mem.ok()) return fail(mem.status());
+    cfg.key_wrap.kdf = KdfParams{FromSql(*ops), FromSql(*mem)};
+    if (Status k = ValidateKdfParams(cfg.key_wrap.kdf); !k.ok()) {
+      return fail(Status::Corruption("meta rows 'kdf_ops'/'kdf_mem': " + k.message()));
+    }
+    const std::pair<const char*, std::span<std::uint8_t>> blobs[] = {
+        {"key_salt", cfg.key_wrap.salt},
+        {"key_nonce", cfg.key_wrap.nonce},
+        {"key_sealed", cfg.key_wrap.sealed}};
+    for (const auto& [key, out] : blobs) {
+      st.Text(1, key);
+      auto blob_row = st.Step("reading meta");
+      if (!blob_row.ok()) return fail(blob_row.status());
+      // column_blob before column_bytes (SQLite's documented order).
+      const void* data = *blob_row ? sqlite3_column_blob(st.get(), 0) : nullptr;
+      if (!*blob_row || sqlite3_column_type(st.get(), 0) != SQLITE_BLOB ||
+          static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 0)) != out.size()) {
+        return fail(Status::Corruption(std::string("meta row '") + key + "' missing or not a " +
+                                       std::to_string(out.size()) + "-byte blob"));
+      }
+      std::memcpy(out.data(), data, out.size());
+      sqlite3_reset(st.get());
+    }
   }
   if (std::string problem = ParamsProblem(cfg.params); !problem.empty()) {
     return fail(Status::Corruption("stored parameters are invalid: " + problem));
@@ -673,6 +732,30 @@ Result<std::vector<PendingOp>> ClientStateStore::LoadPending() const {
     out.push_back(std::move(op));
   }
   return out;
+}
+
+Status ClientStateStore::ReplaceKeyWrap(const KeyWrap& wrap) {
+  S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA secure_delete = ON"));
+  S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA synchronous = FULL"));
+  auto apply = [&]() -> Status {
+    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "BEGIN IMMEDIATE"));
+    S3ORAM_RETURN_IF_ERROR(PutKeyWrap(db_, wrap));
+    return ExecSql(db_, "COMMIT");
+  };
+  Status s = apply();
+  if (!s.ok() && !sqlite3_get_autocommit(db_)) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  if (s.ok()) {
+    // The old record's page images may still sit in the WAL: copy the new
+    // pages into the database and empty the log.
+    s = ExecSql(db_, "PRAGMA wal_checkpoint(TRUNCATE)");
+  }
+  Status restore = ExecSql(db_, "PRAGMA synchronous = NORMAL");
+  (void)ExecSql(db_, "PRAGMA secure_delete = OFF");  // a performance setting only
+  if (!s.ok()) return s.WithContext(path_ + ": replacing the wrapped key");
+  config_.key_wrap = wrap;
+  return restore;
 }
 
 Status ClientStateStore::Commit(const Batch& batch, bool durable) {

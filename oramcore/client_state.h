@@ -1,6 +1,7 @@
 // The client's durable state: one SQLite database (WAL mode) per filesystem.
 //
-// It holds the filesystem's identity and parameters, the server addresses, the
+// It holds the filesystem's identity and parameters, the wrapped master key,
+// the server addresses, the
 // access counters (nr, ne, seq, epoch), the position map and the pending-
 // operation log. Without the position map the servers' shares are noise, so
 // every change goes through one SQLite transaction (Commit) and the file is
@@ -21,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/key_wrap.h"
 #include "oramcore/params.h"
 #include "oramcore/position_map.h"
 #include "oramcore/status.h"
@@ -35,6 +37,7 @@ struct FsConfig {
   OramParams params;
   std::vector<std::string> servers;  // ZeroMQ endpoints, index = party index
   bool allow_unsafe = false;         // parameters below the overflow bound were forced
+  KeyWrap key_wrap;                  // the master key, wrapped under the passphrase
 };
 
 struct Counters {
@@ -89,6 +92,12 @@ class ClientStateStore {
     std::vector<PendingOp> add_pending_;
     std::vector<std::uint64_t> remove_pending_;
   };
+
+  // Replaces the wrapped master key (passphrase change) durably. The old
+  // record is overwritten in the file (secure_delete), not merely unlinked
+  // from the b-tree, and the WAL is checkpointed and truncated so no copy of
+  // it is left in the log either.
+  Status ReplaceKeyWrap(const KeyWrap& wrap);
 
   // One transaction. durable = true waits for the data to reach stable storage
   // (synchronous=FULL); otherwise the commit survives a process crash but maybe

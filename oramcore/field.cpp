@@ -90,9 +90,20 @@ bool Unpack(std::span<const Elem> in, std::span<std::uint8_t> out) {
       if (elem + k < in.size()) group[k] = static_cast<Elem>(in[elem + k] & kPackMask);
     }
     const std::size_t count = std::min(kPackBytes, out.size() - byte);
-    StoreGroup(JoinGroup(group.data()), out.data() + byte, count);
+    const Group g = JoinGroup(group.data());
+    if (count < kPackBytes) {
+      // Pack zero-pads a short final group: bits past `count` bytes must be 0.
+      std::array<std::uint8_t, 16> whole;
+      StoreGroup(g, whole.data(), whole.size());
+      valid &= std::all_of(whole.begin() + static_cast<std::ptrdiff_t>(count), whole.end(),
+                           [](std::uint8_t b) { return b == 0; });
+    }
+    StoreGroup(g, out.data() + byte, count);
   }
   if (in.size() < ElemsForBytes(out.size())) valid = false;
+  // ... and elements past the packing must be 0, so that exactly one element
+  // sequence unpacks to each byte string (a change anywhere is visible).
+  for (std::size_t k = ElemsForBytes(out.size()); k < in.size(); ++k) valid &= in[k] == 0;
   return valid;
 }
 

@@ -68,9 +68,12 @@ constexpr std::size_t BytesForElems(std::size_t elems) {
 // (out.size() must be at least that; extra elements are set to zero).
 void Pack(std::span<const std::uint8_t> in, std::span<Elem> out);
 
-// Inverse of Pack. Returns false (and fills `out` with what it could) if some
-// element is not a valid packed value (>= 2^30): the sign of a bad
-// reconstruction or a lying server, never of good data.
+// Inverse of Pack. Returns false (and fills `out` with what it could) unless
+// `in` is exactly what Pack makes of some byte string: every element < 2^30,
+// zero padding bits in a short final group, zero elements past the packing.
+// So Pack/Unpack is a bijection, and any change to a packing either fails
+// here or changes the bytes (which the AEAD tag then catches). Failure is the
+// sign of a bad reconstruction or a lying server, never of good data.
 [[nodiscard]] bool Unpack(std::span<const Elem> in, std::span<std::uint8_t> out);
 
 // True iff every element is < p (a valid canonical field element).

@@ -15,6 +15,8 @@
 //    1 - P(X <= Z) with the lower sum (itself <= ~1/2, so no cancellation).
 #include "oramcore/params.h"
 
+#include "oramcore/seal_format.h"
+
 #include "oramcore/wire.h"
 
 #include <algorithm>
@@ -196,7 +198,11 @@ std::uint32_t MinSafeBucketSize(std::uint32_t A, std::uint32_t H, std::uint32_t 
   return hi;
 }
 
-std::uint64_t OramParams::elems_per_slot() const { return field::ElemsForBytes(block_bytes); }
+std::uint64_t OramParams::sealed_bytes() const {
+  return std::uint64_t{block_bytes} + kSealOverhead;
+}
+
+std::uint64_t OramParams::elems_per_slot() const { return field::ElemsForBytes(sealed_bytes()); }
 
 std::uint64_t OramParams::slot_bytes() const { return elems_per_slot() * field::kElemBytes; }
 

@@ -24,14 +24,16 @@ struct OramParams {
   std::uint32_t height = 0;       // H
   std::uint32_t bucket_size = 0;  // Z
   std::uint32_t evict_rate = 0;   // A: one eviction every A accesses
-  std::uint32_t block_bytes = 0;  // B: payload bytes carried by one ORAM block
+  std::uint32_t block_bytes = 0;  // B: plaintext bytes carried by one ORAM block
   std::uint64_t capacity_blocks = 0;  // N <= A * 2^(H-1)
   std::uint32_t lambda = 80;      // target: P(overflow per eviction) <= 2^-lambda
   std::uint32_t parties = 3;      // ℓ
   std::uint32_t threshold = 1;    // t
 
   TreeGeometry geometry() const { return TreeGeometry{height, bucket_size}; }
-  // Field elements per slot (m).
+  // Bytes of a sealed block: B + nonce + tag (seal_format.h).
+  std::uint64_t sealed_bytes() const;
+  // Field elements per slot (m): enough to pack sealed_bytes().
   std::uint64_t elems_per_slot() const;
   std::uint64_t slot_bytes() const;  // m * sizeof(Elem): bytes of one slot in a share file
   std::uint64_t max_capacity_blocks() const;  // A * 2^(H-1)

@@ -14,6 +14,8 @@ const char* Status::CodeName(Code c) {
     case Code::kOverflow: return "bucket overflow";
     case Code::kFailedPrecondition: return "failed precondition";
     case Code::kProtocol: return "protocol error";
+    case Code::kIntegrity: return "integrity check failed";
+    case Code::kPermissionDenied: return "permission denied";
   }
   return "unknown";
 }

@@ -26,6 +26,8 @@ class Status {
     kOverflow,          // an eviction would overflow a bucket (parameters too small)
     kFailedPrecondition,// state does not allow the operation (wrong epoch, not initialised)
     kProtocol,          // a peer answered with something the protocol does not allow
+    kIntegrity,         // data failed authentication (tampered, swapped or rolled back)
+    kPermissionDenied,  // wrong passphrase or key; a key file readable by others
   };
 
   Status() = default;
@@ -41,6 +43,10 @@ class Status {
     return Status(Code::kFailedPrecondition, std::move(m));
   }
   static Status Protocol(std::string m) { return Status(Code::kProtocol, std::move(m)); }
+  static Status Integrity(std::string m) { return Status(Code::kIntegrity, std::move(m)); }
+  static Status PermissionDenied(std::string m) {
+    return Status(Code::kPermissionDenied, std::move(m));
+  }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

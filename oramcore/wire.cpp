@@ -521,6 +521,11 @@ Status StatusFromError(const ErrorReply& e) {
     case Code::kOverflow: return Status::Overflow(e.message);
     case Code::kFailedPrecondition: return Status::FailedPrecondition(e.message);
     case Code::kProtocol: return Status::Protocol(e.message);
+    case Code::kPermissionDenied: return Status::PermissionDenied(e.message);
+    case Code::kIntegrity:
+      // Only the client can check a block's authenticity; a server claiming
+      // such a failure is not following the protocol.
+      return Status::Protocol("peer sent an integrity error: " + e.message);
     case Code::kOk:
       // An ERROR message that reports success is itself a protocol violation;
       // turning it into OK would let a peer make a failed request look applied.

@@ -1,5 +1,6 @@
 // The s3oram command line as users run it: the real binary, real servers.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 
 #include <cstdio>
@@ -18,9 +19,7 @@ struct CliRun {
   std::string output;  // stdout and stderr
 };
 
-CliRun RunCli(const std::string& args) {
-  const char* cli = std::getenv("S3ORAM_CLI");
-  std::string cmd = std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1";
+CliRun RunCliRaw(const std::string& cmd) {
   CliRun r;
   FILE* p = ::popen(cmd.c_str(), "r");
   if (!p) return r;
@@ -30,6 +29,27 @@ CliRun RunCli(const std::string& args) {
   int status = ::pclose(p);
   r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
   return r;
+}
+
+CliRun RunCli(const std::string& args) {
+  const char* cli = std::getenv("S3ORAM_CLI");
+  return RunCliRaw(std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1");
+}
+
+// Argon2id at its minimum cost for CLI tests.
+constexpr const char* kCheapKdf = " --kdf-ops 1 --kdf-mem 8K";
+
+Status WriteText(const std::string& path, std::string_view text) {
+  return WritePrivateFile(
+      path, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+}
+
+// Runs the CLI in a new session (setsid): no controlling terminal, so a
+// missing passphrase cannot fall back to a prompt.
+CliRun RunCliNoTty(const std::string& args, const std::string& env = "") {
+  const char* cli = std::getenv("S3ORAM_CLI");
+  return RunCliRaw(env + " setsid -w " + std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args +
+                   " 2>&1 </dev/null");
 }
 
 TEST(CliTest, ParamsReportsSafeBucketSizeForPaperSetting) {
@@ -60,8 +80,9 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   ASSERT_TRUE(std::regex_search(start.output, m, std::regex(R"(servers:(( --server \S+){3}))")))
       << start.output;
   const std::string servers = m[1];
-  CliRun init = RunCli("init --state " + dir.Sub("fs.s3oram") + servers +
-                    " --block-size 512 --capacity 256K --evict-rate 8");
+  ASSERT_TRUE(WriteText(dir.Sub("pass"), "init passphrase\n").ok());
+  CliRun init = RunCli("init --state " + dir.Sub("fs.s3oram") + servers + " --passfile " +
+                       dir.Sub("pass") + kCheapKdf + " --block-size 512 --capacity 256K --evict-rate 8");
   EXPECT_EQ(init.exit_code, 0) << init.output;
   EXPECT_NE(init.output.find("bucket size Z"), std::string::npos) << init.output;
   CliRun status = RunCli("status --state " + dir.Sub("fs.s3oram"));
@@ -69,13 +90,71 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find(" up,"), std::string::npos) << status.output;
   // init refuses to overwrite the state file.
-  CliRun again = RunCli("init --state " + dir.Sub("fs.s3oram") + servers);
+  CliRun again = RunCli("init --state " + dir.Sub("fs.s3oram") + servers + " --passfile " +
+                        dir.Sub("pass"));
   EXPECT_NE(again.exit_code, 0);
   EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
   CliRun stop = RunCli("cluster stop --dir " + dir.Sub("c"));
   EXPECT_EQ(stop.exit_code, 0) << stop.output;
   CliRun down = RunCli("status --timeout-ms 500 --state " + dir.Sub("fs.s3oram"));
   EXPECT_NE(down.exit_code, 0) << down.output;
+}
+
+// passwd rewraps the master key: data written under the old passphrase read
+// back under the new one; the old one (and a wrong one) is refused with a
+// clear message; passphrase files with loose modes and missing passphrases
+// are refused before anything changes.
+TEST(CliTest, PasswdChangesThePassphraseAndKeepsTheData) {
+  TempDir dir;
+  auto cl = testing::StartCluster(dir.Sub("c"));
+  ASSERT_TRUE(cl);
+  std::string servers;
+  for (const auto& ep : cl->endpoints()) servers += " --server " + ep;
+  const std::string state = dir.Sub("fs.s3oram");
+  ASSERT_TRUE(WriteText(dir.Sub("old"), "old passphrase\n").ok());
+  ASSERT_TRUE(WriteText(dir.Sub("new"), "new passphrase").ok());
+  CliRun init = RunCliNoTty("init --state " + state + servers + " --passfile " + dir.Sub("old") +
+                            kCheapKdf + " --block-size 512 --capacity 64K --evict-rate 8");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+
+  const std::vector<std::uint8_t> data = testing::Content(512, 7, 1);
+  {
+    auto c = OramClient::Open(state, Secret::CopyOf(std::string_view("old passphrase")));
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->Write(7, data).ok());
+  }
+
+  // No passphrase source at all: a clear error, not a hang.
+  CliRun none = RunCliNoTty("passwd --state " + state);
+  EXPECT_NE(none.exit_code, 0);
+  EXPECT_NE(none.output.find("--passfile"), std::string::npos) << none.output;
+  // A passphrase file others can read is refused.
+  ASSERT_TRUE(WriteText(dir.Sub("loose"), "old passphrase").ok());
+  ASSERT_EQ(::chmod(dir.Sub("loose").c_str(), 0644), 0);
+  CliRun loose = RunCliNoTty("passwd --state " + state + " --passfile " + dir.Sub("loose") +
+                             " --new-passfile " + dir.Sub("new"));
+  EXPECT_NE(loose.exit_code, 0);
+  EXPECT_NE(loose.output.find("chmod 600"), std::string::npos) << loose.output;
+  // A wrong current passphrase changes nothing.
+  CliRun wrong = RunCliNoTty("passwd --state " + state + " --passfile " + dir.Sub("new") +
+                             " --new-passfile " + dir.Sub("new"));
+  EXPECT_NE(wrong.exit_code, 0);
+  EXPECT_NE(wrong.output.find("wrong passphrase"), std::string::npos) << wrong.output;
+
+  // The real change, old passphrase from the environment this time.
+  CliRun ok = RunCliNoTty("passwd --state " + state + " --new-passfile " + dir.Sub("new"),
+                          "S3ORAM_PASSPHRASE='old passphrase'");
+  ASSERT_EQ(ok.exit_code, 0) << ok.output;
+
+  auto old_open = OramClient::Open(state, Secret::CopyOf(std::string_view("old passphrase")));
+  ASSERT_FALSE(old_open.ok());
+  EXPECT_EQ(old_open.status().code(), Status::Code::kPermissionDenied);
+  EXPECT_NE(old_open.status().message().find("wrong passphrase"), std::string::npos);
+  auto c = OramClient::Open(state, Secret::CopyOf(std::string_view("new passphrase")));
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto back = (*c)->Read(7);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data);
 }
 
 TEST(CliTest, BenchVerifiesAndReportsJson) {

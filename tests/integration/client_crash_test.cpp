@@ -30,7 +30,7 @@ std::vector<std::uint8_t> Content(std::uint64_t id, std::uint64_t tag) {
 // Child: writes random blocks forever, announcing each write on `fd` before
 // (kind 1) and after (kind 2) it. Never returns.
 [[noreturn]] void WriterChild(const std::string& state, std::uint64_t seed, int fd) {
-  auto client = OramClient::Open(state, FastRetryOptions());
+  auto client = testing::TestOpen(state, FastRetryOptions());
   if (!client.ok()) {
     std::fprintf(stderr, "child: %s\n", client.status().ToString().c_str());
     ::_exit(3);
@@ -50,7 +50,7 @@ std::vector<std::uint8_t> Content(std::uint64_t id, std::uint64_t tag) {
 TEST(ClientCrashTest, KilledClientLosesNothingCommitted) {
   auto fs = testing::MakeFs(SmallParams(kBlock, 16, 5));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
+  auto& [dir, cluster, config, state, passfile] = *fs;
 
   const std::uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
@@ -85,7 +85,7 @@ TEST(ClientCrashTest, KilledClientLosesNothingCommitted) {
     }
     ::close(fds[0]);
 
-    auto client = OramClient::Open(state, FastRetryOptions());
+    auto client = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(client.ok()) << "round " << round << ": " << client.status().ToString();
     recovered_evictions += static_cast<int>((*client)->stats().eviction_retries);
     if (in_flight) {

@@ -14,6 +14,7 @@
 
 #include "cli/local_cluster.h"
 #include "oramcore/client.h"
+#include "oramcore/private_file.h"
 
 namespace s3oram::testing {
 
@@ -75,14 +76,30 @@ inline std::vector<std::uint8_t> Content(std::size_t bytes, std::uint64_t id, st
   return out;
 }
 
+// The passphrase of every test filesystem (tests also check that others fail).
+inline constexpr const char* kTestPassphrase = "correct horse battery staple (test)";
+inline Secret TestPassphrase() { return Secret::CopyOf(std::string_view(kTestPassphrase)); }
+// Argon2id at its minimum cost: tests open filesystems hundreds of times.
+inline KdfParams TestKdf() { return MinimalKdfParams(); }
+inline Status TestInitialize(const std::string& state, const FsConfig& config,
+                             bool overwrite_servers = false) {
+  return OramClient::Initialize(state, config, TestPassphrase(), TestKdf(), overwrite_servers);
+}
+inline Result<std::unique_ptr<OramClient>> TestOpen(const std::string& state,
+                                                    ClientOptions options = {}) {
+  return OramClient::Open(state, TestPassphrase(), options);
+}
+
 // Three servers in a temporary directory with a freshly initialised filesystem
-// whose client state is `state`. Use as
+// whose client state is `state`; its passphrase is also in the private file
+// `passfile` (for the CLI and the FUSE daemon). Use as
 //   auto fs = MakeFs(params); ASSERT_TRUE(fs); auto& [dir, cluster, config, state] = *fs;
 struct TestFs {
   TempDir dir;
   std::unique_ptr<cluster::LocalCluster> cluster;
   FsConfig config;
   std::string state;
+  std::string passfile;
 };
 
 inline std::unique_ptr<TestFs> MakeFs(const OramParams& params) {
@@ -92,7 +109,13 @@ inline std::unique_ptr<TestFs> MakeFs(const OramParams& params) {
   fs->config.params = params;
   fs->config.servers = fs->cluster->endpoints();
   fs->state = fs->dir.Sub("fs.s3oram");
-  Status st = OramClient::Initialize(fs->state, fs->config);
+  Status st = TestInitialize(fs->state, fs->config);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  if (!st.ok()) return nullptr;
+  fs->passfile = fs->dir.Sub("passphrase");
+  const std::string_view pass(kTestPassphrase);
+  st = WritePrivateFile(fs->passfile,
+                        std::span(reinterpret_cast<const std::uint8_t*>(pass.data()), pass.size()));
   EXPECT_TRUE(st.ok()) << st.ToString();
   return st.ok() ? std::move(fs) : nullptr;
 }

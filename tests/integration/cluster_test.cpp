@@ -72,8 +72,8 @@ class Workload {
 TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
   auto fs = testing::MakeFs(SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
-  auto client = OramClient::Open(state, FastRetryOptions());
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  auto client = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   Workload w(**client, rng);
@@ -95,10 +95,10 @@ TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
 TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
   auto fs = testing::MakeFs(SmallParams(64, 4, 3));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
+  auto& [dir, cluster, config, state, passfile] = *fs;
   std::vector<std::uint8_t> block(64, 0x42);
   {
-    auto c = OramClient::Open(state, FastRetryOptions());
+    auto c = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(c.ok());
     for (std::uint64_t id = 0; id < 10; ++id) ASSERT_TRUE((*c)->Write(id, block).ok());
   }
@@ -109,7 +109,7 @@ TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
         << "server " << i << " did not exit cleanly (wait status " << status << ")";
     ASSERT_TRUE(cluster->Restart(i).ok());
   }
-  auto c = OramClient::Open(state, FastRetryOptions());
+  auto c = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   for (std::uint64_t id = 0; id < 10; ++id) {
     auto r = (*c)->Read(id);
@@ -121,11 +121,11 @@ TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
 TEST(ClusterTest, StatePersistsAcrossClientRestart) {
   auto fs = testing::MakeFs(SmallParams(100, 4, 4));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
+  auto& [dir, cluster, config, state, passfile] = *fs;
   auto rng = testing::SeededRng();
   std::unordered_map<std::uint64_t, std::uint64_t> tags;
   {
-    auto client = OramClient::Open(state, FastRetryOptions());
+    auto client = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
       tags[id] = rng();
@@ -133,7 +133,7 @@ TEST(ClusterTest, StatePersistsAcrossClientRestart) {
     }
     ASSERT_TRUE((*client)->Sync().ok());
   }
-  auto client = OramClient::Open(state, FastRetryOptions());
+  auto client = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   for (std::uint64_t id = 0; id < config.params.capacity_blocks; ++id) {
     auto r = (*client)->Read(id);
@@ -145,8 +145,8 @@ TEST(ClusterTest, StatePersistsAcrossClientRestart) {
 TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
   auto fs = testing::MakeFs(SmallParams(128, 4, 4));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
-  auto client = OramClient::Open(state, FastRetryOptions());
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  auto client = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   Workload w(**client, rng);
@@ -246,8 +246,8 @@ TEST(ClusterTest, ShareFilesAreRandomAndHoldNoPlaintext) {
     config.servers = cluster->endpoints();
     slot_bytes = config.params.slot_bytes();
     const std::string state = dir.Sub("fs" + std::to_string(run) + ".s3oram");
-    ASSERT_TRUE(OramClient::Initialize(state, config).ok());
-    auto client = OramClient::Open(state, FastRetryOptions());
+    ASSERT_TRUE(testing::TestInitialize(state, config).ok());
+    auto client = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(client.ok()) << client.status().ToString();
     // The same highly structured data, in the same order, in both runs.
     for (int pass = 0; pass < 3; ++pass) {
@@ -297,8 +297,8 @@ TEST(ClusterTest, UnsafeBucketSizeOverflowIsDetectedNotSilent) {
   config.servers = cluster->endpoints();
   EXPECT_FALSE(ValidateParams(config.params, false).ok());
   const std::string state = dir.Sub("fs.s3oram");
-  ASSERT_TRUE(OramClient::Initialize(state, config).ok());
-  auto client = OramClient::Open(state, FastRetryOptions());
+  ASSERT_TRUE(testing::TestInitialize(state, config).ok());
+  auto client = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   std::unordered_map<std::uint64_t, std::uint64_t> model;
@@ -334,20 +334,20 @@ TEST(ClusterTest, OpenRefusesServersOfAnotherFilesystem) {
   FsConfig config;
   config.params = SmallParams(64, 4, 3);
   config.servers = cluster->endpoints();
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("a.s3oram"), config).ok());
+  ASSERT_TRUE(testing::TestInitialize(dir.Sub("a.s3oram"), config).ok());
   // A second init on the same servers is refused without overwrite...
-  Status again = OramClient::Initialize(dir.Sub("b.s3oram"), config);
+  Status again = testing::TestInitialize(dir.Sub("b.s3oram"), config);
   EXPECT_EQ(again.code(), Status::Code::kAlreadyExists) << again.ToString();
   // ...and with overwrite the old state no longer opens.
-  ASSERT_TRUE(OramClient::Initialize(dir.Sub("c.s3oram"), config, /*overwrite_servers=*/true).ok());
-  auto old = OramClient::Open(dir.Sub("a.s3oram"), FastRetryOptions());
+  ASSERT_TRUE(testing::TestInitialize(dir.Sub("c.s3oram"), config, /*overwrite_servers=*/true).ok());
+  auto old = testing::TestOpen(dir.Sub("a.s3oram"), FastRetryOptions());
   ASSERT_FALSE(old.ok());
   EXPECT_NE(old.status().message().find("another filesystem"), std::string::npos)
       << old.status().ToString();
   // Servers listed in the wrong order are refused.
   FsConfig swapped = config;
   std::swap(swapped.servers[0], swapped.servers[1]);
-  EXPECT_FALSE(OramClient::Initialize(dir.Sub("d.s3oram"), swapped, true).ok());
+  EXPECT_FALSE(testing::TestInitialize(dir.Sub("d.s3oram"), swapped, true).ok());
 }
 
 }  // namespace
@@ -363,10 +363,10 @@ namespace {
 TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
   auto fs = testing::MakeFs(SmallParams(64, 8, 4));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
+  auto& [dir, cluster, config, state, passfile] = *fs;
   std::vector<std::vector<std::uint8_t>> blocks;
   {
-    auto a = OramClient::Open(state, FastRetryOptions());
+    auto a = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(a.ok()) << a.status().ToString();
     for (std::uint64_t id = 0; id < 5; ++id) {  // 5 < A: no eviction, nr = 5
       blocks.push_back(Content(64, id, 7 * id + 1));
@@ -385,7 +385,7 @@ TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
                                FastRetryOptions().requests);
   ASSERT_TRUE(sent.ok()) << sent.status().ToString();  // same epoch: accepted
 
-  auto b = OramClient::Open(state, FastRetryOptions());
+  auto b = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(b.ok()) << b.status().ToString();
   for (std::uint64_t id = 0; id < 5; ++id) {
     auto r = (*b)->Read(id);

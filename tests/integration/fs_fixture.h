@@ -155,7 +155,9 @@ inline CmdResult RunCmd(const std::vector<std::string>& argv,
   pid_t parent = ::getpid();
   pid_t pid = ::fork();
   if (pid == 0) {
-    ::setpgid(0, 0);
+    // A session of its own: its own process group, and no controlling
+    // terminal, so a passphrase prompt fails at once instead of waiting.
+    ::setsid();
     ::prctl(PR_SET_PDEATHSIG, SIGKILL);
     if (::getppid() != parent) ::_exit(127);
     ::dup2(fds[1], 1);
@@ -358,6 +360,7 @@ inline std::set<std::string> ListDir(const std::string& path) {
 struct FsOptions {
   OramParams params = DefaultFsParams();
   std::string mount_opts;  // extra -o options (comma-separated)
+  bool pass_passfile = true;  // add -o passfile=<the test passphrase file>
   bool mount = true;       // false: only create the filesystem and the mount point
   // Adds -o log_file=<tmp>/fused-log.txt (in the foreground without -d the
   // daemon logs to syslog otherwise).
@@ -436,6 +439,10 @@ class MountedFs {
     return reference_ ? scratch_->Sub(name) : fs_->dir.Sub(name);
   }
   const std::string& state() const { return fs_->state; }
+  // The private file holding the filesystem's passphrase, and the -o option
+  // naming it.
+  const std::string& passfile() const { return fs_->passfile; }
+  std::string pass_option() const { return "passfile=" + fs_->passfile; }
   const OramParams& params() const { return options_.params; }
   pid_t pid() const { return pid_; }
   bool mounted() const { return pid_ > 0; }
@@ -461,6 +468,7 @@ class MountedFs {
     if (options_.log_to_file) {
       opts = "log_file=" + daemon_log_path() + (opts.empty() ? "" : ",") + opts;
     }
+    if (options_.pass_passfile) opts = pass_option() + (opts.empty() ? "" : ",") + opts;
     if (const char* e = std::getenv("S3ORAM_TEST_FUSED_OPTS"); e && *e) {
       opts += (opts.empty() ? "" : ",") + std::string(e);
     }

@@ -181,7 +181,7 @@ class FsMountHelperTest : public ::testing::Test {
 };
 
 TEST_F(FsMountHelperTest, MountTypeS3oramfsAndFuseS3oramfs) {
-  CmdResult m = RunCmd({"mount", "-t", "s3oramfs", fs_->state(), mnt()}, std::chrono::seconds(60));
+  CmdResult m = RunCmd({"mount", "-t", "s3oramfs", "-o", fs_->pass_option(), fs_->state(), mnt()}, std::chrono::seconds(60));
   ASSERT_EQ(m.exit_code, 0) << m.output;
   // The helper returns only once the mount is live.
   auto entry = FindMount(mnt());
@@ -196,7 +196,7 @@ TEST_F(FsMountHelperTest, MountTypeS3oramfsAndFuseS3oramfs) {
   ASSERT_EQ(u.exit_code, 0) << u.output;
   ASSERT_TRUE(WaitDaemonGone(mnt()));
 
-  m = RunCmd({"mount", "-t", "fuse.s3oramfs", fs_->state(), mnt()}, std::chrono::seconds(60));
+  m = RunCmd({"mount", "-t", "fuse.s3oramfs", "-o", fs_->pass_option(), fs_->state(), mnt()}, std::chrono::seconds(60));
   ASSERT_EQ(m.exit_code, 0) << m.output;
   ASSERT_TRUE(IsS3oramMounted(mnt()));
   EXPECT_TRUE(FileHasContent(fs_->Path("hello"), data));
@@ -206,7 +206,7 @@ TEST_F(FsMountHelperTest, MountTypeS3oramfsAndFuseS3oramfs) {
 }
 
 TEST_F(FsMountHelperTest, FstabOnlyOptionsAreDiscarded) {
-  CmdResult m = RunCmd({"mount", "-t", "s3oramfs", "-o", "_netdev,nofail,noauto", fs_->state(), mnt()},
+  CmdResult m = RunCmd({"mount", "-t", "s3oramfs", "-o", "_netdev,nofail,noauto," + fs_->pass_option(), fs_->state(), mnt()},
                        std::chrono::seconds(60));
   ASSERT_EQ(m.exit_code, 0) << m.output;
   ASSERT_TRUE(IsS3oramMounted(mnt()));
@@ -215,7 +215,7 @@ TEST_F(FsMountHelperTest, FstabOnlyOptionsAreDiscarded) {
   ASSERT_TRUE(WaitDaemonGone(mnt()));
   // The helper called directly, as mount(8) would, with all of them.
   m = RunCmd({"/sbin/mount.s3oramfs", fs_->state(), mnt(), "-o",
-              "rw,_netdev,nofail,auto,noauto,user,nouser,users"},
+              "rw,_netdev,nofail,auto,noauto,user,nouser,users," + fs_->pass_option()},
              std::chrono::seconds(60));
   ASSERT_EQ(m.exit_code, 0) << m.output;
   ASSERT_TRUE(IsS3oramMounted(mnt()));
@@ -263,7 +263,8 @@ TEST_F(FsDaemonTest, BackgroundStartReturnsOnceMountedAndSigtermUnmounts) {
   auto fs = MountedFs::Create(o);
   ASSERT_TRUE(fs);
   BackgroundMountGuard guard(fs->root());
-  CmdResult r = RunCmd({testing::FusedPath(), fs->state(), fs->root()}, std::chrono::seconds(60));
+  CmdResult r = RunCmd({testing::FusedPath(), fs->state(), fs->root(), "-o", fs->pass_option()},
+                       std::chrono::seconds(60));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(r.output, "") << "stderr must stay silent after a successful mount";
   ASSERT_TRUE(IsS3oramMounted(fs->root())) << "returned before the mount was live";
@@ -284,6 +285,69 @@ TEST_F(FsDaemonTest, BackgroundStartReturnsOnceMountedAndSigtermUnmounts) {
   EXPECT_TRUE(FileHasContent(fs->Path("g"), more));
 }
 
+// A wrong, unreadable-by-policy or missing passphrase never yields a mount
+// and says why; after `s3oram passwd` the new passphrase mounts the same
+// data and the old one is refused.
+TEST_F(FsDaemonTest, WrongPassphraseNeverMountsAndPasswdTakesEffect) {
+  FsOptions o;
+  o.mount = false;
+  auto fs = MountedFs::Create(o);
+  ASSERT_TRUE(fs);
+  BackgroundMountGuard guard(fs->root());
+  auto write_secret = [](const std::string& path, std::string_view text) {
+    return WritePrivateFile(
+        path, std::span(reinterpret_cast<const std::uint8_t*>(text.data()), text.size()));
+  };
+  const std::string wrong = fs->Scratch("wrong-pass"), loose = fs->Scratch("loose-pass"),
+                    fresh = fs->Scratch("new-pass");
+  ASSERT_TRUE(write_secret(wrong, "not the passphrase").ok());
+  ASSERT_TRUE(write_secret(loose, testing::kTestPassphrase).ok());
+  ASSERT_EQ(::chmod(loose.c_str(), 0644), 0);
+  ASSERT_TRUE(write_secret(fresh, "a brand new passphrase\n").ok());
+
+  struct Case {
+    std::vector<std::string> argv;
+    const char* expect;
+  };
+  const std::string fused = testing::FusedPath();
+  for (const Case& c : std::vector<Case>{
+           {{fused, fs->state(), fs->root(), "-o", "passfile=" + wrong}, "wrong passphrase"},
+           {{fused, fs->state(), fs->root(), "-f", "-o", "passfile=" + wrong}, "wrong passphrase"},
+           {{fused, fs->state(), fs->root(), "-o", "passfile=" + loose}, "chmod 600"},
+           {{fused, fs->state(), fs->root()}, "passfile"}}) {  // no source, no terminal
+    CmdResult r = RunCmd(c.argv, std::chrono::seconds(60));
+    std::string cmd;
+    for (const auto& a : c.argv) cmd += a + " ";
+    EXPECT_NE(r.exit_code, 0) << cmd << "\n" << r.output;
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << cmd << "\n" << r.output;
+    EXPECT_FALSE(FindMount(fs->root())) << cmd;
+  }
+
+  ASSERT_TRUE(fs->Mount());
+  const std::string data = PatternBytes(50000, 9);
+  ASSERT_TRUE(testing::WriteFile(fs->Path("kept"), data));
+  ASSERT_TRUE(fs->Unmount());
+
+  CmdResult pw = RunCmd({S3ORAM_TEST_CLI, "passwd", "--state", fs->state(), "--passfile",
+                         fs->passfile(), "--new-passfile", fresh},
+                        std::chrono::seconds(60));
+  ASSERT_EQ(pw.exit_code, 0) << pw.output;
+
+  CmdResult old_pass = RunCmd({fused, fs->state(), fs->root(), "-o", fs->pass_option()},
+                              std::chrono::seconds(60));
+  EXPECT_NE(old_pass.exit_code, 0) << old_pass.output;
+  EXPECT_NE(old_pass.output.find("wrong passphrase"), std::string::npos) << old_pass.output;
+  EXPECT_FALSE(FindMount(fs->root()));
+
+  CmdResult new_pass = RunCmd({fused, fs->state(), fs->root(), "-o", "passfile=" + fresh},
+                              std::chrono::seconds(60));
+  ASSERT_EQ(new_pass.exit_code, 0) << new_pass.output;
+  ASSERT_TRUE(IsS3oramMounted(fs->root()));
+  EXPECT_TRUE(FileHasContent(fs->Path("kept"), data));
+  ASSERT_EQ(RunCmd({"umount", fs->root()}, std::chrono::seconds(60)).exit_code, 0);
+  ASSERT_TRUE(WaitDaemonGone(fs->root()));
+}
+
 TEST_F(FsDaemonTest, StartupErrorsGoToStderr) {
   FsOptions o;
   o.mount = false;
@@ -293,7 +357,7 @@ TEST_F(FsDaemonTest, StartupErrorsGoToStderr) {
   for (const auto& args : std::vector<std::vector<std::string>>{
            {testing::FusedPath(), fs->Scratch("no-such-state"), fs->root()},
            {testing::FusedPath(), fs->Scratch("no-such-state"), fs->root(), "-f"},
-           {testing::FusedPath(), fs->state(), fs->Scratch("no-such-dir")},
+           {testing::FusedPath(), fs->state(), fs->Scratch("no-such-dir"), "-o", fs->pass_option()},
            {testing::FusedPath(), fs->state()},
            {testing::FusedPath(), fs->state(), fs->root(), "-o", "cache_size=notanumber"}}) {
     CmdResult r = RunCmd(args, std::chrono::seconds(60));

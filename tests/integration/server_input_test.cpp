@@ -53,10 +53,10 @@ void ExpectError(const std::vector<std::uint8_t>& reply, const std::string& what
 TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   auto fs = testing::MakeFs(SmallParams(128, 4, 4));
   ASSERT_TRUE(fs);
-  auto& [dir, cluster, config, state] = *fs;
+  auto& [dir, cluster, config, state, passfile] = *fs;
   std::vector<std::uint8_t> block(128, 0x5a);
   {
-    auto c = OramClient::Open(state, FastRetryOptions());
+    auto c = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE((*c)->Write(3, block).ok());
   }
@@ -122,7 +122,7 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   ExpectError(RawRoundTrip(ep, wire::Encode(h, wire::SmpShares{})), "peer message on client port");
 
   // Nothing above changed the store: the client still reads its block.
-  auto c = OramClient::Open(state, FastRetryOptions());
+  auto c = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   auto r = (*c)->Read(3);
   ASSERT_TRUE(r.ok()) << r.status().ToString();

@@ -13,6 +13,7 @@
 #include <thread>
 #include <vector>
 
+#include "tests/support/memory_block_engine.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram::fs {
@@ -20,39 +21,12 @@ namespace {
 
 constexpr std::uint32_t kB = 64;
 
-class MemoryEngine final : public BlockEngine {
- public:
-  std::uint32_t block_bytes() const override { return kB; }
-  std::uint64_t capacity_blocks() const override { return 1024; }
-  Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override {
-    std::lock_guard<std::mutex> l(mu);
-    ++reads;
-    if (fail) return Status::Unavailable("injected");
-    auto it = blocks.find(id);
-    if (it == blocks.end()) return std::vector<std::uint8_t>(kB, 0xEE);  // "previous owner"
-    return it->second;
-  }
-  Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override {
-    std::lock_guard<std::mutex> l(mu);
-    ++writes;
-    if (fail) return Status::Unavailable("injected");
-    blocks[id].assign(data.begin(), data.end());
-    return Status::Ok();
-  }
-  Status Sync() override { return Status::Ok(); }
-
-  std::mutex mu;
-  std::map<std::uint64_t, std::vector<std::uint8_t>> blocks;
-  int reads = 0, writes = 0;
-  bool fail = false;
-};
-
 std::vector<std::uint8_t> Bytes(std::size_t n, std::uint8_t v) {
   return std::vector<std::uint8_t>(n, v);
 }
 
 struct Fixture {
-  MemoryEngine engine;
+  s3oram::testing::MemoryBlockEngine engine{kB};
   InodeLocks locks;
   std::vector<BlockId> marked;
   std::mutex marked_mu;

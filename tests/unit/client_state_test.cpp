@@ -71,6 +71,10 @@ FsConfig MakeConfig(std::mt19937_64& rng, OramParams params = SmallParams()) {
   c.params = params;
   c.servers = {"tcp://10.0.0.1:7100", "tcp://10.0.0.2:7100", "tcp://[::1]:7100"};
   c.allow_unsafe = true;
+  auto wrap = WrapMasterKey(NewMasterKey(), Secret::CopyOf(std::string_view("pass")), c.fs_id,
+                            MinimalKdfParams());
+  EXPECT_TRUE(wrap.ok());
+  if (wrap.ok()) c.key_wrap = *wrap;
   return c;
 }
 
@@ -86,6 +90,7 @@ void ExpectSameConfig(const FsConfig& a, const FsConfig& b) {
   EXPECT_EQ(a.params.threshold, b.params.threshold);
   EXPECT_EQ(a.servers, b.servers);
   EXPECT_EQ(a.allow_unsafe, b.allow_unsafe);
+  EXPECT_EQ(a.key_wrap, b.key_wrap);
 }
 
 class ClientStateTest : public ::testing::Test {
@@ -438,8 +443,13 @@ TEST_F(ClientStateTest, RefusesForeignSqliteDatabase) {
 TEST_F(ClientStateTest, RefusesFutureAndUnknownSchemaVersions) {
   FsConfig config = MakeConfig(rng_);
   std::string future = MakeState("future.db", config);
-  RawSql(future, "PRAGMA user_version = 2");
-  ExpectRefused(future, {"schema version 2", "newer", "version 1"});
+  RawSql(future, "PRAGMA user_version = 3");
+  ExpectRefused(future, {"schema version 3", "newer", "version 2"});
+
+  // Version 1 (before block encryption) is refused with the way out.
+  std::string v1 = MakeState("v1.db", config);
+  RawSql(v1, "PRAGMA user_version = 1");
+  ExpectRefused(v1, {"schema version 1", "s3oram init"});
 
   std::string zero = MakeState("zero.db", config);
   RawSql(zero, "PRAGMA user_version = 0");
@@ -467,6 +477,46 @@ TEST_F(ClientStateTest, RefusesDamagedMeta) {
   std::string counters = MakeState("counters.db", config);
   RawSql(counters, "DELETE FROM counters");
   ExpectRefused(counters, {"counters"});
+
+  std::string sealed = MakeState("sealed.db", config);
+  RawSql(sealed, "UPDATE meta SET value = x'00' WHERE key = 'key_sealed'");
+  ExpectRefused(sealed, {"'key_sealed'", "48-byte"});
+
+  std::string nosalt = MakeState("nosalt.db", config);
+  RawSql(nosalt, "DELETE FROM meta WHERE key = 'key_salt'");
+  ExpectRefused(nosalt, {"'key_salt'"});
+
+  std::string kdf = MakeState("kdf.db", config);
+  RawSql(kdf, "UPDATE meta SET value = 0 WHERE key = 'kdf_ops'");
+  ExpectRefused(kdf, {"kdf_ops", "passes"});
+}
+
+// A passphrase change replaces the wrapped key durably, and the old record
+// is not left readable in the file or its WAL.
+TEST_F(ClientStateTest, ReplaceKeyWrapLeavesNoOldCopy) {
+  FsConfig config = MakeConfig(rng_);
+  std::string path = MakeState("wrap.db", config);
+  const KeyWrap old_wrap = config.key_wrap;
+  auto wrap = WrapMasterKey(NewMasterKey(), Secret::CopyOf(std::string_view("new")), config.fs_id,
+                            MinimalKdfParams());
+  ASSERT_TRUE(wrap.ok());
+  {
+    auto store = ClientStateStore::Open(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->ReplaceKeyWrap(*wrap).ok());
+    EXPECT_EQ((*store)->config().key_wrap, *wrap);
+  }
+  auto store = ClientStateStore::Open(path);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_EQ((*store)->config().key_wrap, *wrap);
+  (*store).reset();  // closed: what is on disk now is what counts
+  for (const std::string& file : {path, path + "-wal"}) {
+    if (!fs::exists(file)) continue;
+    std::vector<char> bytes = ReadAll(file);
+    auto found = std::search(bytes.begin(), bytes.end(), old_wrap.sealed.begin(),
+                             old_wrap.sealed.end());
+    EXPECT_EQ(found, bytes.end()) << "the old wrapped key is still in " << file;
+  }
 }
 
 TEST_F(ClientStateTest, LoadPositionMapRejectsBadRowsNamingThem) {

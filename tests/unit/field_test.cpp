@@ -258,6 +258,31 @@ TEST(FieldTest, UnpackRejectsOutOfRangeElements) {
   EXPECT_EQ(top_bytes, std::vector<std::uint8_t>(kPackBytes, 0xff));
 }
 
+// Pack/Unpack is a bijection: changing any element of a packing by any
+// amount either fails Unpack or changes the bytes. (Padding bits of a short
+// final group and elements past the packing must stay zero.)
+TEST(FieldTest, EveryChangeToAPackingIsVisible) {
+  auto rng = testing::SeededRng();
+  for (std::size_t n : {1u, 14u, 15u, 16u, 29u, 64u, 4136u}) {
+    const std::vector<std::uint8_t> bytes = RandomBytes(rng, n);
+    std::vector<Elem> elems(ElemsForBytes(n) + 2);
+    Pack(bytes, elems);
+    for (std::size_t pos = 0; pos < elems.size(); ++pos) {
+      for (int trial = 0; trial < 40; ++trial) {
+        std::vector<Elem> changed = elems;
+        // Single bit flips (all 30 low bits), then random in-range deltas.
+        const Elem delta = trial < 30 ? Elem{1} << trial
+                                      : static_cast<Elem>(1 + rng() % ((Elem{1} << kPackBits) - 1));
+        changed[pos] = (changed[pos] ^ delta) & ((Elem{1} << kPackBits) - 1);
+        if (changed[pos] == elems[pos]) continue;
+        std::vector<std::uint8_t> out(n);
+        const bool ok = Unpack(changed, out);
+        EXPECT_TRUE(!ok || out != bytes) << "n " << n << " element " << pos << " delta " << delta;
+      }
+    }
+  }
+}
+
 TEST(FieldTest, UnpackRejectsTooFewElements) {
   std::vector<Elem> elems(ElemsForBytes(30) - 1, 0);
   std::vector<std::uint8_t> out(30, 0xff);

@@ -339,14 +339,16 @@ TEST(ParamsTest, ValidateRefusesStructuralErrorsEvenWhenUnsafeAllowed) {
 
 TEST(ParamsTest, DerivedSizes) {
   OramParams p = SafeParams();
-  EXPECT_EQ(p.elems_per_slot(), field::ElemsForBytes(4096));
-  EXPECT_EQ(p.elems_per_slot(), 1096u);  // ceil(4096 / 15) * 4
-  EXPECT_EQ(p.slot_bytes(), 1096u * 4);
+  // A slot carries the sealed block: B + 24-byte nonce + 16-byte tag.
+  EXPECT_EQ(p.sealed_bytes(), 4096u + 40);
+  EXPECT_EQ(p.elems_per_slot(), field::ElemsForBytes(4096 + 40));
+  EXPECT_EQ(p.elems_per_slot(), 1104u);  // ceil(4136 / 15) * 4
+  EXPECT_EQ(p.slot_bytes(), 1104u * 4);
   EXPECT_EQ(p.max_capacity_blocks(), std::uint64_t{64} << 13);
-  p.block_bytes = 15;
-  EXPECT_EQ(p.elems_per_slot(), 4u);
-  p.block_bytes = 16;
-  EXPECT_EQ(p.elems_per_slot(), 8u);
+  p.block_bytes = 5;  // 45 sealed bytes: 3 groups of 15
+  EXPECT_EQ(p.elems_per_slot(), 12u);
+  p.block_bytes = 6;  // 46: a fourth group
+  EXPECT_EQ(p.elems_per_slot(), 16u);
   p.height = 1;
   EXPECT_EQ(p.max_capacity_blocks(), 64u);
   p.height = 0;
@@ -394,7 +396,7 @@ TEST(ParamsTest, ChooseParams) {
 TEST(ParamsTest, EstimateCost) {
   const OramParams p = SafeParams();
   const CostModel c = EstimateCost(p);
-  const double H1 = 15, Z = p.bucket_size, A = 64, m = 1096, l = 3;
+  const double H1 = 15, Z = p.bucket_size, A = 64, m = 1104, l = 3;
   EXPECT_DOUBLE_EQ(c.slots_streamed, Z * H1);
   EXPECT_DOUBLE_EQ(c.slot_multiplications, Z * H1 + 2 * Z * Z * H1 / A);
   EXPECT_DOUBLE_EQ(c.field_mults, c.slot_multiplications * m);

@@ -1,0 +1,40 @@
+#include "cli/key_options.h"
+
+#include "cli/commands.h"
+
+namespace s3oram::cli {
+
+void AddPassfileOption(CLI::App* cmd, std::string& passfile, const std::string& flag,
+                       const std::string& env, const std::string& what) {
+  cmd->add_option(flag, passfile,
+                  "file holding " + what + " (mode 0600; one trailing newline ignored). "
+                  "Without it: $" + env + ", else a prompt on the terminal. Never give a "
+                  "passphrase as an argument")
+      ->type_name("FILE");
+}
+
+void AddKdfOptions(CLI::App* cmd, KdfOptions& o) {
+  const KdfParams d = DefaultKdfParams();
+  cmd->add_option("--kdf-ops", o.ops,
+                  "Argon2id passes for the passphrase key (default " + std::to_string(d.ops) + ")");
+  cmd->add_option("--kdf-mem", o.mem,
+                  "Argon2id memory, e.g. 256M (default " + HumanBytes(double(d.mem_bytes)) +
+                      "); lower values make guessing the passphrase cheaper")
+      ->type_name("SIZE");
+}
+
+Result<KdfParams> ResolveKdf(const KdfOptions& o) {
+  KdfParams k = DefaultKdfParams();
+  if (o.ops != 0) k.ops = o.ops;
+  if (!o.mem.empty()) {
+    try {
+      k.mem_bytes = ParseSize(o.mem);
+    } catch (const CLI::ValidationError& e) {
+      return Status::InvalidArgument(std::string("--kdf-mem: ") + e.what());
+    }
+  }
+  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(k));
+  return k;
+}
+
+}  // namespace s3oram::cli

@@ -1,0 +1,26 @@
+// Command-line options for passphrases and the Argon2id cost (init, passwd),
+// shared so every command takes them the same way.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <string>
+
+#include "oramcore/key_wrap.h"
+#include "oramcore/passphrase.h"
+#include "oramcore/status.h"
+
+namespace s3oram::cli {
+
+struct KdfOptions {
+  std::uint64_t ops = 0;  // 0: libsodium's MODERATE default
+  std::string mem;        // e.g. "256M"; empty: default
+};
+
+// --passfile FILE (help names $S3ORAM_PASSPHRASE and the terminal prompt).
+void AddPassfileOption(CLI::App* cmd, std::string& passfile, const std::string& flag = "--passfile",
+                       const std::string& env = kPassphraseEnv, const std::string& what = "the passphrase");
+// --kdf-ops N, --kdf-mem SIZE.
+void AddKdfOptions(CLI::App* cmd, KdfOptions& o);
+Result<KdfParams> ResolveKdf(const KdfOptions& o);
+
+}  // namespace s3oram::cli
