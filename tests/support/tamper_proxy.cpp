@@ -59,6 +59,35 @@ TamperProxy::~TamperProxy() {
   if (context_) zmq_ctx_term(context_);
 }
 
+std::vector<TranscriptEntry> TamperProxy::transcript() const {
+  std::lock_guard<std::mutex> l(mu_);
+  return transcript_;
+}
+
+void TamperProxy::ClearTranscript() {
+  std::lock_guard<std::mutex> l(mu_);
+  transcript_.clear();
+}
+
+void TamperProxy::Record(bool from_client, const std::vector<std::uint8_t>& frame) {
+  TranscriptEntry e;
+  e.from_client = from_client;
+  e.bytes = frame.size();
+  auto msg = wire::Decode(frame);
+  if (msg.ok()) {
+    e.type = msg->header.type;
+    if (const auto* r = std::get_if<wire::RetrieveRequest>(&msg->body)) e.leaf = r->leaf;
+    if (const auto* w = std::get_if<wire::WriteRootRequest>(&msg->body)) e.slot = w->slot;
+    if (const auto* p = std::get_if<wire::EvictPrepareRequest>(&msg->body)) {
+      e.leaf = p->leaf;
+      e.eviction = p->eviction;
+    }
+    if (const auto* c = std::get_if<wire::EvictCommitRequest>(&msg->body)) e.eviction = c->eviction;
+  }
+  std::lock_guard<std::mutex> l(mu_);
+  transcript_.push_back(e);
+}
+
 void TamperProxy::SetMode(TamperMode mode, double probability) {
   std::lock_guard<std::mutex> l(mu_);
   mode_ = mode;
@@ -95,6 +124,7 @@ void TamperProxy::Run() {
       if (!more) continue;
       std::vector<std::uint8_t> body = RecvFrame(front_, &more);
       st.client_id = id;
+      Record(true, body);
       zmq_send(back_, body.data(), body.size(), 0);
     }
     if (items[1].revents & ZMQ_POLLIN) {  // server -> client: [reply]
@@ -152,6 +182,7 @@ void TamperProxy::Run() {
           if (changed) reply = wire::Encode(msg->header, msg->body);
         }
       }
+      Record(false, reply);
       if (!st.client_id.empty()) {
         zmq_send(front_, st.client_id.data(), st.client_id.size(), ZMQ_SNDMORE);
         zmq_send(front_, reply.data(), reply.size(), 0);

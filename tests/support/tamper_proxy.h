@@ -1,7 +1,8 @@
-// TamperProxy: a lying server for tests. It sits between the client and one
-// real s3oram-serverd (ZeroMQ ROUTER in front, DEALER to the server),
-// forwards every request unchanged, and with a set probability tampers with
-// the server's RETRIEVE answers:
+// TamperProxy: a lying and watching server for tests. It sits between the
+// client and one real s3oram-serverd (ZeroMQ ROUTER in front, DEALER to the
+// server) and forwards every request unchanged. It records the transcript of
+// what the server sees from the client (transcript()), and with a set
+// probability tampers with the server's RETRIEVE answers:
 //   kBitFlip  one random bit of one random answer element is flipped;
 //   kSwap     the answer to another (earlier) retrieval is returned instead;
 //   kReplay   an answer recorded in an earlier client epoch is returned.
@@ -17,10 +18,24 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <vector>
+
+#include "oramcore/wire.h"
 
 namespace s3oram::testing {
 
 enum class TamperMode { kNone, kBitFlip, kSwap, kReplay };
+
+// One message as the server sees it: its type, its size on the wire, and the
+// fields that say where in the tree it acts (others zero).
+struct TranscriptEntry {
+  bool from_client = true;  // request (client -> server) or reply
+  wire::MessageType type = wire::MessageType::kError;
+  std::size_t bytes = 0;
+  std::uint64_t leaf = 0;      // RETRIEVE and EVICT_PREPARE
+  std::uint32_t slot = 0;      // WRITE_ROOT
+  std::uint64_t eviction = 0;  // EVICT_PREPARE / EVICT_COMMIT
+};
 
 class TamperProxy {
  public:
@@ -36,6 +51,9 @@ class TamperProxy {
   std::uint64_t tampered() const { return tampered_.load(); }
   // RETRIEVE answers forwarded (tampered or not).
   std::uint64_t answers() const { return answers_.load(); }
+  // Everything recorded since the start or the last ClearTranscript().
+  std::vector<TranscriptEntry> transcript() const;
+  void ClearTranscript();
 
  private:
   TamperProxy() = default;
@@ -50,7 +68,9 @@ class TamperProxy {
   std::atomic<bool> stop_{false};
   std::atomic<std::uint64_t> tampered_{0};
   std::atomic<std::uint64_t> answers_{0};
-  std::mutex mu_;  // guards the mode and probability
+  void Record(bool from_client, const std::vector<std::uint8_t>& frame);
+  mutable std::mutex mu_;  // guards the mode, the probability and the transcript
+  std::vector<TranscriptEntry> transcript_;
   TamperMode mode_ = TamperMode::kNone;
   double probability_ = 0;
   std::unique_ptr<State> state_;

@@ -1,0 +1,139 @@
+// What a server sees (issue 4, docs/SECURITY.md): every server's transcript
+// is recorded by a watching proxy for workloads of equal length that differ
+// only in what the client does:
+//   W1  one block read 1,024 times,
+//   W2  1,024 distinct blocks read once each,
+//   W3  1,024 writes of random blocks.
+// Message types and sizes must form identical sequences on every server;
+// retrieval paths must look uniform (chi-square, even when one block is read
+// over and over); root writes must walk the slots 0..A-1 in order; eviction
+// paths must be exactly the deterministic reverse-lexicographic sequence.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/tamper_proxy.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::TamperProxy;
+using testing::TranscriptEntry;
+
+// Upper critical value of chi-square with `df` degrees of freedom at
+// significance 1e-6 (Wilson-Hilferty; z = 4.753). A false alarm is a
+// one-in-a-million event per check.
+double ChiSquareCritical(double df) {
+  const double z = 4.753, k = 2.0 / (9.0 * df);
+  return df * std::pow(1.0 - k + z * std::sqrt(k), 3.0);
+}
+
+struct Shape {
+  bool from_client;
+  wire::MessageType type;
+  std::size_t bytes;
+  bool operator==(const Shape&) const = default;
+};
+
+std::vector<Shape> Shapes(const std::vector<TranscriptEntry>& t) {
+  std::vector<Shape> out;
+  for (const auto& e : t) out.push_back({e.from_client, e.type, e.bytes});
+  return out;
+}
+
+TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
+  const OramParams params = testing::SmallParams(256, 8, 8);  // 1,024 blocks, 256 leaves
+  const TreeGeometry geo = params.geometry();
+  testing::TempDir dir;
+  auto cluster = testing::StartCluster(dir.Sub("cluster"));
+  ASSERT_TRUE(cluster);
+  std::vector<std::unique_ptr<TamperProxy>> proxies;
+  FsConfig config;
+  config.params = params;
+  for (const auto& ep : cluster->endpoints()) {
+    proxies.push_back(TamperProxy::Start(ep));
+    ASSERT_TRUE(proxies.back());
+    config.servers.push_back(proxies.back()->endpoint());
+  }
+  const std::string state = dir.Sub("fs.s3oram");
+  ASSERT_TRUE(testing::TestInitialize(state, config).ok());
+  auto c = testing::TestOpen(state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto rng = testing::SeededRng();
+
+  const std::uint64_t n = params.capacity_blocks;  // 1,024: a multiple of A
+  ASSERT_EQ(n % params.evict_rate, 0u);
+  for (BlockId id = 0; id < n; ++id) {
+    ASSERT_TRUE((*c)->Write(id, testing::Content(256, id, 0)).ok());
+  }
+  ASSERT_EQ((*c)->counters().nr, 0u);
+
+  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
+  auto run = [&](const std::function<void(std::uint64_t)>& access) {
+    for (auto& p : proxies) p->ClearTranscript();
+    for (std::uint64_t i = 0; i < n; ++i) access(i);
+    std::vector<std::vector<TranscriptEntry>> per_server;
+    for (auto& p : proxies) per_server.push_back(p->transcript());
+    runs.push_back(std::move(per_server));
+  };
+  run([&](std::uint64_t) { ASSERT_TRUE((*c)->Read(0).ok()); });
+  std::vector<BlockId> order(n);
+  for (BlockId id = 0; id < n; ++id) order[id] = id;
+  std::shuffle(order.begin(), order.end(), rng);
+  run([&](std::uint64_t i) { ASSERT_TRUE((*c)->Read(order[i]).ok()); });
+  run([&](std::uint64_t i) {
+    ASSERT_TRUE((*c)->Write(rng() % n, testing::Content(256, i, 1)).ok());
+  });
+  ASSERT_EQ(runs.size(), 3u);
+
+  const char* names[] = {"one block read 1,024 times", "1,024 distinct reads", "1,024 writes"};
+  for (std::size_t s = 0; s < 3; ++s) {
+    const auto reference = Shapes(runs[0][s]);
+    ASSERT_FALSE(reference.empty());
+    for (std::size_t w = 1; w < 3; ++w) {
+      EXPECT_TRUE(Shapes(runs[w][s]) == reference)
+          << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
+    }
+    for (std::size_t w = 0; w < 3; ++w) {
+      const auto& t = runs[w][s];
+      std::vector<std::uint64_t> bins(64, 0);
+      std::uint64_t retrievals = 0, next_slot = 0, evictions = 0;
+      std::uint64_t expected_eviction = (*c)->counters().ne - 3 * n / params.evict_rate +
+                                        w * n / params.evict_rate;
+      for (const auto& e : t) {
+        if (!e.from_client) continue;
+        if (e.type == wire::MessageType::kRetrieveRequest) {
+          ASSERT_GE(e.leaf, geo.first_leaf());
+          ASSERT_LT(e.leaf - geo.first_leaf(), geo.num_leaves());
+          ++bins[(e.leaf - geo.first_leaf()) * bins.size() / geo.num_leaves()];
+          ++retrievals;
+        } else if (e.type == wire::MessageType::kWriteRootRequest) {
+          EXPECT_EQ(e.slot, next_slot) << names[w];
+          next_slot = (next_slot + 1) % params.evict_rate;
+        } else if (e.type == wire::MessageType::kEvictPrepareRequest) {
+          EXPECT_EQ(e.eviction, expected_eviction) << names[w];
+          EXPECT_EQ(e.leaf, geo.EvictionLeaf(e.eviction))
+              << names[w] << ": eviction " << e.eviction << " off the reverse-lexicographic order";
+          ++expected_eviction;
+          ++evictions;
+        }
+      }
+      EXPECT_EQ(retrievals, n);
+      EXPECT_EQ(evictions, n / params.evict_rate);
+      const double expect = double(retrievals) / double(bins.size());
+      double chi2 = 0;
+      for (std::uint64_t b : bins) chi2 += (double(b) - expect) * (double(b) - expect) / expect;
+      const double critical = ChiSquareCritical(double(bins.size() - 1));
+      std::printf("[ leakage  ] server %zu, %s: retrieval leaves chi2 = %.1f (df %zu, critical %.1f)\n",
+                  s, names[w], chi2, bins.size() - 1, critical);
+      EXPECT_LT(chi2, critical) << "server " << s << ", " << names[w]
+                                << ": retrieval paths are not uniform";
+    }
+  }
+}
+
+}  // namespace
+}  // namespace s3oram
