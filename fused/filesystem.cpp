@@ -237,6 +237,8 @@ void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
 void OpRead(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off, fuse_file_info*) {
   Filesystem& fs = Fs(req);
   if (off < 0) return fs.ReplyErr(req, EINVAL, "read");
+  // Debug lines name inodes, offsets and sizes only: never names or bytes.
+  spdlog::debug("read ino {} off {} size {}", ino, off, size);
   std::vector<std::uint8_t> buf;
   if (int e = fs.data().Read(ino, static_cast<std::uint64_t>(off), size, &buf); e != 0) {
     return fs.ReplyErr(req, e, "read");
@@ -248,6 +250,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, std::size_t size, 
              fuse_file_info*) {
   Filesystem& fs = Fs(req);
   if (off < 0) return fs.ReplyErr(req, EINVAL, "write");
+  spdlog::debug("write ino {} off {} size {}", ino, off, size);
   std::span<const std::uint8_t> data(reinterpret_cast<const std::uint8_t*>(buf), size);
   if (int e = fs.data().Write(ino, static_cast<std::uint64_t>(off), data); e != 0) {
     return fs.ReplyErr(req, e, "write");
@@ -257,6 +260,7 @@ void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, std::size_t size, 
 
 void OpFlush(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
   Filesystem& fs = Fs(req);
+  spdlog::debug("flush ino {}", ino);
   fs.ReplyErr(req, fs.data().Flush(ino), "flush");
 }
 
@@ -267,6 +271,7 @@ void OpRelease(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void OpFsync(fuse_req_t req, fuse_ino_t ino, int, fuse_file_info*) {
   Filesystem& fs = Fs(req);
+  spdlog::debug("fsync ino {}", ino);
   fs.ReplyErr(req, fs.data().Fsync(ino), "fsync");
 }
 

@@ -401,6 +401,10 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
   counters_ = next;
   if (mapped) S3ORAM_RETURN_IF_ERROR(pm_->Place(id, moved.pos, moved.version));
   ++stats_.accesses;
+  // Ids, versions and positions only (this log stays on the client): never bytes.
+  spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
+                op == AccessOp::kWrite ? "write" : "read", id, old.version,
+                mapped ? moved.version : 0, slot, where ? old.pos.leaf : 0);
 
   if (counters_.nr >= p.evict_rate) {
     // The access itself is committed: report its result. A failed eviction
@@ -531,6 +535,8 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
   counters_ = next;
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   ++stats_.evictions;
+  spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
+                plan.moves.size());
   return Status::Ok();
 }
 
