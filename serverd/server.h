@@ -4,13 +4,12 @@
 //
 // Sockets (all persistent): a ROUTER bound at config.listen for clients, a PULL
 // bound at config.peer_listen for SMP shares from peers, and one PUSH per peer.
-// Requests are handled one at a time in arrival order; an EVICT_PREPARE runs
-// its rounds to completion (or to a peer timeout) before the next request, so
-// the store never sees two mutations interleave. Kernels run on a thread pool.
-//
-// Every request is checked before use: fs id, epoch (a request from an older
-// epoch than the store has seen is refused: fencing), and every index and
-// length against the store's shape.
+// Requests are handled one at a time in arrival order by a RequestHandler
+// (request_handler.h: every check and every store mutation lives there); an
+// EVICT_PREPARE runs its rounds to completion (or to a peer timeout) before the
+// next request, so the store never sees two mutations interleave. This class
+// is the ZeroMQ side: the request loop and the PeerExchange over the peer
+// sockets, which buffers SMP shares that arrive early.
 #pragma once
 
 #include <atomic>

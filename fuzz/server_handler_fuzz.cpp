@@ -1,0 +1,336 @@
+// libFuzzer harness: s3oram-serverd's request handling in process
+// (serverd/request_handler.h) against a real ShareStore in a private temporary
+// directory, with stub peers for the SMP rounds of EVICT_PREPARE.
+//
+// Feeds: a sequence of request frames (format in fuzz/handler_input.h), each
+// handed to RequestHandler::Handle exactly as Server does with a client frame.
+// Every input starts from the same state (no store, or a fresh small or medium
+// store), so any finding replays deterministically.
+//
+// Asserts (abort on violation), for every frame:
+//   * the reply decodes and echoes the request's seq (read from the header
+//     bytes when the frame is at least a header long, 0 otherwise); the reply
+//     to a decodable request carries the store's fs id when there is a store;
+//   * an undecodable frame gets an ErrorReply with code Corruption; a decoded
+//     frame gets either an ErrorReply with a non-OK code or the reply type that
+//     belongs to its request type (RETRIEVE: m answer elements; PREPARE/COMMIT:
+//     the eviction asked for); non-request types are always refused;
+//   * a refused request other than INIT leaves the store's meta unchanged, and
+//     no request lowers epoch, applied_seq or applied_evictions or changes the
+//     store's fs id and shape (only INIT replaces a store);
+//   * an EVICT_PREPARE whose stub peers misbehave (timeout, failed send, a
+//     missing peer, too few or too many shares) is refused;
+// and at the end of the input: a new handler (a server restart) opens the data
+// directory, and finds exactly the meta and sealed eviction the old one had.
+// ASan/UBSan catch out-of-bounds accesses and undefined behaviour throughout.
+//
+// Not fed: INIT requests whose shape needs more than kMaxPathElems elements
+// per tree path. The server accepts those by design and then needs (H+1)*Z*m
+// elements of memory per RETRIEVE: a cost, not a bug.
+#include <spdlog/spdlog.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "fuzz/handler_input.h"
+#include "oramcore/field.h"
+#include "oramcore/status.h"
+#include "oramcore/wire.h"
+#include "serverd/config.h"
+#include "serverd/peer_exchange.h"
+#include "serverd/request_handler.h"
+#include "serverd/share_store.h"
+
+namespace {
+
+using s3oram::Result;
+using s3oram::Status;
+using s3oram::field::Elem;
+namespace wire = s3oram::wire;
+namespace fz = s3oram::fuzz;
+using s3oram::serverd::PeerExchange;
+using s3oram::serverd::RequestHandler;
+using s3oram::serverd::ServerConfig;
+using s3oram::serverd::ServerMeta;
+using s3oram::serverd::ShareStore;
+using s3oram::serverd::SmpRound;
+
+constexpr std::uint64_t kMaxPathElems = std::uint64_t{1} << 21;
+constexpr std::size_t kMaxRecords = 64;
+
+[[noreturn]] void Fail(const std::string& what) {
+  std::fprintf(stderr, "server_handler_fuzz: %s\n", what.c_str());
+  std::abort();
+}
+
+// Peers 1 and 2 of a three-party cluster, in process. In kEcho mode each peer
+// "answers" with a copy of what this server sent it: well-formed (right count,
+// canonical elements), which is all the handler can check; the other modes are
+// the failures a real exchange can report or a hostile peer can cause.
+class StubPeers final : public PeerExchange {
+ public:
+  fz::PeerMode mode = fz::PeerMode::kEcho;
+  int sends = 0;  // Send calls since the last reset of this counter
+
+  Status Send(const wire::Header&, const SmpRound&,
+              std::vector<std::vector<Elem>>& shares) override {
+    ++sends;
+    if (mode == fz::PeerMode::kSendFails) return Status::IoError("stub: send failed");
+    if (shares.size() != 3) Fail("Send got " + std::to_string(shares.size()) + " share vectors");
+    answers_[0] = shares[1];
+    answers_[1] = shares[2];
+    if (mode == fz::PeerMode::kShortShares && !answers_[1].empty()) answers_[1].pop_back();
+    if (mode == fz::PeerMode::kLongShares) answers_[0].push_back(0);
+    return Status::Ok();
+  }
+  Result<std::vector<std::span<const Elem>>> Await(const SmpRound& r) override {
+    if (mode == fz::PeerMode::kTimeout) {
+      return Status::Unavailable("stub: no shares for round " + std::to_string(r.round));
+    }
+    std::vector<std::span<const Elem>> out{answers_[0]};
+    if (mode != fz::PeerMode::kMissingPeer) out.emplace_back(answers_[1]);
+    return out;
+  }
+  void Release(const SmpRound&) override {}
+  void Reset() override {}
+  std::uint64_t bytes_sent() const override { return 0; }
+
+ private:
+  std::vector<Elem> answers_[2];
+};
+
+struct Env {
+  std::filesystem::path base;
+  ServerConfig config;
+  StubPeers peers;
+  bool verbose = false;  // S3ORAM_FUZZ_VERBOSE set: print each request and its outcome
+};
+
+Env* g_env = nullptr;
+
+void RemoveTempDir() {
+  if (g_env != nullptr) {
+    std::error_code ec;
+    std::filesystem::remove_all(g_env->base, ec);
+  }
+}
+
+Env& Setup() {
+  if (g_env != nullptr) return *g_env;
+  spdlog::set_level(spdlog::level::off);  // every refused request logs a warning
+  const char* tmp = std::getenv("TMPDIR");
+  std::string templ = std::string(tmp && *tmp ? tmp : "/tmp") + "/s3oram-handler-fuzz-XXXXXX";
+  if (::mkdtemp(templ.data()) == nullptr) Fail("mkdtemp " + templ + " failed");
+  g_env = new Env();
+  g_env->base = templ;
+  g_env->verbose = std::getenv("S3ORAM_FUZZ_VERBOSE") != nullptr;
+  std::atexit(RemoveTempDir);
+  ServerConfig& c = g_env->config;
+  c.index = fz::kServerIndex;
+  c.listen = "tcp://127.0.0.1:1";  // never bound: the handler has no sockets
+  c.peer_listen = "tcp://127.0.0.1:2";
+  c.data_dir = (g_env->base / "data").string();
+  c.threads = 1;
+  c.sync = false;  // nothing here needs to survive a power cut
+  c.peers = {{1, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+  std::filesystem::create_directories(c.data_dir);
+  return *g_env;
+}
+
+// Puts the data directory into the state `start` names.
+void ResetDataDir(Env& env, std::uint8_t start) {
+  for (const char* f : {"shares.bin", "shadow.bin", "shares.bin.tmp"}) {
+    ::unlink((env.config.data_dir + "/" + f).c_str());
+  }
+  if (start % 3 == fz::kStartEmpty) return;
+  ServerMeta meta;
+  meta.fs_id = fz::kFsId;
+  meta.server_index = fz::kServerIndex;
+  meta.shape = start % 3 == fz::kStartSmall ? fz::kSmallShape : fz::kMediumShape;
+  auto store = ShareStore::Create(env.config.data_dir, meta, /*overwrite=*/true, /*sync=*/false);
+  if (!store.ok()) Fail("creating the start store: " + store.status().ToString());
+}
+
+std::unique_ptr<RequestHandler> NewHandler(Env& env) {
+  auto h = RequestHandler::Create(env.config, env.peers);
+  if (!h.ok()) Fail("RequestHandler::Create: " + h.status().ToString());
+  return std::move(h).value();
+}
+
+std::uint64_t Le(std::span<const std::uint8_t> b, std::size_t off, int bytes) {
+  std::uint64_t v = 0;
+  for (int i = 0; i < bytes; ++i) v |= std::uint64_t{b[off + i]} << (8 * i);
+  return v;
+}
+
+bool SameMeta(const ServerMeta& a, const ServerMeta& b) {
+  return a.fs_id == b.fs_id && a.server_index == b.server_index && a.shape == b.shape &&
+         a.epoch == b.epoch && a.applied_seq == b.applied_seq &&
+         a.applied_evictions == b.applied_evictions;
+}
+
+// True for an INIT of a shape this harness does not feed (see the header).
+bool TooCostly(const std::vector<std::uint8_t>& frame) {
+  auto m = wire::Decode(frame);
+  if (!m.ok()) return false;
+  const auto* init = std::get_if<wire::InitRequest>(&m->body);
+  if (init == nullptr) return false;
+  const wire::StoreShape& s = init->shape;
+  const std::uint64_t path = (std::uint64_t{s.height} + 1) * s.bucket_size * s.elems_per_slot;
+  return path > kMaxPathElems;
+}
+
+// The reply type a successful request must get, or nullopt for types a server
+// never accepts.
+std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
+  using T = wire::MessageType;
+  switch (t) {
+    case T::kStatusRequest: return T::kStatusReply;
+    case T::kInitRequest: return T::kInitReply;
+    case T::kRetrieveRequest: return T::kRetrieveReply;
+    case T::kWriteRootRequest: return T::kWriteRootReply;
+    case T::kEvictPrepareRequest: return T::kEvictPrepareReply;
+    case T::kEvictCommitRequest: return T::kEvictCommitReply;
+    default: return std::nullopt;
+  }
+}
+
+void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::uint8_t>& reply,
+                const RequestHandler& handler, const StubPeers& peers) {
+  auto r = wire::Decode(reply);
+  if (!r.ok()) Fail("the reply does not decode: " + r.status().ToString());
+  const std::uint64_t seq = frame.size() >= wire::kHeaderBytes ? Le(frame, fz::kSeqOffset, 8) : 0;
+  if (r->header.seq != seq) Fail("the reply does not echo the request's seq");
+  const auto* error = std::get_if<wire::ErrorReply>(&r->body);
+  if (error != nullptr && wire::StatusFromError(*error).ok()) Fail("an error reply with code OK");
+
+  auto req = wire::Decode(frame);
+  if (!req.ok()) {
+    if (error == nullptr || error->code != static_cast<std::uint32_t>(Status::Code::kCorruption)) {
+      Fail("an undecodable frame did not get a Corruption error");
+    }
+    return;
+  }
+  if (handler.store() != nullptr && r->header.fs_id != handler.store()->meta().fs_id) {
+    Fail("the reply to a decodable request does not carry the store's fs id");
+  }
+  const auto expected = ExpectedReply(req->header.type);
+  if (!expected) {
+    if (error == nullptr) Fail("a non-request message was not refused");
+    return;
+  }
+  if (error != nullptr) return;
+  if (r->header.type != *expected) Fail("a request got the wrong reply type");
+  if (const auto* rr = std::get_if<wire::RetrieveReply>(&r->body)) {
+    if (handler.store() == nullptr || rr->answer.size() != handler.store()->slot_elems()) {
+      Fail("a RETRIEVE answer is not one slot long");
+    }
+  }
+  if (const auto* pr = std::get_if<wire::EvictPrepareReply>(&r->body)) {
+    if (pr->eviction != std::get<wire::EvictPrepareRequest>(req->body).eviction) {
+      Fail("a PREPARE reply names another eviction");
+    }
+    if (peers.sends > 0 && peers.mode != fz::PeerMode::kEcho &&
+        static_cast<std::uint8_t>(peers.mode) <= static_cast<std::uint8_t>(fz::PeerMode::kLongShares)) {
+      Fail("a PREPARE succeeded although its SMP round failed or peers sent bad shares");
+    }
+  }
+  if (std::holds_alternative<wire::EvictCommitReply>(r->body) && handler.store() == nullptr) {
+    Fail("a COMMIT succeeded without a store");
+  }
+}
+
+void PrintExchange(const std::vector<std::uint8_t>& frame, const std::vector<std::uint8_t>& reply) {
+  auto req = wire::Decode(frame);
+  auto r = wire::Decode(reply);
+  std::string outcome = wire::MessageTypeName(r->header.type);
+  if (const auto* e = std::get_if<wire::ErrorReply>(&r->body)) outcome += ": " + e->message;
+  std::fprintf(stderr, "  %s -> %s\n",
+               req.ok() ? wire::MessageTypeName(req->header.type) : "(undecodable)",
+               outcome.c_str());
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  Env& env = Setup();
+  if (size == 0) return 0;
+  const std::span<const std::uint8_t> in(data, size);
+  ResetDataDir(env, in[0]);
+  auto handler = NewHandler(env);
+
+  std::size_t pos = 1;
+  for (std::size_t n = 0; n < kMaxRecords && pos + 3 <= in.size(); ++n) {
+    const std::uint8_t control = in[pos];
+    const std::size_t declared = static_cast<std::size_t>(Le(in, pos + 1, 2));
+    pos += 3;
+    const std::size_t len = std::min(declared, in.size() - pos);
+    std::vector<std::uint8_t> frame(in.begin() + static_cast<std::ptrdiff_t>(pos),
+                                    in.begin() + static_cast<std::ptrdiff_t>(pos + len));
+    pos += len;
+
+    const ShareStore* store = handler->store();
+    if ((control & fz::kFixFsId) && store != nullptr && frame.size() >= wire::kHeaderBytes) {
+      std::memcpy(frame.data() + fz::kFsIdOffset, store->meta().fs_id.data(), 16);
+    }
+    if ((control & fz::kFixLength) && frame.size() >= wire::kHeaderBytes) {
+      const auto body = static_cast<std::uint32_t>(frame.size() - wire::kHeaderBytes);
+      for (int i = 0; i < 4; ++i) frame[fz::kLengthOffset + i] = static_cast<std::uint8_t>(body >> (8 * i));
+    }
+    if (TooCostly(frame)) continue;
+
+    env.peers.mode = static_cast<fz::PeerMode>(control & fz::kPeerModeMask);
+    env.peers.sends = 0;
+    const std::optional<ServerMeta> before =
+        store ? std::optional<ServerMeta>(store->meta()) : std::nullopt;
+    const auto reply = handler->Handle(frame);
+    CheckReply(frame, reply, *handler, env.peers);
+    if (env.verbose) PrintExchange(frame, reply);
+
+    auto req = wire::Decode(frame);
+    const bool is_init = req.ok() && std::holds_alternative<wire::InitRequest>(req->body);
+    if (is_init || !before) continue;
+    const ShareStore* after = handler->store();
+    if (after == nullptr) Fail("a request other than INIT dropped the store");
+    const ServerMeta& a = after->meta();
+    if (a.fs_id != before->fs_id || !(a.shape == before->shape) ||
+        a.server_index != before->server_index) {
+      Fail("a request other than INIT changed the store's identity or shape");
+    }
+    if (a.epoch < before->epoch || a.applied_seq < before->applied_seq ||
+        a.applied_evictions < before->applied_evictions) {
+      Fail("a request moved the store's epoch, seq or evictions backwards");
+    }
+    const auto r = wire::Decode(reply);
+    if (std::holds_alternative<wire::ErrorReply>(r->body) && !SameMeta(a, *before)) {
+      Fail("a refused request changed the store's meta");
+    }
+  }
+
+  // Restart: what is on disk must be what the handler believed.
+  const ShareStore* last = handler->store();
+  const std::optional<ServerMeta> meta =
+      last ? std::optional<ServerMeta>(last->meta()) : std::nullopt;
+  const std::uint64_t sealed = last ? last->SealedEviction() : 0;
+  handler.reset();
+  auto reopened = NewHandler(env);
+  if (meta) {
+    const ShareStore* s = reopened->store();
+    if (s == nullptr) Fail("after a restart the store is gone");
+    if (!SameMeta(s->meta(), *meta)) Fail("after a restart the store's meta differs");
+    if (s->SealedEviction() != sealed) Fail("after a restart the sealed eviction differs");
+  }
+  return 0;
+}

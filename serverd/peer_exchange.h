@@ -1,0 +1,50 @@
+// The server-to-server side of an eviction, as the request handler sees it:
+// one SMP degree-reduction round = send this server's re-shared product to
+// every peer, then wait for every peer's shares of the same round.
+//
+// Server implements it over ZeroMQ (a PUSH per peer, one PULL, a buffer of
+// early arrivals); the request-handler fuzz harness implements it in process.
+// The handler never trusts what Await returns: it checks every peer's vector
+// against the length the round needs before combining.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "oramcore/field.h"
+#include "oramcore/status.h"
+#include "oramcore/wire.h"
+
+namespace s3oram::serverd {
+
+// Identifies one round of one attempt of one eviction.
+struct SmpRound {
+  std::uint64_t eviction = 0;
+  std::uint32_t attempt = 0;
+  std::uint32_t round = 0;
+};
+
+class PeerExchange {
+ public:
+  virtual ~PeerExchange() = default;
+
+  // Sends shares[p] to every peer p. `shares` has one entry per party, indexed
+  // by party index; this server's own entry is not touched, the peers' entries
+  // may be moved from. `h` carries the filesystem id and epoch of the request.
+  virtual Status Send(const wire::Header& h, const SmpRound& r,
+                      std::vector<std::vector<field::Elem>>& shares) = 0;
+  // Waits until every peer's shares of round r have arrived (or fails:
+  // timeout, attempt superseded, transport error). Returns one span per peer
+  // in ascending peer-index order, valid until Release(r) or the next call
+  // into this object. Lengths are whatever the peers sent.
+  virtual Result<std::vector<std::span<const field::Elem>>> Await(const SmpRound& r) = 0;
+  // Forgets the shares of round r (they have been combined).
+  virtual void Release(const SmpRound& r) = 0;
+  // Forgets every buffered share (a new store replaced the old one).
+  virtual void Reset() = 0;
+  // SMP bytes sent to peers since this process started (for STATUS).
+  virtual std::uint64_t bytes_sent() const = 0;
+};
+
+}  // namespace s3oram::serverd

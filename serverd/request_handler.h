@@ -1,0 +1,51 @@
+// What one s3oram server does with one client request frame, without sockets:
+// decode, check (fs id, epoch fencing, every index and length against the
+// store's shape), apply to the ShareStore, encode the reply. The SMP rounds of
+// an EVICT_PREPARE go through a PeerExchange, so the whole request path runs in
+// process (the fuzz harness) as well as behind Server's ZeroMQ sockets.
+//
+// Contract: Handle never throws on malformed input and never reads outside
+// the frame; every request that is not applied gets an ErrorReply frame (with
+// the request's seq when the header is readable). Requests are handled one at
+// a time (not thread-safe); the store never sees two mutations interleave.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "oramcore/status.h"
+#include "serverd/config.h"
+#include "serverd/peer_exchange.h"
+#include "serverd/share_store.h"
+
+namespace s3oram::serverd {
+
+class RequestHandler {
+ public:
+  // Checks the party layout of `config` (at least two peers, indices in
+  // range), starts the kernel thread pool and opens the store in
+  // config.data_dir if one exists (NotFound is not an error: the server waits
+  // for INIT). `peers` must outlive the handler.
+  static Result<std::unique_ptr<RequestHandler>> Create(const ServerConfig& config,
+                                                        PeerExchange& peers);
+  ~RequestHandler();
+  RequestHandler(const RequestHandler&) = delete;
+  RequestHandler& operator=(const RequestHandler&) = delete;
+
+  // Handles one client frame and returns the reply frame.
+  std::vector<std::uint8_t> Handle(std::span<const std::uint8_t> frame);
+
+  // The store, or nullptr before INIT. Valid until the next Handle.
+  const ShareStore* store() const;
+  // Kernel threads in use.
+  std::size_t threads() const;
+
+ private:
+  RequestHandler() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace s3oram::serverd
