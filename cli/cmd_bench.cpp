@@ -93,6 +93,8 @@ int RunBench(const BenchArgs& a) {
   FsConfig config;
   config.params = *p;
   config.servers = (*cl)->endpoints();
+  config.server_keys = (*cl)->server_public_keys();
+  config.client_key_file = (*cl)->client_key_file();
   config.allow_unsafe = a.params.allow_unsafe;
   // A throwaway filesystem: a random passphrase that is never stored, and the
   // cheapest KDF (the benchmark measures accesses, not Argon2id).

@@ -33,9 +33,14 @@ void RegisterCluster(CLI::App& app, int* exit_code) {
       std::printf("server %zu: %s (pid %d, log %s)\n", i, (*c)->endpoints()[i].c_str(),
                   static_cast<int>((*c)->pid(i)), (*c)->log_path(i).c_str());
     }
+    // Everything `s3oram init` needs to reach these servers, on one line.
+    // Keys are given as .pub files: Z85 text has shell metacharacters.
     std::printf("servers:");
-    for (const auto& ep : (*c)->endpoints()) std::printf(" --server %s", ep.c_str());
-    std::printf("\n");
+    for (std::size_t i = 0; i < (*c)->endpoints().size(); ++i) {
+      std::printf(" --server %s --server-key %s", (*c)->endpoints()[i].c_str(),
+                  (*c)->server_public_key_file(i).c_str());
+    }
+    std::printf(" --client-key %s\n", (*c)->client_key_file().c_str());
   });
   auto stop_dir = std::make_shared<std::string>();
   auto* stop = cmd->add_subcommand("stop", "stop the servers a `cluster start` left running");

@@ -1,10 +1,12 @@
 // s3oram init: create a filesystem's client state and initialise its servers.
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/param_options.h"
 #include "oramcore/client.h"
+#include "oramcore/curve_keys.h"
 
 namespace s3oram::cli {
 
@@ -13,6 +15,8 @@ void RegisterInit(CLI::App& app, int* exit_code) {
   struct Args {
     std::string state;
     std::vector<std::string> servers;
+    std::vector<std::string> server_keys;
+    std::string client_key;
     ParamOptions params;
     bool overwrite = false;
     std::string passfile;
@@ -22,6 +26,14 @@ void RegisterInit(CLI::App& app, int* exit_code) {
   cmd->add_option("-s,--state", a->state, "client state file to create (SQLite)")->required();
   cmd->add_option("--server", a->servers, "server endpoint, once per server in index order "
                                           "(e.g. tcp://127.0.0.1:7300)")
+      ->required();
+  cmd->add_option("--server-key", a->server_keys,
+                  "CURVE public key of each server, in the same order as --server: 40 Z85 "
+                  "characters or a .pub file")
+      ->required();
+  cmd->add_option("--client-key", a->client_key,
+                  "this client's CURVE secret key file (s3oram keygen; mode 0600); the servers "
+                  "must list its public key in authorized_clients")
       ->required();
   AddParamOptions(cmd, a->params);
   cmd->add_flag("--overwrite-servers", a->overwrite,
@@ -52,6 +64,28 @@ void RegisterInit(CLI::App& app, int* exit_code) {
     FsConfig config;
     config.params = *p;
     config.servers = a->servers;
+    if (a->server_keys.size() != a->servers.size()) {
+      std::fprintf(stderr, "s3oram init: give one --server-key per --server (%zu servers, %zu keys)\n",
+                   a->servers.size(), a->server_keys.size());
+      *exit_code = 2;
+      return;
+    }
+    for (std::size_t i = 0; i < a->server_keys.size(); ++i) {
+      auto key = ResolvePublicKey(a->server_keys[i], "--server-key " + std::to_string(i));
+      if (!key.ok()) {
+        std::fprintf(stderr, "s3oram init: %s\n", key.status().ToString().c_str());
+        *exit_code = 2;
+        return;
+      }
+      config.server_keys.push_back(*key);
+    }
+    // Absolute: the FUSE daemon runs from /.
+    config.client_key_file = std::filesystem::absolute(a->client_key).string();
+    if (auto k = LoadCurveKeypair(config.client_key_file); !k.ok()) {
+      std::fprintf(stderr, "s3oram init: --client-key: %s\n", k.status().ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
     config.allow_unsafe = a->params.allow_unsafe;
     if (auto st = OramClient::Initialize(a->state, config, *pass, *kdf, a->overwrite); !st.ok()) {
       std::fprintf(stderr, "s3oram init: %s\n", st.ToString().c_str());

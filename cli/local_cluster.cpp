@@ -18,6 +18,7 @@
 #include <sstream>
 #include <thread>
 
+#include "oramcore/curve_keys.h"
 #include "oramcore/random.h"
 #include "serverd/config.h"
 
@@ -99,11 +100,27 @@ std::string FindServerd() {
 std::string LocalCluster::config_path(std::size_t i) const {
   return (fs::path(options_.dir) / ("server-" + std::to_string(i) + ".toml")).string();
 }
+std::string LocalCluster::server_public_key_file(std::size_t i) const {
+  return (fs::absolute(options_.dir) / ("server-" + std::to_string(i) + ".pub")).string();
+}
 std::string LocalCluster::log_path(std::size_t i) const {
   return (fs::path(options_.dir) / ("server-" + std::to_string(i) + ".log")).string();
 }
 
 Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOptions& options) {
+  // Ports are probed free before the servers bind them, so another process
+  // (a concurrent test's cluster) can take one in between: then the whole
+  // start is retried on a new random range.
+  for (int attempt = 1;; ++attempt) {
+    auto c = StartOnce(options);
+    if (c.ok() || options.base_port != 0 || attempt == 5 ||
+        c.status().message().find("Address already in use") == std::string::npos) {
+      return c;
+    }
+  }
+}
+
+Result<std::unique_ptr<LocalCluster>> LocalCluster::StartOnce(const LocalClusterOptions& options) {
   std::unique_ptr<LocalCluster> c(new LocalCluster());
   c->options_ = options;
   if (c->options_.serverd_path.empty()) c->options_.serverd_path = FindServerd();
@@ -131,6 +148,23 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
   }
   for (std::size_t k = 0; k < 2 * n; ++k) c->ports_.push_back(static_cast<std::uint16_t>(base + k));
 
+  // CURVE keys: one per server and one for the local client, kept in the
+  // directory (reused if the directory already has them, so a restarted
+  // cluster still accepts its clients).
+  auto keypair = [&](const std::string& name) -> Result<CurveKeypair> {
+    const std::string prefix = (fs::absolute(options.dir) / name).string();
+    if (fs::exists(prefix + ".key")) return LoadCurveKeypair(prefix + ".key");
+    S3ORAM_ASSIGN_OR_RETURN(CurveKeypair k, GenerateCurveKeypair());
+    S3ORAM_RETURN_IF_ERROR(WriteCurveKeypair(k, prefix));
+    return k;
+  };
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, keypair("client"));
+  c->client_key_file_ = (fs::absolute(options.dir) / "client.key").string();
+  for (std::size_t i = 0; i < n; ++i) {
+    S3ORAM_ASSIGN_OR_RETURN(CurveKeypair k, keypair("server-" + std::to_string(i)));
+    c->server_keys_.push_back(k.public_key);
+  }
+
   for (std::size_t i = 0; i < n; ++i) {
     serverd::ServerConfig cfg;
     cfg.index = static_cast<std::uint32_t>(i);
@@ -141,10 +175,17 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::Start(const LocalClusterOpti
     cfg.sync = options.sync;
     cfg.peer_timeout_ms = options.peer_timeout_ms;
     cfg.log_level = options.log_level;
+    cfg.secret_key_file =
+        (fs::absolute(options.dir) / ("server-" + std::to_string(i) + ".key")).string();
+    cfg.authorized_clients = {client_key.public_key};
+    for (const std::string& extra : options.extra_authorized_clients) {
+      cfg.authorized_clients.push_back(extra);
+    }
     for (std::size_t j = 0; j < n; ++j) {
       if (j == i) continue;
       cfg.peers.push_back({static_cast<std::uint32_t>(j),
-                           "tcp://127.0.0.1:" + std::to_string(c->ports_[n + j])});
+                           "tcp://127.0.0.1:" + std::to_string(c->ports_[n + j]),
+                           c->server_keys_[j]});
     }
     std::ofstream out(c->config_path(i), std::ios::trunc);
     out << serverd::RenderServerConfig(cfg);

@@ -1,7 +1,8 @@
 // A local cluster: ℓ s3oram-serverd processes on 127.0.0.1 with generated
 // configurations, for the demo, the tests and the benchmarks.
 //
-// Layout of dir: server-<i>.toml, data-<i>/, server-<i>.log, server-<i>.pid.
+// Layout of dir: server-<i>.toml, data-<i>/, server-<i>.log, server-<i>.pid,
+// server-<i>.key/.pub (CURVE keypairs), client.key/.pub (the local client's).
 // Only processes this cluster started are ever signalled: by the PIDs it
 // recorded, and (for StopDir, across invocations) only after checking that the
 // PID still runs s3oram-serverd with this cluster's config file.
@@ -30,6 +31,9 @@ struct LocalClusterOptions {
   // Children get SIGTERM when this process dies (tests, bench). Off for
   // `s3oram cluster start`, whose servers outlive the command.
   bool tie_to_parent = true;
+  // More client public keys the servers accept (besides the cluster's own
+  // client key), e.g. a second client in a test.
+  std::vector<std::string> extra_authorized_clients;
 };
 
 // s3oram-serverd to run: $S3ORAM_SERVERD, else next to this executable (or in
@@ -43,6 +47,14 @@ class LocalCluster {
   ~LocalCluster();
 
   const std::vector<std::string>& endpoints() const { return endpoints_; }
+  // CURVE: each server's public key (Z85), and the secret key file of the
+  // client key every server accepts (DIR/client.key, public part client.pub).
+  const std::vector<std::string>& server_public_keys() const { return server_keys_; }
+  std::string server_public_key_file(std::size_t i) const;  // DIR/server-<i>.pub
+  const std::string& client_key_file() const { return client_key_file_; }
+  // The TOML configuration server i runs with (a test may rewrite it, then
+  // Kill and Restart the server).
+  std::string config_path(std::size_t i) const;
   const std::string& dir() const { return options_.dir; }
   pid_t pid(std::size_t i) const { return pids_.at(i); }
   std::string log_path(std::size_t i) const;
@@ -63,12 +75,14 @@ class LocalCluster {
 
  private:
   LocalCluster() = default;
+  static Result<std::unique_ptr<LocalCluster>> StartOnce(const LocalClusterOptions& options);
   Status Spawn(std::size_t i);
   Status WaitReady(std::size_t i);
-  std::string config_path(std::size_t i) const;
 
   LocalClusterOptions options_;
   std::vector<std::string> endpoints_;
+  std::vector<std::string> server_keys_;
+  std::string client_key_file_;
   std::vector<std::uint16_t> ports_;  // client port i, peer port servers + i
   std::vector<pid_t> pids_;
   bool detached_ = false;

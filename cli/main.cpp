@@ -12,6 +12,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   s3oram::cli::RegisterInit(app, &exit_code);
   s3oram::cli::RegisterPasswd(app, &exit_code);
+  s3oram::cli::RegisterKeygen(app, &exit_code);
   s3oram::cli::RegisterParams(app, &exit_code);
   s3oram::cli::RegisterStatus(app, &exit_code);
   s3oram::cli::RegisterBench(app, &exit_code);

@@ -102,7 +102,14 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
     S3ORAM_ASSIGN_OR_RETURN(config.key_wrap, WrapMasterKey(master, passphrase, config.fs_id, kdf));
   }
 
-  S3ORAM_ASSIGN_OR_RETURN(auto servers, ServerSet::Connect(config.servers));
+  if (config.server_keys.size() != config.servers.size()) {
+    return Status::InvalidArgument("need one CURVE public key per server (" +
+                                   std::to_string(config.servers.size()) + " servers, " +
+                                   std::to_string(config.server_keys.size()) + " keys)");
+  }
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
+  S3ORAM_ASSIGN_OR_RETURN(auto servers,
+                          ServerSet::Connect(config.servers, config.server_keys, client_key));
   wire::Header header;
   header.fs_id = config.fs_id;
   header.epoch = 1;
@@ -171,7 +178,9 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
                               " servers for " + std::to_string(config.params.parties) + " parties");
   }
-  S3ORAM_ASSIGN_OR_RETURN(client->servers_, ServerSet::Connect(config.servers));
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
+  S3ORAM_ASSIGN_OR_RETURN(client->servers_,
+                          ServerSet::Connect(config.servers, config.server_keys, client_key));
 
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));

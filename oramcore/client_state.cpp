@@ -14,8 +14,11 @@
 //   meta(key TEXT PRIMARY KEY, value)   schema_version, fs_id (16-byte BLOB),
 //                                       every OramParams field, allow_unsafe,
 //                                       kdf_ops, kdf_mem, key_salt (16-byte
-//                                       BLOB), key_nonce (24), key_sealed (48)
-//   servers(idx INTEGER PRIMARY KEY, endpoint TEXT)   idx = party index 0..n-1
+//                                       BLOB), key_nonce (24), key_sealed (48),
+//                                       client_key_file (TEXT)
+//   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
+//                                       idx = party index 0..n-1; public_key
+//                                       is the server's CURVE key (Z85)
 //   counters(id = 0, nr, ne, seq, epoch)              exactly one row
 //   positions(id INTEGER PRIMARY KEY, leaf, level, slot, version)
 //   pending(seq INTEGER PRIMARY KEY, kind TEXT, payload BLOB)
@@ -35,6 +38,8 @@
 #include <cstring>
 #include <span>
 #include <utility>
+
+#include "oramcore/curve_keys.h"
 
 namespace s3oram {
 namespace {
@@ -160,6 +165,15 @@ std::string ParamsProblem(const OramParams& p) {
   }
   if (p.bucket_size == 0) return "bucket_size is 0";
   if (p.evict_rate == 0) return "evict_rate is 0";
+  // The position map is sized from these before any row is read: refuse what
+  // no valid filesystem has (ValidateParams' bounds) rather than allocate it.
+  if (p.bucket_size > kMaxBucketSize) {
+    return "bucket_size " + std::to_string(p.bucket_size) + " exceeds " +
+           std::to_string(kMaxBucketSize);
+  }
+  if (p.capacity_blocks > kMaxCapacityBlocks) {
+    return "capacity_blocks " + std::to_string(p.capacity_blocks) + " exceeds 2^32";
+  }
   const std::uint32_t shift = p.height - 1;
   // A * 2^(H-1), saturating at 2^64 - 1 when the product does not fit.
   const std::uint64_t max_blocks =
@@ -218,7 +232,8 @@ CREATE TABLE meta(
 ) WITHOUT ROWID;
 CREATE TABLE servers(
   idx INTEGER PRIMARY KEY CHECK (idx >= 0),
-  endpoint TEXT NOT NULL
+  endpoint TEXT NOT NULL,
+  public_key TEXT NOT NULL
 );
 CREATE TABLE counters(
   id INTEGER PRIMARY KEY CHECK (id = 0),
@@ -384,6 +399,9 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
   if (std::string problem = ParamsProblem(config.params); !problem.empty()) {
     return Status::InvalidArgument("client state parameters: " + problem);
   }
+  if (config.server_keys.size() != config.servers.size()) {
+    return Status::InvalidArgument("client state: one CURVE public key per server expected");
+  }
   // O_EXCL makes "refuse an existing path" atomic (no check-then-create race),
   // and creating the file ourselves fixes its mode: the state is precious and
   // private, so 0600 whatever the umask. open() applies the umask (which could
@@ -454,12 +472,17 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
     }
     S3ORAM_RETURN_IF_ERROR(put_int("allow_unsafe", config.allow_unsafe ? 1 : 0));
     S3ORAM_RETURN_IF_ERROR(PutKeyWrap(db, config.key_wrap));
+    meta.Text(1, "client_key_file");
+    meta.Text(2, config.client_key_file);
+    S3ORAM_RETURN_IF_ERROR(meta.Exec("writing meta"));
 
     Stmt srv;
-    S3ORAM_RETURN_IF_ERROR(srv.Prepare(db, "INSERT INTO servers(idx, endpoint) VALUES (?1, ?2)"));
+    S3ORAM_RETURN_IF_ERROR(
+        srv.Prepare(db, "INSERT INTO servers(idx, endpoint, public_key) VALUES (?1, ?2, ?3)"));
     for (std::size_t i = 0; i < config.servers.size(); ++i) {
       srv.Int(1, static_cast<std::int64_t>(i));
       srv.Text(2, config.servers[i]);
+      srv.Text(3, config.server_keys[i]);
       S3ORAM_RETURN_IF_ERROR(srv.Exec("writing servers"));
     }
     return ExecSql(db, "COMMIT");
@@ -608,6 +631,15 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::stri
       std::memcpy(out.data(), data, out.size());
       sqlite3_reset(st.get());
     }
+    st.Text(1, "client_key_file");
+    auto key_row = st.Step("reading meta");
+    if (!key_row.ok()) return fail(key_row.status());
+    if (!*key_row || sqlite3_column_type(st.get(), 0) != SQLITE_TEXT) {
+      return fail(Status::Corruption("meta row 'client_key_file' missing or not text"));
+    }
+    cfg.client_key_file.assign(reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)),
+                               static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 0)));
+    sqlite3_reset(st.get());
   }
   if (std::string problem = ParamsProblem(cfg.params); !problem.empty()) {
     return fail(Status::Corruption("stored parameters are invalid: " + problem));
@@ -616,7 +648,8 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::stri
   // Servers: indices must be exactly 0..n-1.
   {
     Stmt st;
-    S3ORAM_RETURN_IF_ERROR(fail(st.Prepare(db, "SELECT idx, endpoint FROM servers ORDER BY idx")));
+    S3ORAM_RETURN_IF_ERROR(
+        fail(st.Prepare(db, "SELECT idx, endpoint, public_key FROM servers ORDER BY idx")));
     for (std::int64_t expect = 0;; ++expect) {
       auto row = st.Step("reading servers");
       if (!row.ok()) return fail(row.status());
@@ -628,6 +661,14 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::stri
       const unsigned char* text = sqlite3_column_text(st.get(), 1);
       cfg.servers.emplace_back(text ? reinterpret_cast<const char*>(text) : "",
                                static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 1)));
+      const unsigned char* key = sqlite3_column_text(st.get(), 2);
+      cfg.server_keys.emplace_back(key ? reinterpret_cast<const char*>(key) : "",
+                                   static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 2)));
+      if (Status k = CheckZ85Key(cfg.server_keys.back(),
+                                 "the stored public key of server " + std::to_string(expect));
+          !k.ok()) {
+        return fail(Status::Corruption(k.message()));
+      }
     }
   }
 

@@ -36,6 +36,8 @@ struct FsConfig {
   wire::FsId fs_id{};
   OramParams params;
   std::vector<std::string> servers;  // ZeroMQ endpoints, index = party index
+  std::vector<std::string> server_keys;  // CURVE public key (Z85) of each server
+  std::string client_key_file;       // this client's CURVE secret key (a private file)
   bool allow_unsafe = false;         // parameters below the overflow bound were forced
   KeyWrap key_wrap;                  // the master key, wrapped under the passphrase
 };

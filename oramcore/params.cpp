@@ -47,7 +47,6 @@ constexpr std::uint32_t kMaxDistinctLevel = 60;
 
 // Structural limits (params.h, ValidateParams).
 constexpr std::uint32_t kMaxHeight = 40;
-constexpr std::uint32_t kMaxBucketSize = 1u << 16;
 constexpr std::uint32_t kMinBlockBytes = 16;
 constexpr std::uint32_t kMaxBlockBytes = 16u << 20;
 constexpr std::uint32_t kMaxParties = 16;
@@ -245,6 +244,10 @@ Status ValidateParams(const OramParams& p, bool allow_unsafe) {
                std::to_string(kMaxBlockBytes) + "] bytes");
   }
   if (p.capacity_blocks < 1) return bad("capacity N must be >= 1 block");
+  if (p.capacity_blocks > kMaxCapacityBlocks) {
+    return bad("capacity N must be <= 2^32 blocks (the client's position map takes 24 bytes "
+               "per block of RAM); use larger blocks");
+  }
   if (p.capacity_blocks > p.max_capacity_blocks()) {
     return bad("capacity N exceeds A * 2^(H-1) = " + std::to_string(p.max_capacity_blocks()));
   }

@@ -20,6 +20,12 @@
 
 namespace s3oram {
 
+// Structural limits. Z is bounded by the wire (2 Z m elements per message);
+// N by the client's memory: the position map holds one 24-byte entry per
+// block (2^32 blocks: 16 TiB of 4 KiB blocks, 96 GiB of map).
+inline constexpr std::uint32_t kMaxBucketSize = 1u << 16;
+inline constexpr std::uint64_t kMaxCapacityBlocks = std::uint64_t{1} << 32;
+
 struct OramParams {
   std::uint32_t height = 0;       // H
   std::uint32_t bucket_size = 0;  // Z

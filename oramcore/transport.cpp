@@ -2,7 +2,9 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <string>
 
@@ -51,31 +53,121 @@ bool DrainReplies(void* socket, const wire::Header& header, wire::MessageType ex
   }
 }
 
+// Reads the pending socket-monitor events of one server's socket and
+// records what the CURVE handshake said. Each event is two frames: 16-bit
+// event id + 32-bit value, then the endpoint.
+void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_ok) {
+  for (;;) {
+    zmq_msg_t head;
+    zmq_msg_init(&head);
+    if (zmq_msg_recv(&head, monitor, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&head);
+      return;
+    }
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    if (zmq_msg_size(&head) >= 6) {
+      std::memcpy(&event, zmq_msg_data(&head), 2);
+      std::memcpy(&value, static_cast<const char*>(zmq_msg_data(&head)) + 2, 4);
+    }
+    const bool more = zmq_msg_more(&head);
+    zmq_msg_close(&head);
+    if (more) {
+      zmq_msg_t addr;
+      zmq_msg_init(&addr);
+      zmq_msg_recv(&addr, monitor, 0);
+      zmq_msg_close(&addr);
+    }
+    switch (event) {
+      case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        *handshake_ok = true;
+        handshake_error->clear();
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
+        *handshake_error = "the server refused this client's CURVE key (ZAP status " +
+                           std::to_string(value) +
+                           "): add the client's public key to the server's authorized_clients";
+        break;
+      case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
+      case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
+        *handshake_error =
+            "the CURVE handshake failed: the server's public key in the client state does not "
+            "match the server (or it is not an s3oram server)";
+        break;
+      default:
+        break;
+    }
+  }
+}
+
 }  // namespace
 
 struct ServerSet::Impl {
   void* context = nullptr;
   std::vector<void*> sockets;
+  std::vector<void*> monitors;  // PAIR sockets receiving each socket's events
   std::vector<std::string> endpoints;
+  std::vector<std::string> handshake_errors;  // last CURVE failure per server, if any
+  std::vector<bool> handshake_ok;
 
   ~Impl() {
     for (void* s : sockets) zmq_close(s);
+    for (void* m : monitors) zmq_close(m);
     if (context) zmq_ctx_term(context);
   }
 };
 
 ServerSet::~ServerSet() = default;
 
-Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::string>& endpoints) {
+Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::string>& endpoints,
+                                                     const std::vector<std::string>& server_keys,
+                                                     const CurveKeypair& client) {
+  if (server_keys.size() != endpoints.size()) {
+    return Status::InvalidArgument("one CURVE public key per server expected (" +
+                                   std::to_string(endpoints.size()) + " servers, " +
+                                   std::to_string(server_keys.size()) + " keys)");
+  }
+  for (std::size_t i = 0; i < server_keys.size(); ++i) {
+    S3ORAM_RETURN_IF_ERROR(CheckZ85Key(server_keys[i], "the public key of server " + std::to_string(i)));
+  }
+  S3ORAM_RETURN_IF_ERROR(CheckZ85Key(client.public_key, "the client's public key"));
   std::unique_ptr<ServerSet> set(new ServerSet());
   set->impl_ = std::make_unique<Impl>();
   Impl& impl = *set->impl_;
   impl.context = zmq_ctx_new();
   if (!impl.context) return Status::IoError(ZmqError("zmq_ctx_new"));
-  for (const auto& ep : endpoints) {
+  // Secret key as a NUL-terminated Z85 string for zmq_setsockopt, zeroed after.
+  Secret secret_z(client.secret_key.size() + 1);
+  std::memcpy(secret_z.data(), client.secret_key.data(), client.secret_key.size());
+  for (std::size_t i = 0; i < endpoints.size(); ++i) {
+    const std::string& ep = endpoints[i];
     void* s = zmq_socket(impl.context, ZMQ_DEALER);
     if (!s) return Status::IoError(ZmqError("zmq_socket"));
     impl.sockets.push_back(s);
+    // CURVE on every link: the server is authenticated by its public key,
+    // the client by its keypair (the server's ZAP handler checks it).
+    if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_keys[i].c_str(), kCurveKeyChars + 1) != 0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, client.public_key.c_str(), kCurveKeyChars + 1) !=
+            0 ||
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_z.data(), kCurveKeyChars + 1) != 0) {
+      return Status::InvalidArgument(ZmqError("setting CURVE keys"));
+    }
+    const std::string monitor_ep =
+        "inproc://s3oram-monitor-" + std::to_string(reinterpret_cast<std::uintptr_t>(s));
+    if (zmq_socket_monitor(s, monitor_ep.c_str(),
+                           ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
+      return Status::IoError(ZmqError("zmq_socket_monitor"));
+    }
+    void* mon = zmq_socket(impl.context, ZMQ_PAIR);
+    if (!mon || zmq_connect(mon, monitor_ep.c_str()) != 0) {
+      if (mon) zmq_close(mon);
+      return Status::IoError(ZmqError("connecting the socket monitor"));
+    }
+    impl.monitors.push_back(mon);
+    impl.handshake_errors.emplace_back();
+    impl.handshake_ok.push_back(false);
     int linger = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     // Unbounded queues: a request is at most one eviction's matrices, and we
@@ -143,6 +235,7 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
         if (!who.empty()) who += ", ";
         who += impl_->endpoints[servers[k]];
         if (!decode_errors[k].ok()) who += " (" + decode_errors[k].ToString() + ")";
+        if (!impl_->handshake_ok[servers[k]]) who += " (no CURVE handshake completed)";
       }
       return Status::Unavailable(std::string("no ") + wire::MessageTypeName(expected_reply) +
                                  " from " + who + " within " +
@@ -164,7 +257,19 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     }
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - Clock::now());
     long timeout_ms = std::max<long>(1, static_cast<long>(wait.count()));
-    int rc = zmq_poll(items.data(), static_cast<int>(n), timeout_ms);
+    // A refused or failed CURVE handshake will not heal by waiting: report it.
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = servers[k];
+      bool ok = impl_->handshake_ok[i];
+      DrainMonitor(impl_->monitors[i], &impl_->handshake_errors[i], &ok);
+      impl_->handshake_ok[i] = ok;
+      if (!done[k] && !impl_->handshake_errors[i].empty()) {
+        return Status::PermissionDenied("server " + std::to_string(i) + " (" +
+                                        impl_->endpoints[i] + "): " + impl_->handshake_errors[i]);
+      }
+    }
+    // Wake up at least every 100 ms to look at the monitors.
+    int rc = zmq_poll(items.data(), static_cast<int>(n), std::min<long>(timeout_ms, 100));
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       return Status::IoError(ZmqError("zmq_poll"));

@@ -1,5 +1,9 @@
 // The client's connections to the ℓ servers: one persistent ZeroMQ DEALER
-// socket per server, reused for every request (never reopened per access).
+// socket per server, reused for every request (never reopened per access),
+// always under CURVE: each server is authenticated by its public key, and the
+// client by its keypair. A server that refuses the client's key, or whose key
+// does not match, fails the exchange at once with PermissionDenied naming the
+// server and the likely fix, instead of timing out.
 //
 // Requests are idempotent by construction (see docs/ARCHITECTURE.md), so on a
 // timeout the same frame is sent again; a reply is accepted only if its seq and
@@ -13,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/curve_keys.h"
 #include "oramcore/status.h"
 #include "oramcore/wire.h"
 
@@ -33,8 +38,11 @@ struct TransportStats {
 
 class ServerSet {
  public:
-  // Connects (lazily, as ZeroMQ does) to every endpoint.
-  static Result<std::unique_ptr<ServerSet>> Connect(const std::vector<std::string>& endpoints);
+  // Connects (lazily, as ZeroMQ does) to every endpoint; server_keys[i] is
+  // server i's CURVE public key (Z85).
+  static Result<std::unique_ptr<ServerSet>> Connect(const std::vector<std::string>& endpoints,
+                                                    const std::vector<std::string>& server_keys,
+                                                    const CurveKeypair& client);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;

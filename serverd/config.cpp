@@ -23,6 +23,7 @@
 #include <system_error>
 #include <toml++/toml.h>
 
+#include "oramcore/curve_keys.h"
 #include "oramcore/field.h"
 
 namespace s3oram::serverd {
@@ -187,10 +188,45 @@ Status Endpoint(const Checker& ck, const toml::node& n, const std::string& key, 
   return Status::Ok();
 }
 
+// A CURVE public key written inline: 40 Z85 characters.
+Status CurveKey(const Checker& ck, const toml::node& n, const std::string& key, std::string* out) {
+  S3ORAM_RETURN_IF_ERROR(ck.String(n, key, out));
+  if (Status z = CheckZ85Key(*out, "the key"); !z.ok()) {
+    return ck.Error(n.source(), key,
+                    "expected a CURVE public key (40 Z85 characters, the content of a .pub "
+                    "file), got \"" + *out + "\" (" + z.message() + ")");
+  }
+  return Status::Ok();
+}
+
+Status CurveKeyArray(const Checker& ck, const toml::node& n, const std::string& key,
+                     std::vector<std::string>* out) {
+  const auto* arr = n.as_array();
+  if (arr == nullptr) {
+    return ck.Error(n.source(), key,
+                    std::string("expected an array of CURVE public keys, got ") + TypeName(n));
+  }
+  if (arr->empty()) {
+    return ck.Error(n.source(), key, "expected at least one key (otherwise nobody may connect)");
+  }
+  std::set<std::string> seen;
+  for (std::size_t i = 0; i < arr->size(); ++i) {
+    std::string k;
+    S3ORAM_RETURN_IF_ERROR(CurveKey(ck, *arr->get(i), key + "[" + std::to_string(i) + "]", &k));
+    if (!seen.insert(k).second) {
+      return ck.Error(arr->get(i)->source(), key + "[" + std::to_string(i) + "]",
+                      "expected distinct keys, got \"" + k + "\" twice");
+    }
+    out->push_back(std::move(k));
+  }
+  return Status::Ok();
+}
+
 Status ParseServer(const Checker& ck, const toml::table& t, ServerConfig* c) {
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(t, "server.",
                                      {"index", "listen", "peer_listen", "data_dir", "threads",
-                                      "sync", "peer_timeout_ms", "log_level"}));
+                                      "sync", "peer_timeout_ms", "log_level", "secret_key_file",
+                                      "authorized_clients"}));
   std::int64_t v = 0;
   const toml::node* n = t.get("index");
   if (n == nullptr) {
@@ -225,6 +261,20 @@ Status ParseServer(const Checker& ck, const toml::table& t, ServerConfig* c) {
   if (c->data_dir.find('\0') != std::string::npos) {
     return ck.Error(n->source(), "server.data_dir", "expected a path without NUL bytes");
   }
+
+  if ((n = t.get("secret_key_file")) == nullptr) {
+    return ck.Missing(t, "[server]", "secret_key_file",
+                      "the path of this server's CURVE secret key (s3oram keygen)");
+  }
+  S3ORAM_RETURN_IF_ERROR(ck.String(*n, "server.secret_key_file", &c->secret_key_file));
+  if (c->secret_key_file.empty() || c->secret_key_file.find('\0') != std::string::npos) {
+    return ck.Error(n->source(), "server.secret_key_file", "expected a file path");
+  }
+  if ((n = t.get("authorized_clients")) == nullptr) {
+    return ck.Missing(t, "[server]", "authorized_clients",
+                      "an array of the CURVE public keys of the clients allowed to connect");
+  }
+  S3ORAM_RETURN_IF_ERROR(CurveKeyArray(ck, *n, "server.authorized_clients", &c->authorized_clients));
 
   if ((n = t.get("threads")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "server.threads", 0, kMaxThreads, &v));
@@ -268,7 +318,7 @@ Status ParsePeers(const Checker& ck, const toml::node& n, ServerConfig* c) {
     if (t == nullptr) {
       return ck.Error(e.source(), name, std::string("expected a [[peer]] table, got ") + TypeName(e));
     }
-    S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(*t, name + ".", {"index", "endpoint"}));
+    S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(*t, name + ".", {"index", "endpoint", "public_key"}));
     PeerConfig p;
     std::int64_t v = 0;
     const toml::node* f = t->get("index");
@@ -294,6 +344,10 @@ Status ParsePeers(const Checker& ck, const toml::node& n, ServerConfig* c) {
       return ck.Error(f->source(), name + ".endpoint",
                       "expected distinct peer endpoints, got \"" + p.endpoint + "\" twice");
     }
+    if ((f = t->get("public_key")) == nullptr) {
+      return ck.Missing(*t, name, "public_key", "the peer's CURVE public key (its .pub file)");
+    }
+    S3ORAM_RETURN_IF_ERROR(CurveKey(ck, *f, name + ".public_key", &p.public_key));
     c->peers.push_back(std::move(p));
   }
   return Status::Ok();
@@ -407,11 +461,18 @@ std::string RenderServerConfig(const ServerConfig& c) {
     << "threads = " << c.threads << "\n"
     << "sync = " << (c.sync ? "true" : "false") << "\n"
     << "peer_timeout_ms = " << c.peer_timeout_ms << "\n"
-    << "log_level = " << Quote(c.log_level) << "\n";
+    << "log_level = " << Quote(c.log_level) << "\n"
+    << "secret_key_file = " << Quote(c.secret_key_file) << "\n"
+    << "authorized_clients = [";
+  for (std::size_t i = 0; i < c.authorized_clients.size(); ++i) {
+    o << (i ? ", " : "") << Quote(c.authorized_clients[i]);
+  }
+  o << "]\n";
   for (const PeerConfig& p : c.peers) {
     o << "\n[[peer]]\n"
       << "index = " << p.index << "\n"
-      << "endpoint = " << Quote(p.endpoint) << "\n";
+      << "endpoint = " << Quote(p.endpoint) << "\n"
+      << "public_key = " << Quote(p.public_key) << "\n";
   }
   return o.str();
 }

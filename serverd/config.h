@@ -9,10 +9,16 @@
 //   sync = true                            # fdatasync before acknowledging
 //   peer_timeout_ms = 30000                # give up an eviction round after this
 //   log_level = "info"                     # trace, debug, info, warn, error
+//   secret_key_file = "/etc/s3oramfs/server-0.key"   # CURVE secret key (mode 0600)
+//   authorized_clients = ["<40 Z85 chars>"]          # client public keys allowed in
 //
 //   [[peer]]
 //   index = 1
 //   endpoint = "tcp://127.0.0.1:7311"
+//   public_key = "<40 Z85 chars>"          # the peer's CURVE public key
+//
+// Every link is CURVE-encrypted and authenticated: clients must present a key
+// in authorized_clients, peers the public_key configured for them.
 //
 // Every field is validated (types, ranges, endpoint syntax, distinct indices,
 // own index not among peers); unknown keys are errors, so typos do not pass.
@@ -30,6 +36,7 @@ namespace s3oram::serverd {
 struct PeerConfig {
   std::uint32_t index = 0;
   std::string endpoint;
+  std::string public_key;  // Z85
   bool operator==(const PeerConfig&) const = default;
 };
 
@@ -42,6 +49,8 @@ struct ServerConfig {
   bool sync = true;
   std::uint32_t peer_timeout_ms = 30000;
   std::string log_level = "info";
+  std::string secret_key_file;
+  std::vector<std::string> authorized_clients;  // Z85 public keys
   std::vector<PeerConfig> peers;
   bool operator==(const ServerConfig&) const = default;
 };

@@ -11,12 +11,14 @@
 #include <tuple>
 #include <vector>
 
+#include "oramcore/curve_keys.h"
 #include "oramcore/field.h"
 #include "oramcore/kernels.h"
 #include "oramcore/wire.h"
 #include "serverd/peer_exchange.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"
+#include "serverd/zap_authenticator.h"
 
 namespace s3oram::serverd {
 
@@ -40,6 +42,9 @@ struct Server::Impl : PeerExchange {
   void* router = nullptr;
   void* pull = nullptr;
   std::map<std::uint32_t, void*> pushes;  // peer index -> PUSH socket
+  std::map<std::uint32_t, void*> push_monitors;  // peer index -> monitor of its PUSH socket
+  std::map<std::uint32_t, std::string> peer_link_problem;  // last logged, to log changes once
+  ZapAuthenticator zap;
   std::unique_ptr<RequestHandler> handler;
   // SMP messages that arrived before this server was ready for them.
   std::map<SmpKey, std::vector<Elem>> smp_buffer;
@@ -47,9 +52,54 @@ struct Server::Impl : PeerExchange {
 
   ~Impl() override {
     for (auto& [i, s] : pushes) zmq_close(s);
+    for (auto& [i, s] : push_monitors) zmq_close(s);
     if (pull) zmq_close(pull);
     if (router) zmq_close(router);
+    zap.Stop();
     if (context) zmq_ctx_term(context);
+  }
+
+  // Logs what the CURVE handshakes of the links to peers report (once per
+  // change): a peer that refuses this server's key is a configuration error
+  // the operator must see on this side too.
+  void CheckPeerLinks() {
+    for (auto& [peer, mon] : push_monitors) {
+      for (;;) {
+        zmq_msg_t head;
+        zmq_msg_init(&head);
+        if (zmq_msg_recv(&head, mon, ZMQ_DONTWAIT) < 0) {
+          zmq_msg_close(&head);
+          break;
+        }
+        std::uint16_t event = 0;
+        if (zmq_msg_size(&head) >= 2) std::memcpy(&event, zmq_msg_data(&head), 2);
+        const bool more = zmq_msg_more(&head);
+        zmq_msg_close(&head);
+        if (more) {
+          zmq_msg_t addr;
+          zmq_msg_init(&addr);
+          zmq_msg_recv(&addr, mon, 0);
+          zmq_msg_close(&addr);
+        }
+        std::string problem;
+        if (event == ZMQ_EVENT_HANDSHAKE_FAILED_AUTH) {
+          problem = "refused this server's CURVE key: add it as that peer's [[peer]] public_key";
+        } else if (event == ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL ||
+                   event == ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) {
+          problem = "CURVE handshake failed: the [[peer]] public_key configured here does not "
+                    "match that peer";
+        } else if (event != ZMQ_EVENT_HANDSHAKE_SUCCEEDED) {
+          continue;
+        }
+        if (problem == peer_link_problem[peer]) continue;
+        peer_link_problem[peer] = problem;
+        if (problem.empty()) {
+          spdlog::info("link to peer {} authenticated", peer);
+        } else {
+          spdlog::error("link to peer {}: {}", peer, problem);
+        }
+      }
+    }
   }
 
   // Sends this server's round shares to every peer.
@@ -170,9 +220,26 @@ Status Server::Start() {
 
   s.context = zmq_ctx_new();
   if (!s.context) return Status::IoError(ZmqError("zmq_ctx_new"));
+  // CURVE everywhere: this server's keypair on both bound sockets, the ZAP
+  // handler admitting authorized clients on one and configured peers on the
+  // other, and this keypair again towards each peer.
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair keys, LoadCurveKeypair(s.config.secret_key_file));
+  Secret secret_z(keys.secret_key.size() + 1);
+  std::memcpy(secret_z.data(), keys.secret_key.data(), keys.secret_key.size());
+  ZapAuthenticator::Policy policy;
+  policy["clients"].insert(s.config.authorized_clients.begin(), s.config.authorized_clients.end());
+  for (const auto& p : s.config.peers) policy["peers"].insert(p.public_key);
+  S3ORAM_RETURN_IF_ERROR(s.zap.Start(s.context, std::move(policy)));
   auto make = [&](int type) { return zmq_socket(s.context, type); };
+  auto curve_server = [&](void* socket, const char* domain) {
+    const int one = 1;
+    zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one);
+    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_z.data(), kCurveKeyChars + 1);
+    zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, domain, std::strlen(domain));
+  };
   int zero = 0;
   s.router = make(ZMQ_ROUTER);
+  curve_server(s.router, "clients");
   zmq_setsockopt(s.router, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(s.router, ZMQ_SNDHWM, &zero, sizeof zero);
   zmq_setsockopt(s.router, ZMQ_RCVHWM, &zero, sizeof zero);
@@ -180,6 +247,7 @@ Status Server::Start() {
     return Status::IoError(ZmqError("binding " + s.config.listen));
   }
   s.pull = make(ZMQ_PULL);
+  curve_server(s.pull, "peers");
   zmq_setsockopt(s.pull, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(s.pull, ZMQ_RCVHWM, &zero, sizeof zero);
   if (zmq_bind(s.pull, s.config.peer_listen.c_str()) != 0) {
@@ -192,15 +260,27 @@ Status Server::Start() {
     int ivl = 100, ivl_max = 1000;
     zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(push, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    zmq_setsockopt(push, ZMQ_CURVE_SERVERKEY, p.public_key.c_str(), kCurveKeyChars + 1);
+    zmq_setsockopt(push, ZMQ_CURVE_PUBLICKEY, keys.public_key.c_str(), kCurveKeyChars + 1);
+    zmq_setsockopt(push, ZMQ_CURVE_SECRETKEY, secret_z.data(), kCurveKeyChars + 1);
+    const std::string monitor_ep = "inproc://peer-monitor-" + std::to_string(p.index);
+    zmq_socket_monitor(push, monitor_ep.c_str(),
+                       ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
+                           ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL);
+    void* mon = make(ZMQ_PAIR);
+    zmq_connect(mon, monitor_ep.c_str());
+    s.push_monitors[p.index] = mon;
     if (zmq_connect(push, p.endpoint.c_str()) != 0) {
       zmq_close(push);
       return Status::InvalidArgument(ZmqError("connecting to peer " + p.endpoint));
     }
     s.pushes[p.index] = push;
   }
-  spdlog::info("server {} listening on {} (peers on {}), {} kernel threads, {} kernels",
+  spdlog::info("server {} listening on {} (peers on {}), {} kernel threads, {} kernels; CURVE "
+               "key {}, {} authorized client key(s)",
                s.config.index, s.config.listen, s.config.peer_listen, s.handler->threads(),
-               kernels::FastKernelName());
+               kernels::FastKernelName(), keys.public_key, s.config.authorized_clients.size());
   return Status::Ok();
 }
 
@@ -213,6 +293,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
       if (zmq_errno() == EINTR) continue;
       return Status::IoError(ZmqError("zmq_poll"));
     }
+    s.CheckPeerLinks();
     if (items[1].revents & ZMQ_POLLIN) S3ORAM_RETURN_IF_ERROR(s.DrainPeers());
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     // ROUTER frames: [client identity][request].

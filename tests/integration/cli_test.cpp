@@ -77,7 +77,9 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   CliRun start = RunCli("cluster start --dir " + dir.Sub("c") + " --log-level warn");
   ASSERT_EQ(start.exit_code, 0) << start.output;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(start.output, m, std::regex(R"(servers:(( --server \S+){3}))")))
+  ASSERT_TRUE(std::regex_search(
+      start.output, m,
+      std::regex(R"(servers:(( --server \S+ --server-key \S+){3} --client-key \S+))")))
       << start.output;
   const std::string servers = m[1];
   ASSERT_TRUE(WriteText(dir.Sub("pass"), "init passphrase\n").ok());
@@ -109,7 +111,10 @@ TEST(CliTest, PasswdChangesThePassphraseAndKeepsTheData) {
   auto cl = testing::StartCluster(dir.Sub("c"));
   ASSERT_TRUE(cl);
   std::string servers;
-  for (const auto& ep : cl->endpoints()) servers += " --server " + ep;
+  for (std::size_t i = 0; i < cl->endpoints().size(); ++i) {
+    servers += " --server " + cl->endpoints()[i] + " --server-key " + cl->server_public_key_file(i);
+  }
+  servers += " --client-key " + cl->client_key_file();
   const std::string state = dir.Sub("fs.s3oram");
   ASSERT_TRUE(WriteText(dir.Sub("old"), "old passphrase\n").ok());
   ASSERT_TRUE(WriteText(dir.Sub("new"), "new passphrase").ok());

@@ -76,6 +76,14 @@ inline std::vector<std::uint8_t> Content(std::size_t bytes, std::uint64_t id, st
   return out;
 }
 
+// Points `config` at the cluster's servers, with their CURVE keys and the
+// cluster's client key.
+inline void UseCluster(FsConfig& config, const cluster::LocalCluster& c) {
+  config.servers = c.endpoints();
+  config.server_keys = c.server_public_keys();
+  config.client_key_file = c.client_key_file();
+}
+
 // The passphrase of every test filesystem (tests also check that others fail).
 inline constexpr const char* kTestPassphrase = "correct horse battery staple (test)";
 inline Secret TestPassphrase() { return Secret::CopyOf(std::string_view(kTestPassphrase)); }
@@ -107,7 +115,7 @@ inline std::unique_ptr<TestFs> MakeFs(const OramParams& params) {
   fs->cluster = StartCluster(fs->dir.Sub("cluster"));
   if (!fs->cluster) return nullptr;
   fs->config.params = params;
-  fs->config.servers = fs->cluster->endpoints();
+  UseCluster(fs->config, *fs->cluster);
   fs->state = fs->dir.Sub("fs.s3oram");
   Status st = TestInitialize(fs->state, fs->config);
   EXPECT_TRUE(st.ok()) << st.ToString();

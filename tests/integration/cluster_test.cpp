@@ -243,7 +243,7 @@ TEST(ClusterTest, ShareFilesAreRandomAndHoldNoPlaintext) {
     ASSERT_TRUE(cluster);
     FsConfig config;
     config.params = SmallParams(B, 4, 4);
-    config.servers = cluster->endpoints();
+    testing::UseCluster(config, *cluster);
     slot_bytes = config.params.slot_bytes();
     const std::string state = dir.Sub("fs" + std::to_string(run) + ".s3oram");
     ASSERT_TRUE(testing::TestInitialize(state, config).ok());
@@ -294,7 +294,7 @@ TEST(ClusterTest, UnsafeBucketSizeOverflowIsDetectedNotSilent) {
   config.params = SmallParams(64, 4, 5);
   config.params.bucket_size = 4;  // Z = A: overflows quickly
   config.allow_unsafe = true;
-  config.servers = cluster->endpoints();
+  testing::UseCluster(config, *cluster);
   EXPECT_FALSE(ValidateParams(config.params, false).ok());
   const std::string state = dir.Sub("fs.s3oram");
   ASSERT_TRUE(testing::TestInitialize(state, config).ok());
@@ -333,7 +333,7 @@ TEST(ClusterTest, OpenRefusesServersOfAnotherFilesystem) {
   ASSERT_TRUE(cluster);
   FsConfig config;
   config.params = SmallParams(64, 4, 3);
-  config.servers = cluster->endpoints();
+  testing::UseCluster(config, *cluster);
   ASSERT_TRUE(testing::TestInitialize(dir.Sub("a.s3oram"), config).ok());
   // A second init on the same servers is refused without overwrite...
   Status again = testing::TestInitialize(dir.Sub("b.s3oram"), config);
@@ -347,6 +347,7 @@ TEST(ClusterTest, OpenRefusesServersOfAnotherFilesystem) {
   // Servers listed in the wrong order are refused.
   FsConfig swapped = config;
   std::swap(swapped.servers[0], swapped.servers[1]);
+  std::swap(swapped.server_keys[0], swapped.server_keys[1]);
   EXPECT_FALSE(testing::TestInitialize(dir.Sub("d.s3oram"), swapped, true).ok());
 }
 
@@ -379,7 +380,10 @@ TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
   wire::WriteRootRequest stale;
   stale.slot = nr;
   stale.share.assign(config.params.elems_per_slot(), 12345);
-  auto raw = ServerSet::Connect({cluster->endpoints()[0]});
+  auto client_key = LoadCurveKeypair(cluster->client_key_file());
+  ASSERT_TRUE(client_key.ok());
+  auto raw = ServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
+                                *client_key);
   ASSERT_TRUE(raw.ok());
   auto sent = (*raw)->Exchange({wire::Encode(h, stale)}, h, wire::MessageType::kWriteRootReply,
                                FastRetryOptions().requests);

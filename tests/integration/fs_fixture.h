@@ -595,7 +595,7 @@ class MountedFs {
   }
 
   void PrintLog() const {
-    if (reference_) return;
+    if (reference_ || !fs_) return;
     std::fprintf(stderr, "----- s3oramfs-fused stdout/stderr (%s), last 8 KiB -----\n%s\n",
                  log_path_.c_str(), Tail(log(), 8192).c_str());
     std::fprintf(stderr, "----- s3oramfs-fused log_file (%s), last 16 KiB -----\n%s\n-----\n",

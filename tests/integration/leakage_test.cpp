@@ -53,11 +53,14 @@ TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
   std::vector<std::unique_ptr<TamperProxy>> proxies;
   FsConfig config;
   config.params = params;
-  for (const auto& ep : cluster->endpoints()) {
-    proxies.push_back(TamperProxy::Start(ep));
+  for (std::size_t i = 0; i < cluster->endpoints().size(); ++i) {
+    proxies.push_back(TamperProxy::Start(cluster->endpoints()[i], cluster->server_public_keys()[i],
+                                         cluster->client_key_file()));
     ASSERT_TRUE(proxies.back());
     config.servers.push_back(proxies.back()->endpoint());
+    config.server_keys.push_back(proxies.back()->public_key());
   }
+  config.client_key_file = cluster->client_key_file();
   const std::string state = dir.Sub("fs.s3oram");
   ASSERT_TRUE(testing::TestInitialize(state, config).ok());
   auto c = testing::TestOpen(state, testing::FastRetryOptions());

@@ -18,13 +18,31 @@ using testing::SmallParams;
 using testing::StartCluster;
 using testing::TempDir;
 
+// Where raw frames go: a server's endpoint and CURVE key, and an authorized
+// client key (the links are encrypted; what is tested is the content).
+struct RawTarget {
+  std::string endpoint;
+  std::string server_key;
+  std::string client_key_file;
+};
+
 // Sends one raw frame on a DEALER socket and returns the raw reply (empty on timeout).
-std::vector<std::uint8_t> RawRoundTrip(const std::string& endpoint, const std::vector<std::uint8_t>& frame) {
+std::vector<std::uint8_t> RawRoundTrip(const RawTarget& target,
+                                       const std::vector<std::uint8_t>& frame) {
   void* ctx = zmq_ctx_new();
   void* s = zmq_socket(ctx, ZMQ_DEALER);
   int linger = 0;
   zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-  zmq_connect(s, endpoint.c_str());
+  auto keys = LoadCurveKeypair(target.client_key_file);
+  EXPECT_TRUE(keys.ok()) << keys.status().ToString();
+  if (keys.ok()) {
+    const std::string secret(reinterpret_cast<const char*>(keys->secret_key.data()),
+                             keys->secret_key.size());
+    zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, target.server_key.c_str(), 41);
+    zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, keys->public_key.c_str(), 41);
+    zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret.c_str(), 41);
+  }
+  zmq_connect(s, target.endpoint.c_str());
   zmq_send(s, frame.data(), frame.size(), 0);
   zmq_pollitem_t item{s, 0, ZMQ_POLLIN, 0};
   std::vector<std::uint8_t> reply;
@@ -63,7 +81,8 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   const wire::Header h = testing::HeaderFromState(state);
   const TreeGeometry geo = config.params.geometry();
   const std::size_t m = config.params.elems_per_slot();
-  const std::string ep = cluster->endpoints()[0];
+  const RawTarget ep{cluster->endpoints()[0], cluster->server_public_keys()[0],
+                     cluster->client_key_file()};
 
   auto rng = testing::SeededRng();
   // Garbage and truncations of a valid frame.

@@ -55,11 +55,15 @@ std::unique_ptr<Lab> MakeLab(const OramParams& params) {
   if (!lab->cluster) return nullptr;
   FsConfig config;
   config.params = params;
-  for (const auto& ep : lab->cluster->endpoints()) {
-    lab->proxies.push_back(TamperProxy::Start(ep));
+  for (std::size_t i = 0; i < lab->cluster->endpoints().size(); ++i) {
+    lab->proxies.push_back(TamperProxy::Start(lab->cluster->endpoints()[i],
+                                              lab->cluster->server_public_keys()[i],
+                                              lab->cluster->client_key_file()));
     if (!lab->proxies.back()) return nullptr;
     config.servers.push_back(lab->proxies.back()->endpoint());
+    config.server_keys.push_back(lab->proxies.back()->public_key());
   }
+  config.client_key_file = lab->cluster->client_key_file();
   lab->params = params;
   lab->state = lab->dir.Sub("fs.s3oram");
   Status st = testing::TestInitialize(lab->state, config);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/curve_keys.h"
 #include "oramcore/field.h"
 #include "oramcore/wire.h"
 
@@ -27,8 +28,14 @@ struct TamperProxy::State {
   std::map<std::uint64_t, std::deque<Recorded>> recorded;
 };
 
-std::unique_ptr<TamperProxy> TamperProxy::Start(const std::string& upstream) {
+std::unique_ptr<TamperProxy> TamperProxy::Start(const std::string& upstream,
+                                                const std::string& upstream_key,
+                                                const std::string& client_key_file) {
+  auto own = GenerateCurveKeypair();
+  auto client = LoadCurveKeypair(client_key_file);
+  if (!own.ok() || !client.ok()) return nullptr;
   std::unique_ptr<TamperProxy> p(new TamperProxy());
+  p->public_key_ = own->public_key;
   p->state_ = std::make_unique<State>();
   p->context_ = zmq_ctx_new();
   p->front_ = zmq_socket(p->context_, ZMQ_ROUTER);
@@ -39,6 +46,16 @@ std::unique_ptr<TamperProxy> TamperProxy::Start(const std::string& upstream) {
     zmq_setsockopt(s, ZMQ_SNDHWM, &zero, sizeof zero);
     zmq_setsockopt(s, ZMQ_RCVHWM, &zero, sizeof zero);
   }
+  auto z = [](const Secret& k) {
+    return std::string(reinterpret_cast<const char*>(k.data()), k.size());
+  };
+  const int one = 1;
+  const std::string own_secret = z(own->secret_key), client_secret = z(client->secret_key);
+  zmq_setsockopt(p->front_, ZMQ_CURVE_SERVER, &one, sizeof one);
+  zmq_setsockopt(p->front_, ZMQ_CURVE_SECRETKEY, own_secret.c_str(), 41);
+  zmq_setsockopt(p->back_, ZMQ_CURVE_SERVERKEY, upstream_key.c_str(), 41);
+  zmq_setsockopt(p->back_, ZMQ_CURVE_PUBLICKEY, client->public_key.c_str(), 41);
+  zmq_setsockopt(p->back_, ZMQ_CURVE_SECRETKEY, client_secret.c_str(), 41);
   if (zmq_bind(p->front_, "tcp://127.0.0.1:*") != 0 ||
       zmq_connect(p->back_, upstream.c_str()) != 0) {
     return nullptr;

@@ -39,13 +39,20 @@ struct TranscriptEntry {
 
 class TamperProxy {
  public:
-  // Binds tcp://127.0.0.1:<free port> and connects to `upstream`.
-  static std::unique_ptr<TamperProxy> Start(const std::string& upstream);
+  // Binds tcp://127.0.0.1:<free port> and connects to `upstream`. Both links
+  // are CURVE: towards the client the proxy is a server with a keypair of
+  // its own (public_key(): what the client state must list for it), towards
+  // the server it is a client with the key in `client_key_file` (one the
+  // server authorizes) and the server's public key `upstream_key`.
+  static std::unique_ptr<TamperProxy> Start(const std::string& upstream,
+                                            const std::string& upstream_key,
+                                            const std::string& client_key_file);
   ~TamperProxy();
   TamperProxy(const TamperProxy&) = delete;
   TamperProxy& operator=(const TamperProxy&) = delete;
 
   const std::string& endpoint() const { return endpoint_; }
+  const std::string& public_key() const { return public_key_; }
   void SetMode(TamperMode mode, double probability);
   // RETRIEVE requests whose answer was tampered with so far.
   std::uint64_t tampered() const { return tampered_.load(); }
@@ -61,6 +68,7 @@ class TamperProxy {
   struct State;
 
   std::string endpoint_;
+  std::string public_key_;
   void* context_ = nullptr;
   void* front_ = nullptr;
   void* back_ = nullptr;

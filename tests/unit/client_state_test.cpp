@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/curve_keys.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -70,6 +71,12 @@ FsConfig MakeConfig(std::mt19937_64& rng, OramParams params = SmallParams()) {
   for (auto& b : c.fs_id) b = static_cast<std::uint8_t>(rng());
   c.params = params;
   c.servers = {"tcp://10.0.0.1:7100", "tcp://10.0.0.2:7100", "tcp://[::1]:7100"};
+  for (int i = 0; i < 3; ++i) {
+    auto k = GenerateCurveKeypair();
+    EXPECT_TRUE(k.ok());
+    if (k.ok()) c.server_keys.push_back(k->public_key);
+  }
+  c.client_key_file = "/home/someone/.config/s3oramfs/laptop.key";
   c.allow_unsafe = true;
   auto wrap = WrapMasterKey(NewMasterKey(), Secret::CopyOf(std::string_view("pass")), c.fs_id,
                             MinimalKdfParams());
@@ -91,6 +98,8 @@ void ExpectSameConfig(const FsConfig& a, const FsConfig& b) {
   EXPECT_EQ(a.servers, b.servers);
   EXPECT_EQ(a.allow_unsafe, b.allow_unsafe);
   EXPECT_EQ(a.key_wrap, b.key_wrap);
+  EXPECT_EQ(a.server_keys, b.server_keys);
+  EXPECT_EQ(a.client_key_file, b.client_key_file);
 }
 
 class ClientStateTest : public ::testing::Test {
@@ -168,12 +177,13 @@ TEST_F(ClientStateTest, RoundTripOfEdgeValuesInConfig) {
   OramParams p = SmallParams();
   p.height = 40;
   p.evict_rate = 0xffffffffu;
-  p.bucket_size = 0xffffffffu;
+  p.bucket_size = kMaxBucketSize;
   p.block_bytes = 0xffffffffu;
-  p.capacity_blocks = std::uint64_t{0xffffffffu} << 39;
+  p.capacity_blocks = kMaxCapacityBlocks;
   p.lambda = 0;
   FsConfig config = MakeConfig(rng_, p);
   config.servers.clear();
+  config.server_keys.clear();
   config.allow_unsafe = false;
   std::string path = MakeState("edge.db", config);
   auto opened = ClientStateStore::Open(path);
@@ -192,6 +202,19 @@ TEST_F(ClientStateTest, CreateRejectsUnloadableParams) {
   p.height = 63;
   EXPECT_FALSE(ClientStateStore::Create(Path("bad.db"), MakeConfig(rng_, p)).ok());
   EXPECT_FALSE(fs::exists(Path("bad.db")));
+}
+
+// Sizes the position map would be allocated from are bounded before any
+// allocation (fuzz/regressions/client_state_fuzz: huge-capacity, huge-bucket-size).
+TEST_F(ClientStateTest, OpenRefusesSizesNoFilesystemHas) {
+  FsConfig config = MakeConfig(rng_);
+  std::string cap = MakeState("cap.db", config);
+  RawSql(cap, "UPDATE meta SET value = 40 WHERE key = 'height'; "
+              "UPDATE meta SET value = 549755813888 WHERE key = 'capacity_blocks'");
+  ExpectRefused(cap, {"capacity_blocks", "2^32"});
+  std::string z = MakeState("z.db", config);
+  RawSql(z, "UPDATE meta SET value = 2537621762 WHERE key = 'bucket_size'");
+  ExpectRefused(z, {"bucket_size", "exceeds"});
 }
 
 TEST_F(ClientStateTest, CommitPositionsAndReload) {

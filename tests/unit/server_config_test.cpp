@@ -31,14 +31,18 @@ threads = 0                            # kernel threads; 0 = one per core
 sync = true                            # fdatasync before acknowledging
 peer_timeout_ms = 30000                # give up an eviction round after this
 log_level = "info"                     # trace, debug, info, warn, error
+secret_key_file = "/etc/s3oramfs/server-0.key"
+authorized_clients = ["Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"]
 
 [[peer]]
 index = 1
 endpoint = "tcp://127.0.0.1:7311"
+public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 
 [[peer]]
 index = 2
 endpoint = "tcp://127.0.0.1:7312"
+public_key = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"
 )";
 
 // The minimal valid config: only required keys.
@@ -48,11 +52,17 @@ index = 2
 listen = "ipc:///run/s3oram/client.sock"
 peer_listen = "tcp://*:7312"
 data_dir = "data"
+secret_key_file = "k"
+authorized_clients = ["Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"]
 
 [[peer]]
 index = 0
 endpoint = "tcp://[::1]:7310"
+public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 )";
+
+// Valid CURVE public keys (Z85) for configs built in tests.
+constexpr const char* kKeys[] = {"Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6", "D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOTJ%JR%cs"};
 
 // Parses `text` expecting failure; returns the message.
 std::string ErrorOf(const std::string& text) {
@@ -90,8 +100,10 @@ TEST(ServerConfig, ParsesTheDocumentedExample) {
   EXPECT_EQ(c.peer_timeout_ms, 30000u);
   EXPECT_EQ(c.log_level, "info");
   ASSERT_EQ(c.peers.size(), 2u);
-  EXPECT_EQ(c.peers[0], (PeerConfig{1, "tcp://127.0.0.1:7311"}));
-  EXPECT_EQ(c.peers[1], (PeerConfig{2, "tcp://127.0.0.1:7312"}));
+  EXPECT_EQ(c.peers[0], (PeerConfig{1, "tcp://127.0.0.1:7311", kKeys[1]}));
+  EXPECT_EQ(c.peers[1], (PeerConfig{2, "tcp://127.0.0.1:7312", kKeys[2]}));
+  EXPECT_EQ(c.secret_key_file, "/etc/s3oramfs/server-0.key");
+  EXPECT_EQ(c.authorized_clients, std::vector<std::string>{kKeys[0]});
 }
 
 TEST(ServerConfig, OptionalKeysTakeDefaults) {
@@ -111,8 +123,10 @@ TEST(ServerConfig, OptionalKeysTakeDefaults) {
 TEST(ServerConfig, AcceptsInlineTables) {
   auto r = ParseServerConfig(
       "server = { index = 1, listen = \"tcp://h:1\", peer_listen = \"tcp://h:2\", "
-      "data_dir = \"/d\", sync = false }\n"
-      "peer = [ { index = 0, endpoint = \"tcp://a:3\" }, { index = 2, endpoint = \"ipc://p\" } ]\n",
+      "data_dir = \"/d\", sync = false, secret_key_file = \"k\", authorized_clients = [\"" +
+          std::string(kKeys[0]) + "\"] }\n"
+      "peer = [ { index = 0, endpoint = \"tcp://a:3\", public_key = \"" + kKeys[1] +
+          "\" }, { index = 2, endpoint = \"ipc://p\", public_key = \"" + kKeys[2] + "\" } ]\n",
       "<string>");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_FALSE(r->sync);
@@ -128,7 +142,8 @@ TEST(ServerConfig, SyntaxErrorsAreLocated) {
 }
 
 TEST(ServerConfig, MissingRequiredKeys) {
-  for (const char* key : {"index = 0 ", "listen =", "peer_listen =", "data_dir ="}) {
+  for (const char* key : {"index = 0 ", "listen =", "peer_listen =", "data_dir =",
+                          "secret_key_file =", "authorized_clients ="}) {
     std::string m = ErrorOf(Replace(kExample, key, ""));
     std::string name(key);
     name = name.substr(0, name.find(' '));
@@ -140,6 +155,8 @@ TEST(ServerConfig, MissingRequiredKeys) {
                   "peer[1]: missing required key 'endpoint'");
   EXPECT_CONTAINS(ErrorOf(Replace(kExample, "index = 2", "")),
                   "peer[1]: missing required key 'index'");
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, std::string("public_key = \"") + kKeys[2], "")),
+                  "peer[1]: missing required key 'public_key'");
   EXPECT_CONTAINS(ErrorOf("[[peer]]\nindex = 1\nendpoint = \"tcp://a:1\"\n"),
                   "missing required table");
   std::string no_peers = kExample;
@@ -159,6 +176,26 @@ TEST(ServerConfig, UnknownKeysAndTablesAreErrors) {
   EXPECT_CONTAINS(ErrorOf(Replace(kExample, "index = 2", "index = 2\nweight = 3")),
                   "peer[1].weight: unknown key");
   EXPECT_CONTAINS(ErrorOf("top = 1\n" + std::string(kExample)), "top: unknown key");
+}
+
+TEST(ServerConfig, CurveKeysAreChecked) {
+  const std::string clients = std::string("authorized_clients = [\"") + kKeys[0] + "\"]";
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, clients, "authorized_clients = []")),
+                  "at least one key");
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, clients, "authorized_clients = [\"short\"]")),
+                  "server.authorized_clients[0]: expected a CURVE public key");
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, clients,
+                                  std::string("authorized_clients = [\"") + kKeys[0] + "\", \"" +
+                                      kKeys[0] + "\"]")),
+                  "distinct keys");
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, clients, "authorized_clients = \"x\"")),
+                  "expected an array of CURVE public keys");
+  // 40 characters, but not Z85 (a space is not in the alphabet).
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, std::string("public_key = \"") + kKeys[1],
+                                  "public_key = \"" + std::string(40, ' ') + "\"")),
+                  "peer[0].public_key: expected a CURVE public key");
+  EXPECT_CONTAINS(ErrorOf(Replace(kExample, "secret_key_file =", "secret_key_file = \"\"")),
+                  "server.secret_key_file");
 }
 
 TEST(ServerConfig, TypesAndRangesAreChecked) {
@@ -233,7 +270,7 @@ TEST(ServerConfig, EndpointSyntax) {
 TEST(ServerConfig, PeerConsistency) {
   std::string m = ErrorOf(Replace(kExample, "index = 2", "index = 1"));
   EXPECT_CONTAINS(m, "peer[1].index: expected distinct peer indices, got 1 twice");
-  EXPECT_CONTAINS(m, "test.toml:17:");
+  EXPECT_CONTAINS(m, "test.toml:20:");
   m = ErrorOf(Replace(kExample, "index = 2", "index = 0"));
   EXPECT_CONTAINS(m, "peer[1].index");
   EXPECT_CONTAINS(m, "own server.index");
@@ -350,11 +387,14 @@ TEST(ServerConfig, RenderParseRoundTripProperty) {
     c.sync = pick(2) == 0;
     c.peer_timeout_ms = static_cast<std::uint32_t>(1 + pick(86400000));
     c.log_level = levels[pick(5)];
+    c.secret_key_file = random_string(30);
+    c.authorized_clients = {kKeys[pick(4)]};
     const std::size_t npeers = 1 + pick(5);
     for (std::size_t i = 0; i < npeers; ++i) {
       PeerConfig p;
       p.index = static_cast<std::uint32_t>(pick(16));
       p.endpoint = random_endpoint(false);
+      p.public_key = kKeys[pick(4)];
       c.peers.push_back(p);
     }
     // Keep only configs the validator must accept: distinct indices and
