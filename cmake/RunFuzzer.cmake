@@ -10,7 +10,7 @@
 #                or empty folder passes.
 #
 # Variables: FUZZER (executable), CORPUS (folder), WORK (scratch folder),
-# SECONDS (MODE=fuzz), MODE.
+# SECONDS (MODE=fuzz), MODE, and optionally DICT (a libFuzzer dictionary).
 cmake_minimum_required(VERSION 3.25)
 
 foreach(var FUZZER CORPUS WORK MODE)
@@ -38,9 +38,13 @@ if(MODE STREQUAL "fuzz")
   file(COPY ${seeds} DESTINATION "${WORK}/corpus")
   list(LENGTH seeds n)
   message(STATUS "fuzzing ${FUZZER} for ${SECONDS} s from ${n} seeds (copy in ${WORK}/corpus)")
+  set(dict_arg "")
+  if(DEFINED DICT)
+    set(dict_arg "-dict=${DICT}")
+  endif()
   execute_process(
     COMMAND "${FUZZER}" -max_total_time=${SECONDS} -timeout=10 -rss_limit_mb=2048
-            -print_final_stats=1 -artifact_prefix=${WORK}/ "${WORK}/corpus"
+            -print_final_stats=1 -artifact_prefix=${WORK}/ ${dict_arg} "${WORK}/corpus"
     WORKING_DIRECTORY "${WORK}"
     RESULT_VARIABLE rc)
 elseif(MODE STREQUAL "replay")

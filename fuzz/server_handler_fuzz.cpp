@@ -20,13 +20,16 @@
 //     store's fs id and shape (only INIT replaces a store);
 //   * an EVICT_PREPARE whose stub peers misbehave (timeout, failed send, a
 //     missing peer, too few or too many shares) is refused;
+//   * an INIT of a shape no client can use (a request for it would exceed the
+//     wire's vector limit) is refused;
 // and at the end of the input: a new handler (a server restart) opens the data
 // directory, and finds exactly the meta and sealed eviction the old one had.
 // ASan/UBSan catch out-of-bounds accesses and undefined behaviour throughout.
 //
-// Not fed: INIT requests whose shape needs more than kMaxPathElems elements
-// per tree path. The server accepts those by design and then needs (H+1)*Z*m
-// elements of memory per RETRIEVE: a cost, not a bug.
+// Not fed: INIT requests whose shape is within the wire limits (so a client
+// can use it) but needs more than kMaxPathElems elements per tree path. The
+// server accepts those by design and then needs (H+1)*Z*m elements of memory
+// per RETRIEVE: a cost of the parameters, not a bug.
 #include <spdlog/spdlog.h>
 #include <stdlib.h>
 #include <unistd.h>
@@ -181,6 +184,15 @@ bool SameMeta(const ServerMeta& a, const ServerMeta& b) {
          a.applied_evictions == b.applied_evictions;
 }
 
+// True if no client can use shape `s`: some request for it would exceed the
+// wire's vector limit (the client-side rule of ValidateParams). The server
+// must refuse to INIT such a shape.
+bool BeyondWireLimits(const wire::StoreShape& s) {
+  const std::uint64_t levels = std::uint64_t{s.height} + 1, Z = s.bucket_size;
+  return levels * 2 * Z * Z > wire::kMaxElems || 2 * Z * s.elems_per_slot > wire::kMaxElems ||
+         levels * Z > wire::kMaxElems;
+}
+
 // True for an INIT of a shape this harness does not feed (see the header).
 bool TooCostly(const std::vector<std::uint8_t>& frame) {
   auto m = wire::Decode(frame);
@@ -189,7 +201,7 @@ bool TooCostly(const std::vector<std::uint8_t>& frame) {
   if (init == nullptr) return false;
   const wire::StoreShape& s = init->shape;
   const std::uint64_t path = (std::uint64_t{s.height} + 1) * s.bucket_size * s.elems_per_slot;
-  return path > kMaxPathElems;
+  return !BeyondWireLimits(s) && path > kMaxPathElems;
 }
 
 // The reply type a successful request must get, or nullopt for types a server
@@ -233,6 +245,10 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
   }
   if (error != nullptr) return;
   if (r->header.type != *expected) Fail("a request got the wrong reply type");
+  if (const auto* init = std::get_if<wire::InitRequest>(&req->body);
+      init != nullptr && BeyondWireLimits(init->shape)) {
+    Fail("INIT accepted a shape whose messages exceed the wire limit");
+  }
   if (const auto* rr = std::get_if<wire::RetrieveReply>(&r->body)) {
     if (handler.store() == nullptr || rr->answer.size() != handler.store()->slot_elems()) {
       Fail("a RETRIEVE answer is not one slot long");

@@ -132,6 +132,21 @@ struct RequestHandler::Impl {
         s.elems_per_slot < 1 || s.elems_per_slot > (1u << 24)) {
       return Status::InvalidArgument("store shape out of range");
     }
+    // A shape whose requests cannot fit the wire's vector limit is one no
+    // client can use (ValidateParams refuses it on the client side), and
+    // serving it would size buffers from it: up to (H+1) Z m elements per
+    // RETRIEVE, 2^40 for Z = 2^16, m = 2^24. The limits are the client's:
+    // the eviction matrices (H+1) 2 Z^2, the leaf SMP round 2 Z m, the
+    // select vector (H+1) Z (u64 arithmetic: every factor is below 2^25).
+    const std::uint64_t levels = std::uint64_t{s.height} + 1, Z = s.bucket_size;
+    if (levels * 2 * Z * Z > wire::kMaxElems || 2 * Z * s.elems_per_slot > wire::kMaxElems ||
+        levels * Z > wire::kMaxElems) {
+      return Status::InvalidArgument(
+          "store shape H=" + std::to_string(s.height) + " Z=" + std::to_string(s.bucket_size) +
+          " m=" + std::to_string(s.elems_per_slot) +
+          " needs messages beyond the wire limit of " + std::to_string(wire::kMaxElems) +
+          " elements");
+    }
     if (store) {
       const ServerMeta& m = store->meta();
       if (m.fs_id == h.fs_id && m.shape == s && m.server_index == req.server_index) {

@@ -1,0 +1,177 @@
+// RequestHandler in process (no sockets): a real ShareStore in a temp dir and
+// stub peers for the SMP rounds. Covers the checks that the fuzz harness
+// fuzz/server_handler_fuzz.cpp found or relies on; the request flow over real
+// sockets is covered by the integration tests.
+#include "serverd/request_handler.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "oramcore/geometry.h"
+#include "oramcore/wire.h"
+
+namespace s3oram::serverd {
+namespace {
+
+using field::Elem;
+
+// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
+class TempDir {
+ public:
+  TempDir() {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+                       "/request_handler_test.XXXXXX";
+    if (::mkdtemp(tmpl.data()) == nullptr) {
+      ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
+    }
+    path_ = tmpl;
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path_, ec);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Peers 1 and 2: each answers with what it was sent, optionally one share short.
+class StubPeers final : public PeerExchange {
+ public:
+  bool short_shares = false;
+
+  Status Send(const wire::Header&, const SmpRound&, std::vector<std::vector<Elem>>& shares) override {
+    answers_[0] = shares[1];
+    answers_[1] = shares[2];
+    if (short_shares) answers_[1].pop_back();
+    return Status::Ok();
+  }
+  Result<std::vector<std::span<const Elem>>> Await(const SmpRound&) override {
+    return std::vector<std::span<const Elem>>{answers_[0], answers_[1]};
+  }
+  void Release(const SmpRound&) override {}
+  void Reset() override {}
+  std::uint64_t bytes_sent() const override { return 0; }
+
+ private:
+  std::vector<Elem> answers_[2];
+};
+
+class RequestHandlerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    config_.index = 0;
+    config_.listen = "tcp://127.0.0.1:1";
+    config_.peer_listen = "tcp://127.0.0.1:2";
+    config_.data_dir = dir_.path() + "/data";
+    config_.threads = 1;
+    config_.sync = false;
+    config_.peers = {{1, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+    auto h = RequestHandler::Create(config_, peers_);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handler_ = std::move(h).value();
+  }
+
+  wire::Header Hdr(std::uint64_t seq) const {
+    wire::Header h;
+    h.fs_id = fs_id_;
+    h.epoch = 1;
+    h.seq = seq;
+    return h;
+  }
+  // Sends one request and returns the decoded reply body.
+  wire::Body Call(const wire::Body& body, std::uint64_t seq = 1) {
+    auto reply = wire::Decode(handler_->Handle(wire::Encode(Hdr(seq), body)));
+    EXPECT_TRUE(reply.ok()) << reply.status().ToString();
+    if (!reply.ok()) return wire::ErrorReply{};
+    EXPECT_EQ(reply->header.seq, seq);
+    return reply->body;
+  }
+  static std::string ErrorText(const wire::Body& b) {
+    const auto* e = std::get_if<wire::ErrorReply>(&b);
+    return e ? e->message : "";
+  }
+  bool SharesFileExists() const { return std::filesystem::exists(config_.data_dir + "/shares.bin"); }
+
+  TempDir dir_;
+  ServerConfig config_;
+  StubPeers peers_;
+  std::unique_ptr<RequestHandler> handler_;
+  wire::FsId fs_id_{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
+};
+
+// Found while writing fuzz/server_handler_fuzz: INIT accepted any shape with
+// H <= 40, Z <= 2^16, m <= 2^24, e.g. Z = 2^16, m = 2^24, whose buckets are
+// 2^40 elements; the next RETRIEVE then sized a (H+1)-bucket buffer from it
+// (std::bad_alloc, or the OOM killer). No client can use such a shape: its
+// messages exceed the wire limit, which ValidateParams enforces on the client.
+TEST_F(RequestHandlerTest, InitRefusesShapesBeyondTheWireLimit) {
+  const wire::StoreShape refused[] = {
+      {1, 1u << 16, 1u << 24},  // 2 Z m = 2^41 elements
+      {1, 32, 1u << 23},        // 2 Z m = 2^29
+      {1, 8193, 1},             // (H+1) 2 Z^2 just above 2^28
+      {40, 4096, 1},            // (H+1) 2 Z^2 = 41 * 2^25
+  };
+  for (const auto& s : refused) {
+    const wire::Body reply = Call(wire::InitRequest{0, s, false});
+    EXPECT_NE(ErrorText(reply).find("beyond the wire limit"), std::string::npos)
+        << "H=" << s.height << " Z=" << s.bucket_size << " m=" << s.elems_per_slot;
+    EXPECT_FALSE(SharesFileExists());
+    EXPECT_EQ(handler_->store(), nullptr);
+  }
+  // The largest Z one level allows: (H+1) 2 Z^2 = 2 * 2 * 8192^2 = 2^28 exactly.
+  const wire::Body ok = Call(wire::InitRequest{0, {1, 8192, 1}, false});
+  EXPECT_TRUE(std::holds_alternative<wire::InitReply>(ok)) << ErrorText(ok);
+  ASSERT_NE(handler_->store(), nullptr);
+  EXPECT_EQ(handler_->store()->meta().shape, (wire::StoreShape{1, 8192, 1}));
+}
+
+// The handler checks every peer's share count before SmpCombine reads
+// product.size() elements from it (a hostile or broken peer exchange).
+TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
+  const wire::StoreShape shape{2, 2, 4};
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  const TreeGeometry geo{shape.height, shape.bucket_size};
+  wire::EvictPrepareRequest prepare{0, 0, geo.EvictionLeaf(0),
+                                    std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
+  peers_.short_shares = true;
+  const wire::Body refused = Call(prepare, 2);
+  EXPECT_NE(ErrorText(refused).find("peer 2 sent 7 SMP shares for round 0, expected 8"),
+            std::string::npos)
+      << ErrorText(refused);
+  EXPECT_EQ(handler_->store()->SealedEviction(), 0u);
+
+  peers_.short_shares = false;
+  prepare.attempt = 1;
+  const wire::Body accepted = Call(prepare, 3);
+  ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(accepted)) << ErrorText(accepted);
+  EXPECT_EQ(handler_->store()->SealedEviction(), 1u);
+}
+
+TEST(RequestHandlerCreate, RefusesRepeatedOrOwnPeerIndices) {
+  TempDir dir;
+  StubPeers peers;
+  ServerConfig c;
+  c.index = 0;
+  c.data_dir = dir.path();
+  c.threads = 1;
+  c.peers = {{1, "tcp://127.0.0.1:3"}, {1, "tcp://127.0.0.1:4"}};
+  EXPECT_EQ(RequestHandler::Create(c, peers).status().code(), Status::Code::kInvalidArgument);
+  c.peers = {{0, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+  EXPECT_EQ(RequestHandler::Create(c, peers).status().code(), Status::Code::kInvalidArgument);
+  c.peers = {{1, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+  EXPECT_TRUE(RequestHandler::Create(c, peers).ok());
+}
+
+}  // namespace
+}  // namespace s3oram::serverd
