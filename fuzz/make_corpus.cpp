@@ -232,29 +232,37 @@ threads = 0
 sync = true
 peer_timeout_ms = 30000
 log_level = "info"
+secret_key_file = "/etc/s3oramfs/server.key"
+authorized_clients = ["Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"]
 
 [[peer]]
 index = 1
 endpoint = "tcp://127.0.0.1:7311"
+public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 
 [[peer]]
 index = 2
 endpoint = "tcp://127.0.0.1:7312"
+public_key = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"
 )"));
   w.Add("minimal_ipc", std::string(R"([server]
 index = 2
 listen = "ipc:///run/s3oram/2.sock"
 peer_listen = "ipc:///run/s3oram/2-peer.sock"
 data_dir = "d"
+secret_key_file = "/etc/s3oramfs/server.key"
+authorized_clients = ["Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"]
 [[peer]]
 index = 0
 endpoint = "ipc:///run/s3oram/0-peer.sock"
+public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
 [[peer]]
 index = 1
 endpoint = "ipc:///run/s3oram/1-peer.sock"
+public_key = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"
 )"));
-  w.Add("inline_tables", std::string(R"(server = { index = 1, listen = "tcp://*:7301", peer_listen = "tcp://[::1]:7311", data_dir = "/srv/s3", sync = false, log_level = "debug", threads = 4, peer_timeout_ms = 1 }
-peer = [ { index = 0, endpoint = "tcp://host-a.example:7310" }, { index = 2, endpoint = "tcp://10.0.0.3:7312" } ]
+  w.Add("inline_tables", std::string(R"(server = { index = 1, listen = "tcp://*:7301", peer_listen = "tcp://[::1]:7311", data_dir = "/srv/s3", sync = false, log_level = "debug", threads = 4, peer_timeout_ms = 1, secret_key_file = "k", authorized_clients = ["Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"] }
+peer = [ { index = 0, endpoint = "tcp://host-a.example:7310", public_key = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7" }, { index = 2, endpoint = "tcp://10.0.0.3:7312", public_key = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6" } ]
 )"));
   w.Add("escapes", std::string(R"([server]
 index = 3
@@ -262,12 +270,16 @@ listen = 'tcp://127.0.0.1:1'
 peer_listen = "tcp://127.0.0.1:65535"
 data_dir = "/data/\"quoted\"\ttab\\back\u00e9\u007F"
 log_level = "trace"
+secret_key_file = "/etc/s3oramfs/server.key"
+authorized_clients = ["Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"]
 [[peer]]
 index = 4
 endpoint = "tcp://a_b-c.d:2"
+public_key = 'rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7'
 [[peer]]
 index = 5
 endpoint = """tcp://multi.line:3"""
+public_key = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"
 )"));
   w.Add("unknown_key", std::string("[server]\nindex = 0\nlisten = \"tcp://127.0.0.1:1\"\nlsten = 1\n"));
   w.Add("syntax_error", std::string("[server\nindex = = 0\n"));

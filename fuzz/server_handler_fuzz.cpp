@@ -147,7 +147,9 @@ Env& Setup() {
   c.data_dir = (g_env->base / "data").string();
   c.threads = 1;
   c.sync = false;  // nothing here needs to survive a power cut
-  c.peers = {{1, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+  c.secret_key_file = "/nonexistent/server.key";  // the handler holds no sockets and no keys
+  c.authorized_clients = {"Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"};
+  c.peers = {{1, "tcp://127.0.0.1:3", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"}, {2, "tcp://127.0.0.1:4", "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"}};
   std::filesystem::create_directories(c.data_dir);
   return *g_env;
 }

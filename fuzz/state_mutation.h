@@ -36,7 +36,7 @@ struct StateTable {
 
 inline constexpr StateTable kStateTables[] = {
     {"meta", "key", {"key", "value"}, 2},
-    {"servers", "idx", {"idx", "endpoint"}, 2},
+    {"servers", "idx", {"idx", "endpoint", "public_key"}, 3},
     {"counters", "id", {"id", "nr", "ne", "seq", "epoch"}, 5},
     {"positions", "id", {"id", "leaf", "level", "slot", "version"}, 5},
     {"pending", "seq", {"seq", "kind", "payload"}, 3},
@@ -47,6 +47,7 @@ inline constexpr std::size_t kMetaTable = 0;
 inline constexpr const char* kMetaKeys[] = {
     "schema_version", "fs_id",           "height", "bucket_size", "evict_rate",   "block_bytes",
     "capacity_blocks", "lambda",         "parties", "threshold",  "allow_unsafe",
+    "kdf_ops",         "kdf_mem",        "key_salt", "key_nonce", "key_sealed",   "client_key_file",
 };
 inline constexpr std::size_t kMetaKeyCount = std::size(kMetaKeys);
 

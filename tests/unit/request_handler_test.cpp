@@ -76,7 +76,7 @@ class RequestHandlerTest : public ::testing::Test {
     config_.data_dir = dir_.path() + "/data";
     config_.threads = 1;
     config_.sync = false;
-    config_.peers = {{1, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+    config_.peers = {{1, "tcp://127.0.0.1:3", ""}, {2, "tcp://127.0.0.1:4", ""}};
     auto h = RequestHandler::Create(config_, peers_);
     ASSERT_TRUE(h.ok()) << h.status().ToString();
     handler_ = std::move(h).value();
@@ -165,11 +165,11 @@ TEST(RequestHandlerCreate, RefusesRepeatedOrOwnPeerIndices) {
   c.index = 0;
   c.data_dir = dir.path();
   c.threads = 1;
-  c.peers = {{1, "tcp://127.0.0.1:3"}, {1, "tcp://127.0.0.1:4"}};
+  c.peers = {{1, "tcp://127.0.0.1:3", ""}, {1, "tcp://127.0.0.1:4", ""}};
   EXPECT_EQ(RequestHandler::Create(c, peers).status().code(), Status::Code::kInvalidArgument);
-  c.peers = {{0, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+  c.peers = {{0, "tcp://127.0.0.1:3", ""}, {2, "tcp://127.0.0.1:4", ""}};
   EXPECT_EQ(RequestHandler::Create(c, peers).status().code(), Status::Code::kInvalidArgument);
-  c.peers = {{1, "tcp://127.0.0.1:3"}, {2, "tcp://127.0.0.1:4"}};
+  c.peers = {{1, "tcp://127.0.0.1:3", ""}, {2, "tcp://127.0.0.1:4", ""}};
   EXPECT_TRUE(RequestHandler::Create(c, peers).ok());
 }
 
