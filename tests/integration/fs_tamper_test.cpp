@@ -1,0 +1,80 @@
+// A lying server under a mounted filesystem (issue 4): with a TamperProxy in
+// front of one server flipping bits in every retrieval answer, read(2) of a
+// file fails with EIO — never returns other bytes — and the daemon's log
+// names the server set. Once the server answers honestly again, the same
+// file reads back exactly: the failed reads changed nothing.
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <string>
+
+#include "tests/integration/fs_fixture.h"
+#include "tests/support/tamper_proxy.h"
+
+namespace s3oram {
+namespace {
+
+using testing::FsOptions;
+using testing::MountedFs;
+using testing::TamperMode;
+using testing::TamperProxy;
+
+// Points party `index` of the state at another endpoint and key (as if the
+// operator had moved the server), with SQL on the state file.
+void RepointServer(const std::string& state, int index, const std::string& endpoint,
+                   const std::string& key) {
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open_v2(state.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE servers SET endpoint = ?1, public_key = ?2 WHERE idx = ?3",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_text(st, 1, endpoint.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 3, index);
+  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+}
+
+TEST(FsTamperTest, ALyingServerMakesReadsFailWithEioNeverOtherBytes) {
+  if (!testing::ReferenceDir().empty()) GTEST_SKIP() << "needs the s3oramfs daemon";
+  FsOptions o;
+  o.mount_opts = "cache_size=1";
+  auto fs = MountedFs::Create(o);
+  ASSERT_TRUE(fs);
+  const std::string data = testing::PatternBytes(64 * 1024, 11);
+  ASSERT_TRUE(testing::WriteFile(fs->Path("f"), data));
+  ASSERT_TRUE(fs->Unmount());
+
+  auto& cl = *fs->test_fs()->cluster;
+  auto proxy = TamperProxy::Start(cl.endpoints()[1], cl.server_public_keys()[1],
+                                  cl.client_key_file());
+  ASSERT_TRUE(proxy);
+  RepointServer(fs->state(), 1, proxy->endpoint(), proxy->public_key());
+  proxy->SetMode(TamperMode::kBitFlip, 1.0);
+  ASSERT_TRUE(fs->Mount());
+
+  int fd = ::open(fs->Path("f").c_str(), O_RDONLY);
+  ASSERT_GE(fd, 0) << std::strerror(errno);
+  std::string buf(data.size(), '\0');
+  const ssize_t n = ::pread(fd, buf.data(), buf.size(), 0);
+  const int err = errno;
+  ::close(fd);
+  EXPECT_EQ(n, -1) << "a read through a lying server returned " << n << " bytes";
+  EXPECT_EQ(err, EIO) << std::strerror(err);
+  EXPECT_GT(proxy->tampered(), 0u);
+  EXPECT_NE(fs->daemon_log().find("failed authentication"), std::string::npos)
+      << fs->daemon_log();
+  EXPECT_NE(fs->daemon_log().find(proxy->endpoint()), std::string::npos)
+      << "the log does not name the server set";
+
+  proxy->SetMode(TamperMode::kNone, 0);
+  EXPECT_TRUE(testing::FileHasContent(fs->Path("f"), data));
+  ASSERT_TRUE(fs->Unmount());
+}
+
+}  // namespace
+}  // namespace s3oram
