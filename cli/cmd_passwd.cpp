@@ -53,7 +53,10 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
     if (!new_pass.ok()) return fail(new_pass.status(), 2);
     auto wrap = WrapMasterKey(*master, *new_pass, config.fs_id, kdf);
     if (!wrap.ok()) return fail(wrap.status(), 1);
-    if (Status s = (*store)->ReplaceKeyWrap(*wrap); !s.ok()) return fail(s, 1);
+    if (Status s = (*store)->ReplaceKeyWrap(*wrap); !s.ok()) {
+      // FailedPrecondition: changed, but the old record may linger (exit 3).
+      return fail(s, s.code() == Status::Code::kFailedPrecondition ? 3 : 1);
+    }
     std::printf("passphrase of %s changed\n", a->state.c_str());
   });
 }

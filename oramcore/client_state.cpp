@@ -787,16 +787,25 @@ Status ClientStateStore::ReplaceKeyWrap(const KeyWrap& wrap) {
   if (!s.ok() && !sqlite3_get_autocommit(db_)) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
-  if (s.ok()) {
-    // The old record's page images may still sit in the WAL: copy the new
-    // pages into the database and empty the log.
-    s = ExecSql(db_, "PRAGMA wal_checkpoint(TRUNCATE)");
-  }
-  Status restore = ExecSql(db_, "PRAGMA synchronous = NORMAL");
+  (void)ExecSql(db_, "PRAGMA synchronous = NORMAL");
   (void)ExecSql(db_, "PRAGMA secure_delete = OFF");  // a performance setting only
-  if (!s.ok()) return s.WithContext(path_ + ": replacing the wrapped key");
+  if (!s.ok()) return s.WithContext(path_ + ": replacing the wrapped key (nothing changed)");
+  // Committed and durable: from here on only the new passphrase opens it.
   config_.key_wrap = wrap;
-  return restore;
+  // The old record's page images may still sit in the WAL: copy the new
+  // pages into the database and empty the log. That needs no other
+  // connection reading (a mounted filesystem), which is reported.
+  int log_frames = 0, checkpointed = 0;
+  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
+                                           &checkpointed);
+  if (rc != SQLITE_OK) {
+    return Status::FailedPrecondition(
+        path_ + ": the passphrase WAS changed, but the old wrapped key may remain in the "
+                "write-ahead log while another process (a mounted filesystem?) reads the state: "
+                "unmount and run s3oram passwd again to purge it (" +
+        std::string(sqlite3_errstr(rc)) + ")");
+  }
+  return Status::Ok();
 }
 
 Status ClientStateStore::Commit(const Batch& batch, bool durable) {

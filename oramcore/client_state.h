@@ -98,7 +98,8 @@ class ClientStateStore {
   // Replaces the wrapped master key (passphrase change) durably. The old
   // record is overwritten in the file (secure_delete), not merely unlinked
   // from the b-tree, and the WAL is checkpointed and truncated so no copy of
-  // it is left in the log either.
+  // it is left in the log either. If another connection keeps the checkpoint
+  // from completing, the change is still made and FailedPrecondition says so.
   Status ReplaceKeyWrap(const KeyWrap& wrap);
 
   // One transaction. durable = true waits for the data to reach stable storage

@@ -1,10 +1,13 @@
 #include "oramcore/curve_keys.h"
 
+#include <fcntl.h>
 #include <sodium.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zmq.h>
 
 #include <array>
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -25,7 +28,7 @@ std::string_view TrimLine(std::string_view s) {
 }  // namespace
 
 Status CheckZ85Key(std::string_view z85, const std::string& what) {
-  if (z85.size() != kCurveKeyChars) {
+  if (z85.size() != kCurveKeyChars || z85.find('\0') != std::string_view::npos) {
     return Status::InvalidArgument(what + " is not a CURVE key: expected " +
                                    std::to_string(kCurveKeyChars) + " Z85 characters, got " +
                                    std::to_string(z85.size()));
@@ -38,6 +41,17 @@ Status CheckZ85Key(std::string_view z85, const std::string& what) {
   sodium_memzero(bin.data(), bin.size());
   if (!ok) return Status::InvalidArgument(what + " is not valid Z85 text");
   return Status::Ok();
+}
+
+Result<Secret> DecodeSecretKey(const CurveKeypair& keys) {
+  if (keys.secret_key.size() != kCurveKeyChars) return Status::InvalidArgument("bad secret key");
+  Secret text(kCurveKeyChars + 1);
+  std::memcpy(text.data(), keys.secret_key.data(), kCurveKeyChars);
+  Secret bin(32);
+  if (zmq_z85_decode(bin.data(), reinterpret_cast<const char*>(text.data())) == nullptr) {
+    return Status::InvalidArgument("the CURVE secret key is not valid Z85");
+  }
+  return bin;
 }
 
 Result<CurveKeypair> GenerateCurveKeypair() {
@@ -57,10 +71,16 @@ Status WriteCurveKeypair(const CurveKeypair& keys, const std::string& prefix) {
   std::memcpy(line.data(), keys.secret_key.data(), keys.secret_key.size());
   line.data()[keys.secret_key.size()] = '\n';
   S3ORAM_RETURN_IF_ERROR(WritePrivateFile(prefix + ".key", line.bytes()));
-  std::ofstream pub(prefix + ".pub", std::ios::trunc);
-  pub << keys.public_key << "\n";
-  pub.close();
-  if (!pub) return Status::IoError("cannot write " + prefix + ".pub");
+  // Public, but still never through a planted symlink or over another key.
+  const std::string pub_path = prefix + ".pub";
+  int fd = ::open(pub_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    return Status::IoError("cannot create " + pub_path + ": " + std::strerror(errno));
+  }
+  const std::string text = keys.public_key + "\n";
+  const bool ok = ::write(fd, text.data(), text.size()) == static_cast<ssize_t>(text.size());
+  ::close(fd);
+  if (!ok) return Status::IoError("cannot write " + pub_path);
   return Status::Ok();
 }
 
@@ -85,19 +105,27 @@ Result<CurveKeypair> LoadCurveKeypair(const std::string& secret_key_file) {
 
 Result<std::string> ResolvePublicKey(std::string_view key_or_file, const std::string& what) {
   std::string key(TrimLine(key_or_file));
-  // Z85 has '/' and '.' in its alphabet, so an inline key is told from a path
-  // by being valid Z85 of the right length and not naming a file.
-  struct stat st;
-  if (CheckZ85Key(key, what).ok() && ::stat(key.c_str(), &st) != 0) return key;
-  std::ifstream in(key);
-  if (!in) {
-    return Status::NotFound(what + ": '" + key +
+  // A valid inline key is never looked up as a path (Z85 has '/' and '.': a
+  // file planted under a key's name must not replace the key).
+  if (CheckZ85Key(key, what).ok()) return key;
+  const std::string path = key;
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+  if (fd < 0) {
+    return Status::NotFound(what + ": '" + path +
                             "' is neither a CURVE public key nor a readable .pub file");
   }
-  std::stringstream ss;
-  ss << in.rdbuf();
-  const std::string path = key;
-  key = std::string(TrimLine(ss.str()));
+  struct stat st;
+  char buf[256];
+  ssize_t n = -1;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 022) == 0) {
+    n = ::read(fd, buf, sizeof buf);
+  }
+  ::close(fd);
+  if (n < 0) {
+    return Status::InvalidArgument(what + ": " + path +
+                                   " must be a regular file not writable by group or others");
+  }
+  key = std::string(TrimLine(std::string_view(buf, static_cast<std::size_t>(n))));
   S3ORAM_RETURN_IF_ERROR(CheckZ85Key(key, what + " (" + path + ")"));
   return key;
 }

@@ -38,5 +38,7 @@ Result<CurveKeypair> LoadCurveKeypair(const std::string& secret_key_file);
 Result<std::string> ResolvePublicKey(std::string_view key_or_file, const std::string& what);
 // InvalidArgument unless `z85` is a valid 40-character Z85 key.
 Status CheckZ85Key(std::string_view z85, const std::string& what);
+// The keypair's secret key as 32 binary bytes (for ZMQ_CURVE_SECRETKEY).
+Result<Secret> DecodeSecretKey(const CurveKeypair& keys);
 
 }  // namespace s3oram

@@ -1,13 +1,17 @@
 #include "oramcore/passphrase.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <sodium.h>
 #include <termios.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
+#include <iterator>
+#include <optional>
 
 #include "oramcore/private_file.h"
 
@@ -40,12 +44,28 @@ struct FdCloser {
   }
 };
 
-// Restores the terminal's settings however the prompt ends.
+volatile std::sig_atomic_t g_prompt_signal = 0;
+void OnPromptSignal(int sig) { g_prompt_signal = sig; }
+constexpr int kPromptSignals[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGTSTP, SIGTTIN, SIGTTOU};
+
+// Echo off for the prompt, restored however the prompt ends: signals that
+// would stop or end the process are caught while it is off (read(2) then
+// returns EINTR), the terminal is restored, and the signal is raised again
+// with the caller's handlers back in place (as readpassphrase(3) does).
 struct EchoOff {
   int fd;
   termios saved{};
   bool active = false;
+  struct sigaction old_actions[std::size(kPromptSignals)];
   explicit EchoOff(int f) : fd(f) {
+    g_prompt_signal = 0;
+    struct sigaction sa{};
+    sa.sa_handler = OnPromptSignal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: the read must return
+    for (std::size_t i = 0; i < std::size(kPromptSignals); ++i) {
+      ::sigaction(kPromptSignals[i], &sa, &old_actions[i]);
+    }
     if (::tcgetattr(fd, &saved) != 0) return;
     termios quiet = saved;
     quiet.c_lflag &= ~static_cast<tcflag_t>(ECHO);
@@ -54,6 +74,13 @@ struct EchoOff {
   }
   ~EchoOff() {
     if (active) ::tcsetattr(fd, TCSAFLUSH, &saved);
+    for (std::size_t i = 0; i < std::size(kPromptSignals); ++i) {
+      ::sigaction(kPromptSignals[i], &old_actions[i], nullptr);
+    }
+    if (const int sig = g_prompt_signal; sig != 0) {
+      g_prompt_signal = 0;
+      ::raise(sig);
+    }
   }
 };
 
@@ -75,7 +102,8 @@ Result<Secret> PromptOnce(int tty, std::string_view prompt) {
     while (got < line.size()) {
       char c;
       ssize_t n = ::read(tty, &c, 1);
-      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && errno == EINTR && g_prompt_signal == 0) continue;
+      if (g_prompt_signal != 0) return Status::InvalidArgument("passphrase entry interrupted");
       if (n <= 0) return Status::InvalidArgument("no passphrase entered (end of input)");
       if (c == '\n') break;
       line.data()[got++] = static_cast<std::uint8_t>(c);
@@ -90,25 +118,33 @@ Result<Secret> PromptOnce(int tty, std::string_view prompt) {
   return Secret::CopyOf(line.bytes().first(got));
 }
 
+// Takes the passphrase out of the environment (overwritten, then unset)
+// whichever source is used, so it does not linger in /proc/PID/environ.
+std::optional<Secret> TakeFromEnvironment(const std::string& name) {
+  if (name.empty()) return std::nullopt;
+  char* value = std::getenv(name.c_str());
+  if (value == nullptr) return std::nullopt;
+  const std::size_t len = std::strlen(value);
+  Secret pass = Secret::CopyOf(std::string_view(value, len));
+  sodium_memzero(value, len);  // the environment block is ours to overwrite
+  ::unsetenv(name.c_str());
+  return pass;
+}
+
 }  // namespace
 
 Result<Secret> ReadPassphrase(const PassphraseSource& source, std::string_view prompt,
                               bool confirm) {
+  std::optional<Secret> from_env = TakeFromEnvironment(source.env);
   if (!source.file.empty()) {
     S3ORAM_ASSIGN_OR_RETURN(Secret raw, ReadPrivateFile(source.file, kMaxPassphraseBytes + 2));
     Secret pass = StripNewline(raw);
     S3ORAM_RETURN_IF_ERROR(CheckLength(pass, source.file));
     return pass;
   }
-  if (!source.env.empty()) {
-    if (char* value = std::getenv(source.env.c_str()); value != nullptr) {
-      const std::size_t len = std::strlen(value);
-      Secret pass = Secret::CopyOf(std::string_view(value, len));
-      sodium_memzero(value, len);  // the environment block is ours to overwrite
-      ::unsetenv(source.env.c_str());
-      S3ORAM_RETURN_IF_ERROR(CheckLength(pass, "$" + source.env));
-      return pass;
-    }
+  if (from_env) {
+    S3ORAM_RETURN_IF_ERROR(CheckLength(*from_env, "$" + source.env));
+    return std::move(*from_env);
   }
   if (!source.allow_prompt) {
     return Status::FailedPrecondition("no passphrase given: use --passfile FILE or set $" +

@@ -43,7 +43,8 @@ Status CheckPrivateFile(int fd, const std::string& path) {
 }
 
 Result<Secret> ReadPrivateFile(const std::string& path, std::size_t max_bytes) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY);
+  // O_NONBLOCK: a FIFO must not block the open before it is refused below.
+  int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NOCTTY | O_NONBLOCK);
   if (fd < 0) {
     if (errno == ELOOP) return Status::InvalidArgument(path + " is a symbolic link; give the file itself");
     if (errno == ENOENT) return Status::NotFound(Errno("cannot open", path));

@@ -56,7 +56,13 @@ bool DrainReplies(void* socket, const wire::Header& header, wire::MessageType ex
 // Reads the pending socket-monitor events of one server's socket and
 // records what the CURVE handshake said. Each event is two frames: 16-bit
 // event id + 32-bit value, then the endpoint.
-void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_ok) {
+// Handshakes that failed without an authentication verdict (protocol error,
+// or the connection dropped mid-handshake: also what a restarting server
+// looks like) before the client calls the server's key wrong.
+constexpr int kHandshakeFailuresBeforeVerdict = 3;
+
+void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_ok,
+                  int* unexplained_failures) {
   for (;;) {
     zmq_msg_t head;
     zmq_msg_init(&head);
@@ -81,6 +87,7 @@ void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_o
     switch (event) {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         *handshake_ok = true;
+        *unexplained_failures = 0;
         handshake_error->clear();
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
@@ -90,9 +97,12 @@ void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_o
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-        *handshake_error =
-            "the CURVE handshake failed: the server's public key in the client state does not "
-            "match the server (or it is not an s3oram server)";
+        if (++*unexplained_failures >= kHandshakeFailuresBeforeVerdict) {
+          *handshake_error =
+              "the CURVE handshake failed " + std::to_string(*unexplained_failures) +
+              " times in a row: the server's public key in the client state does not match the "
+              "server (or it is not an s3oram server)";
+        }
         break;
       default:
         break;
@@ -109,6 +119,7 @@ struct ServerSet::Impl {
   std::vector<std::string> endpoints;
   std::vector<std::string> handshake_errors;  // last CURVE failure per server, if any
   std::vector<bool> handshake_ok;
+  std::vector<int> handshake_failures;  // consecutive, without an auth verdict
 
   ~Impl() {
     for (void* s : sockets) zmq_close(s);
@@ -136,9 +147,9 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
   Impl& impl = *set->impl_;
   impl.context = zmq_ctx_new();
   if (!impl.context) return Status::IoError(ZmqError("zmq_ctx_new"));
-  // Secret key as a NUL-terminated Z85 string for zmq_setsockopt, zeroed after.
-  Secret secret_z(client.secret_key.size() + 1);
-  std::memcpy(secret_z.data(), client.secret_key.data(), client.secret_key.size());
+  // The secret key in binary (32 bytes): libzmq copies a Z85 option through
+  // a temporary string it never wipes.
+  S3ORAM_ASSIGN_OR_RETURN(Secret secret_bin, DecodeSecretKey(client));
   for (std::size_t i = 0; i < endpoints.size(); ++i) {
     const std::string& ep = endpoints[i];
     void* s = zmq_socket(impl.context, ZMQ_DEALER);
@@ -149,7 +160,7 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
     if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, server_keys[i].c_str(), kCurveKeyChars + 1) != 0 ||
         zmq_setsockopt(s, ZMQ_CURVE_PUBLICKEY, client.public_key.c_str(), kCurveKeyChars + 1) !=
             0 ||
-        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_z.data(), kCurveKeyChars + 1) != 0) {
+        zmq_setsockopt(s, ZMQ_CURVE_SECRETKEY, secret_bin.data(), secret_bin.size()) != 0) {
       return Status::InvalidArgument(ZmqError("setting CURVE keys"));
     }
     const std::string monitor_ep =
@@ -168,6 +179,7 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
     impl.monitors.push_back(mon);
     impl.handshake_errors.emplace_back();
     impl.handshake_ok.push_back(false);
+    impl.handshake_failures.push_back(0);
     int linger = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     // Unbounded queues: a request is at most one eviction's matrices, and we
@@ -261,7 +273,8 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = servers[k];
       bool ok = impl_->handshake_ok[i];
-      DrainMonitor(impl_->monitors[i], &impl_->handshake_errors[i], &ok);
+      DrainMonitor(impl_->monitors[i], &impl_->handshake_errors[i], &ok,
+                   &impl_->handshake_failures[i]);
       impl_->handshake_ok[i] = ok;
       if (!done[k] && !impl_->handshake_errors[i].empty()) {
         return Status::PermissionDenied("server " + std::to_string(i) + " (" +

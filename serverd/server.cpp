@@ -224,22 +224,27 @@ Status Server::Start() {
   // handler admitting authorized clients on one and configured peers on the
   // other, and this keypair again towards each peer.
   S3ORAM_ASSIGN_OR_RETURN(CurveKeypair keys, LoadCurveKeypair(s.config.secret_key_file));
-  Secret secret_z(keys.secret_key.size() + 1);
-  std::memcpy(secret_z.data(), keys.secret_key.data(), keys.secret_key.size());
+  S3ORAM_ASSIGN_OR_RETURN(Secret secret_bin, DecodeSecretKey(keys));
   ZapAuthenticator::Policy policy;
   policy["clients"].insert(s.config.authorized_clients.begin(), s.config.authorized_clients.end());
   for (const auto& p : s.config.peers) policy["peers"].insert(p.public_key);
   S3ORAM_RETURN_IF_ERROR(s.zap.Start(s.context, std::move(policy)));
   auto make = [&](int type) { return zmq_socket(s.context, type); };
-  auto curve_server = [&](void* socket, const char* domain) {
+  // Order matters: the ZAP handler is bound (above) before any CURVE socket
+  // binds, and stopped only after they are closed (~Impl). A CURVE server
+  // socket with no ZAP handler would admit every key.
+  auto curve_server = [&](void* socket, const char* domain) -> Status {
     const int one = 1;
-    zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one);
-    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_z.data(), kCurveKeyChars + 1);
-    zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, domain, std::strlen(domain));
+    if (socket == nullptr || zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+        zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_bin.data(), secret_bin.size()) != 0 ||
+        zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, domain, std::strlen(domain)) != 0) {
+      return Status::IoError(ZmqError(std::string("enabling CURVE on the ") + domain + " socket"));
+    }
+    return Status::Ok();
   };
   int zero = 0;
   s.router = make(ZMQ_ROUTER);
-  curve_server(s.router, "clients");
+  S3ORAM_RETURN_IF_ERROR(curve_server(s.router, "clients"));
   zmq_setsockopt(s.router, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(s.router, ZMQ_SNDHWM, &zero, sizeof zero);
   zmq_setsockopt(s.router, ZMQ_RCVHWM, &zero, sizeof zero);
@@ -247,7 +252,7 @@ Status Server::Start() {
     return Status::IoError(ZmqError("binding " + s.config.listen));
   }
   s.pull = make(ZMQ_PULL);
-  curve_server(s.pull, "peers");
+  S3ORAM_RETURN_IF_ERROR(curve_server(s.pull, "peers"));
   zmq_setsockopt(s.pull, ZMQ_LINGER, &zero, sizeof zero);
   zmq_setsockopt(s.pull, ZMQ_RCVHWM, &zero, sizeof zero);
   if (zmq_bind(s.pull, s.config.peer_listen.c_str()) != 0) {
@@ -260,9 +265,14 @@ Status Server::Start() {
     int ivl = 100, ivl_max = 1000;
     zmq_setsockopt(push, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
     zmq_setsockopt(push, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
-    zmq_setsockopt(push, ZMQ_CURVE_SERVERKEY, p.public_key.c_str(), kCurveKeyChars + 1);
-    zmq_setsockopt(push, ZMQ_CURVE_PUBLICKEY, keys.public_key.c_str(), kCurveKeyChars + 1);
-    zmq_setsockopt(push, ZMQ_CURVE_SECRETKEY, secret_z.data(), kCurveKeyChars + 1);
+    if (zmq_setsockopt(push, ZMQ_CURVE_SERVERKEY, p.public_key.c_str(), kCurveKeyChars + 1) !=
+            0 ||
+        zmq_setsockopt(push, ZMQ_CURVE_PUBLICKEY, keys.public_key.c_str(), kCurveKeyChars + 1) !=
+            0 ||
+        zmq_setsockopt(push, ZMQ_CURVE_SECRETKEY, secret_bin.data(), secret_bin.size()) != 0) {
+      zmq_close(push);
+      return Status::IoError(ZmqError("setting CURVE keys for peer " + std::to_string(p.index)));
+    }
     const std::string monitor_ep = "inproc://peer-monitor-" + std::to_string(p.index);
     zmq_socket_monitor(push, monitor_ep.c_str(),
                        ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |

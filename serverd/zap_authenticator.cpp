@@ -88,9 +88,17 @@ void ZapAuthenticator::Run() {
     const std::string key(z85.data(), 40);
     auto it = policy_.find(domain);
     if (it == policy_.end() || it->second.count(key) == 0) {
-      spdlog::warn("refused a {} connection from {}: CURVE key {} is not authorized (add it to {})",
-                   domain.empty() ? "(no domain)" : domain, address, key,
-                   domain == "peers" ? "the peer's public_key" : "authorized_clients");
+      // Logged the first time per key and then every 100th time, so that
+      // someone reconnecting in a loop cannot fill the disk with log lines.
+      const std::uint64_t times = ++refusals_[key];
+      if (refusals_.size() > 10000) refusals_.clear();
+      if (times == 1 || times % 100 == 0) {
+        spdlog::warn(
+            "refused a {} connection from {}: CURVE key {} is not authorized (add it to {}){}",
+            domain.empty() ? "(no domain)" : domain, address, key,
+            domain == "peers" ? "the peer's public_key" : "authorized_clients",
+            times > 1 ? " [" + std::to_string(times) + " times]" : std::string());
+      }
       Reply(socket_, request_id, "400", "key not authorized", "");
       continue;
     }

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <map>
 #include <set>
 #include <string>
@@ -37,6 +38,7 @@ class ZapAuthenticator {
   void Run();
   void* socket_ = nullptr;
   Policy policy_;
+  std::map<std::string, std::uint64_t> refusals_;  // per refused key (bounded)
   std::thread thread_;
   std::atomic<bool> stop_{false};
 };

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "oramcore/block_seal.h"
+#include "oramcore/curve_keys.h"
 #include "oramcore/key_wrap.h"
 #include "oramcore/passphrase.h"
 #include "oramcore/private_file.h"
@@ -225,6 +226,59 @@ TEST_F(TempDirTest, PassphraseSources) {
   ASSERT_FALSE(none.ok());
   EXPECT_EQ(none.status().code(), Status::Code::kFailedPrecondition);
   EXPECT_NE(none.status().message().find("--passfile"), std::string::npos);
+}
+
+TEST_F(TempDirTest, CurveKeyFilesAndPublicKeyResolution) {
+  auto k = GenerateCurveKeypair();
+  ASSERT_TRUE(k.ok());
+  ASSERT_TRUE(WriteCurveKeypair(*k, Path("node")).ok());
+  EXPECT_EQ(WriteCurveKeypair(*k, Path("node")).code(), Status::Code::kAlreadyExists);
+  auto loaded = LoadCurveKeypair(Path("node.key"));
+  ASSERT_TRUE(loaded.ok()) << loaded.status().ToString();
+  EXPECT_EQ(loaded->public_key, k->public_key);
+  EXPECT_TRUE(loaded->secret_key.Equals(k->secret_key));
+  auto secret = DecodeSecretKey(*loaded);
+  ASSERT_TRUE(secret.ok());
+  EXPECT_EQ(secret->size(), 32u);
+
+  // Inline keys and .pub files both resolve; an inline key is never taken
+  // as a path, even when a file of that name exists.
+  auto inline_key = ResolvePublicKey(k->public_key, "k");
+  ASSERT_TRUE(inline_key.ok());
+  EXPECT_EQ(*inline_key, k->public_key);
+  auto from_file = ResolvePublicKey(Path("node.pub"), "k");
+  ASSERT_TRUE(from_file.ok()) << from_file.status().ToString();
+  EXPECT_EQ(*from_file, k->public_key);
+  ASSERT_EQ(::chmod(Path("node.pub").c_str(), 0666), 0);
+  EXPECT_FALSE(ResolvePublicKey(Path("node.pub"), "k").ok());  // writable by others
+  EXPECT_FALSE(ResolvePublicKey(Path("missing.pub"), "k").ok());
+
+  // Z85 validity: length, alphabet, and no NUL hiding a short key.
+  EXPECT_TRUE(CheckZ85Key(k->public_key, "k").ok());
+  EXPECT_FALSE(CheckZ85Key(k->public_key.substr(0, 39), "k").ok());
+  std::string with_nul = k->public_key;
+  with_nul[5] = '\0';
+  EXPECT_FALSE(CheckZ85Key(with_nul, "k").ok());
+  EXPECT_FALSE(CheckZ85Key(std::string(40, ' '), "k").ok());
+
+  // A secret key file readable by others is refused.
+  ASSERT_EQ(::chmod(Path("node.key").c_str(), 0644), 0);
+  EXPECT_EQ(LoadCurveKeypair(Path("node.key")).status().code(), Status::Code::kPermissionDenied);
+}
+
+TEST_F(TempDirTest, PrivateFileRefusesAFifoWithoutBlocking) {
+  ASSERT_EQ(::mkfifo(Path("fifo").c_str(), 0600), 0);
+  auto r = ReadPrivateFile(Path("fifo"), 100);  // must return, not wait for a writer
+  EXPECT_FALSE(r.ok());
+}
+
+TEST_F(TempDirTest, EnvironmentPassphraseIsWipedEvenWhenAFileIsUsed) {
+  ASSERT_TRUE(Write(Path("p"), "from file").ok());
+  ASSERT_EQ(::setenv("S3ORAM_TEST_PASS2", "from env", 1), 0);
+  auto r = ReadPassphrase(PassphraseSource{Path("p"), "S3ORAM_TEST_PASS2", false}, "");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->Equals(Pass("from file")));
+  EXPECT_EQ(std::getenv("S3ORAM_TEST_PASS2"), nullptr);
 }
 
 }  // namespace
