@@ -72,8 +72,16 @@ TEST(CliTest, ParamsRefusesUnsafeBucketSizeUnlessAllowed) {
   EXPECT_NE(forced.output.find("UNSAFE"), std::string::npos) << forced.output;
 }
 
+// `cluster start` detaches its servers: stop them however the test ends (an
+// early ASSERT must not leave them running after the directory is gone).
+struct ClusterStopGuard {
+  std::string dir;
+  ~ClusterStopGuard() { RunCli("cluster stop --dir " + dir); }
+};
+
 TEST(CliTest, ClusterInitStatusAndStop) {
   TempDir dir;
+  ClusterStopGuard guard{dir.Sub("c")};  // destroyed before dir: stops first
   CliRun start = RunCli("cluster start --dir " + dir.Sub("c") + " --log-level warn");
   ASSERT_EQ(start.exit_code, 0) << start.output;
   std::smatch m;
