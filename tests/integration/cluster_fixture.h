@@ -15,32 +15,9 @@
 #include "cli/local_cluster.h"
 #include "oramcore/client.h"
 #include "oramcore/private_file.h"
+#include "tests/support/temp_dir.h"
 
 namespace s3oram::testing {
-
-class TempDir {
- public:
-  TempDir() {
-    std::string base = std::getenv("TMPDIR") ? std::getenv("TMPDIR") : "/tmp";
-    std::string tmpl = base + "/s3oram-test-XXXXXX";
-    path_ = ::mkdtemp(tmpl.data()) ? tmpl : "";
-  }
-  // S3ORAM_TEST_KEEP=1 keeps the directory (server logs, state) for debugging.
-  ~TempDir() {
-    const char* keep = std::getenv("S3ORAM_TEST_KEEP");
-    if (keep && *keep == '1') {
-      std::printf("[ kept     ] %s\n", path_.c_str());
-      return;
-    }
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-  std::string Sub(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
-};
 
 inline std::unique_ptr<cluster::LocalCluster> StartCluster(const std::string& dir,
                                                            std::uint32_t peer_timeout_ms = 20000) {

@@ -8,24 +8,23 @@
 #include "fused/file_data.h"
 
 #include <gtest/gtest.h>
-#include <sqlite3.h>
 #include <sys/stat.h>
 
 #include <atomic>
-#include <filesystem>
 #include <memory>
 #include <random>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "tests/support/bare_state.h"
 #include "tests/support/memory_block_engine.h"
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram::fs {
 namespace {
 
-namespace stdfs = std::filesystem;
 using Bytes = std::vector<std::uint8_t>;
 
 constexpr std::uint32_t kB = 4096;
@@ -61,25 +60,11 @@ struct Daemon {
 class FileDataTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    char tmpl[] = "/tmp/s3oram-filedata-XXXXXX";
-    ASSERT_NE(mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-    state_ = dir_ + "/state.db";
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open_v2(state_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                              nullptr),
-              SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value)", nullptr, nullptr,
-                           nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
+    state_ = dir_.Sub("state.db");
+    s3oram::testing::CreateBareStateFile(state_);
     Start();
   }
-  void TearDown() override {
-    d_.reset();
-    std::error_code ec;
-    stdfs::remove_all(dir_, ec);
-  }
+  void TearDown() override { d_.reset(); }
   void Start() { d_ = std::make_unique<Daemon>(state_, engine_); }
   void Crash() { d_.reset(); }  // no flush: dirty pages are lost
 
@@ -102,7 +87,8 @@ class FileDataTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
 
-  std::string dir_, state_;
+  s3oram::testing::TempDir dir_;
+  std::string state_;
   s3oram::testing::MemoryBlockEngine engine_{kB, kCapacityBlocks};
   std::unique_ptr<Daemon> d_;
 };

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/bare_state.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram::fs {
@@ -36,14 +37,7 @@ class MetadataStoreTest : public ::testing::Test {
     ASSERT_NE(mkdtemp(tmpl), nullptr);
     dir_ = tmpl;
     path_ = dir_ + "/state.db";
-    sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE,
-                              nullptr),
-              SQLITE_OK);
-    ASSERT_EQ(sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value)", nullptr, nullptr,
-                           nullptr),
-              SQLITE_OK);
-    sqlite3_close(db);
+    testing::CreateBareStateFile(path_);
   }
   void TearDown() override {
     store_.reset();

@@ -18,32 +18,14 @@
 #include "oramcore/geometry.h"
 #include "oramcore/wire.h"
 
+#include "tests/support/temp_dir.h"
+
 namespace s3oram::serverd {
 namespace {
 
 using field::Elem;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/request_handler_test.XXXXXX";
-    if (::mkdtemp(tmpl.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
-    }
-    path_ = tmpl;
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 // Peers 1 and 2: each answers with what it was sent, optionally one share short.
 class StubPeers final : public PeerExchange {

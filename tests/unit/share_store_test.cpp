@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram::serverd {
@@ -28,29 +29,7 @@ namespace {
 
 using field::Elem;
 
-// A fresh directory under $TMPDIR (or /tmp), removed with its contents.
-class TempDir {
- public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/share_store_test.XXXXXX";
-    std::vector<char> buf(tmpl.begin(), tmpl.end());
-    buf.push_back('\0');
-    if (::mkdtemp(buf.data()) == nullptr) {
-      ADD_FAILURE() << "mkdtemp(" << tmpl << "): " << std::strerror(errno);
-    }
-    path_ = buf.data();
-  }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
+using testing::TempDir;
 
 ServerMeta MakeMeta(std::uint32_t h, std::uint32_t z, std::uint32_t m) {
   ServerMeta meta;
