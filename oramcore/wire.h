@@ -53,6 +53,8 @@ enum class MessageType : std::uint16_t {
   kEvictCommitRequest = 12,
   kEvictCommitReply = 13,
   kSmpShares = 14,  // server -> server, no reply
+  // Numbers reserved so features can be added independently:
+  //   15-19 single-writer lease, 20-29 server rebuild, 30-39 client-state backup.
 };
 const char* MessageTypeName(MessageType t);
 
