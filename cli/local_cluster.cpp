@@ -198,9 +198,17 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::StartOnce(const LocalCluster
   return c;
 }
 
-Status LocalCluster::Spawn(std::size_t i) {
+Status LocalCluster::Spawn(std::size_t i, const std::vector<std::string>& extra_env) {
   const std::string config = config_path(i);
   const std::string log = log_path(i);
+  // The environment, built before fork (the child may only make
+  // async-signal-safe calls).
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  for (const auto& e : extra_env) env_storage.push_back(e);
+  std::vector<char*> envp;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
   const bool tie = options_.tie_to_parent;
   const pid_t parent = ::getpid();
   pid_t pid = ::fork();
@@ -220,7 +228,7 @@ Status LocalCluster::Spawn(std::size_t i) {
     }
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     const char* argv[] = {"s3oram-serverd", "--config", config.c_str(), nullptr};
-    ::execv(options_.serverd_path.c_str(), const_cast<char* const*>(argv));
+    ::execve(options_.serverd_path.c_str(), const_cast<char* const*>(argv), envp.data());
     ::_exit(127);
   }
   pids_[i] = pid;
@@ -262,10 +270,19 @@ Status LocalCluster::Kill(std::size_t i, int sig) {
   return Status::Ok();
 }
 
-Status LocalCluster::Restart(std::size_t i) {
+Status LocalCluster::Restart(std::size_t i, const std::vector<std::string>& extra_env) {
   if (pids_.at(i) > 0) return Status::FailedPrecondition("server " + std::to_string(i) + " is running");
-  S3ORAM_RETURN_IF_ERROR(Spawn(i));
+  S3ORAM_RETURN_IF_ERROR(Spawn(i, extra_env));
   return WaitReady(i);
+}
+
+bool LocalCluster::Exited(std::size_t i) {
+  if (pids_.at(i) <= 0) return true;
+  int status = 0;
+  if (::waitpid(pids_[i], &status, WNOHANG) != pids_[i]) return false;
+  pids_[i] = -1;
+  last_wait_status_ = status;
+  return true;
 }
 
 Status LocalCluster::Stop() {

@@ -63,8 +63,12 @@ class LocalCluster {
   // 10 s if it does not end); its wait status is then last_wait_status().
   Status Kill(std::size_t i, int sig);
   int last_wait_status() const { return last_wait_status_; }
-  // Starts server i again (after Kill) with the same config and data.
-  Status Restart(std::size_t i);
+  // Starts server i again (after Kill) with the same config and data;
+  // extra_env ("NAME=value") is added to its environment (fault injection).
+  Status Restart(std::size_t i, const std::vector<std::string>& extra_env = {});
+  // True (and reaped) if server i is not running: it exited, crashed or was
+  // killed. Restart brings it back.
+  bool Exited(std::size_t i);
   Status Stop();
 
   // Stops the servers of a cluster started by another process (`cluster stop`).
@@ -76,7 +80,7 @@ class LocalCluster {
  private:
   LocalCluster() = default;
   static Result<std::unique_ptr<LocalCluster>> StartOnce(const LocalClusterOptions& options);
-  Status Spawn(std::size_t i);
+  Status Spawn(std::size_t i, const std::vector<std::string>& extra_env = {});
   Status WaitReady(std::size_t i);
 
   LocalClusterOptions options_;

@@ -17,6 +17,7 @@ std::uint64_t OramBlockEngine::capacity_blocks() const {
 Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = client_->Read(id);
+  last_contact_ = std::chrono::steady_clock::now();
   ++stats_.reads;
   if (!r.ok()) {
     ++stats_.failures;
@@ -28,6 +29,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
 Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> data) {
   std::lock_guard<std::mutex> lock(mu_);
   Status s = client_->Write(id, data);
+  last_contact_ = std::chrono::steady_clock::now();
   ++stats_.writes;
   if (!s.ok()) {
     ++stats_.failures;
@@ -41,6 +43,23 @@ Status OramBlockEngine::Sync() {
   Status s = client_->Sync();
   if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
   return s;
+}
+
+Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
+  std::lock_guard<std::mutex> lock(mu_);
+  if (client_->fenced()) return Status::LeaseHeld("fenced off");
+  if (std::chrono::steady_clock::now() - last_contact_ < idle) return Status::Ok();
+  Status s = client_->RenewLease();
+  last_contact_ = std::chrono::steady_clock::now();
+  if (!s.ok() && s.code() != Status::Code::kLeaseHeld) {
+    spdlog::warn("renewing the lease failed: {}", s.ToString());
+  }
+  return s;
+}
+
+Status OramBlockEngine::Close() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return client_->Close();
 }
 
 OramBlockEngine::Stats OramBlockEngine::stats() const {

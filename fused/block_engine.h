@@ -8,6 +8,7 @@
 // Implementations are thread-safe (they may serialise).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -40,6 +41,11 @@ class OramBlockEngine final : public BlockEngine {
   Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override;
   Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override;
   Status Sync() override;
+  // Tells the servers this mount is alive unless an access did so within
+  // `idle` (the lease's "last active"); kLeaseHeld once fenced off.
+  Status KeepAlive(std::chrono::steady_clock::duration idle);
+  // Releases the lease (clean unmount); later calls fail.
+  Status Close();
 
   struct Stats {
     std::uint64_t reads = 0;
@@ -52,6 +58,7 @@ class OramBlockEngine final : public BlockEngine {
   mutable std::mutex mu_;
   std::unique_ptr<OramClient> client_;
   Stats stats_;
+  std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace s3oram::fs

@@ -24,7 +24,12 @@
 #include <systemd/sd-daemon.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
+#include <mutex>
+#include <thread>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
@@ -50,6 +55,8 @@ namespace fs = s3oram::fs;
 
 constexpr const char* kProgram = "s3oramfs-fused";
 constexpr double kAttrTimeoutSeconds = 1.0;
+// How often an idle mount tells the servers it is alive.
+constexpr std::chrono::seconds kLeaseKeepAlive{10};
 
 // Reports the start-up outcome to the waiting parent (or nowhere in the
 // foreground). Messages are for the user's terminal.
@@ -146,7 +153,16 @@ int WaitForChild(int fd, pid_t child) {
 
 int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporter& reporter) {
   const std::string state = cmd.state;
-  auto client = s3oram::OramClient::Open(state, passphrase);
+  s3oram::ClientOptions options;
+  options.requests.deadline = std::chrono::seconds(cmd.timeout_seconds);
+  options.requests.resend_after = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(2), options.requests.deadline);
+  options.evictions.deadline = std::chrono::seconds(cmd.evict_timeout_seconds);
+  options.evictions.resend_after = std::min<std::chrono::milliseconds>(
+      std::chrono::seconds(60), options.evictions.deadline);
+  options.force_lease = cmd.force;
+  options.lease_purpose = "mounted on " + cmd.mountpoint;
+  auto client = s3oram::OramClient::Open(state, passphrase, options);
   passphrase = s3oram::Secret();  // zeroed: the client keeps only the derived block key
   if (!client.ok()) {
     reporter.Fail("cannot open " + state + ": " + client.status().ToString());
@@ -207,6 +223,22 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   if (!cmd.foreground) DetachStdio();
   sd_notify(0, "READY=1");
 
+  // Keeps the lease's "last active" fresh while the mount is idle, so a
+  // refused second client can tell a live holder from a dead one, and notices
+  // a takeover even when nothing is being accessed.
+  std::mutex keepalive_mu;
+  std::condition_variable keepalive_cv;
+  bool stopping = false;
+  std::thread keepalive([&] {
+    std::unique_lock<std::mutex> lock(keepalive_mu);
+    while (!keepalive_cv.wait_for(lock, kLeaseKeepAlive, [&] { return stopping; })) {
+      lock.unlock();
+      Status st = engine.KeepAlive(kLeaseKeepAlive);
+      lock.lock();
+      if (st.code() == s3oram::Status::Code::kLeaseHeld) break;  // fenced: nothing more to renew
+    }
+  });
+
   int rc = 0;
   if (cmd.single_thread) {
     rc = fuse_session_loop(se);
@@ -227,7 +259,17 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   const auto es = engine.stats();
   spdlog::info("cache: {} hits, {} loads, {} write-backs, {} failures; ORAM: {} reads, {} writes",
                cs.hits, cs.loads, cs.writebacks, cs.failures, es.reads, es.writes);
-  if (cache.FlushAll() != 0) return 1;
+  {
+    std::lock_guard<std::mutex> lock(keepalive_mu);
+    stopping = true;
+  }
+  keepalive_cv.notify_all();
+  keepalive.join();
+  const bool flushed = cache.FlushAll() == 0;
+  // The lease goes last: until every block is written back, this mount is
+  // still the filesystem's writer.
+  if (Status st = engine.Close(); !st.ok()) spdlog::warn("releasing the lease: {}", st.ToString());
+  if (!flushed) return 1;
   return rc < 0 ? 1 : 0;
 }
 

@@ -40,6 +40,8 @@
 #include <unordered_map>
 #include <utility>
 
+#include "oramcore/fault_point.h"
+
 namespace s3oram::fs {
 namespace {
 
@@ -401,7 +403,9 @@ int MetadataStore::Run(bool write, F&& body) {
   }
   try {
     body(*impl_);
+    if (write) FaultPoint("metadata.commit.before");
     s = Exec(db_, "COMMIT");
+    if (write && s.ok()) FaultPoint("metadata.commit.after");
     if (!s.ok()) {
       (void)Exec(db_, "ROLLBACK");
       last_error_ = s.message();

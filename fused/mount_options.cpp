@@ -20,6 +20,9 @@ struct RawOptions {
   char* log_file = nullptr;
   char* log_level = nullptr;
   char* passfile = nullptr;
+  char* timeout = nullptr;
+  char* evict_timeout = nullptr;
+  int force = 0;
   int nonopts = 0;
   std::string* state = nullptr;
   std::string* error = nullptr;
@@ -32,6 +35,10 @@ const fuse_opt kOptionSpec[] = {
     {"log_file=%s", offsetof(RawOptions, log_file), 0},
     {"log_level=%s", offsetof(RawOptions, log_level), 0},
     {"passfile=%s", offsetof(RawOptions, passfile), 0},
+    {"timeout=%s", offsetof(RawOptions, timeout), 0},
+    {"evict_timeout=%s", offsetof(RawOptions, evict_timeout), 0},
+    {"force", offsetof(RawOptions, force), 1},
+    {"--force", offsetof(RawOptions, force), 1},
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
@@ -148,6 +155,11 @@ std::string UsageText(std::string_view program) {
          "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
          "    -o passfile=PATH       read the passphrase from PATH (mode 0600); without it\n"
          "                           $S3ORAM_PASSPHRASE, else a prompt on the terminal\n"
+         "    -o timeout=SECONDS     an ORAM request unanswered this long fails with EIO\n"
+         "                           (default 30)\n"
+         "    -o evict_timeout=SECONDS  the same for evictions (default 300)\n"
+         "    -o force, --force      take the filesystem over from another client that holds\n"
+         "                           it (that client is fenced off); only for one that is gone\n"
          "    -o _netdev,nofail,auto,noauto,user,nouser,users,defaults,x-*\n"
          "                           fstab options, accepted and ignored\n"
          "\n";
@@ -182,7 +194,29 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
     std::free(raw.log_file);
     std::free(raw.log_level);
     std::free(raw.passfile);
+    std::free(raw.timeout);
+    std::free(raw.evict_timeout);
     return Status::InvalidArgument(error.empty() ? "invalid options" : error);
+  }
+  std::unique_ptr<char, decltype(&std::free)> timeout(raw.timeout, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> evict_timeout(raw.evict_timeout, &std::free);
+  cmd.force = raw.force != 0;
+  auto seconds = [](const char* name, const char* text, std::uint32_t* out) -> Status {
+    char* end = nullptr;
+    errno = 0;
+    unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v == 0 || v > kMaxTimeoutSeconds ||
+        text[0] == '-') {
+      return Status::InvalidArgument(std::string(name) + " must be a whole number of seconds in 1.." +
+                                     std::to_string(kMaxTimeoutSeconds) + ", not '" + text + "'");
+    }
+    *out = static_cast<std::uint32_t>(v);
+    return Status::Ok();
+  };
+  if (timeout) S3ORAM_RETURN_IF_ERROR(seconds("timeout", timeout.get(), &cmd.timeout_seconds));
+  if (evict_timeout) {
+    S3ORAM_RETURN_IF_ERROR(
+        seconds("evict_timeout", evict_timeout.get(), &cmd.evict_timeout_seconds));
   }
   std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);

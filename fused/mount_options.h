@@ -41,7 +41,14 @@ struct MountCommand {
   std::string log_file;
   std::string log_level = "info";
   std::string passfile;    // empty: $S3ORAM_PASSPHRASE or a terminal prompt
+  bool force = false;      // take the single-writer lease over from another client
+  // An ORAM request (an eviction) that gets no answer for this long fails
+  // with EIO instead of blocking the filesystem.
+  std::uint32_t timeout_seconds = 30;
+  std::uint32_t evict_timeout_seconds = 300;
 };
+
+inline constexpr std::uint32_t kMaxTimeoutSeconds = 24 * 3600;
 
 inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;
 

@@ -94,6 +94,10 @@ void WireCorpus(const fs::path& root) {
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));
   w.Add("evict_commit_reply", wire::Encode(h, wire::EvictCommitReply{6}));
   w.Add("smp_shares", wire::Encode(h, wire::SmpShares{5, 1, 2, 1, Elems(12, 5)}));
+  w.Add("lease_acquire", wire::Encode(h, wire::LeaseAcquireRequest{true, "sealed holder"}));
+  w.Add("lease_reply", wire::Encode(h, wire::LeaseReply{false, 6, "sealed holder", 1000, 20}));
+  w.Add("lease_release", wire::Encode(h, wire::LeaseReleaseRequest{}));
+  w.Add("lease_query", wire::Encode(h, wire::LeaseQueryRequest{}));
   w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}}));
 }
 
@@ -110,6 +114,10 @@ class Session {
   }
   Session& Send(const wire::Header& h, const wire::Body& b, std::uint8_t control = 0) {
     return Frame(wire::Encode(h, b), control);
+  }
+  // Takes the single-writer lease as `epoch` (every access needs it).
+  Session& Lease(std::uint64_t epoch = 1, bool force = false) {
+    return Send(Hdr(0, epoch), wire::LeaseAcquireRequest{force, "fuzz"});
   }
   const Bytes& bytes() const { return bytes_; }
 
@@ -142,18 +150,18 @@ void HandlerCorpus(const fs::path& root) {
   using M = fz::PeerMode;
 
   w.Add("status", Session(fz::kStartMedium).Send(Hdr(1, 0), wire::StatusRequest{}).bytes());
-  w.Add("retrieve", Session(fz::kStartMedium).Send(Hdr(1), med.Retrieve(3, 1)).bytes());
-  w.Add("write_then_retrieve", Session(fz::kStartMedium)
+  w.Add("retrieve", Session(fz::kStartMedium).Lease().Send(Hdr(1), med.Retrieve(3, 1)).bytes());
+  w.Add("write_then_retrieve", Session(fz::kStartMedium).Lease()
                                    .Send(Hdr(1), med.WriteRoot(2, 2))
                                    .Send(Hdr(2), med.Retrieve(5, 3))
                                    .bytes());
-  w.Add("evict", Session(fz::kStartMedium)
+  w.Add("evict", Session(fz::kStartMedium).Lease()
                      .Send(Hdr(1), med.WriteRoot(0, 4))
                      .Send(Hdr(2), med.Prepare(0, 0))
                      .Send(Hdr(3), wire::EvictCommitRequest{0})
                      .Send(Hdr(4), wire::StatusRequest{})
                      .bytes());
-  w.Add("evict_retry", Session(fz::kStartMedium)
+  w.Add("evict_retry", Session(fz::kStartMedium).Lease()
                            .Send(Hdr(1), med.Prepare(0, 0), Mode(M::kTimeout))
                            .Send(Hdr(2), med.Prepare(0, 1))
                            .Send(Hdr(2), med.Prepare(0, 1))  // resend: answered from the seal
@@ -161,7 +169,7 @@ void HandlerCorpus(const fs::path& root) {
                            .Send(Hdr(3), wire::EvictCommitRequest{0})
                            .Send(Hdr(4), med.Prepare(0, 2))  // already committed
                            .bytes());
-  w.Add("evict_bad_peers", Session(fz::kStartSmall)
+  w.Add("evict_bad_peers", Session(fz::kStartSmall).Lease()
                                .Send(Hdr(1), small.Prepare(0, 0), Mode(M::kShortShares))
                                .Send(Hdr(2), small.Prepare(0, 1), Mode(M::kMissingPeer))
                                .Send(Hdr(3), small.Prepare(0, 2), Mode(M::kSendFails))
@@ -175,20 +183,26 @@ void HandlerCorpus(const fs::path& root) {
                     .Send(Hdr(1, 0), wire::StatusRequest{})
                     .Send(Hdr(2), wire::InitRequest{fz::kServerIndex, fz::kSmallShape, false})
                     .Send(Hdr(2), wire::InitRequest{fz::kServerIndex, fz::kSmallShape, false})
-                    .Send(Hdr(3), small.WriteRoot(1, 5))
-                    .Send(Hdr(4), small.Retrieve(2, 6))
+                    .Lease(2)
+                    .Send(Hdr(3, 2), small.WriteRoot(1, 5))
+                    .Send(Hdr(4, 2), small.Retrieve(2, 6))
                     .bytes());
   wire::FsId other = fz::kFsId;
   other[0] ^= 0xff;
   w.Add("init_overwrite", Session(fz::kStartMedium)
                               .Send(Hdr(1, 1, other), wire::InitRequest{fz::kServerIndex, fz::kSmallShape, false})
+                              .Lease()
                               .Send(Hdr(2, 1, other), wire::InitRequest{fz::kServerIndex, fz::kSmallShape, true})
+                              .Lease(2)
                               .Send(Hdr(3), small.WriteRoot(0, 7), fz::kFixFsId)
                               .Send(Hdr(4), wire::InitRequest{1, fz::kSmallShape, true})
                               .Send(Hdr(5), wire::InitRequest{fz::kServerIndex, {0, 1, 1}, true})
                               .bytes());
   w.Add("fencing", Session(fz::kStartSmall)
+                       .Lease(5)
                        .Send(Hdr(1, 5), small.WriteRoot(0, 8))
+                       .Lease(9)
+                       .Lease(9, true)
                        .Send(Hdr(2, 3), small.WriteRoot(1, 8))
                        .Send(Hdr(3, 9), wire::StatusRequest{})
                        .Send(Hdr(4, 5), wire::EvictCommitRequest{0})
@@ -199,7 +213,7 @@ void HandlerCorpus(const fs::path& root) {
   grown.insert(grown.end(), {1, 0, 0, 0});  // one element too many once the length is fixed
   Bytes truncated = wire::Encode(Hdr(7), med.Retrieve(0, 1));
   truncated.resize(20);
-  w.Add("malformed", Session(fz::kStartMedium)
+  w.Add("malformed", Session(fz::kStartMedium).Lease()
                          .Frame(truncated)
                          .Frame(Bytes{0x00, 0x01, 0x02, 0x03})
                          .Send(Hdr(8), wire::StatusReply{})
@@ -213,6 +227,18 @@ void HandlerCorpus(const fs::path& root) {
                          .Send(Hdr(15), med.Prepare(5, 0))
                          .Send(Hdr(16), wire::EvictCommitRequest{0})
                          .bytes());
+  w.Add("lease", Session(fz::kStartSmall)
+                     .Send(Hdr(1, 3), wire::LeaseQueryRequest{})
+                     .Lease(3)
+                     .Lease(3)
+                     .Lease(4)
+                     .Send(Hdr(2, 4), wire::LeaseReleaseRequest{})
+                     .Lease(2, true)
+                     .Lease(6, true)
+                     .Send(Hdr(3, 3), small.WriteRoot(0, 1))
+                     .Send(Hdr(4, 6), wire::LeaseReleaseRequest{})
+                     .Send(Hdr(5, 6), small.Retrieve(0, 1))
+                     .bytes());
   w.Add("no_store", Session(fz::kStartEmpty)
                         .Send(Hdr(1), med.Retrieve(0, 1))
                         .Send(Hdr(2), wire::EvictCommitRequest{0})

@@ -1,13 +1,18 @@
 #include "oramcore/client.h"
 
 #include <spdlog/spdlog.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
 #include <string>
 
+#include "oramcore/fault_point.h"
 #include "oramcore/field.h"
+#include "oramcore/lease_holder.h"
 #include "oramcore/random.h"
 #include "oramcore/shamir.h"
 
@@ -57,7 +62,10 @@ wire::StoreShape ShapeOf(const OramParams& p) {
 
 }  // namespace
 
-OramClient::~OramClient() = default;
+OramClient::~OramClient() {
+  if (lease_held_ && !fenced_) ReleaseLease();
+  if (state_lock_fd_ >= 0) ::close(state_lock_fd_);
+}
 
 const FsConfig& OramClient::config() const { return store_->config(); }
 const Counters& OramClient::counters() const { return counters_; }
@@ -154,6 +162,17 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::unique_ptr<OramClient> client(new OramClient());
   client->options_ = options;
   client->read_only_ = passphrase == nullptr;
+  if (passphrase != nullptr) {
+    // One writer per state file on this machine, whatever the servers say:
+    // two processes sharing one SQLite state would corrupt each other. The
+    // lock dies with the process (a crash leaves nothing to clean up).
+    client->state_lock_fd_ = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (client->state_lock_fd_ >= 0 && ::flock(client->state_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::LeaseHeld("the client state " + state_path +
+                               " is in use by another process on this machine (a mounted "
+                               "s3oramfs, fsck, rebuild...): unmount or stop it first");
+    }
+  }
   S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(state_path));
   const FsConfig& config = client->store_->config();
   if (passphrase != nullptr) {
@@ -167,13 +186,6 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
-  if (!client->read_only_) {
-    // A new epoch for this client incarnation, durable before any request uses it.
-    ++client->counters_.epoch;
-    ClientStateStore::Batch batch;
-    batch.SetCounters(client->counters_);
-    S3ORAM_RETURN_IF_ERROR(client->store_->Commit(batch, /*durable=*/true));
-  }
   if (config.servers.size() != config.params.parties) {
     return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
                               " servers for " + std::to_string(config.params.parties) + " parties");
@@ -216,6 +228,34 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
   if (client->read_only_) return client;
+
+  // A new epoch for this client incarnation, above every epoch any server has
+  // seen (a copy of this state may have run elsewhere), durable before any
+  // request uses it; then the lease under that epoch.
+  // A server that has seen a newer epoch than this state's last one served
+  // another client since (a copy of this state, a restored backup, a forced
+  // takeover): this state's positions and root slot counter may be stale,
+  // and using them would overwrite that client's blocks.
+  std::uint64_t epoch = client->counters_.epoch;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    if (reports[i].reply.epoch > client->counters_.epoch) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(i) + " (" + reports[i].endpoint +
+          ") has served another client (epoch " + std::to_string(reports[i].reply.epoch) +
+          ") since this state file was last used (epoch " +
+          std::to_string(client->counters_.epoch) +
+          "): the state is stale, and writing with it would destroy that client's data. Use "
+          "the other client's state, or restore the newest backup (s3oram restore)");
+    }
+    epoch = std::max(epoch, reports[i].reply.epoch);
+  }
+  client->counters_.epoch = epoch + 1;
+  {
+    ClientStateStore::Batch batch;
+    batch.SetCounters(client->counters_);
+    S3ORAM_RETURN_IF_ERROR(client->store_->Commit(batch, /*durable=*/true));
+  }
+  S3ORAM_RETURN_IF_ERROR(client->AcquireLease(state_path));
   // A server ahead by one eviction is only possible while that eviction is
   // pending in the state (it committed there before the client recorded it).
   bool ahead = false;
@@ -340,6 +380,18 @@ Status OramClient::RepairRootSlot() {
 
 Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
                                                      std::span<const std::uint8_t> data) {
+  if (fenced_) {
+    return Status::LeaseHeld("this client was fenced off: another client took the filesystem's "
+                             "lease over, so this one can no longer read or change anything");
+  }
+  if (!read_only_ && !lease_held_) return Status::FailedPrecondition("client closed");
+  auto result = AccessUnfenced(op, id, data);
+  if (!result.ok()) return NoteFencing(result.status());
+  return result;
+}
+
+Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockId id,
+                                                             std::span<const std::uint8_t> data) {
   const OramParams& p = params();
   if (read_only_) return Status::FailedPrecondition("client opened read-only");
   if (id >= p.capacity_blocks) {
@@ -394,6 +446,7 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
     return st;
   }
 
+  FaultPoint("client.access.after_write_root");
   // The root write is acknowledged by every server; make it visible.
   Counters next = counters_;
   next.nr += 1;
@@ -442,6 +495,7 @@ Status OramClient::RunEviction() {
   // Durable: after a power loss the state must still know an eviction may be
   // under way (and, WAL being a log, keeps every access committed before it).
   S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
+  FaultPoint("client.evict.after_intent");
   return PrepareAndCommit(plan, attempt);
 }
 
@@ -516,6 +570,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
     if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
   }
 
+  FaultPoint("client.evict.after_prepare");
   wire::Header h = NextHeader();
   std::vector<std::vector<std::uint8_t>> frames;
   for (std::size_t i = 0; i < p.parties; ++i) {
@@ -527,6 +582,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
                              .status()
                              .WithContext("committing eviction " + std::to_string(plan.eviction)));
 
+  FaultPoint("client.evict.after_commit");
   // Every server has made the eviction live: record the new positions.
   Counters next = counters_;
   next.nr = 0;
@@ -547,6 +603,129 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
   spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
                 plan.moves.size());
   return Status::Ok();
+}
+
+// ---- the single-writer lease ------------------------------------------------
+
+Status OramClient::SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply) {
+  wire::Header h = NextHeader();
+  auto frame = wire::Encode(h, body);
+  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->ExchangeWith({server}, {frame}, h,
+                                                               wire::MessageType::kLeaseReply,
+                                                               options_.requests));
+  if (reply) *reply = std::get<wire::LeaseReply>(replies[0].body);
+  return Status::Ok();
+}
+
+namespace {
+
+std::string Ago(std::uint64_t ms) {
+  const std::uint64_t s = ms / 1000;
+  if (s < 120) return std::to_string(s) + " s";
+  if (s < 7200) return std::to_string(s / 60) + " min";
+  return std::to_string(s / 3600) + " h";
+}
+
+}  // namespace
+
+Status OramClient::AcquireLease(const std::string& state_path) {
+  const LeaseHolder me = CurrentLeaseHolder(state_path, options_.lease_purpose);
+  const std::string sealed = SealHolder(*sealer_, counters_.epoch, me);
+  bool force = options_.force_lease;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::size_t> granted;
+    std::size_t refused_by = 0;
+    std::optional<wire::LeaseReply> refusal;
+    Status failure;
+    for (std::size_t i = 0; i < servers_->size() && failure.ok() && !refusal; ++i) {
+      wire::LeaseReply r;
+      failure = SendLease(i, wire::LeaseAcquireRequest{force, sealed}, &r);
+      if (!failure.ok()) break;
+      if (r.granted) {
+        granted.push_back(i);
+      } else {
+        refusal = r;
+        refused_by = i;
+      }
+    }
+    if (failure.ok() && !refusal) {
+      lease_held_ = true;
+      lease_sealed_ = sealed;
+      if (force) spdlog::warn("took the filesystem's lease over as epoch {}", counters_.epoch);
+      spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
+      return Status::Ok();
+    }
+    // Give back what this attempt got, so a failed open leaves nothing held.
+    for (std::size_t i : granted) (void)SendLease(i, wire::LeaseReleaseRequest{}, nullptr);
+    if (!failure.ok()) return failure.WithContext("acquiring the filesystem's lease");
+
+    const auto holder = OpenHolder(*sealer_, refusal->holder_epoch, refusal->holder);
+    if (!force && holder && HolderIsDeadLocalTwin(*holder, state_path)) {
+      spdlog::warn("taking over the lease of a crashed client of this state file on this "
+                   "machine: {}",
+                   DescribeHolder(*holder));
+      force = true;
+      continue;
+    }
+    const std::string who =
+        holder ? DescribeHolder(*holder)
+               : "a client with epoch " + std::to_string(refusal->holder_epoch) +
+                     " whose description does not authenticate with this key";
+    return Status::LeaseHeld(
+        "the filesystem is in use by " + who + " (server " + std::to_string(refused_by) +
+        ": lease held for " + Ago(refusal->held_ms) + ", holder last active " +
+        Ago(refusal->idle_ms) +
+        " ago). Only one client may write it. If that client is gone for good, take the lease "
+        "over with --force: it is then fenced off and can change nothing");
+  }
+  return Status::LeaseHeld("could not take the lease over");
+}
+
+Status OramClient::RenewLease() {
+  if (fenced_) return Status::LeaseHeld("this client was fenced off");
+  if (!lease_held_) return Status::FailedPrecondition("this client holds no lease");
+  // Same epoch and (re-sealed) description: servers just note the contact.
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    wire::LeaseReply r;
+    S3ORAM_RETURN_IF_ERROR(
+        SendLease(i, wire::LeaseAcquireRequest{false, lease_sealed_}, &r).WithContext("renewing the lease"));
+    if (!r.granted) {
+      return NoteFencing(Status::LeaseHeld("server " + std::to_string(i) +
+                                           " says another client (epoch " +
+                                           std::to_string(r.holder_epoch) +
+                                           ") took the lease over"));
+    }
+  }
+  return Status::Ok();
+}
+
+void OramClient::ReleaseLease() {
+  const auto saved = options_.requests;
+  options_.requests.deadline = std::min(options_.requests.deadline, std::chrono::milliseconds(3000));
+  options_.requests.resend_after = std::min(options_.requests.resend_after, options_.requests.deadline);
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    if (Status st = SendLease(i, wire::LeaseReleaseRequest{}, nullptr); !st.ok()) {
+      spdlog::warn("releasing the lease on server {}: {}", i, st.ToString());
+    }
+  }
+  options_.requests = saved;
+  lease_held_ = false;
+}
+
+Status OramClient::Close() {
+  if (lease_held_ && !fenced_) ReleaseLease();
+  lease_held_ = false;
+  return Status::Ok();
+}
+
+Status OramClient::NoteFencing(Status st) {
+  if (st.code() == Status::Code::kLeaseHeld && !fenced_) {
+    fenced_ = true;
+    spdlog::error("fenced off: {}. This client can no longer read or change the filesystem; "
+                  "nothing it had not committed is applied",
+                  st.message());
+  }
+  return st;
 }
 
 }  // namespace s3oram

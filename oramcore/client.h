@@ -28,6 +28,14 @@
 //    root slot an interrupted write may have touched — slot nr — is rewritten
 //    with a fresh sharing before the first retrieval after an Open or after any
 //    failed root write.
+//  * One writer: Open acquires the filesystem's lease on every server with a
+//    new epoch (above every epoch the servers have seen) and the servers
+//    serve RETRIEVE, WRITE_ROOT and EVICT_* only to the holder. A second Open
+//    is refused with kLeaseHeld naming the holder, unless it is certainly a
+//    crashed earlier client of the same state file on this machine, or
+//    `force_lease` is set; a client whose lease was taken over is fenced
+//    (every later access fails with kLeaseHeld) and changes nothing. The
+//    lease is released by Close() and by the destructor.
 // Not thread-safe: one access at a time (callers serialise).
 #pragma once
 
@@ -52,6 +60,12 @@ enum class AccessOp { kRead, kWrite };
 struct ClientOptions {
   TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
   TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
+  // Take the lease over even if another client holds it (that client is then
+  // fenced off). For a holder that is gone for good; never the default.
+  bool force_lease = false;
+  // What this client is doing, shown to anyone refused the lease
+  // ("mounted on /mnt/x", "fsck", ...).
+  std::string lease_purpose;
 };
 
 struct ClientStats {
@@ -110,6 +124,14 @@ class OramClient {
   // STATUS of every server (unreachable ones carry an error status).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
 
+  // Tells the servers this client is alive (refreshes the lease's "last
+  // active" time); kLeaseHeld if another client took the lease over, after
+  // which this client is fenced. Cheap; call it when idle (every few seconds).
+  Status RenewLease();
+  // Releases the lease (a clean unmount). Further accesses fail. Idempotent.
+  Status Close();
+  bool fenced() const { return fenced_; }
+
   const ClientStats& stats() const { return stats_; }
   const TransportStats& transport_stats() const;
 
@@ -132,6 +154,15 @@ class OramClient {
   Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where);
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
   Status RepairRootSlot();
+  Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
+                                                   std::span<const std::uint8_t> data);
+  // Acquires the lease on every server with the current epoch (see class
+  // comment); on refusal releases what it got and names the holder.
+  Status AcquireLease(const std::string& state_path);
+  Status SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply);
+  void ReleaseLease();
+  // Marks the client fenced when a server says another client holds the lease.
+  Status NoteFencing(Status st);
 
   ClientOptions options_;
   bool read_only_ = false;
@@ -143,6 +174,10 @@ class OramClient {
   Counters counters_;
   ClientStats stats_;
   bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
+  bool lease_held_ = false;
+  int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
+  std::string lease_sealed_;  // this client's sealed description, as acquired
+  bool fenced_ = false;
 };
 
 }  // namespace s3oram

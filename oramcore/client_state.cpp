@@ -40,6 +40,7 @@
 #include <utility>
 
 #include "oramcore/curve_keys.h"
+#include "oramcore/fault_point.h"
 
 namespace s3oram {
 namespace {
@@ -886,7 +887,10 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       S3ORAM_RETURN_IF_ERROR(st.Exec("writing counters"));
       if (sqlite3_changes(db_) != 1) return Status::Corruption("counters row missing");
     }
-    return ExecSql(db_, "COMMIT");
+    FaultPoint("state.commit.before");
+    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "COMMIT"));
+    FaultPoint("state.commit.after");
+    return Status::Ok();
   };
 
   Status s = apply();

@@ -16,6 +16,8 @@ const char* Status::CodeName(Code c) {
     case Code::kProtocol: return "protocol error";
     case Code::kIntegrity: return "integrity check failed";
     case Code::kPermissionDenied: return "permission denied";
+    case Code::kLeaseHeld: return "filesystem in use";
+    case Code::kNoSpace: return "no space on server";
   }
   return "unknown";
 }

@@ -28,6 +28,8 @@ class Status {
     kProtocol,          // a peer answered with something the protocol does not allow
     kIntegrity,         // data failed authentication (tampered, swapped or rolled back)
     kPermissionDenied,  // wrong passphrase or key; a key file readable by others
+    kLeaseHeld,         // another client holds the filesystem's single-writer lease (or took it over)
+    kNoSpace,           // a server's disk is full
   };
 
   Status() = default;
@@ -47,6 +49,8 @@ class Status {
   static Status PermissionDenied(std::string m) {
     return Status(Code::kPermissionDenied, std::move(m));
   }
+  static Status LeaseHeld(std::string m) { return Status(Code::kLeaseHeld, std::move(m)); }
+  static Status NoSpace(std::string m) { return Status(Code::kNoSpace, std::move(m)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

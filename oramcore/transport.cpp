@@ -249,9 +249,10 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
         if (!decode_errors[k].ok()) who += " (" + decode_errors[k].ToString() + ")";
         if (!impl_->handshake_ok[servers[k]]) who += " (no CURVE handshake completed)";
       }
-      return Status::Unavailable(std::string("no ") + wire::MessageTypeName(expected_reply) +
-                                 " from " + who + " within " +
-                                 std::to_string(options.deadline.count()) + " ms");
+      return Status::Unavailable("timeout: " + who + " did not answer within " +
+                                 std::to_string(options.deadline.count()) + " ms (no " +
+                                 wire::MessageTypeName(expected_reply) +
+                                 "); the server is down, hung or unreachable");
     }
     // Resend to servers that have been silent for resend_after.
     auto next_wake = start + options.deadline;

@@ -309,6 +309,23 @@ void Fields(Io& io, Ref<Io, SmpShares> m) {
   io.U32(m.from_index, "from_index");
   io.Elems(m.shares, "shares");
 }
+template <class Io>
+void Fields(Io& io, Ref<Io, LeaseAcquireRequest> m) {
+  io.Bool(m.force, "force");
+  io.String(m.holder, "holder");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, LeaseReply> m) {
+  io.Bool(m.granted, "granted");
+  io.U64(m.holder_epoch, "holder_epoch");
+  io.String(m.holder, "holder");
+  io.U64(m.held_ms, "held_ms");
+  io.U64(m.idle_ms, "idle_ms");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, LeaseReleaseRequest>) {}
+template <class Io>
+void Fields(Io&, Ref<Io, LeaseQueryRequest>) {}
 
 // Counts the members of an aggregate: the largest n for which T{x1, ..., xn}
 // compiles with placeholders convertible to anything.
@@ -354,6 +371,10 @@ S3ORAM_WIRE_TAG(EvictPrepareReply, kEvictPrepareReply, 1);
 S3ORAM_WIRE_TAG(EvictCommitRequest, kEvictCommitRequest, 1);
 S3ORAM_WIRE_TAG(EvictCommitReply, kEvictCommitReply, 1);
 S3ORAM_WIRE_TAG(SmpShares, kSmpShares, 5);
+S3ORAM_WIRE_TAG(LeaseAcquireRequest, kLeaseAcquireRequest, 2);
+S3ORAM_WIRE_TAG(LeaseReply, kLeaseReply, 5);
+S3ORAM_WIRE_TAG(LeaseReleaseRequest, kLeaseReleaseRequest, 0);
+S3ORAM_WIRE_TAG(LeaseQueryRequest, kLeaseQueryRequest, 0);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
 
@@ -405,6 +426,10 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kEvictCommitRequest: return "EVICT_COMMIT_REQUEST";
     case MessageType::kEvictCommitReply: return "EVICT_COMMIT_REPLY";
     case MessageType::kSmpShares: return "SMP_SHARES";
+    case MessageType::kLeaseAcquireRequest: return "LEASE_ACQUIRE_REQUEST";
+    case MessageType::kLeaseReply: return "LEASE_REPLY";
+    case MessageType::kLeaseReleaseRequest: return "LEASE_RELEASE_REQUEST";
+    case MessageType::kLeaseQueryRequest: return "LEASE_QUERY_REQUEST";
   }
   return "UNKNOWN";
 }
@@ -522,6 +547,8 @@ Status StatusFromError(const ErrorReply& e) {
     case Code::kFailedPrecondition: return Status::FailedPrecondition(e.message);
     case Code::kProtocol: return Status::Protocol(e.message);
     case Code::kPermissionDenied: return Status::PermissionDenied(e.message);
+    case Code::kLeaseHeld: return Status::LeaseHeld(e.message);
+    case Code::kNoSpace: return Status::NoSpace(e.message);
     case Code::kIntegrity:
       // Only the client can check a block's authenticity; a server claiming
       // such a failure is not following the protocol.

@@ -53,6 +53,10 @@ enum class MessageType : std::uint16_t {
   kEvictCommitRequest = 12,
   kEvictCommitReply = 13,
   kSmpShares = 14,  // server -> server, no reply
+  kLeaseAcquireRequest = 15,
+  kLeaseReply = 16,
+  kLeaseReleaseRequest = 17,
+  kLeaseQueryRequest = 18,
   // Numbers reserved so features can be added independently:
   //   15-19 single-writer lease, 20-29 server rebuild, 30-39 client-state backup.
 };
@@ -139,10 +143,34 @@ struct SmpShares {
   std::vector<Elem> shares;
 };
 
+// The single-writer lease (one per filesystem on each server). A client that
+// opens the filesystem for writing acquires it with its new epoch (the
+// header's); every RETRIEVE, WRITE_ROOT and EVICT_* must then carry exactly
+// the holder's epoch. `holder` is opaque to servers: the client seals a
+// description of itself (host, process, mount point) under the master key, so
+// a second client with the passphrase can name the holder and servers learn
+// nothing. Acquiring a lease that another epoch holds fails unless `force`.
+struct LeaseAcquireRequest {
+  bool force = false;
+  std::string holder;  // sealed, <= kMaxString bytes
+};
+// Reply to ACQUIRE, RELEASE and QUERY: the lease as it is after the request.
+struct LeaseReply {
+  bool granted = false;            // ACQUIRE: this request's epoch holds the lease now
+  std::uint64_t holder_epoch = 0;  // 0: nobody holds it
+  std::string holder;              // the holder's sealed description
+  std::uint64_t held_ms = 0;       // since the holder acquired it (server clock)
+  std::uint64_t idle_ms = 0;       // since this server last heard from the holder
+};
+// Gives the lease up if the header's epoch holds it (a clean unmount).
+struct LeaseReleaseRequest {};
+struct LeaseQueryRequest {};
+
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
                           EvictPrepareRequest, EvictPrepareReply, EvictCommitRequest,
-                          EvictCommitReply, SmpShares>;
+                          EvictCommitReply, SmpShares, LeaseAcquireRequest, LeaseReply,
+                          LeaseReleaseRequest, LeaseQueryRequest>;
 
 struct Message {
   Header header;

@@ -16,12 +16,14 @@
 #include <thread>
 #include <utility>
 
+#include "oramcore/fault_point.h"
 #include "oramcore/field.h"
 #include "oramcore/geometry.h"
 #include "oramcore/kernels.h"
 #include "oramcore/random.h"
 #include "oramcore/shamir.h"
 #include "oramcore/wire.h"
+#include "serverd/lease_file.h"
 
 namespace s3oram::serverd {
 
@@ -56,6 +58,10 @@ struct RequestHandler::Impl {
   // PREPARE (client resend) be answered without a new SMP run.
   std::optional<std::pair<std::uint64_t, std::uint32_t>> sealed;
   std::uint64_t max_epoch = 0;  // highest client epoch accepted by this process
+  // The single-writer lease (persisted in the data dir) and when its holder
+  // was last heard from (by this process; a restart counts as contact).
+  LeaseRecord lease;
+  Clock::time_point lease_last_seen = Clock::now();
   // Reused buffers for bucket reads (a path; an eviction's inputs).
   std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
 
@@ -84,6 +90,113 @@ struct RequestHandler::Impl {
     done.wait();
   }
 
+  // Every request that reads or changes the tree must come from the lease
+  // holder: a client whose lease was taken over (--force) is fenced off even
+  // if its epoch is newer than anything else this server saw.
+  Status CheckHolder(const wire::Header& h) {
+    S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+    if (!lease.held()) {
+      return Status::LeaseHeld("no client holds this filesystem's lease (it was released): "
+                               "the client must open the filesystem again");
+    }
+    if (h.epoch != lease.holder_epoch) {
+      return Status::LeaseHeld("fenced: epoch " + std::to_string(h.epoch) +
+                               " does not hold this filesystem's lease (epoch " +
+                               std::to_string(lease.holder_epoch) +
+                               " does): another client took it over");
+    }
+    lease_last_seen = Clock::now();
+    return Status::Ok();
+  }
+
+  std::uint64_t MsSince(Clock::time_point t) const {
+    return static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+  }
+
+  wire::LeaseReply LeaseState(bool granted) const {
+    wire::LeaseReply r;
+    r.granted = granted;
+    r.holder_epoch = lease.holder_epoch;
+    r.holder = lease.holder;
+    if (lease.held()) {
+      const auto now_ms = static_cast<std::uint64_t>(
+          std::chrono::duration_cast<std::chrono::milliseconds>(
+              std::chrono::system_clock::now().time_since_epoch())
+              .count());
+      r.held_ms = now_ms > lease.acquired_unix_ms ? now_ms - lease.acquired_unix_ms : 0;
+      r.idle_ms = MsSince(lease_last_seen);
+    }
+    return r;
+  }
+
+  // ACQUIRE with the header's epoch: granted when the lease is free, already
+  // this epoch's (a resend, or the holder renewing it), or `force` is set.
+  // Otherwise a LeaseReply with granted = false names the holder: refusing is
+  // an answer, not an error, so the client can say who holds it.
+  Result<wire::Body> HandleLeaseAcquire(const wire::Header& h,
+                                        const wire::LeaseAcquireRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+    if (req.holder.size() > kMaxLeaseHolderBytes) {
+      return Status::InvalidArgument("lease holder description longer than " +
+                                     std::to_string(kMaxLeaseHolderBytes) + " bytes");
+    }
+    if (lease.held() && lease.holder_epoch == h.epoch) {
+      lease_last_seen = Clock::now();
+      if (lease.holder != req.holder) {
+        LeaseRecord next = lease;
+        next.holder = req.holder;
+        S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, next, config.sync));
+        lease = next;
+      }
+      return wire::Body{LeaseState(true)};
+    }
+    if (lease.held() && !req.force) return wire::Body{LeaseState(false)};
+    // Epochs only grow: an ACQUIRE older than one already granted (or used
+    // by a mutation) is a dead client's, delayed or replayed.
+    max_epoch = std::max(max_epoch, store->meta().epoch);
+    if (h.epoch <= max_epoch && h.epoch != lease.holder_epoch) {
+      return Status::LeaseHeld("stale epoch " + std::to_string(h.epoch) + ": epoch " +
+                               std::to_string(max_epoch) +
+                               " already held this filesystem; open it again");
+    }
+    LeaseRecord next;
+    next.holder_epoch = h.epoch;
+    next.holder = req.holder;
+    next.acquired_unix_ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(
+            std::chrono::system_clock::now().time_since_epoch())
+            .count());
+    // Durable before the grant is acknowledged: a restarted server must still
+    // fence the previous holder. The epoch goes into the store's header too,
+    // so STATUS reports it and the next client picks a newer one even after
+    // this holder released the lease without changing anything.
+    ServerMeta meta = store->meta();
+    meta.epoch = std::max(meta.epoch, h.epoch);
+    S3ORAM_RETURN_IF_ERROR(store->UpdateMeta(meta));
+    S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, next, config.sync));
+    if (lease.held()) {
+      spdlog::warn("lease of epoch {} taken over by epoch {} (forced)", lease.holder_epoch,
+                   h.epoch);
+    } else {
+      spdlog::info("lease granted to epoch {}", h.epoch);
+    }
+    lease = next;
+    max_epoch = h.epoch;
+    lease_last_seen = Clock::now();
+    return wire::Body{LeaseState(true)};
+  }
+
+  Result<wire::Body> HandleLeaseRelease(const wire::Header& h) {
+    S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+    if (lease.held() && lease.holder_epoch == h.epoch) {
+      S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
+      spdlog::info("lease of epoch {} released", h.epoch);
+      lease = LeaseRecord{};
+    }
+    return wire::Body{LeaseState(false)};
+  }
+
   Status CheckRequest(const wire::Header& h, bool needs_store) {
     if (!needs_store) return Status::Ok();
     if (!store) return Status::FailedPrecondition("server holds no filesystem; run s3oram init");
@@ -91,16 +204,6 @@ struct RequestHandler::Impl {
       return Status::FailedPrecondition("request for filesystem " + HexId(h.fs_id) +
                                         " but this server holds " + HexId(store->meta().fs_id));
     }
-    // Fencing: once a request of epoch e is accepted, nothing older is. A
-    // client starts a new epoch at every open, so requests a dead client left
-    // queued here cannot land after its successor's writes. Mutations persist
-    // the epoch; max_epoch also covers the read-only requests in between.
-    max_epoch = std::max(max_epoch, store->meta().epoch);
-    if (h.epoch < max_epoch) {
-      return Status::FailedPrecondition("fenced: request epoch " + std::to_string(h.epoch) +
-                                        " is older than epoch " + std::to_string(max_epoch));
-    }
-    max_epoch = h.epoch;
     return Status::Ok();
   }
 
@@ -166,6 +269,9 @@ struct RequestHandler::Impl {
     meta.epoch = h.epoch;
     max_epoch = h.epoch;
     S3ORAM_ASSIGN_OR_RETURN(store, ShareStore::Create(config.data_dir, meta, req.overwrite, config.sync));
+    // A new filesystem starts without a holder (a replaced one's lease is void).
+    S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
+    lease = LeaseRecord{};
     sealed.reset();
     peers->Reset();
     spdlog::info("initialised filesystem {} (H={} Z={} m={}, {} bytes logical)", HexId(h.fs_id),
@@ -302,6 +408,9 @@ struct RequestHandler::Impl {
       std::vector<Elem> mine = std::move(outs[me]);
       const SmpRound smp_round{req.eviction, req.attempt, round};
       S3ORAM_RETURN_IF_ERROR(peers->Send(h, smp_round, outs));
+      // Mid-PREPARE: this server's round shares are out, its peers wait for
+      // the next round that never comes.
+      FaultPoint("server.evict_prepare.mid_rounds");
       t_smp += since(t0);
       t0 = Clock::now();
       S3ORAM_ASSIGN_OR_RETURN(auto from_peers, peers->Await(smp_round));
@@ -338,7 +447,9 @@ struct RequestHandler::Impl {
       source = prev.data();
     }
     auto t_seal = Clock::now();
+    FaultPoint("server.evict_prepare.before_seal");
     S3ORAM_RETURN_IF_ERROR(store->SealShadow());
+    FaultPoint("server.evict_prepare.after_seal");
     spdlog::debug("eviction {} attempt {} prepared in {:.1f} ms: kernels {:.1f}, smp {:.1f}, "
                   "peer wait {:.1f}, shadow {:.1f}, seal {:.1f}",
                   req.eviction, req.attempt, since(t_start), t_kernel, t_smp, t_wait, t_shadow,
@@ -349,6 +460,7 @@ struct RequestHandler::Impl {
 
   Result<wire::Body> HandleCommit(const wire::Header& h, const wire::EvictCommitRequest& req) {
     const auto t0 = Clock::now();
+    FaultPoint("server.evict_commit.before");
     S3ORAM_RETURN_IF_ERROR(store->Commit(req.eviction, h.seq, h.epoch));
     spdlog::debug("commit seq {}: eviction {} applied in {:.1f} ms", h.seq, req.eviction,
                   std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
@@ -362,24 +474,29 @@ struct RequestHandler::Impl {
         [&](const auto& body) -> Result<wire::Body> {
           using T = std::decay_t<decltype(body)>;
           if constexpr (std::is_same_v<T, wire::StatusRequest>) {
-            // STATUS is never refused, but a newer epoch seen here already
-            // fences the older client: a successor's recovery begins with
-            // STATUS, and a dead client's queued COMMIT must not run after it.
-            if (store && h.fs_id == store->meta().fs_id) max_epoch = std::max(max_epoch, h.epoch);
+            // STATUS is never refused and changes nothing: a client that is
+            // refused the lease must not disturb the holder.
             return wire::Body{MakeStatus()};
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);
-          } else if constexpr (std::is_same_v<T, wire::RetrieveRequest>) {
+          } else if constexpr (std::is_same_v<T, wire::LeaseAcquireRequest>) {
+            return HandleLeaseAcquire(h, body);
+          } else if constexpr (std::is_same_v<T, wire::LeaseReleaseRequest>) {
+            return HandleLeaseRelease(h);
+          } else if constexpr (std::is_same_v<T, wire::LeaseQueryRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            return wire::Body{LeaseState(false)};
+          } else if constexpr (std::is_same_v<T, wire::RetrieveRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleRetrieve(body);
           } else if constexpr (std::is_same_v<T, wire::WriteRootRequest>) {
-            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleWriteRoot(h, body);
           } else if constexpr (std::is_same_v<T, wire::EvictPrepareRequest>) {
-            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandlePrepare(h, body);
           } else if constexpr (std::is_same_v<T, wire::EvictCommitRequest>) {
-            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleCommit(h, body);
           } else {
             return Status::Protocol(std::string("a server does not accept ") +
@@ -461,9 +578,13 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
                                         std::to_string(m.server_index) + ", but this is server " +
                                         std::to_string(s->config.index));
     }
-    spdlog::info("opened filesystem {} (H={} Z={} m={}): {} evictions applied, seq {}",
+    S3ORAM_ASSIGN_OR_RETURN(s->lease, LoadLease(s->config.data_dir));
+    s->max_epoch = std::max(m.epoch, s->lease.holder_epoch);
+    spdlog::info("opened filesystem {} (H={} Z={} m={}): {} evictions applied, seq {}, lease {}",
                  HexId(m.fs_id), m.shape.height, m.shape.bucket_size, m.shape.elems_per_slot,
-                 m.applied_evictions, m.applied_seq);
+                 m.applied_evictions, m.applied_seq,
+                 s->lease.held() ? "held by epoch " + std::to_string(s->lease.holder_epoch)
+                                 : std::string("free"));
   } else if (opened.status().code() != Status::Code::kNotFound) {
     return opened.status().WithContext("opening " + s->config.data_dir);
   } else {

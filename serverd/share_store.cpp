@@ -52,6 +52,8 @@
 #include <unordered_set>
 #include <utility>
 
+#include "oramcore/fault_point.h"
+
 namespace s3oram::serverd {
 
 // Buckets are exposed as Elem* straight from the mmap, and elements are
@@ -725,6 +727,7 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
   S3ORAM_RETURN_IF_ERROR(
       PwriteAll(impl_->fd.get(), data.data(), data.size_bytes(), off, impl_->shares_path));
   S3ORAM_RETURN_IF_ERROR(impl_->Sync(impl_->fd.get(), impl_->shares_path));
+  FaultPoint("server.write_root.after_data");
   ServerMeta m = meta_;
   m.applied_seq = std::max(m.applied_seq, seq);
   m.epoch = std::max(m.epoch, epoch);
@@ -884,8 +887,10 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
       S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), n, dst + done, im.shares_path));
       done += n;
     }
+    if (i == im.shadow.buckets.size() / 2) FaultPoint("server.evict_commit.mid_copy");
   }
   S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
+  FaultPoint("server.evict_commit.after_copy");
   ServerMeta m = meta_;
   m.applied_evictions = eviction + 1;
   m.applied_seq = std::max(m.applied_seq, seq);

@@ -87,9 +87,10 @@ struct TestFs {
   std::string passfile;
 };
 
-inline std::unique_ptr<TestFs> MakeFs(const OramParams& params) {
+inline std::unique_ptr<TestFs> MakeFs(const OramParams& params,
+                                     std::uint32_t peer_timeout_ms = 20000) {
   auto fs = std::make_unique<TestFs>();
-  fs->cluster = StartCluster(fs->dir.Sub("cluster"));
+  fs->cluster = StartCluster(fs->dir.Sub("cluster"), peer_timeout_ms);
   if (!fs->cluster) return nullptr;
   fs->config.params = params;
   UseCluster(fs->config, *fs->cluster);

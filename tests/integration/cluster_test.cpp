@@ -366,6 +366,13 @@ TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
   ASSERT_TRUE(fs);
   auto& [dir, cluster, config, state, passfile] = *fs;
   std::vector<std::vector<std::uint8_t>> blocks;
+  wire::Header h;
+  wire::WriteRootRequest stale;
+  auto client_key = LoadCurveKeypair(cluster->client_key_file());
+  ASSERT_TRUE(client_key.ok());
+  auto raw = ServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
+                                *client_key);
+  ASSERT_TRUE(raw.ok());
   {
     auto a = testing::TestOpen(state, FastRetryOptions());
     ASSERT_TRUE(a.ok()) << a.status().ToString();
@@ -373,21 +380,15 @@ TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
       blocks.push_back(Content(64, id, 7 * id + 1));
       ASSERT_TRUE((*a)->Write(id, blocks.back()).ok());
     }
+    // The client's last request before it dies: a fresh sharing of
+    // something, which reaches server 0 only.
+    h = testing::HeaderFromState(state);
+    stale.slot = static_cast<std::uint32_t>((*a)->counters().nr);
+    stale.share.assign(config.params.elems_per_slot(), 12345);
+    auto sent = (*raw)->Exchange({wire::Encode(h, stale)}, h, wire::MessageType::kWriteRootReply,
+                                 FastRetryOptions().requests);
+    ASSERT_TRUE(sent.ok()) << sent.status().ToString();  // the holder's epoch: accepted
   }
-  // The dead client's last request: a fresh sharing of something, to server 0 only.
-  wire::Header h = testing::HeaderFromState(state);
-  const auto nr = static_cast<std::uint32_t>(ClientStateStore::Open(state).value()->counters().nr);
-  wire::WriteRootRequest stale;
-  stale.slot = nr;
-  stale.share.assign(config.params.elems_per_slot(), 12345);
-  auto client_key = LoadCurveKeypair(cluster->client_key_file());
-  ASSERT_TRUE(client_key.ok());
-  auto raw = ServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
-                                *client_key);
-  ASSERT_TRUE(raw.ok());
-  auto sent = (*raw)->Exchange({wire::Encode(h, stale)}, h, wire::MessageType::kWriteRootReply,
-                               FastRetryOptions().requests);
-  ASSERT_TRUE(sent.ok()) << sent.status().ToString();  // same epoch: accepted
 
   auto b = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(b.ok()) << b.status().ToString();

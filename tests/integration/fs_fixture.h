@@ -365,6 +365,9 @@ struct FsOptions {
   // Adds -o log_file=<tmp>/fused-log.txt (in the foreground without -d the
   // daemon logs to syslog otherwise).
   bool log_to_file = true;
+  // How long a server waits for a peer's SMP shares (a killed peer fails
+  // the eviction after this).
+  std::uint32_t peer_timeout_ms = 20000;
 };
 
 class MountedFs {
@@ -391,7 +394,7 @@ class MountedFs {
       ADD_FAILURE() << "s3oramfs-fused was not built (set S3ORAM_FUSED or S3ORAM_FS_TEST_DIR)";
       return nullptr;
     }
-    m->fs_ = MakeFs(options.params);
+    m->fs_ = MakeFs(options.params, options.peer_timeout_ms);
     if (!m->fs_) return nullptr;
     std::string mnt = m->fs_->dir.Sub("mnt");
     if (::mkdir(mnt.c_str(), 0755) != 0) {
@@ -455,7 +458,9 @@ class MountedFs {
   void set_mount_opts(std::string opts) { options_.mount_opts = std::move(opts); }
 
   // Starts `s3oramfs-fused STATE MNT -f [-o opts]` and waits until it is live.
-  ::testing::AssertionResult Mount(std::chrono::seconds timeout = std::chrono::seconds(30)) {
+  // extra_env ("NAME=value", e.g. S3ORAM_FAULT=...) is added to the daemon's environment.
+  ::testing::AssertionResult Mount(std::chrono::seconds timeout = std::chrono::seconds(30),
+                                   const std::vector<std::string>& extra_env = {}) {
     if (reference_) return ::testing::AssertionSuccess();
     if (pid_ > 0) return ::testing::AssertionFailure() << "already mounted";
     ++mounts_;
@@ -476,6 +481,12 @@ class MountedFs {
       argv.push_back("-o");
       argv.push_back(opts);
     }
+    std::vector<std::string> env_storage;
+    for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+    for (const auto& e : extra_env) env_storage.push_back(e);
+    std::vector<char*> envp;
+    for (auto& e : env_storage) envp.push_back(e.data());
+    envp.push_back(nullptr);
     int logfd = ::open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     if (logfd < 0) return ::testing::AssertionFailure() << "open log: " << std::strerror(errno);
     pid_t parent = ::getpid();
@@ -490,7 +501,7 @@ class MountedFs {
       std::vector<char*> args;
       for (auto& a : argv) args.push_back(a.data());
       args.push_back(nullptr);
-      ::execv(args[0], args.data());
+      ::execve(args[0], args.data(), envp.data());
       std::fprintf(stderr, "exec %s: %s\n", args[0], std::strerror(errno));
       ::_exit(127);
     }
@@ -564,6 +575,17 @@ class MountedFs {
     for (int i = 0; i < 3 && FindMount(root_); ++i) RunCmd({"umount", "-l", root_});
     if (FindMount(root_)) return ::testing::AssertionFailure() << "umount -l " << root_ << " failed";
     return ::testing::AssertionSuccess();
+  }
+
+  // True if the daemon has died by itself (a fault point, a crash): it is
+  // reaped and its dead mount detached, ready for Mount().
+  bool ReapIfDead() {
+    if (reference_ || pid_ <= 0) return false;
+    int status = 0;
+    if (::waitpid(pid_, &status, WNOHANG) != pid_) return false;
+    pid_ = 0;
+    for (int i = 0; i < 3 && FindMount(root_); ++i) RunCmd({"umount", "-l", root_});
+    return true;
   }
 
   // Sends `sig` (e.g. SIGTERM) to the daemon and waits for it to end; success

@@ -60,12 +60,17 @@ std::vector<std::uint8_t> RawRoundTrip(const RawTarget& target,
   return reply;
 }
 
-// The decoded reply must be an ErrorReply.
-void ExpectError(const std::vector<std::uint8_t>& reply, const std::string& what) {
+// The decoded reply must be an ErrorReply, refused for the reason under test:
+// a lease refusal (the default expectation is none) would hide the check.
+void ExpectError(const std::vector<std::uint8_t>& reply, const std::string& what,
+                 bool lease_refusal = false) {
   ASSERT_FALSE(reply.empty()) << what << ": no reply (server dead or silent)";
   auto m = wire::Decode(reply);
   ASSERT_TRUE(m.ok()) << what << ": undecodable reply";
-  EXPECT_TRUE(std::holds_alternative<wire::ErrorReply>(m->body)) << what << ": not refused";
+  const auto* e = std::get_if<wire::ErrorReply>(&m->body);
+  ASSERT_NE(e, nullptr) << what << ": not refused";
+  EXPECT_EQ(static_cast<Status::Code>(e->code) == Status::Code::kLeaseHeld, lease_refusal)
+      << what << ": " << e->message;
 }
 
 TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
@@ -78,11 +83,20 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
     ASSERT_TRUE(c.ok());
     ASSERT_TRUE((*c)->Write(3, block).ok());
   }
-  const wire::Header h = testing::HeaderFromState(state);
+  // This test is the lease holder on server 0, with the next epoch, so the
+  // requests below reach the checks they are about.
+  wire::Header h = testing::HeaderFromState(state);
+  h.epoch += 1;
   const TreeGeometry geo = config.params.geometry();
   const std::size_t m = config.params.elems_per_slot();
   const RawTarget ep{cluster->endpoints()[0], cluster->server_public_keys()[0],
                      cluster->client_key_file()};
+  {
+    auto granted = wire::Decode(RawRoundTrip(ep, wire::Encode(h, wire::LeaseAcquireRequest{})));
+    ASSERT_TRUE(granted.ok());
+    ASSERT_TRUE(std::holds_alternative<wire::LeaseReply>(granted->body));
+    ASSERT_TRUE(std::get<wire::LeaseReply>(granted->body).granted);
+  }
 
   auto rng = testing::SeededRng();
   // Garbage and truncations of a valid frame.
@@ -105,7 +119,7 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   ExpectError(RawRoundTrip(ep, wire::Encode(other, good)), "another filesystem");
   wire::Header old = h;
   old.epoch = 0;
-  ExpectError(RawRoundTrip(ep, wire::Encode(old, good)), "older epoch");
+  ExpectError(RawRoundTrip(ep, wire::Encode(old, good)), "older epoch", /*lease_refusal=*/true);
   wire::RetrieveRequest bad_leaf = good;
   bad_leaf.leaf = geo.first_leaf() - 1;
   ExpectError(RawRoundTrip(ep, wire::Encode(h, bad_leaf)), "internal bucket as leaf");
@@ -139,6 +153,7 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   stranger.fs_id[5] ^= 0xff;
   ExpectError(RawRoundTrip(ep, wire::Encode(stranger, reinit)), "init over another filesystem");
   ExpectError(RawRoundTrip(ep, wire::Encode(h, wire::SmpShares{})), "peer message on client port");
+  ASSERT_FALSE(RawRoundTrip(ep, wire::Encode(h, wire::LeaseReleaseRequest{})).empty());
 
   // Nothing above changed the store: the client still reads its block.
   auto c = testing::TestOpen(state, FastRetryOptions());

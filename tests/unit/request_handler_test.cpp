@@ -67,9 +67,26 @@ class RequestHandlerTest : public ::testing::Test {
   wire::Header Hdr(std::uint64_t seq) const {
     wire::Header h;
     h.fs_id = fs_id_;
-    h.epoch = 1;
+    h.epoch = epoch_;
     h.seq = seq;
     return h;
+  }
+  // Takes the lease as `epoch` (requests then carry it).
+  wire::LeaseReply Acquire(std::uint64_t epoch, bool force = false, std::string holder = "h") {
+    epoch_ = epoch;
+    wire::Body b = Call(wire::LeaseAcquireRequest{force, std::move(holder)}, 100 + epoch);
+    const auto* r = std::get_if<wire::LeaseReply>(&b);
+    EXPECT_NE(r, nullptr) << ErrorText(b);
+    return r ? *r : wire::LeaseReply{};
+  }
+  void Reopen() {
+    handler_.reset();
+    auto h = RequestHandler::Create(config_, peers_);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    handler_ = std::move(h).value();
+  }
+  wire::WriteRootRequest RootWrite() const {
+    return wire::WriteRootRequest{0, std::vector<Elem>(handler_->store()->slot_elems(), 7)};
   }
   // Sends one request and returns the decoded reply body.
   wire::Body Call(const wire::Body& body, std::uint64_t seq = 1) {
@@ -89,6 +106,7 @@ class RequestHandlerTest : public ::testing::Test {
   ServerConfig config_;
   StubPeers peers_;
   std::unique_ptr<RequestHandler> handler_;
+  std::uint64_t epoch_ = 1;
   wire::FsId fs_id_{1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16};
 };
 
@@ -123,6 +141,7 @@ TEST_F(RequestHandlerTest, InitRefusesShapesBeyondTheWireLimit) {
 TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
   const wire::StoreShape shape{2, 2, 4};
   ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  ASSERT_TRUE(Acquire(2).granted);
   const TreeGeometry geo{shape.height, shape.bucket_size};
   wire::EvictPrepareRequest prepare{0, 0, geo.EvictionLeaf(0),
                                     std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
@@ -138,6 +157,72 @@ TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
   const wire::Body accepted = Call(prepare, 3);
   ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(accepted)) << ErrorText(accepted);
   EXPECT_EQ(handler_->store()->SealedEviction(), 1u);
+}
+
+// The single-writer lease: granted when free, refused (naming the holder) to
+// another epoch unless forced, and only the holder may touch the tree.
+TEST_F(RequestHandlerTest, LeaseAdmitsOneWriterAndFencesTheOneTakenOver) {
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(
+      Call(wire::InitRequest{0, wire::StoreShape{2, 2, 4}, false})));
+  // Nobody holds it yet: no access is served.
+  EXPECT_NE(ErrorText(Call(RootWrite(), 2)).find("no client holds"), std::string::npos);
+
+  const wire::LeaseReply first = Acquire(5, false, "holder five");
+  EXPECT_TRUE(first.granted);
+  EXPECT_EQ(first.holder_epoch, 5u);
+  EXPECT_TRUE(std::holds_alternative<wire::WriteRootReply>(Call(RootWrite(), 3)));
+  EXPECT_TRUE(Acquire(5, false, "holder five").granted);  // a resend or a renewal
+
+  const wire::LeaseReply refused = Acquire(6, false, "holder six");
+  EXPECT_FALSE(refused.granted);
+  EXPECT_EQ(refused.holder_epoch, 5u);
+  EXPECT_EQ(refused.holder, "holder five");
+  // The refused client changed nothing: the holder goes on.
+  epoch_ = 5;
+  EXPECT_TRUE(std::holds_alternative<wire::WriteRootReply>(Call(RootWrite(), 4)));
+
+  // A server restart keeps the lease (it is on disk).
+  Reopen();
+  EXPECT_FALSE(Acquire(7).granted);
+  epoch_ = 5;
+  EXPECT_TRUE(std::holds_alternative<wire::WriteRootReply>(Call(RootWrite(), 5)));
+
+  // Forced takeover: epoch 8 holds it, epoch 5 is fenced from every access.
+  const wire::LeaseReply forced = Acquire(8, true, "holder eight");
+  EXPECT_TRUE(forced.granted);
+  EXPECT_EQ(forced.holder, "holder eight");
+  epoch_ = 5;
+  const wire::Body fenced = Call(RootWrite(), 6);
+  EXPECT_NE(ErrorText(fenced).find("fenced"), std::string::npos) << ErrorText(fenced);
+  const auto* err = std::get_if<wire::ErrorReply>(&fenced);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(static_cast<Status::Code>(err->code), Status::Code::kLeaseHeld);
+  // ... and cannot take it back with its old epoch, forced or not.
+  EXPECT_NE(ErrorText(Call(wire::LeaseAcquireRequest{true, "again"}, 7)).find("stale epoch"),
+            std::string::npos);
+  // Releasing with the wrong epoch does nothing; the holder's release frees it.
+  EXPECT_EQ(std::get<wire::LeaseReply>(Call(wire::LeaseReleaseRequest{}, 8)).holder_epoch, 8u);
+  epoch_ = 8;
+  EXPECT_EQ(std::get<wire::LeaseReply>(Call(wire::LeaseReleaseRequest{}, 9)).holder_epoch, 0u);
+  EXPECT_NE(ErrorText(Call(RootWrite(), 10)).find("no client holds"), std::string::npos);
+  EXPECT_TRUE(Acquire(9).granted);
+}
+
+TEST_F(RequestHandlerTest, DamagedLeaseRecordStopsTheServerInsteadOfForgettingTheHolder) {
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(
+      Call(wire::InitRequest{0, wire::StoreShape{2, 2, 4}, false})));
+  ASSERT_TRUE(Acquire(3).granted);
+  {
+    std::FILE* f = std::fopen((config_.data_dir + "/lease").c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::fseek(f, 9, SEEK_SET);
+    std::fputc(0x55, f);
+    std::fclose(f);
+  }
+  handler_.reset();
+  auto h = RequestHandler::Create(config_, peers_);
+  ASSERT_FALSE(h.ok());
+  EXPECT_NE(h.status().message().find("lease record"), std::string::npos) << h.status().ToString();
 }
 
 TEST(RequestHandlerCreate, RefusesRepeatedOrOwnPeerIndices) {

@@ -89,6 +89,15 @@ bool Same(const SmpShares& a, const SmpShares& b) {
   return std::tie(a.eviction, a.attempt, a.round, a.from_index, a.shares) ==
          std::tie(b.eviction, b.attempt, b.round, b.from_index, b.shares);
 }
+bool Same(const LeaseAcquireRequest& a, const LeaseAcquireRequest& b) {
+  return a.force == b.force && a.holder == b.holder;
+}
+bool Same(const LeaseReply& a, const LeaseReply& b) {
+  return std::tie(a.granted, a.holder_epoch, a.holder, a.held_ms, a.idle_ms) ==
+         std::tie(b.granted, b.holder_epoch, b.holder, b.held_ms, b.idle_ms);
+}
+bool Same(const LeaseReleaseRequest&, const LeaseReleaseRequest&) { return true; }
+bool Same(const LeaseQueryRequest&, const LeaseQueryRequest&) { return true; }
 bool SameBody(const Body& a, const Body& b) {
   if (a.index() != b.index()) return false;
   return std::visit(
@@ -152,6 +161,10 @@ class Gen {
       case 11: return EvictCommitRequest{U64()};
       case 12: return EvictCommitReply{U64()};
       case 13: return SmpShares{U64(), U32(), U32(), U32(), Elems()};
+      case 14: return LeaseAcquireRequest{Bool(), Text()};
+      case 15: return LeaseReply{Bool(), U64(), Text(), U64(), U64()};
+      case 16: return LeaseReleaseRequest{};
+      case 17: return LeaseQueryRequest{};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};

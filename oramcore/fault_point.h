@@ -1,0 +1,19 @@
+// Named crash points for fault-injection tests.
+//
+// S3ORAM_FAULT="name[@n][,name@n...]" in a process's environment makes it
+// kill itself with SIGKILL the n-th time (default: the first) it reaches
+// FaultPoint("name"): exactly what a power cut or an OOM kill does at that
+// instant, with nothing flushed or unwound. The tests use it to crash a
+// client or a server inside an eviction's PREPARE, between a PREPARE and its
+// COMMIT, in the middle of an SQLite transaction, and so on (see
+// tests/integration/fault_injection_test.cpp for the list of points).
+//
+// Unarmed (the variable unset, as in production), a point costs one relaxed
+// atomic load. The variable is read once, at the first point reached.
+#pragma once
+
+namespace s3oram {
+
+void FaultPoint(const char* name);
+
+}  // namespace s3oram

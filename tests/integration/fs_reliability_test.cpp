@@ -1,0 +1,181 @@
+// Reliability of a real mount: one writer per filesystem (the lease on the
+// servers, the lock on the state file), forced takeover and fencing, stale
+// state files, and a server that hangs (SIGSTOP) making requests fail with
+// EIO after the configured timeout instead of hanging the mount.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <string>
+
+#include "tests/integration/fs_fixture.h"
+
+namespace s3oram::testing {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Writes `data` to path (create/truncate) and fsyncs; errno of the first
+// failing call, or 0.
+int WriteAndSync(const std::string& path, const std::string& data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  if (!WriteAllFd(fd, data)) err = errno;
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  return err;
+}
+
+// Starts a second daemon in the background (no -f): exit 0 once mounted.
+CmdResult MountInBackground(const MountedFs& fs, const std::string& state, const std::string& mnt,
+                            const std::string& extra_opts) {
+  std::string opts = fs.pass_option() + ",log_file=" + fs.Scratch("second-daemon.log");
+  if (!extra_opts.empty()) opts += "," + extra_opts;
+  return RunCmd({FusedPath(), state, mnt, "-o", opts}, std::chrono::seconds(60));
+}
+
+// Copies a client state (and its WAL) as another laptop would hold it.
+void CopyState(const std::string& from, const std::string& to) {
+  namespace fsys = std::filesystem;
+  for (const char* suffix : {"", "-wal", "-shm"}) {
+    std::error_code ec;
+    if (fsys::exists(from + suffix)) {
+      fsys::copy_file(from + suffix, to + suffix, fsys::copy_options::overwrite_existing, ec);
+      ASSERT_FALSE(ec) << ec.message();
+    }
+  }
+}
+
+TEST(FsLeaseTest, SecondMountOfTheSameFilesystemIsRefusedNamingTheHolder) {
+  auto fs = MountedFs::Create();
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  ASSERT_EQ(WriteAndSync(fs->Path("kept"), PatternBytes(10000, 1)), 0);
+
+  // The same state file from a second process on this machine: the local lock.
+  const std::string mnt2 = fs->Scratch("mnt2");
+  ASSERT_EQ(::mkdir(mnt2.c_str(), 0755), 0);
+  CmdResult same = MountInBackground(*fs, fs->state(), mnt2, "");
+  EXPECT_NE(same.exit_code, 0);
+  EXPECT_NE(same.output.find("in use by another process on this machine"), std::string::npos)
+      << same.output;
+  EXPECT_FALSE(FindMount(mnt2));
+
+  // A copy of the state (another laptop): the servers' lease names the holder.
+  const std::string copy = fs->Scratch("copy.s3oram");
+  ASSERT_NO_FATAL_FAILURE(CopyState(fs->state(), copy));
+  CmdResult other = MountInBackground(*fs, copy, mnt2, "");
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_NE(other.output.find("in use by"), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("pid " + std::to_string(fs->pid())), std::string::npos)
+      << other.output;
+  EXPECT_NE(other.output.find("mounted on " + fs->root()), std::string::npos) << other.output;
+  EXPECT_NE(other.output.find("--force"), std::string::npos) << other.output;
+  EXPECT_FALSE(FindMount(mnt2));
+
+  // The holder was not disturbed.
+  EXPECT_TRUE(FileHasContent(fs->Path("kept"), PatternBytes(10000, 1)));
+  ASSERT_EQ(WriteAndSync(fs->Path("after"), PatternBytes(5000, 2)), 0);
+  ASSERT_TRUE(fs->Remount());
+  EXPECT_TRUE(FileHasContent(fs->Path("after"), PatternBytes(5000, 2)));
+}
+
+TEST(FsLeaseTest, CrashedMountOnThisMachineIsTakenOverWithoutForce) {
+  auto fs = MountedFs::Create();
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  ASSERT_EQ(WriteAndSync(fs->Path("f"), PatternBytes(20000, 3)), 0);
+  ASSERT_TRUE(fs->Kill9());
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_TRUE(FileHasContent(fs->Path("f"), PatternBytes(20000, 3)));
+  EXPECT_NE(fs->daemon_log().find("taking over the lease of a crashed client"), std::string::npos);
+}
+
+TEST(FsLeaseTest, ForceTakesTheFilesystemOverAndTheOldMountIsFenced) {
+  auto fs = MountedFs::Create();
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  ASSERT_EQ(WriteAndSync(fs->Path("before"), PatternBytes(30000, 4)), 0);
+  // Laptop B gets a copy of the state while A is unmounted; A mounts again
+  // and then goes silent (it is holding the lease, but B's owner decides it is
+  // gone and forces a takeover).
+  ASSERT_TRUE(fs->Unmount());
+  const std::string copy = fs->Scratch("b.s3oram");
+  ASSERT_NO_FATAL_FAILURE(CopyState(fs->state(), copy));
+  ASSERT_TRUE(fs->Mount());
+
+  const std::string mnt_b = fs->Scratch("mnt-b");
+  ASSERT_EQ(::mkdir(mnt_b.c_str(), 0755), 0);
+  CmdResult refused = MountInBackground(*fs, copy, mnt_b, "");
+  ASSERT_NE(refused.exit_code, 0) << refused.output;
+  CmdResult forced = MountInBackground(*fs, copy, mnt_b, "force");
+  ASSERT_EQ(forced.exit_code, 0) << forced.output;
+  ASSERT_TRUE(FindMount(mnt_b));
+
+  // A is fenced: its ORAM accesses are refused, so its write cannot be made
+  // durable, and B never sees it.
+  EXPECT_EQ(WriteAndSync(fs->Path("from-a"), PatternBytes(8192, 5)), EIO);
+  EXPECT_NE(fs->daemon_log().find("fenced off"), std::string::npos) << Tail(fs->daemon_log(), 3000);
+  // B reads what A had made durable before, and writes on.
+  EXPECT_TRUE(FileHasContent(mnt_b + "/before", PatternBytes(30000, 4)));
+  ASSERT_EQ(WriteAndSync(mnt_b + "/from-b", PatternBytes(12000, 6)), 0);
+  CmdResult ub = RunCmd({"fusermount3", "-u", mnt_b}, std::chrono::seconds(60));
+  ASSERT_EQ(ub.exit_code, 0) << ub.output;
+
+  // A's unmount cannot write back its dirty block (it is fenced); its state
+  // is now stale and it refuses to mount rather than overwrite B's data.
+  (void)fs->SignalAndWait(SIGTERM);
+  EXPECT_FALSE(fs->Mount());
+  EXPECT_NE(fs->log().find("state is stale"), std::string::npos) << Tail(fs->log(), 2000);
+
+  // B's state mounts again and holds everything B wrote.
+  CmdResult again = MountInBackground(*fs, copy, mnt_b, "");
+  ASSERT_EQ(again.exit_code, 0) << again.output;
+  EXPECT_TRUE(FileHasContent(mnt_b + "/before", PatternBytes(30000, 4)));
+  EXPECT_TRUE(FileHasContent(mnt_b + "/from-b", PatternBytes(12000, 6)));
+  EXPECT_FALSE(std::filesystem::exists(mnt_b + "/from-a") &&
+               ReadFile(mnt_b + "/from-a").value_or("") == PatternBytes(8192, 5));
+  CmdResult ub2 = RunCmd({"fusermount3", "-u", mnt_b}, std::chrono::seconds(60));
+  EXPECT_EQ(ub2.exit_code, 0) << ub2.output;
+}
+
+// A server that stops answering (SIGSTOP) makes the mount's requests fail
+// with EIO once the configured timeout passes, never hang; after SIGCONT the
+// same operations succeed and nothing fsynced is lost.
+TEST(FsHangTest, StoppedServerGivesEioAfterTheTimeoutAndRecoversAfterSigcont) {
+  constexpr int kTimeoutSeconds = 3;
+  FsOptions options;
+  options.mount_opts = "timeout=" + std::to_string(kTimeoutSeconds) + ",evict_timeout=6";
+  auto fs = MountedFs::Create(options);
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  ASSERT_EQ(WriteAndSync(fs->Path("before"), PatternBytes(40000, 7)), 0);
+
+  auto& cluster = *fs->test_fs()->cluster;
+  ASSERT_TRUE(cluster.Kill(1, SIGSTOP).ok());
+  // Bounded by an eviction's timeout at worst (a write may start one); the
+  // bound here only proves the mount does not hang.
+  const auto t0 = Clock::now();
+  const int err = WriteAndSync(fs->Path("during"), PatternBytes(9000, 8));
+  const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
+  EXPECT_EQ(err, EIO);
+  EXPECT_LT(waited, 60.0) << "the write hung for " << waited << " s";
+  EXPECT_NE(fs->daemon_log().find("did not answer"), std::string::npos)
+      << Tail(fs->daemon_log(), 3000);
+
+  ASSERT_TRUE(cluster.Kill(1, SIGCONT).ok());
+  // The same file again: the failed write-back is retried and succeeds.
+  ASSERT_EQ(WriteAndSync(fs->Path("during"), PatternBytes(9000, 8)), 0);
+  ASSERT_EQ(WriteAndSync(fs->Path("after"), PatternBytes(3000, 9)), 0);
+  ASSERT_TRUE(fs->Remount());
+  EXPECT_TRUE(FileHasContent(fs->Path("before"), PatternBytes(40000, 7)));
+  EXPECT_TRUE(FileHasContent(fs->Path("during"), PatternBytes(9000, 8)));
+  EXPECT_TRUE(FileHasContent(fs->Path("after"), PatternBytes(3000, 9)));
+}
+
+}  // namespace
+}  // namespace s3oram::testing
