@@ -19,6 +19,7 @@
 // ORAM. Reading blocks is an ordinary ORAM access: each read rewrites the
 // block to the root under a new version, as every access does.
 #include <signal.h>
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -156,6 +157,7 @@ int Run(const Args& a) {
       if (!master.ok()) return fail(master.status().ToString(), kOperational);
     }
   }
+  if (g_cancel.load()) return fail("cancelled; nothing was changed", kCancelled);
   if (repair) {
     if (Status s = fs::ApplyFsckRepairs(a.state, p1.repairs); !s.ok()) {
       return fail(s.ToString(), kOperational);
@@ -198,7 +200,12 @@ int Run(const Args& a) {
         if (!progress) progress.emplace("fsck: reading blocks", total, Progress::Unit::kItems);
         progress->Update(done);
       };
+      // The client logs every authentication failure; phase 3 reports each
+      // one itself, with its file and offset, so the log would only repeat it.
+      const auto log_level = spdlog::get_level();
+      spdlog::set_level(spdlog::level::critical);
       fs::FsckBlockResult r3 = fs::CheckBlocks(*client, *snap, options, on_progress, &g_cancel);
+      spdlog::set_level(log_level);
       if (progress) progress->Finish();
       blocks_read = r3.blocks_read;
       if (r3.cancelled) {

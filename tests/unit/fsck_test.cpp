@@ -146,7 +146,7 @@ TEST_F(FsckTest, PositionOutsideTheTreeAndDuplicateSlot) {
   EXPECT_FALSE(r.p1.position_map_loadable);
   ASSERT_EQ(r.p1.problems.size(), 2u) << Messages(r.p1);
   EXPECT_NE(r.p1.problems[0].message.find("outside the tree"), std::string::npos);
-  EXPECT_NE(r.p1.problems[0].message.find("/f block 0"), std::string::npos)
+  EXPECT_NE(r.p1.problems[0].message.find("(/f) block 0"), std::string::npos)
       << r.p1.problems[0].message;
   EXPECT_FALSE(r.p1.problems[0].repairable);  // file data: only with --zero-damaged
   EXPECT_NE(r.p1.problems[1].message.find("claimed by 2 blocks"), std::string::npos);
@@ -180,7 +180,7 @@ TEST_F(FsckTest, WrittenBlockWithoutPositionIsDataLoss) {
   Sql(state_, "DELETE FROM positions WHERE id = " + std::to_string(f_blocks_[1]));
   Run r = Check();
   ASSERT_EQ(r.p2.problems.size(), 1u) << Messages(r.p2);
-  EXPECT_NE(r.p2.problems[0].message.find("/f block 1 (bytes 16..31"), std::string::npos)
+  EXPECT_NE(r.p2.problems[0].message.find("(/f) block 1 (bytes 16..31"), std::string::npos)
       << r.p2.problems[0].message;
   EXPECT_NE(r.p2.problems[0].message.find("no position"), std::string::npos);
   EXPECT_FALSE(r.p2.problems[0].repairable);
@@ -253,7 +253,7 @@ TEST_F(FsckTest, BlocksBeyondTheSizeAndBadValidLengths) {
   Sql(state_, "UPDATE fs_inodes SET size = 20 WHERE ino = " + std::to_string(f_));
   Run r = Check();
   std::string all = Messages(r.p2);
-  EXPECT_NE(all.find("/f block 2 (bytes 32..47"), std::string::npos) << all;
+  EXPECT_NE(all.find("(/f) block 2 (bytes 32..47"), std::string::npos) << all;
   EXPECT_NE(all.find("beyond the file size 20"), std::string::npos) << all;
   EXPECT_NE(all.find("valid length 16 beyond the file size: set to 4"), std::string::npos) << all;
   RepairAndExpectClean();
