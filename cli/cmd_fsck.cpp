@@ -24,10 +24,14 @@
 
 #include <atomic>
 #include <cstdio>
+#include <cstdlib>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
@@ -86,6 +90,44 @@ void Count(Tally& t, const std::vector<fs::FsckProblem>& problems, bool repaired
   }
 }
 
+// The mount point of a local s3oramfs mount of `state` (the daemon names
+// the absolute state path as the mount's source), or "". A safety net for
+// this machine only; the single-writer lease taken by OramClient::Open is
+// what excludes writers elsewhere.
+std::string MountedAt(const std::string& state) {
+  char* abs = ::realpath(state.c_str(), nullptr);
+  if (abs == nullptr) return "";
+  const std::string want = abs;
+  std::free(abs);
+  // mountinfo octal-escapes space, tab, newline and backslash.
+  auto unescape = [](const std::string& f) {
+    std::string out;
+    for (std::size_t i = 0; i < f.size(); ++i) {
+      const bool octal =
+          f[i] == '\\' && i + 3 < f.size() && f.find_first_not_of("01234567", i + 1) >= i + 4;
+      if (octal) {
+        out.push_back(static_cast<char>(std::stoi(f.substr(i + 1, 3), nullptr, 8)));
+        i += 3;
+      } else {
+        out.push_back(f[i]);
+      }
+    }
+    return out;
+  };
+  std::ifstream in("/proc/self/mountinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    std::istringstream ls(line);
+    std::vector<std::string> f;
+    for (std::string w; ls >> w;) f.push_back(w);
+    std::size_t dash = 6;
+    while (dash < f.size() && f[dash] != "-") ++dash;
+    if (f.size() < 5 || dash + 2 >= f.size()) continue;
+    if (f[dash + 1] == "fuse.s3oramfs" && unescape(f[dash + 2]) == want) return unescape(f[4]);
+  }
+  return "";
+}
+
 bool AskToRepair(std::uint64_t repairable) {
   if (repairable == 0 || ::isatty(STDIN_FILENO) != 1 || ::isatty(STDOUT_FILENO) != 1) return false;
   std::printf("Repair %llu problem(s)? [y/N] ", static_cast<unsigned long long>(repairable));
@@ -105,6 +147,9 @@ int Run(const Args& a) {
   {
     auto store = ClientStateStore::Open(a.state);
     if (!store.ok()) return fail(store.status().ToString(), kOperational);
+  }
+  if (std::string mnt = MountedAt(a.state); !mnt.empty()) {
+    return fail(a.state + " is mounted on " + mnt + ": unmount it first", kOperational);
   }
   auto snap = fs::FsckSnapshot::Load(a.state);
   if (!snap.ok()) return fail(snap.status().ToString(), kOperational);

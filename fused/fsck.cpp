@@ -406,6 +406,15 @@ FsckPhaseResult CheckOram(const FsckSnapshot& snap, const FsckOptions& options) 
   // What ClientStateStore::LoadPositionMap refuses (so OramClient::Open fails).
   r.position_map_loadable = !range_problem && !collision;
 
+  // The tree's capacity bounds the live blocks (the overflow bound assumes
+  // N <= A * 2^(H-1)); Open refuses parameters beyond it as well.
+  if (p.evict_rate == 0 || p.capacity_blocks > p.max_capacity_blocks()) {
+    r.problems.push_back({1,
+                          "capacity " + std::to_string(p.capacity_blocks) +
+                              " blocks exceeds what the tree holds (A * 2^(H-1) = " +
+                              std::to_string(p.max_capacity_blocks()) + ")",
+                          false});
+  }
   const Counters& c = snap.counters;
   if (c.nr > p.evict_rate) {
     r.problems.push_back({1,

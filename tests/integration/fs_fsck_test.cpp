@@ -148,8 +148,11 @@ TEST_F(FsFsckTest, CleanFilesystemExitsZero) {
   bad = RunCmd({CliPath(), "fsck", "-s", fs_->state(), "-n"}, std::chrono::seconds(60), "",
                {"S3ORAM_PASSPHRASE=not the passphrase"});
   EXPECT_EQ(bad.exit_code, 8) << bad.output;
-  // The data are intact after all those reads.
+  // The data are intact after all those reads; a mounted filesystem is refused.
   ASSERT_TRUE(fs_->Mount());
+  bad = Fsck({"-n", "--no-blocks"});
+  EXPECT_EQ(bad.exit_code, 8) << bad.output;
+  EXPECT_NE(bad.output.find("is mounted on " + fs_->root()), std::string::npos) << bad.output;
   for (const auto& [name, data] : files_) EXPECT_TRUE(FileHasContent(fs_->Path(name), data));
 }
 

@@ -168,6 +168,14 @@ TEST_F(FsckTest, RootSlotAtOrAboveNrAndCounters) {
   RepairAndExpectClean();
 }
 
+TEST_F(FsckTest, CapacityBeyondTheTree) {
+  Sql(state_, "UPDATE meta SET value = 17 WHERE key = 'capacity_blocks'");  // A * 2^(H-1) = 16
+  Run r = Check();
+  ASSERT_EQ(r.p1.problems.size(), 1u) << Messages(r.p1);
+  EXPECT_NE(r.p1.problems[0].message.find("exceeds what the tree holds"), std::string::npos);
+  EXPECT_FALSE(r.p1.problems[0].repairable);
+}
+
 TEST_F(FsckTest, StrayPendingOperation) {
   Sql(state_, "INSERT INTO pending VALUES (9, 'evict', X'070000000000000001000000')");
   Run r = Check();
