@@ -616,16 +616,23 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
       problem(message + "; /lost+found exists but is not a directory, so it stays unlinked", false);
       continue;
     }
-    problem(message + ": linked into /lost+found as #" + std::to_string(top), true);
     if (cycle) {
       for (std::uint64_t cookie : entries_of[top]) delete_entry(cookie);
       index();
     }
+    // "#<ino>", or "#<ino>.<n>" if a file of that name is already there.
+    std::string name = "#" + std::to_string(top);
+    auto taken = [&](const std::string& n) {
+      return std::any_of(children[*lf].begin(), children[*lf].end(),
+                         [&](std::uint64_t k) { return live[k].name == n; });
+    };
+    for (int n = 1; taken(name); ++n) name = "#" + std::to_string(top) + "." + std::to_string(n);
+    problem(message + ": linked into /lost+found as " + name, true);
     const std::uint64_t cookie = ~std::uint64_t{0} - 2 - top;  // model-only
-    live[cookie] = FsckSnapshot::Dirent{cookie, *lf, "#" + std::to_string(top), top};
+    live[cookie] = FsckSnapshot::Dirent{cookie, *lf, name, top};
     children[*lf].push_back(cookie);
     entries_of[top].push_back(cookie);
-    r.repairs.push_back({FsckRepair::Kind::kLinkLostFound, top});
+    r.repairs.push_back({FsckRepair::Kind::kLinkLostFound, top, 0, 0, name});
     reach_from(top);
   }
   if (pending_orphans > 0) {
@@ -900,10 +907,8 @@ Status ApplyFsckRepairs(const std::string& state_path, const std::vector<FsckRep
           S3ORAM_RETURN_IF_ERROR(find_lost_found());
           Stmt e(db, "INSERT INTO fs_dirents(parent, name, ino) VALUES (?1, ?2, ?3)");
           S3ORAM_RETURN_IF_ERROR(e.ok("repair"));
-          S3ORAM_RETURN_IF_ERROR(e.Bind(1, ToSql(*lost_found))
-                                     .BindBlob(2, "#" + std::to_string(f.a))
-                                     .Bind(3, ToSql(f.a))
-                                     .Run());
+          S3ORAM_RETURN_IF_ERROR(
+              e.Bind(1, ToSql(*lost_found)).BindBlob(2, f.name).Bind(3, ToSql(f.a)).Run());
           Stmt t(db, "UPDATE fs_inodes SET mtime_ns = ?1, ctime_ns = ?1 WHERE ino = ?2");
           S3ORAM_RETURN_IF_ERROR(t.ok("repair"));
           S3ORAM_RETURN_IF_ERROR(t.Bind(1, now).Bind(2, ToSql(*lost_found)).Run());

@@ -105,7 +105,7 @@ struct FsckRepair {
     kDeletePosition,    // a: block id
     kDeleteEntry,       // a: cookie
     kCreateLostFound,   // a: uid, b: gid (the root's owner)
-    kLinkLostFound,     // a: ino, named "#<ino>" in /lost+found
+    kLinkLostFound,     // a: ino, linked in /lost+found as `name` ("#<ino>")
     kSetNlink,          // a: ino, b: nlink
     kUnmapBlock,        // a: ino, b: idx, c: block id (returned to the free list if in range)
     kSetValid,          // a: block id, b: valid
@@ -117,6 +117,7 @@ struct FsckRepair {
   };
   Kind kind;
   std::uint64_t a = 0, b = 0, c = 0;
+  std::string name = {};
 };
 
 struct FsckProblem {

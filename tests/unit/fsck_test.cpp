@@ -227,6 +227,21 @@ TEST_F(FsckTest, OrphansGoToLostFound) {
   EXPECT_EQ(root.nlink, 3u);  // ".", "..", lost+found's ".."
 }
 
+TEST_F(FsckTest, ExistingLostFoundAndNameClash) {
+  Attr lf, a;
+  ASSERT_EQ(meta_->Mkdir(kRootIno, kLostFoundName, 0700, 0, 0, &lf), 0);
+  const std::string taken = "#" + std::to_string(f_);
+  ASSERT_EQ(meta_->Create(lf.ino, taken, S_IFREG | 0600, 0, 0, 0, &a), 0);
+  Sql(state_, "DELETE FROM fs_dirents WHERE name = CAST('f' AS BLOB)");
+  Run r = Check();
+  ASSERT_EQ(r.p2.problems.size(), 1u) << Messages(r.p2);
+  EXPECT_NE(r.p2.problems[0].message.find("as " + taken + ".1"), std::string::npos)
+      << Messages(r.p2);
+  RepairAndExpectClean();
+  ASSERT_EQ(meta_->Lookup(lf.ino, taken + ".1", &a), 0);
+  EXPECT_EQ(a.ino, f_);
+}
+
 TEST_F(FsckTest, DanglingEntriesAndDirectoryCycles) {
   // An entry to a missing inode, and a cycle: d moved below a directory e
   // that is itself below d, detached from the root.
