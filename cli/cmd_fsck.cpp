@@ -223,7 +223,8 @@ int Run(const Args& a) {
       auto c = OramClient::Open(a.state, *passphrase);
       if (c.ok()) {
         client = std::move(c).value();
-      } else if (p1.position_map_loadable) {
+      } else if (p1.position_map_loadable || c.status().code() != Status::Code::kCorruption) {
+        // Anything but the unloadable map phase 1 found is operational.
         return fail("cannot open " + a.state + ": " + c.status().ToString(), kOperational);
       }
     }
