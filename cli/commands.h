@@ -20,6 +20,11 @@ void RegisterParams(CLI::App& app, int* exit_code);
 void RegisterStatus(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterCluster(CLI::App& app, int* exit_code);
+void RegisterFsck(CLI::App& app, int* exit_code);
+
+// fsck(8)'s exit code for a usage error, which `s3oram fsck` returns for a
+// command line CLI11 rejects (other subcommands keep CLI11's codes).
+inline constexpr int kFsckUsageError = 16;
 
 // "1G", "512M", "64K", "4096" (binary units) -> bytes; throws CLI::ValidationError.
 std::uint64_t ParseSize(const std::string& text);

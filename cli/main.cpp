@@ -2,6 +2,7 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <string_view>
 
 #include "cli/commands.h"
 
@@ -17,7 +18,17 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterStatus(app, &exit_code);
   s3oram::cli::RegisterBench(app, &exit_code);
   s3oram::cli::RegisterCluster(app, &exit_code);
+  s3oram::cli::RegisterFsck(app, &exit_code);
   spdlog::set_pattern("s3oram: %l: %v");
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    // fsck's callers (scripts, boot) expect fsck(8)'s codes.
+    if (code != 0 && argc > 1 && std::string_view(argv[1]) == "fsck") {
+      return s3oram::cli::kFsckUsageError;
+    }
+    return code;
+  }
   return exit_code;
 }

@@ -1,0 +1,315 @@
+// `s3oram fsck` end to end: a tree of files written through a real mount
+// (three real serverd processes), unmounted, then the real `s3oram` binary
+// on the state file. A clean filesystem exits 0; each injected corruption
+// (made with SQL, or in one server's share file, while nothing is mounted)
+// makes fsck exit non-zero naming the problem, and the repairs of -y leave a
+// filesystem that checks clean and mounts with its data.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sqlite3.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "oramcore/field.h"
+#include "tests/integration/fs_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::CmdResult;
+using testing::FileHasContent;
+using testing::MountedFs;
+using testing::PatternBytes;
+using testing::RunCmd;
+using testing::WriteFile;
+
+std::string CliPath() {
+  const char* env = std::getenv("S3ORAM_CLI");
+  return env && *env ? env : S3ORAM_TEST_CLI;
+}
+
+// Runs one statement list on the (unmounted) state file.
+::testing::AssertionResult Sql(const std::string& state, const std::string& sql) {
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(state.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    return ::testing::AssertionFailure() << "open " << state;
+  }
+  char* err = nullptr;
+  const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
+  std::string msg = err ? err : "";
+  sqlite3_free(err);
+  sqlite3_close(db);
+  if (rc != SQLITE_OK) return ::testing::AssertionFailure() << sql << ": " << msg;
+  return ::testing::AssertionSuccess();
+}
+
+// The integers of the first row of a query (empty if none).
+std::vector<std::int64_t> Row(const std::string& state, const std::string& sql) {
+  std::vector<std::int64_t> out;
+  sqlite3* db = nullptr;
+  if (sqlite3_open_v2(state.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
+    sqlite3_close(db);
+    ADD_FAILURE() << "open " << state;
+    return out;
+  }
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    for (int i = 0; i < sqlite3_column_count(st); ++i) out.push_back(sqlite3_column_int64(st, i));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close(db);
+  return out;
+}
+
+// The inode of root-relative `path` (names looked up in fs_dirents).
+std::int64_t InoOf(const std::string& state, const std::string& path) {
+  std::int64_t ino = 1;
+  std::size_t start = 0;
+  while (start < path.size()) {
+    std::size_t slash = path.find('/', start);
+    if (slash == std::string::npos) slash = path.size();
+    const std::string name = path.substr(start, slash - start);
+    auto r = Row(state, "SELECT ino FROM fs_dirents WHERE parent = " + std::to_string(ino) +
+                            " AND name = CAST('" + name + "' AS BLOB)");
+    if (r.empty()) return -1;
+    ino = r[0];
+    start = slash + 1;
+  }
+  return ino;
+}
+
+class FsFsckTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    seed_ = testing::TestSeed();
+    fs_ = MountedFs::Create();
+    ASSERT_TRUE(fs_);
+    if (fs_->reference()) GTEST_SKIP() << "fsck needs the s3oramfs daemon";
+    // A small tree: nested directories, files of several sizes (several
+    // blocks, a partial last block, an empty one), a symlink, a hard link.
+    ASSERT_EQ(::mkdir(fs_->Path("dir").c_str(), 0755), 0);
+    ASSERT_EQ(::mkdir(fs_->Path("dir/sub").c_str(), 0750), 0);
+    const std::map<std::string, std::size_t> sizes = {
+        {"a", 10000}, {"dir/b", 5000}, {"dir/sub/c", 9000}, {"dir/empty", 0}, {"dir/sub/d", 20000}};
+    std::uint64_t i = 0;
+    for (const auto& [name, size] : sizes) {
+      files_[name] = PatternBytes(size, seed_ + i++);
+      ASSERT_TRUE(WriteFile(fs_->Path(name), files_[name]));
+    }
+    ASSERT_EQ(::symlink("sub/c", fs_->Path("dir/link").c_str()), 0);
+    ASSERT_EQ(::link(fs_->Path("a").c_str(), fs_->Path("dir/hard").c_str()), 0);
+    ASSERT_TRUE(fs_->Unmount());
+  }
+
+  CmdResult Fsck(const std::vector<std::string>& flags) {
+    std::vector<std::string> argv = {CliPath(),    "fsck",       "-s",
+                                     fs_->state(), "--passfile", fs_->passfile()};
+    argv.insert(argv.end(), flags.begin(), flags.end());
+    CmdResult r = RunCmd(argv, std::chrono::seconds(240));
+    std::string cmd;
+    for (const auto& a : flags) cmd += " " + a;
+    std::fprintf(stderr, "[ fsck     ] s3oram fsck%s -> exit %d\n", cmd.c_str(), r.exit_code);
+    // S3ORAM_TEST_VERBOSE=1 shows what fsck printed.
+    if (const char* v = std::getenv("S3ORAM_TEST_VERBOSE"); v && *v == '1') {
+      std::fprintf(stderr, "%s\n", r.output.c_str());
+    }
+    return r;
+  }
+
+  std::uint64_t seed_ = 0;
+  std::unique_ptr<MountedFs> fs_;
+  std::map<std::string, std::string> files_;
+};
+
+TEST_F(FsFsckTest, CleanFilesystemExitsZero) {
+  CmdResult r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(": 0 error(s)"), std::string::npos) << r.output;
+  // Every block holding file data was read: 3 + 2 + 3 + 5 blocks of 4 KiB.
+  EXPECT_NE(r.output.find("13 block(s) read"), std::string::npos) << r.output;
+  r = Fsck({"-y"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  r = Fsck({"-n", "--no-blocks"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  // Operational and usage errors.
+  CmdResult bad = RunCmd({CliPath(), "fsck", "-s", fs_->Scratch("missing.s3oram"), "-n"});
+  EXPECT_EQ(bad.exit_code, 8) << bad.output;
+  bad = RunCmd({CliPath(), "fsck", "-s", fs_->state(), "-n", "-y"});
+  EXPECT_EQ(bad.exit_code, 16) << bad.output;
+  bad = RunCmd({CliPath(), "fsck", "-s", fs_->state(), "--bogus"});
+  EXPECT_EQ(bad.exit_code, 16) << bad.output;
+  bad = RunCmd({CliPath(), "fsck", "-s", fs_->state(), "-n"}, std::chrono::seconds(60), "",
+               {"S3ORAM_PASSPHRASE=not the passphrase"});
+  EXPECT_EQ(bad.exit_code, 8) << bad.output;
+  // The data are intact after all those reads; a mounted filesystem is refused.
+  ASSERT_TRUE(fs_->Mount());
+  bad = Fsck({"-n", "--no-blocks"});
+  EXPECT_EQ(bad.exit_code, 8) << bad.output;
+  EXPECT_NE(bad.output.find("is mounted on " + fs_->root()), std::string::npos) << bad.output;
+  for (const auto& [name, data] : files_) EXPECT_TRUE(FileHasContent(fs_->Path(name), data));
+}
+
+TEST_F(FsFsckTest, DeletedPositionOfAReferencedBlock) {
+  const std::int64_t ino = InoOf(fs_->state(), "dir/b");
+  ASSERT_GT(ino, 0);
+  auto block =
+      Row(fs_->state(), "SELECT block_id FROM fs_blocks WHERE ino = " + std::to_string(ino) +
+                            " AND idx = 1 AND valid > 0");
+  ASSERT_EQ(block.size(), 1u);
+  ASSERT_TRUE(Sql(fs_->state(), "DELETE FROM positions WHERE id = " + std::to_string(block[0])));
+  CmdResult r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("(/dir/b) block 1 (bytes 4096..8191"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("has no position in the ORAM"), std::string::npos) << r.output;
+  // -y alone does not drop data; --zero-damaged does (and is a correction).
+  r = Fsck({"-y"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  r = Fsck({"-y", "--zero-damaged"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(fs_->Mount());
+  std::string want = files_["dir/b"];
+  std::fill(want.begin() + 4096, want.end(), '\0');
+  EXPECT_TRUE(FileHasContent(fs_->Path("dir/b"), want));
+}
+
+TEST_F(FsFsckTest, WrongLinkCount) {
+  const std::int64_t ino = InoOf(fs_->state(), "dir/sub/d");
+  ASSERT_GT(ino, 0);
+  ASSERT_TRUE(
+      Sql(fs_->state(), "UPDATE fs_inodes SET nlink = 3 WHERE ino = " + std::to_string(ino)));
+  CmdResult r = Fsck({"-n", "--no-blocks"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("inode " + std::to_string(ino) + " (/dir/sub/d) has nlink 3, expected 1"),
+            std::string::npos)
+      << r.output;
+  r = Fsck({"-y"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(FsFsckTest, OrphanGoesToLostFoundAndStaysReadable) {
+  const std::int64_t ino = InoOf(fs_->state(), "dir/sub/c");
+  ASSERT_GT(ino, 0);
+  ASSERT_TRUE(Sql(fs_->state(), "DELETE FROM fs_dirents WHERE ino = " + std::to_string(ino)));
+  CmdResult r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("file inode " + std::to_string(ino) +
+                          " (nlink 1, size 9000) is not reachable from the root"),
+            std::string::npos)
+      << r.output;
+  r = Fsck({"-y"});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(fs_->Mount());
+  struct stat st{};
+  ASSERT_EQ(::stat(fs_->Path("lost+found").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode, S_IFDIR | 0700u);
+  EXPECT_TRUE(FileHasContent(fs_->Path("lost+found/#" + std::to_string(ino)), files_["dir/sub/c"]));
+  EXPECT_EQ(::access(fs_->Path("dir/sub/c").c_str(), F_OK), -1);
+}
+
+TEST_F(FsFsckTest, PositionOutsideTheTree) {
+  const std::int64_t ino = InoOf(fs_->state(), "a");
+  auto block =
+      Row(fs_->state(),
+          "SELECT block_id FROM fs_blocks WHERE ino = " + std::to_string(ino) + " AND idx = 0");
+  ASSERT_EQ(block.size(), 1u);
+  // Leaf 1 is the root bucket's number, not a leaf.
+  ASSERT_TRUE(
+      Sql(fs_->state(), "UPDATE positions SET leaf = 1 WHERE id = " + std::to_string(block[0])));
+  CmdResult r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("(/a) block 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("is outside the tree: leaf 1 is not a leaf"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("skipped: the position map cannot be loaded"), std::string::npos)
+      << r.output;
+}
+
+TEST_F(FsFsckTest, DuplicatePosition) {
+  const std::int64_t a = InoOf(fs_->state(), "a");
+  const std::int64_t b = InoOf(fs_->state(), "dir/b");
+  auto pa = Row(fs_->state(),
+                "SELECT p.id, p.leaf, p.level, p.slot FROM positions p JOIN fs_blocks b "
+                "ON b.block_id = p.id WHERE b.ino = " +
+                    std::to_string(a) + " AND b.idx = 0");
+  auto pb = Row(fs_->state(),
+                "SELECT p.id FROM positions p JOIN fs_blocks b ON b.block_id = p.id "
+                "WHERE b.ino = " +
+                    std::to_string(b) + " AND b.idx = 0");
+  ASSERT_EQ(pa.size(), 4u);
+  ASSERT_EQ(pb.size(), 1u);
+  ASSERT_TRUE(Sql(fs_->state(), "UPDATE positions SET leaf = " + std::to_string(pa[1]) +
+                                    ", level = " + std::to_string(pa[2]) +
+                                    ", slot = " + std::to_string(pa[3]) +
+                                    " WHERE id = " + std::to_string(pb[0])));
+  CmdResult r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("is claimed by 2 blocks"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(/a) block 0"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("(/dir/b) block 0"), std::string::npos) << r.output;
+  // Both hold file data: -y cannot choose and leaves it.
+  r = Fsck({"-y"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+}
+
+TEST_F(FsFsckTest, DamagedShareIsReportedWithItsFile) {
+  // Enough further writes for a few evictions (A = 16), so that blocks
+  // leave the root and a damaged bucket below it spoils only some paths.
+  ASSERT_TRUE(fs_->Mount());
+  ASSERT_TRUE(WriteFile(fs_->Path("big"), PatternBytes(64 * 4096, seed_ + 100)));
+  ASSERT_TRUE(fs_->Unmount());
+  const std::int64_t ino = InoOf(fs_->state(), "dir/sub/d");
+  ASSERT_GT(ino, 0);
+  // The deepest written block of the file: corrupting a bucket spoils every
+  // retrieval through it, so a leaf-side bucket keeps the damage local.
+  auto pos = Row(fs_->state(),
+                 "SELECT p.leaf, p.level, p.slot, b.idx FROM positions p JOIN fs_blocks b ON "
+                 "b.block_id = p.id WHERE b.ino = " +
+                     std::to_string(ino) + " AND b.valid > 0 ORDER BY p.level DESC LIMIT 1");
+  ASSERT_EQ(pos.size(), 4u);
+  const OramParams& p = fs_->params();
+  const std::uint64_t bucket = static_cast<std::uint64_t>(pos[0]) >> (p.height - pos[1]);
+  // serverd/share_store.h: a 4 KiB header, then buckets 1.. bucket-major, slot-major.
+  const std::uint64_t offset =
+      4096 + ((bucket - 1) * p.bucket_size + static_cast<std::uint64_t>(pos[2])) * p.slot_bytes();
+  const std::string shares = fs_->test_fs()->cluster->dir() + "/data-1/shares.bin";
+  std::fprintf(stderr, "[ fsck     ] corrupting %s at bucket %llu slot %lld (offset %llu)\n",
+               shares.c_str(), static_cast<unsigned long long>(bucket),
+               static_cast<long long>(pos[2]), static_cast<unsigned long long>(offset));
+  int fd = ::open(shares.c_str(), O_RDWR | O_CLOEXEC);
+  ASSERT_GE(fd, 0) << shares << ": " << std::strerror(errno);
+  std::vector<field::Elem> elems(p.slot_bytes() / sizeof(field::Elem));
+  const std::size_t bytes = elems.size() * sizeof(field::Elem);
+  ASSERT_EQ(::pread(fd, elems.data(), bytes, static_cast<off_t>(offset)),
+            static_cast<ssize_t>(bytes));
+  // Still field elements (so the server accepts them), every one changed.
+  for (auto& e : elems) e = static_cast<field::Elem>((e + 1) % field::kPrime);
+  ASSERT_EQ(::pwrite(fd, elems.data(), bytes, static_cast<off_t>(offset)),
+            static_cast<ssize_t>(bytes));
+  ASSERT_EQ(::fsync(fd), 0);
+  ::close(fd);
+
+  CmdResult r = Fsck({"-n"});
+  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_NE(r.output.find("(/dir/sub/d) block " + std::to_string(pos[3])), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("is damaged: it does not authenticate"), std::string::npos) << r.output;
+  // The metadata are fine: without the block phase nothing is found.
+  r = Fsck({"-n", "--no-blocks"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+}  // namespace
+}  // namespace s3oram
