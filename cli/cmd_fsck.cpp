@@ -45,6 +45,13 @@
 namespace s3oram::cli {
 namespace {
 
+// Anyone refused the filesystem while fsck runs sees what holds it.
+ClientOptions FsckClientOptions() {
+  ClientOptions o;
+  o.lease_purpose = "s3oram fsck";
+  return o;
+}
+
 std::atomic<bool> g_cancel{false};
 
 extern "C" void OnInterrupt(int) { g_cancel.store(true); }
@@ -190,7 +197,7 @@ int Run(const Args& a) {
     if (!pass.ok()) return fail(pass.status().ToString(), kOperational);
     passphrase = std::move(pass).value();
     if (p1.position_map_loadable) {
-      auto c = OramClient::Open(a.state, *passphrase);
+      auto c = OramClient::Open(a.state, *passphrase, FsckClientOptions());
       if (!c.ok())
         return fail("cannot open " + a.state + ": " + c.status().ToString(), kOperational);
       client = std::move(c).value();
@@ -220,7 +227,7 @@ int Run(const Args& a) {
     std::vector<fs::FsckProblem> p3problems;
     std::vector<std::string> p3notes;
     if (!client) {
-      auto c = OramClient::Open(a.state, *passphrase);
+      auto c = OramClient::Open(a.state, *passphrase, FsckClientOptions());
       if (c.ok()) {
         client = std::move(c).value();
       } else if (p1.position_map_loadable || c.status().code() != Status::Code::kCorruption) {
