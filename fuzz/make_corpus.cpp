@@ -94,6 +94,26 @@ void WireCorpus(const fs::path& root) {
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));
   w.Add("evict_commit_reply", wire::Encode(h, wire::EvictCommitReply{6}));
   w.Add("smp_shares", wire::Encode(h, wire::SmpShares{5, 1, 2, 1, Elems(12, 5)}));
+  w.Add("rebuild_begin_request",
+        wire::Encode(h, wire::RebuildBeginRequest{2, fz::kMediumShape, 7, 3, false}));
+  w.Add("rebuild_begin_reply", wire::Encode(h, wire::RebuildBeginReply{}));
+  {
+    wire::RebuildReadRequest read;
+    read.target = 2;
+    read.participants = {0, 1};
+    for (std::size_t i = 0; i < read.nonce.size(); ++i) {
+      read.nonce[i] = static_cast<std::uint8_t>(i);
+    }
+    read.first_bucket = 1;
+    read.count = 3;
+    w.Add("rebuild_read_request", wire::Encode(h, read));
+  }
+  w.Add("rebuild_read_reply", wire::Encode(h, wire::RebuildReadReply{1, {0, 1, 0}, Elems(8, 6)}));
+  w.Add("rebuild_write_request",
+        wire::Encode(h, wire::RebuildWriteRequest{1, {0, 1}, {Elems(4, 7), Elems(4, 8)}}));
+  w.Add("rebuild_write_reply", wire::Encode(h, wire::RebuildWriteReply{3}));
+  w.Add("rebuild_finish_request", wire::Encode(h, wire::RebuildFinishRequest{7, 3}));
+  w.Add("rebuild_finish_reply", wire::Encode(h, wire::RebuildFinishReply{}));
   w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}}));
 }
 
