@@ -243,6 +243,14 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   std::uint64_t per_range = std::max<std::uint64_t>(1, options.range_bytes / bucket_bytes);
   per_range = std::min<std::uint64_t>(per_range, wire::kMaxElems / bucket_elems);
   report.buckets = buckets;
+  // The data path moves megabytes per request: a resend after the usual 2 s
+  // would only make a loaded server do the same range twice (harmless, see
+  // the idempotency table, but wasteful).
+  const TransportOptions bulk{
+      std::max<std::chrono::milliseconds>(options.client.requests.resend_after,
+                                          std::chrono::seconds(30)),
+      std::max<std::chrono::milliseconds>(options.client.requests.deadline,
+                                          std::chrono::seconds(300))};
   const std::uint64_t total_bytes = buckets * bucket_bytes;
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
@@ -266,7 +274,7 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
         req.dense = dense;
         S3ORAM_ASSIGN_OR_RETURN(
             wire::Message m,
-            s.Ask(j, req, wire::MessageType::kRebuildReadReply, options.client.requests));
+            s.Ask(j, req, wire::MessageType::kRebuildReadReply, bulk));
         if (options.observe) options.observe(j, m);
         auto& r = std::get<wire::RebuildReadReply>(m.body);
         std::uint64_t written = 0;
@@ -296,8 +304,8 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     auto frame = wire::Encode(h, w);
     w = {};
     S3ORAM_ASSIGN_OR_RETURN(
-        auto reply, s.servers->ExchangeWith({K}, {frame}, h, wire::MessageType::kRebuildWriteReply,
-                                            options.client.requests));
+        auto reply,
+        s.servers->ExchangeWith({K}, {frame}, h, wire::MessageType::kRebuildWriteReply, bulk));
     const auto& wr = std::get<wire::RebuildWriteReply>(reply[0].body);
     if (wr.next_bucket != first + count) {
       return Status::Protocol(Name(K, *s.servers) + " reports bucket " +

@@ -257,7 +257,9 @@ TEST(WireTest, TypeOfAndNamesCoverEveryAlternative) {
     MessageType t = TypeOf(b);
     // Ascending, and the original messages keep their numbers (index + 1).
     EXPECT_GT(static_cast<std::size_t>(t), previous);
-    if (i < 14) EXPECT_EQ(static_cast<std::size_t>(t), i + 1);
+    if (i < 14) {
+      EXPECT_EQ(static_cast<std::size_t>(t), i + 1);
+    }
     previous = static_cast<std::size_t>(t);
     EXPECT_STRNE(MessageTypeName(t), "UNKNOWN");
   }
@@ -357,6 +359,7 @@ TEST(WireTest, GoldenBytesStatusReplyAndError) {
   s.share_file_bytes = 10;
   s.allocated_bytes = 11;
   s.peer_bytes_sent = 12;
+  s.rebuilding = true;
   std::vector<std::uint8_t> body;
   PutLe(body, 2, 4);
   body.push_back(1);
@@ -364,7 +367,8 @@ TEST(WireTest, GoldenBytesStatusReplyAndError) {
   PutLe(body, 4, 4);
   PutLe(body, 5, 4);
   for (std::uint64_t v = 6; v <= 12; ++v) PutLe(body, v, 8);
-  ASSERT_EQ(body.size(), 4u + 1 + 12 + 56);
+  body.push_back(1);  // rebuilding, last
+  ASSERT_EQ(body.size(), 4u + 1 + 12 + 56 + 1);
   std::vector<std::uint8_t> frame = Encode(Header{}, s);
   ASSERT_EQ(frame.size(), kHeaderBytes + body.size());
   EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
