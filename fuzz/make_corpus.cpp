@@ -233,6 +233,29 @@ void HandlerCorpus(const fs::path& root) {
                          .Send(Hdr(15), med.Prepare(5, 0))
                          .Send(Hdr(16), wire::EvictCommitRequest{0})
                          .bytes());
+  // A rebuild as the target sees it (begin refused without force, then
+  // forced; a write; an early finish; normal requests refused), then the
+  // participant side with bad participant lists (the handler has no key file,
+  // so a well-formed read fails at the key).
+  const std::size_t small_bucket =
+      std::size_t{fz::kSmallShape.bucket_size} * fz::kSmallShape.elems_per_slot;
+  wire::RebuildReadRequest bad_read;
+  bad_read.target = fz::kServerIndex;
+  bad_read.participants = {0, 1};
+  bad_read.first_bucket = 1;
+  bad_read.count = 1;
+  w.Add("rebuild", Session(fz::kStartSmall)
+                       .Send(Hdr(1), bad_read)
+                       .Send(Hdr(2), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape,
+                                                               1, 0, false})
+                       .Send(Hdr(3), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape,
+                                                               1, 0, true})
+                       .Send(Hdr(4), wire::RebuildWriteRequest{
+                                         1, {0, 1}, {Elems(small_bucket, 1), Elems(small_bucket, 2)}})
+                       .Send(Hdr(5), wire::RebuildFinishRequest{1, 0})
+                       .Send(Hdr(6), small.WriteRoot(0, 3))
+                       .Send(Hdr(7), wire::StatusRequest{})
+                       .bytes());
   w.Add("no_store", Session(fz::kStartEmpty)
                         .Send(Hdr(1), med.Retrieve(0, 1))
                         .Send(Hdr(2), wire::EvictCommitRequest{0})
