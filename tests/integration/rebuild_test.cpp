@@ -123,8 +123,12 @@ TEST(RebuildTest, CliRebuildsLostServerByteForByte) {
 
   const std::string copy = fs->dir.Sub("original-shares.bin");
   LoseServer(*fs->cluster, k, copy);
-  // A client cannot work with the server empty.
-  EXPECT_FALSE(testing::TestOpen(fs->state, testing::FastRetryOptions()).ok());
+  // A client cannot work with the server empty, and says what to do.
+  auto refused = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rebuild --server " + std::to_string(k)),
+            std::string::npos)
+      << refused.status().ToString();
 
   CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(k) +
                     " --passfile " + fs->passfile + " --no-verify --plain-progress");
@@ -356,6 +360,12 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   ExpectRefused(Ask(**servers, 2, h, wire::RebuildFinishRequest{0, 0},
                     wire::MessageType::kRebuildFinishReply),
                 Status::Code::kFailedPrecondition, "were written");
+  CliRun status = RunCli("status -s " + fs->state);
+  EXPECT_NE(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("is being rebuilt; finish it with s3oram rebuild --server 2"),
+            std::string::npos)
+      << status.output;
   EXPECT_FALSE(testing::TestOpen(fs->state, testing::FastRetryOptions()).ok());
   servers->reset();
 
