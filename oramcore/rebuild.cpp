@@ -178,6 +178,32 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                                std::to_string(p.threshold + 1) + " of them reachable");
   }
 
+  // The survivors must fit this state file (as OramClient::Open checks): the
+  // same number of evictions, or one more while that eviction is pending.
+  // Checked on the most advanced survivor, before anything changes.
+  {
+    std::uint64_t applied_evictions = 0;
+    for (std::size_t j : survivors) {
+      applied_evictions = std::max(applied_evictions, status[j].applied_evictions);
+    }
+    const std::uint64_t ne = store->counters().ne;
+    S3ORAM_ASSIGN_OR_RETURN(auto pending, store->LoadPending());
+    bool evicting = false;
+    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+    if (applied_evictions < ne) {
+      return Status::FailedPrecondition(
+          "the surviving servers have applied " + std::to_string(applied_evictions) +
+          " evictions but this client state knows " + std::to_string(ne) +
+          ": the state file is newer than the servers");
+    }
+    if (applied_evictions > ne + (evicting ? 1 : 0)) {
+      return Status::FailedPrecondition(
+          "the surviving servers have applied " + std::to_string(applied_evictions) +
+          " evictions but this client state knows " + std::to_string(ne) +
+          ": the state file is older than the servers");
+    }
+  }
+
   // ---- 2. A new epoch, durable before any request uses it: any other client
   // of this filesystem is fenced off from here on (a write during the rebuild
   // would leave K's copy stale).
@@ -196,26 +222,6 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   const std::uint64_t applied_evictions = status[survivors.front()].applied_evictions;
   std::uint64_t applied_seq = 0;
   for (std::size_t j : survivors) applied_seq = std::max(applied_seq, status[j].applied_seq);
-  // The survivors must also fit this state file (as OramClient::Open checks):
-  // the same number of evictions, or one more while that eviction is pending.
-  {
-    const std::uint64_t ne = store->counters().ne;
-    S3ORAM_ASSIGN_OR_RETURN(auto pending, store->LoadPending());
-    bool evicting = false;
-    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
-    if (applied_evictions < ne) {
-      return Status::FailedPrecondition(
-          "the surviving servers have applied " + std::to_string(applied_evictions) +
-          " evictions but this client state knows " + std::to_string(ne) +
-          ": the state file is newer than the servers");
-    }
-    if (applied_evictions > ne + (evicting ? 1 : 0)) {
-      return Status::FailedPrecondition(
-          "the surviving servers have applied " + std::to_string(applied_evictions) +
-          " evictions but this client state knows " + std::to_string(ne) +
-          ": the state file is older than the servers");
-    }
-  }
   for (std::size_t i = 0; i < p.threshold + 1; ++i) report.participants.push_back(survivors[i]);
   std::vector<std::uint32_t> participants;
   for (std::size_t j : report.participants) participants.push_back(static_cast<std::uint32_t>(j));
