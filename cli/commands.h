@@ -25,6 +25,7 @@ void RegisterFsck(CLI::App& app, int* exit_code);
 // fsck(8)'s exit code for a usage error, which `s3oram fsck` returns for a
 // command line CLI11 rejects (other subcommands keep CLI11's codes).
 inline constexpr int kFsckUsageError = 16;
+void RegisterRebuild(CLI::App& app, int* exit_code);
 
 // "1G", "512M", "64K", "4096" (binary units) -> bytes; throws CLI::ValidationError.
 std::uint64_t ParseSize(const std::string& text);

@@ -98,6 +98,26 @@ void WireCorpus(const fs::path& root) {
   w.Add("lease_reply", wire::Encode(h, wire::LeaseReply{false, 6, "sealed holder", 1000, 20}));
   w.Add("lease_release", wire::Encode(h, wire::LeaseReleaseRequest{}));
   w.Add("lease_query", wire::Encode(h, wire::LeaseQueryRequest{}));
+  w.Add("rebuild_begin_request",
+        wire::Encode(h, wire::RebuildBeginRequest{2, fz::kMediumShape, 7, 3, false}));
+  w.Add("rebuild_begin_reply", wire::Encode(h, wire::RebuildBeginReply{}));
+  {
+    wire::RebuildReadRequest read;
+    read.target = 2;
+    read.participants = {0, 1};
+    for (std::size_t i = 0; i < read.nonce.size(); ++i) {
+      read.nonce[i] = static_cast<std::uint8_t>(i);
+    }
+    read.first_bucket = 1;
+    read.count = 3;
+    w.Add("rebuild_read_request", wire::Encode(h, read));
+  }
+  w.Add("rebuild_read_reply", wire::Encode(h, wire::RebuildReadReply{1, {0, 1, 0}, Elems(8, 6)}));
+  w.Add("rebuild_write_request",
+        wire::Encode(h, wire::RebuildWriteRequest{1, {0, 1}, {Elems(4, 7), Elems(4, 8)}}));
+  w.Add("rebuild_write_reply", wire::Encode(h, wire::RebuildWriteReply{3}));
+  w.Add("rebuild_finish_request", wire::Encode(h, wire::RebuildFinishRequest{7, 3}));
+  w.Add("rebuild_finish_reply", wire::Encode(h, wire::RebuildFinishReply{}));
   w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}}));
 }
 
@@ -239,6 +259,29 @@ void HandlerCorpus(const fs::path& root) {
                      .Send(Hdr(4, 6), wire::LeaseReleaseRequest{})
                      .Send(Hdr(5, 6), small.Retrieve(0, 1))
                      .bytes());
+  // A rebuild as the target sees it (begin refused without force, then
+  // forced; a write; an early finish; normal requests refused), then the
+  // participant side with bad participant lists (the handler has no key file,
+  // so a well-formed read fails at the key).
+  const std::size_t small_bucket =
+      std::size_t{fz::kSmallShape.bucket_size} * fz::kSmallShape.elems_per_slot;
+  wire::RebuildReadRequest bad_read;
+  bad_read.target = fz::kServerIndex;
+  bad_read.participants = {0, 1};
+  bad_read.first_bucket = 1;
+  bad_read.count = 1;
+  w.Add("rebuild", Session(fz::kStartSmall)
+                       .Send(Hdr(1), bad_read)
+                       .Send(Hdr(2), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape,
+                                                               1, 0, false})
+                       .Send(Hdr(3), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape,
+                                                               1, 0, true})
+                       .Send(Hdr(4), wire::RebuildWriteRequest{
+                                         1, {0, 1}, {Elems(small_bucket, 1), Elems(small_bucket, 2)}})
+                       .Send(Hdr(5), wire::RebuildFinishRequest{1, 0})
+                       .Send(Hdr(6), small.WriteRoot(0, 3))
+                       .Send(Hdr(7), wire::StatusRequest{})
+                       .bytes());
   w.Add("no_store", Session(fz::kStartEmpty)
                         .Send(Hdr(1), med.Retrieve(0, 1))
                         .Send(Hdr(2), wire::EvictCommitRequest{0})

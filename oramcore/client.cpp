@@ -205,8 +205,16 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     const auto& r = reports[i];
     if (!r.status.ok()) return r.status;
     if (!r.reply.initialized) {
-      return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
-                                        ") holds no filesystem; run s3oram init");
+      // A server being rebuilt, or one that lost its disk, says so in its
+      // STATUS; name the command that fixes each case (oramcore/rebuild.h).
+      const std::string who = "server " + std::to_string(i) + " (" + r.endpoint + ")";
+      if (r.reply.rebuilding) {
+        return Status::FailedPrecondition(who + " is being rebuilt; finish it with s3oram rebuild "
+                                          "--server " + std::to_string(i));
+      }
+      return Status::FailedPrecondition(who + " holds no filesystem; run s3oram init, or s3oram "
+                                        "rebuild --server " + std::to_string(i) +
+                                        " if it lost its data");
     }
     if (r.reply.server_index != i || !(r.reply.shape == ShapeOf(config.params))) {
       return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +

@@ -173,6 +173,35 @@ Result<std::vector<Elem>> LagrangeAtZero(std::span<const Elem> xs) {
   }
 }
 
+Result<std::vector<Elem>> LagrangeAt(std::span<const Elem> xs, Elem x) {
+  S3ORAM_RETURN_IF_ERROR(ValidatePoints(xs));
+  if (x >= kPrime) {
+    return Status::InvalidArgument("shamir: evaluation point " + std::to_string(x) +
+                                   " is not a field element");
+  }
+  try {
+    NTL::zz_pPush push(FieldContext());
+    const NTL::zz_p at(static_cast<long>(x));
+    const std::size_t n = xs.size();
+    std::vector<Elem> out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      NTL::zz_p num(1), den(1);
+      const NTL::zz_p xi(static_cast<long>(xs[i]));
+      for (std::size_t j = 0; j < n; ++j) {
+        if (j == i) continue;
+        const NTL::zz_p xj(static_cast<long>(xs[j]));
+        num *= at - xj;
+        den *= xi - xj;  // non-zero: the points are distinct
+      }
+      out[i] = ToElem(num / den);
+    }
+    return out;
+  } catch (const std::exception& e) {
+    return Status::InvalidArgument(std::string("shamir: Lagrange coefficients at a point: ") +
+                                   e.what());
+  }
+}
+
 Result<std::vector<Elem>> VandermondeInverse(std::span<const Elem> xs) {
   S3ORAM_RETURN_IF_ERROR(ValidatePoints(xs));
   try {

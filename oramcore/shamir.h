@@ -42,6 +42,13 @@ void Create(std::span<const Elem> secrets, std::size_t t, std::span<const Elem> 
 // Computed with NTL.
 Result<std::vector<Elem>> LagrangeAtZero(std::span<const Elem> xs);
 
+// Lagrange coefficients for interpolating at an arbitrary point x from the
+// points xs (distinct, non-zero): L_i(x) = prod_{j != i} (x - x_j) / (x_i - x_j),
+// so that f(x) = sum_i L_i(x) * f(x_i) for any f of degree < xs.size().
+// LagrangeAt(xs, 0) == LagrangeAtZero(xs). Used by the server rebuild: t + 1
+// survivors' shares determine a lost server's share at its own x.
+Result<std::vector<Elem>> LagrangeAt(std::span<const Elem> xs, Elem x);
+
 // Inverse of the Vandermonde matrix V[i][j] = xs[i]^j (row-major, n x n). Row 0 of
 // the inverse equals LagrangeAtZero(xs). Computed with NTL.
 Result<std::vector<Elem>> VandermondeInverse(std::span<const Elem> xs);

@@ -11,6 +11,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
+#include <array>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -37,7 +39,8 @@ static_assert(std::uint64_t{kMaxElems} * sizeof(Elem) + 4096 + kMaxString <
 // would accept. There is no way to report it through Encode's signature, and
 // emitting a frame the peer must reject would only move the failure elsewhere.
 [[noreturn]] void EncodeContractViolation(const char* what, std::size_t n) {
-  std::fprintf(stderr, "s3oram::wire::Encode: %s has %zu elements, above kMaxElems (%u)\n", what,
+  std::fprintf(stderr,
+               "s3oram::wire::Encode: %s has %zu entries, above its limit (kMaxElems = %u)\n", what,
                n, kMaxElems);
   std::abort();
 }
@@ -67,6 +70,23 @@ class Sizer {
   void Elems(const std::vector<Elem>& v, const char* name) {
     if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
     n_ += 4 + v.size() * sizeof(Elem);
+  }
+  void Flags(const std::vector<std::uint8_t>& v, const char* name) {
+    if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
+    n_ += 4 + v.size();
+  }
+  void Indices(const std::vector<std::uint32_t>& v, const char* name) {
+    if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
+    n_ += 4 + 4 * v.size();
+  }
+  void ElemLists(const std::vector<std::vector<Elem>>& v, const char* name) {
+    if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
+    n_ += 4;
+    for (const auto& e : v) Elems(e, name);
+  }
+  template <std::size_t N>
+  void Fixed(const std::array<std::uint8_t, N>&, const char*) {
+    n_ += N;
   }
   std::size_t size() const { return n_; }
 
@@ -103,6 +123,26 @@ class Writer {
     } else {
       for (Elem e : v) Le(e, 4);
     }
+  }
+  void Flags(const std::vector<std::uint8_t>& v, const char* name) {
+    if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
+    Le(v.size(), 4);
+    // Normalised to 0/1: the decoder accepts nothing else.
+    for (std::uint8_t b : v) out_.push_back(b ? 1 : 0);
+  }
+  void Indices(const std::vector<std::uint32_t>& v, const char* name) {
+    if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
+    Le(v.size(), 4);
+    for (std::uint32_t x : v) Le(x, 4);
+  }
+  void ElemLists(const std::vector<std::vector<Elem>>& v, const char* name) {
+    if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
+    Le(v.size(), 4);
+    for (const auto& e : v) Elems(e, name);
+  }
+  template <std::size_t N>
+  void Fixed(const std::array<std::uint8_t, N>& a, const char*) {
+    out_.insert(out_.end(), a.begin(), a.end());
   }
   // Overwrites 4 bytes at `at` (the body length, known only after the body).
   void PatchU32(std::size_t at, std::uint32_t v) {
@@ -194,6 +234,66 @@ class Reader {
     }
   }
 
+  void Flags(std::vector<std::uint8_t>& v, const char* name) {
+    std::uint32_t count = 0;
+    U32(count, name);
+    if (!ok()) return;
+    if (count > kMaxElems) {
+      Fail(std::string(name) + ": flag count " + std::to_string(count) + " exceeds limit " +
+           std::to_string(kMaxElems));
+      return;
+    }
+    if (!Need(count, name)) return;
+    v.assign(in_.data() + pos_, in_.data() + pos_ + count);
+    pos_ += count;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (v[i] > 1) {
+        Fail(std::string(name) + ": flag " + std::to_string(i) + " is " + std::to_string(v[i]) +
+             ", not 0 or 1");
+        v.clear();
+        return;
+      }
+    }
+  }
+  void Indices(std::vector<std::uint32_t>& v, const char* name) {
+    std::uint32_t count = 0;
+    U32(count, name);
+    if (!ok()) return;
+    if (count > kMaxParties) {
+      Fail(std::string(name) + ": " + std::to_string(count) + " entries exceed limit " +
+           std::to_string(kMaxParties));
+      return;
+    }
+    if (!Need(std::size_t{count} * 4, name)) return;
+    v.resize(count);
+    for (auto& x : v) U32(x, name);
+  }
+  void ElemLists(std::vector<std::vector<Elem>>& v, const char* name) {
+    std::uint32_t count = 0;
+    U32(count, name);
+    if (!ok()) return;
+    // Each vector takes at least its 4-byte count, so the bytes present bound
+    // the allocation as well as the cap does.
+    if (count > kMaxParties) {
+      Fail(std::string(name) + ": " + std::to_string(count) + " vectors exceed limit " +
+           std::to_string(kMaxParties));
+      return;
+    }
+    if (!Need(std::size_t{count} * 4, name)) return;
+    v.resize(count);
+    for (auto& e : v) {
+      Elems(e, name);
+      if (!ok()) {
+        v.clear();
+        return;
+      }
+    }
+  }
+  template <std::size_t N>
+  void Fixed(std::array<std::uint8_t, N>& a, const char* name) {
+    Bytes(a.data(), N, name);
+  }
+
   std::size_t remaining() const { return in_.size() - pos_; }
   bool ok() const { return status_.ok(); }
   const Status& status() const { return status_; }
@@ -257,6 +357,7 @@ void Fields(Io& io, Ref<Io, StatusReply> m) {
   io.U64(m.share_file_bytes, "share_file_bytes");
   io.U64(m.allocated_bytes, "allocated_bytes");
   io.U64(m.peer_bytes_sent, "peer_bytes_sent");
+  io.Bool(m.rebuilding, "rebuilding");
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, InitRequest> m) {
@@ -327,6 +428,49 @@ void Fields(Io&, Ref<Io, LeaseReleaseRequest>) {}
 template <class Io>
 void Fields(Io&, Ref<Io, LeaseQueryRequest>) {}
 
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildBeginRequest> m) {
+  io.U32(m.server_index, "server_index");
+  Fields<Io>(io, m.shape);
+  io.U64(m.applied_seq, "applied_seq");
+  io.U64(m.applied_evictions, "applied_evictions");
+  io.Bool(m.force, "force");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, RebuildBeginReply>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildReadRequest> m) {
+  io.U32(m.target, "target");
+  io.Indices(m.participants, "participants");
+  io.Fixed(m.nonce, "nonce");
+  io.U64(m.first_bucket, "first_bucket");
+  io.U32(m.count, "count");
+  io.Bool(m.dense, "dense");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildReadReply> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.Flags(m.holes, "holes");
+  io.Elems(m.contribution, "contribution");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildWriteRequest> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.Flags(m.holes, "holes");
+  io.ElemLists(m.contributions, "contributions");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildWriteReply> m) {
+  io.U64(m.next_bucket, "next_bucket");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildFinishRequest> m) {
+  io.U64(m.applied_seq, "applied_seq");
+  io.U64(m.applied_evictions, "applied_evictions");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, RebuildFinishReply>) {}
+
 // Counts the members of an aggregate: the largest n for which T{x1, ..., xn}
 // compiles with placeholders convertible to anything.
 struct AnyField {
@@ -343,7 +487,8 @@ constexpr std::size_t MemberCount() {
 }
 
 // The type tag of each body alternative, checked at compile time to cover the
-// whole variant in order (the tags are the variant index + 1), and the number
+// whole variant in strictly ascending order (numbers may have gaps: ranges are
+// reserved per feature), and the number
 // of members its Fields() above encodes: a member added to a message in
 // wire.h without a matching Fields() line would otherwise be silently dropped
 // on the wire, so it fails the build here instead.
@@ -359,7 +504,7 @@ struct Tag;
                 "member count here)")
 S3ORAM_WIRE_TAG(ErrorReply, kError, 2);
 S3ORAM_WIRE_TAG(StatusRequest, kStatusRequest, 0);
-S3ORAM_WIRE_TAG(StatusReply, kStatusReply, 10);
+S3ORAM_WIRE_TAG(StatusReply, kStatusReply, 11);
 S3ORAM_WIRE_TAG(InitRequest, kInitRequest, 3);
 S3ORAM_WIRE_TAG(InitReply, kInitReply, 0);
 S3ORAM_WIRE_TAG(RetrieveRequest, kRetrieveRequest, 2);
@@ -375,16 +520,41 @@ S3ORAM_WIRE_TAG(LeaseAcquireRequest, kLeaseAcquireRequest, 2);
 S3ORAM_WIRE_TAG(LeaseReply, kLeaseReply, 5);
 S3ORAM_WIRE_TAG(LeaseReleaseRequest, kLeaseReleaseRequest, 0);
 S3ORAM_WIRE_TAG(LeaseQueryRequest, kLeaseQueryRequest, 0);
+S3ORAM_WIRE_TAG(RebuildBeginRequest, kRebuildBeginRequest, 5);
+S3ORAM_WIRE_TAG(RebuildBeginReply, kRebuildBeginReply, 0);
+S3ORAM_WIRE_TAG(RebuildReadRequest, kRebuildReadRequest, 6);
+S3ORAM_WIRE_TAG(RebuildReadReply, kRebuildReadReply, 3);
+S3ORAM_WIRE_TAG(RebuildWriteRequest, kRebuildWriteRequest, 3);
+S3ORAM_WIRE_TAG(RebuildWriteReply, kRebuildWriteReply, 1);
+S3ORAM_WIRE_TAG(RebuildFinishRequest, kRebuildFinishRequest, 2);
+S3ORAM_WIRE_TAG(RebuildFinishReply, kRebuildFinishReply, 0);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
 
+constexpr std::size_t kTypes = std::variant_size_v<Body>;
+// kTypeOf[i]: the MessageType number of variant alternative i.
 template <std::size_t... I>
-constexpr bool TagsMatchVariantOrder(std::index_sequence<I...>) {
-  return ((static_cast<std::size_t>(Tag<std::variant_alternative_t<I, Body>>::kType) == I + 1) &&
-          ...);
+constexpr std::array<std::uint16_t, sizeof...(I)> TypeTable(std::index_sequence<I...>) {
+  return {static_cast<std::uint16_t>(Tag<std::variant_alternative_t<I, Body>>::kType)...};
 }
-static_assert(TagsMatchVariantOrder(std::make_index_sequence<std::variant_size_v<Body>>()),
-              "MessageType values must equal Body variant index + 1");
+constexpr std::array<std::uint16_t, kTypes> kTypeOf = TypeTable(std::make_index_sequence<kTypes>());
+constexpr bool StrictlyAscending(const std::array<std::uint16_t, kTypes>& t) {
+  if (t[0] == 0) return false;  // 0 is never a type
+  for (std::size_t i = 1; i < t.size(); ++i) {
+    if (t[i] <= t[i - 1]) return false;
+  }
+  return true;
+}
+static_assert(StrictlyAscending(kTypeOf),
+              "Body alternatives must be in strictly ascending MessageType order");
+
+// Variant index of a type number, or kTypes if no message has it.
+std::size_t IndexOfType(std::uint16_t type) {
+  for (std::size_t i = 0; i < kTypes; ++i) {
+    if (kTypeOf[i] == type) return i;
+  }
+  return kTypes;
+}
 
 // Decodes the body of alternative I (= type - 1) into a Body.
 template <std::size_t I>
@@ -430,6 +600,14 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kLeaseReply: return "LEASE_REPLY";
     case MessageType::kLeaseReleaseRequest: return "LEASE_RELEASE_REQUEST";
     case MessageType::kLeaseQueryRequest: return "LEASE_QUERY_REQUEST";
+    case MessageType::kRebuildBeginRequest: return "REBUILD_BEGIN_REQUEST";
+    case MessageType::kRebuildBeginReply: return "REBUILD_BEGIN_REPLY";
+    case MessageType::kRebuildReadRequest: return "REBUILD_READ_REQUEST";
+    case MessageType::kRebuildReadReply: return "REBUILD_READ_REPLY";
+    case MessageType::kRebuildWriteRequest: return "REBUILD_WRITE_REQUEST";
+    case MessageType::kRebuildWriteReply: return "REBUILD_WRITE_REPLY";
+    case MessageType::kRebuildFinishRequest: return "REBUILD_FINISH_REQUEST";
+    case MessageType::kRebuildFinishReply: return "REBUILD_FINISH_REPLY";
   }
   return "UNKNOWN";
 }
@@ -445,6 +623,11 @@ std::vector<std::uint8_t> Encode(const Header& header, const Body& body) {
         Sizer sizer;
         Fields<Sizer>(sizer, b);
         const std::size_t body_bytes = sizer.size();
+        // A list of vectors can exceed what one vector's cap keeps in range;
+        // a body the u32 length cannot describe is a bug in the caller.
+        if (body_bytes > std::numeric_limits<std::uint32_t>::max()) {
+          EncodeContractViolation("message body (bytes)", body_bytes);
+        }
 
         std::vector<std::uint8_t> out;
         out.reserve(kHeaderBytes + body_bytes);
@@ -497,8 +680,8 @@ Result<Message> Decode(std::span<const std::uint8_t> frame) {
   std::uint16_t raw_type = 0;
   r.U16(raw_type, "type");
   if (!r.ok()) return r.status();
-  constexpr std::size_t kTypes = std::variant_size_v<Body>;
-  if (raw_type == 0 || raw_type > kTypes) {
+  const std::size_t index = IndexOfType(raw_type);
+  if (index == kTypes) {
     return Status::Corruption("wire frame: unknown message type " + std::to_string(raw_type));
   }
 
@@ -517,7 +700,7 @@ Result<Message> Decode(std::span<const std::uint8_t> frame) {
                               " bytes follow the header");
   }
 
-  auto body = DecodeBody(raw_type - 1u, frame.subspan(kHeaderBytes),
+  auto body = DecodeBody(index, frame.subspan(kHeaderBytes),
                          std::make_index_sequence<kTypes>());
   if (!body.ok()) return body.status();
   msg.body = std::move(body).value();

@@ -11,8 +11,10 @@
 //   length  u32             body length; must equal the bytes that follow
 //   body    `length` bytes  per type, below
 // Vectors of field elements are a u32 count followed by count u32 elements, each
-// < p. Strings are a u32 length then bytes. The decoder checks every length
-// against the bytes actually present before allocating, checks every element is
+// < p. Strings are a u32 length then bytes. Flag vectors are a u32 count then
+// one byte (0 or 1) each; index lists a u32 count (<= kMaxParties) then u32s;
+// lists of element vectors a u32 count (<= kMaxParties) then each vector. The
+// decoder checks every length against the bytes actually present before allocating, checks every element is
 // canonical, rejects trailing bytes, and caps vectors at kMaxElems.
 #pragma once
 
@@ -37,6 +39,10 @@ inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Largest element vector a decoder accepts (1 GiB of elements).
 inline constexpr std::uint32_t kMaxElems = (1u << 28);
 inline constexpr std::uint32_t kMaxString = 4096;
+// Largest party list or list of per-party vectors a decoder accepts.
+inline constexpr std::uint32_t kMaxParties = 64;
+// Bytes of a rebuild session nonce.
+inline constexpr std::size_t kRebuildNonceBytes = 32;
 
 enum class MessageType : std::uint16_t {
   kError = 1,
@@ -57,8 +63,16 @@ enum class MessageType : std::uint16_t {
   kLeaseReply = 16,
   kLeaseReleaseRequest = 17,
   kLeaseQueryRequest = 18,
-  // Numbers reserved so features can be added independently:
-  //   15-19 single-writer lease, 20-29 server rebuild, 30-39 client-state backup.
+  // 30-39 are reserved for the client-state backup.
+  // Server rebuild (docs/ARCHITECTURE.md, "Rebuilding a lost server"):
+  kRebuildBeginRequest = 20,
+  kRebuildBeginReply = 21,
+  kRebuildReadRequest = 22,
+  kRebuildReadReply = 23,
+  kRebuildWriteRequest = 24,
+  kRebuildWriteReply = 25,
+  kRebuildFinishRequest = 26,
+  kRebuildFinishReply = 27,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -94,6 +108,9 @@ struct StatusReply {
   std::uint64_t share_file_bytes = 0;   // logical size of the share file
   std::uint64_t allocated_bytes = 0;    // bytes actually allocated on disk
   std::uint64_t peer_bytes_sent = 0;    // SMP bytes this process sent to peers since it started
+  // A rebuild is under way (REBUILD_BEGIN without REBUILD_FINISH yet): the
+  // store is not live (initialized is false) and normal requests are refused.
+  bool rebuilding = false;
 };
 
 struct InitRequest {
@@ -166,11 +183,72 @@ struct LeaseReply {
 struct LeaseReleaseRequest {};
 struct LeaseQueryRequest {};
 
+
+// ---- Server rebuild. The client drives it; it never holds a share of the lost
+// server K, nor an unmasked one of a survivor: survivors send masked Lagrange
+// terms, K alone sums them.
+
+// To K: start rebuilding. K drops any store it has (a live one of any
+// filesystem only with force) and creates an empty sparse one that is not live
+// until REBUILD_FINISH; until then it refuses RETRIEVE, WRITE_ROOT and
+// EVICT_*. The header's fs_id and epoch are the filesystem's; the counters are
+// what the survivors agree on.
+struct RebuildBeginRequest {
+  std::uint32_t server_index = 0;  // K, must be the receiver's own index
+  StoreShape shape;
+  std::uint64_t applied_seq = 0;
+  std::uint64_t applied_evictions = 0;
+  bool force = false;  // replace a live store
+};
+struct RebuildBeginReply {};
+
+// To a survivor j in `participants`: its masked contributions
+//   c_j = L_j(x_K) * s_j + sum_{i in S, i != j} (+/-) PRG(seed_ij, bucket)
+// for buckets [first_bucket, first_bucket + count). Without `dense`, buckets
+// that are file holes (never written) are flagged and omitted.
+using RebuildNonce = std::array<std::uint8_t, kRebuildNonceBytes>;
+struct RebuildReadRequest {
+  std::uint32_t target = 0;                 // K
+  std::vector<std::uint32_t> participants;  // S: t + 1 distinct survivors, ascending
+  RebuildNonce nonce{};                     // fresh per rebuild run (client CSPRNG)
+  std::uint64_t first_bucket = 0;           // 1-based
+  std::uint32_t count = 0;
+  bool dense = false;  // send every bucket, holes included
+};
+struct RebuildReadReply {
+  std::uint64_t first_bucket = 0;       // echoes the request
+  std::vector<std::uint8_t> holes;      // count flags: 1 = never written, omitted
+  std::vector<Elem> contribution;       // (count - holes) * Z * m elements, bucket order
+};
+
+// To K: every participant's contributions for a range; K sums them and writes
+// the buckets that are not holes. `holes` is common to all participants.
+struct RebuildWriteRequest {
+  std::uint64_t first_bucket = 0;
+  std::vector<std::uint8_t> holes;               // one flag per bucket of the range
+  std::vector<std::vector<Elem>> contributions;  // one vector per participant
+};
+struct RebuildWriteReply {
+  std::uint64_t next_bucket = 0;  // first bucket not yet rebuilt
+};
+
+// To K: every bucket has been written; make the store durable and live with
+// the counters of REBUILD_BEGIN (repeated as a check).
+struct RebuildFinishRequest {
+  std::uint64_t applied_seq = 0;
+  std::uint64_t applied_evictions = 0;
+};
+struct RebuildFinishReply {};
+
+// Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
                           EvictPrepareRequest, EvictPrepareReply, EvictCommitRequest,
                           EvictCommitReply, SmpShares, LeaseAcquireRequest, LeaseReply,
-                          LeaseReleaseRequest, LeaseQueryRequest>;
+                          LeaseReleaseRequest, LeaseQueryRequest, RebuildBeginRequest,
+                          RebuildBeginReply, RebuildReadRequest, RebuildReadReply,
+                          RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
+                          RebuildFinishReply>;
 
 struct Message {
   Header header;

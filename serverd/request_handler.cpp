@@ -16,6 +16,9 @@
 #include <thread>
 #include <utility>
 
+#include <zmq.h>
+
+#include "oramcore/curve_keys.h"
 #include "oramcore/fault_point.h"
 #include "oramcore/field.h"
 #include "oramcore/geometry.h"
@@ -24,6 +27,7 @@
 #include "oramcore/shamir.h"
 #include "oramcore/wire.h"
 #include "serverd/lease_file.h"
+#include "serverd/rebuild_masks.h"
 
 namespace s3oram::serverd {
 
@@ -40,6 +44,39 @@ std::string HexId(const wire::FsId& id) {
     s += kHex[b & 15];
   }
   return s;
+}
+
+// Shape limits shared by INIT and REBUILD_BEGIN (see HandleInit).
+Status ValidateShape(const wire::StoreShape& s) {
+  if (s.height < 1 || s.height > 40 || s.bucket_size < 1 || s.bucket_size > (1u << 16) ||
+      s.elems_per_slot < 1 || s.elems_per_slot > (1u << 24)) {
+    return Status::InvalidArgument("store shape out of range");
+  }
+  // A shape whose requests cannot fit the wire's vector limit is one no
+  // client can use (ValidateParams refuses it on the client side), and
+  // serving it would size buffers from it: up to (H+1) Z m elements per
+  // RETRIEVE, 2^40 for Z = 2^16, m = 2^24. The limits are the client's:
+  // the eviction matrices (H+1) 2 Z^2, the leaf SMP round 2 Z m, the
+  // select vector (H+1) Z (u64 arithmetic: every factor is below 2^25).
+  const std::uint64_t levels = std::uint64_t{s.height} + 1, Z = s.bucket_size;
+  if (levels * 2 * Z * Z > wire::kMaxElems || 2 * Z * s.elems_per_slot > wire::kMaxElems ||
+      levels * Z > wire::kMaxElems) {
+    return Status::InvalidArgument(
+        "store shape H=" + std::to_string(s.height) + " Z=" + std::to_string(s.bucket_size) +
+        " m=" + std::to_string(s.elems_per_slot) + " needs messages beyond the wire limit of " +
+        std::to_string(wire::kMaxElems) + " elements");
+  }
+  return Status::Ok();
+}
+
+// A CURVE public key (Z85 text, as in the configuration) as 32 bytes.
+Result<rebuild::PublicKey> DecodePublicKey(const std::string& z85, const std::string& what) {
+  S3ORAM_RETURN_IF_ERROR(CheckZ85Key(z85, what));
+  rebuild::PublicKey out{};
+  if (zmq_z85_decode(out.data(), z85.c_str()) == nullptr) {
+    return Status::InvalidArgument(what + " is not valid Z85");
+  }
+  return out;
 }
 
 }  // namespace
@@ -64,6 +101,28 @@ struct RequestHandler::Impl {
   Clock::time_point lease_last_seen = Clock::now();
   // Reused buffers for bucket reads (a path; an eviction's inputs).
   std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
+
+  // This server as the rebuild target K: what REBUILD_BEGIN asked for and how
+  // far REBUILD_WRITE has come. Set exactly while store->rebuilding().
+  struct RebuildTarget {
+    std::uint64_t epoch = 0;
+    std::uint64_t applied_seq = 0;
+    std::uint64_t applied_evictions = 0;
+    std::uint64_t next_bucket = 1;  // buckets below it have been written
+  };
+  std::optional<RebuildTarget> rebuild_target;
+  // This server as a rebuild participant: the masks of the current session
+  // (target, participants, nonce), derived once and reused for every range.
+  // The seeds are Secrets (zeroed when the session is replaced or ends).
+  struct MaskSession {
+    std::uint32_t target = 0;
+    std::vector<std::uint32_t> participants;
+    wire::RebuildNonce nonce{};
+    Elem lambda = 0;  // L_me(x_K) over the participants' points
+    std::vector<rebuild::PairMask> pairs;
+  };
+  std::optional<MaskSession> mask_session;
+  std::vector<Elem> mask_scratch, rebuild_sum;
 
   ~Impl() {
     if (pool) pool->join();
@@ -200,6 +259,11 @@ struct RequestHandler::Impl {
   Status CheckRequest(const wire::Header& h, bool needs_store) {
     if (!needs_store) return Status::Ok();
     if (!store) return Status::FailedPrecondition("server holds no filesystem; run s3oram init");
+    if (store->rebuilding()) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(config.index) +
+          " is being rebuilt (s3oram rebuild) and serves no requests until the rebuild finishes");
+    }
     if (h.fs_id != store->meta().fs_id) {
       return Status::FailedPrecondition("request for filesystem " + HexId(h.fs_id) +
                                         " but this server holds " + HexId(store->meta().fs_id));
@@ -210,7 +274,15 @@ struct RequestHandler::Impl {
   wire::StatusReply MakeStatus() const {
     wire::StatusReply r;
     r.server_index = config.index;
-    if (store) {
+    if (store && store->rebuilding()) {
+      // Not live: a client must not take it for an initialised server.
+      r.rebuilding = true;
+      r.shape = store->meta().shape;
+      r.epoch = rebuild_target ? rebuild_target->epoch : 0;
+      r.share_file_bytes = store->file_bytes();
+      r.allocated_bytes = store->allocated_bytes();
+      r.peer_bytes_sent = peers->bytes_sent();
+    } else if (store) {
       const ServerMeta& m = store->meta();
       r.initialized = true;
       r.shape = m.shape;
@@ -231,24 +303,15 @@ struct RequestHandler::Impl {
                                      ", not server " + std::to_string(req.server_index));
     }
     const auto& s = req.shape;
-    if (s.height < 1 || s.height > 40 || s.bucket_size < 1 || s.bucket_size > (1u << 16) ||
-        s.elems_per_slot < 1 || s.elems_per_slot > (1u << 24)) {
-      return Status::InvalidArgument("store shape out of range");
-    }
-    // A shape whose requests cannot fit the wire's vector limit is one no
-    // client can use (ValidateParams refuses it on the client side), and
-    // serving it would size buffers from it: up to (H+1) Z m elements per
-    // RETRIEVE, 2^40 for Z = 2^16, m = 2^24. The limits are the client's:
-    // the eviction matrices (H+1) 2 Z^2, the leaf SMP round 2 Z m, the
-    // select vector (H+1) Z (u64 arithmetic: every factor is below 2^25).
-    const std::uint64_t levels = std::uint64_t{s.height} + 1, Z = s.bucket_size;
-    if (levels * 2 * Z * Z > wire::kMaxElems || 2 * Z * s.elems_per_slot > wire::kMaxElems ||
-        levels * Z > wire::kMaxElems) {
-      return Status::InvalidArgument(
-          "store shape H=" + std::to_string(s.height) + " Z=" + std::to_string(s.bucket_size) +
-          " m=" + std::to_string(s.elems_per_slot) +
-          " needs messages beyond the wire limit of " + std::to_string(wire::kMaxElems) +
-          " elements");
+    S3ORAM_RETURN_IF_ERROR(ValidateShape(s));
+    if (store && store->rebuilding()) {
+      if (!req.overwrite) {
+        return Status::AlreadyExists("server " + std::to_string(config.index) +
+                                     " is being rebuilt; initialise with overwrite to abandon "
+                                     "the rebuild");
+      }
+      store.reset();
+      rebuild_target.reset();
     }
     if (store) {
       const ServerMeta& m = store->meta();
@@ -273,6 +336,7 @@ struct RequestHandler::Impl {
     S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
     lease = LeaseRecord{};
     sealed.reset();
+    mask_session.reset();
     peers->Reset();
     spdlog::info("initialised filesystem {} (H={} Z={} m={}, {} bytes logical)", HexId(h.fs_id),
                  s.height, s.bucket_size, s.elems_per_slot, store->file_bytes());
@@ -468,6 +532,321 @@ struct RequestHandler::Impl {
     return wire::Body{wire::EvictCommitReply{store->meta().applied_evictions}};
   }
 
+  // ---- Server rebuild (docs/ARCHITECTURE.md, "Rebuilding a lost server").
+
+  // REBUILD_BEGIN, on the target K: replace whatever is here by an empty,
+  // not-yet-live store of the header's filesystem.
+  Result<wire::Body> HandleRebuildBegin(const wire::Header& h,
+                                        const wire::RebuildBeginRequest& req) {
+    if (req.server_index != config.index) {
+      return Status::InvalidArgument("rebuild: this is server " + std::to_string(config.index) +
+                                     ", not server " + std::to_string(req.server_index));
+    }
+    S3ORAM_RETURN_IF_ERROR(ValidateShape(req.shape));
+    if (store && !store->rebuilding()) {
+      const ServerMeta& m = store->meta();
+      if (!req.force) {
+        return Status::AlreadyExists(
+            "rebuild: server " + std::to_string(config.index) + " holds a live store of " +
+            (m.fs_id == h.fs_id ? std::string("this filesystem") : "filesystem " + HexId(m.fs_id)) +
+            " (" + std::to_string(m.applied_evictions) +
+            " evictions applied); refusing to replace it without force (s3oram rebuild --force)");
+      }
+      // Even when forced, a client fenced off by a newer epoch cannot wipe it.
+      if (m.fs_id == h.fs_id && h.epoch < std::max(max_epoch, m.epoch)) {
+        return Status::FailedPrecondition("fenced: rebuild epoch " + std::to_string(h.epoch) +
+                                          " is older than epoch " +
+                                          std::to_string(std::max(max_epoch, m.epoch)));
+      }
+    }
+    store.reset();  // releases the directory lock before the new store takes it
+    rebuild_target.reset();
+    mask_session.reset();
+    sealed.reset();
+    peers->Reset();
+    ServerMeta meta;
+    meta.fs_id = h.fs_id;
+    meta.server_index = config.index;
+    meta.shape = req.shape;
+    meta.epoch = h.epoch;
+    meta.applied_seq = req.applied_seq;
+    meta.applied_evictions = req.applied_evictions;
+    S3ORAM_ASSIGN_OR_RETURN(store,
+                            ShareStore::CreateForRebuild(config.data_dir, meta, config.sync));
+    // The rebuilt store starts without a holder (a replaced store's lease is void).
+    S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
+    lease = LeaseRecord{};
+    rebuild_target = RebuildTarget{h.epoch, req.applied_seq, req.applied_evictions, 1};
+    max_epoch = h.epoch;
+    spdlog::info("rebuilding filesystem {} (H={} Z={} m={}, {} buckets) from the other servers",
+                 HexId(h.fs_id), req.shape.height, req.shape.bucket_size,
+                 req.shape.elems_per_slot, store->num_buckets());
+    return wire::Body{wire::RebuildBeginReply{}};
+  }
+
+  // The rebuild target's checks for REBUILD_WRITE / REBUILD_FINISH.
+  Status CheckRebuildTarget(const wire::Header& h) const {
+    if (!store || !store->rebuilding() || !rebuild_target) {
+      return Status::FailedPrecondition("rebuild: server " + std::to_string(config.index) +
+                                        " is not being rebuilt (send REBUILD_BEGIN first)");
+    }
+    if (h.fs_id != store->meta().fs_id) {
+      return Status::FailedPrecondition("rebuild: request for filesystem " + HexId(h.fs_id) +
+                                        " but this server is rebuilding " +
+                                        HexId(store->meta().fs_id));
+    }
+    if (h.epoch < rebuild_target->epoch) {
+      return Status::FailedPrecondition("fenced: request epoch " + std::to_string(h.epoch) +
+                                        " is older than the rebuild's epoch " +
+                                        std::to_string(rebuild_target->epoch));
+    }
+    return Status::Ok();
+  }
+
+  // Checks a bucket range [first, first + count) against the store; `elems`
+  // is the number of elements one message would carry for it.
+  Status CheckRange(std::uint64_t first, std::uint64_t count, const char* what) const {
+    const std::uint64_t n = store->num_buckets();
+    if (first < 1 || count < 1 || first > n || count > n - first + 1) {
+      return Status::InvalidArgument(std::string(what) + ": bucket range " +
+                                     std::to_string(first) + " + " + std::to_string(count) +
+                                     " is outside 1.." + std::to_string(n));
+    }
+    if (count * store->bucket_elems() > wire::kMaxElems) {
+      return Status::InvalidArgument(std::string(what) + ": " + std::to_string(count) +
+                                     " buckets exceed one message's element limit");
+    }
+    return Status::Ok();
+  }
+
+  // Derives (or reuses) the masks of a REBUILD_READ session. The CURVE secret
+  // key is read from its file for this and zeroed on return; only the pair
+  // seeds (Secrets) are kept, for the session's later ranges.
+  Status PrepareMasks(const wire::RebuildReadRequest& req) {
+    if (mask_session && mask_session->target == req.target &&
+        mask_session->participants == req.participants && mask_session->nonce == req.nonce) {
+      return Status::Ok();
+    }
+    mask_session.reset();
+    MaskSession ms;
+    ms.target = req.target;
+    ms.participants = req.participants;
+    ms.nonce = req.nonce;
+    std::vector<Elem> xs;
+    std::size_t mine = 0;
+    for (std::size_t i = 0; i < req.participants.size(); ++i) {
+      xs.push_back(shamir::PartyX(req.participants[i]));
+      if (req.participants[i] == config.index) mine = i;
+    }
+    S3ORAM_ASSIGN_OR_RETURN(auto lag, shamir::LagrangeAt(xs, shamir::PartyX(req.target)));
+    ms.lambda = lag[mine];
+    S3ORAM_ASSIGN_OR_RETURN(CurveKeypair keys, LoadCurveKeypair(config.secret_key_file));
+    S3ORAM_ASSIGN_OR_RETURN(Secret own_secret, DecodeSecretKey(keys));
+    S3ORAM_ASSIGN_OR_RETURN(rebuild::PublicKey own_public,
+                            DecodePublicKey(keys.public_key, "this server's public key"));
+    rebuild::SessionNonce nonce{};
+    std::copy(req.nonce.begin(), req.nonce.end(), nonce.begin());
+    for (std::uint32_t j : req.participants) {
+      if (j == config.index) continue;
+      const PeerConfig* peer = nullptr;
+      for (const auto& p : config.peers) {
+        if (p.index == j) peer = &p;
+      }
+      if (peer == nullptr) {
+        return Status::InvalidArgument("rebuild: participant " + std::to_string(j) +
+                                       " is not a configured peer of server " +
+                                       std::to_string(config.index));
+      }
+      S3ORAM_ASSIGN_OR_RETURN(
+          rebuild::PublicKey peer_public,
+          DecodePublicKey(peer->public_key, "public key of peer " + std::to_string(j)));
+      S3ORAM_ASSIGN_OR_RETURN(Secret seed,
+                              rebuild::PairSeed(own_secret, own_public, peer_public, nonce));
+      ms.pairs.push_back(rebuild::PairMask{std::move(seed), config.index < j});
+    }
+    mask_session = std::move(ms);
+    return Status::Ok();
+  }
+
+  // REBUILD_READ, on a survivor: masked Lagrange terms for a bucket range.
+  Result<wire::Body> HandleRebuildRead(const wire::RebuildReadRequest& req) {
+    if (req.target >= parties) {
+      return Status::InvalidArgument("rebuild: target server " + std::to_string(req.target) +
+                                     " out of range for " + std::to_string(parties) + " parties");
+    }
+    if (req.participants.size() != threshold + 1) {
+      return Status::InvalidArgument("rebuild: " + std::to_string(req.participants.size()) +
+                                     " participants, expected t + 1 = " +
+                                     std::to_string(threshold + 1));
+    }
+    bool me_in = false;
+    for (std::size_t i = 0; i < req.participants.size(); ++i) {
+      const std::uint32_t p = req.participants[i];
+      if (p >= parties) {
+        return Status::InvalidArgument("rebuild: participant " + std::to_string(p) +
+                                       " out of range");
+      }
+      if (i > 0 && p <= req.participants[i - 1]) {
+        return Status::InvalidArgument("rebuild: participants must be distinct and ascending");
+      }
+      if (p == req.target) {
+        return Status::InvalidArgument(
+            "rebuild: the target server " + std::to_string(req.target) +
+            " is among the participants; a lost server cannot contribute to its own rebuild");
+      }
+      me_in |= p == config.index;
+    }
+    if (!me_in) {
+      return Status::InvalidArgument("rebuild: this server (" + std::to_string(config.index) +
+                                     ") is not among the participants");
+    }
+    S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "rebuild read"));
+    S3ORAM_RETURN_IF_ERROR(PrepareMasks(req));
+    const MaskSession& ms = *mask_session;
+
+    std::vector<bool> holes(req.count, false);
+    if (!req.dense) {
+      S3ORAM_ASSIGN_OR_RETURN(holes, store->Holes(req.first_bucket, req.count));
+    }
+    wire::RebuildReadReply reply;
+    reply.first_bucket = req.first_bucket;
+    reply.holes.resize(req.count);
+    std::size_t written = 0;
+    for (std::size_t i = 0; i < req.count; ++i) {
+      reply.holes[i] = holes[i] ? 1 : 0;
+      written += holes[i] ? 0 : 1;
+    }
+    const std::size_t be = store->bucket_elems();
+    reply.contribution.resize(written * be);
+    // One pread per run of consecutive written buckets, straight into the reply.
+    std::size_t out = 0;
+    for (std::size_t i = 0; i < req.count;) {
+      if (holes[i]) {
+        ++i;
+        continue;
+      }
+      std::size_t j = i;
+      while (j < req.count && !holes[j]) ++j;
+      S3ORAM_RETURN_IF_ERROR(store->ReadBuckets(
+          req.first_bucket + i, j - i, {reply.contribution.data() + out * be, (j - i) * be}));
+      out += j - i;
+      i = j;
+    }
+    // c = L_me(x_K) * s + sum of this server's pair masks, bucket by bucket (the
+    // PRG is keyed per bucket number, so every participant lines up).
+    out = 0;
+    for (std::size_t i = 0; i < req.count; ++i) {
+      if (holes[i]) continue;
+      std::span<Elem> c(reply.contribution.data() + out * be, be);
+      for (Elem& e : c) e = field::Mul(ms.lambda, e);
+      rebuild::ApplyMasks(ms.pairs, req.first_bucket + i, c, mask_scratch);
+      ++out;
+    }
+    spdlog::debug("rebuild read for server {}: buckets {}..{} ({} written)", req.target,
+                  req.first_bucket, req.first_bucket + req.count - 1, written);
+    return wire::Body{std::move(reply)};
+  }
+
+  // REBUILD_WRITE, on the target: sum the participants' contributions and
+  // write them. Ranges arrive in order; a resent range is rewritten with the
+  // same values, so a retry is harmless, and a gap is refused.
+  Result<wire::Body> HandleRebuildWrite(const wire::Header& h,
+                                        const wire::RebuildWriteRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckRebuildTarget(h));
+    const std::uint64_t count = req.holes.size();
+    S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, count, "rebuild write"));
+    if (req.first_bucket > rebuild_target->next_bucket) {
+      return Status::InvalidArgument("rebuild write: range starts at bucket " +
+                                     std::to_string(req.first_bucket) + " but buckets from " +
+                                     std::to_string(rebuild_target->next_bucket) +
+                                     " on are not written yet");
+    }
+    if (req.contributions.size() != threshold + 1) {
+      return Status::InvalidArgument("rebuild write: " +
+                                     std::to_string(req.contributions.size()) +
+                                     " contributions, expected t + 1 = " +
+                                     std::to_string(threshold + 1));
+    }
+    std::uint64_t written = 0;
+    for (std::uint8_t f : req.holes) written += f ? 0 : 1;
+    const std::size_t be = store->bucket_elems();
+    const std::size_t n = written * be;
+    std::vector<const Elem*> parts;
+    for (std::size_t i = 0; i < req.contributions.size(); ++i) {
+      if (req.contributions[i].size() != n) {
+        return Status::InvalidArgument("rebuild write: contribution " + std::to_string(i) +
+                                       " has " + std::to_string(req.contributions[i].size()) +
+                                       " elements, expected " + std::to_string(n));
+      }
+      parts.push_back(req.contributions[i].data());
+    }
+    // The masks cancel in this sum: it is K's share. Holes stay holes (zero).
+    rebuild_sum.resize(n);
+    shamir::SmpCombine(parts, n, rebuild_sum.data());
+    // A bucket whose share sums to all zeros is not written either: the fresh
+    // file already reads as zeros there. This keeps the file as sparse as the
+    // lost one where a survivor reports a never-written bucket as data because
+    // it shares a filesystem block with a written neighbour (buckets are not
+    // block-aligned). A written bucket's share is uniformly random, so being
+    // all zeros is a non-event; either way the bytes on disk are the same.
+    std::vector<bool> skip(count, true);
+    std::vector<std::size_t> offset(count, 0);  // of bucket i in rebuild_sum
+    for (std::size_t i = 0, at = 0; i < count; ++i) {
+      if (req.holes[i]) continue;
+      offset[i] = at;
+      const Elem* b = rebuild_sum.data() + at * be;
+      skip[i] = std::all_of(b, b + be, [](Elem e) { return e == 0; });
+      ++at;
+    }
+    for (std::size_t i = 0; i < count;) {
+      if (skip[i]) {
+        ++i;
+        continue;
+      }
+      // Buckets i..j-1 are written and none is a hole, so they are
+      // consecutive in rebuild_sum too: one pwrite.
+      std::size_t j = i;
+      while (j < count && !skip[j]) ++j;
+      S3ORAM_RETURN_IF_ERROR(store->WriteBuckets(
+          req.first_bucket + i, {rebuild_sum.data() + offset[i] * be, (j - i) * be}));
+      i = j;
+    }
+    rebuild_target->next_bucket = std::max(rebuild_target->next_bucket, req.first_bucket + count);
+    return wire::Body{wire::RebuildWriteReply{rebuild_target->next_bucket}};
+  }
+
+  // REBUILD_FINISH, on the target: every bucket written; make the store live.
+  Result<wire::Body> HandleRebuildFinish(const wire::Header& h,
+                                         const wire::RebuildFinishRequest& req) {
+    // A resent FINISH after success: the live store already says so.
+    if (store && !store->rebuilding() && store->meta().fs_id == h.fs_id &&
+        store->meta().applied_seq == req.applied_seq &&
+        store->meta().applied_evictions == req.applied_evictions) {
+      return wire::Body{wire::RebuildFinishReply{}};
+    }
+    S3ORAM_RETURN_IF_ERROR(CheckRebuildTarget(h));
+    const RebuildTarget& rt = *rebuild_target;
+    if (rt.next_bucket != store->num_buckets() + 1) {
+      return Status::FailedPrecondition("rebuild finish: only buckets 1.." +
+                                        std::to_string(rt.next_bucket - 1) + " of " +
+                                        std::to_string(store->num_buckets()) + " were written");
+    }
+    if (req.applied_seq != rt.applied_seq || req.applied_evictions != rt.applied_evictions) {
+      return Status::InvalidArgument("rebuild finish: counters differ from REBUILD_BEGIN's");
+    }
+    ServerMeta meta = store->meta();
+    meta.epoch = std::max(rt.epoch, h.epoch);
+    meta.applied_seq = rt.applied_seq;
+    meta.applied_evictions = rt.applied_evictions;
+    S3ORAM_RETURN_IF_ERROR(store->FinishRebuild(meta));
+    rebuild_target.reset();
+    max_epoch = std::max(max_epoch, meta.epoch);
+    spdlog::info("rebuild of filesystem {} finished: {} evictions applied, seq {}, {} allocated",
+                 HexId(meta.fs_id), meta.applied_evictions, meta.applied_seq,
+                 store->allocated_bytes());
+    return wire::Body{wire::RebuildFinishReply{}};
+  }
+
   Result<wire::Body> Dispatch(const wire::Message& msg) {
     const wire::Header& h = msg.header;
     return std::visit(
@@ -498,6 +877,18 @@ struct RequestHandler::Impl {
           } else if constexpr (std::is_same_v<T, wire::EvictCommitRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleCommit(h, body);
+          } else if constexpr (std::is_same_v<T, wire::RebuildBeginRequest>) {
+            return HandleRebuildBegin(h, body);
+          } else if constexpr (std::is_same_v<T, wire::RebuildReadRequest>) {
+            // A survivor: a live store of this filesystem, read for the
+            // holder of its lease only (the rebuild client takes it, so no
+            // mount can change the tree under the copy).
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
+            return HandleRebuildRead(body);
+          } else if constexpr (std::is_same_v<T, wire::RebuildWriteRequest>) {
+            return HandleRebuildWrite(h, body);
+          } else if constexpr (std::is_same_v<T, wire::RebuildFinishRequest>) {
+            return HandleRebuildFinish(h, body);
           } else {
             return Status::Protocol(std::string("a server does not accept ") +
                                     wire::MessageTypeName(wire::TypeOf(wire::Body{body})));

@@ -410,6 +410,9 @@ struct ShareStore::Impl {
   // successful sync can be trusted and later syncs could wrongly succeed. The
   // store refuses further mutations; a restart re-reads the on-disk state.
   std::string failure;
+  // Set while the file is shares.bin.rebuild (CreateForRebuild .. FinishRebuild).
+  bool rebuilding = false;
+  std::string rebuild_path;
 
   Fd shadow_fd;
   ShadowState shadow_state = ShadowState::kNone;
@@ -421,6 +424,16 @@ struct ShareStore::Impl {
   }
 
   Status Usable() const {
+    if (failure.empty()) return Status::Ok();
+    return Status::IoError("share store in " + dir + " is unusable after an earlier failure (" +
+                           failure + "); restart the server");
+  }
+  // Usable, and live (not being rebuilt): for every mutation of a live store.
+  Status Live() const {
+    if (rebuilding) {
+      return Status::FailedPrecondition("share store in " + dir +
+                                        " is being rebuilt and not live yet");
+    }
     if (failure.empty()) return Status::Ok();
     return Status::IoError("share store in " + dir + " is unusable after an earlier failure (" +
                            failure + "); restart the server");
@@ -528,6 +541,19 @@ Result<const Elem*> ShareStore::BucketForRead(std::uint64_t b, std::span<Elem> s
 Result<std::unique_ptr<ShareStore>> ShareStore::Create(const std::string& dir,
                                                        const ServerMeta& meta, bool overwrite,
                                                        bool sync) {
+  return CreateFile(dir, meta, overwrite, sync, /*rebuild=*/false);
+}
+
+Result<std::unique_ptr<ShareStore>> ShareStore::CreateForRebuild(const std::string& dir,
+                                                                 const ServerMeta& meta,
+                                                                 bool sync) {
+  return CreateFile(dir, meta, /*overwrite=*/true, sync, /*rebuild=*/true);
+}
+
+Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& dir,
+                                                           const ServerMeta& meta,
+                                                           bool overwrite, bool sync,
+                                                           bool rebuild) {
   Geometry geo;
   std::string why;
   if (!ComputeGeometry(meta.shape, &geo, &why)) {
@@ -559,9 +585,22 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Create(const std::string& dir,
   if (::unlink(impl->shadow_path.c_str()) != 0 && errno != ENOENT) {
     return SysError("removing", impl->shadow_path, errno);
   }
+  const std::string rebuild_path = dir + "/shares.bin.rebuild";
+  if (rebuild) {
+    // The store being replaced goes too, durably, before the rebuild starts: a
+    // server restarted before FinishRebuild then comes up empty rather than
+    // serving the share this rebuild was asked to replace.
+    if (::unlink(impl->shares_path.c_str()) != 0 && errno != ENOENT) {
+      return SysError("removing", impl->shares_path, errno);
+    }
+    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
+  } else if (::unlink(rebuild_path.c_str()) != 0 && errno != ENOENT) {
+    return SysError("removing", rebuild_path, errno);  // an abandoned rebuild
+  }
   // The new file is built under a temporary name and renamed into place, so a
-  // crash leaves either the old store or a complete new one.
-  const std::string tmp_path = dir + "/shares.bin.tmp";
+  // crash leaves either the old store or a complete new one. A rebuilt file
+  // keeps its temporary name until FinishRebuild.
+  const std::string tmp_path = rebuild ? rebuild_path : dir + "/shares.bin.tmp";
   if (::unlink(tmp_path.c_str()) != 0 && errno != ENOENT) {
     return SysError("removing", tmp_path, errno);
   }
@@ -590,10 +629,15 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Create(const std::string& dir,
   }
   impl->fd = std::move(fd);
   if (Status s = impl->Map(tmp_path); !s.ok()) return fail(s);
-  if (::rename(tmp_path.c_str(), impl->shares_path.c_str()) != 0) {
-    return fail(SysError("renaming " + tmp_path + " to", impl->shares_path, errno));
+  if (rebuild) {
+    impl->rebuilding = true;
+    impl->rebuild_path = tmp_path;
+  } else {
+    if (::rename(tmp_path.c_str(), impl->shares_path.c_str()) != 0) {
+      return fail(SysError("renaming " + tmp_path + " to", impl->shares_path, errno));
+    }
+    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
   }
-  if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
   impl->generation = 1;
 
   std::unique_ptr<ShareStore> store(new ShareStore());
@@ -693,7 +737,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
 }
 
 Status ShareStore::UpdateMeta(const ServerMeta& meta) {
-  S3ORAM_RETURN_IF_ERROR(impl_->Usable());
+  S3ORAM_RETURN_IF_ERROR(impl_->Live());
   if (!(meta.shape == meta_.shape)) {
     return Status::InvalidArgument("UpdateMeta cannot change the store shape (" +
                                    ShapeText(meta_.shape) + " -> " + ShapeText(meta.shape) +
@@ -704,10 +748,96 @@ Status ShareStore::UpdateMeta(const ServerMeta& meta) {
   return Status::Ok();
 }
 
+Status ShareStore::ReadBuckets(std::uint64_t first, std::uint64_t count,
+                               std::span<Elem> out) const {
+  const std::uint64_t n = impl_->geo.num_buckets;
+  if (first < 1 || count == 0 || first > n || count > n - first + 1 ||
+      out.size() != count * bucket_elems()) {
+    return Status::InvalidArgument("ReadBuckets: range or buffer size out of range");
+  }
+  return PreadAll(impl_->fd.get(), out.data(), out.size_bytes(), impl_->BucketOffset(first),
+                  impl_->shares_path);
+}
+
+Result<std::vector<bool>> ShareStore::Holes(std::uint64_t first, std::uint64_t count) const {
+  const Impl& im = *impl_;
+  const std::uint64_t n = im.geo.num_buckets;
+  if (first < 1 || count == 0 || first > n || count > n - first + 1) {
+    return Status::InvalidArgument("Holes: range out of range");
+  }
+  const std::uint64_t bb = im.geo.bucket_bytes;
+  const std::uint64_t begin = im.BucketOffset(first), end = begin + count * bb;
+  std::vector<bool> hole(count, true);
+  // Walk the data extents that overlap [begin, end) and clear the flag of every
+  // bucket they touch (a bucket sharing a filesystem block with written data
+  // counts as written: never the other way round).
+  std::uint64_t pos = begin;
+  while (pos < end) {
+    const off_t d = ::lseek(im.fd.get(), static_cast<off_t>(pos), SEEK_DATA);
+    if (d < 0) {
+      if (errno == ENXIO) break;  // no data at or after pos
+      // SEEK_DATA unsupported or failing: treat everything as written.
+      return std::vector<bool>(count, false);
+    }
+    const auto data_start = static_cast<std::uint64_t>(d);
+    if (data_start >= end) break;
+    off_t h = ::lseek(im.fd.get(), d, SEEK_HOLE);
+    const std::uint64_t data_end =
+        h < 0 ? end : std::min<std::uint64_t>(end, static_cast<std::uint64_t>(h));
+    const std::uint64_t from = (std::max(data_start, begin) - begin) / bb;
+    const std::uint64_t to = (data_end - begin + bb - 1) / bb;  // exclusive
+    for (std::uint64_t i = from; i < std::min(to, count); ++i) hole[i] = false;
+    if (data_end <= data_start) break;  // no progress: be conservative and stop
+    pos = data_end;
+  }
+  return hole;
+}
+
+bool ShareStore::rebuilding() const { return impl_->rebuilding; }
+
+Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (!im.rebuilding) {
+    return Status::FailedPrecondition("WriteBuckets: store is not being rebuilt");
+  }
+  const std::uint64_t n = im.geo.num_buckets;
+  const std::uint64_t be = bucket_elems();
+  if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||
+      data.size() / be > n - first + 1) {
+    return Status::InvalidArgument("WriteBuckets: range or data size out of range");
+  }
+  return PwriteAll(im.fd.get(), data.data(), data.size_bytes(), im.BucketOffset(first),
+                   im.rebuild_path);
+}
+
+Status ShareStore::FinishRebuild(const ServerMeta& meta) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (!im.rebuilding) {
+    return Status::FailedPrecondition("FinishRebuild: store is not being rebuilt");
+  }
+  if (meta.fs_id != meta_.fs_id || meta.server_index != meta_.server_index ||
+      !(meta.shape == meta_.shape)) {
+    return Status::InvalidArgument("FinishRebuild cannot change the store's identity or shape");
+  }
+  // Data durable, then the header, then the name: a shares.bin on disk is
+  // always complete.
+  S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.rebuild_path));
+  S3ORAM_RETURN_IF_ERROR(im.WriteMeta(meta));
+  meta_ = meta;
+  if (::rename(im.rebuild_path.c_str(), im.shares_path.c_str()) != 0) {
+    return SysError("renaming " + im.rebuild_path + " to", im.shares_path, errno);
+  }
+  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDir(im.dir));
+  im.rebuilding = false;
+  return Status::Ok();
+}
+
 Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
                              std::span<const Elem> data, std::uint64_t seq,
                              std::uint64_t epoch) {
-  S3ORAM_RETURN_IF_ERROR(impl_->Usable());
+  S3ORAM_RETURN_IF_ERROR(impl_->Live());
   if (bucket < 1 || bucket > impl_->geo.num_buckets) {
     return Status::InvalidArgument("bucket " + std::to_string(bucket) + " out of range 1.." +
                                    std::to_string(impl_->geo.num_buckets));
@@ -739,7 +869,7 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
 Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
                                std::span<const std::uint64_t> buckets) {
   Impl& im = *impl_;
-  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  S3ORAM_RETURN_IF_ERROR(im.Live());
   if (eviction != meta_.applied_evictions) {
     return Status::FailedPrecondition("cannot prepare eviction " + std::to_string(eviction) +
                                       ": the store has applied " +
@@ -861,7 +991,7 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   Impl& im = *impl_;
   // Already applied (possibly by a commit whose reply was lost): nothing to do.
   if (eviction < meta_.applied_evictions) return Status::Ok();
-  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  S3ORAM_RETURN_IF_ERROR(im.Live());
   if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction) {
     std::string have = im.shadow_state == Impl::ShadowState::kSealed
                            ? "the sealed shadow is for eviction " +

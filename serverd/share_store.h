@@ -9,6 +9,10 @@
 //               when the pages are resident, else with pread (BucketForRead).
 //   shadow.bin  the buckets an eviction produces, plus a sealed header, kept
 //               until the eviction commits.
+//   shares.bin.rebuild  a share file being rebuilt from the other servers
+//               (CreateForRebuild); renamed to shares.bin by FinishRebuild, so
+//               a store is never live before every bucket is written, and a
+//               server restarted mid-rebuild comes up empty.
 // The 4 KiB header holds two copies of ServerMeta (at 0 and 512), each with a
 // generation number and a CRC32C-style checksum; updates alternate between
 // copies and fdatasync, so a torn write leaves the other copy valid.
@@ -53,6 +57,14 @@ class ShareStore {
   // so a second store (in any process) on the same dir is FailedPrecondition.
   static Result<std::unique_ptr<ShareStore>> Create(const std::string& dir, const ServerMeta& meta,
                                                     bool overwrite, bool sync = true);
+  // Creates an empty sparse store to be filled by WriteBuckets (server
+  // rebuild). Removes any share file and shadow in dir first (durably): the
+  // caller has decided they are to be replaced. The store is not live
+  // (rebuilding() is true) until FinishRebuild; WriteSlot, shadows and Commit
+  // refuse it.
+  static Result<std::unique_ptr<ShareStore>> CreateForRebuild(const std::string& dir,
+                                                              const ServerMeta& meta,
+                                                              bool sync = true);
   // Opens the store in dir; NotFound if there is none; Corruption if the header
   // or file size is inconsistent. A sealed shadow is kept for Commit.
   static Result<std::unique_ptr<ShareStore>> Open(const std::string& dir, bool sync = true);
@@ -80,6 +92,22 @@ class ShareStore {
   // that uses the same scratch, or the next mutation of the bucket.
   Result<const Elem*> BucketForRead(std::uint64_t b, std::span<Elem> scratch) const;
 
+  // Copies buckets [first, first + count) into out (count * bucket_elems()
+  // elements) with one large pread (holes read as zeros).
+  Status ReadBuckets(std::uint64_t first, std::uint64_t count, std::span<Elem> out) const;
+  // For each bucket of [first, first + count): true if it lies entirely in a
+  // file hole (never written: reads as zeros). Conservative: where the
+  // filesystem cannot tell (no SEEK_DATA), every bucket counts as written.
+  Result<std::vector<bool>> Holes(std::uint64_t first, std::uint64_t count) const;
+
+  // Rebuild only. Writes data (whole buckets from `first` on) without syncing;
+  // FinishRebuild syncs everything.
+  bool rebuilding() const;
+  Status WriteBuckets(std::uint64_t first, std::span<const Elem> data);
+  // fdatasync, header with `meta` (same fs id, index and shape), then the
+  // rename to shares.bin and a directory sync: the store is live from here on.
+  Status FinishRebuild(const ServerMeta& meta);
+
   // Overwrites one slot of a bucket, then records seq/epoch in the header.
   Status WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
                    std::uint64_t seq, std::uint64_t epoch);
@@ -104,6 +132,9 @@ class ShareStore {
 
  private:
   ShareStore() = default;
+  static Result<std::unique_ptr<ShareStore>> CreateFile(const std::string& dir,
+                                                        const ServerMeta& meta, bool overwrite,
+                                                        bool sync, bool rebuild);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   ServerMeta meta_;

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "tests/integration/fs_fixture.h"
+#include "tests/support/test_seed.h"
 
 namespace s3oram::testing {
 namespace {
@@ -104,13 +105,6 @@ TEST(FsFaultInjectionTest, KillsAtRandomAndNamedPointsLoseNoFsyncedData) {
       }
     }
   };
-  auto remount_if_dead = [&](bool force_restart) {
-    if (fs->ReapIfDead() || force_restart) {
-      if (fs->mounted()) ASSERT_TRUE(fs->Kill9());
-      restart_dead_servers();
-      ASSERT_TRUE(fs->Mount(std::chrono::seconds(120)));
-    }
-  };
 
   const auto deadline = Clock::now() + std::chrono::minutes(45);
   while (kills < want_kills && Clock::now() < deadline && !::testing::Test::HasFatalFailure()) {
@@ -167,11 +161,12 @@ TEST(FsFaultInjectionTest, KillsAtRandomAndNamedPointsLoseNoFsyncedData) {
       for (std::size_t i = 0; i < 3; ++i) server_dead |= cluster.Exited(i);
       if (daemon_dead || server_dead) {
         died = true;
-        if (daemon_dead) restart_dead_servers();
-        if (daemon_dead) ASSERT_TRUE(fs->Mount(std::chrono::seconds(120)));
-        if (server_dead) restart_dead_servers();
+        restart_dead_servers();
+        if (daemon_dead) {
+          ASSERT_TRUE(fs->Mount(std::chrono::seconds(120)));
+        }
       }
-      if (fired && !died) break;  // the timer fired at a process that had already ... ended the op
+      if (fired && !died) break;  // killed between two checks: handled below
     }
     if (timer.joinable()) timer.join();
     // Whatever the timer killed after the loop ended.
@@ -181,7 +176,9 @@ TEST(FsFaultInjectionTest, KillsAtRandomAndNamedPointsLoseNoFsyncedData) {
       for (std::size_t i = 0; i < 3; ++i) server_dead |= cluster.Exited(i);
       died = daemon_dead || server_dead;
       restart_dead_servers();
-      if (daemon_dead) ASSERT_TRUE(fs->Mount(std::chrono::seconds(120)));
+      if (daemon_dead) {
+        ASSERT_TRUE(fs->Mount(std::chrono::seconds(120)));
+      }
     }
     if (died) {
       ++kills;

@@ -188,6 +188,73 @@ TEST(ShamirTest, LagrangeAtZeroKnownValues) {
   EXPECT_EQ(*one, std::vector<Elem>{1});
 }
 
+// Naive reference for LagrangeAt: the textbook product with field.h's own
+// arithmetic (Fermat inverse), independent of NTL.
+std::vector<Elem> NaiveLagrangeAt(const std::vector<Elem>& xs, Elem x) {
+  std::vector<Elem> out;
+  for (std::size_t i = 0; i < xs.size(); ++i) {
+    Elem num = 1, den = 1;
+    for (std::size_t j = 0; j < xs.size(); ++j) {
+      if (j == i) continue;
+      num = field::Mul(num, field::Sub(x, xs[j]));
+      den = field::Mul(den, field::Sub(xs[i], xs[j]));
+    }
+    out.push_back(field::Mul(num, field::Inv(den)));
+  }
+  return out;
+}
+
+Elem EvalPoly(const std::vector<Elem>& coeffs, Elem x) {
+  Elem acc = 0;
+  for (std::size_t k = coeffs.size(); k-- > 0;) acc = field::Add(field::Mul(acc, x), coeffs[k]);
+  return acc;
+}
+
+TEST(ShamirTest, LagrangeAtMatchesNaiveReferenceAndInterpolates) {
+  auto rng = testing::SeededRng();
+  std::uniform_int_distribution<Elem> dist(1, kPrime - 1);
+  for (int round = 0; round < 200; ++round) {
+    const std::size_t n = 1 + rng() % 6;
+    std::vector<Elem> xs;
+    while (xs.size() < n) {
+      // Small party-like points half the time, arbitrary field points otherwise.
+      Elem x = (round % 2) ? dist(rng) : static_cast<Elem>(1 + rng() % 12);
+      if (std::find(xs.begin(), xs.end(), x) == xs.end()) xs.push_back(x);
+    }
+    const Elem at = static_cast<Elem>(rng() % kPrime);
+    auto l = LagrangeAt(xs, at);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+    EXPECT_EQ(*l, NaiveLagrangeAt(xs, at));
+    // Interpolation: any polynomial of degree < n is reproduced at `at`.
+    const std::vector<Elem> poly = UniformElems(rng, n);
+    Elem sum = 0;
+    for (std::size_t i = 0; i < n; ++i) {
+      sum = field::Add(sum, field::Mul((*l)[i], EvalPoly(poly, xs[i])));
+    }
+    EXPECT_EQ(sum, EvalPoly(poly, at));
+    // At 0 it is LagrangeAtZero.
+    auto zero = LagrangeAt(xs, 0);
+    auto ref = LagrangeAtZero(xs);
+    ASSERT_TRUE(zero.ok() && ref.ok());
+    EXPECT_EQ(*zero, *ref);
+  }
+}
+
+TEST(ShamirTest, LagrangeAtKnownValuesAndErrors) {
+  // Shares of parties 0 and 1 (x = 1, 2) give party 2's share (x = 3):
+  // f(3) = -1 f(1) + 2 f(2) for any line.
+  auto l = LagrangeAt(std::vector<Elem>{PartyX(0), PartyX(1)}, PartyX(2));
+  ASSERT_TRUE(l.ok());
+  EXPECT_EQ(*l, (std::vector<Elem>{kPrime - 1, 2}));
+  // At one of the points: the indicator of that point.
+  auto at_point = LagrangeAt(std::vector<Elem>{1, 2, 3}, 2);
+  ASSERT_TRUE(at_point.ok());
+  EXPECT_EQ(*at_point, (std::vector<Elem>{0, 1, 0}));
+  EXPECT_FALSE(LagrangeAt(std::vector<Elem>{1, 1}, 3).ok());
+  EXPECT_FALSE(LagrangeAt(std::vector<Elem>{}, 3).ok());
+  EXPECT_FALSE(LagrangeAt(std::vector<Elem>{1, 2}, kPrime).ok());
+}
+
 TEST(ShamirTest, RoundTripFromRandomSubsets) {
   auto rng = testing::SeededRng();
   for (auto [parties, t] : kConfigs) {

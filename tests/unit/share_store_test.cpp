@@ -741,3 +741,89 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
 
 }  // namespace
 }  // namespace s3oram::serverd
+
+namespace s3oram::serverd {
+namespace {
+
+// Rebuild mode: the old store is gone at once, the new file is not live (no
+// shares.bin, live mutations refused) until FinishRebuild, bulk writes land
+// where ReadBuckets finds them, and the counters of FinishRebuild persist.
+TEST(ShareStore, RebuildModeIsLiveOnlyAfterFinish) {
+  TempDir dir;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 1024);  // 16 KiB buckets: several pages each
+  {
+    auto live = ShareStore::Create(dir.path(), meta, false, true);
+    ASSERT_TRUE(live.ok()) << live.status().ToString();
+  }
+  ServerMeta target = meta;
+  target.applied_evictions = 5;
+  target.applied_seq = 77;
+  target.epoch = 9;
+  auto s = ShareStore::CreateForRebuild(dir.path(), meta, true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE((*s)->rebuilding());
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/shares.bin"));
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/shares.bin.rebuild"));
+  const std::uint64_t be = (*s)->bucket_elems();
+  std::vector<Elem> slot(meta.shape.elems_per_slot, 1);
+  EXPECT_EQ((*s)->WriteSlot(1, 0, slot, 1, 1).code(), Status::Code::kFailedPrecondition);
+  const std::uint64_t list[] = {2};
+  EXPECT_EQ((*s)->BeginShadow(0, 1, list).code(), Status::Code::kFailedPrecondition);
+  const std::vector<Elem> data = RandomElems(rng, 2 * be);
+  ASSERT_TRUE((*s)->WriteBuckets(4, data).ok());
+  EXPECT_FALSE((*s)->WriteBuckets(15, data).ok());  // runs past the last bucket
+  EXPECT_FALSE((*s)->WriteBuckets(4, std::span<const Elem>(data).first(be - 1)).ok());
+  ServerMeta other = target;
+  other.shape.height = 4;
+  EXPECT_FALSE((*s)->FinishRebuild(other).ok());
+  ASSERT_TRUE((*s)->FinishRebuild(target).ok());
+  EXPECT_FALSE((*s)->rebuilding());
+  EXPECT_FALSE((*s)->WriteBuckets(4, data).ok());  // live now
+  EXPECT_TRUE(std::filesystem::exists(dir.path() + "/shares.bin"));
+  s->reset();
+
+  auto reopened = ShareStore::Open(dir.path(), true);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  ExpectMetaEq((*reopened)->meta(), target);
+  std::vector<Elem> back(2 * be);
+  ASSERT_TRUE((*reopened)->ReadBuckets(4, 2, back).ok());
+  EXPECT_EQ(back, data);
+  std::vector<Elem> zero(be);
+  ASSERT_TRUE((*reopened)->ReadBuckets(3, 1, zero).ok());
+  EXPECT_TRUE(AllZero(zero.data(), be));
+  EXPECT_FALSE((*reopened)->ReadBuckets(15, 2, back).ok());
+}
+
+// Holes: written buckets are never reported as holes; where the filesystem
+// reports holes at all, the never-written buckets away from written data are.
+TEST(ShareStore, HolesReportNeverWrittenBuckets) {
+  TempDir dir;
+  // 256 KiB buckets: far larger than any filesystem's allocation unit, so a
+  // bucket two away from written data is a hole even at coarse granularity.
+  const ServerMeta meta = MakeMeta(3, 4, 16384);
+  auto s = ShareStore::Create(dir.path(), meta, false, true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  std::vector<Elem> slot(meta.shape.elems_per_slot, 3);
+  ASSERT_TRUE((*s)->WriteSlot(5, 1, slot, 1, 1).ok());
+  ASSERT_TRUE((*s)->WriteSlot(9, 0, slot, 2, 1).ok());
+  auto holes = (*s)->Holes(1, 15);
+  ASSERT_TRUE(holes.ok()) << holes.status().ToString();
+  ASSERT_EQ(holes->size(), 15u);
+  EXPECT_FALSE((*holes)[4]);
+  EXPECT_FALSE((*holes)[8]);
+  if (std::find(holes->begin(), holes->end(), true) == holes->end()) {
+    GTEST_SKIP() << "this filesystem does not report holes (SEEK_DATA)";
+  }
+  for (std::size_t i : {1u, 2u, 6u, 10u, 11u, 12u, 13u, 14u}) {
+    EXPECT_TRUE((*holes)[i]) << "bucket " << i + 1;
+  }
+  auto part = (*s)->Holes(9, 2);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, (std::vector<bool>{false, true}));
+  EXPECT_FALSE((*s)->Holes(0, 1).ok());
+  EXPECT_FALSE((*s)->Holes(15, 2).ok());
+}
+
+}  // namespace
+}  // namespace s3oram::serverd

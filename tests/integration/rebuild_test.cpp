@@ -1,0 +1,381 @@
+// s3oram rebuild with real servers: a server whose data directory is gone is
+// recreated from the two others, byte for byte; what the client and the
+// rebuilt server receive is masked; and the refusals (live target, target
+// among the participants, requests to a server being rebuilt).
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "oramcore/rebuild.h"
+#include "oramcore/shamir.h"
+#include "oramcore/transport.h"
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using field::Elem;
+
+constexpr std::uint64_t kHeaderRegion = 4096;  // share file header (share_store.cpp)
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+CliRun RunCli(const std::string& args) {
+  const char* cli = std::getenv("S3ORAM_CLI");
+  const std::string cmd =
+      std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1 </dev/null";
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+std::string DataDir(const cluster::LocalCluster& c, std::size_t i) {
+  return c.dir() + "/data-" + std::to_string(i);
+}
+
+std::vector<std::uint8_t> ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
+}
+
+std::uint64_t AllocatedBytes(const std::string& path) {
+  struct stat st{};
+  if (::stat(path.c_str(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
+}
+
+// The data region of a share file as elements (bucket-major, from bucket 1).
+std::vector<Elem> DataElems(const std::vector<std::uint8_t>& file) {
+  std::vector<Elem> out((file.size() - kHeaderRegion) / sizeof(Elem));
+  std::memcpy(out.data(), file.data() + kHeaderRegion, out.size() * sizeof(Elem));
+  return out;
+}
+
+// Writes `blocks` blocks of seeded random content; returns them by id.
+std::map<BlockId, std::vector<std::uint8_t>> WriteBlocks(const std::string& state,
+                                                         std::uint64_t blocks, std::uint64_t tag) {
+  std::map<BlockId, std::vector<std::uint8_t>> model;
+  auto c = testing::TestOpen(state, testing::FastRetryOptions());
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  if (!c.ok()) return model;
+  for (BlockId id = 0; id < blocks; ++id) {
+    model[id] = testing::Content((*c)->block_bytes(), id, tag);
+    Status st = (*c)->Write(id, model[id]);
+    EXPECT_TRUE(st.ok()) << "block " << id << ": " << st.ToString();
+    if (!st.ok()) break;
+  }
+  return model;
+}
+
+void ExpectBlocks(const std::string& state,
+                  const std::map<BlockId, std::vector<std::uint8_t>>& model) {
+  auto c = testing::TestOpen(state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (const auto& [id, want] : model) {
+    auto got = (*c)->Read(id);
+    ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+    ASSERT_EQ(*got, want) << "block " << id;
+  }
+}
+
+// Loses server k's disk: stop it, keep a copy of its share file at `copy`,
+// remove its data directory entirely, start it again (empty).
+void LoseServer(cluster::LocalCluster& c, std::size_t k, const std::string& copy) {
+  ASSERT_TRUE(c.Kill(k, SIGTERM).ok());
+  std::filesystem::copy_file(DataDir(c, k) + "/shares.bin", copy);
+  std::filesystem::remove_all(DataDir(c, k));
+  ASSERT_FALSE(std::filesystem::exists(DataDir(c, k)));
+  Status st = c.Restart(k);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+// 1. The CLI rebuilds a server whose data directory was deleted: the share
+// file's data region is identical to the lost one (degree-t interpolation
+// reproduces it exactly), holes stay holes, and every block reads back.
+TEST(RebuildTest, CliRebuildsLostServerByteForByte) {
+  const std::uint64_t seed = testing::TestSeed();
+  // 768 blocks of 4 KiB: 3 MiB of content, 48 evictions.
+  auto fs = testing::MakeFs(testing::SmallParams(4096, 16, 7));
+  ASSERT_TRUE(fs);
+  const std::size_t k = seed % 3;
+  std::printf("seed %llu, rebuilding server %zu\n", static_cast<unsigned long long>(seed), k);
+  const auto model = WriteBlocks(fs->state, 768, seed);
+  ASSERT_EQ(model.size(), 768u);
+
+  const std::string copy = fs->dir.Sub("original-shares.bin");
+  LoseServer(*fs->cluster, k, copy);
+  // A client cannot work with the server empty, and says what to do.
+  auto refused = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("rebuild --server " + std::to_string(k)),
+            std::string::npos)
+      << refused.status().ToString();
+
+  CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(k) +
+                    " --passfile " + fs->passfile + " --no-verify --plain-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("server " + std::to_string(k) + " rebuilt from servers"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rebuild server " + std::to_string(k)), std::string::npos)
+      << "no progress line: " << r.output;
+
+  const std::string rebuilt_path = DataDir(*fs->cluster, k) + "/shares.bin";
+  const auto original = ReadFile(copy);
+  const auto rebuilt = ReadFile(rebuilt_path);
+  ASSERT_EQ(rebuilt.size(), original.size());
+  ASSERT_GT(original.size(), kHeaderRegion);
+  std::size_t differing = 0;
+  for (std::size_t i = kHeaderRegion; i < original.size(); ++i) {
+    differing += rebuilt[i] != original[i];
+  }
+  EXPECT_EQ(differing, 0u) << "bytes of the rebuilt data region that differ from the lost one";
+  // Sparse: never-written buckets were not written.
+  EXPECT_LE(AllocatedBytes(rebuilt_path), AllocatedBytes(copy) + (1u << 20));
+  EXPECT_LT(AllocatedBytes(rebuilt_path), rebuilt.size());
+
+  ExpectBlocks(fs->state, model);
+}
+
+// 2. Every element vector the client receives (REBUILD_READ replies) and K
+// receives (REBUILD_WRITE) is masked: no more equalities with the survivors'
+// raw shares s_j, their Lagrange terms L_j s_j, or the lost share s_K than
+// chance allows; yet the contributions of each bucket sum to s_K.
+TEST(RebuildTest, TranscriptShowsOnlyMaskedTerms) {
+  const std::uint64_t seed = testing::TestSeed();
+  auto fs = testing::MakeFs(testing::SmallParams(1024, 8, 6));
+  ASSERT_TRUE(fs);
+  const std::size_t k = (seed / 3) % 3;
+  std::printf("rebuilding server %zu\n", k);
+  const auto model = WriteBlocks(fs->state, 200, seed);
+  ASSERT_EQ(model.size(), 200u);
+
+  // The raw shares as the servers hold them, read before anything changes.
+  std::vector<std::vector<Elem>> raw(3);
+  const std::string copy = fs->dir.Sub("original-shares.bin");
+  for (std::size_t i = 0; i < 3; ++i) {
+    if (i != k) raw[i] = DataElems(ReadFile(DataDir(*fs->cluster, i) + "/shares.bin"));
+  }
+  LoseServer(*fs->cluster, k, copy);
+  raw[k] = DataElems(ReadFile(copy));
+  const OramParams& p = fs->config.params;
+  const std::size_t be = std::size_t{p.bucket_size} * p.elems_per_slot();
+  ASSERT_EQ(raw[k].size() % be, 0u);
+
+  std::vector<std::pair<std::size_t, wire::RebuildReadReply>> reads;
+  std::vector<wire::RebuildWriteRequest> writes;
+  RebuildOptions o;
+  o.target = k;
+  o.client = testing::FastRetryOptions();
+  o.range_bytes = 20 * be * sizeof(Elem);  // several ranges
+  o.observe = [&](std::size_t server, const wire::Message& m) {
+    if (const auto* r = std::get_if<wire::RebuildReadReply>(&m.body)) {
+      reads.emplace_back(server, *r);
+    } else if (const auto* w = std::get_if<wire::RebuildWriteRequest>(&m.body)) {
+      EXPECT_EQ(server, k);
+      writes.push_back(*w);
+    } else {
+      ADD_FAILURE() << "unexpected observed message " << wire::MessageTypeName(m.header.type);
+    }
+  };
+  auto report = RebuildServer(fs->state, testing::TestPassphrase(), o);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->blocks_verified, model.size());
+  ASSERT_EQ(report->participants.size(), 2u);
+  ASSERT_FALSE(reads.empty());
+  ASSERT_FALSE(writes.empty());
+
+  std::vector<Elem> xs;
+  for (std::size_t j : report->participants) xs.push_back(shamir::PartyX(j));
+  auto lag = shamir::LagrangeAt(xs, shamir::PartyX(k));
+  ASSERT_TRUE(lag.ok());
+  std::map<std::size_t, Elem> lambda;
+  for (std::size_t i = 0; i < xs.size(); ++i) lambda[report->participants[i]] = (*lag)[i];
+
+  // Compares one received vector (buckets `first`.. with `holes`) against
+  // every share-derived value it must not reveal.
+  std::uint64_t compared = 0, matches = 0;
+  auto check = [&](std::uint64_t first, const std::vector<std::uint8_t>& holes,
+                   const std::vector<Elem>& c) {
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < holes.size(); ++i) {
+      if (holes[i]) continue;
+      const std::size_t base = (first + i - 1) * be;
+      for (std::size_t e = 0; e < be; ++e, ++at) {
+        const Elem v = c[at];
+        for (std::size_t j : report->participants) {
+          const Elem s = raw[j][base + e];
+          matches += (v == s) + (v == field::Mul(lambda[j], s));
+        }
+        matches += v == raw[k][base + e];
+        ++compared;
+      }
+    }
+  };
+  std::uint64_t written_buckets = 0;
+  for (const auto& [server, r] : reads) {
+    EXPECT_NE(server, k);
+    check(r.first_bucket, r.holes, r.contribution);
+  }
+  std::uint64_t sum_mismatch = 0, next = 1;
+  for (const auto& w : writes) {
+    EXPECT_EQ(w.first_bucket, next);
+    next += w.holes.size();
+    ASSERT_EQ(w.contributions.size(), 2u);
+    for (const auto& c : w.contributions) check(w.first_bucket, w.holes, c);
+    std::size_t at = 0;
+    for (std::size_t i = 0; i < w.holes.size(); ++i) {
+      const std::size_t base = (w.first_bucket + i - 1) * be;
+      if (w.holes[i]) {
+        // Every participant had a hole: so did the lost server.
+        for (std::size_t e = 0; e < be; ++e) sum_mismatch += raw[k][base + e] != 0;
+        continue;
+      }
+      ++written_buckets;
+      for (std::size_t e = 0; e < be; ++e, ++at) {
+        sum_mismatch += field::Add(w.contributions[0][at], w.contributions[1][at]) !=
+                        raw[k][base + e];
+      }
+    }
+  }
+  EXPECT_EQ(next - 1, raw[k].size() / be) << "every bucket covered once, in order";
+  EXPECT_GT(written_buckets, 0u);
+  EXPECT_GT(compared, 100000u);
+  EXPECT_EQ(sum_mismatch, 0u) << "contributions must sum to the lost share";
+  // 5 comparisons per element, each true with probability 1/p for a masked
+  // value: the expectation is far below one.
+  EXPECT_LE(matches, 3u) << "of " << compared << " elements, " << matches
+                         << " equal a share-derived value";
+  ExpectBlocks(fs->state, model);
+}
+
+Result<wire::Message> Ask(ServerSet& servers, std::size_t i, const wire::Header& h,
+                          const wire::Body& body, wire::MessageType expected) {
+  TransportOptions t{std::chrono::milliseconds(2000), std::chrono::milliseconds(20000)};
+  auto r = servers.ExchangeWith({i}, {wire::Encode(h, body)}, h, expected, t);
+  if (!r.ok()) return r.status();
+  return std::move(r.value()[0]);
+}
+
+void ExpectRefused(const Result<wire::Message>& r, Status::Code code, const std::string& needle) {
+  ASSERT_FALSE(r.ok()) << "expected a refusal mentioning '" << needle << "'";
+  EXPECT_EQ(r.status().code(), code) << r.status().ToString();
+  EXPECT_NE(r.status().message().find(needle), std::string::npos) << r.status().ToString();
+}
+
+// 3. Refusals: the CLI will not replace a live store without --force nor
+// rebuild a server that does not exist; a survivor refuses a read whose
+// participants include the target (or exclude itself) or whose range is out
+// of bounds; a server being rebuilt refuses normal requests and reports it,
+// and a later `s3oram rebuild` (verified) completes it.
+TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
+  const std::uint64_t seed = testing::TestSeed();
+  auto fs = testing::MakeFs(testing::SmallParams(512, 8, 4));
+  ASSERT_TRUE(fs);
+  const auto model = WriteBlocks(fs->state, 40, seed);
+  ASSERT_EQ(model.size(), 40u);
+  const std::string base = "rebuild -s " + fs->state + " --passfile " + fs->passfile + " ";
+
+  CliRun live = RunCli(base + "--server 1");
+  EXPECT_NE(live.exit_code, 0) << live.output;
+  EXPECT_NE(live.output.find("live store"), std::string::npos) << live.output;
+  EXPECT_NE(live.output.find("--force"), std::string::npos) << live.output;
+  CliRun range = RunCli(base + "--server 3");
+  EXPECT_NE(range.exit_code, 0) << range.output;
+  EXPECT_NE(range.output.find("does not exist"), std::string::npos) << range.output;
+  ExpectBlocks(fs->state, model);  // nothing changed
+
+  auto key = LoadCurveKeypair(fs->cluster->client_key_file());
+  ASSERT_TRUE(key.ok());
+  auto servers = ServerSet::Connect(fs->cluster->endpoints(), fs->cluster->server_public_keys(),
+                                    *key);
+  ASSERT_TRUE(servers.ok());
+  wire::Header h = testing::HeaderFromState(fs->state);
+  wire::RebuildReadRequest read;
+  read.target = 1;
+  read.participants = {0, 1};
+  read.first_bucket = 1;
+  read.count = 1;
+  ExpectRefused(Ask(**servers, 0, h, read, wire::MessageType::kRebuildReadReply),
+                Status::Code::kInvalidArgument, "among the participants");
+  read.target = 0;
+  read.participants = {1, 2};
+  ExpectRefused(Ask(**servers, 0, h, read, wire::MessageType::kRebuildReadReply),
+                Status::Code::kInvalidArgument, "not among the participants");
+  read.target = 2;
+  read.participants = {0, 1};
+  read.first_bucket = 31;  // H = 4: buckets 1..31
+  read.count = 2;
+  ExpectRefused(Ask(**servers, 0, h, read, wire::MessageType::kRebuildReadReply),
+                Status::Code::kInvalidArgument, "outside");
+  read.participants = {0};
+  ExpectRefused(Ask(**servers, 0, h, read, wire::MessageType::kRebuildReadReply),
+                Status::Code::kInvalidArgument, "participants");
+
+  // REBUILD_BEGIN on a live server needs force; with it, server 2 is rebuilding.
+  const OramParams& p = fs->config.params;
+  wire::RebuildBeginRequest begin{2, {p.height, p.bucket_size,
+                                      static_cast<std::uint32_t>(p.elems_per_slot())},
+                                  0, 0, false};
+  ExpectRefused(Ask(**servers, 2, h, begin, wire::MessageType::kRebuildBeginReply),
+                Status::Code::kAlreadyExists, "live store");
+  begin.force = true;
+  auto begun = Ask(**servers, 2, h, begin, wire::MessageType::kRebuildBeginReply);
+  ASSERT_TRUE(begun.ok()) << begun.status().ToString();
+  auto st = Ask(**servers, 2, h, wire::StatusRequest{}, wire::MessageType::kStatusReply);
+  ASSERT_TRUE(st.ok());
+  EXPECT_TRUE(std::get<wire::StatusReply>(st->body).rebuilding);
+  EXPECT_FALSE(std::get<wire::StatusReply>(st->body).initialized);
+  const std::vector<Elem> share(p.elems_per_slot(), 0);
+  ExpectRefused(Ask(**servers, 2, h, wire::WriteRootRequest{0, share},
+                    wire::MessageType::kWriteRootReply),
+                Status::Code::kFailedPrecondition, "being rebuilt");
+  const std::vector<Elem> select(std::size_t{p.bucket_size} * (p.height + 1), 0);
+  ExpectRefused(Ask(**servers, 2, h, wire::RetrieveRequest{(1u << p.height), select},
+                    wire::MessageType::kRetrieveReply),
+                Status::Code::kFailedPrecondition, "being rebuilt");
+  ExpectRefused(Ask(**servers, 2, h, wire::EvictCommitRequest{0},
+                    wire::MessageType::kEvictCommitReply),
+                Status::Code::kFailedPrecondition, "being rebuilt");
+  // Nor can the rebuild be finished before every bucket was written.
+  ExpectRefused(Ask(**servers, 2, h, wire::RebuildFinishRequest{0, 0},
+                    wire::MessageType::kRebuildFinishReply),
+                Status::Code::kFailedPrecondition, "were written");
+  CliRun status = RunCli("status -s " + fs->state);
+  EXPECT_NE(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("is being rebuilt; finish it with s3oram rebuild --server 2"),
+            std::string::npos)
+      << status.output;
+  EXPECT_FALSE(testing::TestOpen(fs->state, testing::FastRetryOptions()).ok());
+  servers->reset();
+
+  // The interrupted rebuild is simply run again (no --force: the store is not
+  // live), this time with verification.
+  CliRun done = RunCli(base + "--server 2 --plain-progress");
+  ASSERT_EQ(done.exit_code, 0) << done.output;
+  EXPECT_NE(done.output.find("verified: 40 live blocks"), std::string::npos) << done.output;
+  ExpectBlocks(fs->state, model);
+}
+
+}  // namespace
+}  // namespace s3oram
