@@ -309,7 +309,22 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   auto servers = ServerSet::Connect(fs->cluster->endpoints(), fs->cluster->server_public_keys(),
                                     *key);
   ASSERT_TRUE(servers.ok());
+  // This test plays a rebuild client: it holds server 0's lease in a newer
+  // epoch, which it records in the state (as the rebuild would).
   wire::Header h = testing::HeaderFromState(fs->state);
+  h.epoch += 1;
+  {
+    auto granted = Ask(**servers, 0, h, wire::LeaseAcquireRequest{}, wire::MessageType::kLeaseReply);
+    ASSERT_TRUE(granted.ok()) << granted.status().ToString();
+    ASSERT_TRUE(std::get<wire::LeaseReply>(granted->body).granted);
+    auto st = ClientStateStore::Open(fs->state);
+    ASSERT_TRUE(st.ok());
+    Counters c = (*st)->counters();
+    c.epoch = h.epoch;
+    ClientStateStore::Batch b;
+    b.SetCounters(c);
+    ASSERT_TRUE((*st)->Commit(b, true).ok());
+  }
   wire::RebuildReadRequest read;
   read.target = 1;
   read.participants = {0, 1};
@@ -330,6 +345,8 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   read.participants = {0};
   ExpectRefused(Ask(**servers, 0, h, read, wire::MessageType::kRebuildReadReply),
                 Status::Code::kInvalidArgument, "participants");
+  ASSERT_TRUE(
+      Ask(**servers, 0, h, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply).ok());
 
   // REBUILD_BEGIN on a live server needs force; with it, server 2 is rebuilding.
   const OramParams& p = fs->config.params;

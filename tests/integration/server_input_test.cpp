@@ -154,6 +154,17 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   ExpectError(RawRoundTrip(ep, wire::Encode(stranger, reinit)), "init over another filesystem");
   ExpectError(RawRoundTrip(ep, wire::Encode(h, wire::SmpShares{})), "peer message on client port");
   ASSERT_FALSE(RawRoundTrip(ep, wire::Encode(h, wire::LeaseReleaseRequest{})).empty());
+  // The requests above came from this state's client, in its newest epoch
+  // (otherwise the state is rightly refused as stale).
+  {
+    auto st = ClientStateStore::Open(state);
+    ASSERT_TRUE(st.ok());
+    Counters counters = (*st)->counters();
+    counters.epoch = h.epoch;
+    ClientStateStore::Batch b;
+    b.SetCounters(counters);
+    ASSERT_TRUE((*st)->Commit(b, true).ok());
+  }
 
   // Nothing above changed the store: the client still reads its block.
   auto c = testing::TestOpen(state, FastRetryOptions());

@@ -276,7 +276,9 @@ TEST(WireTest, TypeOfAndNamesCoverEveryAlternative) {
     previous = static_cast<std::size_t>(t);
     EXPECT_STRNE(MessageTypeName(t), "UNKNOWN");
   }
-  EXPECT_EQ(TypeOf(gen.RandomBody(14)), MessageType::kRebuildBeginRequest);
+  EXPECT_EQ(TypeOf(gen.RandomBody(14)), MessageType::kLeaseAcquireRequest);
+  EXPECT_EQ(static_cast<int>(MessageType::kLeaseAcquireRequest), 15);
+  EXPECT_EQ(TypeOf(gen.RandomBody(18)), MessageType::kRebuildBeginRequest);
   EXPECT_EQ(static_cast<int>(MessageType::kRebuildBeginRequest), 20);
   EXPECT_EQ(static_cast<int>(MessageType::kRebuildFinishReply), 27);
   EXPECT_STREQ(MessageTypeName(MessageType::kRetrieveRequest), "RETRIEVE_REQUEST");
@@ -564,8 +566,8 @@ TEST(WireTest, BadMagicAndUnknownTypesAreRejected) {
   auto bad_magic = frame;
   bad_magic[0] ^= 0x20;
   ExpectCorruption(Decode(bad_magic), "magic");
-  // Gaps between the numbered ranges are unknown too (15: reserved, unused here).
-  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{15}, std::uint16_t{28},
+  // Gaps between the numbered ranges are unknown too (19: reserved, unused here).
+  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{19}, std::uint16_t{28},
                           std::uint16_t{0xffff}}) {
     ExpectCorruption(Decode(RawFrame(t, {})), "unknown message type " + std::to_string(t));
   }
