@@ -20,6 +20,8 @@ void RegisterParams(CLI::App& app, int* exit_code);
 void RegisterStatus(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
 void RegisterCluster(CLI::App& app, int* exit_code);
+void RegisterBackupState(CLI::App& app, int* exit_code);
+void RegisterRestore(CLI::App& app, int* exit_code);
 
 // "1G", "512M", "64K", "4096" (binary units) -> bytes; throws CLI::ValidationError.
 std::uint64_t ParseSize(const std::string& text);

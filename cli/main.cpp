@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterStatus(app, &exit_code);
   s3oram::cli::RegisterBench(app, &exit_code);
   s3oram::cli::RegisterCluster(app, &exit_code);
+  s3oram::cli::RegisterBackupState(app, &exit_code);
+  s3oram::cli::RegisterRestore(app, &exit_code);
   spdlog::set_pattern("s3oram: %l: %v");
   CLI11_PARSE(app, argc, argv);
   return exit_code;

@@ -43,6 +43,11 @@ Status OramBlockEngine::Sync() {
   return s;
 }
 
+Result<BackupResult> OramBlockEngine::BackupState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s3oram::BackupState(*client_);
+}
+
 OramBlockEngine::Stats OramBlockEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

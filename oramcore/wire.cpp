@@ -7,6 +7,7 @@
 // disagree about a layout.
 #include "oramcore/wire.h"
 
+#include <array>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
@@ -309,6 +310,72 @@ void Fields(Io& io, Ref<Io, SmpShares> m) {
   io.U32(m.from_index, "from_index");
   io.Elems(m.shares, "shares");
 }
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupPutRequest> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.offset, "offset");
+  io.U64(m.total, "total");
+  io.Bool(m.last, "last");
+  io.Elems(m.shares, "shares");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupPutReply> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.received, "received");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, BackupListRequest>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupInfo> m) {
+  io.U64(m.generation, "backup.generation");
+  io.U64(m.elems, "backup.elems");
+}
+// A u32 count (at most kMaxBackupGenerations) then that many BackupInfo. The
+// reader checks the count against the cap and the bytes present before it
+// allocates, like Elems.
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupListReply> m) {
+  constexpr std::size_t kInfoBytes = 16;
+  if constexpr (Io::kWriting) {
+    if (m.backups.size() > kMaxBackupGenerations) {
+      std::fprintf(stderr, "s3oram::wire::Encode: %zu backups, above kMaxBackupGenerations (%u)\n",
+                   m.backups.size(), kMaxBackupGenerations);
+      std::abort();
+    }
+    const auto count = static_cast<std::uint32_t>(m.backups.size());
+    io.U32(count, "backups.count");
+    for (const BackupInfo& b : m.backups) Fields<Io>(io, b);
+  } else {
+    std::uint32_t count = 0;
+    io.U32(count, "backups.count");
+    if (!io.ok()) return;
+    if (count > kMaxBackupGenerations) {
+      io.Fail("backups: count " + std::to_string(count) + " exceeds limit " +
+              std::to_string(kMaxBackupGenerations));
+      return;
+    }
+    if (std::size_t{count} * kInfoBytes > io.remaining()) {
+      io.Fail("backups: " + std::to_string(count) + " entries need " +
+              std::to_string(std::size_t{count} * kInfoBytes) + " bytes, only " +
+              std::to_string(io.remaining()) + " left (truncated)");
+      return;
+    }
+    m.backups.resize(count);
+    for (BackupInfo& b : m.backups) Fields<Io>(io, b);
+  }
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupGetRequest> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.offset, "offset");
+  io.U32(m.count, "count");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupGetReply> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.total, "total");
+  io.Elems(m.shares, "shares");
+}
 
 // Counts the members of an aggregate: the largest n for which T{x1, ..., xn}
 // compiles with placeholders convertible to anything.
@@ -354,16 +421,41 @@ S3ORAM_WIRE_TAG(EvictPrepareReply, kEvictPrepareReply, 1);
 S3ORAM_WIRE_TAG(EvictCommitRequest, kEvictCommitRequest, 1);
 S3ORAM_WIRE_TAG(EvictCommitReply, kEvictCommitReply, 1);
 S3ORAM_WIRE_TAG(SmpShares, kSmpShares, 5);
+S3ORAM_WIRE_TAG(BackupPutRequest, kBackupPutRequest, 5);
+S3ORAM_WIRE_TAG(BackupPutReply, kBackupPutReply, 2);
+S3ORAM_WIRE_TAG(BackupListRequest, kBackupListRequest, 0);
+S3ORAM_WIRE_TAG(BackupListReply, kBackupListReply, 1);
+S3ORAM_WIRE_TAG(BackupGetRequest, kBackupGetRequest, 3);
+S3ORAM_WIRE_TAG(BackupGetReply, kBackupGetReply, 3);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
+static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
 
+// The type tag of every Body alternative, in variant order. Message numbers
+// have reserved gaps (15-29 belong to other features), so the decoder maps a
+// number to its alternative through this table; the tags must strictly
+// increase, which makes every number name at most one alternative.
 template <std::size_t... I>
-constexpr bool TagsMatchVariantOrder(std::index_sequence<I...>) {
-  return ((static_cast<std::size_t>(Tag<std::variant_alternative_t<I, Body>>::kType) == I + 1) &&
-          ...);
+constexpr std::array<std::uint16_t, sizeof...(I)> TagTable(std::index_sequence<I...>) {
+  return {static_cast<std::uint16_t>(Tag<std::variant_alternative_t<I, Body>>::kType)...};
 }
-static_assert(TagsMatchVariantOrder(std::make_index_sequence<std::variant_size_v<Body>>()),
-              "MessageType values must equal Body variant index + 1");
+constexpr auto kTags = TagTable(std::make_index_sequence<std::variant_size_v<Body>>());
+constexpr bool TagsStrictlyIncrease() {
+  for (std::size_t i = 1; i < kTags.size(); ++i) {
+    if (kTags[i] <= kTags[i - 1]) return false;
+  }
+  return kTags[0] >= 1;
+}
+static_assert(TagsStrictlyIncrease(),
+              "MessageType values must strictly increase along the Body variant");
+
+// The variant index of message number `raw`, or kTags.size() if none.
+std::size_t IndexOfType(std::uint16_t raw) {
+  for (std::size_t i = 0; i < kTags.size(); ++i) {
+    if (kTags[i] == raw) return i;
+  }
+  return kTags.size();
+}
 
 // Decodes the body of alternative I (= type - 1) into a Body.
 template <std::size_t I>
@@ -405,6 +497,12 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kEvictCommitRequest: return "EVICT_COMMIT_REQUEST";
     case MessageType::kEvictCommitReply: return "EVICT_COMMIT_REPLY";
     case MessageType::kSmpShares: return "SMP_SHARES";
+    case MessageType::kBackupPutRequest: return "BACKUP_PUT_REQUEST";
+    case MessageType::kBackupPutReply: return "BACKUP_PUT_REPLY";
+    case MessageType::kBackupListRequest: return "BACKUP_LIST_REQUEST";
+    case MessageType::kBackupListReply: return "BACKUP_LIST_REPLY";
+    case MessageType::kBackupGetRequest: return "BACKUP_GET_REQUEST";
+    case MessageType::kBackupGetReply: return "BACKUP_GET_REPLY";
   }
   return "UNKNOWN";
 }
@@ -473,7 +571,8 @@ Result<Message> Decode(std::span<const std::uint8_t> frame) {
   r.U16(raw_type, "type");
   if (!r.ok()) return r.status();
   constexpr std::size_t kTypes = std::variant_size_v<Body>;
-  if (raw_type == 0 || raw_type > kTypes) {
+  const std::size_t index = IndexOfType(raw_type);
+  if (index >= kTypes) {
     return Status::Corruption("wire frame: unknown message type " + std::to_string(raw_type));
   }
 
@@ -492,7 +591,7 @@ Result<Message> Decode(std::span<const std::uint8_t> frame) {
                               " bytes follow the header");
   }
 
-  auto body = DecodeBody(raw_type - 1u, frame.subspan(kHeaderBytes),
+  auto body = DecodeBody(index, frame.subspan(kHeaderBytes),
                          std::make_index_sequence<kTypes>());
   if (!body.ok()) return body.status();
   msg.body = std::move(body).value();

@@ -22,6 +22,7 @@
 #include "oramcore/random.h"
 #include "oramcore/shamir.h"
 #include "oramcore/wire.h"
+#include "serverd/backup_store.h"
 
 namespace s3oram::serverd {
 
@@ -50,6 +51,8 @@ struct RequestHandler::Impl {
   std::vector<std::uint32_t> peer_indices;  // ascending, the order PeerExchange::Await uses
   std::vector<Elem> lambda;                 // Lagrange weights at 0 over all parties
   std::unique_ptr<ShareStore> store;
+  // The client-state backups beside the share file; open whenever store is.
+  std::unique_ptr<BackupStore> backups;
   std::unique_ptr<boost::asio::thread_pool> pool;
   std::size_t threads = 1;
   // (eviction, attempt) whose shadow this process sealed; lets a duplicate
@@ -165,7 +168,12 @@ struct RequestHandler::Impl {
     meta.shape = s;
     meta.epoch = h.epoch;
     max_epoch = h.epoch;
+    backups.reset();
     S3ORAM_ASSIGN_OR_RETURN(store, ShareStore::Create(config.data_dir, meta, req.overwrite, config.sync));
+    // Backups of whatever filesystem this server held before are useless
+    // (and could never be told apart from the new one's by the server).
+    S3ORAM_ASSIGN_OR_RETURN(backups, BackupStore::Open(config.data_dir, config.sync));
+    S3ORAM_RETURN_IF_ERROR(backups->RemoveAll());
     sealed.reset();
     peers->Reset();
     spdlog::info("initialised filesystem {} (H={} Z={} m={}, {} bytes logical)", HexId(h.fs_id),
@@ -356,6 +364,34 @@ struct RequestHandler::Impl {
     return wire::Body{wire::EvictCommitReply{store->meta().applied_evictions}};
   }
 
+  // Backup reads check the filesystem id but not the epoch: they change
+  // nothing, and a client restoring on a fresh machine has no epoch yet.
+  Status CheckBackupRead(const wire::Header& h) const {
+    if (!store || !backups) {
+      return Status::FailedPrecondition("server holds no filesystem; run s3oram init");
+    }
+    if (h.fs_id != store->meta().fs_id) {
+      return Status::FailedPrecondition("backup request for filesystem " + HexId(h.fs_id) +
+                                        " but this server holds " + HexId(store->meta().fs_id));
+    }
+    return Status::Ok();
+  }
+
+  Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
+    S3ORAM_ASSIGN_OR_RETURN(std::uint64_t received,
+                            backups->Put(req.generation, req.offset, req.total, req.last,
+                                         req.shares));
+    return wire::Body{wire::BackupPutReply{req.generation, received}};
+  }
+
+  Result<wire::Body> HandleBackupGet(const wire::BackupGetRequest& req) {
+    wire::BackupGetReply reply;
+    reply.generation = req.generation;
+    S3ORAM_ASSIGN_OR_RETURN(reply.shares,
+                            backups->Get(req.generation, req.offset, req.count, &reply.total));
+    return wire::Body{std::move(reply)};
+  }
+
   Result<wire::Body> Dispatch(const wire::Message& msg) {
     const wire::Header& h = msg.header;
     return std::visit(
@@ -381,6 +417,18 @@ struct RequestHandler::Impl {
           } else if constexpr (std::is_same_v<T, wire::EvictCommitRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
             return HandleCommit(h, body);
+          } else if constexpr (std::is_same_v<T, wire::BackupPutRequest>) {
+            // A mutation: fenced by the epoch like the others, so a client
+            // that was superseded cannot replace the backup of its successor.
+            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            if (!backups) return Status::FailedPrecondition("server holds no filesystem");
+            return HandleBackupPut(body);
+          } else if constexpr (std::is_same_v<T, wire::BackupListRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckBackupRead(h));
+            return wire::Body{wire::BackupListReply{backups->List()}};
+          } else if constexpr (std::is_same_v<T, wire::BackupGetRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckBackupRead(h));
+            return HandleBackupGet(body);
           } else {
             return Status::Protocol(std::string("a server does not accept ") +
                                     wire::MessageTypeName(wire::TypeOf(wire::Body{body})));
@@ -454,6 +502,7 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   auto opened = ShareStore::Open(s->config.data_dir, s->config.sync);
   if (opened.ok()) {
     s->store = std::move(opened).value();
+    S3ORAM_ASSIGN_OR_RETURN(s->backups, BackupStore::Open(s->config.data_dir, s->config.sync));
     const ServerMeta& m = s->store->meta();
     if (m.server_index != s->config.index) {
       return Status::FailedPrecondition("data dir " + s->config.data_dir +

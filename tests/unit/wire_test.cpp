@@ -89,6 +89,21 @@ bool Same(const SmpShares& a, const SmpShares& b) {
   return std::tie(a.eviction, a.attempt, a.round, a.from_index, a.shares) ==
          std::tie(b.eviction, b.attempt, b.round, b.from_index, b.shares);
 }
+bool Same(const BackupPutRequest& a, const BackupPutRequest& b) {
+  return std::tie(a.generation, a.offset, a.total, a.last, a.shares) ==
+         std::tie(b.generation, b.offset, b.total, b.last, b.shares);
+}
+bool Same(const BackupPutReply& a, const BackupPutReply& b) {
+  return std::tie(a.generation, a.received) == std::tie(b.generation, b.received);
+}
+bool Same(const BackupListRequest&, const BackupListRequest&) { return true; }
+bool Same(const BackupListReply& a, const BackupListReply& b) { return a.backups == b.backups; }
+bool Same(const BackupGetRequest& a, const BackupGetRequest& b) {
+  return std::tie(a.generation, a.offset, a.count) == std::tie(b.generation, b.offset, b.count);
+}
+bool Same(const BackupGetReply& a, const BackupGetReply& b) {
+  return std::tie(a.generation, a.total, a.shares) == std::tie(b.generation, b.total, b.shares);
+}
 bool SameBody(const Body& a, const Body& b) {
   if (a.index() != b.index()) return false;
   return std::visit(
@@ -152,6 +167,17 @@ class Gen {
       case 11: return EvictCommitRequest{U64()};
       case 12: return EvictCommitReply{U64()};
       case 13: return SmpShares{U64(), U32(), U32(), U32(), Elems()};
+      case 14: return BackupPutRequest{U64(), U64(), U64(), Bool(), Elems()};
+      case 15: return BackupPutReply{U64(), U64()};
+      case 16: return BackupListRequest{};
+      case 17: {
+        BackupListReply m;
+        m.backups.resize(rng_() % (kMaxBackupGenerations + 1));
+        for (auto& b : m.backups) b = BackupInfo{U64(), U64()};
+        return m;
+      }
+      case 18: return BackupGetRequest{U64(), U64(), U32()};
+      case 19: return BackupGetReply{U64(), U64(), Elems()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
@@ -198,12 +224,18 @@ void ExpectCorruption(const Result<Message>& r, const std::string& needle = "") 
 TEST(WireTest, TypeOfAndNamesCoverEveryAlternative) {
   std::mt19937_64 rng = testing::SeededRng();
   Gen gen(rng);
+  std::size_t previous = 0;
   for (std::size_t i = 0; i < kNumTypes; ++i) {
     Body b = gen.RandomBody(i);
     MessageType t = TypeOf(b);
-    EXPECT_EQ(static_cast<std::size_t>(t), i + 1);
+    // Numbers strictly increase along the variant (with reserved gaps).
+    EXPECT_GT(static_cast<std::size_t>(t), previous);
+    previous = static_cast<std::size_t>(t);
     EXPECT_STRNE(MessageTypeName(t), "UNKNOWN");
   }
+  EXPECT_EQ(TypeOf(gen.RandomBody(13)), MessageType::kSmpShares);
+  EXPECT_EQ(static_cast<int>(TypeOf(gen.RandomBody(14))), 30);  // backup: 30-39
+  EXPECT_EQ(static_cast<int>(TypeOf(gen.RandomBody(kNumTypes - 1))), 35);
   EXPECT_STREQ(MessageTypeName(MessageType::kRetrieveRequest), "RETRIEVE_REQUEST");
   EXPECT_STREQ(MessageTypeName(static_cast<MessageType>(999)), "UNKNOWN");
 }
@@ -324,7 +356,7 @@ TEST(WireTest, EveryTruncationIsRejected) {
       // A fresh copy of exactly `len` bytes, so ASan sees any read past the end.
       std::vector<std::uint8_t> prefix(frame.begin(), frame.begin() + static_cast<long>(len));
       auto r = Decode(prefix);
-      ASSERT_FALSE(r.ok()) << MessageTypeName(static_cast<MessageType>(i + 1)) << " prefix "
+      ASSERT_FALSE(r.ok()) << MessageTypeName(TypeOf(gen.RandomBody(i))) << " prefix "
                            << len << " of " << frame.size() << " accepted";
       EXPECT_EQ(r.status().code(), Status::Code::kCorruption) << r.status().ToString();
     }
@@ -487,7 +519,9 @@ TEST(WireTest, BadMagicAndUnknownTypesAreRejected) {
   auto bad_magic = frame;
   bad_magic[0] ^= 0x20;
   ExpectCorruption(Decode(bad_magic), "magic");
-  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{kNumTypes + 1}, std::uint16_t{0xffff}}) {
+  // 15-29 are reserved for other features, 36-39 unused backup numbers.
+  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{15}, std::uint16_t{29},
+                          std::uint16_t{36}, std::uint16_t{39}, std::uint16_t{0xffff}}) {
     ExpectCorruption(Decode(RawFrame(t, {})), "unknown message type " + std::to_string(t));
   }
   ExpectCorruption(Decode(std::vector<std::uint8_t>{}), "truncated");
@@ -531,6 +565,63 @@ TEST(WireTest, LongErrorMessagesAreClipped) {
   auto r2 = Decode(Encode(Header{}, ErrorReply{3, std::string(kMaxString * 2, 'z')}));
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ(std::get<ErrorReply>(r2->body).message.size(), kMaxString);
+}
+
+// ---- client-state backup messages -------------------------------------------
+
+TEST(WireTest, BackupMessagesGoldenLayout) {
+  std::vector<std::uint8_t> frame =
+      Encode(Header{}, BackupPutRequest{7, 2, 9, true, {1, field::kPrime - 1}});
+  std::vector<std::uint8_t> body;
+  PutLe(body, 7, 8);
+  PutLe(body, 2, 8);
+  PutLe(body, 9, 8);
+  body.push_back(1);
+  PutLe(body, 2, 4);
+  PutLe(body, 1, 4);
+  PutLe(body, field::kPrime - 1, 4);
+  EXPECT_EQ(frame[6], 30);
+  EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
+
+  BackupListReply list;
+  list.backups = {{3, 100}, {4, 200}};
+  frame = Encode(Header{}, list);
+  body.clear();
+  PutLe(body, 2, 4);
+  for (auto [g, n] : {std::pair<int, int>{3, 100}, {4, 200}}) {
+    PutLe(body, static_cast<std::uint64_t>(g), 8);
+    PutLe(body, static_cast<std::uint64_t>(n), 8);
+  }
+  EXPECT_EQ(frame[6], 33);
+  EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
+  auto r = Decode(frame);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameBody(r->body, list));
+}
+
+TEST(WireTest, BackupListCountIsCappedAndChecked) {
+  // A count above the cap, with or without the bytes behind it.
+  std::vector<std::uint8_t> body;
+  PutLe(body, kMaxBackupGenerations + 1, 4);
+  body.resize(4 + 16 * (kMaxBackupGenerations + 1), 0);
+  ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kBackupListReply), body)),
+                   "exceeds limit");
+  // A count the bytes do not cover: refused before anything is allocated.
+  body.clear();
+  PutLe(body, 3, 4);
+  body.resize(4 + 16 * 2, 0);
+  g_probe_max = 0;
+  g_probe_armed = true;
+  auto r = Decode(RawFrame(TypeCode(MessageType::kBackupListReply), body));
+  g_probe_armed = false;
+  ExpectCorruption(r, "truncated");
+  EXPECT_LT(g_probe_max.load(), 4096u);
+}
+
+TEST(WireTest, BackupPutLastFlagMustBeZeroOrOne) {
+  std::vector<std::uint8_t> frame = Encode(Header{}, BackupPutRequest{1, 0, 0, false, {}});
+  frame[kHeaderBytes + 24] = 2;
+  ExpectCorruption(Decode(frame), "last");
 }
 
 }  // namespace
