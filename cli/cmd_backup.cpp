@@ -12,6 +12,7 @@
 #include "cli/progress.h"
 #include "oramcore/client.h"
 #include "oramcore/curve_keys.h"
+#include "oramcore/key_wrap.h"
 #include "oramcore/state_backup.h"
 
 namespace s3oram::cli {
@@ -55,12 +56,17 @@ void RegisterBackupState(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    // A full open: it starts a new epoch, so a mounted filesystem's daemon is
-    // fenced off from then on; unmount first (its unmount backs up anyway).
-    auto client = OramClient::Open(a->state, *pass);
+    // Read-only: no new epoch, so a daemon that has the filesystem mounted
+    // is not fenced off (its uploads and this one use the same epoch). The
+    // backup key comes from the passphrase here instead of from Open.
+    auto client = OramClient::OpenReadOnly(a->state);
     if (!client.ok()) return fail(client.status());
+    const FsConfig& config = (*client)->config();
+    auto master = UnwrapMasterKey(config.key_wrap, *pass, config.fs_id);
+    if (!master.ok()) return fail(master.status());
+    const Secret key = DeriveBackupKey(*master);
     std::unique_ptr<Progress> progress;
-    auto r = BackupState(**client, MakeProgress("backup", progress));
+    auto r = BackupStateWithKey(**client, key, MakeProgress("backup", progress));
     if (progress) progress->Finish();
     if (!r.ok()) return fail(r.status());
     std::printf("backed up %s as generation %llu: %s of state padded to %s, %s per server\n",

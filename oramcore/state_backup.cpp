@@ -1,12 +1,13 @@
 // Client-state backup and restore (format: state_backup.h).
 //
 // Backup:
-//  1. client.Sync(), so the counters on disk are the client's (the header
-//     repeats them for restore to compare with the servers);
+//  1. client.Sync(), so every access the client committed is in the file;
 //  2. a consistent snapshot: VACUUM INTO an empty 0600 file made by mkstemp
 //     next to the state (a read transaction, so it sees every committed
 //     transaction and nothing half-done, whoever else has the file open),
-//     read into guarded memory (Secret), the file removed whatever happens;
+//     its counters read from the copy itself (the header repeats them for
+//     restore to compare with the servers), the bytes read into guarded
+//     memory (Secret), the file removed whatever happens;
 //  3. pad, encrypt, build the header; BACKUP_LIST on every server chooses the
 //     generation (one above the newest any server has);
 //  4. the blob is packed and Shamir-shared chunk by chunk (4 Mi elements per
@@ -307,8 +308,37 @@ std::string DirOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+struct StateSnapshot {
+  Secret bytes;
+  Counters counters;  // read from the copy itself, so the header matches it exactly
+};
+
+// The counters row of the SQLite database at `path`.
+Result<Counters> ReadCounters(const std::string& path) {
+  sqlite3* db = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  sqlite3_stmt* st = nullptr;
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_prepare_v2(db, "SELECT nr, ne, seq, epoch FROM counters WHERE id = 0", -1, &st,
+                            nullptr);
+  }
+  if (rc == SQLITE_OK) rc = sqlite3_step(st);
+  Result<Counters> out = Status::Corruption("the snapshot of the client state has no counters");
+  if (rc == SQLITE_ROW) {
+    // u64 stored as their two's-complement bit pattern (client_state.cpp).
+    auto u64 = [st](int col) { return std::bit_cast<std::uint64_t>(sqlite3_column_int64(st, col)); };
+    out = Counters{u64(0), u64(1), u64(2), u64(3)};
+  } else if (rc != SQLITE_DONE) {
+    out = Status::IoError("reading the counters of the snapshot: " +
+                          std::string(db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+  }
+  sqlite3_finalize(st);
+  sqlite3_close_v2(db);
+  return out;
+}
+
 // A consistent copy of the SQLite database at `state_path`, in guarded memory.
-Result<Secret> Snapshot(const std::string& state_path) {
+Result<StateSnapshot> Snapshot(const std::string& state_path) {
   S3ORAM_ASSIGN_OR_RETURN(std::string tmp, MakeTempBeside(state_path, "snapshot"));
   FileRemover remove(tmp);
   sqlite3* db = nullptr;
@@ -336,7 +366,10 @@ Result<Secret> Snapshot(const std::string& state_path) {
   sqlite3_finalize(st);
   sqlite3_close_v2(db);
   S3ORAM_RETURN_IF_ERROR(result);
-  return ReadWhole(tmp);
+  StateSnapshot snap;
+  S3ORAM_ASSIGN_OR_RETURN(snap.counters, ReadCounters(tmp));
+  S3ORAM_ASSIGN_OR_RETURN(snap.bytes, ReadWhole(tmp));
+  return snap;
 }
 
 // Shares `secret` with fresh degree-t polynomials; out[i] = party i's shares.
@@ -630,18 +663,28 @@ std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& clien
 }
 
 Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& progress) {
-  random::EnsureInitialized();
   if (client.backup_key().empty()) {
     return Status::FailedPrecondition("a state backup needs a client opened with the passphrase");
   }
+  return BackupStateWithKey(client, client.backup_key(), progress);
+}
+
+Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup_key,
+                                        const BackupProgressFn& progress) {
+  random::EnsureInitialized();
+  if (backup_key.size() != crypto_aead_xchacha20poly1305_ietf_KEYBYTES) {
+    return Status::InvalidArgument("a backup key has 32 bytes");
+  }
   const FsConfig& config = client.config();
   const OramParams& params = client.params();
-  // 1. The counters on disk become the client's; the snapshot carries them.
+  // 1. Every committed access of this client reaches the file (a no-op for
+  //    a read-only client, which has none).
   S3ORAM_RETURN_IF_ERROR(client.Sync().WithContext("syncing the client state before the backup"));
-  const Counters counters = client.counters();
 
-  // 2. Snapshot.
-  S3ORAM_ASSIGN_OR_RETURN(Secret snapshot, Snapshot(client.state_path()));
+  // 2. Snapshot, with the counters it holds.
+  S3ORAM_ASSIGN_OR_RETURN(StateSnapshot snap, Snapshot(client.state_path()));
+  Secret snapshot = std::move(snap.bytes);
+  const Counters counters = snap.counters;
   const std::uint64_t state_bytes = snapshot.size();
   const std::uint64_t padded_bytes =
       std::max(kBackupMinPaddedBytes,
@@ -685,7 +728,7 @@ Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& pro
     crypto_aead_xchacha20poly1305_ietf_encrypt(blob.data() + kBackupHeaderBytes, &clen,
                                                plain.data(), plain.size(), ad.data(), ad.size(),
                                                nullptr, h.nonce.data(),
-                                               client.backup_key().data());
+                                               backup_key.data());
     if (clen != padded_bytes + kTagBytes) std::abort();
   }
 

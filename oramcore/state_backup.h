@@ -62,10 +62,16 @@ struct BackupResult {
 
 // Snapshots the state of `client` (opened with the passphrase, so it holds
 // the backup key), encrypts, shares and uploads it as a new generation (one
-// above the newest any server holds). Syncs the client's counters first, so
-// the snapshot's counters are the ones in the header. Every server must take
-// its share; the previous generations stay until the new one is complete.
+// above the newest any server holds). Syncs the client first; the header's
+// counters are read from the snapshot itself. Every server must take its
+// share; the previous generations stay until the new one is complete.
 Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& progress = {});
+// The same with an explicit backup key (DeriveBackupKey of the unwrapped
+// master key), for a client opened read-only: `s3oram backup-state` uses
+// that, so it starts no new epoch and does not fence a mounted daemon. The
+// snapshot is then whatever that daemon had committed.
+Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup_key,
+                                        const BackupProgressFn& progress = {});
 
 struct RestoreOptions {
   std::string state_path;                // created; must not exist

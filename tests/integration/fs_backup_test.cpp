@@ -142,7 +142,17 @@ TEST(FsBackupTest, RestoreFromServersReproducesTheTree) {
   // below adds generation 2).
   auto st = RunCmd({Cli(), "status", "-s", restored}, std::chrono::seconds(60));
   EXPECT_NE(st.output.find("newest generation 1"), std::string::npos) << st.output;
+  // An on-demand backup while mounted: it opens the state read-only, so the
+  // daemon keeps working (it is not fenced by a new epoch).
+  auto b = RunCmd({Cli(), "backup-state", "-s", restored, "--passfile", fs->passfile()},
+                  std::chrono::seconds(120));
+  EXPECT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("as generation 2"), std::string::npos) << b.output;
+  const std::string late = PatternBytes(50000, seed + 99);
+  ASSERT_TRUE(WriteFile(fs->Path("docs/after-backup"), late, 0644, /*do_fsync=*/true));
+  EXPECT_TRUE(testing::FileHasContent(fs->Path("docs/after-backup"), late));
   ASSERT_TRUE(fs->Unmount());
+  EXPECT_NE(fs->daemon_log().find("as generation 3"), std::string::npos) << fs->daemon_log();
 }
 
 }  // namespace
