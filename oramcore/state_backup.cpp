@@ -308,33 +308,75 @@ std::string DirOf(const std::string& path) {
   return slash == 0 ? "/" : path.substr(0, slash);
 }
 
+// The snapshot, and the fields the header repeats, read from the copy
+// itself: a passwd or an access committed by another process between this
+// client's open and the snapshot is then in both, never in one only.
 struct StateSnapshot {
   Secret bytes;
-  Counters counters;  // read from the copy itself, so the header matches it exactly
+  Counters counters;
+  KeyWrap wrap;
 };
 
-// The counters row of the SQLite database at `path`.
-Result<Counters> ReadCounters(const std::string& path) {
+// Reads the counters row and the key-wrap meta rows (client_state.cpp's
+// schema) of the SQLite database at `path` into `snap`.
+Status ReadHeaderFields(const std::string& path, StateSnapshot& snap) {
   sqlite3* db = nullptr;
   int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+  // u64 are stored as their two's-complement bit pattern.
+  auto u64 = [](sqlite3_stmt* st, int col) {
+    return std::bit_cast<std::uint64_t>(sqlite3_column_int64(st, col));
+  };
+  auto blob = [](sqlite3_stmt* st, int col, std::span<std::uint8_t> out) {
+    if (sqlite3_column_type(st, col) != SQLITE_BLOB ||
+        static_cast<std::size_t>(sqlite3_column_bytes(st, col)) != out.size()) {
+      return false;
+    }
+    const auto* p = static_cast<const std::uint8_t*>(sqlite3_column_blob(st, col));
+    std::copy(p, p + out.size(), out.begin());
+    return true;
+  };
+  bool counters = false;
+  int fields = 0;
   sqlite3_stmt* st = nullptr;
   if (rc == SQLITE_OK) {
     rc = sqlite3_prepare_v2(db, "SELECT nr, ne, seq, epoch FROM counters WHERE id = 0", -1, &st,
                             nullptr);
   }
-  if (rc == SQLITE_OK) rc = sqlite3_step(st);
-  Result<Counters> out = Status::Corruption("the snapshot of the client state has no counters");
-  if (rc == SQLITE_ROW) {
-    // u64 stored as their two's-complement bit pattern (client_state.cpp).
-    auto u64 = [st](int col) { return std::bit_cast<std::uint64_t>(sqlite3_column_int64(st, col)); };
-    out = Counters{u64(0), u64(1), u64(2), u64(3)};
-  } else if (rc != SQLITE_DONE) {
-    out = Status::IoError("reading the counters of the snapshot: " +
-                          std::string(db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
+  if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    snap.counters = Counters{u64(st, 0), u64(st, 1), u64(st, 2), u64(st, 3)};
+    counters = true;
   }
   sqlite3_finalize(st);
+  st = nullptr;
+  if (rc == SQLITE_OK) {
+    rc = sqlite3_prepare_v2(db,
+                            "SELECT key, value FROM meta WHERE key IN ('kdf_ops', 'kdf_mem', "
+                            "'key_salt', 'key_nonce', 'key_sealed')",
+                            -1, &st, nullptr);
+  }
+  while (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
+    const auto* k = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    const std::string key = k ? k : "";
+    if (key == "kdf_ops") {
+      snap.wrap.kdf.ops = u64(st, 1);
+      ++fields;
+    }
+    if (key == "kdf_mem") {
+      snap.wrap.kdf.mem_bytes = u64(st, 1);
+      ++fields;
+    }
+    if (key == "key_salt" && blob(st, 1, snap.wrap.salt)) ++fields;
+    if (key == "key_nonce" && blob(st, 1, snap.wrap.nonce)) ++fields;
+    if (key == "key_sealed" && blob(st, 1, snap.wrap.sealed)) ++fields;
+  }
+  const std::string err = rc == SQLITE_OK ? "" : (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  sqlite3_finalize(st);
   sqlite3_close_v2(db);
-  return out;
+  if (!err.empty()) return Status::IoError("reading the snapshot of the client state: " + err);
+  if (!counters || fields != 5) {
+    return Status::Corruption("the snapshot of the client state lacks its counters or key wrap");
+  }
+  return Status::Ok();
 }
 
 // A consistent copy of the SQLite database at `state_path`, in guarded memory.
@@ -367,7 +409,7 @@ Result<StateSnapshot> Snapshot(const std::string& state_path) {
   sqlite3_close_v2(db);
   S3ORAM_RETURN_IF_ERROR(result);
   StateSnapshot snap;
-  S3ORAM_ASSIGN_OR_RETURN(snap.counters, ReadCounters(tmp));
+  S3ORAM_RETURN_IF_ERROR(ReadHeaderFields(tmp, snap));
   S3ORAM_ASSIGN_OR_RETURN(snap.bytes, ReadWhole(tmp));
   return snap;
 }
@@ -681,7 +723,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   //    a read-only client, which has none).
   S3ORAM_RETURN_IF_ERROR(client.Sync().WithContext("syncing the client state before the backup"));
 
-  // 2. Snapshot, with the counters it holds.
+  // 2. Snapshot, with the counters and key wrap it holds.
   S3ORAM_ASSIGN_OR_RETURN(StateSnapshot snap, Snapshot(client.state_path()));
   Secret snapshot = std::move(snap.bytes);
   const Counters counters = snap.counters;
@@ -710,7 +752,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   h.generation = generation;
   h.created = static_cast<std::uint64_t>(std::time(nullptr));
   h.counters = counters;
-  h.wrap = config.key_wrap;
+  h.wrap = snap.wrap;
   h.padded = padded_bytes;
   random::Bytes(h.nonce);
 

@@ -136,6 +136,40 @@ TEST_F(StateBackupTest, RestoreRoundTripAndWrongPassphraseWritesNothing) {
   EXPECT_EQ(again.status().code(), Status::Code::kAlreadyExists) << again.status().ToString();
 }
 
+// The header's key wrap comes from the snapshot, not from what the client
+// read at open: a passphrase changed while the client was open (passwd on a
+// mounted filesystem) is the one the backup needs.
+TEST_F(StateBackupTest, PassphraseChangedWhileOpenIsTheOneTheBackupNeeds) {
+  WriteBlocks(0, 3, 6);
+  auto c = TestOpen(fs_->state, FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const Secret fresh = Secret::CopyOf(std::string_view("a new passphrase for the backup test"));
+  {
+    auto store = ClientStateStore::Open(fs_->state);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    const FsConfig& cfg = (*store)->config();
+    auto master = UnwrapMasterKey(cfg.key_wrap, TestPassphrase(), cfg.fs_id);
+    ASSERT_TRUE(master.ok());
+    auto wrap = WrapMasterKey(*master, fresh, cfg.fs_id, TestKdf());
+    ASSERT_TRUE(wrap.ok());
+    Status st = (*store)->ReplaceKeyWrap(*wrap);
+    // FailedPrecondition: changed, but the open client kept the WAL alive.
+    ASSERT_TRUE(st.ok() || st.code() == Status::Code::kFailedPrecondition) << st.ToString();
+  }
+  ASSERT_TRUE(BackupState(**c).ok());
+  c->reset();
+  auto old_pass = RestoreState(Restore("pw.s3oram"), TestPassphrase());
+  EXPECT_EQ(old_pass.status().code(), Status::Code::kPermissionDenied)
+      << old_pass.status().ToString();
+  auto r = RestoreState(Restore("pw.s3oram"), fresh);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  auto opened = OramClient::Open(fs_->dir.Sub("pw.s3oram"), fresh, FastRetryOptions());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto block = (*opened)->Read(1);
+  ASSERT_TRUE(block.ok()) << block.status().ToString();
+  EXPECT_EQ(*block, Content(Params().block_bytes, 1, seed_ + 6));
+}
+
 TEST_F(StateBackupTest, DamagedSharesAreNamedOrRefused) {
   WriteBlocks(0, 10, 2);
   ASSERT_TRUE(Backup().ok());
