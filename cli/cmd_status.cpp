@@ -3,6 +3,7 @@
 
 #include "cli/commands.h"
 #include "oramcore/client.h"
+#include "oramcore/state_backup.h"
 
 namespace s3oram::cli {
 
@@ -53,6 +54,26 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   r.reply.prepared_eviction ? " (one prepared)" : "",
                   HumanBytes(double(r.reply.share_file_bytes)).c_str(),
                   HumanBytes(double(r.reply.allocated_bytes)).c_str());
+    }
+    // Client-state backups (s3oram backup-state, and every clean unmount).
+    auto backups = ListBackups(**client, std::chrono::milliseconds(*timeout_ms));
+    for (std::size_t i = 0; i < backups.size(); ++i) {
+      if (!reports[i].status.ok()) continue;  // already reported unreachable
+      if (!backups[i].ok()) {
+        std::printf("backup %zu    cannot list: %s\n", i, backups[i].status().ToString().c_str());
+        continue;
+      }
+      const auto& list = backups[i].value();
+      if (list.empty()) {
+        std::printf("backup %zu    none\n", i);
+        continue;
+      }
+      std::string gens;
+      for (const auto& b : list) gens += (gens.empty() ? "" : ", ") + std::to_string(b.generation);
+      std::printf("backup %zu    newest generation %llu (%s share); held: %s\n", i,
+                  static_cast<unsigned long long>(list.back().generation),
+                  HumanBytes(double(list.back().elems) * sizeof(field::Elem)).c_str(),
+                  gens.c_str());
     }
     *exit_code = unreachable ? 1 : 0;
   });

@@ -20,6 +20,8 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterCluster(app, &exit_code);
   s3oram::cli::RegisterFsck(app, &exit_code);
   s3oram::cli::RegisterRebuild(app, &exit_code);
+  s3oram::cli::RegisterBackupState(app, &exit_code);
+  s3oram::cli::RegisterRestore(app, &exit_code);
   spdlog::set_pattern("s3oram: %l: %v");
   try {
     app.parse(argc, argv);

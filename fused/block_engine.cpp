@@ -62,6 +62,11 @@ Status OramBlockEngine::Close() {
   return client_->Close();
 }
 
+Result<BackupResult> OramBlockEngine::BackupState() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return s3oram::BackupState(*client_);
+}
+
 OramBlockEngine::Stats OramBlockEngine::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return stats_;

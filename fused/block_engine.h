@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "oramcore/client.h"
+#include "oramcore/state_backup.h"
 #include "oramcore/status.h"
 
 namespace s3oram::fs {
@@ -53,6 +54,10 @@ class OramBlockEngine final : public BlockEngine {
     std::uint64_t failures = 0;
   };
   Stats stats() const;
+
+  // Backs the client state up to the servers (oramcore/state_backup.h) under
+  // the engine's lock, so no access runs during the snapshot.
+  Result<BackupResult> BackupState();
 
  private:
   mutable std::mutex mu_;

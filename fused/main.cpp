@@ -10,7 +10,8 @@
 //     pending eviction), open the metadata and free crash orphans;
 //  4. create the FUSE session, mount, report success, detach stdio;
 //  5. serve with the multi-threaded loop until unmount or SIGTERM/SIGINT/
-//     SIGHUP; `destroy` writes back every cached block and syncs.
+//     SIGHUP; `destroy` writes back every cached block and syncs;
+//  6. back the client state up to the servers (oramcore/state_backup.h).
 // Once mounted, nothing is written to stderr (logs go to log_file, syslog,
 // or the journal when stderr is the journal).
 #include <fcntl.h>
@@ -266,6 +267,21 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   keepalive_cv.notify_all();
   keepalive.join();
   const bool flushed = cache.FlushAll() == 0;
+  // Clean unmount: every block is written back and the state synced, so this
+  // is the moment the state is worth backing up (still as the lease holder).
+  // A failure loses only this backup (the previous generations stay on the
+  // servers), so it is logged and the unmount still succeeds; `s3oram
+  // backup-state` can be run by hand.
+  if (flushed) {
+    if (auto b = engine.BackupState(); b.ok()) {
+      spdlog::info("client state backed up to the servers as generation {} ({} bytes, padded to {})",
+                   b->generation, b->state_bytes, b->padded_bytes);
+    } else {
+      spdlog::error("unmount: backing up the client state to the servers FAILED: {}; the servers "
+                    "keep the previous backup; run `s3oram backup-state -s {}` to retry",
+                    b.status().ToString(), state);
+    }
+  }
   // The lease goes last: until every block is written back, this mount is
   // still the filesystem's writer.
   if (Status st = engine.Close(); !st.ok()) spdlog::warn("releasing the lease: {}", st.ToString());

@@ -159,6 +159,10 @@ void ResetDataDir(Env& env, std::uint8_t start) {
   for (const char* f : {"shares.bin", "shadow.bin", "shares.bin.tmp"}) {
     ::unlink((env.config.data_dir + "/" + f).c_str());
   }
+  // Client-state backups (serverd/backup_store.h) an earlier input uploaded.
+  for (const auto& e : std::filesystem::directory_iterator(env.config.data_dir)) {
+    if (e.path().filename().string().rfind("backup-", 0) == 0) std::filesystem::remove(e.path());
+  }
   if (start % 3 == fz::kStartEmpty) return;
   ServerMeta meta;
   meta.fs_id = fz::kFsId;
@@ -221,6 +225,9 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kRebuildReadRequest: return T::kRebuildReadReply;
     case T::kRebuildWriteRequest: return T::kRebuildWriteReply;
     case T::kRebuildFinishRequest: return T::kRebuildFinishReply;
+    case T::kBackupPutRequest: return T::kBackupPutReply;
+    case T::kBackupListRequest: return T::kBackupListReply;
+    case T::kBackupGetRequest: return T::kBackupGetReply;
     default: return std::nullopt;
   }
 }

@@ -15,6 +15,7 @@
 #include "oramcore/lease_holder.h"
 #include "oramcore/random.h"
 #include "oramcore/shamir.h"
+#include "oramcore/state_backup.h"
 
 namespace s3oram {
 
@@ -70,6 +71,7 @@ OramClient::~OramClient() {
 const FsConfig& OramClient::config() const { return store_->config(); }
 const Counters& OramClient::counters() const { return counters_; }
 const TransportStats& OramClient::transport_stats() const { return servers_->stats(); }
+const std::string& OramClient::state_path() const { return store_->path(); }
 
 std::string OramClient::ServerSetName() const {
   std::string out = "{";
@@ -180,6 +182,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     S3ORAM_ASSIGN_OR_RETURN(Secret master,
                             UnwrapMasterKey(config.key_wrap, *passphrase, config.fs_id));
     client->sealer_ = std::make_unique<BlockSealer>(master, config.fs_id);
+    client->backup_key_ = DeriveBackupKey(master);  // for BackupState
   }
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
                              .WithContext("parameters in " + state_path));

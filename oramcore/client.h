@@ -49,6 +49,7 @@
 #include "oramcore/block_seal.h"
 #include "oramcore/client_state.h"
 #include "oramcore/planner.h"
+#include "oramcore/secret.h"
 #include "oramcore/status.h"
 #include "oramcore/transport.h"
 #include "oramcore/wire.h"
@@ -135,6 +136,17 @@ class OramClient {
   const ClientStats& stats() const { return stats_; }
   const TransportStats& transport_stats() const;
 
+  // --- For the client-state backup (oramcore/state_backup.h) only. ---------
+  // The state file this client opened.
+  const std::string& state_path() const;
+  // The connections to the servers, and the header (current epoch, next seq)
+  // of the next request sent over them.
+  ServerSet& server_set() { return *servers_; }
+  wire::Header NextRequestHeader() { return NextHeader(); }
+  // The backup key, derived from the master key at Open (DeriveBackupKey);
+  // empty for a read-only client, which never holds the master key.
+  const Secret& backup_key() const { return backup_key_; }
+
  private:
   OramClient() = default;
   static Result<std::unique_ptr<OramClient>> OpenImpl(const std::string& state_path,
@@ -178,6 +190,7 @@ class OramClient {
   int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
   std::string lease_sealed_;  // this client's sealed description, as acquired
   bool fenced_ = false;
+  Secret backup_key_;            // empty when read-only
 };
 
 }  // namespace s3oram

@@ -809,6 +809,50 @@ Status ClientStateStore::ReplaceKeyWrap(const KeyWrap& wrap) {
   return Status::Ok();
 }
 
+Status ClientStateStore::ReplaceMachineConfig(const std::vector<std::string>& servers,
+                                              const std::vector<std::string>& server_keys,
+                                              const std::string& client_key_file) {
+  if (servers.size() != config_.servers.size() || server_keys.size() != servers.size()) {
+    return Status::InvalidArgument(
+        path_ + ": the filesystem has " + std::to_string(config_.servers.size()) +
+        " servers; give exactly that many endpoints and keys (got " +
+        std::to_string(servers.size()) + " and " + std::to_string(server_keys.size()) + ")");
+  }
+  S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA synchronous = FULL"));
+  auto apply = [&]() -> Status {
+    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "BEGIN IMMEDIATE"));
+    Stmt srv;
+    S3ORAM_RETURN_IF_ERROR(
+        srv.Prepare(db_, "UPDATE servers SET endpoint = ?2, public_key = ?3 WHERE idx = ?1"));
+    for (std::size_t i = 0; i < servers.size(); ++i) {
+      srv.Int(1, static_cast<std::int64_t>(i));
+      srv.Text(2, servers[i]);
+      srv.Text(3, server_keys[i]);
+      S3ORAM_RETURN_IF_ERROR(srv.Exec("rewriting servers"));
+      if (sqlite3_changes(db_) != 1) {
+        return Status::Corruption("servers table has no row for party " + std::to_string(i));
+      }
+    }
+    Stmt meta;
+    S3ORAM_RETURN_IF_ERROR(
+        meta.Prepare(db_, "UPDATE meta SET value = ?1 WHERE key = 'client_key_file'"));
+    meta.Text(1, client_key_file);
+    S3ORAM_RETURN_IF_ERROR(meta.Exec("rewriting client_key_file"));
+    if (sqlite3_changes(db_) != 1) return Status::Corruption("meta row 'client_key_file' missing");
+    return ExecSql(db_, "COMMIT");
+  };
+  Status s = apply();
+  if (!s.ok() && !sqlite3_get_autocommit(db_)) {
+    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  }
+  (void)ExecSql(db_, "PRAGMA synchronous = NORMAL");
+  if (!s.ok()) return s.WithContext(path_ + ": rewriting the server addresses (nothing changed)");
+  config_.servers = servers;
+  config_.server_keys = server_keys;
+  config_.client_key_file = client_key_file;
+  return Status::Ok();
+}
+
 Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (batch.empty()) return Status::Ok();
   // Reject entries that could never be loaded back before touching the

@@ -102,6 +102,14 @@ class ClientStateStore {
   // from completing, the change is still made and FailedPrecondition says so.
   Status ReplaceKeyWrap(const KeyWrap& wrap);
 
+  // Replaces what belongs to one machine rather than to the filesystem: the
+  // server endpoints, their CURVE public keys and the client key file (a
+  // restored state on a new machine). Same number of servers as before, in
+  // party order. One durable transaction; config() follows.
+  Status ReplaceMachineConfig(const std::vector<std::string>& servers,
+                              const std::vector<std::string>& server_keys,
+                              const std::string& client_key_file);
+
   // One transaction. durable = true waits for the data to reach stable storage
   // (synchronous=FULL); otherwise the commit survives a process crash but maybe
   // not a power loss (WAL, synchronous=NORMAL).

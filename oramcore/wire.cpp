@@ -7,6 +7,7 @@
 // disagree about a layout.
 #include "oramcore/wire.h"
 
+#include <array>
 #include <bit>
 #include <cstdio>
 #include <cstdlib>
@@ -470,6 +471,72 @@ void Fields(Io& io, Ref<Io, RebuildFinishRequest> m) {
 }
 template <class Io>
 void Fields(Io&, Ref<Io, RebuildFinishReply>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupPutRequest> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.offset, "offset");
+  io.U64(m.total, "total");
+  io.Bool(m.last, "last");
+  io.Elems(m.shares, "shares");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupPutReply> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.received, "received");
+}
+template <class Io>
+void Fields(Io&, Ref<Io, BackupListRequest>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupInfo> m) {
+  io.U64(m.generation, "backup.generation");
+  io.U64(m.elems, "backup.elems");
+}
+// A u32 count (at most kMaxBackupGenerations) then that many BackupInfo. The
+// reader checks the count against the cap and the bytes present before it
+// allocates, like Elems.
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupListReply> m) {
+  constexpr std::size_t kInfoBytes = 16;
+  if constexpr (Io::kWriting) {
+    if (m.backups.size() > kMaxBackupGenerations) {
+      std::fprintf(stderr, "s3oram::wire::Encode: %zu backups, above kMaxBackupGenerations (%u)\n",
+                   m.backups.size(), kMaxBackupGenerations);
+      std::abort();
+    }
+    const auto count = static_cast<std::uint32_t>(m.backups.size());
+    io.U32(count, "backups.count");
+    for (const BackupInfo& b : m.backups) Fields<Io>(io, b);
+  } else {
+    std::uint32_t count = 0;
+    io.U32(count, "backups.count");
+    if (!io.ok()) return;
+    if (count > kMaxBackupGenerations) {
+      io.Fail("backups: count " + std::to_string(count) + " exceeds limit " +
+              std::to_string(kMaxBackupGenerations));
+      return;
+    }
+    if (std::size_t{count} * kInfoBytes > io.remaining()) {
+      io.Fail("backups: " + std::to_string(count) + " entries need " +
+              std::to_string(std::size_t{count} * kInfoBytes) + " bytes, only " +
+              std::to_string(io.remaining()) + " left (truncated)");
+      return;
+    }
+    m.backups.resize(count);
+    for (BackupInfo& b : m.backups) Fields<Io>(io, b);
+  }
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupGetRequest> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.offset, "offset");
+  io.U32(m.count, "count");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, BackupGetReply> m) {
+  io.U64(m.generation, "generation");
+  io.U64(m.total, "total");
+  io.Elems(m.shares, "shares");
+}
 
 // Counts the members of an aggregate: the largest n for which T{x1, ..., xn}
 // compiles with placeholders convertible to anything.
@@ -528,7 +595,14 @@ S3ORAM_WIRE_TAG(RebuildWriteRequest, kRebuildWriteRequest, 3);
 S3ORAM_WIRE_TAG(RebuildWriteReply, kRebuildWriteReply, 1);
 S3ORAM_WIRE_TAG(RebuildFinishRequest, kRebuildFinishRequest, 2);
 S3ORAM_WIRE_TAG(RebuildFinishReply, kRebuildFinishReply, 0);
+S3ORAM_WIRE_TAG(BackupPutRequest, kBackupPutRequest, 5);
+S3ORAM_WIRE_TAG(BackupPutReply, kBackupPutReply, 2);
+S3ORAM_WIRE_TAG(BackupListRequest, kBackupListRequest, 0);
+S3ORAM_WIRE_TAG(BackupListReply, kBackupListReply, 1);
+S3ORAM_WIRE_TAG(BackupGetRequest, kBackupGetRequest, 3);
+S3ORAM_WIRE_TAG(BackupGetReply, kBackupGetReply, 3);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
+static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
 
 constexpr std::size_t kTypes = std::variant_size_v<Body>;
@@ -608,6 +682,12 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kRebuildWriteReply: return "REBUILD_WRITE_REPLY";
     case MessageType::kRebuildFinishRequest: return "REBUILD_FINISH_REQUEST";
     case MessageType::kRebuildFinishReply: return "REBUILD_FINISH_REPLY";
+    case MessageType::kBackupPutRequest: return "BACKUP_PUT_REQUEST";
+    case MessageType::kBackupPutReply: return "BACKUP_PUT_REPLY";
+    case MessageType::kBackupListRequest: return "BACKUP_LIST_REQUEST";
+    case MessageType::kBackupListReply: return "BACKUP_LIST_REPLY";
+    case MessageType::kBackupGetRequest: return "BACKUP_GET_REQUEST";
+    case MessageType::kBackupGetReply: return "BACKUP_GET_REPLY";
   }
   return "UNKNOWN";
 }

@@ -63,7 +63,6 @@ enum class MessageType : std::uint16_t {
   kLeaseReply = 16,
   kLeaseReleaseRequest = 17,
   kLeaseQueryRequest = 18,
-  // 30-39 are reserved for the client-state backup.
   // Server rebuild (docs/ARCHITECTURE.md, "Rebuilding a lost server"):
   kRebuildBeginRequest = 20,
   kRebuildBeginReply = 21,
@@ -73,6 +72,13 @@ enum class MessageType : std::uint16_t {
   kRebuildWriteReply = 25,
   kRebuildFinishRequest = 26,
   kRebuildFinishReply = 27,
+  // Client-state backup (docs/ARCHITECTURE.md, "Client-state backup").
+  kBackupPutRequest = 30,
+  kBackupPutReply = 31,
+  kBackupListRequest = 32,
+  kBackupListReply = 33,
+  kBackupGetRequest = 34,
+  kBackupGetReply = 35,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -240,6 +246,52 @@ struct RebuildFinishRequest {
 };
 struct RebuildFinishReply {};
 
+// Client-state backup: one server's share of an encrypted, padded snapshot of
+// the client state (see oramcore/state_backup.h). A generation is a whole
+// backup; the server sees only field elements (a degree-t share of the
+// packed blob) and their count. Offsets and counts are in elements.
+// Largest chunk one BACKUP_PUT or BACKUP_GET carries (4 MiB of elements).
+inline constexpr std::uint32_t kMaxBackupChunkElems = 1u << 20;
+// Largest backup a server stores (1 GiB of elements per generation).
+inline constexpr std::uint64_t kMaxBackupElems = std::uint64_t{1} << 28;
+// Most generations a BACKUP_LIST reply may name (a server keeps two).
+inline constexpr std::uint32_t kMaxBackupGenerations = 16;
+
+// Appends shares[0..n) at `offset` of generation `generation` (whose whole
+// share has `total` elements). Chunks arrive in order from offset 0; `last`
+// marks the chunk that ends at `total`, after which the generation is
+// complete and durable. A chunk at offset 0 starts the upload afresh.
+struct BackupPutRequest {
+  std::uint64_t generation = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t total = 0;
+  bool last = false;
+  std::vector<Elem> shares;
+};
+struct BackupPutReply {
+  std::uint64_t generation = 0;
+  std::uint64_t received = 0;  // elements of the upload stored so far
+};
+struct BackupListRequest {};
+struct BackupInfo {
+  std::uint64_t generation = 0;
+  std::uint64_t elems = 0;  // complete share size
+  bool operator==(const BackupInfo&) const = default;
+};
+struct BackupListReply {
+  std::vector<BackupInfo> backups;  // complete generations only, ascending
+};
+struct BackupGetRequest {
+  std::uint64_t generation = 0;
+  std::uint64_t offset = 0;
+  std::uint32_t count = 0;  // at most kMaxBackupChunkElems
+};
+struct BackupGetReply {
+  std::uint64_t generation = 0;
+  std::uint64_t total = 0;  // the generation's whole share size
+  std::vector<Elem> shares;
+};
+
 // Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
@@ -248,7 +300,8 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           LeaseReleaseRequest, LeaseQueryRequest, RebuildBeginRequest,
                           RebuildBeginReply, RebuildReadRequest, RebuildReadReply,
                           RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
-                          RebuildFinishReply>;
+                          RebuildFinishReply, BackupPutRequest, BackupPutReply,
+                          BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply>;
 
 struct Message {
   Header header;

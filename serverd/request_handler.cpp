@@ -26,6 +26,7 @@
 #include "oramcore/random.h"
 #include "oramcore/shamir.h"
 #include "oramcore/wire.h"
+#include "serverd/backup_store.h"
 #include "serverd/lease_file.h"
 #include "serverd/rebuild_masks.h"
 
@@ -89,6 +90,8 @@ struct RequestHandler::Impl {
   std::vector<std::uint32_t> peer_indices;  // ascending, the order PeerExchange::Await uses
   std::vector<Elem> lambda;                 // Lagrange weights at 0 over all parties
   std::unique_ptr<ShareStore> store;
+  // The client-state backups beside the share file; open whenever store is.
+  std::unique_ptr<BackupStore> backups;
   std::unique_ptr<boost::asio::thread_pool> pool;
   std::size_t threads = 1;
   // (eviction, attempt) whose shadow this process sealed; lets a duplicate
@@ -331,10 +334,15 @@ struct RequestHandler::Impl {
     meta.shape = s;
     meta.epoch = h.epoch;
     max_epoch = h.epoch;
+    backups.reset();
     S3ORAM_ASSIGN_OR_RETURN(store, ShareStore::Create(config.data_dir, meta, req.overwrite, config.sync));
     // A new filesystem starts without a holder (a replaced one's lease is void).
     S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
     lease = LeaseRecord{};
+    // Backups of whatever filesystem this server held before are useless
+    // (and could never be told apart from the new one's by the server).
+    S3ORAM_ASSIGN_OR_RETURN(backups, BackupStore::Open(config.data_dir, config.sync));
+    S3ORAM_RETURN_IF_ERROR(backups->RemoveAll());
     sealed.reset();
     mask_session.reset();
     peers->Reset();
@@ -573,9 +581,14 @@ struct RequestHandler::Impl {
     meta.applied_evictions = req.applied_evictions;
     S3ORAM_ASSIGN_OR_RETURN(store,
                             ShareStore::CreateForRebuild(config.data_dir, meta, config.sync));
-    // The rebuilt store starts without a holder (a replaced store's lease is void).
+    // The rebuilt store starts without a holder (a replaced store's lease is
+    // void) and without backups (the next clean unmount writes one; restores
+    // meanwhile use the other servers' shares).
     S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
     lease = LeaseRecord{};
+    backups.reset();
+    S3ORAM_ASSIGN_OR_RETURN(backups, BackupStore::Open(config.data_dir, config.sync));
+    S3ORAM_RETURN_IF_ERROR(backups->RemoveAll());
     rebuild_target = RebuildTarget{h.epoch, req.applied_seq, req.applied_evictions, 1};
     max_epoch = h.epoch;
     spdlog::info("rebuilding filesystem {} (H={} Z={} m={}, {} buckets) from the other servers",
@@ -847,6 +860,54 @@ struct RequestHandler::Impl {
     return wire::Body{wire::RebuildFinishReply{}};
   }
 
+  // Backup reads check the filesystem id but not the epoch: they change
+  // nothing, and a client restoring on a fresh machine has no epoch yet.
+  Status CheckBackupRead(const wire::Header& h) const {
+    if (!store || !backups) {
+      return Status::FailedPrecondition("server holds no filesystem; run s3oram init");
+    }
+    if (h.fs_id != store->meta().fs_id) {
+      return Status::FailedPrecondition("backup request for filesystem " + HexId(h.fs_id) +
+                                        " but this server holds " + HexId(store->meta().fs_id));
+    }
+    return Status::Ok();
+  }
+
+  // A backup upload comes from the lease holder (the unmounting daemon, or
+  // `backup-state` beside it with the state's epoch) or, when nobody holds
+  // the lease, from the newest epoch: a client that was taken over cannot
+  // replace its successor's backup.
+  Status CheckBackupWrite(const wire::Header& h) {
+    S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+    if (!backups) return Status::FailedPrecondition("server holds no filesystem");
+    if (lease.held() && h.epoch != lease.holder_epoch) {
+      return Status::LeaseHeld("fenced: epoch " + std::to_string(h.epoch) +
+                               " may not replace the backup while epoch " +
+                               std::to_string(lease.holder_epoch) + " holds the filesystem");
+    }
+    if (!lease.held() && h.epoch < store->meta().epoch) {
+      return Status::LeaseHeld("stale epoch " + std::to_string(h.epoch) + ": epoch " +
+                               std::to_string(store->meta().epoch) +
+                               " has used the filesystem since");
+    }
+    return Status::Ok();
+  }
+
+  Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
+    S3ORAM_ASSIGN_OR_RETURN(std::uint64_t received,
+                            backups->Put(req.generation, req.offset, req.total, req.last,
+                                         req.shares));
+    return wire::Body{wire::BackupPutReply{req.generation, received}};
+  }
+
+  Result<wire::Body> HandleBackupGet(const wire::BackupGetRequest& req) {
+    wire::BackupGetReply reply;
+    reply.generation = req.generation;
+    S3ORAM_ASSIGN_OR_RETURN(reply.shares,
+                            backups->Get(req.generation, req.offset, req.count, &reply.total));
+    return wire::Body{std::move(reply)};
+  }
+
   Result<wire::Body> Dispatch(const wire::Message& msg) {
     const wire::Header& h = msg.header;
     return std::visit(
@@ -889,6 +950,15 @@ struct RequestHandler::Impl {
             return HandleRebuildWrite(h, body);
           } else if constexpr (std::is_same_v<T, wire::RebuildFinishRequest>) {
             return HandleRebuildFinish(h, body);
+          } else if constexpr (std::is_same_v<T, wire::BackupPutRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckBackupWrite(h));
+            return HandleBackupPut(body);
+          } else if constexpr (std::is_same_v<T, wire::BackupListRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckBackupRead(h));
+            return wire::Body{wire::BackupListReply{backups->List()}};
+          } else if constexpr (std::is_same_v<T, wire::BackupGetRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckBackupRead(h));
+            return HandleBackupGet(body);
           } else {
             return Status::Protocol(std::string("a server does not accept ") +
                                     wire::MessageTypeName(wire::TypeOf(wire::Body{body})));
@@ -962,6 +1032,7 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   auto opened = ShareStore::Open(s->config.data_dir, s->config.sync);
   if (opened.ok()) {
     s->store = std::move(opened).value();
+    S3ORAM_ASSIGN_OR_RETURN(s->backups, BackupStore::Open(s->config.data_dir, s->config.sync));
     const ServerMeta& m = s->store->meta();
     if (m.server_index != s->config.index) {
       return Status::FailedPrecondition("data dir " + s->config.data_dir +

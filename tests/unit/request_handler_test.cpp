@@ -225,6 +225,104 @@ TEST_F(RequestHandlerTest, DamagedLeaseRecordStopsTheServerInsteadOfForgettingTh
   EXPECT_NE(h.status().message().find("lease record"), std::string::npos) << h.status().ToString();
 }
 
+// Client-state backup frames: every malformed one gets an ErrorReply that
+// says why, and nothing it carries is stored.
+TEST_F(RequestHandlerTest, MalformedBackupRequestsGetErrorReplies) {
+  // Before INIT there is no filesystem to back up.
+  EXPECT_NE(ErrorText(Call(wire::BackupListRequest{})).find("holds no filesystem"),
+            std::string::npos);
+  EXPECT_NE(ErrorText(Call(wire::BackupPutRequest{1, 0, 1, true, {7}})).find("no filesystem"),
+            std::string::npos);
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(
+      Call(wire::InitRequest{0, {2, 2, 4}, false})));
+  const std::vector<Elem> chunk(8, 5);
+  struct Case {
+    wire::BackupPutRequest put;
+    const char* why;
+  };
+  const Case cases[] = {
+      {{0, 0, 8, true, chunk}, "generation 0"},
+      {{1, 0, 0, true, {}}, "size 0"},
+      {{1, 0, wire::kMaxBackupElems + 1, false, chunk}, "is not in [1,"},
+      {{1, 0, 8, true, {}}, "a chunk carries 1 to"},
+      {{1, 4, 8, true, chunk}, "runs past its size"},
+      {{1, 0, 16, true, chunk}, "the last chunk, and only it"},
+      {{1, 0, 8, false, chunk}, "the last chunk, and only it"},
+      {{1, 8, 16, true, chunk}, "no upload of this generation"},
+  };
+  std::uint64_t seq = 2;
+  for (const auto& c : cases) {
+    const wire::Body reply = Call(c.put, seq++);
+    EXPECT_NE(ErrorText(reply).find(c.why), std::string::npos)
+        << "expected \"" << c.why << "\", got \"" << ErrorText(reply) << "\"";
+  }
+  // A chunk larger than the per-frame cap.
+  const wire::Body big = Call(
+      wire::BackupPutRequest{1, 0, wire::kMaxBackupChunkElems + 1, true,
+                             std::vector<Elem>(wire::kMaxBackupChunkElems + 1, 0)},
+      seq++);
+  EXPECT_NE(ErrorText(big).find("a chunk carries 1 to"), std::string::npos) << ErrorText(big);
+  auto list = Call(wire::BackupListRequest{}, seq++);
+  ASSERT_TRUE(std::holds_alternative<wire::BackupListReply>(list)) << ErrorText(list);
+  EXPECT_TRUE(std::get<wire::BackupListReply>(list).backups.empty());
+
+  // Fencing: while epoch 5 holds the lease, an upload from another epoch is refused.
+  ASSERT_TRUE(Acquire(5).granted);
+  {
+    wire::Header old = Hdr(seq++);
+    old.epoch = 1;
+    auto stale = wire::Decode(
+        handler_->Handle(wire::Encode(old, wire::BackupPutRequest{1, 0, 8, true, chunk})));
+    ASSERT_TRUE(stale.ok());
+    EXPECT_NE(ErrorText(stale->body).find("fenced"), std::string::npos) << ErrorText(stale->body);
+  }
+  // Another filesystem's backup requests.
+  {
+    wire::Header h = Hdr(seq++);
+    h.fs_id[0] ^= 1;
+    auto r = wire::Decode(handler_->Handle(wire::Encode(h, wire::BackupGetRequest{1, 0, 8})));
+    ASSERT_TRUE(r.ok());
+    EXPECT_NE(ErrorText(r->body).find("but this server holds"), std::string::npos);
+  }
+  // GET of a missing generation, and reads out of range.
+  EXPECT_NE(ErrorText(Call(wire::BackupGetRequest{1, 0, 8}, seq++)).find("not stored"),
+            std::string::npos);
+  // A truncated BACKUP_PUT frame (the codec's bounds checks).
+  {
+    wire::Header h = Hdr(seq++);
+    h.epoch = 5;
+    auto frame = wire::Encode(h, wire::BackupPutRequest{1, 0, 8, true, chunk});
+    frame.resize(frame.size() - 3);
+    auto r = wire::Decode(handler_->Handle(frame));
+    ASSERT_TRUE(r.ok());
+    EXPECT_TRUE(std::holds_alternative<wire::ErrorReply>(r->body));
+    EXPECT_EQ(r->header.seq, h.seq);
+  }
+  // A valid upload, then reads past its end or of a bad count.
+  wire::Header h = Hdr(seq++);
+  h.epoch = 5;
+  auto ok = wire::Decode(
+      handler_->Handle(wire::Encode(h, wire::BackupPutRequest{1, 0, 8, true, chunk})));
+  ASSERT_TRUE(ok.ok());
+  ASSERT_TRUE(std::holds_alternative<wire::BackupPutReply>(ok->body)) << ErrorText(ok->body);
+  EXPECT_NE(ErrorText(Call(wire::BackupGetRequest{1, 9, 1}, seq++)).find("past its size"),
+            std::string::npos);
+  EXPECT_NE(ErrorText(Call(wire::BackupGetRequest{1, 0, 0}, seq++)).find("a read returns"),
+            std::string::npos);
+  const wire::Body got = Call(wire::BackupGetRequest{1, 2, 100}, seq++);
+  ASSERT_TRUE(std::holds_alternative<wire::BackupGetReply>(got)) << ErrorText(got);
+  EXPECT_EQ(std::get<wire::BackupGetReply>(got).shares, std::vector<Elem>(6, 5));
+  EXPECT_EQ(std::get<wire::BackupGetReply>(got).total, 8u);
+  // A second generation may not reuse or go below the stored one.
+  h.seq = seq++;
+  auto again = wire::Decode(
+      handler_->Handle(wire::Encode(h, wire::BackupPutRequest{1, 0, 4, true, {1, 2, 3, 4}})));
+  ASSERT_TRUE(again.ok());
+  EXPECT_NE(ErrorText(again->body).find("already stored"), std::string::npos);
+  // The share file is never touched by backups.
+  EXPECT_TRUE(SharesFileExists());
+}
+
 TEST(RequestHandlerCreate, RefusesRepeatedOrOwnPeerIndices) {
   TempDir dir;
   StubPeers peers;

@@ -122,6 +122,21 @@ bool Same(const RebuildFinishRequest& a, const RebuildFinishRequest& b) {
   return a.applied_seq == b.applied_seq && a.applied_evictions == b.applied_evictions;
 }
 bool Same(const RebuildFinishReply&, const RebuildFinishReply&) { return true; }
+bool Same(const BackupPutRequest& a, const BackupPutRequest& b) {
+  return std::tie(a.generation, a.offset, a.total, a.last, a.shares) ==
+         std::tie(b.generation, b.offset, b.total, b.last, b.shares);
+}
+bool Same(const BackupPutReply& a, const BackupPutReply& b) {
+  return std::tie(a.generation, a.received) == std::tie(b.generation, b.received);
+}
+bool Same(const BackupListRequest&, const BackupListRequest&) { return true; }
+bool Same(const BackupListReply& a, const BackupListReply& b) { return a.backups == b.backups; }
+bool Same(const BackupGetRequest& a, const BackupGetRequest& b) {
+  return std::tie(a.generation, a.offset, a.count) == std::tie(b.generation, b.offset, b.count);
+}
+bool Same(const BackupGetReply& a, const BackupGetReply& b) {
+  return std::tie(a.generation, a.total, a.shares) == std::tie(b.generation, b.total, b.shares);
+}
 bool SameBody(const Body& a, const Body& b) {
   if (a.index() != b.index()) return false;
   return std::visit(
@@ -218,6 +233,17 @@ class Gen {
       case 23: return RebuildWriteReply{U64()};
       case 24: return RebuildFinishRequest{U64(), U64()};
       case 25: return RebuildFinishReply{};
+      case 26: return BackupPutRequest{U64(), U64(), U64(), Bool(), Elems()};
+      case 27: return BackupPutReply{U64(), U64()};
+      case 28: return BackupListRequest{};
+      case 29: {
+        BackupListReply m;
+        m.backups.resize(rng_() % (kMaxBackupGenerations + 1));
+        for (auto& b : m.backups) b = BackupInfo{U64(), U64()};
+        return m;
+      }
+      case 30: return BackupGetRequest{U64(), U64(), U32()};
+      case 31: return BackupGetReply{U64(), U64(), Elems()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
@@ -403,7 +429,7 @@ TEST(WireTest, EveryTruncationIsRejected) {
       // A fresh copy of exactly `len` bytes, so ASan sees any read past the end.
       std::vector<std::uint8_t> prefix(frame.begin(), frame.begin() + static_cast<long>(len));
       auto r = Decode(prefix);
-      ASSERT_FALSE(r.ok()) << MessageTypeName(static_cast<MessageType>(i + 1)) << " prefix "
+      ASSERT_FALSE(r.ok()) << MessageTypeName(TypeOf(gen.RandomBody(i))) << " prefix "
                            << len << " of " << frame.size() << " accepted";
       EXPECT_EQ(r.status().code(), Status::Code::kCorruption) << r.status().ToString();
     }
@@ -566,8 +592,9 @@ TEST(WireTest, BadMagicAndUnknownTypesAreRejected) {
   auto bad_magic = frame;
   bad_magic[0] ^= 0x20;
   ExpectCorruption(Decode(bad_magic), "magic");
-  // Gaps between the numbered ranges are unknown too (19: reserved, unused here).
+  // Gaps between the numbered ranges are unknown too.
   for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{19}, std::uint16_t{28},
+                          std::uint16_t{29}, std::uint16_t{36}, std::uint16_t{39},
                           std::uint16_t{0xffff}}) {
     ExpectCorruption(Decode(RawFrame(t, {})), "unknown message type " + std::to_string(t));
   }
@@ -665,6 +692,63 @@ TEST(WireTest, LongErrorMessagesAreClipped) {
   auto r2 = Decode(Encode(Header{}, ErrorReply{3, std::string(kMaxString * 2, 'z')}));
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   EXPECT_EQ(std::get<ErrorReply>(r2->body).message.size(), kMaxString);
+}
+
+// ---- client-state backup messages -------------------------------------------
+
+TEST(WireTest, BackupMessagesGoldenLayout) {
+  std::vector<std::uint8_t> frame =
+      Encode(Header{}, BackupPutRequest{7, 2, 9, true, {1, field::kPrime - 1}});
+  std::vector<std::uint8_t> body;
+  PutLe(body, 7, 8);
+  PutLe(body, 2, 8);
+  PutLe(body, 9, 8);
+  body.push_back(1);
+  PutLe(body, 2, 4);
+  PutLe(body, 1, 4);
+  PutLe(body, field::kPrime - 1, 4);
+  EXPECT_EQ(frame[6], 30);
+  EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
+
+  BackupListReply list;
+  list.backups = {{3, 100}, {4, 200}};
+  frame = Encode(Header{}, list);
+  body.clear();
+  PutLe(body, 2, 4);
+  for (auto [g, n] : {std::pair<int, int>{3, 100}, {4, 200}}) {
+    PutLe(body, static_cast<std::uint64_t>(g), 8);
+    PutLe(body, static_cast<std::uint64_t>(n), 8);
+  }
+  EXPECT_EQ(frame[6], 33);
+  EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
+  auto r = Decode(frame);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameBody(r->body, list));
+}
+
+TEST(WireTest, BackupListCountIsCappedAndChecked) {
+  // A count above the cap, with or without the bytes behind it.
+  std::vector<std::uint8_t> body;
+  PutLe(body, kMaxBackupGenerations + 1, 4);
+  body.resize(4 + 16 * (kMaxBackupGenerations + 1), 0);
+  ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kBackupListReply), body)),
+                   "exceeds limit");
+  // A count the bytes do not cover: refused before anything is allocated.
+  body.clear();
+  PutLe(body, 3, 4);
+  body.resize(4 + 16 * 2, 0);
+  g_probe_max = 0;
+  g_probe_armed = true;
+  auto r = Decode(RawFrame(TypeCode(MessageType::kBackupListReply), body));
+  g_probe_armed = false;
+  ExpectCorruption(r, "truncated");
+  EXPECT_LT(g_probe_max.load(), 4096u);
+}
+
+TEST(WireTest, BackupPutLastFlagMustBeZeroOrOne) {
+  std::vector<std::uint8_t> frame = Encode(Header{}, BackupPutRequest{1, 0, 0, false, {}});
+  frame[kHeaderBytes + 24] = 2;
+  ExpectCorruption(Decode(frame), "last");
 }
 
 }  // namespace
