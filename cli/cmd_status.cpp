@@ -55,6 +55,22 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   HumanBytes(double(r.reply.share_file_bytes)).c_str(),
                   HumanBytes(double(r.reply.allocated_bytes)).c_str());
     }
+    // The single-writer lease (the holder's description is sealed: only the
+    // epoch and the times are shown without the passphrase).
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      if (!reports[i].status.ok()) continue;
+      auto lease = (*client)->QueryLease(i);
+      if (!lease.ok()) {
+        std::printf("lease %zu     cannot query: %s\n", i, lease.status().ToString().c_str());
+      } else if (lease->holder_epoch == 0) {
+        std::printf("lease %zu     free (not mounted)\n", i);
+      } else {
+        std::printf("lease %zu     held by epoch %llu for %llu s, last active %llu s ago\n", i,
+                    static_cast<unsigned long long>(lease->holder_epoch),
+                    static_cast<unsigned long long>(lease->held_ms / 1000),
+                    static_cast<unsigned long long>(lease->idle_ms / 1000));
+      }
+    }
     // Client-state backups (s3oram backup-state, and every clean unmount).
     auto backups = ListBackups(**client, std::chrono::milliseconds(*timeout_ms));
     for (std::size_t i = 0; i < backups.size(); ++i) {

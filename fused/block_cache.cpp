@@ -144,7 +144,7 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page*
   const BlockId block = p->block;
   lock.unlock();
   Status s = engine_.Write(block, copy);
-  int err = s.ok() ? 0 : EIO;
+  int err = WriteErrno(s);
   // The hook runs before `writing` clears: until then nobody can discard
   // the page, so its block cannot be freed and reused by another file
   // before the metadata says what the ORAM holds for it.

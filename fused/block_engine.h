@@ -8,6 +8,7 @@
 // Implementations are thread-safe (they may serialise).
 #pragma once
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -20,6 +21,14 @@
 #include "oramcore/status.h"
 
 namespace s3oram::fs {
+
+// The errno a failed engine write or sync reports to the filesystem: ENOSPC
+// when a server's disk is full (retrying after space is freed succeeds),
+// EIO for everything else.
+inline int WriteErrno(const Status& s) {
+  if (s.ok()) return 0;
+  return s.code() == Status::Code::kNoSpace ? ENOSPC : EIO;
+}
 
 class BlockEngine {
  public:

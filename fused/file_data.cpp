@@ -108,7 +108,7 @@ int FileData::Flush(Ino ino) {
 }
 
 int FileData::SyncAll() {
-  if (Status s = engine_.Sync(); !s.ok()) return EIO;
+  if (Status s = engine_.Sync(); !s.ok()) return WriteErrno(s);
   if (int e = meta_.Sync(); e != 0) {
     spdlog::error("syncing the metadata failed: {}", meta_.last_error());
     return e;

@@ -95,7 +95,7 @@ void WireCorpus(const fs::path& root) {
   w.Add("evict_commit_reply", wire::Encode(h, wire::EvictCommitReply{6}));
   w.Add("smp_shares", wire::Encode(h, wire::SmpShares{5, 1, 2, 1, Elems(12, 5)}));
   w.Add("lease_acquire", wire::Encode(h, wire::LeaseAcquireRequest{true, "sealed holder"}));
-  w.Add("lease_reply", wire::Encode(h, wire::LeaseReply{false, 6, "sealed holder", 1000, 20}));
+  w.Add("lease_reply", wire::Encode(h, wire::LeaseReply{false, 6, "sealed holder", 1000, 20, 6}));
   w.Add("lease_release", wire::Encode(h, wire::LeaseReleaseRequest{}));
   w.Add("lease_query", wire::Encode(h, wire::LeaseQueryRequest{}));
   w.Add("rebuild_begin_request",

@@ -259,6 +259,8 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           "the other client's state, or restore the newest backup (s3oram restore)");
     }
     epoch = std::max(epoch, reports[i].reply.epoch);
+    S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
+    epoch = std::max(epoch, lease.highest_epoch);
   }
   client->counters_.epoch = epoch + 1;
   {
@@ -690,6 +692,12 @@ Status OramClient::AcquireLease(const std::string& state_path) {
         "over with --force: it is then fenced off and can change nothing");
   }
   return Status::LeaseHeld("could not take the lease over");
+}
+
+Result<wire::LeaseReply> OramClient::QueryLease(std::size_t server) {
+  wire::LeaseReply r;
+  S3ORAM_RETURN_IF_ERROR(SendLease(server, wire::LeaseQueryRequest{}, &r));
+  return r;
 }
 
 Status OramClient::RenewLease() {

@@ -125,6 +125,9 @@ class OramClient {
   // STATUS of every server (unreachable ones carry an error status).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
 
+  // The lease as server i sees it (LEASE_QUERY; changes nothing).
+  Result<wire::LeaseReply> QueryLease(std::size_t server);
+
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
   // which this client is fenced. Cheap; call it when idle (every few seconds).

@@ -205,6 +205,11 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     }
     survivors.push_back(i);
     max_epoch = std::max(max_epoch, st.epoch);
+    // The new epoch must also be above every epoch a survivor granted its lease to.
+    S3ORAM_ASSIGN_OR_RETURN(wire::Message lm, s.Ask(i, wire::LeaseQueryRequest{},
+                                                    wire::MessageType::kLeaseReply,
+                                                    options.client.requests));
+    max_epoch = std::max(max_epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
     max_seq = std::max(max_seq, st.applied_seq);
   }
   if (survivors.size() < p.threshold + 1) {

@@ -423,6 +423,7 @@ void Fields(Io& io, Ref<Io, LeaseReply> m) {
   io.String(m.holder, "holder");
   io.U64(m.held_ms, "held_ms");
   io.U64(m.idle_ms, "idle_ms");
+  io.U64(m.highest_epoch, "highest_epoch");
 }
 template <class Io>
 void Fields(Io&, Ref<Io, LeaseReleaseRequest>) {}
@@ -584,7 +585,7 @@ S3ORAM_WIRE_TAG(EvictCommitRequest, kEvictCommitRequest, 1);
 S3ORAM_WIRE_TAG(EvictCommitReply, kEvictCommitReply, 1);
 S3ORAM_WIRE_TAG(SmpShares, kSmpShares, 5);
 S3ORAM_WIRE_TAG(LeaseAcquireRequest, kLeaseAcquireRequest, 2);
-S3ORAM_WIRE_TAG(LeaseReply, kLeaseReply, 5);
+S3ORAM_WIRE_TAG(LeaseReply, kLeaseReply, 6);
 S3ORAM_WIRE_TAG(LeaseReleaseRequest, kLeaseReleaseRequest, 0);
 S3ORAM_WIRE_TAG(LeaseQueryRequest, kLeaseQueryRequest, 0);
 S3ORAM_WIRE_TAG(RebuildBeginRequest, kRebuildBeginRequest, 5);

@@ -184,6 +184,9 @@ struct LeaseReply {
   std::string holder;              // the holder's sealed description
   std::uint64_t held_ms = 0;       // since the holder acquired it (server clock)
   std::uint64_t idle_ms = 0;       // since this server last heard from the holder
+  // Highest epoch this server ever granted the lease to: a new client's epoch
+  // must be above it. (STATUS's epoch is the last one that changed the tree.)
+  std::uint64_t highest_epoch = 0;
 };
 // Gives the lease up if the header's epoch holds it (a clean unmount).
 struct LeaseReleaseRequest {};

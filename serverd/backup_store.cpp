@@ -301,10 +301,11 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
     const std::string tmp = m.UploadPath();
     Fd fd(::open(tmp.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
     if (fd.get() < 0) return Status::IoError(SysError("creating", tmp, errno));
-    m.upload.emplace();
-    m.upload->generation = generation;
-    m.upload->total = total;
-    m.upload->fd = std::move(fd);
+    Impl::Upload u;
+    u.generation = generation;
+    u.total = total;
+    u.fd = std::move(fd);
+    m.upload = std::move(u);
   } else {
     if (!m.upload || m.upload->generation != generation || m.upload->total != total) {
       return Status::FailedPrecondition(what + ": chunk at offset " + std::to_string(offset) +

@@ -74,14 +74,14 @@ Result<LeaseRecord> LoadLease(const std::string& dir) {
     if (bytes.size() > kMaxLeaseHolderBytes + 64) break;
   }
   ::close(fd);
-  constexpr std::size_t kFixed = 8 + 8 + 8 + 4;
+  constexpr std::size_t kFixed = 8 + 8 + 8 + 8 + 4;
   auto bad = [&path](const std::string& why) {
     return Status::Corruption("lease record " + path + " is damaged (" + why +
                               "); remove it only if no client holds the filesystem");
   };
   if (bytes.size() < kFixed + kSumBytes) return bad("too short");
   if (std::memcmp(bytes.data(), kMagic, 8) != 0) return bad("bad magic");
-  const std::uint64_t len = GetLe(bytes.data() + 24, 4);
+  const std::uint64_t len = GetLe(bytes.data() + 32, 4);
   if (len > kMaxLeaseHolderBytes || bytes.size() != kFixed + len + kSumBytes) {
     return bad("bad length");
   }
@@ -91,7 +91,8 @@ Result<LeaseRecord> LoadLease(const std::string& dir) {
   }
   LeaseRecord rec;
   rec.holder_epoch = GetLe(bytes.data() + 8, 8);
-  rec.acquired_unix_ms = GetLe(bytes.data() + 16, 8);
+  rec.highest_epoch = GetLe(bytes.data() + 16, 8);
+  rec.acquired_unix_ms = GetLe(bytes.data() + 24, 8);
   rec.holder.assign(reinterpret_cast<const char*>(bytes.data() + kFixed), len);
   return rec;
 }
@@ -102,6 +103,7 @@ Status SaveLease(const std::string& dir, const LeaseRecord& record, bool sync) {
   }
   std::vector<std::uint8_t> bytes(kMagic, kMagic + 8);
   PutLe(bytes, record.holder_epoch, 8);
+  PutLe(bytes, record.highest_epoch, 8);
   PutLe(bytes, record.acquired_unix_ms, 8);
   PutLe(bytes, record.holder.size(), 4);
   bytes.insert(bytes.end(), record.holder.begin(), record.holder.end());

@@ -181,6 +181,7 @@ struct RequestHandler::Impl {
     r.granted = granted;
     r.holder_epoch = lease.holder_epoch;
     r.holder = lease.holder;
+    r.highest_epoch = std::max(lease.highest_epoch, max_epoch);
     if (lease.held()) {
       const auto now_ms = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -216,7 +217,7 @@ struct RequestHandler::Impl {
     if (lease.held() && !req.force) return wire::Body{LeaseState(false)};
     // Epochs only grow: an ACQUIRE older than one already granted (or used
     // by a mutation) is a dead client's, delayed or replayed.
-    max_epoch = std::max(max_epoch, store->meta().epoch);
+    max_epoch = std::max({max_epoch, store->meta().epoch, lease.highest_epoch});
     if (h.epoch <= max_epoch && h.epoch != lease.holder_epoch) {
       return Status::LeaseHeld("stale epoch " + std::to_string(h.epoch) + ": epoch " +
                                std::to_string(max_epoch) +
@@ -230,12 +231,10 @@ struct RequestHandler::Impl {
             std::chrono::system_clock::now().time_since_epoch())
             .count());
     // Durable before the grant is acknowledged: a restarted server must still
-    // fence the previous holder. The epoch goes into the store's header too,
-    // so STATUS reports it and the next client picks a newer one even after
-    // this holder released the lease without changing anything.
-    ServerMeta meta = store->meta();
-    meta.epoch = std::max(meta.epoch, h.epoch);
-    S3ORAM_RETURN_IF_ERROR(store->UpdateMeta(meta));
+    // fence the previous holder, and never grant this epoch again. (The
+    // store's own epoch stays the last one that changed the tree, which is
+    // how a client tells that its state file is stale.)
+    next.highest_epoch = std::max(lease.highest_epoch, h.epoch);
     S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, next, config.sync));
     if (lease.held()) {
       spdlog::warn("lease of epoch {} taken over by epoch {} (forced)", lease.holder_epoch,
@@ -252,9 +251,11 @@ struct RequestHandler::Impl {
   Result<wire::Body> HandleLeaseRelease(const wire::Header& h) {
     S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
     if (lease.held() && lease.holder_epoch == h.epoch) {
-      S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, LeaseRecord{}, config.sync));
+      LeaseRecord freed;
+      freed.highest_epoch = lease.highest_epoch;
+      S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, freed, config.sync));
       spdlog::info("lease of epoch {} released", h.epoch);
-      lease = LeaseRecord{};
+      lease = freed;
     }
     return wire::Body{LeaseState(false)};
   }
@@ -1041,7 +1042,7 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
                                         std::to_string(s->config.index));
     }
     S3ORAM_ASSIGN_OR_RETURN(s->lease, LoadLease(s->config.data_dir));
-    s->max_epoch = std::max(m.epoch, s->lease.holder_epoch);
+    s->max_epoch = std::max({m.epoch, s->lease.holder_epoch, s->lease.highest_epoch});
     spdlog::info("opened filesystem {} (H={} Z={} m={}): {} evictions applied, seq {}, lease {}",
                  HexId(m.fs_id), m.shape.height, m.shape.bucket_size, m.shape.elems_per_slot,
                  m.applied_evictions, m.applied_seq,

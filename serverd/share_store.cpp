@@ -128,7 +128,10 @@ std::uint64_t GetU64(const std::uint8_t* p) {
 // ---- system call wrappers: EINTR, short transfers, errno -> Status with path.
 std::string ErrnoText(int e) { return std::error_code(e, std::generic_category()).message(); }
 
+// A full disk is its own code: the client reports it as ENOSPC, and it
+// clears once space is freed (nothing is damaged by a refused write).
 Status SysError(const std::string& what, const std::string& path, int e) {
+  if (e == ENOSPC || e == EDQUOT) return Status::NoSpace(what + " " + path + ": " + ErrnoText(e));
   return Status::IoError(what + " " + path + ": " + ErrnoText(e));
 }
 

@@ -99,6 +99,7 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find(" up,"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("lease 2     free"), std::string::npos) << status.output;
   // init refuses to overwrite the state file.
   CliRun again = RunCli("init --state " + dir.Sub("fs.s3oram") + servers + " --passfile " +
                         dir.Sub("pass"));

@@ -8,7 +8,9 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstring>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "tests/integration/fs_fixture.h"
@@ -175,6 +177,81 @@ TEST(FsHangTest, StoppedServerGivesEioAfterTheTimeoutAndRecoversAfterSigcont) {
   EXPECT_TRUE(FileHasContent(fs->Path("before"), PatternBytes(40000, 7)));
   EXPECT_TRUE(FileHasContent(fs->Path("during"), PatternBytes(9000, 8)));
   EXPECT_TRUE(FileHasContent(fs->Path("after"), PatternBytes(3000, 9)));
+}
+
+// A server whose disk fills up: writes fail with ENOSPC (not a hang, not a
+// crash), nothing stored before is damaged, and once space is freed the
+// same writes succeed. The server's data directory is moved onto a tmpfs
+// just larger than what it holds (a real full filesystem; needs root).
+TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a size-limited tmpfs needs root";
+  FsOptions options;
+  options.mount_opts = "timeout=10,evict_timeout=20";
+  auto fs = MountedFs::Create(options);
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  auto& cluster = *fs->test_fs()->cluster;
+  std::map<std::string, std::string> stored;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "before-" + std::to_string(i);
+    stored[name] = PatternBytes(20000 + 3000 * i, 100 + i);
+    ASSERT_EQ(WriteAndSync(fs->Path(name), stored[name]), 0);
+  }
+  ASSERT_TRUE(fs->Unmount());
+
+  // Server 1's data onto a tmpfs with 256 KiB to spare.
+  const std::string data = cluster.dir() + "/data-1";
+  const std::string orig = data + ".orig";
+  ASSERT_TRUE(cluster.Kill(1, SIGTERM).ok());
+  ASSERT_EQ(::rename(data.c_str(), orig.c_str()), 0) << std::strerror(errno);
+  ASSERT_EQ(::mkdir(data.c_str(), 0700), 0);
+  CmdResult du = RunCmd({"du", "-s", "--block-size=1", orig});
+  ASSERT_EQ(du.exit_code, 0) << du.output;
+  const std::uint64_t used = std::stoull(du.output);
+  const std::uint64_t limit = (used + (256u << 10) + 4095) / 4096 * 4096;
+  CmdResult mnt = RunCmd({"mount", "-t", "tmpfs", "-o", "size=" + std::to_string(limit) + ",mode=0700",
+                          "tmpfs", data});
+  ASSERT_EQ(mnt.exit_code, 0) << mnt.output;
+  struct Unmounter {
+    std::string path;
+    ~Unmounter() { RunCmd({"umount", "-l", path}); }
+  } unmounter{data};
+  CmdResult cp = RunCmd({"cp", "-a", "--sparse=always", orig + "/.", data + "/"});
+  ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  ASSERT_TRUE(cluster.Restart(1).ok());
+  ASSERT_TRUE(fs->Mount());
+
+  // Fill it: new files until a write or fsync fails.
+  int err = 0;
+  std::string failed_name, failed_content;
+  for (int i = 0; i < 400 && err == 0; ++i) {
+    const std::string name = "fill-" + std::to_string(i);
+    const std::string content = PatternBytes(64 * 1024, 200 + i);
+    err = WriteAndSync(fs->Path(name), content);
+    if (err == 0) {
+      stored[name] = content;
+    } else {
+      failed_name = name;
+      failed_content = content;
+    }
+  }
+  ASSERT_NE(err, 0) << "the " << limit << "-byte tmpfs never filled up";
+  EXPECT_EQ(err, ENOSPC) << std::strerror(err);
+  EXPECT_FALSE(cluster.Exited(1)) << "the server with the full disk died";
+  EXPECT_NE(fs->daemon_log().find("No space left on device"), std::string::npos)
+      << Tail(fs->daemon_log(), 3000);
+
+  // Space freed: the same write succeeds, and everything reads back.
+  CmdResult grow = RunCmd({"mount", "-o", "remount,size=256m", data});
+  ASSERT_EQ(grow.exit_code, 0) << grow.output;
+  ASSERT_EQ(WriteAndSync(fs->Path(failed_name), failed_content), 0);
+  stored[failed_name] = failed_content;
+  ASSERT_TRUE(fs->Remount());
+  for (const auto& [name, content] : stored) {
+    EXPECT_TRUE(FileHasContent(fs->Path(name), content)) << name;
+  }
+  ASSERT_TRUE(fs->Unmount());
+  ASSERT_TRUE(cluster.Kill(1, SIGTERM).ok());
 }
 
 }  // namespace

@@ -205,6 +205,13 @@ TEST_F(RequestHandlerTest, LeaseAdmitsOneWriterAndFencesTheOneTakenOver) {
   epoch_ = 8;
   EXPECT_EQ(std::get<wire::LeaseReply>(Call(wire::LeaseReleaseRequest{}, 9)).holder_epoch, 0u);
   EXPECT_NE(ErrorText(Call(RootWrite(), 10)).find("no client holds"), std::string::npos);
+  // A released lease still remembers the highest epoch granted: epochs never repeat.
+  epoch_ = 7;
+  EXPECT_NE(ErrorText(Call(wire::LeaseAcquireRequest{false, "seven"}, 11)).find("stale epoch"),
+            std::string::npos);
+  EXPECT_EQ(std::get<wire::LeaseReply>(Call(wire::LeaseQueryRequest{}, 12)).highest_epoch, 8u);
+  Reopen();
+  EXPECT_EQ(std::get<wire::LeaseReply>(Call(wire::LeaseQueryRequest{}, 13)).highest_epoch, 8u);
   EXPECT_TRUE(Acquire(9).granted);
 }
 

@@ -696,7 +696,7 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
       last_ok = b;
     }
     ASSERT_FALSE(s.ok()) << "the filesystem never filled up";
-    EXPECT_EQ(s.code(), Status::Code::kIoError);
+    EXPECT_EQ(s.code(), Status::Code::kNoSpace);
     EXPECT_NE(s.message().find(dir + "/shares.bin"), std::string::npos) << s.message();
     EXPECT_NE(s.message().find("No space"), std::string::npos) << s.message();
     EXPECT_EQ(store->meta().applied_seq, last_ok);
@@ -706,7 +706,7 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
     Status b = store->BeginShadow(0, 0, path);
     Status put = b.ok() ? store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems()))
                         : b;
-    EXPECT_EQ(put.code(), Status::Code::kIoError) << put.ToString();
+    EXPECT_EQ(put.code(), Status::Code::kNoSpace) << put.ToString();
     EXPECT_EQ(store->SealedEviction(), 0u);
     EXPECT_EQ(store->meta().applied_seq, last_ok);
   }
@@ -728,7 +728,7 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
     }
     // The copy fills holes in shares.bin, and not one page is free.
     Status c = store->Commit(0, 500, 1);
-    EXPECT_EQ(c.code(), Status::Code::kIoError) << c.ToString();
+    EXPECT_EQ(c.code(), Status::Code::kNoSpace) << c.ToString();
     EXPECT_NE(c.message().find("No space"), std::string::npos) << c.message();
     EXPECT_EQ(store->meta().applied_evictions, 0u);
     EXPECT_EQ(store->SealedEviction(), 1u) << "a failed commit must keep its shadow";

@@ -93,8 +93,8 @@ bool Same(const LeaseAcquireRequest& a, const LeaseAcquireRequest& b) {
   return a.force == b.force && a.holder == b.holder;
 }
 bool Same(const LeaseReply& a, const LeaseReply& b) {
-  return std::tie(a.granted, a.holder_epoch, a.holder, a.held_ms, a.idle_ms) ==
-         std::tie(b.granted, b.holder_epoch, b.holder, b.held_ms, b.idle_ms);
+  return std::tie(a.granted, a.holder_epoch, a.holder, a.held_ms, a.idle_ms, a.highest_epoch) ==
+         std::tie(b.granted, b.holder_epoch, b.holder, b.held_ms, b.idle_ms, b.highest_epoch);
 }
 bool Same(const LeaseReleaseRequest&, const LeaseReleaseRequest&) { return true; }
 bool Same(const LeaseQueryRequest&, const LeaseQueryRequest&) { return true; }
@@ -207,7 +207,7 @@ class Gen {
       case 12: return EvictCommitReply{U64()};
       case 13: return SmpShares{U64(), U32(), U32(), U32(), Elems()};
       case 14: return LeaseAcquireRequest{Bool(), Text()};
-      case 15: return LeaseReply{Bool(), U64(), Text(), U64(), U64()};
+      case 15: return LeaseReply{Bool(), U64(), Text(), U64(), U64(), U64()};
       case 16: return LeaseReleaseRequest{};
       case 17: return LeaseQueryRequest{};
       case 18: return RebuildBeginRequest{U32(), Shape(), U64(), U64(), Bool()};
