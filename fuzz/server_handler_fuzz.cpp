@@ -156,7 +156,8 @@ Env& Setup() {
 
 // Puts the data directory into the state `start` names.
 void ResetDataDir(Env& env, std::uint8_t start) {
-  for (const char* f : {"shares.bin", "shadow.bin", "shares.bin.tmp"}) {
+  for (const char* f : {"shares.bin", "shadow.bin", "shares.bin.tmp", "shares.bin.rebuild", "lease",
+                        "lease.tmp"}) {
     ::unlink((env.config.data_dir + "/" + f).c_str());
   }
   // Client-state backups (serverd/backup_store.h) an earlier input uploaded.
@@ -221,6 +222,9 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kWriteRootRequest: return T::kWriteRootReply;
     case T::kEvictPrepareRequest: return T::kEvictPrepareReply;
     case T::kEvictCommitRequest: return T::kEvictCommitReply;
+    case T::kLeaseAcquireRequest: return T::kLeaseReply;
+    case T::kLeaseReleaseRequest: return T::kLeaseReply;
+    case T::kLeaseQueryRequest: return T::kLeaseReply;
     case T::kRebuildBeginRequest: return T::kRebuildBeginReply;
     case T::kRebuildReadRequest: return T::kRebuildReadReply;
     case T::kRebuildWriteRequest: return T::kRebuildWriteReply;
