@@ -5,6 +5,7 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -12,6 +13,7 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
 
 #include "tests/integration/fs_fixture.h"
 
@@ -38,6 +40,21 @@ CmdResult MountInBackground(const MountedFs& fs, const std::string& state, const
   std::string opts = fs.pass_option() + ",log_file=" + fs.Scratch("second-daemon.log");
   if (!extra_opts.empty()) opts += "," + extra_opts;
   return RunCmd({FusedPath(), state, mnt, "-o", opts}, std::chrono::seconds(60));
+}
+
+// fusermount3 -u returns once the kernel detached the mount; the daemon then
+// still writes back, backs the state up and releases the lease, holding the
+// state file's lock until it exits. Waits (bounded) for that lock.
+bool WaitForStateUnlocked(const std::string& state) {
+  int fd = ::open(state.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return false;
+  bool free = false;
+  for (int i = 0; i < 600 && !free; ++i) {
+    free = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    if (!free) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ::close(fd);
+  return free;
 }
 
 // Copies a client state (and its WAL) as another laptop would hold it.
@@ -127,6 +144,7 @@ TEST(FsLeaseTest, ForceTakesTheFilesystemOverAndTheOldMountIsFenced) {
   ASSERT_EQ(WriteAndSync(mnt_b + "/from-b", PatternBytes(12000, 6)), 0);
   CmdResult ub = RunCmd({"fusermount3", "-u", mnt_b}, std::chrono::seconds(60));
   ASSERT_EQ(ub.exit_code, 0) << ub.output;
+  ASSERT_TRUE(WaitForStateUnlocked(copy));
 
   // A's unmount cannot write back its dirty block (it is fenced); its state
   // is now stale and it refuses to mount rather than overwrite B's data.
@@ -143,6 +161,7 @@ TEST(FsLeaseTest, ForceTakesTheFilesystemOverAndTheOldMountIsFenced) {
                ReadFile(mnt_b + "/from-a").value_or("") == PatternBytes(8192, 5));
   CmdResult ub2 = RunCmd({"fusermount3", "-u", mnt_b}, std::chrono::seconds(60));
   EXPECT_EQ(ub2.exit_code, 0) << ub2.output;
+  EXPECT_TRUE(WaitForStateUnlocked(copy));  // the daemon has exited
 }
 
 // A server that stops answering (SIGSTOP) makes the mount's requests fail
