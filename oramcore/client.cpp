@@ -558,9 +558,20 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
       ExpandStepMatrix(plan.steps[s],
                        p.bucket_size, std::span<Elem>(dense).subspan(s * step_elems, step_elems));
     }
+    // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
+    // servers refuse an attempt quickly), all within one eviction timeout:
+    // a server that does not answer fails the eviction after that time, not
+    // after a multiple of it.
     constexpr std::uint32_t kMaxAttempts = 4;
+    const auto started = std::chrono::steady_clock::now();
     Status last;
     for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries, ++attempt) {
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - started);
+      if (tries > 0 && spent >= options_.evictions.deadline) break;
+      TransportOptions budget = options_.evictions;
+      budget.deadline = options_.evictions.deadline - spent;
+      budget.resend_after = std::min(budget.resend_after, budget.deadline);
       if (attempt != first_attempt || first_attempt > 1) {
         ClientStateStore::Batch b;
         b.RemovePending(plan.eviction);
@@ -574,7 +585,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
                    return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
                                                                std::move(share)}};
                  },
-                 wire::MessageType::kEvictPrepareReply, options_.evictions)
+                 wire::MessageType::kEvictPrepareReply, budget)
                  .status();
       if (last.ok()) break;
       spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());

@@ -168,9 +168,10 @@ TEST(FsLeaseTest, ForceTakesTheFilesystemOverAndTheOldMountIsFenced) {
 // with EIO once the configured timeout passes, never hang; after SIGCONT the
 // same operations succeed and nothing fsynced is lost.
 TEST(FsHangTest, StoppedServerGivesEioAfterTheTimeoutAndRecoversAfterSigcont) {
-  constexpr int kTimeoutSeconds = 3;
+  constexpr int kTimeoutSeconds = 3, kEvictTimeoutSeconds = 6;
   FsOptions options;
-  options.mount_opts = "timeout=" + std::to_string(kTimeoutSeconds) + ",evict_timeout=6";
+  options.mount_opts = "timeout=" + std::to_string(kTimeoutSeconds) +
+                       ",evict_timeout=" + std::to_string(kEvictTimeoutSeconds);
   auto fs = MountedFs::Create(options);
   ASSERT_TRUE(fs);
   S3ORAM_SKIP_IN_REFERENCE(*fs);
@@ -178,13 +179,20 @@ TEST(FsHangTest, StoppedServerGivesEioAfterTheTimeoutAndRecoversAfterSigcont) {
 
   auto& cluster = *fs->test_fs()->cluster;
   ASSERT_TRUE(cluster.Kill(1, SIGSTOP).ok());
-  // Bounded by an eviction's timeout at worst (a write may start one); the
-  // bound here only proves the mount does not hang.
+  // The configured limits bound the failure: fsync's write-back stops at its
+  // first failed access (a retrieval, timeout; or an eviction it had to run
+  // first, evict_timeout), and close's flush tries once more. The slack
+  // covers a loaded machine; what is checked is that nothing waits longer
+  // than the timeouts allow (it used to be one timeout per dirty block).
   const auto t0 = Clock::now();
   const int err = WriteAndSync(fs->Path("during"), PatternBytes(9000, 8));
   const double waited = std::chrono::duration<double>(Clock::now() - t0).count();
   EXPECT_EQ(err, EIO);
-  EXPECT_LT(waited, 60.0) << "the write hung for " << waited << " s";
+  const double limit = 2.0 * (kTimeoutSeconds + kEvictTimeoutSeconds) + 10.0;
+  EXPECT_LT(waited, limit) << "the failing write took " << waited << " s";
+  std::printf("[ hang     ] write+fsync against a stopped server failed with EIO after %.1f s "
+              "(timeout %d s, evict_timeout %d s)\n",
+              waited, kTimeoutSeconds, kEvictTimeoutSeconds);
   EXPECT_NE(fs->daemon_log().find("did not answer"), std::string::npos)
       << Tail(fs->daemon_log(), 3000);
 
