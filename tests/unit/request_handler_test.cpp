@@ -298,8 +298,9 @@ TEST_F(RequestHandlerTest, MalformedBackupRequestsGetErrorReplies) {
   {
     wire::Header h = Hdr(seq++);
     h.epoch = 5;
-    auto frame = wire::Encode(h, wire::BackupPutRequest{1, 0, 8, true, chunk});
-    frame.resize(frame.size() - 3);
+    const auto full = wire::Encode(h, wire::BackupPutRequest{1, 0, 8, true, chunk});
+    ASSERT_GT(full.size(), 3u);
+    const std::vector<std::uint8_t> frame(full.begin(), full.end() - 3);
     auto r = wire::Decode(handler_->Handle(frame));
     ASSERT_TRUE(r.ok());
     EXPECT_TRUE(std::holds_alternative<wire::ErrorReply>(r->body));
