@@ -453,7 +453,12 @@ const fuse_lowlevel_ops& Filesystem::Operations() {
 }
 
 void Filesystem::ReplyErr(fuse_req_t req, int err, const char* op) {
-  if (err == EIO) spdlog::error("{}: I/O error: {}", op, meta_.last_error());
+  if (err != EIO) return (void)fuse_reply_err(req, err);
+  // The store's message if its last transaction failed; otherwise the cause
+  // (a server, a block, a timeout) was logged where it happened.
+  std::string why = meta_.last_error();
+  if (why.empty()) why = "see the error logged before this line";
+  spdlog::error("{}: I/O error: {}", op, why);
   fuse_reply_err(req, err);
 }
 

@@ -396,6 +396,7 @@ std::string MetadataStore::last_error() const {
 template <typename F>
 int MetadataStore::Run(bool write, F&& body) {
   std::lock_guard<std::mutex> lock(mu_);
+  last_error_.clear();  // never report an earlier operation's failure
   Status s = Exec(db_, write ? "BEGIN IMMEDIATE" : "BEGIN");
   if (!s.ok()) {
     last_error_ = s.message();

@@ -13,7 +13,7 @@
 // ERANGE, E2BIG, EFBIG, ENOMEM, EIO). Results come back through optional
 // out-parameters (nullptr allowed), meaningful only when the call returned 0.
 // EIO means SQLite failed; its message is kept and available from
-// last_error() (the daemon logs it). On any error the
+// last_error() (the daemon logs it) until the next transaction begins. On any error the
 // operation's transaction is rolled back, so a failed operation changes
 // nothing. CheckInvariants() is a diagnostic and returns a Status.
 //

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_scale.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -56,7 +57,7 @@ TEST(ClientCrashTest, KilledClientLosesNothingCommitted) {
   std::mt19937_64 rng(seed);
   std::unordered_map<std::uint64_t, std::uint64_t> model;  // id -> tag of committed content
   int recovered_evictions = 0;
-  for (int round = 0; round < 16; ++round) {
+  for (int round = 0; round < testing::ScaledForBuild(16, 3, 5); ++round) {
     int fds[2];
     ASSERT_EQ(::pipe(fds), 0);
     pid_t pid = ::fork();

@@ -14,6 +14,7 @@
 
 #include "oramcore/field.h"
 #include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_scale.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -69,7 +70,9 @@ class Workload {
   std::uint64_t done_ = 0;
 };
 
-TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
+// 20,000 accesses in the release build (5,000 under the sanitizers).
+TEST(ClusterTest, LongMixedWorkloadVerified) {
+  const int accesses = testing::ScaledForBuild(20000, 4, 5000);
   auto fs = testing::MakeFs(SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5));
   ASSERT_TRUE(fs);
   auto& [dir, cluster, config, state, passfile] = *fs;
@@ -77,13 +80,13 @@ TEST(ClusterTest, TwentyThousandMixedAccessesVerified) {
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   auto rng = testing::SeededRng();
   Workload w(**client, rng);
-  for (int i = 0; i < 20000; ++i) {
+  for (int i = 0; i < accesses; ++i) {
     w.Step(0.5);
     if (::testing::Test::HasFatalFailure()) return;
   }
   w.VerifyAll();
   EXPECT_GE((*client)->stats().evictions, 50u);
-  EXPECT_GE(w.verified(), 20000u);
+  EXPECT_GE(w.verified(), static_cast<std::uint64_t>(accesses));
   EXPECT_TRUE((*client)->position_map().CheckInvariants().ok());
   // Every server agrees on the number of evictions applied.
   for (const auto& r : (*client)->QueryServers(std::chrono::milliseconds(5000))) {
