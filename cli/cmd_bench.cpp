@@ -21,7 +21,6 @@ namespace s3oram::cli {
 
 namespace {
 
-namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 struct BenchArgs {
@@ -89,7 +88,7 @@ int RunBench(const BenchArgs& a) {
     std::fprintf(stderr, "s3oram bench: %s\n", cl.status().ToString().c_str());
     return 1;
   }
-  const std::string state = (fs::path(dir) / "bench.s3oram").string();
+  const std::string state = (std::filesystem::path(dir) / "bench.s3oram").string();
   FsConfig config;
   config.params = *p;
   config.servers = (*cl)->endpoints();
@@ -193,7 +192,7 @@ int RunBench(const BenchArgs& a) {
   (*cl)->Stop();
   if (!a.keep) {
     std::error_code ec;
-    fs::remove_all(dir, ec);
+    std::filesystem::remove_all(dir, ec);
   }
   return 0;
 }
