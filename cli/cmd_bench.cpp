@@ -60,6 +60,99 @@ std::uint64_t SumPeerBytes(OramClient& c) {
   return total;
 }
 
+// Sum over the servers that answered, and how many did.
+struct StatsSum {
+  wire::StatsReply total;
+  int servers = 0;
+};
+
+StatsSum SumServerStats(OramClient& c) {
+  StatsSum out;
+  for (const auto& r : c.QueryServerStats(std::chrono::milliseconds(10000))) {
+    if (!r.status.ok()) continue;
+    const wire::StatsReply& s = r.reply;
+    wire::StatsReply& t = out.total;
+    t.requests += s.requests;
+    t.busy_us += s.busy_us;
+    t.retrieves += s.retrieves;
+    t.retrieve_read_us += s.retrieve_read_us;
+    t.retrieve_kernel_us += s.retrieve_kernel_us;
+    t.root_writes += s.root_writes;
+    t.root_write_us += s.root_write_us;
+    t.prepares += s.prepares;
+    t.prepare_kernel_us += s.prepare_kernel_us;
+    t.prepare_smp_us += s.prepare_smp_us;
+    t.prepare_peer_wait_us += s.prepare_peer_wait_us;
+    t.prepare_shadow_us += s.prepare_shadow_us;
+    t.prepare_seal_us += s.prepare_seal_us;
+    t.commits += s.commits;
+    t.commit_us += s.commit_us;
+    ++out.servers;
+  }
+  return out;
+}
+
+// An ordered list of (name, ms per access) for the report.
+using Breakdown = std::vector<std::pair<std::string, double>>;
+
+// Where the client's time went, per access (AccessTimings between two points).
+Breakdown ClientBreakdown(const AccessTimings& before, const AccessTimings& after,
+                          double accesses, double mean_ms) {
+  auto ms = [accesses](std::uint64_t b, std::uint64_t a) { return double(a - b) / 1e6 / accesses; };
+  Breakdown out = {
+      {"client_compute", ms(before.client_compute_ns, after.client_compute_ns)},
+      {"retrieve_wait", ms(before.retrieve_wait_ns, after.retrieve_wait_ns)},
+      {"root_write_wait", ms(before.root_write_wait_ns, after.root_write_wait_ns)},
+      {"state_commit", ms(before.state_commit_ns, after.state_commit_ns)},
+      {"eviction", ms(before.eviction_ns, after.eviction_ns)},
+  };
+  double accounted = 0;
+  for (const auto& [name, v] : out) accounted += v;
+  out.emplace_back("other", mean_ms - accounted);  // the bench's own model checks, logging
+  out.emplace_back("eviction.client_compute", ms(before.eviction_client_ns, after.eviction_client_ns));
+  out.emplace_back("eviction.prepare_wait",
+                   ms(before.eviction_prepare_wait_ns, after.eviction_prepare_wait_ns));
+  out.emplace_back("eviction.commit_wait",
+                   ms(before.eviction_commit_wait_ns, after.eviction_commit_wait_ns));
+  out.emplace_back("eviction.state_commit",
+                   ms(before.eviction_state_commit_ns, after.eviction_state_commit_ns));
+  return out;
+}
+
+// What one server spent per access (mean over the servers that answered).
+Breakdown ServerBreakdown(const StatsSum& before, const StatsSum& after, double accesses) {
+  const double n = std::max(1, after.servers) * accesses;
+  auto ms = [n](std::uint64_t b, std::uint64_t a) { return double(a - b) / 1e3 / n; };
+  const wire::StatsReply &b = before.total, &a = after.total;
+  return {
+      {"retrieve_read", ms(b.retrieve_read_us, a.retrieve_read_us)},
+      {"retrieve_kernel", ms(b.retrieve_kernel_us, a.retrieve_kernel_us)},
+      {"root_write", ms(b.root_write_us, a.root_write_us)},
+      {"evict_kernels", ms(b.prepare_kernel_us, a.prepare_kernel_us)},
+      {"evict_smp", ms(b.prepare_smp_us, a.prepare_smp_us)},
+      {"evict_peer_wait", ms(b.prepare_peer_wait_us, a.prepare_peer_wait_us)},
+      {"evict_shadow_write", ms(b.prepare_shadow_us, a.prepare_shadow_us)},
+      {"evict_seal", ms(b.prepare_seal_us, a.prepare_seal_us)},
+      {"evict_commit", ms(b.commit_us, a.commit_us)},
+      {"busy_total", ms(b.busy_us, a.busy_us)},
+  };
+}
+
+std::string BreakdownJson(const Breakdown& b) {
+  std::string out = "{";
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    char buf[128];
+    std::snprintf(buf, sizeof buf, "%s\"%s\": %.4f", i ? ", " : "", b[i].first.c_str(), b[i].second);
+    out += buf;
+  }
+  return out + "}";
+}
+
+void PrintBreakdown(const char* title, const Breakdown& b) {
+  std::printf("  %s\n", title);
+  for (const auto& [name, v] : b) std::printf("    %-24s %8.3f ms\n", name.c_str(), v);
+}
+
 int RunBench(const BenchArgs& a) {
   auto p = ResolveParams(a.params, std::uint64_t{64} << 20);
   if (!p.ok()) {
@@ -124,6 +217,8 @@ int RunBench(const BenchArgs& a) {
   std::vector<double> latencies_ms;
   latencies_ms.reserve(accesses);
   const std::uint64_t peer_before = SumPeerBytes(c);
+  const StatsSum server_before = SumServerStats(c);
+  const AccessTimings client_before = c.stats().timings;
   const auto sent0 = c.transport_stats().bytes_sent, recv0 = c.transport_stats().bytes_received;
   const auto start = Clock::now();
   std::uint64_t reads_verified = 0;
@@ -166,27 +261,35 @@ int RunBench(const BenchArgs& a) {
   const double peer_bytes = double(SumPeerBytes(c) - peer_before) / double(accesses);
   const double mean = seconds * 1000 / double(accesses);
   const double p50 = Percentile(latencies_ms, 0.50), p99 = Percentile(latencies_ms, 0.99);
+  const double worst = latencies_ms.empty() ? 0 : *std::max_element(latencies_ms.begin(), latencies_ms.end());
+  const Breakdown client_ms = ClientBreakdown(client_before, c.stats().timings, double(accesses), mean);
+  const Breakdown server_ms = ServerBreakdown(server_before, SumServerStats(c), double(accesses));
   if (a.json) {
     std::printf("{\"params\": %s, \"accesses\": %llu, \"evictions\": %llu, \"verified\": %llu, "
                 "\"seconds\": %.3f, \"mean_ms\": %.3f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
-                "\"accesses_per_s\": %.2f, \"client_server_bytes_per_access\": %.0f, "
-                "\"server_server_bytes_per_access\": %.0f, \"kernels\": \"%s\", \"sync\": %s}\n",
+                "\"max_ms\": %.3f, \"accesses_per_s\": %.2f, \"client_server_bytes_per_access\": %.0f, "
+                "\"server_server_bytes_per_access\": %.0f, \"kernels\": \"%s\", \"sync\": %s, "
+                "\"client_ms_per_access\": %s, \"server_ms_per_access\": %s}\n",
                 ParamsJson(*p).c_str(), static_cast<unsigned long long>(accesses),
                 static_cast<unsigned long long>(c.stats().evictions),
-                static_cast<unsigned long long>(reads_verified), seconds, mean, p50, p99,
+                static_cast<unsigned long long>(reads_verified), seconds, mean, p50, p99, worst,
                 double(accesses) / seconds, client_bytes, peer_bytes, kernels::FastKernelName(),
-                a.no_sync ? "false" : "true");
+                a.no_sync ? "false" : "true", BreakdownJson(client_ms).c_str(),
+                BreakdownJson(server_ms).c_str());
   } else {
     std::printf("results:\n");
     std::printf("  accesses           %llu (%llu evictions), every result verified\n",
                 static_cast<unsigned long long>(accesses),
                 static_cast<unsigned long long>(c.stats().evictions));
-    std::printf("  latency            mean %.2f ms (amortised eviction included), p50 %.2f ms, p99 %.2f ms\n",
-                mean, p50, p99);
+    std::printf("  latency            mean %.2f ms (amortised eviction included), p50 %.2f ms, "
+                "p99 %.2f ms, max %.2f ms\n",
+                mean, p50, p99, worst);
     std::printf("  throughput         %.1f accesses/s, %s/s of block payload\n",
                 double(accesses) / seconds, HumanBytes(double(accesses) * p->block_bytes / seconds).c_str());
     std::printf("  client <-> servers %s per access\n", HumanBytes(client_bytes).c_str());
     std::printf("  server <-> server  %s per access\n", HumanBytes(peer_bytes).c_str());
+    PrintBreakdown("client time per access (waits include the servers and the network):", client_ms);
+    PrintBreakdown("one server's time per access (mean of the servers):", server_ms);
   }
   client->reset();
   (*cl)->Stop();

@@ -119,6 +119,9 @@ void WireCorpus(const fs::path& root) {
   w.Add("rebuild_finish_request", wire::Encode(h, wire::RebuildFinishRequest{7, 3}));
   w.Add("rebuild_finish_reply", wire::Encode(h, wire::RebuildFinishReply{}));
   w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}}));
+  w.Add("stats_request", wire::Encode(h, wire::StatsRequest{}));
+  w.Add("stats_reply", wire::Encode(h, wire::StatsReply{9, 8, 7, 6, 5, 4, 3, 2, 1, 2, 3, 4, 5,
+                                                        6, 7}));
 }
 
 // ---- server_handler_fuzz: request sequences (format: fuzz/handler_input.h).
@@ -170,6 +173,8 @@ void HandlerCorpus(const fs::path& root) {
   using M = fz::PeerMode;
 
   w.Add("status", Session(fz::kStartMedium).Send(Hdr(1, 0), wire::StatusRequest{}).bytes());
+  w.Add("stats", Session(fz::kStartMedium).Lease().Send(Hdr(1), med.Retrieve(3, 1))
+                     .Send(Hdr(2, 0), wire::StatsRequest{}).bytes());
   w.Add("retrieve", Session(fz::kStartMedium).Lease().Send(Hdr(1), med.Retrieve(3, 1)).bytes());
   w.Add("write_then_retrieve", Session(fz::kStartMedium).Lease()
                                    .Send(Hdr(1), med.WriteRoot(2, 2))

@@ -232,6 +232,7 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kBackupPutRequest: return T::kBackupPutReply;
     case T::kBackupListRequest: return T::kBackupListReply;
     case T::kBackupGetRequest: return T::kBackupGetReply;
+    case T::kStatsRequest: return T::kStatsReply;
     default: return std::nullopt;
   }
 }

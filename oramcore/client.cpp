@@ -7,7 +7,9 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <optional>
 #include <string>
 
 #include "oramcore/fault_point.h"
@@ -56,6 +58,24 @@ void ShareVector(std::span<const Elem> secret, std::size_t t,
   }
   shamir::Create(secret, t, coeffs, ptrs);
 }
+
+using Clock = std::chrono::steady_clock;
+
+// Adds the time from construction to destruction to a nanosecond counter.
+class TimeInto {
+ public:
+  explicit TimeInto(std::uint64_t& sink) : sink_(sink), start_(Clock::now()) {}
+  ~TimeInto() {
+    sink_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+  }
+  TimeInto(const TimeInto&) = delete;
+  TimeInto& operator=(const TimeInto&) = delete;
+
+ private:
+  std::uint64_t& sink_;
+  Clock::time_point start_;
+};
 
 wire::StoreShape ShapeOf(const OramParams& p) {
   return wire::StoreShape{p.height, p.bucket_size, static_cast<std::uint32_t>(p.elems_per_slot())};
@@ -313,6 +333,23 @@ std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds tim
   return out;
 }
 
+std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds timeout) {
+  std::vector<ServerStats> out(servers_->size());
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out[i].endpoint = servers_->endpoint(i);
+    wire::Header h = NextHeader();
+    auto frame = wire::Encode(h, wire::StatsRequest{});
+    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatsReply, opts);
+    if (!r.ok()) {
+      out[i].status = r.status();
+      continue;
+    }
+    out[i].reply = std::get<wire::StatsReply>(r.value()[0].body);
+  }
+  return out;
+}
+
 Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) {
   const OramParams& p = params();
   const TreeGeometry geo = p.geometry();
@@ -334,7 +371,9 @@ Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) 
                               [leaf](std::vector<Elem>&& share) {
                                 return wire::Body{wire::RetrieveRequest{leaf, std::move(share)}};
                               },
-                              wire::MessageType::kRetrieveReply, options_.requests));
+                              wire::MessageType::kRetrieveReply, options_.requests,
+                              stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
+  TimeInto recovery(stats_.timings.client_compute_ns);
   std::vector<const Elem*> answers;
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const auto& ans = std::get<wire::RetrieveReply>(replies[i].body).answer;
@@ -353,16 +392,21 @@ Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) 
 Result<std::vector<wire::Message>> OramClient::ExchangeShared(
     std::span<const Elem> secret,
     const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
-    wire::MessageType expected_reply, const TransportOptions& options) {
+    wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
+    std::uint64_t& wait_ns) {
   const OramParams& p = params();
-  std::vector<std::vector<Elem>> shares(p.parties);
-  ShareVector(secret, p.threshold, shares);
   wire::Header h = NextHeader();
   std::vector<std::vector<std::uint8_t>> frames;
-  for (auto& share : shares) {
-    frames.push_back(wire::Encode(h, make_request(std::move(share))));
-    share = {};  // frames hold the bytes now; keep peak memory at one copy
+  {
+    TimeInto timer(compute_ns);
+    std::vector<std::vector<Elem>> shares(p.parties);
+    ShareVector(secret, p.threshold, shares);
+    for (auto& share : shares) {
+      frames.push_back(wire::Encode(h, make_request(std::move(share))));
+      share = {};  // frames hold the bytes now; keep peak memory at one copy
+    }
   }
+  TimeInto timer(wait_ns);
   return servers_->Exchange(frames, h, expected_reply, options);
 }
 
@@ -372,7 +416,8 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
              [slot](std::vector<Elem>&& share) {
                return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
              },
-             wire::MessageType::kWriteRootReply, options_.requests)
+             wire::MessageType::kWriteRootReply, options_.requests,
+             stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
       .status();
 }
 
@@ -417,7 +462,10 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   }
   // An eviction left pending by an earlier failure must finish first: the root
   // has no free slot until it does.
-  if (counters_.nr >= p.evict_rate) S3ORAM_RETURN_IF_ERROR(RunEviction());
+  if (counters_.nr >= p.evict_rate) {
+    TimeInto timer(stats_.timings.eviction_ns);
+    S3ORAM_RETURN_IF_ERROR(RunEviction());
+  }
 
   if (root_slot_dirty_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
 
@@ -425,6 +473,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   const PositionEntry old = where ? *where : PositionEntry{};
   S3ORAM_ASSIGN_OR_RETURN(std::vector<Elem> elems, RetrieveElems(where));
 
+  std::optional<TimeInto> compute(std::in_place, stats_.timings.client_compute_ns);
   // The block as it was: sealed under (id, old.version); zeros if unmapped.
   std::vector<std::uint8_t> previous(p.block_bytes, 0);
   std::vector<std::uint8_t> sealed(p.sealed_bytes());
@@ -451,6 +500,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   } else {
     std::fill(elems.begin(), elems.end(), 0);
   }
+  compute.reset();
 
   const TreeGeometry geo = p.geometry();
   const auto slot = static_cast<std::uint32_t>(counters_.nr);
@@ -472,7 +522,10 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     moved.version = old.version + 1;
     batch.PutPosition(id, moved);
   }
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+  {
+    TimeInto timer(stats_.timings.state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+  }
   counters_ = next;
   if (mapped) S3ORAM_RETURN_IF_ERROR(pm_->Place(id, moved.pos, moved.version));
   ++stats_.accesses;
@@ -484,6 +537,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   if (counters_.nr >= p.evict_rate) {
     // The access itself is committed: report its result. A failed eviction
     // stays due and is retried (or reported) at the start of the next access.
+    TimeInto timer(stats_.timings.eviction_ns);
     if (Status st = RunEviction(); !st.ok()) {
       spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, id,
                    st.ToString());
@@ -498,7 +552,9 @@ Status OramClient::RunEviction() {
     if (op.kind == kEvictKind) return FinishPendingEviction();
   }
   const TreeGeometry geo = params().geometry();
+  std::optional<TimeInto> planning(std::in_place, stats_.timings.eviction_client_ns);
   S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
+  planning.reset();
   // Log the intent before anything is sent.
   const std::uint32_t attempt = 1;
   ClientStateStore::Batch intent;
@@ -507,7 +563,10 @@ Status OramClient::RunEviction() {
   intent.SetCounters(c);
   // Durable: after a power loss the state must still know an eviction may be
   // under way (and, WAL being a log, keeps every access committed before it).
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
+  {
+    TimeInto timer(stats_.timings.eviction_state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
+  }
   FaultPoint("client.evict.after_intent");
   return PrepareAndCommit(plan, attempt);
 }
@@ -553,11 +612,13 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
 
   std::uint32_t attempt = first_attempt;
   if (!committed_somewhere) {
+    std::optional<TimeInto> expanding(std::in_place, stats_.timings.eviction_client_ns);
     std::vector<Elem> dense(plan.steps.size() * step_elems);
     for (std::size_t s = 0; s < plan.steps.size(); ++s) {
       ExpandStepMatrix(plan.steps[s],
                        p.bucket_size, std::span<Elem>(dense).subspan(s * step_elems, step_elems));
     }
+    expanding.reset();
     // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
     // servers refuse an attempt quickly), all within one eviction timeout:
     // a server that does not answer fails the eviction after that time, not
@@ -585,7 +646,8 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
                    return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
                                                                std::move(share)}};
                  },
-                 wire::MessageType::kEvictPrepareReply, budget)
+                 wire::MessageType::kEvictPrepareReply, budget,
+                 stats_.timings.eviction_client_ns, stats_.timings.eviction_prepare_wait_ns)
                  .status();
       if (last.ok()) break;
       spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());
@@ -600,11 +662,15 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
   for (std::size_t i = 0; i < p.parties; ++i) {
     frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
   }
-  S3ORAM_RETURN_IF_ERROR(servers_
-                             ->Exchange(frames, h, wire::MessageType::kEvictCommitReply,
-                                        options_.requests)
-                             .status()
-                             .WithContext("committing eviction " + std::to_string(plan.eviction)));
+  {
+    TimeInto timer(stats_.timings.eviction_commit_wait_ns);
+    S3ORAM_RETURN_IF_ERROR(servers_
+                               ->Exchange(frames, h, wire::MessageType::kEvictCommitReply,
+                                          options_.requests)
+                               .status()
+                               .WithContext("committing eviction " +
+                                            std::to_string(plan.eviction)));
+  }
 
   FaultPoint("client.evict.after_commit");
   // Every server has made the eviction live: record the new positions.
@@ -620,7 +686,10 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
   }
   batch.RemovePending(plan.eviction);
   // Durable: the servers have moved the blocks; positions must not roll back.
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  {
+    TimeInto timer(stats_.timings.eviction_state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  }
   counters_ = next;
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   ++stats_.evictions;

@@ -69,10 +69,32 @@ struct ClientOptions {
   std::string lease_purpose;
 };
 
+// Where the client's access time went, summed over every access since Open
+// (nanoseconds of wall clock). The waits include the servers' work and the
+// network; the servers' own STATS split them further.
+struct AccessTimings {
+  std::uint64_t client_compute_ns = 0;   // select and root sharing, encoding, recovery, open, seal
+  std::uint64_t retrieve_wait_ns = 0;    // RETRIEVE sent until every answer is in
+  std::uint64_t root_write_wait_ns = 0;  // WRITE_ROOT sent until every server acknowledged
+  std::uint64_t state_commit_ns = 0;     // the access's SQLite commit
+  std::uint64_t eviction_ns = 0;         // whole evictions; the four below are parts of it
+  std::uint64_t eviction_client_ns = 0;  // planning, matrices, sharing them, encoding
+  std::uint64_t eviction_prepare_wait_ns = 0;
+  std::uint64_t eviction_commit_wait_ns = 0;
+  std::uint64_t eviction_state_commit_ns = 0;  // intent and result records (durable)
+};
+
 struct ClientStats {
   std::uint64_t accesses = 0;
   std::uint64_t evictions = 0;
   std::uint64_t eviction_retries = 0;
+  AccessTimings timings;
+};
+
+struct ServerStats {
+  std::string endpoint;
+  Status status;           // reachability
+  wire::StatsReply reply;  // valid if status.ok()
 };
 
 struct ServerReport {
@@ -125,6 +147,9 @@ class OramClient {
   // STATUS of every server (unreachable ones carry an error status).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
 
+  // STATS of every server: its work counters (changes nothing).
+  std::vector<ServerStats> QueryServerStats(std::chrono::milliseconds timeout);
+
   // The lease as server i sees it (LEASE_QUERY; changes nothing).
   Result<wire::LeaseReply> QueryLease(std::size_t server);
 
@@ -162,10 +187,13 @@ class OramClient {
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
   // Shares `secret` afresh among the servers and sends server i the request
   // make_request(its shares), all under one new header; returns the replies.
+  // `compute_ns` and `wait_ns` accumulate the time spent sharing and encoding,
+  // and waiting for the replies.
   Result<std::vector<wire::Message>> ExchangeShared(
       std::span<const field::Elem> secret,
       const std::function<wire::Body(std::vector<field::Elem>&&)>& make_request,
-      wire::MessageType expected_reply, const TransportOptions& options);
+      wire::MessageType expected_reply, const TransportOptions& options,
+      std::uint64_t& compute_ns, std::uint64_t& wait_ns);
   Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where);
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
   Status RepairRootSlot();

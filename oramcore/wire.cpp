@@ -538,6 +538,26 @@ void Fields(Io& io, Ref<Io, BackupGetReply> m) {
   io.U64(m.total, "total");
   io.Elems(m.shares, "shares");
 }
+template <class Io>
+void Fields(Io&, Ref<Io, StatsRequest>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, StatsReply> m) {
+  io.U64(m.requests, "requests");
+  io.U64(m.busy_us, "busy_us");
+  io.U64(m.retrieves, "retrieves");
+  io.U64(m.retrieve_read_us, "retrieve_read_us");
+  io.U64(m.retrieve_kernel_us, "retrieve_kernel_us");
+  io.U64(m.root_writes, "root_writes");
+  io.U64(m.root_write_us, "root_write_us");
+  io.U64(m.prepares, "prepares");
+  io.U64(m.prepare_kernel_us, "prepare_kernel_us");
+  io.U64(m.prepare_smp_us, "prepare_smp_us");
+  io.U64(m.prepare_peer_wait_us, "prepare_peer_wait_us");
+  io.U64(m.prepare_shadow_us, "prepare_shadow_us");
+  io.U64(m.prepare_seal_us, "prepare_seal_us");
+  io.U64(m.commits, "commits");
+  io.U64(m.commit_us, "commit_us");
+}
 
 // Counts the members of an aggregate: the largest n for which T{x1, ..., xn}
 // compiles with placeholders convertible to anything.
@@ -602,6 +622,8 @@ S3ORAM_WIRE_TAG(BackupListRequest, kBackupListRequest, 0);
 S3ORAM_WIRE_TAG(BackupListReply, kBackupListReply, 1);
 S3ORAM_WIRE_TAG(BackupGetRequest, kBackupGetRequest, 3);
 S3ORAM_WIRE_TAG(BackupGetReply, kBackupGetReply, 3);
+S3ORAM_WIRE_TAG(StatsRequest, kStatsRequest, 0);
+S3ORAM_WIRE_TAG(StatsReply, kStatsReply, 15);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -689,6 +711,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kBackupListReply: return "BACKUP_LIST_REPLY";
     case MessageType::kBackupGetRequest: return "BACKUP_GET_REQUEST";
     case MessageType::kBackupGetReply: return "BACKUP_GET_REPLY";
+    case MessageType::kStatsRequest: return "STATS_REQUEST";
+    case MessageType::kStatsReply: return "STATS_REPLY";
   }
   return "UNKNOWN";
 }

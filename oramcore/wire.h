@@ -79,6 +79,9 @@ enum class MessageType : std::uint16_t {
   kBackupListReply = 33,
   kBackupGetRequest = 34,
   kBackupGetReply = 35,
+  // Performance accounting (s3oram bench).
+  kStatsRequest = 40,
+  kStatsReply = 41,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -295,6 +298,31 @@ struct BackupGetReply {
   std::vector<Elem> shares;
 };
 
+// What a server has spent its time on since the process started, for
+// performance accounting: `s3oram bench` divides the difference of two
+// replies by the accesses between them. Counts are requests handled; times
+// are microseconds of wall clock inside the server (so network time is what a
+// client waits beyond them). Like STATUS, STATS is answered to any
+// authenticated client and changes nothing.
+struct StatsRequest {};
+struct StatsReply {
+  std::uint64_t requests = 0;            // every frame handled, any type
+  std::uint64_t busy_us = 0;             // decode + handle + encode, all frames
+  std::uint64_t retrieves = 0;
+  std::uint64_t retrieve_read_us = 0;    // fetching the path's buckets (page cache or disk)
+  std::uint64_t retrieve_kernel_us = 0;  // the path inner product
+  std::uint64_t root_writes = 0;
+  std::uint64_t root_write_us = 0;       // slot write and its fdatasyncs
+  std::uint64_t prepares = 0;
+  std::uint64_t prepare_kernel_us = 0;   // eviction matrix products
+  std::uint64_t prepare_smp_us = 0;      // SMP split, send, combine
+  std::uint64_t prepare_peer_wait_us = 0;
+  std::uint64_t prepare_shadow_us = 0;   // shadow bucket writes
+  std::uint64_t prepare_seal_us = 0;     // shadow fdatasyncs
+  std::uint64_t commits = 0;
+  std::uint64_t commit_us = 0;           // making a sealed shadow live
+};
+
 // Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
@@ -304,7 +332,8 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           RebuildBeginReply, RebuildReadRequest, RebuildReadReply,
                           RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
                           RebuildFinishReply, BackupPutRequest, BackupPutReply,
-                          BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply>;
+                          BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
+                          StatsRequest, StatsReply>;
 
 struct Message {
   Header header;

@@ -47,6 +47,10 @@ std::string HexId(const wire::FsId& id) {
   return s;
 }
 
+std::uint64_t Micros(Clock::duration d) {
+  return static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::microseconds>(d).count());
+}
+
 // Shape limits shared by INIT and REBUILD_BEGIN (see HandleInit).
 Status ValidateShape(const wire::StoreShape& s) {
   if (s.height < 1 || s.height > 40 || s.bucket_size < 1 || s.bucket_size > (1u << 16) ||
@@ -102,6 +106,8 @@ struct RequestHandler::Impl {
   // was last heard from (by this process; a restart counts as contact).
   LeaseRecord lease;
   Clock::time_point lease_last_seen = Clock::now();
+  // Work counters since start (STATS); updated by the handlers below.
+  wire::StatsReply stats;
   // Reused buffers for bucket reads (a path; an eviction's inputs).
   std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
 
@@ -371,14 +377,19 @@ struct RequestHandler::Impl {
                               store->BucketForRead(geo.BucketOnPath(req.leaf, l), scratch));
       buckets.push_back(view);
     }
+    const auto t_read = Clock::now();
     const std::size_t m = shape.elems_per_slot;
     wire::RetrieveReply reply;
     reply.answer.resize(m);
     ParallelColumns(m, [&](kernels::ColumnRange r) {
       kernels::PathInnerProduct(buckets, shape.bucket_size, m, req.select, reply.answer.data(), r);
     });
+    const auto t_end = Clock::now();
+    ++stats.retrieves;
+    stats.retrieve_read_us += Micros(t_read - t0);
+    stats.retrieve_kernel_us += Micros(t_end - t_read);
     spdlog::trace("retrieve leaf {}: {:.2f} ms", req.leaf,
-                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+                  std::chrono::duration<double, std::milli>(t_end - t0).count());
     return wire::Body{std::move(reply)};
   }
 
@@ -390,7 +401,10 @@ struct RequestHandler::Impl {
                                      " elements, expected " +
                                      std::to_string(shape.elems_per_slot));
     }
+    const auto t0 = Clock::now();
     S3ORAM_RETURN_IF_ERROR(store->WriteSlot(1, req.slot, req.share, h.seq, h.epoch));
+    ++stats.root_writes;
+    stats.root_write_us += Micros(Clock::now() - t0);
     spdlog::debug("write_root seq {} slot {}", h.seq, req.slot);
     return wire::Body{wire::WriteRootReply{}};
   }
@@ -523,10 +537,17 @@ struct RequestHandler::Impl {
     FaultPoint("server.evict_prepare.before_seal");
     S3ORAM_RETURN_IF_ERROR(store->SealShadow());
     FaultPoint("server.evict_prepare.after_seal");
+    const double seal_ms = since(t_seal);
+    ++stats.prepares;
+    stats.prepare_kernel_us += static_cast<std::uint64_t>(t_kernel * 1000);
+    stats.prepare_smp_us += static_cast<std::uint64_t>(t_smp * 1000);
+    stats.prepare_peer_wait_us += static_cast<std::uint64_t>(t_wait * 1000);
+    stats.prepare_shadow_us += static_cast<std::uint64_t>(t_shadow * 1000);
+    stats.prepare_seal_us += static_cast<std::uint64_t>(seal_ms * 1000);
     spdlog::debug("eviction {} attempt {} prepared in {:.1f} ms: kernels {:.1f}, smp {:.1f}, "
                   "peer wait {:.1f}, shadow {:.1f}, seal {:.1f}",
                   req.eviction, req.attempt, since(t_start), t_kernel, t_smp, t_wait, t_shadow,
-                  since(t_seal));
+                  seal_ms);
     sealed = std::make_pair(req.eviction, req.attempt);
     return wire::Body{wire::EvictPrepareReply{req.eviction}};
   }
@@ -535,8 +556,11 @@ struct RequestHandler::Impl {
     const auto t0 = Clock::now();
     FaultPoint("server.evict_commit.before");
     S3ORAM_RETURN_IF_ERROR(store->Commit(req.eviction, h.seq, h.epoch));
+    const auto took = Clock::now() - t0;
+    ++stats.commits;
+    stats.commit_us += Micros(took);
     spdlog::debug("commit seq {}: eviction {} applied in {:.1f} ms", h.seq, req.eviction,
-                  std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+                  std::chrono::duration<double, std::milli>(took).count());
     sealed.reset();
     return wire::Body{wire::EvictCommitReply{store->meta().applied_evictions}};
   }
@@ -918,6 +942,8 @@ struct RequestHandler::Impl {
             // STATUS is never refused and changes nothing: a client that is
             // refused the lease must not disturb the holder.
             return wire::Body{MakeStatus()};
+          } else if constexpr (std::is_same_v<T, wire::StatsRequest>) {
+            return wire::Body{stats};  // same rule as STATUS
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);
           } else if constexpr (std::is_same_v<T, wire::LeaseAcquireRequest>) {
@@ -970,6 +996,14 @@ struct RequestHandler::Impl {
 
   // Handles one client frame and returns the reply frame.
   std::vector<std::uint8_t> Handle(std::span<const std::uint8_t> frame) {
+    const auto t0 = Clock::now();
+    std::vector<std::uint8_t> reply = HandleUntimed(frame);
+    ++stats.requests;
+    stats.busy_us += Micros(Clock::now() - t0);
+    return reply;
+  }
+
+  std::vector<std::uint8_t> HandleUntimed(std::span<const std::uint8_t> frame) {
     auto decoded = wire::Decode(frame);
     wire::Header reply_header;
     if (!decoded.ok()) {

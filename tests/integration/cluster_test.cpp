@@ -93,6 +93,24 @@ TEST(ClusterTest, LongMixedWorkloadVerified) {
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
     EXPECT_EQ(r.reply.applied_evictions, (*client)->counters().ne);
   }
+  // The work counters behind `s3oram bench`'s breakdown: every server did one
+  // retrieve and one root write per access (and one for the final reads), and
+  // the client accounted time to every phase.
+  const std::uint64_t total = (*client)->stats().accesses;
+  for (const auto& r : (*client)->QueryServerStats(std::chrono::milliseconds(5000))) {
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(r.reply.retrieves, total);
+    EXPECT_GE(r.reply.root_writes, total);  // + a repair after Open
+    EXPECT_EQ(r.reply.commits, (*client)->stats().evictions);
+    EXPECT_GT(r.reply.busy_us, 0u);
+  }
+  const AccessTimings& t = (*client)->stats().timings;
+  EXPECT_GT(t.client_compute_ns, 0u);
+  EXPECT_GT(t.retrieve_wait_ns, 0u);
+  EXPECT_GT(t.root_write_wait_ns, 0u);
+  EXPECT_GT(t.state_commit_ns, 0u);
+  EXPECT_GT(t.eviction_prepare_wait_ns, 0u);
+  EXPECT_GE(t.eviction_ns, t.eviction_prepare_wait_ns + t.eviction_commit_wait_ns);
 }
 
 TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {

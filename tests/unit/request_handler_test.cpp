@@ -346,5 +346,40 @@ TEST(RequestHandlerCreate, RefusesRepeatedOrOwnPeerIndices) {
   EXPECT_TRUE(RequestHandler::Create(c, peers).ok());
 }
 
+
+// STATS counts what the server did, per kind of request, and is served to a
+// client that does not hold the lease (like STATUS) without changing anything.
+TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
+  const wire::StoreShape shape{2, 2, 4};
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  ASSERT_TRUE(Acquire(2).granted);
+  const TreeGeometry geo{shape.height, shape.bucket_size};
+  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(Call(RootWrite(), 2)));
+  const wire::Body retrieved =
+      Call(wire::RetrieveRequest{geo.first_leaf(), std::vector<Elem>(geo.path_slots(), 1)}, 3);
+  ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(retrieved)) << ErrorText(retrieved);
+  wire::EvictPrepareRequest prepare{0, 1, geo.EvictionLeaf(0),
+                                    std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
+  ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(Call(prepare, 4)));
+  ASSERT_TRUE(std::holds_alternative<wire::EvictCommitReply>(Call(wire::EvictCommitRequest{0}, 5)));
+  // A refused request still counts as a request, not as a root write.
+  epoch_ = 1;
+  EXPECT_FALSE(ErrorText(Call(RootWrite(), 6)).empty());
+
+  const wire::Body got = Call(wire::StatsRequest{}, 7);
+  ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(got)) << ErrorText(got);
+  const auto& s = std::get<wire::StatsReply>(got);
+  EXPECT_EQ(s.requests, 7u);  // init, lease, root write, retrieve, prepare, commit, refused write
+  EXPECT_EQ(s.root_writes, 1u);
+  EXPECT_EQ(s.retrieves, 1u);
+  EXPECT_EQ(s.prepares, 1u);
+  EXPECT_EQ(s.commits, 1u);
+  EXPECT_GE(s.busy_us, s.root_write_us + s.retrieve_read_us + s.retrieve_kernel_us);
+  EXPECT_EQ(handler_->store()->meta().applied_evictions, 1u);
+  const wire::Body again = Call(wire::StatsRequest{}, 8);
+  ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(again));
+  EXPECT_EQ(std::get<wire::StatsReply>(again).requests, 8u);
+}
+
 }  // namespace
 }  // namespace s3oram::serverd

@@ -137,6 +137,17 @@ bool Same(const BackupGetRequest& a, const BackupGetRequest& b) {
 bool Same(const BackupGetReply& a, const BackupGetReply& b) {
   return std::tie(a.generation, a.total, a.shares) == std::tie(b.generation, b.total, b.shares);
 }
+bool Same(const StatsRequest&, const StatsRequest&) { return true; }
+bool Same(const StatsReply& a, const StatsReply& b) {
+  return std::tie(a.requests, a.busy_us, a.retrieves, a.retrieve_read_us, a.retrieve_kernel_us,
+                  a.root_writes, a.root_write_us, a.prepares, a.prepare_kernel_us,
+                  a.prepare_smp_us, a.prepare_peer_wait_us, a.prepare_shadow_us,
+                  a.prepare_seal_us, a.commits, a.commit_us) ==
+         std::tie(b.requests, b.busy_us, b.retrieves, b.retrieve_read_us, b.retrieve_kernel_us,
+                  b.root_writes, b.root_write_us, b.prepares, b.prepare_kernel_us,
+                  b.prepare_smp_us, b.prepare_peer_wait_us, b.prepare_shadow_us,
+                  b.prepare_seal_us, b.commits, b.commit_us);
+}
 bool SameBody(const Body& a, const Body& b) {
   if (a.index() != b.index()) return false;
   return std::visit(
@@ -244,6 +255,9 @@ class Gen {
       }
       case 30: return BackupGetRequest{U64(), U64(), U32()};
       case 31: return BackupGetReply{U64(), U64(), Elems()};
+      case 32: return StatsRequest{};
+      case 33: return StatsReply{U64(), U64(), U64(), U64(), U64(), U64(), U64(), U64(),
+                                 U64(), U64(), U64(), U64(), U64(), U64(), U64()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
