@@ -15,6 +15,9 @@
 //  * MAC/s: field-element multiply-accumulates per second.
 //  * PathRead/*: a plain sum over as many bytes as the p31 path occupies, the
 //    ceiling for the (memory-bound) inner product.
+//  * P31Peak/*: multiply-accumulates per second with every operand in
+//    registers (scalar imul + add, AVX2 vpmuludq + vpaddq), the ceiling for the
+//    (compute-bound) eviction product.
 #include <NTL/mat_lzz_p.h>
 #include <benchmark/benchmark.h>
 
@@ -534,6 +537,97 @@ void PathRead(benchmark::State& state, std::uint64_t (*sum)(const std::uint64_t*
       benchmark::Counter::kIsRate);
 }
 
+// ---------------------------------------------------------------------------
+// The machine's multiply-accumulate peak for p31 operands (32 x 32 -> 64-bit
+// products), everything in registers: no loads, no stores, no reduction. Each
+// of kChains independent chains does acc = acc * coef + x, one multiply and
+// one add per step; with more chains than the multiplier's latency times its
+// issue rate, the loop runs at the multiplier's throughput. The empty asm
+// statements make every accumulator opaque to the compiler once per step, so
+// the loop is neither vectorised nor folded into a closed form. The p31
+// kernels do the same multiply and add per MAC plus a fold every
+// kProductsPerFold products and the loads of their operands, so these two
+// figures are the ceilings for P31Evict (compute-bound): scalar = one 64-bit
+// imul + add per MAC, AVX2 = one _mm256_mul_epu32 + _mm256_add_epi64 per 4.
+// Every loop over the chains is fully unrolled so that the accumulator arrays
+// become registers (a rolled loop leaves them on the stack, and store-to-load
+// forwarding then sets the pace: measured half the rate on this machine).
+
+namespace peak {
+
+constexpr std::size_t kSteps = 4096;  // steps of every chain per benchmark iteration
+
+template <std::size_t Chains>
+[[gnu::noinline]] std::uint64_t ScalarMacs(std::uint64_t seed) {
+  std::uint64_t coef = (seed | 1) & 0x7fffffff;
+  std::uint64_t x = seed >> 33;
+  asm("" : "+r"(coef), "+r"(x));
+  std::uint64_t acc[Chains];
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < Chains; ++i) acc[i] = seed + i;
+  for (std::size_t s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Chains; ++i) {
+      acc[i] = acc[i] * coef + x;
+      asm volatile("" : "+r"(acc[i]));
+    }
+  }
+  std::uint64_t sum = 0;
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < Chains; ++i) sum += acc[i];
+  return sum;
+}
+
+template <std::size_t Chains>
+[[gnu::noinline, gnu::target("avx2")]] std::uint64_t Avx2Macs(std::uint64_t seed) {
+  __m256i coef = _mm256_set1_epi64x(static_cast<long long>((seed | 1) & 0x7fffffff));
+  __m256i x = _mm256_set1_epi64x(static_cast<long long>(seed >> 33));
+  asm("" : "+x"(coef), "+x"(x));
+  __m256i acc[Chains];  // (std::array<__m256i> would drop the type's attributes)
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < Chains; ++i) {
+    acc[i] = _mm256_set1_epi64x(static_cast<long long>(seed + i));
+  }
+  for (std::size_t s = 0; s < kSteps; ++s) {
+#pragma GCC unroll 16
+    for (std::size_t i = 0; i < Chains; ++i) {
+      acc[i] = _mm256_add_epi64(_mm256_mul_epu32(acc[i], coef), x);
+      asm volatile("" : "+x"(acc[i]));
+    }
+  }
+  __m256i sum = _mm256_setzero_si256();
+#pragma GCC unroll 16
+  for (std::size_t i = 0; i < Chains; ++i) sum = _mm256_add_epi64(sum, acc[i]);
+  alignas(32) std::uint64_t lanes[4];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(lanes), sum);
+  return lanes[0] + lanes[1] + lanes[2] + lanes[3];
+}
+
+// 8 scalar chains (64-bit imul: latency 3-4 cycles, one per cycle) and 12
+// vector chains (vpmuludq: latency 3-5 cycles, one or two per cycle) leave
+// the multiplier no idle cycle on current x86 cores; 14 of the 16 ymm
+// registers are then in use. (On the 2-vCPU EPYC of docs/PERFORMANCE.md, 8,
+// 10, 12 and 14 vector chains measured 18.0, 18.9, 20.3 and 19.8 G MAC/s in a
+// standalone copy of this loop; 16 spill and drop to 14.8.)
+constexpr std::size_t kScalarChains = 8;
+constexpr std::size_t kAvx2Chains = 12;
+
+void P31Peak(benchmark::State& state, std::uint64_t (*fn)(std::uint64_t), bool needs_avx2,
+             std::size_t macs_per_step) {
+  if (needs_avx2 && !RequireAvx2(state)) return;
+  std::uint64_t seed = 0x12345678abcdefull;
+  for (auto _ : state) {
+    seed = fn(seed);
+    benchmark::DoNotOptimize(seed);
+  }
+  const auto macs = static_cast<double>(state.iterations()) * static_cast<double>(kSteps) *
+                    static_cast<double>(macs_per_step);
+  state.counters["MAC/s"] = benchmark::Counter(macs, benchmark::Counter::kIsRate);
+  state.counters["chains"] = static_cast<double>(needs_avx2 ? kAvx2Chains : kScalarChains);
+}
+
+}  // namespace peak
+
 namespace k = s3oram::kernels;
 namespace ki = s3oram::kernels::internal;
 
@@ -570,10 +664,18 @@ void NtlEvict(benchmark::State& state) {
 using ntl::NtlEvict;
 using p31::P31Evict;
 using p31::P31Path;
+using peak::P31Peak;
 using p32::P32Evict;
 using p32::P32Path;
 using p61::P61Evict;
 using p61::P61Path;
+
+// Register-only MAC peaks (see namespace peak): the ceilings for P31Evict.
+BENCHMARK_CAPTURE(P31Peak, scalar, peak::ScalarMacs<peak::kScalarChains>, false,
+                  peak::kScalarChains)
+    ->Unit(benchmark::kMicrosecond);
+BENCHMARK_CAPTURE(P31Peak, avx2, peak::Avx2Macs<peak::kAvx2Chains>, true, 4 * peak::kAvx2Chains)
+    ->Unit(benchmark::kMicrosecond);
 
 BENCHMARK_CAPTURE(PathRead, avx2, SumAvx2, true)->Apply(Shapes);
 BENCHMARK_CAPTURE(PathRead, scalar, SumScalar, false)->Apply(Shapes);
