@@ -310,7 +310,7 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_option("-n,--accesses", a->accesses, "number of accesses (default: max(200, 3A))");
   cmd->add_option("--write-fraction", a->write_fraction, "share of writes")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--threads", a->threads, "kernel threads per server (0: one per core)");
+  cmd->add_option("--threads", a->threads, "kernel threads per server (0: cores / 3, at least 1)");
   cmd->add_flag("--no-sync", a->no_sync, "servers skip fdatasync");
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_option("--dir", a->dir, "cluster directory (default: a fresh one in /tmp)");

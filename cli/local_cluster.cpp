@@ -10,6 +10,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstring>
@@ -171,7 +172,14 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::StartOnce(const LocalCluster
     cfg.listen = "tcp://127.0.0.1:" + std::to_string(c->ports_[i]);
     cfg.peer_listen = "tcp://127.0.0.1:" + std::to_string(c->ports_[n + i]);
     cfg.data_dir = (fs::absolute(options.dir) / ("data-" + std::to_string(i))).string();
-    cfg.threads = options.threads;
+    // All n servers share this machine's cores: by default each gets its
+    // share of them, not all of them (n servers x all cores oversubscribes,
+    // and a kernel split across threads that are not running waits for the
+    // slowest part).
+    cfg.threads = options.threads != 0
+                      ? options.threads
+                      : std::max<std::uint32_t>(
+                            1, std::thread::hardware_concurrency() / static_cast<std::uint32_t>(n));
     cfg.sync = options.sync;
     cfg.peer_timeout_ms = options.peer_timeout_ms;
     cfg.log_level = options.log_level;

@@ -26,7 +26,7 @@ struct LocalClusterOptions {
   std::string serverd_path;       // empty: FindServerd()
   std::string log_level = "info";
   bool sync = true;               // servers fdatasync before acknowledging
-  std::uint32_t threads = 0;      // kernel threads per server; 0 = one per core
+  std::uint32_t threads = 0;      // kernel threads per server; 0 = cores / servers, at least 1
   std::uint32_t peer_timeout_ms = 30000;
   // Children get SIGTERM when this process dies (tests, bench). Off for
   // `s3oram cluster start`, whose servers outlive the command.

@@ -1,4 +1,5 @@
 // s3oram: create, inspect and benchmark s3oramfs filesystems (man 1 s3oram).
+#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
@@ -22,6 +23,9 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterRebuild(app, &exit_code);
   s3oram::cli::RegisterBackupState(app, &exit_code);
   s3oram::cli::RegisterRestore(app, &exit_code);
+  // Log lines go to stderr: stdout carries results (`--json`, status tables)
+  // that scripts parse.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("s3oram"));
   spdlog::set_pattern("s3oram: %l: %v");
   try {
     app.parse(argc, argv);

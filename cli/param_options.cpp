@@ -106,20 +106,24 @@ std::string DescribeParams(const OramParams& p, bool allow_unsafe) {
 
 std::string ParamsJson(const OramParams& p) {
   const CostModel c = EstimateCost(p);
+  // -inf (overflow impossible, e.g. Z at least the capacity) is not JSON: null.
+  const double log2_overflow =
+      Log2OverflowPerEviction(p.evict_rate, p.height, p.bucket_size, p.capacity_blocks);
+  char overflow[32] = "null";
+  if (std::isfinite(log2_overflow)) std::snprintf(overflow, sizeof overflow, "%.3f", log2_overflow);
   char buf[1024];
   std::snprintf(
       buf, sizeof buf,
       "{\"block_bytes\": %u, \"elems_per_slot\": %llu, \"capacity_blocks\": %llu, \"height\": %u, "
       "\"evict_rate\": %u, \"bucket_size\": %u, \"lambda\": %u, \"safe_bucket_size\": %u, "
-      "\"log2_overflow_per_eviction\": %.3f, \"storage_bytes_per_server\": %.0f, "
+      "\"log2_overflow_per_eviction\": %s, \"storage_bytes_per_server\": %.0f, "
       "\"slots_streamed\": %.0f, \"slot_multiplications\": %.0f, \"field_mults\": %.0f, "
       "\"client_upload_bytes\": %.0f, \"client_download_bytes\": %.0f, "
       "\"server_to_server_bytes\": %.0f}",
       p.block_bytes, static_cast<unsigned long long>(p.elems_per_slot()),
       static_cast<unsigned long long>(p.capacity_blocks), p.height, p.evict_rate, p.bucket_size,
       p.lambda, MinSafeBucketSize(p.evict_rate, p.height, p.lambda, p.capacity_blocks),
-      Log2OverflowPerEviction(p.evict_rate, p.height, p.bucket_size, p.capacity_blocks),
-      c.storage_bytes_per_server, c.slots_streamed, c.slot_multiplications, c.field_mults,
+      overflow, c.storage_bytes_per_server, c.slots_streamed, c.slot_multiplications, c.field_mults,
       c.client_upload_bytes, c.client_download_bytes, c.server_to_server_bytes);
   return buf;
 }

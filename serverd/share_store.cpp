@@ -460,14 +460,15 @@ struct ShareStore::Impl {
     return Status::Ok();
   }
   // Writes `m` as the next generation into the copy not holding the current
-  // one, then syncs. The caller updates meta_ only once this returns OK.
-  Status WriteMeta(const ServerMeta& m) {
+  // one, then syncs unless `sync_now` is false (the caller then syncs before
+  // relying on it). The caller updates meta_ only once this returns OK.
+  Status WriteMeta(const ServerMeta& m, bool sync_now = true) {
     const std::uint64_t gen = generation + 1;
     std::array<std::uint8_t, kMetaCopyBytes> rec{};
     EncodeMeta(m, gen, rec.data());
     S3ORAM_RETURN_IF_ERROR(
         PwriteAll(fd.get(), rec.data(), rec.size(), (gen % 2) * kMetaCopyBytes, shares_path));
-    S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
+    if (sync_now) S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
     generation = gen;
     return Status::Ok();
   }
@@ -855,16 +856,23 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
   }
   const std::uint64_t off =
       impl_->BucketOffset(bucket) + std::uint64_t{slot} * slot_elems() * sizeof(Elem);
-  // Data first and durable, then the header: the header never claims a seq
-  // whose write is not on disk.
+  // Data and header, then one fdatasync for both: the write is acknowledged
+  // only after it, so an acknowledged write is durable with its seq and epoch.
+  // A power loss before the sync completes may persist the header without the
+  // slot (the kernel writes pages back in any order). That is safe: the write
+  // was not acknowledged, so its client repairs slot nr before any retrieval
+  // (docs/ARCHITECTURE.md §9), and a header seq or epoch ahead of the data only
+  // makes Open's seq, fencing and the restore check more conservative. One
+  // sync instead of two (data, then header) halves the disk flushes of every
+  // access.
   S3ORAM_RETURN_IF_ERROR(
       PwriteAll(impl_->fd.get(), data.data(), data.size_bytes(), off, impl_->shares_path));
-  S3ORAM_RETURN_IF_ERROR(impl_->Sync(impl_->fd.get(), impl_->shares_path));
   FaultPoint("server.write_root.after_data");
   ServerMeta m = meta_;
   m.applied_seq = std::max(m.applied_seq, seq);
   m.epoch = std::max(m.epoch, epoch);
-  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m));
+  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m, /*sync_now=*/false));
+  S3ORAM_RETURN_IF_ERROR(impl_->Sync(impl_->fd.get(), impl_->shares_path));
   meta_ = m;
   return Status::Ok();
 }

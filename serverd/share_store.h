@@ -108,7 +108,8 @@ class ShareStore {
   // rename to shares.bin and a directory sync: the store is live from here on.
   Status FinishRebuild(const ServerMeta& meta);
 
-  // Overwrites one slot of a bucket, then records seq/epoch in the header.
+  // Overwrites one slot of a bucket and records seq/epoch in the header; one
+  // fdatasync makes both durable before it returns OK.
   Status WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
                    std::uint64_t seq, std::uint64_t epoch);
   Status UpdateMeta(const ServerMeta& meta);
