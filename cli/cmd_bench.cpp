@@ -13,6 +13,7 @@
 #include "cli/commands.h"
 #include "cli/local_cluster.h"
 #include "cli/param_options.h"
+#include "cli/progress.h"
 #include "oramcore/client.h"
 #include "oramcore/kernels.h"
 #include "oramcore/random.h"
@@ -222,6 +223,8 @@ int RunBench(const BenchArgs& a) {
   const auto sent0 = c.transport_stats().bytes_sent, recv0 = c.transport_stats().bytes_received;
   const auto start = Clock::now();
   std::uint64_t reads_verified = 0;
+  // On stderr: stdout carries the results (and --json must stay parseable).
+  Progress progress("bench: accesses", accesses, Progress::Unit::kItems);
   for (std::uint64_t i = 0; i < accesses; ++i) {
     const std::uint64_t id = rng() % p->capacity_blocks;
     const bool write = std::uniform_real_distribution<double>(0, 1)(rng) < a.write_fraction;
@@ -253,7 +256,9 @@ int RunBench(const BenchArgs& a) {
     }
     ++reads_verified;
     if (write) model[id] = tag;
+    progress.Update(i + 1);
   }
+  progress.Finish();
   const double seconds = std::chrono::duration<double>(Clock::now() - start).count();
   const double client_bytes =
       double(c.transport_stats().bytes_sent - sent0 + c.transport_stats().bytes_received - recv0) /

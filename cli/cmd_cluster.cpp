@@ -16,7 +16,9 @@ void RegisterCluster(CLI::App& app, int* exit_code) {
       ->check(CLI::Range(3, 16));
   start->add_option("--base-port", opts->base_port, "first of 2n consecutive ports (default: free ones)");
   start->add_option("--serverd", opts->serverd_path, "s3oram-serverd binary");
-  start->add_option("--log-level", opts->log_level)->capture_default_str();
+  start->add_option("--log-level", opts->log_level,
+                    "the servers' log level: trace, debug, info, warn, error")
+      ->capture_default_str();
   auto no_sync = std::make_shared<bool>(false);
   start->add_flag("--no-sync", *no_sync, "servers do not fdatasync (faster, not crash safe)");
   start->callback([opts, no_sync, exit_code] {

@@ -2,7 +2,9 @@
 // (man 8 s3oramfs-fused, mount.s3oramfs).
 //
 // Start-up order matters:
-//  1. parse the command line (mount-helper or daemon role, from argv[0]);
+//  1. parse the command line (mount-helper or daemon role, from argv[0]),
+//     reading the --config file if there is one, so that its errors reach
+//     the terminal (or the journal, under the systemd unit);
 //  2. unless in the foreground, fork before anything starts a thread; the
 //     parent waits on a pipe and exits only when the child reports the
 //     mount live (0) or failed (1, with the child's message on stderr);
@@ -292,10 +294,12 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
 }  // namespace
 
 int main(int argc, char** argv) {
-  auto parsed = fs::ParseMountCommand(argc, argv);
+  bool config_error = false;
+  auto parsed = fs::ParseMountCommand(argc, argv, &config_error);
   if (!parsed.ok()) {
+    // A --config file's error names its file and line; the usage would bury it.
     std::fprintf(stderr, "%s: %s\n%s", kProgram, parsed.status().message().c_str(),
-                 fs::UsageText(argv[0]).c_str());
+                 config_error ? "" : fs::UsageText(argv[0]).c_str());
     return 2;
   }
   fs::MountCommand cmd = std::move(parsed).value();

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <memory>
 
+#include "fused/client_config.h"
+
 namespace s3oram::fs {
 namespace {
 
@@ -24,6 +26,7 @@ struct RawOptions {
   char* evict_timeout = nullptr;
   int force = 0;
   int nonopts = 0;
+  bool from_config = false;  // STATE and MOUNTPOINT come from --config
   std::string* state = nullptr;
   std::string* error = nullptr;
 };
@@ -56,6 +59,11 @@ const fuse_opt kOptionSpec[] = {
 int ProcessOption(void* data, const char* arg, int key, fuse_args*) {
   auto* raw = static_cast<RawOptions*>(data);
   if (key == FUSE_OPT_KEY_NONOPT) {
+    if (raw->from_config) {
+      *raw->error = std::string("unexpected argument '") + arg +
+                    "': with --config, STATE and MOUNTPOINT come from the config file";
+      return -1;
+    }
     ++raw->nonopts;
     if (raw->nonopts == 1) {
       *raw->state = arg;
@@ -97,6 +105,11 @@ Result<std::vector<std::string>> TranslateHelperArgs(int argc, const char* const
       continue;
     }
     if (a.starts_with("-t")) continue;
+    if (a.starts_with("--config")) {
+      return Status::InvalidArgument(
+          "--config is an option of s3oramfs-fused, not of the mount helper (mount -t s3oramfs "
+          "takes STATE and MOUNTPOINT)");
+    }
     if (a == "-h" || a == "--help") {
       cmd->show_help = true;
       continue;
@@ -125,6 +138,43 @@ Result<std::vector<std::string>> TranslateHelperArgs(int argc, const char* const
   return out;
 }
 
+// Takes `--config FILE` / `--config=FILE` out of the daemon's argv (into
+// *config) and says whether help or the version was asked for, in which case
+// the file is not read. Arguments of -o and everything after "--" are not
+// looked at: they are option values and positional arguments.
+Result<std::vector<std::string>> ExtractConfigOption(int argc, const char* const* argv,
+                                                     std::string* config, bool* informational) {
+  std::vector<std::string> out{argv[0]};
+  bool given = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view a = argv[i];
+    if (a == "--") {
+      out.insert(out.end(), argv + i, argv + argc);
+      break;
+    }
+    if (a == "-o" && i + 1 < argc) {
+      out.emplace_back(a);
+      out.emplace_back(argv[++i]);
+      continue;
+    }
+    if (a == "--config" || a.starts_with("--config=")) {
+      if (given) return Status::InvalidArgument("--config given more than once");
+      given = true;
+      if (a == "--config") {
+        if (i + 1 >= argc) return Status::InvalidArgument("--config needs a FILE");
+        *config = argv[++i];
+      } else {
+        *config = std::string(a.substr(std::string_view("--config=").size()));
+      }
+      if (config->empty()) return Status::InvalidArgument("--config needs a FILE, got ''");
+      continue;
+    }
+    if (a == "-h" || a == "--help" || a == "-V" || a == "--version") *informational = true;
+    out.emplace_back(a);
+  }
+  return out;
+}
+
 }  // namespace
 
 Invocation InvocationFromArgv0(std::string_view argv0) {
@@ -145,9 +195,16 @@ std::string EscapeOptionValue(std::string_view value) {
 std::string UsageText(std::string_view program) {
   std::string p(program);
   return "usage: " + p + " STATE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
+         "       " + p + " --config FILE [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
          "       mount -t s3oramfs STATE MOUNTPOINT [-o OPTIONS]\n"
          "\n"
          "Mounts the s3oramfs filesystem whose client state file is STATE.\n"
+         "\n"
+         "    --config FILE          take STATE, MOUNTPOINT and options from the TOML file\n"
+         "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
+         "                           mountpoint, passfile, cache_size, timeout, evict_timeout,\n"
+         "                           log_level, log_file, force, fuse_options); -o options\n"
+         "                           given as well override the file's\n"
          "\n"
          "s3oramfs options:\n"
          "    -o cache_size=MiB      write-back block cache size (default 64)\n"
@@ -165,7 +222,8 @@ std::string UsageText(std::string_view program) {
          "\n";
 }
 
-Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
+Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* config_error) {
+  if (config_error != nullptr) *config_error = false;
   MountCommand cmd;
   if (argc < 1 || argv[0] == nullptr) return Status::InvalidArgument("empty command line");
   cmd.invocation = InvocationFromArgv0(argv[0]);
@@ -174,7 +232,37 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
   if (cmd.invocation == Invocation::kMountHelper) {
     S3ORAM_ASSIGN_OR_RETURN(normalized, TranslateHelperArgs(argc, argv, &cmd));
   } else {
-    normalized.assign(argv, argv + argc);
+    bool informational = false;
+    S3ORAM_ASSIGN_OR_RETURN(normalized,
+                            ExtractConfigOption(argc, argv, &cmd.config_file, &informational));
+    if (!cmd.config_file.empty() && !informational) {
+      auto loaded = LoadClientConfig(cmd.config_file);
+      if (!loaded.ok()) {
+        if (config_error != nullptr) *config_error = true;
+        return loaded.status();
+      }
+      ClientConfig config = std::move(loaded).value();
+      // The file's values are the starting point; the command-line options
+      // parsed below replace each one they name (the readers below assign only
+      // what was given).
+      cmd.state = config.state;
+      cmd.mountpoint = config.mountpoint;
+      cmd.passfile = config.passfile;
+      cmd.log_file = config.log_file;
+      cmd.force = config.force;
+      if (config.cache_mib) cmd.cache_mib = *config.cache_mib;
+      if (config.timeout_seconds) cmd.timeout_seconds = *config.timeout_seconds;
+      if (config.evict_timeout_seconds) cmd.evict_timeout_seconds = *config.evict_timeout_seconds;
+      if (config.log_level) cmd.log_level = *config.log_level;
+      // Right after argv[0]: libfuse lets a later -o option win, so the
+      // command line's come after these.
+      std::vector<std::string> fuse_opts;
+      for (const auto& o : config.fuse_options) {
+        fuse_opts.emplace_back("-o");
+        fuse_opts.push_back(EscapeOptionValue(o));
+      }
+      normalized.insert(normalized.begin() + 1, fuse_opts.begin(), fuse_opts.end());
+    }
   }
   if (cmd.show_help) return cmd;
 
@@ -189,6 +277,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
   std::string error;
   raw.state = &cmd.state;
   raw.error = &error;
+  raw.from_config = !cmd.config_file.empty();
   if (fuse_opt_parse(args.get(), &raw, kOptionSpec, ProcessOption) != 0) {
     std::free(raw.cache_size);
     std::free(raw.log_file);
@@ -200,7 +289,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
   }
   std::unique_ptr<char, decltype(&std::free)> timeout(raw.timeout, &std::free);
   std::unique_ptr<char, decltype(&std::free)> evict_timeout(raw.evict_timeout, &std::free);
-  cmd.force = raw.force != 0;
+  cmd.force = cmd.force || raw.force != 0;  // -o force adds to the file's; nothing removes it
   auto seconds = [](const char* name, const char* text, std::uint32_t* out) -> Status {
     char* end = nullptr;
     errno = 0;
@@ -267,6 +356,8 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv) {
   cmd.single_thread = opts.singlethread != 0;
   // A mount helper always detaches: mount(8) waits for it to return.
   cmd.foreground = cmd.invocation == Invocation::kDaemon && (opts.foreground != 0 || cmd.debug);
+  // With --config there are no positional arguments: the mount point is the
+  // file's (made absolute and checked by the daemon, not by libfuse).
   if (mountpoint) cmd.mountpoint = mountpoint.get();
   for (int i = 0; i < args->argc; ++i) cmd.fuse_args.emplace_back(args->argv[i]);
   if (cmd.show_help || cmd.show_version) return cmd;

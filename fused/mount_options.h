@@ -1,7 +1,14 @@
 // The command line of s3oramfs-fused, in its two roles:
 //
 //   s3oramfs-fused STATE MOUNTPOINT [-f] [-d] [-s] [-o OPT[,OPT...]]
+//   s3oramfs-fused --config FILE [-f] [-d] [-s] [-o OPT[,OPT...]]
 //   mount.s3oramfs STATE MOUNTPOINT [-sfnv] [-o OPTS] [-t TYPE]   (mount(8) helper)
+//
+// --config FILE (or --config=FILE; daemon role only) reads a client config
+// file (fused/client_config.h): STATE and MOUNTPOINT come from it and may not
+// be given as well; its other keys are applied first, so -o options on the
+// command line override them; its fuse_options go to libfuse as -o options,
+// before the command line's.
 //
 // The role comes from argv[0]: named mount.s3oramfs or mount.fuse.s3oramfs it
 // follows mount(8)'s helper convention (-f means "fake", -n/-s/-v are
@@ -28,6 +35,7 @@ struct MountCommand {
   Invocation invocation = Invocation::kDaemon;
   std::string state;       // the client state file (mount's "source")
   std::string mountpoint;
+  std::string config_file; // --config FILE as given, or empty
   // What remains for fuse_session_new: argv[0] then options.
   std::vector<std::string> fuse_args;
   bool foreground = false;
@@ -55,8 +63,12 @@ inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;
 Invocation InvocationFromArgv0(std::string_view argv0);
 
 // Parses argv; InvalidArgument with a message fit for the user on error.
-// With show_help/show_version set, the other fields may be incomplete.
-Result<MountCommand> ParseMountCommand(int argc, const char* const* argv);
+// With show_help/show_version set, the other fields may be incomplete (and a
+// --config file is not read). With --config the file is read here: its errors
+// (LoadClientConfig's) name the file, line and key, and *config_error (if
+// given) is set for them: the usage text would not help there.
+Result<MountCommand> ParseMountCommand(int argc, const char* const* argv,
+                                       bool* config_error = nullptr);
 
 // `value` escaped for a -o option list (libfuse splits at unescaped commas).
 std::string EscapeOptionValue(std::string_view value);

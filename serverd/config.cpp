@@ -1,33 +1,28 @@
 // s3oram-serverd configuration: strict TOML parsing and rendering.
 //
-// Debian's libtomlplusplus is a compiled library built with TOML_EXCEPTIONS=1
-// (it exports only the toml::v3::ex ABI), so parse errors arrive as
-// toml::parse_error exceptions; they are caught here and never escape.
-//
-// Every error message has the form
-//   <origin>[:line:col]: <key path>: expected <what>[, got <what was there>]
-// so an operator can find and fix the line without reading code.
+// The generic checks (types, ranges, unknown keys, located messages of the
+// form <origin>[:line:col]: <key path>: expected <what>[, got <what>]) live in
+// oramcore/toml_check.h, shared with the FUSE client's config; this file adds
+// what is particular to a server (endpoints, CURVE keys, peers).
 
 #include "serverd/config.h"
 
-#include <fcntl.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <string>
-#include <system_error>
 #include <toml++/toml.h>
 
 #include "oramcore/curve_keys.h"
 #include "oramcore/field.h"
+#include "oramcore/toml_check.h"
 
 namespace s3oram::serverd {
 namespace {
+
+using Checker = toml_check::TomlChecker;
+using toml_check::TypeName;
 
 // Party i evaluates its shares at x = i + 1, which must be a non-zero field
 // element; this is the only hard bound on an index.
@@ -36,94 +31,6 @@ constexpr std::int64_t kMaxThreads = 1024;
 constexpr std::int64_t kMaxPeerTimeoutMs = 24LL * 3600 * 1000;
 // ZeroMQ's ipc transport binds an AF_UNIX socket: sun_path holds 107 bytes + NUL.
 constexpr std::size_t kMaxIpcPath = 107;
-// A config file is a few hundred bytes; the cap stops a mistaken path (a
-// device, a huge file) from being read whole.
-constexpr std::size_t kMaxConfigBytes = 1 << 20;
-
-const char* const kLogLevels[] = {"trace", "debug", "info", "warn", "error"};
-
-const char* TypeName(const toml::node& n) {
-  switch (n.type()) {
-    case toml::node_type::table: return "a table";
-    case toml::node_type::array: return "an array";
-    case toml::node_type::string: return "a string";
-    case toml::node_type::integer: return "an integer";
-    case toml::node_type::floating_point: return "a floating-point number";
-    case toml::node_type::boolean: return "a boolean";
-    case toml::node_type::date: return "a date";
-    case toml::node_type::time: return "a time";
-    case toml::node_type::date_time: return "a date-time";
-    case toml::node_type::none: break;
-  }
-  return "nothing";
-}
-
-// Collects the origin so that every message is built the same way.
-class Checker {
- public:
-  explicit Checker(const std::string& origin) : origin_(origin) {}
-
-  Status Error(const toml::source_region& where, const std::string& key,
-               const std::string& message) const {
-    std::string at = origin_;
-    if (where.begin.line > 0) {
-      at += ":" + std::to_string(where.begin.line) + ":" + std::to_string(where.begin.column);
-    }
-    return Status::InvalidArgument(at + ": " + key + ": " + message);
-  }
-  Status Missing(const toml::node& table, const std::string& table_name, const std::string& key,
-                 const std::string& expected) const {
-    return Error(table.source(), table_name,
-                 "missing required key '" + key + "' (expected " + expected + ")");
-  }
-
-  // Rejects keys not in `allowed`: a misspelt optional key would otherwise be
-  // silently replaced by its default.
-  Status OnlyKeys(const toml::table& t, const std::string& prefix,
-                  std::initializer_list<const char*> allowed) const {
-    for (auto&& [k, v] : t) {
-      bool ok = false;
-      for (const char* a : allowed) ok = ok || k.str() == a;
-      if (!ok) {
-        std::string list;
-        for (const char* a : allowed) list += std::string(list.empty() ? "" : ", ") + a;
-        return Error(k.source(), prefix + std::string(k.str()),
-                     "unknown key (allowed: " + list + ")");
-      }
-    }
-    return Status::Ok();
-  }
-
-  Status Integer(const toml::node& n, const std::string& key, std::int64_t lo, std::int64_t hi,
-                 std::int64_t* out) const {
-    const std::string expected =
-        "an integer in " + std::to_string(lo) + ".." + std::to_string(hi);
-    const auto* v = n.as_integer();
-    if (v == nullptr) return Error(n.source(), key, "expected " + expected + ", got " + TypeName(n));
-    if (v->get() < lo || v->get() > hi) {
-      return Error(n.source(), key, "expected " + expected + ", got " + std::to_string(v->get()));
-    }
-    *out = v->get();
-    return Status::Ok();
-  }
-  Status String(const toml::node& n, const std::string& key, std::string* out) const {
-    const auto* v = n.as_string();
-    if (v == nullptr) return Error(n.source(), key, std::string("expected a string, got ") + TypeName(n));
-    *out = v->get();
-    return Status::Ok();
-  }
-  Status Bool(const toml::node& n, const std::string& key, bool* out) const {
-    const auto* v = n.as_boolean();
-    if (v == nullptr) {
-      return Error(n.source(), key, std::string("expected true or false, got ") + TypeName(n));
-    }
-    *out = v->get();
-    return Status::Ok();
-  }
-
- private:
-  const std::string& origin_;
-};
 
 // Why `ep` is not a usable ZeroMQ endpoint, or "" if it is. Accepted:
 //   tcp://HOST:PORT  HOST a name or IPv4 address ([A-Za-z0-9.-_]), "[IPv6]",
@@ -288,14 +195,8 @@ Status ParseServer(const Checker& ck, const toml::table& t, ServerConfig* c) {
     c->peer_timeout_ms = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("log_level")) != nullptr) {
-    S3ORAM_RETURN_IF_ERROR(ck.String(*n, "server.log_level", &c->log_level));
-    bool known = false;
-    for (const char* l : kLogLevels) known = known || c->log_level == l;
-    if (!known) {
-      return ck.Error(n->source(), "server.log_level",
-                      "expected one of trace, debug, info, warn, error, got \"" + c->log_level +
-                          "\"");
-    }
+    S3ORAM_RETURN_IF_ERROR(ck.OneOf(*n, "server.log_level",
+                                    {"trace", "debug", "info", "warn", "error"}, &c->log_level));
   }
   return Status::Ok();
 }
@@ -384,13 +285,9 @@ std::string Quote(const std::string& s) {
 }  // namespace
 
 Result<ServerConfig> ParseServerConfig(std::string_view toml_text, const std::string& origin) {
-  Checker ck(origin);
+  const Checker ck(origin);
   toml::table root;
-  try {
-    root = toml::parse(toml_text, origin);
-  } catch (const toml::parse_error& e) {
-    return ck.Error(e.source(), "TOML syntax", std::string(e.description()));
-  }
+  S3ORAM_ASSIGN_OR_RETURN(root, ck.Parse(toml_text));
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(root, "", {"server", "peer"}));
   ServerConfig c;
   const toml::node* server = root.get("server");
@@ -416,37 +313,8 @@ Result<ServerConfig> ParseServerConfig(std::string_view toml_text, const std::st
 }
 
 Result<ServerConfig> LoadServerConfig(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  auto err = [&](int e) { return std::error_code(e, std::generic_category()).message(); };
-  if (fd < 0) {
-    const int e = errno;
-    if (e == ENOENT) return Status::NotFound("config file " + path + " does not exist");
-    return Status::IoError("cannot open config file " + path + ": " + err(e));
-  }
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    return Status::IoError("config file " + path + " is not a regular file");
-  }
   std::string text;
-  char buf[16384];
-  while (true) {
-    const ssize_t r = ::read(fd, buf, sizeof buf);
-    if (r < 0) {
-      if (errno == EINTR) continue;
-      const int e = errno;
-      ::close(fd);
-      return Status::IoError("cannot read config file " + path + ": " + err(e));
-    }
-    if (r == 0) break;
-    text.append(buf, static_cast<std::size_t>(r));
-    if (text.size() > kMaxConfigBytes) {
-      ::close(fd);
-      return Status::InvalidArgument("config file " + path + " is larger than " +
-                                     std::to_string(kMaxConfigBytes) + " bytes");
-    }
-  }
-  ::close(fd);
+  S3ORAM_ASSIGN_OR_RETURN(text, toml_check::ReadConfigFile(path));
   return ParseServerConfig(text, path);
 }
 

@@ -1,6 +1,6 @@
 // s3oramfs-fused as mount(8) helper (/sbin/mount.s3oramfs and
 // /sbin/mount.fuse.s3oramfs), and the daemon's own start-up contract:
-// backgrounding, errors on stderr, SIGTERM, its -o options.
+// backgrounding, errors on stderr, SIGTERM, its -o options, --config FILE.
 //
 // The helper tests need root: they install the two links in /sbin for as
 // long as they run (serialized across test processes by a lock file) and
@@ -43,9 +43,10 @@ std::string DaemonPath() {
   return ec ? testing::FusedPath() : p.string();
 }
 
-// PIDs of running s3oramfs-fused processes (this build) with `mnt` among
-// their arguments.
-std::vector<pid_t> DaemonPids(const std::string& mnt) {
+// PIDs of running s3oramfs-fused processes (this build) with `mnt` (or, if
+// not empty, `config`: a daemon started with --config names no mount point)
+// among their arguments.
+std::vector<pid_t> DaemonPids(const std::string& mnt, const std::string& config = "") {
   std::vector<pid_t> out;
   const std::string exe = DaemonPath();
   DIR* proc = ::opendir("/proc");
@@ -64,6 +65,10 @@ std::vector<pid_t> DaemonPids(const std::string& mnt) {
       std::size_t z = cmdline.find('\0', start);
       if (z == std::string::npos) z = cmdline.size();
       if (cmdline.compare(start, z - start, mnt) == 0) match = true;
+      if (!config.empty() && (cmdline.compare(start, z - start, config) == 0 ||
+                              cmdline.compare(start, z - start, "--config=" + config) == 0)) {
+        match = true;
+      }
       start = z + 1;
     }
     if (match) out.push_back(static_cast<pid_t>(pid));
@@ -72,16 +77,18 @@ std::vector<pid_t> DaemonPids(const std::string& mnt) {
   return out;
 }
 
-// Waits until `mnt` is unmounted and no daemon of ours serves it.
+// Waits until `mnt` is unmounted and no daemon of ours serves it (`config`:
+// as for DaemonPids).
 ::testing::AssertionResult WaitDaemonGone(const std::string& mnt,
-                                          std::chrono::seconds timeout = std::chrono::seconds(120)) {
+                                          std::chrono::seconds timeout = std::chrono::seconds(120),
+                                          const std::string& config = "") {
   auto deadline = std::chrono::steady_clock::now() + timeout;
   while (std::chrono::steady_clock::now() < deadline) {
-    if (!FindMount(mnt) && DaemonPids(mnt).empty()) return ::testing::AssertionSuccess();
+    if (!FindMount(mnt) && DaemonPids(mnt, config).empty()) return ::testing::AssertionSuccess();
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   return ::testing::AssertionFailure() << "after " << timeout.count() << " s: mounted=" << !!FindMount(mnt)
-                                       << ", daemons=" << DaemonPids(mnt).size();
+                                       << ", daemons=" << DaemonPids(mnt, config).size();
 }
 
 // Cleans up a background daemon serving `mnt` (one this test started through
@@ -89,19 +96,22 @@ std::vector<pid_t> DaemonPids(const std::string& mnt) {
 // found for this build and this mount point only.
 class BackgroundMountGuard {
  public:
-  explicit BackgroundMountGuard(std::string mnt) : mnt_(std::move(mnt)) {}
+  // `config`: the --config file of daemons started with one.
+  explicit BackgroundMountGuard(std::string mnt, std::string config = "")
+      : mnt_(std::move(mnt)), config_(std::move(config)) {}
   ~BackgroundMountGuard() {
     if (FindMount(mnt_)) RunCmd({"umount", mnt_}, std::chrono::seconds(30));
-    if (WaitDaemonGone(mnt_, std::chrono::seconds(60))) return;
+    if (WaitDaemonGone(mnt_, std::chrono::seconds(60), config_)) return;
     if (FindMount(mnt_)) RunCmd({"umount", "-l", mnt_}, std::chrono::seconds(30));
-    for (pid_t pid : DaemonPids(mnt_)) ::kill(pid, SIGTERM);
-    if (WaitDaemonGone(mnt_, std::chrono::seconds(30))) return;
-    for (pid_t pid : DaemonPids(mnt_)) ::kill(pid, SIGKILL);
-    WaitDaemonGone(mnt_, std::chrono::seconds(10));
+    for (pid_t pid : DaemonPids(mnt_, config_)) ::kill(pid, SIGTERM);
+    if (WaitDaemonGone(mnt_, std::chrono::seconds(30), config_)) return;
+    for (pid_t pid : DaemonPids(mnt_, config_)) ::kill(pid, SIGKILL);
+    WaitDaemonGone(mnt_, std::chrono::seconds(10), config_);
   }
 
  private:
   std::string mnt_;
+  std::string config_;
 };
 
 // The two helper links in /sbin, for the lifetime of this object.
@@ -391,6 +401,134 @@ TEST_F(FsDaemonTest, OwnOptionsCacheSizeLogFileLogLevel) {
   std::string q = testing::ReadWholeFile(quiet), c = testing::ReadWholeFile(chatty);
   EXPECT_EQ(q.find(" info: "), std::string::npos) << "log_level=warn logged info lines:\n" << q;
   EXPECT_NE(c.find(" info: "), std::string::npos) << "log_level=debug logged no info lines:\n" << c;
+}
+
+// A TOML basic string for the paths the tests put in config files.
+std::string TomlString(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out.push_back('\\');
+    out.push_back(c);
+  }
+  return out + "\"";
+}
+
+// s3oramfs-fused --config FILE, as the systemd unit s3oramfs@NAME.service
+// runs it (there with -f): state, mount point, passphrase and options all
+// come from the file.
+TEST_F(FsDaemonTest, ConfigFileMountsAndUnmounts) {
+  FsOptions o;
+  o.mount = false;
+  auto fs = MountedFs::Create(o);
+  ASSERT_TRUE(fs);
+  const std::string config = sfs::absolute(fs->Scratch("vault.toml")).string();
+  const std::string log = sfs::absolute(fs->Scratch("config-mount.log")).string();
+  BackgroundMountGuard guard(fs->root(), config);
+  {
+    std::ofstream out(config);
+    out << "# written by " << ::testing::UnitTest::GetInstance()->current_test_info()->name()
+        << "\n[mount]\n"
+        << "state = " << TomlString(sfs::absolute(fs->state()).string()) << "\n"
+        << "mountpoint = " << TomlString(fs->root()) << "\n"
+        << "passfile = " << TomlString(sfs::absolute(fs->passfile()).string()) << "\n"
+        << "cache_size = 8\n"
+        << "timeout = 30\n"
+        << "evict_timeout = 300\n"
+        << "log_level = \"debug\"\n"
+        << "log_file = " << TomlString(log) << "\n"
+        << "force = false\n"
+        << "fuse_options = [\"noatime\"]\n";
+    ASSERT_TRUE(out.good());
+  }
+
+  CmdResult r = RunCmd({testing::FusedPath(), "--config", config}, std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.output, "") << "stderr must stay silent after a successful mount";
+  auto entry = FindMount(fs->root());
+  ASSERT_TRUE(entry) << "returned before the mount was live";
+  EXPECT_EQ(entry->fstype, "fuse.s3oramfs");
+  EXPECT_EQ(entry->source, sfs::canonical(fs->state()).string());
+  EXPECT_NE(entry->options.find("noatime"), std::string::npos)
+      << "fuse_options did not reach the mount: " << entry->options;
+  EXPECT_EQ(DaemonPids(fs->root(), config).size(), 1u);
+  const std::string data = PatternBytes(70000, 11);
+  ASSERT_TRUE(testing::WriteFile(fs->Path("from-config"), data));
+  EXPECT_TRUE(FileHasContent(fs->Path("from-config"), data));
+  CmdResult u = RunCmd({"fusermount3", "-u", fs->root()}, std::chrono::seconds(60));
+  ASSERT_EQ(u.exit_code, 0) << u.output;
+  ASSERT_TRUE(WaitDaemonGone(fs->root(), std::chrono::seconds(120), config));
+  // log_level = "debug" and log_file took effect.
+  EXPECT_NE(testing::ReadWholeFile(log).find(" info: "), std::string::npos)
+      << "no info lines in " << log;
+
+  // The data are there on the next mount, with a command-line -o overriding
+  // the file's log_file.
+  const std::string other_log = sfs::absolute(fs->Scratch("override.log")).string();
+  r = RunCmd({testing::FusedPath(), "--config=" + config, "-o", "log_file=" + other_log},
+             std::chrono::seconds(60));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ASSERT_TRUE(IsS3oramMounted(fs->root()));
+  EXPECT_TRUE(FileHasContent(fs->Path("from-config"), data));
+  u = RunCmd({"fusermount3", "-u", fs->root()}, std::chrono::seconds(60));
+  ASSERT_EQ(u.exit_code, 0) << u.output;
+  ASSERT_TRUE(WaitDaemonGone(fs->root(), std::chrono::seconds(120), config));
+  EXPECT_NE(testing::ReadWholeFile(other_log).find(" info: "), std::string::npos)
+      << "-o log_file did not override the file's";
+}
+
+// A bad config file: non-zero exit, the file:line:col message on stderr,
+// nothing mounted and no daemon left.
+TEST_F(FsDaemonTest, BadConfigFileMountsNothing) {
+  FsOptions o;
+  o.mount = false;
+  auto fs = MountedFs::Create(o);
+  ASSERT_TRUE(fs);
+  const std::string config = sfs::absolute(fs->Scratch("bad.toml")).string();
+  BackgroundMountGuard guard(fs->root(), config);
+  const std::string head = "[mount]\nstate = " + TomlString(sfs::absolute(fs->state()).string()) +
+                           "\nmountpoint = " + TomlString(fs->root()) + "\npassfile = " +
+                           TomlString(sfs::absolute(fs->passfile()).string()) + "\n";
+  struct Case {
+    std::string text;
+    std::string expect;  // on stderr
+  };
+  for (const Case& c : std::vector<Case>{
+           {head + "cache_size = 0\n",
+            config + ":5:14: mount.cache_size: expected an integer in 1..1048576, got 0"},
+           {head + "cache_sise = 8\n", config + ":5:1: mount.cache_sise: unknown key"},
+           {"[mount]\nstate = \"fs.s3oram\"\nmountpoint = " + TomlString(fs->root()) + "\n",
+            config + ":2:9: mount.state: expected the absolute path of the client state file, got "
+                     "\"fs.s3oram\""},
+           {"[mount]\nmountpoint = " + TomlString(fs->root()) + "\n",
+            config + ":1:1: [mount]: missing required key 'state'"},
+           {"", config + ": [mount]: missing required table"}}) {
+    {
+      std::ofstream out(config, std::ios::trunc);
+      out << c.text;
+    }
+    CmdResult r = RunCmd({testing::FusedPath(), "--config", config}, std::chrono::seconds(60));
+    EXPECT_NE(r.exit_code, 0) << c.text << "\n" << r.output;
+    EXPECT_NE(r.exit_code, -1) << c.text << ": did not exit by itself";
+    EXPECT_NE(r.output.find(c.expect), std::string::npos) << c.text << "\n" << r.output;
+    EXPECT_EQ(r.output.find("usage:"), std::string::npos) << "the usage buries the message:\n"
+                                                          << r.output;
+    EXPECT_FALSE(FindMount(fs->root())) << c.text;
+    EXPECT_TRUE(DaemonPids(fs->root(), config).empty()) << c.text;
+  }
+  // A missing file, and STATE MOUNTPOINT given as well.
+  CmdResult r = RunCmd({testing::FusedPath(), "--config", fs->Scratch("absent.toml")},
+                       std::chrono::seconds(60));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("absent.toml does not exist"), std::string::npos) << r.output;
+  {
+    std::ofstream out(config, std::ios::trunc);
+    out << head;
+  }
+  r = RunCmd({testing::FusedPath(), "--config", config, fs->state(), fs->root()},
+             std::chrono::seconds(60));
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("with --config"), std::string::npos) << r.output;
+  EXPECT_FALSE(FindMount(fs->root()));
 }
 
 }  // namespace

@@ -2,8 +2,14 @@
 #include "fused/mount_options.h"
 
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -105,6 +111,168 @@ TEST(MountOptionsTest, Errors) {
   auto h = Parse({"s3oramfs-fused", "--help"});
   ASSERT_TRUE(h.ok());
   EXPECT_TRUE(h->show_help);
+}
+
+// --config FILE: a client config file (fused/client_config.h) instead of
+// STATE and MOUNTPOINT.
+class MountOptionsConfigTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const char* base = std::getenv("TMPDIR");
+    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
+                       "/mount_options_test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
+    dir_ = tmpl;
+    config_ = Write("vault.toml",
+                    "[mount]\n"
+                    "state = \"/no/such/dir/vault.s3oram\"\n"
+                    "mountpoint = \"/no/such/dir/vault\"\n"
+                    "passfile = \"/no/such/dir/vault.pass\"\n"
+                    "cache_size = 16\n"
+                    "timeout = 12\n"
+                    "evict_timeout = 34\n"
+                    "log_level = \"debug\"\n"
+                    "log_file = \"/no/such/dir/vault.log\"\n"
+                    "force = true\n"
+                    "fuse_options = [\"allow_other\", \"max_read=131072\", \"x_list=a,b\"]\n");
+  }
+  void TearDown() override {
+    std::error_code ec;
+    std::filesystem::remove_all(dir_, ec);
+  }
+  std::string Write(const std::string& name, const std::string& text) {
+    std::string path = dir_ + "/" + name;
+    std::ofstream(path) << text;
+    return path;
+  }
+  std::string dir_;
+  std::string config_;
+};
+
+TEST_F(MountOptionsConfigTest, FileGivesStateMountpointAndOptions) {
+  using Argv = std::vector<std::string>;
+  for (const Argv& argv : {Argv{"s3oramfs-fused", "--config", config_, "-f"},
+                           Argv{"s3oramfs-fused", "-f", "--config=" + config_}}) {
+    auto c = Parse(argv);
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_EQ(c->config_file, config_);
+    EXPECT_EQ(c->state, "/no/such/dir/vault.s3oram");
+    EXPECT_EQ(c->mountpoint, "/no/such/dir/vault");
+    EXPECT_EQ(c->passfile, "/no/such/dir/vault.pass");
+    EXPECT_EQ(c->cache_mib, 16u);
+    EXPECT_EQ(c->timeout_seconds, 12u);
+    EXPECT_EQ(c->evict_timeout_seconds, 34u);
+    EXPECT_EQ(c->log_level, "debug");
+    EXPECT_EQ(c->log_file, "/no/such/dir/vault.log");
+    EXPECT_TRUE(c->force);
+    EXPECT_TRUE(c->foreground);
+    const std::string all = Joined(*c);
+    EXPECT_NE(all.find("allow_other"), std::string::npos) << all;
+    EXPECT_NE(all.find("max_read=131072"), std::string::npos) << all;
+    // One element is one option: its comma stays escaped for libfuse.
+    EXPECT_NE(all.find("x_list=a\\,b"), std::string::npos) << all;
+    EXPECT_NE(all.find("fsname=/no/such/dir/vault.s3oram"), std::string::npos) << all;
+    EXPECT_NE(all.find("subtype=s3oramfs"), std::string::npos) << all;
+    EXPECT_EQ(all.find("--config"), std::string::npos) << all;
+    EXPECT_EQ(all.find("vault.toml"), std::string::npos) << all;
+  }
+}
+
+TEST_F(MountOptionsConfigTest, CommandLineOptionsOverrideTheFile) {
+  auto c = Parse({"s3oramfs-fused", "--config", config_, "-o",
+                  "cache_size=8,log_level=warn,passfile=/other.pass,timeout=5,ro"});
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_EQ(c->cache_mib, 8u);
+  EXPECT_EQ(c->log_level, "warn");
+  EXPECT_EQ(c->passfile, "/other.pass");
+  EXPECT_EQ(c->timeout_seconds, 5u);
+  EXPECT_EQ(c->evict_timeout_seconds, 34u);  // not overridden: the file's
+  EXPECT_EQ(c->log_file, "/no/such/dir/vault.log");
+  EXPECT_FALSE(c->foreground);
+  const std::string all = Joined(*c);
+  // The file's libfuse options come first, so a later -o given on the
+  // command line wins in libfuse.
+  ASSERT_NE(all.find(",ro"), std::string::npos) << all;
+  EXPECT_LT(all.find("allow_other"), all.find(",ro")) << all;
+
+  // Without force in the file, -o force still sets it; absent keys keep the
+  // daemon's defaults.
+  const std::string minimal =
+      Write("minimal.toml", "[mount]\nstate = \"/s\"\nmountpoint = \"/m\"\n");
+  auto m = Parse({"s3oramfs-fused", "--config", minimal});
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  const MountCommand defaults;
+  EXPECT_FALSE(m->force);
+  EXPECT_EQ(m->cache_mib, defaults.cache_mib);
+  EXPECT_EQ(m->log_level, defaults.log_level);
+  EXPECT_EQ(m->timeout_seconds, defaults.timeout_seconds);
+  EXPECT_EQ(m->passfile, "");
+  auto f = Parse({"s3oramfs-fused", "--config", minimal, "-o", "force"});
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  EXPECT_TRUE(f->force);
+  // A bad value on the command line is still an error.
+  EXPECT_FALSE(Parse({"s3oramfs-fused", "--config", minimal, "-o", "cache_size=0"}).ok());
+}
+
+TEST_F(MountOptionsConfigTest, Errors) {
+  // STATE and MOUNTPOINT come from the file only.
+  for (const auto& argv : {std::vector<std::string>{"s3oramfs-fused", "--config", config_, "/s"},
+                           std::vector<std::string>{"s3oramfs-fused", "/s", "/tmp", "--config",
+                                                    config_}}) {
+    auto c = Parse(argv);
+    ASSERT_FALSE(c.ok());
+    EXPECT_NE(c.status().message().find("with --config, STATE and MOUNTPOINT come from the config "
+                                        "file"),
+              std::string::npos)
+        << c.status().message();
+  }
+  auto twice = Parse({"s3oramfs-fused", "--config", config_, "--config=" + config_});
+  ASSERT_FALSE(twice.ok());
+  EXPECT_NE(twice.status().message().find("more than once"), std::string::npos);
+  EXPECT_FALSE(Parse({"s3oramfs-fused", "--config"}).ok());
+  EXPECT_FALSE(Parse({"s3oramfs-fused", "--config="}).ok());
+
+  auto missing = Parse({"s3oramfs-fused", "--config", dir_ + "/absent.toml"});
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().message(), "config file " + dir_ + "/absent.toml does not exist");
+  // The file's errors are flagged as such (the daemon then prints no usage);
+  // command-line errors are not.
+  {
+    const std::string absent = dir_ + "/absent.toml";
+    const char* argv[] = {"s3oramfs-fused", "--config", absent.c_str()};
+    bool config_error = false;
+    EXPECT_FALSE(ParseMountCommand(3, argv, &config_error).ok());
+    EXPECT_TRUE(config_error);
+    const char* extra[] = {"s3oramfs-fused", "--config", config_.c_str(), "/s"};
+    EXPECT_FALSE(ParseMountCommand(4, extra, &config_error).ok());
+    EXPECT_FALSE(config_error);
+  }
+
+  const std::string bad = Write("bad.toml", "[mount]\nstate = \"/s\"\nmountpoint = \"m\"\n");
+  auto b = Parse({"s3oramfs-fused", "--config", bad});
+  ASSERT_FALSE(b.ok());
+  EXPECT_EQ(b.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(b.status().message(), bad + ":3:14: mount.mountpoint: expected the absolute path of "
+                                        "a directory to mount on, got \"m\"");
+
+  // The mount helper keeps mount(8)'s convention: no --config.
+  auto helper = Parse({"/sbin/mount.s3oramfs", "--config", config_});
+  ASSERT_FALSE(helper.ok());
+  EXPECT_NE(helper.status().message().find("--config"), std::string::npos);
+
+  // --help does not need a readable file; "--config" as an -o value is not the option.
+  auto h = Parse({"s3oramfs-fused", "--config", dir_ + "/absent.toml", "--help"});
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  EXPECT_TRUE(h->show_help);
+  auto o = Parse({"s3oramfs-fused", "/s", "/tmp", "-o", "--config"});
+  ASSERT_TRUE(o.ok()) << o.status().ToString();
+  EXPECT_EQ(o->config_file, "");
+  EXPECT_EQ(o->state, "/s");
+}
+
+TEST(MountOptionsTest, UsageDocumentsConfig) {
+  const std::string usage = UsageText("s3oramfs-fused");
+  EXPECT_NE(usage.find("s3oramfs-fused --config FILE"), std::string::npos) << usage;
 }
 
 }  // namespace
