@@ -443,6 +443,22 @@ FsckPhaseResult CheckOram(const FsckSnapshot& snap, const FsckOptions& options) 
                             false});
       continue;
     }
+    if (op.kind == kPendingRootKind && op.seq == kPendingRootKey &&
+        op.payload.size() == PendingRootPayloadBytes(p.elems_per_slot())) {
+      std::uint64_t slot = 0;
+      for (int i = 0; i < 4; ++i)
+        slot |= std::uint64_t{op.payload[static_cast<std::size_t>(i)]} << (8 * i);
+      if (slot == c.nr && slot < p.evict_rate) {
+        r.notes.push_back("the last access's root write (root slot " + std::to_string(slot) +
+                          ") is pending; opening the filesystem sends it");
+        continue;
+      }
+      r.problems.push_back({1,
+                            "stray pending root write for slot " + std::to_string(slot) +
+                                " does not match the next root slot nr = " + std::to_string(c.nr),
+                            false});
+      continue;
+    }
     r.problems.push_back(
         {1, "stray pending operation seq " + std::to_string(op.seq) + " of kind '" + op.kind + "'",
          false});

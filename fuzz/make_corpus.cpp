@@ -89,6 +89,8 @@ void WireCorpus(const fs::path& root) {
   w.Add("retrieve_reply", wire::Encode(h, wire::RetrieveReply{Elems(20, 2)}));
   w.Add("write_root_request", wire::Encode(h, wire::WriteRootRequest{3, Elems(20, 3)}));
   w.Add("write_root_reply", wire::Encode(h, wire::WriteRootReply{}));
+  w.Add("retrieve_write_root_request",
+        wire::Encode(h, wire::RetrieveWriteRootRequest{3, Elems(20, 3), 11, Elems(16, 1)}));
   w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));
@@ -160,6 +162,11 @@ struct Requests {
   wire::WriteRootRequest WriteRoot(std::uint32_t slot, std::uint32_t salt) const {
     return {slot, Elems(s.elems_per_slot, salt)};
   }
+  wire::RetrieveWriteRootRequest RetrieveWriteRoot(std::uint32_t slot, std::uint64_t leaf_index,
+                                                   std::uint32_t salt) const {
+    return {slot, Elems(s.elems_per_slot, salt), geo().first_leaf() + leaf_index,
+            Elems(geo().path_slots(), salt + 1)};
+  }
   wire::EvictPrepareRequest Prepare(std::uint64_t eviction, std::uint32_t attempt) const {
     const std::size_t n = (std::size_t{s.height} + 1) * 2 * s.bucket_size * s.bucket_size;
     return {eviction, attempt, geo().EvictionLeaf(eviction), Elems(n, 9)};
@@ -180,6 +187,20 @@ void HandlerCorpus(const fs::path& root) {
                                    .Send(Hdr(1), med.WriteRoot(2, 2))
                                    .Send(Hdr(2), med.Retrieve(5, 3))
                                    .bytes());
+  {
+    wire::RetrieveWriteRootRequest bad_select = med.RetrieveWriteRoot(1, 2, 5);
+    bad_select.select.pop_back();
+    wire::RetrieveWriteRootRequest bad_slot = med.RetrieveWriteRoot(1, 2, 6);
+    bad_slot.slot = fz::kMediumShape.bucket_size;
+    w.Add("retrieve_write_root", Session(fz::kStartMedium).Lease()
+                                     .Send(Hdr(1), med.Retrieve(4, 1))
+                                     .Send(Hdr(2), med.RetrieveWriteRoot(0, 5, 2))
+                                     .Send(Hdr(2), med.RetrieveWriteRoot(0, 5, 2))  // resend
+                                     .Send(Hdr(3), bad_select)
+                                     .Send(Hdr(4), bad_slot)
+                                     .Send(Hdr(5), med.RetrieveWriteRoot(1, 0, 3))
+                                     .bytes());
+  }
   w.Add("evict", Session(fz::kStartMedium).Lease()
                      .Send(Hdr(1), med.WriteRoot(0, 4))
                      .Send(Hdr(2), med.Prepare(0, 0))

@@ -233,6 +233,7 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kBackupListRequest: return T::kBackupListReply;
     case T::kBackupGetRequest: return T::kBackupGetReply;
     case T::kStatsRequest: return T::kStatsReply;
+    case T::kRetrieveWriteRootRequest: return T::kRetrieveReply;
     default: return std::nullopt;
   }
 }

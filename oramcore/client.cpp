@@ -25,7 +25,9 @@ using field::Elem;
 
 namespace {
 
-constexpr const char* kEvictKind = "evict";
+constexpr const char* kEvictKind = kPendingEvictKind;
+constexpr const char* kRootKind = kPendingRootKind;
+constexpr std::uint64_t kRootPendingKey = kPendingRootKey;
 
 // Pending-eviction payload: eviction number and the last attempt sent.
 std::vector<std::uint8_t> EncodeEvictPayload(std::uint64_t ne, std::uint32_t attempt) {
@@ -84,6 +86,12 @@ wire::StoreShape ShapeOf(const OramParams& p) {
 }  // namespace
 
 OramClient::~OramClient() {
+  // As Close(): a failed flush stays logged for the next Open.
+  if (pending_root_ && lease_held_ && !fenced_) {
+    if (Status st = FlushPendingRoot(/*durable=*/true); !st.ok()) {
+      spdlog::warn("the last access's root write stays pending in the state: {}", st.ToString());
+    }
+  }
   if (lease_held_ && !fenced_) ReleaseLease();
   if (state_lock_fd_ >= 0) ::close(state_lock_fd_);
 }
@@ -303,6 +311,22 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           "file is older than the servers");
     }
   }
+  // A root write an access logged but had not sent (or not seen acknowledged
+  // by every server) when this state was last used: send it now. It rewrites
+  // slot nr completely, which is also the repair every Open needs.
+  {
+    S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
+    for (const auto& op : pending) {
+      if (op.kind != kRootKind) continue;
+      if (op.seq != kRootPendingKey) {
+        return Status::Corruption("pending root write under an unexpected key " +
+                                  std::to_string(op.seq));
+      }
+      S3ORAM_ASSIGN_OR_RETURN(PendingRoot root, client->DecodeRootPayload(op.payload));
+      client->pending_root_ = std::move(root);
+    }
+    if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot(/*durable=*/false));
+  }
   S3ORAM_RETURN_IF_ERROR(client->FinishPendingEviction());
   return client;
 }
@@ -350,7 +374,8 @@ std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds 
   return out;
 }
 
-Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) {
+Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where,
+                                                     const PendingRoot* root) {
   const OramParams& p = params();
   const TreeGeometry geo = p.geometry();
   const std::size_t n = geo.path_slots();
@@ -365,14 +390,36 @@ Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where) 
     // looks exactly like a real one to every server.
     leaf = geo.first_leaf() + random::Below(geo.num_leaves());
   }
-  S3ORAM_ASSIGN_OR_RETURN(auto replies,
-                          ExchangeShared(
-                              select,
-                              [leaf](std::vector<Elem>&& share) {
-                                return wire::Body{wire::RetrieveRequest{leaf, std::move(share)}};
-                              },
-                              wire::MessageType::kRetrieveReply, options_.requests,
-                              stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
+  std::vector<wire::Message> replies;
+  if (root == nullptr) {
+    S3ORAM_ASSIGN_OR_RETURN(
+        replies, ExchangeShared(
+                     select,
+                     [leaf](std::vector<Elem>&& share) {
+                       return wire::Body{wire::RetrieveRequest{leaf, std::move(share)}};
+                     },
+                     wire::MessageType::kRetrieveReply, options_.requests,
+                     stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
+  } else {
+    // The root write travels with the retrieval: share it afresh too, and give
+    // server i its share of each.
+    std::vector<std::vector<Elem>> root_shares(params().parties);
+    {
+      TimeInto timer(stats_.timings.client_compute_ns);
+      ShareVector(root->elems, params().threshold, root_shares);
+    }
+    std::size_t next = 0;
+    const std::uint32_t slot = root->slot;
+    S3ORAM_ASSIGN_OR_RETURN(
+        replies, ExchangeShared(
+                     select,
+                     [&](std::vector<Elem>&& share) {
+                       return wire::Body{wire::RetrieveWriteRootRequest{
+                           slot, std::move(root_shares[next++]), leaf, std::move(share)}};
+                     },
+                     wire::MessageType::kRetrieveReply, options_.requests,
+                     stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
+  }
   TimeInto recovery(stats_.timings.client_compute_ns);
   std::vector<const Elem*> answers;
   for (std::size_t i = 0; i < replies.size(); ++i) {
@@ -423,6 +470,7 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
 
 Status OramClient::Sync() {
   if (read_only_) return Status::Ok();
+  if (pending_root_) return FlushPendingRoot(/*durable=*/true);
   ClientStateStore::Batch batch;
   batch.SetCounters(counters_);
   return store_->Commit(batch, /*durable=*/true);
@@ -434,6 +482,97 @@ Status OramClient::RepairRootSlot() {
                              .WithContext("rewriting root slot " + std::to_string(counters_.nr)));
   root_slot_dirty_ = false;
   return Status::Ok();
+}
+
+std::vector<std::uint8_t> OramClient::EncodeRootPayload(const PendingRoot& r) {
+  std::vector<std::uint8_t> out;
+  out.reserve(PendingRootPayloadBytes(r.elems.size()));
+  auto put = [&out](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put(r.slot, 4);
+  put(r.id, 8);
+  put(r.mapped ? 1 : 0, 1);
+  put(r.moved.pos.leaf, 8);
+  put(r.moved.version, 8);
+  put(r.elems.size(), 4);
+  for (Elem e : r.elems) put(e, 4);
+  return out;
+}
+
+Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(
+    const std::vector<std::uint8_t>& p) const {
+  const OramParams& params_ = params();
+  const std::size_t m = params_.elems_per_slot();
+  if (p.size() != PendingRootPayloadBytes(m)) {
+    return Status::Corruption("pending root write record has " + std::to_string(p.size()) +
+                              " bytes, expected " + std::to_string(PendingRootPayloadBytes(m)));
+  }
+  std::size_t at = 0;
+  auto get = [&p, &at](int bytes) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{p[at++]} << (8 * i);
+    return v;
+  };
+  PendingRoot r;
+  r.slot = static_cast<std::uint32_t>(get(4));
+  r.id = get(8);
+  const std::uint64_t mapped = get(1);
+  r.moved.pos.leaf = get(8);
+  r.moved.version = get(8);
+  const std::uint64_t n = get(4);
+  const TreeGeometry geo = params_.geometry();
+  if (mapped > 1 || n != m || r.slot != counters_.nr || r.slot >= params_.evict_rate ||
+      r.id >= params_.capacity_blocks || (mapped == 1 && !geo.is_leaf(r.moved.pos.leaf))) {
+    return Status::Corruption("pending root write record does not match this filesystem (slot " +
+                              std::to_string(r.slot) + ", next root slot " +
+                              std::to_string(counters_.nr) + ")");
+  }
+  r.mapped = mapped == 1;
+  r.moved.pos.level = 0;
+  r.moved.pos.slot = r.slot;
+  r.elems.resize(m);
+  for (Elem& e : r.elems) {
+    e = static_cast<Elem>(get(4));
+    if (e >= field::kPrime) return Status::Corruption("pending root write record holds a bad element");
+  }
+  return r;
+}
+
+void OramClient::RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
+                                   Counters& next) const {
+  next.nr = root.slot + 1;
+  batch.SetCounters(next);
+  if (root.mapped) batch.PutPosition(root.id, root.moved);
+  batch.RemovePending(kRootPendingKey);
+}
+
+Status OramClient::RootWrittenCommitted(const Counters& next) {
+  PendingRoot root = std::move(*pending_root_);
+  pending_root_.reset();
+  counters_ = next;
+  ++stats_.accesses;
+  if (root.mapped) return pm_->Place(root.id, root.moved.pos, root.moved.version);
+  return Status::Ok();
+}
+
+Status OramClient::FlushPendingRoot(bool durable) {
+  if (!pending_root_) return Status::Ok();
+  // A complete write of slot nr on every server also repairs it.
+  if (Status st = WriteRoot(pending_root_->slot, pending_root_->elems); !st.ok()) {
+    root_slot_dirty_ = true;
+    return st;
+  }
+  root_slot_dirty_ = false;
+  FaultPoint("client.access.after_write_root");
+  ClientStateStore::Batch batch;
+  Counters next = counters_;
+  RecordRootWritten(*pending_root_, batch, next);
+  {
+    TimeInto timer(stats_.timings.state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, durable));
+  }
+  return RootWrittenCommitted(next);
 }
 
 Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
@@ -460,18 +599,55 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     return Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
                                    " bytes, got " + std::to_string(data.size()));
   }
-  // An eviction left pending by an earlier failure must finish first: the root
-  // has no free slot until it does.
+  // A deferred root write in the root's last slot goes alone (an earlier
+  // flush before the eviction failed), and an eviction left pending by an
+  // earlier failure must finish first: the root has no free slot until then.
+  if (pending_root_ && pending_root_->slot + 1 >= p.evict_rate) {
+    S3ORAM_RETURN_IF_ERROR(FlushPendingRoot(/*durable=*/false));
+  }
   if (counters_.nr >= p.evict_rate) {
     TimeInto timer(stats_.timings.eviction_ns);
     S3ORAM_RETURN_IF_ERROR(RunEviction());
   }
+  // Slot nr may hold an inconsistent sharing; a deferred root write rewrites
+  // it completely on every server before the retrieval, otherwise repair it.
+  if (root_slot_dirty_ && !pending_root_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
 
-  if (root_slot_dirty_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
-
-  const PositionEntry* where = pm_->Find(id);
+  // Where the block is: its deferred root write, once the servers apply it
+  // (ahead of this retrieval), holds its newest copy.
+  std::optional<PositionEntry> in_root;
+  if (pending_root_ && pending_root_->id == id && pending_root_->mapped) {
+    in_root = pending_root_->moved;
+  }
+  const PositionEntry* where = in_root ? &*in_root : pm_->Find(id);
   const PositionEntry old = where ? *where : PositionEntry{};
-  S3ORAM_ASSIGN_OR_RETURN(std::vector<Elem> elems, RetrieveElems(where));
+  auto retrieved = RetrieveElems(where, pending_root_ ? &*pending_root_ : nullptr);
+  if (!retrieved.ok()) {
+    // Some servers may hold the deferred write and some not: slot nr is
+    // rewritten (with that write, still pending) before the next retrieval.
+    if (pending_root_) root_slot_dirty_ = true;
+    return retrieved.status();
+  }
+  std::vector<Elem> elems = std::move(retrieved).value();
+
+  // Every server holds the deferred root write now: it is recorded in the
+  // same transaction as this access's own (deferred) one below, or alone if
+  // this access fails.
+  Counters next = counters_;
+  ClientStateStore::Batch batch;
+  if (pending_root_) {
+    root_slot_dirty_ = false;
+    FaultPoint("client.access.after_write_root");
+    RecordRootWritten(*pending_root_, batch, next);
+  }
+  auto record_previous = [&]() -> Status {
+    if (!pending_root_) return Status::Ok();
+    {
+      TimeInto timer(stats_.timings.state_commit_ns);
+      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+    }
+    return RootWrittenCommitted(next);
+  };
 
   std::optional<TimeInto> compute(std::in_place, stats_.timings.client_compute_ns);
   // The block as it was: sealed under (id, old.version); zeros if unmapped.
@@ -480,14 +656,16 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   if (where) {
     const bool packed = field::Unpack(elems, sealed);
     if (!packed || !sealer_->Open(id, old.version, sealed, previous)) {
-      // Nothing was written and nothing committed: the block stays where it
-      // is, and the next access to it retries the same path.
+      // Nothing of this access was written or logged: the block stays where
+      // it is, and the next access to it retries the same path.
       Status bad = Status::Integrity(
           "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
           ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
           ": one of the servers " + ServerSetName() +
           " returned tampered, swapped or stale data, or the client state does not match them");
       spdlog::error("{}", bad.message());
+      compute.reset();
+      S3ORAM_RETURN_IF_ERROR(record_previous());
       return bad;
     }
   }
@@ -502,43 +680,42 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   }
   compute.reset();
 
+  // This access's root write, deferred to the next request: slot nr after the
+  // previous one is recorded. Logged with that record, so once Access returns
+  // a crash cannot lose it (Open sends it).
   const TreeGeometry geo = p.geometry();
-  const auto slot = static_cast<std::uint32_t>(counters_.nr);
-  if (Status st = WriteRoot(slot, elems); !st.ok()) {
-    root_slot_dirty_ = true;  // some servers may hold the new sharing, some not
-    return st;
-  }
-
-  FaultPoint("client.access.after_write_root");
-  // The root write is acknowledged by every server; make it visible.
-  Counters next = counters_;
-  next.nr += 1;
-  ClientStateStore::Batch batch;
+  PendingRoot root;
+  root.slot = static_cast<std::uint32_t>(next.nr);
+  root.id = id;
+  root.mapped = where || op == AccessOp::kWrite;
+  root.moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, root.slot};
+  root.moved.version = old.version + 1;
+  root.elems = std::move(elems);
   batch.SetCounters(next);
-  PositionEntry moved;
-  const bool mapped = where || op == AccessOp::kWrite;
-  if (mapped) {
-    moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, slot};
-    moved.version = old.version + 1;
-    batch.PutPosition(id, moved);
-  }
+  batch.AddPending(PendingOp{kRootPendingKey, kRootKind, EncodeRootPayload(root)});
   {
     TimeInto timer(stats_.timings.state_commit_ns);
     S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
   }
+  if (pending_root_) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
   counters_ = next;
-  if (mapped) S3ORAM_RETURN_IF_ERROR(pm_->Place(id, moved.pos, moved.version));
-  ++stats_.accesses;
   // Ids, versions and positions only (this log stays on the client): never bytes.
   spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
                 op == AccessOp::kWrite ? "write" : "read", id, old.version,
-                mapped ? moved.version : 0, slot, where ? old.pos.leaf : 0);
+                root.mapped ? root.moved.version : 0, root.slot, where ? old.pos.leaf : 0);
+  pending_root_ = std::move(root);
 
-  if (counters_.nr >= p.evict_rate) {
-    // The access itself is committed: report its result. A failed eviction
-    // stays due and is retried (or reported) at the start of the next access.
-    TimeInto timer(stats_.timings.eviction_ns);
-    if (Status st = RunEviction(); !st.ok()) {
+  if (pending_root_->slot + 1 >= p.evict_rate) {
+    // The root's last slot: the eviction reads the whole root, so the write
+    // goes now, then the eviction. The access itself is recorded: report its
+    // result. A failed flush or eviction stays due and is retried (or
+    // reported) at the start of the next access.
+    Status st = FlushPendingRoot(/*durable=*/false);
+    if (st.ok()) {
+      TimeInto timer(stats_.timings.eviction_ns);
+      st = RunEviction();
+    }
+    if (!st.ok()) {
       spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, id,
                    st.ToString());
     }
@@ -812,9 +989,13 @@ void OramClient::ReleaseLease() {
 }
 
 Status OramClient::Close() {
+  // The last access's root write goes before the lease: a failure leaves it
+  // logged in the state, and the next Open sends it.
+  Status flushed = Status::Ok();
+  if (pending_root_ && lease_held_ && !fenced_) flushed = FlushPendingRoot(/*durable=*/true);
   if (lease_held_ && !fenced_) ReleaseLease();
   lease_held_ = false;
-  return Status::Ok();
+  return flushed;
 }
 
 Status OramClient::NoteFencing(Status st) {

@@ -12,12 +12,21 @@
 //    valid packing or does not authenticate (a server flipped bits, answered
 //    for another block, or replayed an older version) is an Integrity error
 //    naming the server set, never returned as data, and changes nothing.
-//  * Every access looks the same to each server: one RETRIEVE with fresh
-//    random select shares for a uniformly random-looking path, one WRITE_ROOT
+//  * Every access looks the same to each server: one retrieval with fresh
+//    random select shares for a uniformly random-looking path, one root write
 //    to the next root slot, and an eviction on a fixed schedule.
-//  * Crash consistency: an access becomes visible only when its SQLite
-//    transaction commits, after every server acknowledged the root write, so a
-//    crash loses that access and nothing else. An eviction is logged as pending
+//  * One round trip per access: an access's root write is deferred and sent
+//    with the next access's retrieval (RETRIEVE_WRITE_ROOT; the server writes,
+//    then retrieves over the tree that includes it). It is logged in the state
+//    (pending kind "root") in the same transaction that records the access
+//    before, so an access that returned survives a crash of this process: the
+//    next Open sends it. Sync, Close and an eviction (which reads the whole
+//    root) send a deferred write on its own (WRITE_ROOT), and a retrieval of
+//    the block it holds reads it from that root slot.
+//  * Crash consistency: an access is recorded by one SQLite transaction that
+//    logs its root write as pending and records the access before it (whose
+//    root write every server acknowledged); a crash loses at most the access
+//    in flight, and Open finishes a logged root write. An eviction is logged as pending
 //    before PREPARE; Open finishes a pending eviction (COMMIT where some server
 //    already committed, else PREPARE again with a new attempt number).
 //  * Every slot on a path must hold a consistent sharing, free ones included:
@@ -42,6 +51,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -141,7 +151,9 @@ class OramClient {
   // Makes every committed access durable against power loss, not only against
   // a crash of this process (accesses commit with synchronous=NORMAL; this
   // writes the counters with synchronous=FULL, which syncs the whole WAL).
-  // What fsync(2) in the filesystem calls.
+  // It first sends the latest access's deferred root write (see below), so
+  // afterwards the servers hold every access. What fsync(2) in the filesystem
+  // calls.
   Status Sync();
 
   // STATUS of every server (unreachable ones carry an error status).
@@ -194,9 +206,31 @@ class OramClient {
       const std::function<wire::Body(std::vector<field::Elem>&&)>& make_request,
       wire::MessageType expected_reply, const TransportOptions& options,
       std::uint64_t& compute_ns, std::uint64_t& wait_ns);
-  Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where);
+  // The root write an access leaves for the next request to carry: slot nr
+  // gets `elems` (the sealed block, packed), and once every server has it the
+  // block (if `mapped`) moves to `moved`. Logged in the state as pending.
+  struct PendingRoot {
+    std::uint32_t slot = 0;
+    BlockId id = 0;
+    bool mapped = false;
+    PositionEntry moved;
+    std::vector<field::Elem> elems;
+  };
+  static std::vector<std::uint8_t> EncodeRootPayload(const PendingRoot& r);
+  Result<PendingRoot> DecodeRootPayload(const std::vector<std::uint8_t>& payload) const;
+  // RETRIEVE, or RETRIEVE_WRITE_ROOT carrying `root` when it is not null.
+  Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where,
+                                                 const PendingRoot* root);
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
   Status RepairRootSlot();
+  // Adds to `batch` what records the deferred root write as done: nr + 1, the
+  // block's new position, the pending record removed.
+  void RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
+                         Counters& next) const;
+  // Applies a committed RecordRootWritten to the in-memory state.
+  Status RootWrittenCommitted(const Counters& next);
+  // Sends the deferred root write alone (WRITE_ROOT) and records it.
+  Status FlushPendingRoot(bool durable);
   Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
                                                    std::span<const std::uint8_t> data);
   // Acquires the lease on every server with the current epoch (see class
@@ -217,6 +251,7 @@ class OramClient {
   Counters counters_;
   ClientStats stats_;
   bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
+  std::optional<PendingRoot> pending_root_;  // deferred root write of the last access (slot nr)
   bool lease_held_ = false;
   int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
   std::string lease_sealed_;  // this client's sealed description, as acquired

@@ -10,10 +10,11 @@
 // Crash rule: a mutation whose effect could be seen before the client records
 // it (an eviction) is logged as a pending intent (AddPending, durable) before it
 // is sent, and the intent is removed in the same transaction that records the
-// effect (counters, positions). A root write needs no intent: the slot it
-// writes is free in the position map until the access commits, and the client
-// rewrites that slot consistently before its next retrieval (OramClient). See
-// docs/ARCHITECTURE.md §Crash consistency.
+// effect (counters, positions). A root write is logged as pending only because
+// it is deferred (sent with the next request, after its access returned): the
+// slot it writes is free in the position map until it is recorded, and the
+// client rewrites that slot consistently before its next retrieval
+// (OramClient). See docs/ARCHITECTURE.md §Crash consistency.
 #pragma once
 
 #include <cstdint>
@@ -52,9 +53,22 @@ struct Counters {
 
 struct PendingOp {
   std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
-  std::string kind;                   // "evict"
+  std::string kind;                   // kPendingEvictKind or kPendingRootKind
   std::vector<std::uint8_t> payload;  // kind-specific
 };
+
+// An eviction under way: key = its number ne, payload = ne (u64) and the last
+// attempt sent (u32), little-endian.
+inline constexpr const char* kPendingEvictKind = "evict";
+// The last access's deferred root write (OramClient): at most one, under a key
+// no eviction number reaches; payload = slot (u32, = nr), block id (u64),
+// mapped (u8), new leaf (u64), new version (u64), m (u32), then the m packed
+// sealed elements (u32 each), little-endian.
+inline constexpr const char* kPendingRootKind = "root";
+inline constexpr std::uint64_t kPendingRootKey = std::uint64_t{1} << 62;
+inline constexpr std::size_t PendingRootPayloadBytes(std::size_t elems_per_slot) {
+  return 33 + 4 * elems_per_slot;
+}
 
 class ClientStateStore {
  public:

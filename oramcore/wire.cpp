@@ -539,6 +539,13 @@ void Fields(Io& io, Ref<Io, BackupGetReply> m) {
   io.Elems(m.shares, "shares");
 }
 template <class Io>
+void Fields(Io& io, Ref<Io, RetrieveWriteRootRequest> m) {
+  io.U32(m.slot, "slot");
+  io.Elems(m.share, "share");
+  io.U64(m.leaf, "leaf");
+  io.Elems(m.select, "select");
+}
+template <class Io>
 void Fields(Io&, Ref<Io, StatsRequest>) {}
 template <class Io>
 void Fields(Io& io, Ref<Io, StatsReply> m) {
@@ -624,6 +631,7 @@ S3ORAM_WIRE_TAG(BackupGetRequest, kBackupGetRequest, 3);
 S3ORAM_WIRE_TAG(BackupGetReply, kBackupGetReply, 3);
 S3ORAM_WIRE_TAG(StatsRequest, kStatsRequest, 0);
 S3ORAM_WIRE_TAG(StatsReply, kStatsReply, 15);
+S3ORAM_WIRE_TAG(RetrieveWriteRootRequest, kRetrieveWriteRootRequest, 4);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -713,6 +721,7 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kBackupGetReply: return "BACKUP_GET_REPLY";
     case MessageType::kStatsRequest: return "STATS_REQUEST";
     case MessageType::kStatsReply: return "STATS_REPLY";
+    case MessageType::kRetrieveWriteRootRequest: return "RETRIEVE_WRITE_ROOT_REQUEST";
   }
   return "UNKNOWN";
 }

@@ -82,6 +82,9 @@ enum class MessageType : std::uint16_t {
   // Performance accounting (s3oram bench).
   kStatsRequest = 40,
   kStatsReply = 41,
+  // One round trip per access: the previous access's root write carried with
+  // this access's retrieval (reply: kRetrieveReply).
+  kRetrieveWriteRootRequest = 42,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -323,6 +326,18 @@ struct StatsReply {
   std::uint64_t commit_us = 0;           // making a sealed shadow live
 };
 
+// The root write of the previous access and the retrieval of this one, in one
+// request: the server writes `share` to root slot `slot` (as WRITE_ROOT), then
+// answers the retrieval (as RETRIEVE) over the tree that includes it, and
+// replies only once the slot is durable. Both parts are validated before
+// either is applied. A duplicate writes the same share again and recomputes.
+struct RetrieveWriteRootRequest {
+  std::uint32_t slot = 0;
+  std::vector<Elem> share;   // m shares
+  std::uint64_t leaf = 0;
+  std::vector<Elem> select;  // Z (H+1) shares of the select vector
+};
+
 // Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
@@ -333,7 +348,7 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
                           RebuildFinishReply, BackupPutRequest, BackupPutReply,
                           BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
-                          StatsRequest, StatsReply>;
+                          StatsRequest, StatsReply, RetrieveWriteRootRequest>;
 
 struct Message {
   Header header;

@@ -108,6 +108,7 @@ struct RequestHandler::Impl {
   Clock::time_point lease_last_seen = Clock::now();
   // Work counters since start (STATS); updated by the handlers below.
   wire::StatsReply stats;
+  std::uint64_t last_retrieve_us = 0;  // the latest retrieval's own time (read + kernel)
   // Reused buffers for bucket reads (a path; an eviction's inputs).
   std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
 
@@ -358,15 +359,38 @@ struct RequestHandler::Impl {
     return wire::Body{wire::InitReply{}};
   }
 
-  Result<wire::Body> HandleRetrieve(const wire::RetrieveRequest& req) {
+  Status CheckRetrieve(std::uint64_t leaf, const std::vector<Elem>& select) const {
     const auto& shape = store->meta().shape;
     TreeGeometry geo{shape.height, shape.bucket_size};
-    if (!geo.is_leaf(req.leaf)) return Status::InvalidArgument("retrieve: leaf out of range");
-    if (req.select.size() != geo.path_slots()) {
+    if (!geo.is_leaf(leaf)) return Status::InvalidArgument("retrieve: leaf out of range");
+    if (select.size() != geo.path_slots()) {
       return Status::InvalidArgument("retrieve: select vector has " +
-                                     std::to_string(req.select.size()) + " entries, expected " +
+                                     std::to_string(select.size()) + " entries, expected " +
                                      std::to_string(geo.path_slots()));
     }
+    return Status::Ok();
+  }
+
+  Status CheckWriteRoot(std::uint32_t slot, const std::vector<Elem>& share) const {
+    const auto& shape = store->meta().shape;
+    if (slot >= shape.bucket_size) return Status::InvalidArgument("write_root: slot out of range");
+    if (share.size() != shape.elems_per_slot) {
+      return Status::InvalidArgument("write_root: share has " + std::to_string(share.size()) +
+                                     " elements, expected " +
+                                     std::to_string(shape.elems_per_slot));
+    }
+    return Status::Ok();
+  }
+
+  Result<wire::Body> HandleRetrieve(const wire::RetrieveRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckRetrieve(req.leaf, req.select));
+    return Retrieve(req.leaf, req.select);
+  }
+
+  // The path inner product for a checked (leaf, select).
+  Result<wire::Body> Retrieve(std::uint64_t leaf, const std::vector<Elem>& select) {
+    const auto& shape = store->meta().shape;
+    TreeGeometry geo{shape.height, shape.bucket_size};
     const auto t0 = Clock::now();
     const std::size_t bucket = store->bucket_elems();
     path_buffer.resize(bucket * geo.levels());
@@ -374,7 +398,7 @@ struct RequestHandler::Impl {
     for (std::uint32_t l = 0; l <= geo.height; ++l) {
       std::span<Elem> scratch(path_buffer.data() + l * bucket, bucket);
       S3ORAM_ASSIGN_OR_RETURN(const Elem* view,
-                              store->BucketForRead(geo.BucketOnPath(req.leaf, l), scratch));
+                              store->BucketForRead(geo.BucketOnPath(leaf, l), scratch));
       buckets.push_back(view);
     }
     const auto t_read = Clock::now();
@@ -382,25 +406,43 @@ struct RequestHandler::Impl {
     wire::RetrieveReply reply;
     reply.answer.resize(m);
     ParallelColumns(m, [&](kernels::ColumnRange r) {
-      kernels::PathInnerProduct(buckets, shape.bucket_size, m, req.select, reply.answer.data(), r);
+      kernels::PathInnerProduct(buckets, shape.bucket_size, m, select, reply.answer.data(), r);
     });
     const auto t_end = Clock::now();
     ++stats.retrieves;
     stats.retrieve_read_us += Micros(t_read - t0);
     stats.retrieve_kernel_us += Micros(t_end - t_read);
-    spdlog::trace("retrieve leaf {}: {:.2f} ms", req.leaf,
+    last_retrieve_us = Micros(t_end - t0);
+    spdlog::trace("retrieve leaf {}: {:.2f} ms", leaf,
                   std::chrono::duration<double, std::milli>(t_end - t0).count());
     return wire::Body{std::move(reply)};
   }
 
+  // Root write, then the retrieval over the tree that holds it; the retrieval
+  // runs while the root write's fdatasync is in flight, and the reply waits
+  // for both. Everything is checked before anything is written.
+  Result<wire::Body> HandleRetrieveWriteRoot(const wire::Header& h,
+                                             const wire::RetrieveWriteRootRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckWriteRoot(req.slot, req.share));
+    S3ORAM_RETURN_IF_ERROR(CheckRetrieve(req.leaf, req.select));
+    const auto t0 = Clock::now();
+    std::optional<wire::Body> answer;
+    S3ORAM_RETURN_IF_ERROR(store->WriteSlot(1, req.slot, req.share, h.seq, h.epoch, [&]() -> Status {
+      S3ORAM_ASSIGN_OR_RETURN(wire::Body b, Retrieve(req.leaf, req.select));
+      answer = std::move(b);
+      return Status::Ok();
+    }));
+    ++stats.root_writes;
+    // The root write's share of the time: all of it but the retrieval's own.
+    const std::uint64_t total = Micros(Clock::now() - t0);
+    const std::uint64_t retrieval = last_retrieve_us;
+    stats.root_write_us += total > retrieval ? total - retrieval : 0;
+    spdlog::debug("retrieve+write_root seq {} slot {}", h.seq, req.slot);
+    return std::move(*answer);
+  }
+
   Result<wire::Body> HandleWriteRoot(const wire::Header& h, const wire::WriteRootRequest& req) {
-    const auto& shape = store->meta().shape;
-    if (req.slot >= shape.bucket_size) return Status::InvalidArgument("write_root: slot out of range");
-    if (req.share.size() != shape.elems_per_slot) {
-      return Status::InvalidArgument("write_root: share has " + std::to_string(req.share.size()) +
-                                     " elements, expected " +
-                                     std::to_string(shape.elems_per_slot));
-    }
+    S3ORAM_RETURN_IF_ERROR(CheckWriteRoot(req.slot, req.share));
     const auto t0 = Clock::now();
     S3ORAM_RETURN_IF_ERROR(store->WriteSlot(1, req.slot, req.share, h.seq, h.epoch));
     ++stats.root_writes;
@@ -959,6 +1001,9 @@ struct RequestHandler::Impl {
           } else if constexpr (std::is_same_v<T, wire::WriteRootRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleWriteRoot(h, body);
+          } else if constexpr (std::is_same_v<T, wire::RetrieveWriteRootRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
+            return HandleRetrieveWriteRoot(h, body);
           } else if constexpr (std::is_same_v<T, wire::EvictPrepareRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandlePrepare(h, body);

@@ -46,6 +46,7 @@
 #include <cassert>
 #include <cerrno>
 #include <cstring>
+#include <future>
 #include <limits>
 #include <string_view>
 #include <system_error>
@@ -840,7 +841,7 @@ Status ShareStore::FinishRebuild(const ServerMeta& meta) {
 
 Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
                              std::span<const Elem> data, std::uint64_t seq,
-                             std::uint64_t epoch) {
+                             std::uint64_t epoch, const std::function<Status()>& while_syncing) {
   S3ORAM_RETURN_IF_ERROR(impl_->Live());
   if (bucket < 1 || bucket > impl_->geo.num_buckets) {
     return Status::InvalidArgument("bucket " + std::to_string(bucket) + " out of range 1.." +
@@ -872,6 +873,24 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
   m.applied_seq = std::max(m.applied_seq, seq);
   m.epoch = std::max(m.epoch, epoch);
   S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m, /*sync_now=*/false));
+  if (while_syncing) {
+    // meta_ changes only after both finished, so `while_syncing` sees the
+    // header as it was (the new slot is in the page cache already).
+    // The flush thread only syncs; the store's failure record is written here,
+    // after the join, so nothing else in the store is shared with it.
+    Impl& im = *impl_;
+    auto sync = std::async(std::launch::async, [&im] {
+      return im.sync ? DataSync(im.fd.get(), im.shares_path) : Status::Ok();
+    });
+    Status during = while_syncing();
+    Status synced = sync.get();
+    if (!synced.ok()) {
+      im.failure = synced.message();
+      return synced;
+    }
+    meta_ = m;
+    return during;
+  }
   S3ORAM_RETURN_IF_ERROR(impl_->Sync(impl_->fd.get(), impl_->shares_path));
   meta_ = m;
   return Status::Ok();

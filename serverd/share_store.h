@@ -24,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -110,8 +111,14 @@ class ShareStore {
 
   // Overwrites one slot of a bucket and records seq/epoch in the header; one
   // fdatasync makes both durable before it returns OK.
+  // `while_syncing`, if given, runs once the slot and header are written (it
+  // sees the new slot through every read of this store) while the fdatasync is
+  // in flight on another thread; the result is OK only if both succeeded.
+  // RETRIEVE_WRITE_ROOT answers its retrieval there, so the disk flush and the
+  // path kernel overlap.
   Status WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
-                   std::uint64_t seq, std::uint64_t epoch);
+                   std::uint64_t seq, std::uint64_t epoch,
+                   const std::function<Status()>& while_syncing = {});
   Status UpdateMeta(const ServerMeta& meta);
 
   // Shadow of one eviction: Begin, Put each bucket's new content, Seal (durable).

@@ -115,5 +115,45 @@ TEST(ClientCrashTest, KilledClientLosesNothingCommitted) {
   EXPECT_GT(model.size(), 0u);
 }
 
+// An access's root write is deferred to the next request, but it is logged
+// before Access returns: a process that ends right after a Write (no Sync, no
+// Close, no destructor) loses nothing, and the next Open sends the write.
+TEST(ClientCrashTest, WriteThatReturnedSurvivesAnExitBeforeItsRootWriteIsSent) {
+  auto fs = testing::MakeFs(SmallParams(kBlock, 16, 5));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  const BlockId x = 7, y = 11;
+  pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    auto client = testing::TestOpen(state, FastRetryOptions());
+    if (!client.ok()) ::_exit(3);
+    if (!(*client)->Write(x, Content(x, 1)).ok() || !(*client)->Sync().ok()) ::_exit(4);
+    if (!(*client)->Write(y, Content(y, 1)).ok()) ::_exit(5);  // root write sent with the next
+    if (!(*client)->Write(x, Content(x, 2)).ok()) ::_exit(6);  // root write never sent
+    ::_exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
+  {
+    auto store = ClientStateStore::Open(state);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto pending = (*store)->LoadPending();
+    ASSERT_TRUE(pending.ok());
+    ASSERT_EQ(pending->size(), 1u);
+    EXPECT_EQ((*pending)[0].kind, kPendingRootKind);
+    EXPECT_EQ((*pending)[0].seq, kPendingRootKey);
+  }
+  auto client = testing::TestOpen(state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto rx = (*client)->Read(x);
+  ASSERT_TRUE(rx.ok()) << rx.status().ToString();
+  EXPECT_EQ(*rx, Content(x, 2));
+  auto ry = (*client)->Read(y);
+  ASSERT_TRUE(ry.ok()) << ry.status().ToString();
+  EXPECT_EQ(*ry, Content(y, 1));
+}
+
 }  // namespace
 }  // namespace s3oram

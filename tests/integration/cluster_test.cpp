@@ -163,6 +163,57 @@ TEST(ClusterTest, StatePersistsAcrossClientRestart) {
   }
 }
 
+// One round trip per access: each access's root write travels with the next
+// retrieval, so a block read (or rewritten) right after it was written is
+// found in the root slot its deferred write fills, and Sync sends the last one.
+TEST(ClusterTest, BlockAccessedRightAfterItsWriteIsReadFromTheDeferredRootWrite) {
+  auto fs = testing::MakeFs(SmallParams(100, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  {
+    auto client = testing::TestOpen(state, FastRetryOptions());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    const BlockId x = 3;
+    for (std::uint64_t round = 0; round < 12; ++round) {  // crosses three evictions (A = 4)
+      ASSERT_TRUE((*client)->Write(x, Content(100, x, 2 * round)).ok());
+      auto r = (*client)->Read(x);  // the write above is still deferred
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      ASSERT_EQ(*r, Content(100, x, 2 * round)) << "round " << round;
+      // Rewrite it while the read's root write (the same content) is deferred.
+      auto w = (*client)->Access(AccessOp::kWrite, x, Content(100, x, 2 * round + 1));
+      ASSERT_TRUE(w.ok()) << w.status().ToString();
+      ASSERT_EQ(*w, Content(100, x, 2 * round)) << "round " << round;
+      if (round % 5 == 4) {
+        ASSERT_TRUE((*client)->Sync().ok());
+      }
+    }
+    // Nothing of the transport went to waste: without evictions between,
+    // k accesses after a Sync are k requests per server.
+    ASSERT_TRUE((*client)->Sync().ok());
+    for (int i = 0; i < 4 && (*client)->counters().nr != 0; ++i) {  // to just after an eviction
+      ASSERT_TRUE((*client)->Read(x).ok());
+      ASSERT_TRUE((*client)->Sync().ok());
+    }
+    ASSERT_EQ((*client)->counters().nr, 0u);
+    const std::uint64_t ne = (*client)->counters().ne;
+    const std::uint64_t sent = (*client)->transport_stats().bytes_sent;
+    ASSERT_TRUE((*client)->Read(x).ok());
+    const std::uint64_t one_retrieve = (*client)->transport_stats().bytes_sent - sent;
+    ASSERT_TRUE((*client)->Read(x).ok());
+    const std::uint64_t combined = (*client)->transport_stats().bytes_sent - sent - one_retrieve;
+    ASSERT_EQ((*client)->counters().ne, ne);
+    // The second access carried the first one's root write: m more elements
+    // per server, and no request of its own.
+    EXPECT_EQ(combined - one_retrieve,
+              3 * (4 + 4 + 4 * config.params.elems_per_slot()));  // slot, count, shares
+  }
+  auto client = testing::TestOpen(state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto r = (*client)->Read(3);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, Content(100, 3, 23));
+}
+
 TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
   auto fs = testing::MakeFs(SmallParams(128, 4, 4));
   ASSERT_TRUE(fs);

@@ -108,14 +108,18 @@ TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
                                         w * n / params.evict_rate;
       for (const auto& e : t) {
         if (!e.from_client) continue;
-        if (e.type == wire::MessageType::kRetrieveRequest) {
+        // A RETRIEVE_WRITE_ROOT is both: the previous access's root write
+        // (one slot after the last) and this access's retrieval.
+        const bool combined = e.type == wire::MessageType::kRetrieveWriteRootRequest;
+        if (combined || e.type == wire::MessageType::kWriteRootRequest) {
+          EXPECT_EQ(e.slot, next_slot) << names[w];
+          next_slot = (next_slot + 1) % params.evict_rate;
+        }
+        if (combined || e.type == wire::MessageType::kRetrieveRequest) {
           ASSERT_GE(e.leaf, geo.first_leaf());
           ASSERT_LT(e.leaf - geo.first_leaf(), geo.num_leaves());
           ++bins[(e.leaf - geo.first_leaf()) * bins.size() / geo.num_leaves()];
           ++retrievals;
-        } else if (e.type == wire::MessageType::kWriteRootRequest) {
-          EXPECT_EQ(e.slot, next_slot) << names[w];
-          next_slot = (next_slot + 1) % params.evict_rate;
         } else if (e.type == wire::MessageType::kEvictPrepareRequest) {
           EXPECT_EQ(e.eviction, expected_eviction) << names[w];
           EXPECT_EQ(e.leaf, geo.EvictionLeaf(e.eviction))

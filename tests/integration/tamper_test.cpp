@@ -168,15 +168,18 @@ TEST(TamperTest, ServersRolledBackTogetherAreDetectedByTheVersion) {
   const BlockId victim = 5;
   const auto v1 = testing::Content(256, victim, 1), v2 = testing::Content(256, victim, 2);
   // Step until the next access lands in root slot 1, write v1 there, and
-  // snapshot every server's storage.
+  // snapshot every server's storage. Sync after each write sends its
+  // (deferred) root write, so the servers and the counters are up to date.
   auto step_to_slot = [&](std::uint64_t slot) {
     for (int i = 0; i < 64 && (*c)->counters().nr != slot; ++i) {
       ASSERT_TRUE((*c)->Write(20 + i % 8, testing::Content(256, 20, i)).ok());
+      ASSERT_TRUE((*c)->Sync().ok());
     }
     ASSERT_EQ((*c)->counters().nr, slot);
   };
   step_to_slot(1);
   ASSERT_TRUE((*c)->Write(victim, v1).ok());
+  ASSERT_TRUE((*c)->Sync().ok());
   auto snapshot = [&](const std::string& to) {
     for (std::size_t i = 0; i < 3; ++i) {
       ASSERT_TRUE(lab->cluster->Kill(i, SIGTERM).ok());
@@ -192,6 +195,7 @@ TEST(TamperTest, ServersRolledBackTogetherAreDetectedByTheVersion) {
   step_to_slot(0);
   step_to_slot(1);
   ASSERT_TRUE((*c)->Write(victim, v2).ok());
+  ASSERT_TRUE((*c)->Sync().ok());
   const PositionEntry* where = (*c)->position_map().Find(victim);
   ASSERT_NE(where, nullptr);
   ASSERT_EQ(where->pos.level, 0u);

@@ -95,6 +95,10 @@ void TamperProxy::Record(bool from_client, const std::vector<std::uint8_t>& fram
     e.type = msg->header.type;
     if (const auto* r = std::get_if<wire::RetrieveRequest>(&msg->body)) e.leaf = r->leaf;
     if (const auto* w = std::get_if<wire::WriteRootRequest>(&msg->body)) e.slot = w->slot;
+    if (const auto* rw = std::get_if<wire::RetrieveWriteRootRequest>(&msg->body)) {
+      e.leaf = rw->leaf;
+      e.slot = rw->slot;
+    }
     if (const auto* p = std::get_if<wire::EvictPrepareRequest>(&msg->body)) {
       e.leaf = p->leaf;
       e.eviction = p->eviction;

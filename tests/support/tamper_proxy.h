@@ -32,8 +32,8 @@ struct TranscriptEntry {
   bool from_client = true;  // request (client -> server) or reply
   wire::MessageType type = wire::MessageType::kError;
   std::size_t bytes = 0;
-  std::uint64_t leaf = 0;      // RETRIEVE and EVICT_PREPARE
-  std::uint32_t slot = 0;      // WRITE_ROOT
+  std::uint64_t leaf = 0;      // RETRIEVE, RETRIEVE_WRITE_ROOT and EVICT_PREPARE
+  std::uint32_t slot = 0;      // WRITE_ROOT and RETRIEVE_WRITE_ROOT
   std::uint64_t eviction = 0;  // EVICT_PREPARE / EVICT_COMMIT
 };
 

@@ -381,5 +381,51 @@ TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
   EXPECT_EQ(std::get<wire::StatsReply>(again).requests, 8u);
 }
 
+// RETRIEVE_WRITE_ROOT: the root write lands before the retrieval (which sees
+// it), and a request whose either part is malformed changes nothing.
+TEST_F(RequestHandlerTest, RetrieveWriteRootWritesFirstAndChecksBothPartsBeforeEither) {
+  const wire::StoreShape shape{2, 2, 4};
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  ASSERT_TRUE(Acquire(2).granted);
+  const TreeGeometry geo{shape.height, shape.bucket_size};
+  auto unit_select = [&](std::size_t q) {
+    std::vector<Elem> v(geo.path_slots(), 0);
+    v[q] = 1;
+    return v;
+  };
+  // Root slot 1 gets {5, 6, 7, 8}; the select picks exactly that slot (level 0).
+  const std::vector<Elem> share{5, 6, 7, 8};
+  wire::Body got = Call(wire::RetrieveWriteRootRequest{1, share, geo.first_leaf(), unit_select(1)}, 3);
+  ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+  EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, share);
+  EXPECT_EQ(handler_->store()->meta().applied_seq, 3u);
+
+  // A bad select (one entry short) with a root write to slot 0: refused, and
+  // slot 0 still reads as never written.
+  std::vector<Elem> short_select = unit_select(0);
+  short_select.pop_back();
+  got = Call(wire::RetrieveWriteRootRequest{0, {9, 9, 9, 9}, geo.first_leaf(), short_select}, 4);
+  EXPECT_NE(ErrorText(got).find("select vector"), std::string::npos) << ErrorText(got);
+  // A bad root write (slot out of range) with a good select: refused too.
+  got = Call(wire::RetrieveWriteRootRequest{2, {9, 9, 9, 9}, geo.first_leaf(), unit_select(0)}, 5);
+  EXPECT_NE(ErrorText(got).find("slot out of range"), std::string::npos) << ErrorText(got);
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), unit_select(0)}, 6);
+  ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+  EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, std::vector<Elem>(4, 0));
+  EXPECT_EQ(handler_->store()->meta().applied_seq, 3u);
+
+  // Only the holder of the lease may send it.
+  epoch_ = 1;
+  EXPECT_FALSE(ErrorText(Call(wire::RetrieveWriteRootRequest{0, share, geo.first_leaf(),
+                                                             unit_select(0)},
+                              7))
+                   .empty());
+  epoch_ = 2;
+  got = Call(wire::StatsRequest{}, 8);
+  ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(got)) << ErrorText(got);
+  EXPECT_EQ(std::get<wire::StatsReply>(got).root_writes, 1u);
+  EXPECT_EQ(std::get<wire::StatsReply>(got).retrieves, 2u);
+}
+
 }  // namespace
 }  // namespace s3oram::serverd

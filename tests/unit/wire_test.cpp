@@ -137,6 +137,9 @@ bool Same(const BackupGetRequest& a, const BackupGetRequest& b) {
 bool Same(const BackupGetReply& a, const BackupGetReply& b) {
   return std::tie(a.generation, a.total, a.shares) == std::tie(b.generation, b.total, b.shares);
 }
+bool Same(const RetrieveWriteRootRequest& a, const RetrieveWriteRootRequest& b) {
+  return a.slot == b.slot && a.share == b.share && a.leaf == b.leaf && a.select == b.select;
+}
 bool Same(const StatsRequest&, const StatsRequest&) { return true; }
 bool Same(const StatsReply& a, const StatsReply& b) {
   return std::tie(a.requests, a.busy_us, a.retrieves, a.retrieve_read_us, a.retrieve_kernel_us,
@@ -258,6 +261,7 @@ class Gen {
       case 32: return StatsRequest{};
       case 33: return StatsReply{U64(), U64(), U64(), U64(), U64(), U64(), U64(), U64(),
                                  U64(), U64(), U64(), U64(), U64(), U64(), U64()};
+      case 34: return RetrieveWriteRootRequest{U32(), Elems(), U64(), Elems()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
@@ -400,6 +404,38 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   auto r = Decode(expected);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(SameBody(r->body, m));
+}
+
+// The combined request: the root write's fields first, then the retrieval's.
+TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
+  Header h;
+  for (std::size_t i = 0; i < h.fs_id.size(); ++i) h.fs_id[i] = static_cast<std::uint8_t>(i);
+  h.epoch = 0x0102030405060708ull;
+  h.seq = 0x2b;
+  RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
+  const std::vector<std::uint8_t> expected = {
+      0x53, 0x33, 0x4f, 0x52,  // magic
+      0x01, 0x00,              // version 1
+      0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
+      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
+      0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
+      0x2b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
+      0x20, 0x00, 0x00, 0x00,  // body length 32 = 4 + (4 + 4) + 8 + (4 + 2*4)
+      0x07, 0x00, 0x00, 0x00,  // slot
+      0x01, 0x00, 0x00, 0x00,  // share count 1
+      0x03, 0x00, 0x00, 0x00,  // 3
+      0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
+      0x02, 0x00, 0x00, 0x00,  // select count 2
+      0x01, 0x00, 0x00, 0x00,  // 1
+      0xfe, 0xff, 0xff, 0x7f,  // p - 1
+  };
+  EXPECT_EQ(Encode(h, m), expected);
+  auto r = Decode(expected);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(SameBody(r->body, m));
+  EXPECT_STREQ(MessageTypeName(MessageType::kRetrieveWriteRootRequest),
+               "RETRIEVE_WRITE_ROOT_REQUEST");
 }
 
 TEST(WireTest, GoldenBytesStatusReplyAndError) {
