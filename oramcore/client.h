@@ -39,7 +39,7 @@
 //    failed root write.
 //  * One writer: Open acquires the filesystem's lease on every server with a
 //    new epoch (above every epoch the servers have seen) and the servers
-//    serve RETRIEVE, WRITE_ROOT and EVICT_* only to the holder. A second Open
+//    serve RETRIEVE, WRITE_ROOT, RETRIEVE_WRITE_ROOT and EVICT_* only to the holder. A second Open
 //    is refused with kLeaseHeld naming the holder, unless it is certainly a
 //    crashed earlier client of the same state file on this machine, or
 //    `force_lease` is set; a client whose lease was taken over is fenced
