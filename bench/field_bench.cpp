@@ -14,7 +14,11 @@
 //    (slots multiplied by a scalar) * B. Comparable across fields.
 //  * MAC/s: field-element multiply-accumulates per second.
 //  * PathRead/*: a plain sum over as many bytes as the p31 path occupies, the
-//    ceiling for the (memory-bound) inner product.
+//    ceiling for the (memory-bound) inner product; one path read again and
+//    again, so it lives in the cache.
+//  * PathReadTree/*, P31PathTree/*: the same over a new path each iteration,
+//    drawn from a 512 MiB pool: the memory read bandwidth, and the kernel on
+//    data that comes from memory, as a server's does.
 //  * P31Peak/*: multiply-accumulates per second with every operand in
 //    registers (scalar imul + add, AVX2 vpmuludq + vpaddq), the ceiling for the
 //    (compute-bound) eviction product.
@@ -140,6 +144,15 @@ void P31Evict(benchmark::State& state, EvictFn fn, bool needs_avx2) {
     benchmark::ClobberMemory();
   }
   ReportEvict(state, Z, kElems);
+}
+
+// The AVX-512 path kernel, where the CPU has it (P31Path/dispatched uses it then).
+void P31PathAvx512(benchmark::State& state) {
+  if (!s3oram::kernels::internal::Avx512Available()) {
+    state.SkipWithError("CPU lacks AVX-512F");
+    return;
+  }
+  P31Path(state, s3oram::kernels::internal::PathInnerProductAvx512, true);
 }
 
 }  // namespace p31
@@ -538,6 +551,75 @@ void PathRead(benchmark::State& state, std::uint64_t (*sum)(const std::uint64_t*
 }
 
 // ---------------------------------------------------------------------------
+// Tree-resident variants (PathReadTree/*, P31PathTree/*): each iteration reads
+// the next path of a pool of paths much larger than the last-level cache, as a
+// server does (its tree, hundreds of MB and more, is read one random path per
+// access, so the buckets come from DRAM, not from a cache the previous access
+// warmed). PathReadTree is then the single-core memory read bandwidth on the
+// data size of one path, and P31PathTree the kernel on the same data. The
+// cache-resident PathRead/P31Path above read one path over and over.
+
+constexpr std::size_t kTreePoolBytes = std::size_t{512} << 20;
+
+// Paths of `path_elems` 32-bit elements, each below `bound`, back to back.
+struct TreePool {
+  TreePool(std::size_t elems_per_path, std::uint32_t bound)
+      : paths(std::max<std::size_t>(4, kTreePoolBytes / (elems_per_path * 4))),
+        path_elems(elems_per_path),
+        data(paths * elems_per_path) {
+    std::uint64_t x = 0x9e3779b97f4a7c15ull;  // xorshift64*: fast to fill 512 MiB
+    for (auto& e : data) {
+      x ^= x >> 12;
+      x ^= x << 25;
+      x ^= x >> 27;
+      e = static_cast<std::uint32_t>(((x * 0x2545f4914f6cdd1dull) >> 32) % bound);
+    }
+  }
+  const std::uint32_t* path(std::size_t i) const { return data.data() + (i % paths) * path_elems; }
+  std::size_t paths;
+  std::size_t path_elems;
+  std::vector<std::uint32_t> data;
+};
+
+void PathReadTree(benchmark::State& state,
+                  std::uint64_t (*sum)(const std::uint64_t*, std::size_t), bool needs_avx2) {
+  if (needs_avx2 && !RequireAvx2(state)) return;
+  const auto Z = static_cast<std::size_t>(state.range(0));
+  const std::size_t bucket_elems = Z * p31::kElems;
+  TreePool pool(kPathBuckets * bucket_elems, ~0u);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const auto* words = reinterpret_cast<const std::uint64_t*>(pool.path(i++));
+    benchmark::DoNotOptimize(sum(words, pool.path_elems / 2));
+  }
+  ReportPath(state, Z, p31::kElems);
+  state.counters.erase("MAC/s");
+  state.counters["read_B/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations() * pool.path_elems * 4), benchmark::Counter::kIsRate);
+  state.counters["paths"] = static_cast<double>(pool.paths);
+}
+
+void P31PathTree(benchmark::State& state, p31::PathFn fn, bool needs_avx2) {
+  if (needs_avx2 && !RequireAvx2(state)) return;
+  const auto Z = static_cast<std::size_t>(state.range(0));
+  const std::size_t bucket_elems = Z * p31::kElems;
+  TreePool pool(kPathBuckets * bucket_elems, s3oram::field::kPrime);
+  const auto select = RandomBelow<s3oram::field::Elem>(kPathBuckets * Z, s3oram::field::kPrime, 1);
+  std::vector<s3oram::field::Elem> out(p31::kElems);
+  std::vector<const s3oram::field::Elem*> buckets(kPathBuckets);
+  std::size_t i = 0;
+  for (auto _ : state) {
+    const std::uint32_t* path = pool.path(i++);
+    for (std::size_t b = 0; b < kPathBuckets; ++b) buckets[b] = path + b * bucket_elems;
+    fn(buckets, Z, p31::kElems, select, out.data(), {0, p31::kElems});
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  ReportPath(state, Z, p31::kElems);
+  state.counters["paths"] = static_cast<double>(pool.paths);
+}
+
+// ---------------------------------------------------------------------------
 // The machine's multiply-accumulate peak for p31 operands (32 x 32 -> 64-bit
 // products), everything in registers: no loads, no stores, no reduction. Each
 // of kChains independent chains does acc = acc * coef + x, one multiply and
@@ -680,8 +762,12 @@ BENCHMARK_CAPTURE(P31Peak, avx2, peak::Avx2Macs<peak::kAvx2Chains>, true, 4 * pe
 BENCHMARK_CAPTURE(PathRead, avx2, SumAvx2, true)->Apply(Shapes);
 BENCHMARK_CAPTURE(PathRead, scalar, SumScalar, false)->Apply(Shapes);
 
+BENCHMARK_CAPTURE(PathReadTree, avx2, SumAvx2, true)->Apply(Shapes);
+BENCHMARK_CAPTURE(P31PathTree, dispatched, k::PathInnerProduct, false)->Apply(Shapes);
+
 BENCHMARK_CAPTURE(P31Path, dispatched, k::PathInnerProduct, false)->Apply(Shapes);
 BENCHMARK_CAPTURE(P31Path, avx2, ki::PathInnerProductAvx2, true)->Apply(Shapes);
+BENCHMARK(p31::P31PathAvx512)->Name("P31Path/avx512")->Apply(Shapes);
 BENCHMARK_CAPTURE(P31Path, scalar, ki::PathInnerProductScalar, false)->Apply(Shapes);
 BENCHMARK(P61Path)->Name("P61Path/scalar")->Apply(Shapes);
 BENCHMARK_CAPTURE(P32Path, avx2, p32::PathInnerProductAvx2, true)->Apply(Shapes);

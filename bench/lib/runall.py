@@ -365,7 +365,7 @@ def kernel_facts(path):
         return e.get(key)
 
     zs = sorted({int(m.group(1)) for n in b for m in [re.search(r"/Z:(\d+)$", n)] if m})
-    facts = {"shapes": zs, "path": {}, "evict": {}}
+    facts = {"shapes": zs, "path": {}, "path_tree": {}, "evict": {}}
     for z in zs:
         path = get(f"P31Path/dispatched/Z:{z}", "bytes_per_second")
         reads = {v: get(f"PathRead/{v}/Z:{z}", "bytes_per_second") for v in ("avx2", "scalar")}
@@ -373,6 +373,10 @@ def kernel_facts(path):
         facts["path"][z] = {"path_Bps": path, "read_Bps": best,
                             "read_variant": next((v for v, x in reads.items() if x and x == best), None),
                             "ratio": path / best if path and best else None}
+        tree_path = get(f"P31PathTree/dispatched/Z:{z}", "bytes_per_second")
+        tree_read = get(f"PathReadTree/avx2/Z:{z}", "bytes_per_second")
+        facts["path_tree"][z] = {"path_Bps": tree_path, "read_Bps": tree_read,
+                                 "ratio": tree_path / tree_read if tree_path and tree_read else None}
         facts["evict"][z] = {"macs": get(f"P31Evict/dispatched/Z:{z}", "MAC/s")}
     facts["peak_scalar"] = get("P31Peak/scalar", "MAC/s")
     facts["peak_avx2"] = get("P31Peak/avx2", "MAC/s")
@@ -417,6 +421,16 @@ def cmd_kernels(a):
     L.append("|--:|--:|--:|--:|")
     for z, p in f["path"].items():
         L.append(f"| {z} | {fmt_si(p['path_Bps'])} | {fmt_si(p['read_Bps'])} ({p['read_variant'] or '-'}) | "
+                 f"{fmt(p['ratio'] * 100) + ' %' if p['ratio'] is not None else '-'} |")
+    L.append("")
+    L.append("## The same with every path read from memory\n")
+    L.append("PathReadTree/P31PathTree read a new path of a 512 MiB pool each iteration (as a "
+             "server reads its tree: one random path per access), so the data come from DRAM; "
+             "PathRead/P31Path above re-read one path, which then sits in the last-level cache.\n")
+    L.append("| Z | P31PathTree/dispatched payload B/s | PathReadTree/avx2 payload B/s | ratio |")
+    L.append("|--:|--:|--:|--:|")
+    for z, p in f["path_tree"].items():
+        L.append(f"| {z} | {fmt_si(p['path_Bps'])} | {fmt_si(p['read_Bps'])} | "
                  f"{fmt(p['ratio'] * 100) + ' %' if p['ratio'] is not None else '-'} |")
     L.append("")
     L.append("## Eviction product vs the machine's multiply-accumulate peaks\n")
@@ -686,11 +700,22 @@ def cmd_summary(a):
             v["ratio"] is not None for v in kf["path"].values()) else None
         if z is not None:
             k = kf["path"][z]
-            rows.append(("path kernel ≥ 60 % of read bandwidth",
-                         f"{fmt(k['ratio'] * 100)} % at Z = {z} (P31Path/dispatched "
-                         f"{fmt_si(k['path_Bps'], 'B/s')} vs PathRead/{k['read_variant']} "
-                         f"{fmt_si(k['read_Bps'], 'B/s')}, payload)",
-                         verdict(k["ratio"] >= 0.6), src(p)))
+            t = kf["path_tree"].get(z, {})
+            cached = (f"{fmt(k['ratio'] * 100)} % with the path in cache (P31Path/dispatched "
+                      f"{fmt_si(k['path_Bps'], 'B/s')} vs PathRead/{k['read_variant']} "
+                      f"{fmt_si(k['read_Bps'], 'B/s')}, payload)")
+            if t.get("ratio") is not None:
+                # A server reads each path from memory (its tree is far larger
+                # than the cache): that is the memory read bandwidth the target
+                # names; the cache-resident ratio is shown next to it.
+                rows.append(("path kernel ≥ 60 % of memory read bandwidth",
+                             f"{fmt(t['ratio'] * 100)} % at Z = {z} with paths from memory "
+                             f"(P31PathTree/dispatched {fmt_si(t['path_Bps'], 'B/s')} vs "
+                             f"PathReadTree/avx2 {fmt_si(t['read_Bps'], 'B/s')}); {cached}",
+                             verdict(t["ratio"] >= 0.6), src(p)))
+            else:
+                rows.append(("path kernel ≥ 60 % of read bandwidth", cached,
+                             verdict(k["ratio"] >= 0.6), src(p)))
         else:
             rows.append(("path kernel ≥ 60 % of read bandwidth", "not measured", "—", src(p)))
         ze = max((z for z in kf["evict"] if kf["evict"][z]["macs"]), default=None)

@@ -41,6 +41,10 @@ std::vector<Implementation> Implementations() {
   if (internal::Avx2Available()) {
     impls.push_back({"avx2", internal::PathInnerProductAvx2, internal::EvictProductAvx2});
   }
+  if (internal::Avx512Available()) {
+    // The eviction product has no AVX-512 variant; the AVX2 one stands in.
+    impls.push_back({"avx512", internal::PathInnerProductAvx512, internal::EvictProductAvx2});
+  }
   return impls;
 }
 
@@ -266,7 +270,9 @@ INSTANTIATE_TEST_SUITE_P(AllImplementations, KernelTest, ::testing::ValuesIn(Imp
 
 TEST(KernelDispatchTest, NamesTheImplementationItUses) {
   const std::string name = FastKernelName();
-  EXPECT_EQ(name, internal::Avx2Available() ? "avx2" : "scalar");
+  EXPECT_EQ(name, internal::Avx512Available() ? "avx512 (path), avx2 (evict)"
+                  : internal::Avx2Available()  ? "avx2"
+                                               : "scalar");
 }
 
 TEST(KernelDeathTest, RejectsColumnRangeOutsideRow) {
