@@ -458,18 +458,23 @@ def read_status(pid):
         with open(f"/proc/{pid}/status") as f:
             for line in f:
                 k, _, v = line.partition(":")
-                if k in ("VmRSS", "VmHWM", "State"):
+                if k in ("VmRSS", "VmHWM", "RssAnon", "RssFile", "State"):
                     vals[k] = v.split()[0] if k != "State" else v.strip()
     except OSError:
         return None
     if vals.get("State", "").startswith("Z") or "VmRSS" not in vals:
         return None
-    return int(vals["VmRSS"]), int(vals.get("VmHWM", 0))
+    # RssAnon is the process's own memory (heap, stacks); RssFile the resident
+    # pages of mapped files, e.g. a server's mmapped share file, which are page
+    # cache the kernel reclaims under pressure.
+    return (int(vals["VmRSS"]), int(vals.get("VmHWM", 0)), int(vals.get("RssAnon", 0)),
+            int(vals.get("RssFile", 0)))
 
 
 def cmd_rss_sample(a):
     """rss-sample CSV SECONDS NAME=PID...: one row per live process every
-    SECONDS (elapsed_s,process,pid,vmrss_kib,vmhwm_kib) until SIGTERM/SIGINT
+    SECONDS (elapsed_s,process,pid,vmrss_kib,vmhwm_kib,rssanon_kib,rssfile_kib)
+    until SIGTERM/SIGINT
     or until every PID is gone."""
     procs = []
     for spec in a.procs:
@@ -487,7 +492,7 @@ def cmd_rss_sample(a):
     t0 = time.monotonic()
     with open(a.csv, "a") as f:
         if new:
-            f.write("elapsed_s,process,pid,vmrss_kib,vmhwm_kib\n")
+            f.write("elapsed_s,process,pid,vmrss_kib,vmhwm_kib,rssanon_kib,rssfile_kib\n")
         while True:
             t = time.monotonic() - t0
             alive = 0
@@ -496,7 +501,7 @@ def cmd_rss_sample(a):
                 if s is None:
                     continue
                 alive += 1
-                f.write(f"{t:.1f},{name},{pid},{s[0]},{s[1]}\n")
+                f.write(f"{t:.1f},{name},{pid},{s[0]},{s[1]},{s[2]},{s[3]}\n")
             f.flush()
             if alive == 0:
                 return
@@ -515,7 +520,14 @@ def load_rss(csv):
                 continue
             t, name, pid, rss = float(parts[0]), parts[1], int(parts[2]), int(parts[3])
             hwm = int(parts[4]) if len(parts) > 4 and parts[4] else None
-            per.setdefault(name, {"pid": pid, "samples": []})["samples"].append((t, rss, hwm))
+            anon = int(parts[5]) if len(parts) > 5 and parts[5] else None
+            filed = int(parts[6]) if len(parts) > 6 and parts[6] else None
+            d = per.setdefault(name, {"pid": pid, "samples": [], "anon": [], "file": []})
+            d["samples"].append((t, rss, hwm))
+            if anon is not None:
+                d["anon"].append(anon)
+            if filed is not None:
+                d["file"].append(filed)
     return per
 
 
@@ -537,6 +549,8 @@ def rss_stats(per):
                      "first_kib": rss[0], "last_kib": rss[-1], "max_kib": max(rss),
                      "max_first_half_kib": max(first), "max_second_half_kib": max(second),
                      "vmhwm_kib": max(hwm) if hwm else None, "growth_kib": growth,
+                     "max_rssanon_kib": max(d["anon"]) if d.get("anon") else None,
+                     "max_rssfile_kib": max(d["file"]) if d.get("file") else None,
                      "bounded": bounded}
     return out
 
@@ -557,9 +571,13 @@ def cmd_rss_report(a):
              f"{f'{a.cache_mib:g}' + ' MiB' if a.cache_mib is not None else 'unknown'}. "
              "\"bounded\" = the second half of the run peaks no higher than the first half "
              "(tolerance 10 % or 16 MiB). MiB = 2^20 bytes.\n")
+    L.append("RssAnon = the process's own memory (heap, stacks); RssFile = resident pages of "
+             "mapped files (a server's mmapped share file: page cache, reclaimable). VmRSS = "
+             "both.\n")
     L.append("| process | pid | samples | duration | first MiB | max MiB | VmHWM MiB | last MiB | "
-             "max 1st half | max 2nd half | cache_size MiB | bounded |")
-    L.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
+             "max 1st half | max 2nd half | max RssAnon MiB | max RssFile MiB | cache_size MiB | "
+             "bounded |")
+    L.append("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|")
     mib = lambda k: fmt(k / 1024) if k is not None else "-"
     for name in sorted(st, key=lambda n: (not n.startswith("fused"), n)):
         s = st[name]
@@ -567,7 +585,8 @@ def cmd_rss_report(a):
         L.append(f"| {name} | {s['pid']} | {s['samples']} | {s['duration_s']:.0f} s | "
                  f"{mib(s['first_kib'])} | {mib(s['max_kib'])} | {mib(s['vmhwm_kib'])} | "
                  f"{mib(s['last_kib'])} | {mib(s['max_first_half_kib'])} | "
-                 f"{mib(s['max_second_half_kib'])} | {cache} | {'yes' if s['bounded'] else 'NO'} |")
+                 f"{mib(s['max_second_half_kib'])} | {mib(s.get('max_rssanon_kib'))} | "
+                 f"{mib(s.get('max_rssfile_kib'))} | {cache} | {'yes' if s['bounded'] else 'NO'} |")
     L.append("")
     write(a.md, "\n".join(L))
     base = os.path.splitext(os.path.abspath(a.png))[0]
@@ -805,7 +824,9 @@ def cmd_summary(a):
             bits = []
             for n in sorted(st, key=lambda n: (not n.startswith("fused"), n)):
                 s = st[n]
+                anon = s.get("max_rssanon_kib")
                 bits.append(f"{n} max {fmt(s['max_kib'] / 1024)} MiB" + (
+                    f" (RssAnon {fmt(anon / 1024)} MiB)" if anon is not None else "") + (
                     f" (cache_size {m['cache_size_mib']:g} MiB)"
                     if n.startswith("fused") and m.get("cache_size_mib") is not None else ""))
             dur = max(s["duration_s"] for s in st.values())
