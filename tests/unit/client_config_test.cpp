@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace s3oram::fs {
 namespace {
 
@@ -205,23 +207,12 @@ TEST(ClientConfig, SyntaxErrorsAreLocated) {
 
 class ClientConfigFile : public ::testing::Test {
  protected:
-  void SetUp() override {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/client_config_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = tmpl;
-  }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string Write(const std::string& name, const std::string& text) {
-    std::string path = dir_ + "/" + name;
+    std::string path = dir_.Sub(name);
     std::ofstream(path) << text;
     return path;
   }
-  std::string dir_;
+  testing::TempDir dir_;
 };
 
 TEST_F(ClientConfigFile, LoadsAFileAndErrorsNameIt) {
@@ -238,15 +229,15 @@ TEST_F(ClientConfigFile, LoadsAFileAndErrorsNameIt) {
 }
 
 TEST_F(ClientConfigFile, MissingUnreadableOrHugeFile) {
-  auto r = LoadClientConfig(dir_ + "/absent.toml");
+  auto r = LoadClientConfig(dir_.Sub("absent.toml"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
-  EXPECT_EQ(r.status().message(), "config file " + dir_ + "/absent.toml does not exist");
+  EXPECT_EQ(r.status().message(), "config file " + dir_.Sub("absent.toml") + " does not exist");
 
-  auto d = LoadClientConfig(dir_);
+  auto d = LoadClientConfig(dir_.path());
   ASSERT_FALSE(d.ok());
   EXPECT_EQ(d.status().code(), Status::Code::kIoError);
-  EXPECT_EQ(d.status().message(), "config file " + dir_ + " is not a regular file");
+  EXPECT_EQ(d.status().message(), "config file " + dir_.path() + " is not a regular file");
 
   if (::geteuid() != 0) {  // root reads mode-000 files anyway
     const std::string path = Write("secret.toml", kExample);

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/temp_dir.h"
+
 namespace s3oram::fs {
 namespace {
 
@@ -118,11 +120,6 @@ TEST(MountOptionsTest, Errors) {
 class MountOptionsConfigTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    const char* base = std::getenv("TMPDIR");
-    std::string tmpl = std::string(base != nullptr && *base != '\0' ? base : "/tmp") +
-                       "/mount_options_test.XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl.data()), nullptr) << std::strerror(errno);
-    dir_ = tmpl;
     config_ = Write("vault.toml",
                     "[mount]\n"
                     "state = \"/no/such/dir/vault.s3oram\"\n"
@@ -136,16 +133,12 @@ class MountOptionsConfigTest : public ::testing::Test {
                     "force = true\n"
                     "fuse_options = [\"allow_other\", \"max_read=131072\", \"x_list=a,b\"]\n");
   }
-  void TearDown() override {
-    std::error_code ec;
-    std::filesystem::remove_all(dir_, ec);
-  }
   std::string Write(const std::string& name, const std::string& text) {
-    std::string path = dir_ + "/" + name;
+    std::string path = dir_.Sub(name);
     std::ofstream(path) << text;
     return path;
   }
-  std::string dir_;
+  testing::TempDir dir_;
   std::string config_;
 };
 
@@ -232,13 +225,13 @@ TEST_F(MountOptionsConfigTest, Errors) {
   EXPECT_FALSE(Parse({"s3oramfs-fused", "--config"}).ok());
   EXPECT_FALSE(Parse({"s3oramfs-fused", "--config="}).ok());
 
-  auto missing = Parse({"s3oramfs-fused", "--config", dir_ + "/absent.toml"});
+  auto missing = Parse({"s3oramfs-fused", "--config", dir_.Sub("absent.toml")});
   ASSERT_FALSE(missing.ok());
-  EXPECT_EQ(missing.status().message(), "config file " + dir_ + "/absent.toml does not exist");
+  EXPECT_EQ(missing.status().message(), "config file " + dir_.Sub("absent.toml") + " does not exist");
   // The file's errors are flagged as such (the daemon then prints no usage);
   // command-line errors are not.
   {
-    const std::string absent = dir_ + "/absent.toml";
+    const std::string absent = dir_.Sub("absent.toml");
     const char* argv[] = {"s3oramfs-fused", "--config", absent.c_str()};
     bool config_error = false;
     EXPECT_FALSE(ParseMountCommand(3, argv, &config_error).ok());
@@ -261,7 +254,7 @@ TEST_F(MountOptionsConfigTest, Errors) {
   EXPECT_NE(helper.status().message().find("--config"), std::string::npos);
 
   // --help does not need a readable file; "--config" as an -o value is not the option.
-  auto h = Parse({"s3oramfs-fused", "--config", dir_ + "/absent.toml", "--help"});
+  auto h = Parse({"s3oramfs-fused", "--config", dir_.Sub("absent.toml"), "--help"});
   ASSERT_TRUE(h.ok()) << h.status().ToString();
   EXPECT_TRUE(h->show_help);
   auto o = Parse({"s3oramfs-fused", "/s", "/tmp", "-o", "--config"});
