@@ -399,8 +399,10 @@ std::size_t RoundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * 
 // and then warns that the undefined operand "may be used uninitialized" (a
 // known false positive of those headers, not of this code).
 #pragma GCC diagnostic push
+#if defined(__GNUC__) && !defined(__clang__)
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC diagnostic ignored "-Wuninitialized"
+#endif
 
 #define S3ORAM_AVX512 [[gnu::target("avx512f"), gnu::always_inline]] inline
 
