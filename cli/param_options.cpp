@@ -83,8 +83,9 @@ std::string DescribeParams(const OramParams& p, bool allow_unsafe) {
   if (allow_unsafe && p.bucket_size < safe) {
     out << "  WARNING: below the overflow bound; an eviction may fail with a bucket overflow\n";
   }
-  std::snprintf(buf, sizeof buf, "  storage per server  %s\n",
-                HumanBytes(c.storage_bytes_per_server).c_str());
+  std::snprintf(buf, sizeof buf, "  storage per server  %s (%.1fx the capacity)\n",
+                HumanBytes(c.storage_bytes_per_server).c_str(),
+                c.storage_bytes_per_server / (double(p.capacity_blocks) * p.block_bytes));
   out << buf;
   out << "  cost per access (eviction amortised over A):\n";
   std::snprintf(buf, sizeof buf, "    slots streamed per server       %.0f\n", c.slots_streamed);

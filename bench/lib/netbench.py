@@ -1,0 +1,297 @@
+#!/usr/bin/env python3
+"""Helpers of bench/net-bench (one subcommand each):
+
+  rewrite-server-config CONF --listen URL --peer-listen URL --peer J=URL ...
+      rewrites a server TOML made by `s3oram cluster start` for the
+      namespaces (listen addresses, peer endpoints); everything else is kept
+  counters --prefix P
+      bytes on each link class so far, from the interface counters of the
+      namespaces P-client, P-s0..2 (JSON): client_up = client eth0 tx,
+      client_down = client eth0 rx, server_peer = the servers' eth0 tx minus
+      what reached the client (their replies), i.e. what they sent each other
+  fio-bytes FIO_JSON
+      bytes read plus written by the (single) job
+  record --profile ... --before JSON --after JSON ...
+      one JSON line: the job's figures and bytes per user byte per link class
+  report OUTDIR
+      OUTDIR/net.md (table) and OUTDIR/net.png (gnuplot) from OUTDIR/net.jsonl
+  check OUTDIR --profiles LIST --jobs LIST
+      fails unless every profile and job has a record and the report exists
+"""
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+
+
+def write(path, text):
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+# ---------------------------------------------------------------------------
+def cmd_rewrite_server_config(a):
+    with open(a.conf) as f:
+        lines = f.read().split("\n")
+    peers = {}
+    for p in a.peer:
+        j, _, url = p.partition("=")
+        peers[int(j)] = url
+    # Split into tables; rewrite keys by the table they are in.
+    out, table, block = [], None, []
+
+    def flush():
+        if table == "peer":
+            idx = None
+            for ln in block:
+                m = re.match(r"\s*index\s*=\s*(\d+)", ln)
+                if m:
+                    idx = int(m.group(1))
+            if idx is None or idx not in peers:
+                sys.exit(f"netbench: {a.conf}: [[peer]] without a --peer for it")
+            block[:] = [re.sub(r'^(\s*endpoint\s*=\s*)".*"', lambda m: f'{m.group(1)}"{peers[idx]}"', ln)
+                        for ln in block]
+            del peers[idx]
+        elif table == "server":
+            block[:] = [re.sub(r'^(\s*listen\s*=\s*)".*"', lambda m: f'{m.group(1)}"{a.listen}"', ln)
+                        for ln in block]
+            block[:] = [re.sub(r'^(\s*peer_listen\s*=\s*)".*"',
+                               lambda m: f'{m.group(1)}"{a.peer_listen}"', ln) for ln in block]
+        out.extend(block)
+
+    for ln in lines:
+        s = ln.strip()
+        if s.startswith("["):
+            flush()
+            block = []
+            table = "peer" if s == "[[peer]]" else ("server" if s == "[server]" else s)
+        block.append(ln)
+    flush()
+    if peers:
+        sys.exit(f"netbench: {a.conf}: no [[peer]] with index {sorted(peers)}")
+    text = "\n".join(out)
+    if f'"{a.listen}"' not in text or f'"{a.peer_listen}"' not in text:
+        sys.exit(f"netbench: {a.conf}: listen / peer_listen not found in [server]")
+    write(a.conf, text)
+    return 0
+
+
+# ---------------------------------------------------------------------------
+def link_stats(ns, dev="eth0"):
+    r = subprocess.run(["ip", "-j", "-s", "-n", ns, "link", "show", "dev", dev],
+                       capture_output=True, text=True, timeout=30, check=True)
+    st = json.loads(r.stdout)[0]["stats64"]
+    return st["tx"]["bytes"], st["rx"]["bytes"]
+
+
+def cmd_counters(a):
+    ctx, crx = link_stats(f"{a.prefix}-client")
+    stx = sum(link_stats(f"{a.prefix}-s{i}")[0] for i in range(3))
+    print(json.dumps({"client_up": ctx, "client_down": crx, "server_peer": stx - crx}))
+    return 0
+
+
+def cmd_fio_bytes(a):
+    with open(a.fio) as f:
+        j = json.load(f)
+    job = j["jobs"][0]
+    print(job["read"]["io_bytes"] + job["write"]["io_bytes"])
+    return 0
+
+
+# ---------------------------------------------------------------------------
+def cmd_record(a):
+    before, after = json.loads(a.before), json.loads(a.after)
+    rec = {"profile": a.profile, "job": a.job, "seconds": round(a.seconds, 3),
+           "user_bytes": a.user_bytes, "capacity": a.capacity, "block_size": a.block_size,
+           "init_args": a.init_args, "fused_opts": a.fused_opts, "note": a.note}
+    rec["user_KBps"] = round(a.user_bytes / a.seconds / 1000, 2) if a.seconds > 0 else None
+    for k in ("client_up", "client_down", "server_peer"):
+        d = after[k] - before[k]
+        rec[k + "_bytes"] = d
+        rec[k + "_per_user_byte"] = round(d / a.user_bytes, 3) if a.user_bytes else None
+    if a.fio:
+        with open(a.fio) as f:
+            job = json.load(f)["jobs"][0]
+        side = job["write"] if job["write"]["io_bytes"] else job["read"]
+        rec["iops"] = round(side["iops"], 2)
+        rec["fio_runtime_ms"] = job["job_runtime"] if "job_runtime" in job else side.get("runtime")
+        clat = side.get("clat_ns", {}).get("percentile", {})
+        rec["clat_p50_ms"] = round(clat.get("50.000000", 0) / 1e6, 2) if clat else None
+        rec["clat_p99_ms"] = round(clat.get("99.000000", 0) / 1e6, 2) if clat else None
+    print(json.dumps(rec))
+    return 0
+
+
+# ---------------------------------------------------------------------------
+JOB_ORDER = ["seqwrite", "seqread", "randread", "cp"]
+PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
+
+
+def read_jsonl(path):
+    out = []
+    with open(path) as f:
+        for n, ln in enumerate(f, 1):
+            if ln.strip():
+                try:
+                    out.append(json.loads(ln))
+                except ValueError as e:
+                    raise ValueError(f"{path}:{n}: {e}")
+    return out
+
+
+def fmt(v, digits=3):
+    if v is None:
+        return "-"
+    if isinstance(v, float):
+        return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:.0f}"
+    return str(v)
+
+
+def gp_str(s):
+    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def cmd_report(a):
+    path = os.path.join(a.outdir, "net.jsonl")
+    if not os.path.exists(path):
+        print(f"netbench: no {path}", file=sys.stderr)
+        return 1
+    recs = read_jsonl(path)
+    # The latest record per (profile, job, block size, init args).
+    latest = {}
+    for r in recs:
+        latest[(r["profile"], r["job"], r["block_size"], r["init_args"])] = r
+    rows = sorted(latest.values(), key=lambda r: (
+        PROFILE_ORDER.index(r["profile"]) if r["profile"] in PROFILE_ORDER else 99,
+        str(r["block_size"]), r["init_args"],
+        JOB_ORDER.index(r["job"]) if r["job"] in JOB_ORDER else 99))
+    md = ["# Network-emulated benchmark (bench/net-bench)", "",
+          "User KB/s = bytes the job read or wrote / wall time (fio: from open to the end of the "
+          "final fsync; cp: cp -r plus sync). Bytes per user byte: interface bytes (with TCP/IP "
+          "headers) on each link class divided by the job's user bytes. Client up/down: the "
+          "laptop's link; server-server: what the three servers sent each other.", "",
+          "| profile | B | init | job | user bytes | s | user KB/s | IOPS | p50 ms | "
+          "client up B/B | client down B/B | server-server B/B |",
+          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        md.append("| " + " | ".join([
+            r["profile"], str(r["block_size"]), r["init_args"] or "-", r["job"], str(r["user_bytes"]),
+            fmt(r["seconds"]), fmt(r["user_KBps"]), fmt(r.get("iops")), fmt(r.get("clat_p50_ms")),
+            fmt(r["client_up_per_user_byte"]), fmt(r["client_down_per_user_byte"]),
+            fmt(r["server_peer_per_user_byte"])]) + " |")
+    notes = sorted({r["note"] for r in rows if r.get("note")})
+    if notes:
+        md += ["", "Notes: " + "; ".join(notes)]
+    md += ["", f"Capacity: {', '.join(sorted({str(r['capacity']) for r in rows}))}; "
+           f"daemon options: {', '.join(sorted({r['fused_opts'] or '(defaults)' for r in rows}))}."]
+    write(os.path.join(a.outdir, "net.md"), "\n".join(md) + "\n")
+
+    # Plot: user KB/s per job, one bar group per job, one bar per run label.
+    labels = []
+    for r in rows:
+        lab = f"{r['profile']} B={r['block_size']}" + (f" {r['init_args']}" if r["init_args"] else "")
+        if lab not in labels:
+            labels.append(lab)
+    jobs = [j for j in JOB_ORDER if any(r["job"] == j for r in rows)]
+    dat = os.path.join(a.outdir, "net-plot.dat")
+    gp = os.path.join(a.outdir, "net.gp")
+    with open(dat, "w") as f:
+        f.write("# job " + " ".join(f'"{lab}"' for lab in labels) + "\n")
+        for j in jobs:
+            vals = []
+            for lab in labels:
+                v = next((r["user_KBps"] for r in rows if r["job"] == j and
+                          f"{r['profile']} B={r['block_size']}" +
+                          (f" {r['init_args']}" if r["init_args"] else "") == lab), None)
+                vals.append("-" if v is None else str(v))
+            f.write(j + " " + " ".join(vals) + "\n")
+        f.write("\n\n# link class bytes per user byte (seqwrite)\n")
+    png = os.path.join(a.outdir, "net.png")
+    g = ['set terminal pngcairo size 1100,600 font "sans,10" noenhanced',
+         f"set output {gp_str(png)}", 'set datafile missing "-"',
+         "set style data histograms", "set style histogram clustered gap 1",
+         "set style fill solid 0.8 border -1", "set boxwidth 0.9", "set grid ytics",
+         "set logscale y", "set format y '%g'", 'set ylabel "user KB/s (log scale)"',
+         "set key outside right top",
+         "set title 's3oramfs over emulated networks (bench/net-bench): user throughput per job'"]
+    plots = [f"{gp_str(dat)} using {i + 2}:xtic(1) title {gp_str(lab)}" for i, lab in enumerate(labels)]
+    g.append("plot " + ", \\\n     ".join(plots))
+    write(gp, "\n".join(g) + "\n")
+    if not shutil.which("gnuplot"):
+        print("netbench: gnuplot not found; no plot", file=sys.stderr)
+        return 1
+    r = subprocess.run(["gnuplot", gp], timeout=120)
+    return 0 if r.returncode == 0 else 1
+
+
+def cmd_check(a):
+    """Every (profile, job) has a record with positive user bytes and time,
+    and the report files exist."""
+    ok = True
+    try:
+        recs = read_jsonl(os.path.join(a.outdir, "net.jsonl"))
+    except (OSError, ValueError) as e:
+        print(f"netbench check: {e}", file=sys.stderr)
+        return 1
+    for prof in a.profiles.split(","):
+        for job in a.jobs.split(","):
+            r = [x for x in recs if x["profile"] == prof and x["job"] == job]
+            if not r:
+                print(f"netbench check: no record for {prof}/{job}", file=sys.stderr)
+                ok = False
+            elif not (r[-1]["user_bytes"] > 0 and r[-1]["seconds"] > 0 and
+                      r[-1]["client_up_bytes"] > 0 and r[-1]["client_down_bytes"] > 0):
+                print(f"netbench check: {prof}/{job}: no bytes or no time: {r[-1]}", file=sys.stderr)
+                ok = False
+    for f in ("net.md", "net.png"):
+        p = os.path.join(a.outdir, f)
+        if not os.path.exists(p) or os.path.getsize(p) == 0:
+            print(f"netbench check: missing {p}", file=sys.stderr)
+            ok = False
+    print("netbench check: " + ("ok" if ok else "FAILED"), file=sys.stderr)
+    return 0 if ok else 1
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    s = sub.add_parser("rewrite-server-config")
+    s.add_argument("conf")
+    s.add_argument("--listen", required=True)
+    s.add_argument("--peer-listen", required=True)
+    s.add_argument("--peer", action="append", default=[])
+    s.set_defaults(fn=cmd_rewrite_server_config)
+    s = sub.add_parser("counters")
+    s.add_argument("--prefix", required=True)
+    s.set_defaults(fn=cmd_counters)
+    s = sub.add_parser("fio-bytes")
+    s.add_argument("fio")
+    s.set_defaults(fn=cmd_fio_bytes)
+    s = sub.add_parser("record")
+    for k in ("profile", "job", "before", "after", "capacity", "block-size", "init-args",
+              "fused-opts", "note"):
+        s.add_argument("--" + k, default="")
+    s.add_argument("--seconds", type=float, required=True)
+    s.add_argument("--user-bytes", type=int, required=True)
+    s.add_argument("--fio")
+    s.set_defaults(fn=cmd_record)
+    s = sub.add_parser("report")
+    s.add_argument("outdir")
+    s.set_defaults(fn=cmd_report)
+    s = sub.add_parser("check")
+    s.add_argument("outdir")
+    s.add_argument("--profiles", required=True)
+    s.add_argument("--jobs", required=True)
+    s.set_defaults(fn=cmd_check)
+    a = p.parse_args()
+    return a.fn(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
