@@ -59,6 +59,64 @@ BlockCache::Page* BlockCache::Insert(std::unique_lock<std::mutex>& lock, PageKey
 
 void BlockCache::Touch(Page* p) { lru_.splice(lru_.end(), lru_, p->lru); }
 
+void BlockCache::AddWritten(Ranges& written, std::size_t from, std::size_t to) {
+  if (from >= to) return;
+  // Merge with every range it overlaps or touches; the list stays sorted,
+  // disjoint and non-adjacent.
+  auto it = std::lower_bound(written.begin(), written.end(), from,
+                             [](const auto& r, std::size_t f) { return r.second < f; });
+  auto last = it;
+  while (last != written.end() && last->first <= to) {
+    from = std::min(from, last->first);
+    to = std::max(to, last->second);
+    ++last;
+  }
+  it = written.erase(it, last);
+  written.insert(it, {from, to});
+}
+
+bool BlockCache::Covers(const Ranges& written, std::size_t from, std::size_t to) {
+  if (from >= to) return true;
+  auto it = std::lower_bound(written.begin(), written.end(), from,
+                             [](const auto& r, std::size_t f) { return r.second <= f; });
+  return it != written.end() && it->first <= from && to <= it->second;
+}
+
+void BlockCache::Overlay(std::size_t base_valid, const Ranges& written,
+                         const std::vector<std::uint8_t>& data, std::span<std::uint8_t> block) {
+  // Bytes at or past the valid length may be a previous owner's data or a
+  // truncated tail: they read as zeros, as a load would make them.
+  if (base_valid < block.size()) {
+    std::fill(block.begin() + static_cast<std::ptrdiff_t>(base_valid), block.end(),
+              std::uint8_t{0});
+  }
+  for (const auto& [from, to] : written) {
+    std::memcpy(block.data() + from, data.data() + from, to - from);
+  }
+}
+
+int BlockCache::Complete(std::unique_lock<std::mutex>& lock, Page* p) {
+  // The caller holds the inode's lock: nobody else changes, writes back or
+  // drops this page meanwhile (`loading` makes lookups by others wait).
+  p->loading = true;
+  ++stats_.loads;
+  const BlockId block = p->block;
+  lock.unlock();
+  auto r = engine_.Read(block);
+  lock.lock();
+  p->loading = false;
+  cv_.notify_all();
+  if (!r.ok() || r->size() != block_) {
+    ++stats_.failures;
+    return EIO;
+  }
+  Overlay(p->base_valid, p->written, p->data, *r);
+  p->data = std::move(*r);
+  p->partial = false;
+  p->written.clear();
+  return 0;
+}
+
 int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
                      std::span<std::uint8_t> dst) {
   if (offset > block_ || dst.size() > block_ - offset) return EINVAL;
@@ -66,6 +124,9 @@ int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
   Page* p = FindReady(lock, key);
   if (p) {
     ++stats_.hits;
+    if (p->partial && !Covers(p->written, offset, offset + dst.size())) {
+      if (int e = Complete(lock, p); e != 0) return e;
+    }
   } else if (m.valid == 0) {
     std::fill(dst.begin(), dst.end(), std::uint8_t{0});
     return 0;
@@ -87,10 +148,20 @@ int BlockCache::Write(PageKey key, const BlockMapping& m, std::size_t offset,
     ++stats_.hits;
   } else {
     const bool whole = offset == 0 && src.size() == block_;
-    p = Insert(lock, key, m, /*load=*/!whole && m.valid > 0);
-    if (!p) return EIO;
+    p = Insert(lock, key, m, /*load=*/false);
+    if (!whole && m.valid > 0) {
+      p->partial = true;
+      p->base_valid = std::min<std::size_t>(m.valid, block_);
+    }
   }
   std::memcpy(p->data.data() + offset, src.data(), src.size());
+  if (p->partial) {
+    AddWritten(p->written, offset, offset + src.size());
+    if (Covers(p->written, 0, block_)) {  // written all over: an ordinary page
+      p->partial = false;
+      p->written.clear();
+    }
+  }
   p->dirty = true;
   Touch(p);
   return 0;
@@ -101,8 +172,11 @@ void BlockCache::ZeroTail(PageKey key, std::size_t from) {
   Page* p = FindReady(lock, key);
   if (!p || from >= block_) return;
   // Not marked dirty: the metadata's valid length already hides the ORAM
-  // copy's tail, and a later write-back of this page carries the zeros.
+  // copy's tail, and a later write-back of this page carries the zeros. A
+  // partial page (always dirty) owns the zeros, so its write-back lays them
+  // over the ORAM copy's tail.
   std::fill(p->data.begin() + static_cast<std::ptrdiff_t>(from), p->data.end(), std::uint8_t{0});
+  if (p->partial) AddWritten(p->written, from, block_);
 }
 
 void BlockCache::Discard(Ino ino, std::uint64_t first_idx) {
@@ -125,7 +199,7 @@ void BlockCache::Discard(Ino ino, std::uint64_t first_idx) {
 }
 
 int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page* p,
-                          std::vector<BlockId>* written) {
+                          std::vector<BlockId>* written_ids) {
   // Wait out a write-back in flight (its copy may predate our change), then
   // write the page if it is still dirty. Pages are looked up again after
   // every wait: they may have been discarded meanwhile.
@@ -142,8 +216,22 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page*
   p->dirty = false;
   std::vector<std::uint8_t> copy = p->data;
   const BlockId block = p->block;
+  const bool partial = p->partial;
+  const std::size_t base_valid = p->base_valid;
+  const Ranges written = p->written;
+  std::vector<std::uint8_t> stored;
   lock.unlock();
-  Status s = engine_.Write(block, copy);
+  Status s;
+  if (partial) {
+    // One access: the ORAM copy with this page's bytes laid over it.
+    auto r = engine_.Update(
+        block, [&](std::span<std::uint8_t> b) { Overlay(base_valid, written, copy, b); });
+    if (r.ok() && r->size() != block_) r = Status::Corruption("update returned a short block");
+    s = r.status();
+    if (r.ok()) stored = std::move(r).value();
+  } else {
+    s = engine_.Write(block, copy);
+  }
   int err = WriteErrno(s);
   // The hook runs before `writing` clears: until then nobody can discard
   // the page, so its block cannot be freed and reused by another file
@@ -152,11 +240,20 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page*
   lock.lock();
   p->writing = false;
   ++stats_.writebacks;
+  if (partial) ++stats_.updates;
   if (err != 0) {
     p->dirty = true;
     ++stats_.failures;
-  } else if (written) {
-    written->push_back(block);
+  } else {
+    if (partial && p->partial) {
+      // The page is complete now: the stored block with whatever was
+      // written into the page meanwhile laid over it again.
+      Overlay(p->base_valid, p->written, p->data, stored);
+      p->data = std::move(stored);
+      p->partial = false;
+      p->written.clear();
+    }
+    if (written_ids) written_ids->push_back(block);
   }
   cv_.notify_all();
   return err;
@@ -213,8 +310,7 @@ int BlockCache::Shrink() {
     }
     if (int e = WriteBack(lock, key, nullptr, nullptr); e != 0) return e;
     auto it = pages_.find(key);
-    if (it != pages_.end() && !it->second->dirty && !it->second->writing &&
-        !it->second->loading) {
+    if (it != pages_.end() && !it->second->dirty && !it->second->writing && !it->second->loading) {
       lru_.erase(it->second->lru);
       pages_.erase(it);
     }

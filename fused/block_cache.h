@@ -6,6 +6,15 @@
 // writes to a block cost one ORAM write when the page is written back (by
 // FlushInode/FlushAll, or by Shrink when the cache is over capacity).
 //
+// A write to part of a block that holds data (valid > 0) and is not cached
+// does not load it: the page is *partial*, holding only the byte ranges
+// written since. Its write-back is one read-modify-write access
+// (BlockEngine::Update) that lays those ranges over the ORAM's copy, whose
+// bytes at or past the valid length the page was created with are zeroed
+// first; the page is then complete. A read of bytes a partial page does not
+// hold completes it with one load the same way. So a partial block write
+// costs one access, not a load and a write.
+//
 // Invariants the callers (FileData) keep and rely on:
 //  * A page's bytes past its file's size are zero. Pages are loaded with
 //    every byte at or past BlockMapping::valid zeroed (valid never exceeds
@@ -32,6 +41,7 @@
 #include <memory>
 #include <mutex>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "fused/block_engine.h"
@@ -63,7 +73,8 @@ class BlockCache {
   [[nodiscard]] int Read(PageKey key, const BlockMapping& m, std::size_t offset,
                          std::span<std::uint8_t> dst);
   // Stores src at `offset` in the page and marks it dirty. An uncached page
-  // is first loaded unless the write covers the whole block or m.valid is 0.
+  // is never loaded: it is all zeros if the write covers the whole block or
+  // m.valid is 0, partial otherwise (see above).
   [[nodiscard]] int Write(PageKey key, const BlockMapping& m, std::size_t offset,
                           std::span<const std::uint8_t> src);
   // Zeroes bytes [from, block) of the page if it is cached (truncation).
@@ -85,8 +96,9 @@ class BlockCache {
 
   struct Stats {
     std::uint64_t hits = 0;
-    std::uint64_t loads = 0;        // ORAM reads
-    std::uint64_t writebacks = 0;   // ORAM writes
+    std::uint64_t loads = 0;       // ORAM reads
+    std::uint64_t writebacks = 0;  // ORAM writes and updates
+    std::uint64_t updates = 0;     // of them: write-backs of partial pages (one Update each)
     std::uint64_t failures = 0;
     std::size_t pages = 0;
     std::size_t dirty = 0;
@@ -101,6 +113,12 @@ class BlockCache {
     bool loading = false;  // data not valid yet; wait
     bool writing = false;  // a write-back of a copy is in flight
     bool dirty = false;
+    // Partial page: only the bytes in `written` (sorted, disjoint, non-adjacent
+    // [from, to) ranges) are the page's; the others are the ORAM copy's first
+    // `base_valid` bytes, zeros after. A partial page is always dirty.
+    bool partial = false;
+    std::size_t base_valid = 0;
+    std::vector<std::pair<std::size_t, std::size_t>> written;  // Ranges
     std::list<PageKey>::iterator lru;
   };
   using PageMap = std::map<PageKey, std::unique_ptr<Page>>;
@@ -111,10 +129,22 @@ class BlockCache {
   // lock is released during the load. nullptr (EIO) if the load failed.
   Page* Insert(std::unique_lock<std::mutex>& lock, PageKey key, const BlockMapping& m, bool load);
   void Touch(Page* p);
+  using Ranges = std::vector<std::pair<std::size_t, std::size_t>>;
+  // Marks [from, to) of a partial page as the page's own bytes.
+  static void AddWritten(Ranges& written, std::size_t from, std::size_t to);
+  static bool Covers(const Ranges& written, std::size_t from, std::size_t to);
+  // `block` (the ORAM copy) as a partial page's write-back or completion
+  // makes it: zeroed at and past base_valid, then the written ranges of
+  // `data` laid over.
+  static void Overlay(std::size_t base_valid, const Ranges& written,
+                      const std::vector<std::uint8_t>& data, std::span<std::uint8_t> block);
+  // Loads the ORAM copy of a partial page and overlays it (the lock is
+  // released during the load). 0 or EIO (the page stays partial).
+  int Complete(std::unique_lock<std::mutex>& lock, Page* p);
   // Writes back one page if dirty (waiting for a write-back in flight first).
   // The lock is released during the ORAM write. Returns 0 or EIO.
   int WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page* p,
-                std::vector<BlockId>* written);
+                std::vector<BlockId>* written_ids);
   int ReportWritten(const std::vector<BlockId>& ids);
 
   BlockEngine& engine_;

@@ -10,9 +10,7 @@ std::uint32_t OramBlockEngine::block_bytes() const {
   return static_cast<std::uint32_t>(client_->block_bytes());
 }
 
-std::uint64_t OramBlockEngine::capacity_blocks() const {
-  return client_->params().capacity_blocks;
-}
+std::uint64_t OramBlockEngine::capacity_blocks() const { return client_->params().capacity_blocks; }
 
 Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -36,6 +34,19 @@ Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> da
     spdlog::error("ORAM write of block {} failed: {}", id, s.ToString());
   }
   return s;
+}
+
+Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
+                                                          const Modifier& modify) {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto r = client_->Update(id, modify);
+  last_contact_ = std::chrono::steady_clock::now();
+  ++stats_.updates;
+  if (!r.ok()) {
+    ++stats_.failures;
+    spdlog::error("ORAM update of block {} failed: {}", id, r.status().ToString());
+  }
+  return r;
 }
 
 Status OramBlockEngine::Sync() {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <span>
@@ -37,10 +38,16 @@ class BlockEngine {
   virtual std::uint64_t capacity_blocks() const = 0;
   virtual Result<std::vector<std::uint8_t>> Read(std::uint64_t id) = 0;
   virtual Status Write(std::uint64_t id, std::span<const std::uint8_t> data) = 0;
+  // Read-modify-write as one operation (one ORAM access): `modify` changes
+  // the block's bytes in place (as Read would return them) and the result is
+  // stored as Write would store it; returns the stored bytes. On failure
+  // nothing was stored.
+  using Modifier = std::function<void(std::span<std::uint8_t>)>;
+  virtual Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) = 0;
   virtual Status Sync() = 0;
 };
 
-// The S3ORAM client as a BlockEngine: one ORAM access per Read or Write, one
+// The S3ORAM client as a BlockEngine: one ORAM access per Read, Write or Update, one
 // at a time (OramClient is single-threaded; callers queue on a mutex, so
 // concurrent FUSE requests are served in arrival order).
 class OramBlockEngine final : public BlockEngine {
@@ -50,6 +57,7 @@ class OramBlockEngine final : public BlockEngine {
   std::uint64_t capacity_blocks() const override;
   Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override;
   Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override;
+  Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) override;
   Status Sync() override;
   // Tells the servers this mount is alive unless an access did so within
   // `idle` (the lease's "last active"); kLeaseHeld once fenced off.
@@ -60,6 +68,7 @@ class OramBlockEngine final : public BlockEngine {
   struct Stats {
     std::uint64_t reads = 0;
     std::uint64_t writes = 0;
+    std::uint64_t updates = 0;
     std::uint64_t failures = 0;
   };
   Stats stats() const;

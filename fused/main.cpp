@@ -260,8 +260,10 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   filesystem.Destroy();
   const auto cs = cache.stats();
   const auto es = engine.stats();
-  spdlog::info("cache: {} hits, {} loads, {} write-backs, {} failures; ORAM: {} reads, {} writes",
-               cs.hits, cs.loads, cs.writebacks, cs.failures, es.reads, es.writes);
+  spdlog::info("cache: {} hits, {} loads, {} write-backs ({} of partly written blocks), {} failures; "
+               "ORAM: {} reads, {} writes, {} updates",
+               cs.hits, cs.loads, cs.writebacks, cs.updates, cs.failures, es.reads, es.writes,
+               es.updates);
   {
     std::lock_guard<std::mutex> lock(keepalive_mu);
     stopping = true;

@@ -587,15 +587,27 @@ Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
   return result;
 }
 
+Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModifier& modify) {
+  if (fenced_) {
+    return Status::LeaseHeld("this client was fenced off: another client took the filesystem's "
+                             "lease over, so this one can no longer read or change anything");
+  }
+  if (!read_only_ && !lease_held_) return Status::FailedPrecondition("client closed");
+  auto result = AccessUnfenced(AccessOp::kWrite, id, {}, &modify);
+  if (!result.ok()) return NoteFencing(result.status());
+  return result;
+}
+
 Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockId id,
-                                                             std::span<const std::uint8_t> data) {
+                                                             std::span<const std::uint8_t> data,
+                                                             const BlockModifier* modify) {
   const OramParams& p = params();
   if (read_only_) return Status::FailedPrecondition("client opened read-only");
   if (id >= p.capacity_blocks) {
     return Status::InvalidArgument("block " + std::to_string(id) + " is beyond the capacity of " +
                                    std::to_string(p.capacity_blocks) + " blocks");
   }
-  if (op == AccessOp::kWrite && data.size() != p.block_bytes) {
+  if (op == AccessOp::kWrite && !modify && data.size() != p.block_bytes) {
     return Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
                                    " bytes, got " + std::to_string(data.size()));
   }
@@ -669,9 +681,16 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
       return bad;
     }
   }
-  // What goes to the root: the new data (write) or the old (read), sealed
-  // under the next version with a fresh nonce, so every rewrite looks new. A
-  // read of an unmapped block writes an all-zero slot nobody will read.
+  // What goes to the root: the new data (write), the old data changed by
+  // `modify` (update) or the old (read), sealed under the next version with
+  // a fresh nonce, so every rewrite looks new. A read of an unmapped block
+  // writes an all-zero slot nobody will read.
+  std::vector<std::uint8_t> updated;
+  if (modify) {
+    updated = previous;
+    (*modify)(updated);
+    data = updated;
+  }
   if (where || op == AccessOp::kWrite) {
     sealer_->Seal(id, old.version + 1, op == AccessOp::kWrite ? data : previous, sealed);
     field::Pack(sealed, elems);
@@ -701,7 +720,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   counters_ = next;
   // Ids, versions and positions only (this log stays on the client): never bytes.
   spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
-                op == AccessOp::kWrite ? "write" : "read", id, old.version,
+                modify ? "update" : (op == AccessOp::kWrite ? "write" : "read"), id, old.version,
                 root.mapped ? root.moved.version : 0, root.slot, where ? old.pos.leaf : 0);
   pending_root_ = std::move(root);
 
@@ -720,6 +739,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
                    st.ToString());
     }
   }
+  if (modify) return updated;
   return previous;
 }
 

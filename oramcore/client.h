@@ -147,6 +147,14 @@ class OramClient {
   Status Write(BlockId id, std::span<const std::uint8_t> data) {
     return Access(AccessOp::kWrite, id, data).status();
   }
+  // A read-modify-write in one access: `modify` gets the block's content
+  // (zeros if it was never written) and changes it in place; the result is
+  // what the access writes back to the root. It costs what a read costs,
+  // because every access rewrites its block anyway, and it looks the same to
+  // the servers. Returns the stored content. `modify` must not call back into
+  // this client. If the access fails, nothing of `modify`'s result was stored.
+  using BlockModifier = std::function<void(std::span<std::uint8_t>)>;
+  Result<std::vector<std::uint8_t>> Update(BlockId id, const BlockModifier& modify);
 
   // Makes every committed access durable against power loss, not only against
   // a crash of this process (accesses commit with synchronous=NORMAL; this
@@ -232,7 +240,8 @@ class OramClient {
   // Sends the deferred root write alone (WRITE_ROOT) and records it.
   Status FlushPendingRoot(bool durable);
   Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
-                                                   std::span<const std::uint8_t> data);
+                                                   std::span<const std::uint8_t> data,
+                                                   const BlockModifier* modify = nullptr);
   // Acquires the lease on every server with the current epoch (see class
   // comment); on refusal releases what it got and names the holder.
   Status AcquireLease(const std::string& state_path);

@@ -26,7 +26,8 @@ std::optional<LinkProfile> FindLinkProfile(std::string_view name) {
   return std::nullopt;
 }
 
-LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link, const ServerSpeed& speed) {
+LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
+                               const ServerSpeed& speed) {
   const CostModel c = EstimateCost(p);
   const double elem = static_cast<double>(field::kElemBytes);
   const double l = p.parties;
@@ -35,7 +36,9 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link, con
   const double A = std::max<double>(p.evict_rate, 1.0);
   const double m = static_cast<double>(p.elems_per_slot());
   const double B = p.block_bytes;
-  auto wire_s = [](double bytes, double bps) { return bps > 0 ? bytes * 8.0 * kHeaderOverhead / bps : 0.0; };
+  auto wire_s = [](double bytes, double bps) {
+    return bps > 0 ? bytes * 8.0 * kHeaderOverhead / bps : 0.0;
+  };
   const double client_rtt = 2.0 * link.client_one_way_s;
 
   // Per access: select vector and root-write share to every server, answers back.
@@ -43,7 +46,10 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link, con
   const double down_access = l * m * elem;
   const double t_up = wire_s(up_access, link.client_up_bps);
   const double t_down = wire_s(down_access, link.client_down_bps);
-  const double t_read = speed.read_bytes_per_s > 0 ? c.slots_streamed * m * elem / speed.read_bytes_per_s : 0.0;
+  const bool local_floor = speed.local_access_s > 0;
+  const double t_read = !local_floor && speed.read_bytes_per_s > 0
+                            ? c.slots_streamed * m * elem / speed.read_bytes_per_s
+                            : 0.0;
 
   // Per eviction: the root's last write goes alone (its bytes are the access's
   // own, counted above; the round trip is extra), the matrix shares, H share
@@ -52,12 +58,13 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link, con
   const double t_ev_rtt = 3.0 * client_rtt;
   const double t_ev_peers = wire_s((H + 1.0) * (l - 1.0) * Z * m * elem, link.server_bps);
   const double t_ev_peer_rtt = H * link.server_one_way_s;
-  const double t_ev_compute = speed.macs_per_s > 0 ? (H + 1.0) * 2.0 * Z * Z * m / speed.macs_per_s : 0.0;
+  const double t_ev_compute =
+      !local_floor && speed.macs_per_s > 0 ? (H + 1.0) * 2.0 * Z * Z * m / speed.macs_per_s : 0.0;
 
   LinkPrediction r;
   r.access_s = t_up + t_down + client_rtt + t_read;
   r.eviction_s = t_ev_up + t_ev_rtt + t_ev_peers + t_ev_peer_rtt + t_ev_compute;
-  r.per_access_s = r.access_s + r.eviction_s / A;
+  r.per_access_s = r.access_s + r.eviction_s / A + (local_floor ? speed.local_access_s : 0.0);
   r.user_bytes_per_s = r.per_access_s > 0 ? B / r.per_access_s : 0;
   r.client_up_per_user_byte = c.client_upload_bytes / B;
   r.client_down_per_user_byte = c.client_download_bytes / B;
@@ -67,7 +74,7 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link, con
       {t_down, "client downlink"},
       {client_rtt + (t_ev_rtt + t_ev_peer_rtt) / A, "round trips"},
       {t_ev_peers / A, "server links"},
-      {t_read + t_ev_compute / A, "server compute"},
+      {t_read + t_ev_compute / A + (local_floor ? speed.local_access_s : 0.0), "server compute"},
   };
   r.bottleneck = std::max_element(std::begin(shares), std::end(shares))->second;
   return r;

@@ -46,10 +46,10 @@ std::optional<LinkProfile> FindLinkProfile(std::string_view name);
 inline constexpr double kHeaderOverhead = 1.0 + 66.0 / 1448.0;
 
 struct LinkPrediction {
-  double access_s = 0;         // per access, eviction excluded
-  double eviction_s = 0;       // one eviction
-  double per_access_s = 0;     // access_s + eviction_s / A
-  double user_bytes_per_s = 0; // B / per_access_s
+  double access_s = 0;          // per access, eviction excluded
+  double eviction_s = 0;        // one eviction
+  double per_access_s = 0;      // access_s + eviction_s / A
+  double user_bytes_per_s = 0;  // B / per_access_s
   // Payload bytes per user byte on each link class (the cost model / B).
   double client_up_per_user_byte = 0;
   double client_down_per_user_byte = 0;
@@ -66,8 +66,14 @@ struct LinkPrediction {
 struct ServerSpeed {
   double read_bytes_per_s = 0;
   double macs_per_s = 0;
+  // Seconds per access with no network at all (e.g. `s3oram bench` on this
+  // machine at the same parameters), eviction amortised: when > 0 it stands
+  // for every local cost (path reads, kernels, disk writes and syncs, SQLite
+  // commits, scheduling) and replaces the two rates above.
+  double local_access_s = 0;
 };
 
-LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link, const ServerSpeed& speed);
+LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
+                               const ServerSpeed& speed);
 
 }  // namespace s3oram

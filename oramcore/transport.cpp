@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <string>
 
 namespace s3oram {
@@ -62,7 +63,7 @@ bool DrainReplies(void* socket, const wire::Header& header, wire::MessageType ex
 constexpr int kHandshakeFailuresBeforeVerdict = 3;
 
 void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_ok,
-                  int* unexplained_failures) {
+                  int* unexplained_failures, std::uint64_t* connections) {
   for (;;) {
     zmq_msg_t head;
     zmq_msg_init(&head);
@@ -86,6 +87,7 @@ void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_o
     }
     switch (event) {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
+        ++*connections;  // every (re)connection completes one handshake
         *handshake_ok = true;
         *unexplained_failures = 0;
         handshake_error->clear();
@@ -119,7 +121,19 @@ struct ServerSet::Impl {
   std::vector<std::string> endpoints;
   std::vector<std::string> handshake_errors;  // last CURVE failure per server, if any
   std::vector<bool> handshake_ok;
-  std::vector<int> handshake_failures;  // consecutive, without an auth verdict
+  std::vector<int> handshake_failures;     // consecutive, without an auth verdict
+  std::vector<std::uint64_t> connections;  // handshakes completed so far, per server
+  // Smoothed seconds per byte of the large exchanges beyond the round trip
+  // (request and reply bytes of all servers); 0 until one was.
+  double seconds_per_byte = 0;
+  double round_trip_s = 0;                   // smoothed duration of the small exchanges
+  std::map<int, std::uint64_t> reply_bytes;  // last exchange's reply bytes, by reply type
+
+  void Drain(std::size_t i) {
+    bool ok = handshake_ok[i];
+    DrainMonitor(monitors[i], &handshake_errors[i], &ok, &handshake_failures[i], &connections[i]);
+    handshake_ok[i] = ok;
+  }
 
   ~Impl() {
     for (void* s : sockets) zmq_close(s);
@@ -131,15 +145,16 @@ struct ServerSet::Impl {
 ServerSet::~ServerSet() = default;
 
 Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::string>& endpoints,
-                                                     const std::vector<std::string>& server_keys,
-                                                     const CurveKeypair& client) {
+                                                      const std::vector<std::string>& server_keys,
+                                                      const CurveKeypair& client) {
   if (server_keys.size() != endpoints.size()) {
     return Status::InvalidArgument("one CURVE public key per server expected (" +
                                    std::to_string(endpoints.size()) + " servers, " +
                                    std::to_string(server_keys.size()) + " keys)");
   }
   for (std::size_t i = 0; i < server_keys.size(); ++i) {
-    S3ORAM_RETURN_IF_ERROR(CheckZ85Key(server_keys[i], "the public key of server " + std::to_string(i)));
+    S3ORAM_RETURN_IF_ERROR(
+        CheckZ85Key(server_keys[i], "the public key of server " + std::to_string(i)));
   }
   S3ORAM_RETURN_IF_ERROR(CheckZ85Key(client.public_key, "the client's public key"));
   std::unique_ptr<ServerSet> set(new ServerSet());
@@ -180,6 +195,7 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
     impl.handshake_errors.emplace_back();
     impl.handshake_ok.push_back(false);
     impl.handshake_failures.push_back(0);
+    impl.connections.push_back(0);
     int linger = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
     // Unbounded queues: a request is at most one eviction's matrices, and we
@@ -211,8 +227,7 @@ Result<std::vector<wire::Message>> ServerSet::Exchange(
 
 Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
-    const wire::Header& header, wire::MessageType expected_reply,
-    const TransportOptions& options) {
+    const wire::Header& header, wire::MessageType expected_reply, const TransportOptions& options) {
   using Clock = std::chrono::steady_clock;
   const std::size_t n = servers.size();
   if (frames.size() != n) return Status::InvalidArgument("one frame per server expected");
@@ -226,14 +241,47 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     return Status::Ok();
   };
 
+  // When to send a request again. TCP delivers what was sent on a live
+  // connection, so a resend only helps when the connection it went out on was
+  // replaced (the server restarted or the network dropped it; the monitor
+  // counts the handshakes): then at once. As a safety net it also resends
+  // after a silence that scales with the link: resend_after, or four times
+  // what the request and its reply should take (a round trip plus their
+  // bytes at the pace of the earlier exchanges) if that is longer (a
+  // request of hundreds of KB takes
+  // seconds on a home uplink, and resending it then would only queue a
+  // duplicate behind it), doubling after every resend.
+  std::size_t request_bytes = 0;
+  for (const auto& f : frames) request_bytes += f.size();
+  // The reply is taken to be as large as the last one of its type (a
+  // retrieval's answer is a whole slot however small the request), or as the
+  // request if none came yet.
+  const auto last_reply = impl_->reply_bytes.find(static_cast<int>(expected_reply));
+  const double reply_guess = last_reply != impl_->reply_bytes.end()
+                                 ? static_cast<double>(last_reply->second)
+                                 : static_cast<double>(request_bytes);
+  const double expected_s =
+      std::min(4.0 * (impl_->round_trip_s +
+                      impl_->seconds_per_byte * (static_cast<double>(request_bytes) + reply_guess)),
+               std::chrono::duration<double>(options.deadline).count());
+  const Clock::duration first_silence = std::max<Clock::duration>(
+      options.resend_after,
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
+
   std::vector<wire::Message> replies(n);
   std::vector<bool> done(n, false);
   std::vector<Clock::time_point> sent_at(n);
+  std::vector<Clock::duration> silence(n, first_silence);
+  std::vector<std::uint64_t> sent_on(n);  // connections[i] when last sent
   std::vector<Status> decode_errors(n);
+  std::uint64_t reply_bytes_before = stats_.bytes_received;
+  bool reconnect_seen = false;
+  for (std::size_t k = 0; k < n; ++k) impl_->Drain(servers[k]);
   const auto start = Clock::now();
   for (std::size_t k = 0; k < n; ++k) {
     S3ORAM_RETURN_IF_ERROR(send(k));
     sent_at[k] = start;
+    sent_on[k] = impl_->connections[servers[k]];
   }
 
   std::size_t remaining = n;
@@ -254,34 +302,39 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
                                  wire::MessageTypeName(expected_reply) +
                                  "); the server is down, hung or unreachable");
     }
-    // Resend to servers that have been silent for resend_after.
-    auto next_wake = start + options.deadline;
-    for (std::size_t k = 0; k < n; ++k) {
-      if (done[k]) continue;
-      if (now - sent_at[k] >= options.resend_after) {
-        S3ORAM_RETURN_IF_ERROR(send(k));
-        sent_at[k] = now;
-        ++stats_.resends;
-      }
-      next_wake = std::min(next_wake, sent_at[k] + options.resend_after);
-    }
-    for (std::size_t k = 0; k < n; ++k) {
-      items[k] = zmq_pollitem_t{impl_->sockets[servers[k]], 0, done[k] ? short{0} : short{ZMQ_POLLIN}, 0};
-    }
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - Clock::now());
-    long timeout_ms = std::max<long>(1, static_cast<long>(wait.count()));
     // A refused or failed CURVE handshake will not heal by waiting: report it.
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = servers[k];
-      bool ok = impl_->handshake_ok[i];
-      DrainMonitor(impl_->monitors[i], &impl_->handshake_errors[i], &ok,
-                   &impl_->handshake_failures[i]);
-      impl_->handshake_ok[i] = ok;
+      impl_->Drain(i);
       if (!done[k] && !impl_->handshake_errors[i].empty()) {
-        return Status::PermissionDenied("server " + std::to_string(i) + " (" +
-                                        impl_->endpoints[i] + "): " + impl_->handshake_errors[i]);
+        return Status::PermissionDenied("server " + std::to_string(i) + " (" + impl_->endpoints[i] +
+                                        "): " + impl_->handshake_errors[i]);
       }
     }
+    // Resend where the connection was replaced since the send (a request
+    // queued before the first connection goes out on it: not a reason), or
+    // after the silence above.
+    auto next_wake = start + options.deadline;
+    for (std::size_t k = 0; k < n; ++k) {
+      if (done[k]) continue;
+      const std::uint64_t conns = impl_->connections[servers[k]];
+      const bool reconnected = conns > std::max<std::uint64_t>(sent_on[k], 1);
+      if (reconnected || now - sent_at[k] >= silence[k]) {
+        S3ORAM_RETURN_IF_ERROR(send(k));
+        if (!reconnected) silence[k] = std::min<Clock::duration>(2 * silence[k], options.deadline);
+        if (reconnected) reconnect_seen = true;
+        sent_at[k] = now;
+        sent_on[k] = conns;
+        ++stats_.resends;
+      }
+      next_wake = std::min(next_wake, sent_at[k] + silence[k]);
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      items[k] =
+          zmq_pollitem_t{impl_->sockets[servers[k]], 0, done[k] ? short{0} : short{ZMQ_POLLIN}, 0};
+    }
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - Clock::now());
+    long timeout_ms = std::max<long>(1, static_cast<long>(wait.count()));
     // Wake up at least every 100 ms to look at the monitors.
     int rc = zmq_poll(items.data(), static_cast<int>(n), std::min<long>(timeout_ms, 100));
     if (rc < 0) {
@@ -298,10 +351,28 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     }
   }
 
+  // Learn the link's pace, timed from the first send: the round trip from
+  // small exchanges (under 64 KiB), the time per byte beyond it from large
+  // ones. An exchange that was resent on a silence counts too (an
+  // overestimate, which only makes the next resends later); one that met a
+  // reconnection does not (an outage says nothing of the link).
+  const std::uint64_t received = stats_.bytes_received - reply_bytes_before;
+  impl_->reply_bytes[static_cast<int>(expected_reply)] = received;
+  const double exchanged = static_cast<double>(request_bytes + received);
+  const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  auto smooth = [](double old, double sample) {
+    return old == 0 ? sample : 0.75 * old + 0.25 * sample;
+  };
+  if (!reconnect_seen && exchanged < 64.0 * 1024) {
+    impl_->round_trip_s = smooth(impl_->round_trip_s, took);
+  } else if (!reconnect_seen) {
+    impl_->seconds_per_byte =
+        smooth(impl_->seconds_per_byte, std::max(0.0, took - impl_->round_trip_s) / exchanged);
+  }
   for (std::size_t k = 0; k < n; ++k) {
     if (auto* err = std::get_if<wire::ErrorReply>(&replies[k].body)) {
-      return wire::StatusFromError(*err).WithContext("server " + std::to_string(servers[k]) +
-                                                     " (" + impl_->endpoints[servers[k]] + ")");
+      return wire::StatusFromError(*err).WithContext("server " + std::to_string(servers[k]) + " (" +
+                                                     impl_->endpoints[servers[k]] + ")");
     }
   }
   return replies;

@@ -5,10 +5,12 @@
 // does not match, fails the exchange at once with PermissionDenied naming the
 // server and the likely fix, instead of timing out.
 //
-// Requests are idempotent by construction (see docs/ARCHITECTURE.md), so on a
-// timeout the same frame is sent again; a reply is accepted only if its seq and
-// type match the outstanding request, so late replies to earlier attempts are
-// dropped. A server that stays silent for the whole budget yields Unavailable.
+// Requests are idempotent by construction (see docs/ARCHITECTURE.md), so the
+// same frame may be sent again: at once when the connection it went out on was
+// replaced, else after a silence paced by the link that doubles every time
+// (ExchangeWith); a reply is accepted only if its seq and type match the
+// outstanding request, so late replies to earlier attempts are dropped. A
+// server that stays silent for the whole budget yields Unavailable.
 #pragma once
 
 #include <chrono>
@@ -24,7 +26,9 @@
 namespace s3oram {
 
 struct TransportOptions {
-  // Time to wait for a reply before sending the request again.
+  // The least silence before the request is sent again over a connection
+  // that was not replaced (longer for requests the link needs longer for,
+  // and doubled after every resend).
   std::chrono::milliseconds resend_after{2000};
   // Total time one exchange may take before it fails with Unavailable.
   std::chrono::milliseconds deadline{30000};

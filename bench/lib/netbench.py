@@ -26,12 +26,8 @@ import shutil
 import subprocess
 import sys
 
-
-def write(path, text):
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write(text)
-    os.replace(tmp, path)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from runall import fmt, gp_str, read_jsonl, write  # noqa: E402  (the shared helpers)
 
 
 # ---------------------------------------------------------------------------
@@ -133,30 +129,6 @@ JOB_ORDER = ["seqwrite", "seqread", "randread", "cp"]
 PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 
-def read_jsonl(path):
-    out = []
-    with open(path) as f:
-        for n, ln in enumerate(f, 1):
-            if ln.strip():
-                try:
-                    out.append(json.loads(ln))
-                except ValueError as e:
-                    raise ValueError(f"{path}:{n}: {e}")
-    return out
-
-
-def fmt(v, digits=3):
-    if v is None:
-        return "-"
-    if isinstance(v, float):
-        return f"{v:.{digits}g}" if abs(v) < 10 ** digits else f"{v:.0f}"
-    return str(v)
-
-
-def gp_str(s):
-    return '"' + str(s).replace("\\", "\\\\").replace('"', '\\"') + '"'
-
-
 def cmd_report(a):
     path = os.path.join(a.outdir, "net.jsonl")
     if not os.path.exists(path):
@@ -212,9 +184,24 @@ def cmd_report(a):
                 vals.append("-" if v is None else str(v))
             f.write(j + " " + " ".join(vals) + "\n")
         f.write("\n\n# link class bytes per user byte (seqwrite)\n")
+    # Second panel: bytes per user byte on each link class, per run label,
+    # for the sequential write (the job every run has first).
+    dat2 = os.path.join(a.outdir, "net-bytes.dat")
+    with open(dat2, "w") as f:
+        f.write("# label client_up client_down server_peer (bytes per user byte, seqwrite)\n")
+        for lab in labels:
+            r = next((r for r in rows if r["job"] == "seqwrite" and
+                      f"{r['profile']} B={r['block_size']}" +
+                      (f" {r['init_args']}" if r["init_args"] else "") == lab), None)
+            vals = ["-"] * 3 if r is None else [
+                str(max(r[k], 0.001)) if r.get(k) is not None else "-"
+                for k in ("client_up_per_user_byte", "client_down_per_user_byte",
+                          "server_peer_per_user_byte")]
+            f.write(gp_str(lab) + " " + " ".join(vals) + "\n")
     png = os.path.join(a.outdir, "net.png")
-    g = ['set terminal pngcairo size 1100,600 font "sans,10" noenhanced',
+    g = ['set terminal pngcairo size 1100,1000 font "sans,10" noenhanced',
          f"set output {gp_str(png)}", 'set datafile missing "-"',
+         "set multiplot layout 2,1",
          "set style data histograms", "set style histogram clustered gap 1",
          "set style fill solid 0.8 border -1", "set boxwidth 0.9", "set grid ytics",
          "set logscale y", "set format y '%g'", 'set ylabel "user KB/s (log scale)"',
@@ -222,6 +209,12 @@ def cmd_report(a):
          "set title 's3oramfs over emulated networks (bench/net-bench): user throughput per job'"]
     plots = [f"{gp_str(dat)} using {i + 2}:xtic(1) title {gp_str(lab)}" for i, lab in enumerate(labels)]
     g.append("plot " + ", \\\n     ".join(plots))
+    g += ['set ylabel "bytes per user byte (log scale)"',
+          "set title 'Bytes on each link class per byte of user data (seqwrite; interface "
+          "counters, headers included)'",
+          f"plot {gp_str(dat2)} using 2:xtic(1) title 'client up', '' using 3 title 'client down', "
+          "'' using 4 title 'server<->server'",
+          "unset multiplot"]
     write(gp, "\n".join(g) + "\n")
     if not shutil.which("gnuplot"):
         print("netbench: gnuplot not found; no plot", file=sys.stderr)

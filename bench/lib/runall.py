@@ -837,6 +837,33 @@ def cmd_summary(a):
     else:
         rows.append((what, "not measured", "—", src(p)))
 
+    # Over a network (bench/net-bench, profile paper-home).
+    p = os.path.join(out, "net", "net.jsonl")
+    if os.path.exists(p):
+        net = {}
+        for r in read_jsonl_lenient(p):
+            if r.get("profile") == "paper-home":
+                net[r.get("job")] = r
+        def net_row(what, job, key, limit, unit, below):
+            r = net.get(job)
+            if not r or r.get(key) is None:
+                rows.append((what, "not measured", "—", src(p)))
+                return
+            v = r[key]
+            rows.append((what, f"{fmt(v)} {unit} (B={r.get('block_size')})",
+                         verdict(v <= limit if below else v >= limit), src(p)))
+        net_row("paper-home: sequential write, 1 MiB requests ≥ 140 KB/s", "seqwrite", "user_KBps",
+                140, "KB/s", False)
+        net_row("paper-home: sequential read (cold), 1 MiB requests ≥ 140 KB/s", "seqread",
+                "user_KBps", 140, "KB/s", False)
+        net_row("paper-home: client upload ≤ 3.6 bytes per user byte (seq write)", "seqwrite",
+                "client_up_per_user_byte", 3.6, "B/B", True)
+        net_row("paper-home: server↔server ≤ 80 bytes per user byte (seq write)", "seqwrite",
+                "server_peer_per_user_byte", 80, "B/B", True)
+        net_row("paper-home: cp -r of small files, then sync ≤ 10 s", "cp", "seconds", 10, "s", True)
+    elif os.path.exists(os.path.join(out, "net", "SKIPPED")):
+        rows.append(("paper-home targets (bench/net-bench)", "skipped: needs root", "—", "net/SKIPPED"))
+
     L = ["# s3oramfs performance: run-all summary\n"]
     for line in machine_lines(a.repo, a.build):
         L.append(f"- {line}")
@@ -867,7 +894,7 @@ def cmd_summary(a):
         L.append("")
     L.append("Details: engine-settings.md, capacity.md (latency-vs-capacity.png), blocksize.md "
              "(latency-vs-blocksize.png), kernels.md, fs/fio.md (fs/fio.png), memory/rss.md "
-             "(memory/rss.png).\n")
+             "(memory/rss.png), net/net.md (net/net.png).\n")
     write(os.path.join(out, "summary.md"), "\n".join(L))
     write(os.path.join(out, "summary.json"), json.dumps(
         {"smoke": a.smoke, "rows": [dict(zip(("target", "measured", "met", "source"), r)) for r in rows]},
@@ -963,6 +990,17 @@ def cmd_check(a):
                     float(json.load(f)["result"]["accesses_per_s"])
             except (OSError, ValueError, KeyError, TypeError) as e:
                 problems.append(f"fs/oram-raw.json: no result.accesses_per_s ({e!r})")
+    if "net" in steps and not os.path.exists(os.path.join(out, "net", "SKIPPED")):
+        need("net/net.md")
+        png("net/net.png")
+        p = need("net/net.jsonl")
+        if p:
+            try:
+                recs = read_jsonl(p)
+                if not recs or not all(isinstance(r.get("user_KBps"), (int, float)) for r in recs):
+                    problems.append("net/net.jsonl: no records, or a record without user_KBps")
+            except ValueError as e:
+                problems.append(str(e))
     if "memory" in steps:
         need("memory/rss.md")
         need("memory/rss.json")

@@ -1,11 +1,11 @@
 #include "bench/netem/delay_relay.h"
 
 #include <atomic>
+#include <boost/asio/io_context.hpp>
 #include <boost/asio/ip/tcp.hpp>
 #include <boost/asio/post.hpp>
 #include <boost/asio/steady_timer.hpp>
 #include <boost/asio/write.hpp>
-#include <boost/asio/io_context.hpp>
 #include <charconv>
 #include <deque>
 #include <functional>
@@ -49,10 +49,17 @@ class Pump : public std::enable_shared_from_this<Pump> {
   // owner keeps the sockets alive while this pump has work pending; on_done
   // is called once: with false after the end of stream was passed on, with
   // true after a write failed.
-  Pump(std::shared_ptr<void> owner, tcp::socket& from, tcp::socket& to, std::chrono::microseconds delay,
-       std::size_t max_buffered, SharedCounters& counters, std::function<void(bool failed)> on_done)
-      : owner_(std::move(owner)), from_(from), to_(to), timer_(from.get_executor()), delay_(delay),
-        max_buffered_(max_buffered), counters_(counters), on_done_(std::move(on_done)) {}
+  Pump(std::shared_ptr<void> owner, tcp::socket& from, tcp::socket& to,
+       std::chrono::microseconds delay, std::size_t max_buffered, SharedCounters& counters,
+       std::function<void(bool failed)> on_done)
+      : owner_(std::move(owner)),
+        from_(from),
+        to_(to),
+        timer_(from.get_executor()),
+        delay_(delay),
+        max_buffered_(max_buffered),
+        counters_(counters),
+        on_done_(std::move(on_done)) {}
 
   void Start() { Read(); }
   void Cancel() {
@@ -70,22 +77,23 @@ class Pump : public std::enable_shared_from_this<Pump> {
   void Read() {
     reading_ = true;
     auto buf = std::make_shared<std::vector<char>>(kReadSize);
-    from_.async_read_some(asio::buffer(*buf), [self = shared_from_this(), buf](
-                                                  const boost::system::error_code& ec, std::size_t n) {
-      self->reading_ = false;
-      if (self->finished_) return;
-      if (ec) {
-        // EOF or reset: pass the end on after what is queued.
-        self->queue_.push_back(Chunk{Clock::now() + self->delay_, {}});
-        self->eof_queued_ = true;
-      } else {
-        buf->resize(n);
-        self->buffered_ += n;
-        self->queue_.push_back(Chunk{Clock::now() + self->delay_, std::move(*buf)});
-      }
-      self->WriteNext();
-      if (!self->eof_queued_ && self->buffered_ < self->max_buffered_) self->Read();
-    });
+    from_.async_read_some(
+        asio::buffer(*buf),
+        [self = shared_from_this(), buf](const boost::system::error_code& ec, std::size_t n) {
+          self->reading_ = false;
+          if (self->finished_) return;
+          if (ec) {
+            // EOF or reset: pass the end on after what is queued.
+            self->queue_.push_back(Chunk{Clock::now() + self->delay_, {}});
+            self->eof_queued_ = true;
+          } else {
+            buf->resize(n);
+            self->buffered_ += n;
+            self->queue_.push_back(Chunk{Clock::now() + self->delay_, std::move(*buf)});
+          }
+          self->WriteNext();
+          if (!self->eof_queued_ && self->buffered_ < self->max_buffered_) self->Read();
+        });
   }
 
   void WriteNext() {
@@ -112,21 +120,23 @@ class Pump : public std::enable_shared_from_this<Pump> {
       on_done_(false);
       return;
     }
-    asio::async_write(to_, asio::buffer(chunk.bytes), [self = shared_from_this()](
-                                                          const boost::system::error_code& ec, std::size_t n) {
-      if (self->finished_) return;
-      if (ec) {
-        self->finished_ = true;
-        self->on_done_(true);
-        return;
-      }
-      self->counters_.bytes += n;
-      self->buffered_ -= n;
-      self->queue_.pop_front();
-      self->writing_ = false;
-      if (!self->reading_ && !self->eof_queued_ && self->buffered_ < self->max_buffered_) self->Read();
-      self->WriteNext();
-    });
+    asio::async_write(
+        to_, asio::buffer(chunk.bytes),
+        [self = shared_from_this()](const boost::system::error_code& ec, std::size_t n) {
+          if (self->finished_) return;
+          if (ec) {
+            self->finished_ = true;
+            self->on_done_(true);
+            return;
+          }
+          self->counters_.bytes += n;
+          self->buffered_ -= n;
+          self->queue_.pop_front();
+          self->writing_ = false;
+          if (!self->reading_ && !self->eof_queued_ && self->buffered_ < self->max_buffered_)
+            self->Read();
+          self->WriteNext();
+        });
   }
 
   std::shared_ptr<void> owner_;
@@ -154,29 +164,33 @@ class Connection : public std::enable_shared_from_this<Connection> {
  public:
   Connection(tcp::socket client, std::chrono::microseconds delay, std::size_t max_buffered,
              SharedCounters& counters)
-      : client_(std::move(client)), upstream_(client_.get_executor()), delay_(delay),
-        max_buffered_(max_buffered), counters_(counters) {}
+      : client_(std::move(client)),
+        upstream_(client_.get_executor()),
+        delay_(delay),
+        max_buffered_(max_buffered),
+        counters_(counters) {}
 
   void Start(const tcp::endpoint& upstream) {
-    upstream_.async_connect(upstream, [self = shared_from_this()](const boost::system::error_code& ec) {
-      if (ec) {
-        self->CloseBoth();  // the client sees its connection end, as with a refused connect
-        return;
-      }
-      boost::system::error_code ignored;
-      self->client_.set_option(tcp::no_delay(true), ignored);
-      self->upstream_.set_option(tcp::no_delay(true), ignored);
-      self->counters_.connections++;
-      auto done = [weak = std::weak_ptr<Connection>(self)](bool failed) {
-        if (auto c = weak.lock()) c->OneDirectionDone(failed);
-      };
-      self->up_ = std::make_shared<Pump>(self, self->client_, self->upstream_, self->delay_,
-                                         self->max_buffered_, self->counters_, done);
-      self->down_ = std::make_shared<Pump>(self, self->upstream_, self->client_, self->delay_,
-                                           self->max_buffered_, self->counters_, done);
-      self->up_->Start();
-      self->down_->Start();
-    });
+    upstream_.async_connect(
+        upstream, [self = shared_from_this()](const boost::system::error_code& ec) {
+          if (ec) {
+            self->CloseBoth();  // the client sees its connection end, as with a refused connect
+            return;
+          }
+          boost::system::error_code ignored;
+          self->client_.set_option(tcp::no_delay(true), ignored);
+          self->upstream_.set_option(tcp::no_delay(true), ignored);
+          self->counters_.connections++;
+          auto done = [weak = std::weak_ptr<Connection>(self)](bool failed) {
+            if (auto c = weak.lock()) c->OneDirectionDone(failed);
+          };
+          self->up_ = std::make_shared<Pump>(self, self->client_, self->upstream_, self->delay_,
+                                             self->max_buffered_, self->counters_, done);
+          self->down_ = std::make_shared<Pump>(self, self->upstream_, self->client_, self->delay_,
+                                               self->max_buffered_, self->counters_, done);
+          self->up_->Start();
+          self->down_->Start();
+        });
   }
 
   void CloseBoth() {
@@ -209,9 +223,12 @@ class Connection : public std::enable_shared_from_this<Connection> {
 bool ParseForward(const std::string& text, Forward* out, std::string* error) {
   const auto eq = text.find('=');
   Forward f;
-  if (eq == std::string::npos || !ParseHostPort(text.substr(0, eq), &f.listen_host, &f.listen_port) ||
-      !ParseHostPort(text.substr(eq + 1), &f.upstream_host, &f.upstream_port) || f.upstream_port == 0) {
-    *error = "forward '" + text + "': expected LISTEN_IPV4:PORT=UPSTREAM_IPV4:PORT (upstream port > 0)";
+  if (eq == std::string::npos ||
+      !ParseHostPort(text.substr(0, eq), &f.listen_host, &f.listen_port) ||
+      !ParseHostPort(text.substr(eq + 1), &f.upstream_host, &f.upstream_port) ||
+      f.upstream_port == 0) {
+    *error =
+        "forward '" + text + "': expected LISTEN_IPV4:PORT=UPSTREAM_IPV4:PORT (upstream port > 0)";
     return false;
   }
   *out = f;

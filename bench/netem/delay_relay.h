@@ -28,9 +28,9 @@
 namespace s3oram::netem {
 
 struct Forward {
-  std::string listen_host;    // numeric IPv4 address
+  std::string listen_host;        // numeric IPv4 address
   std::uint16_t listen_port = 0;  // 0: any free port (see DelayRelay::bound_ports)
-  std::string upstream_host;  // numeric IPv4 address
+  std::string upstream_host;      // numeric IPv4 address
   std::uint16_t upstream_port = 0;
 };
 

@@ -38,7 +38,8 @@ template <typename T>
 T ParseNumber(const std::string& flag, const std::string& text) {
   T value{};
   auto [ptr, err] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (err != std::errc() || ptr != text.data() + text.size()) Usage(flag + ": not a number: " + text);
+  if (err != std::errc() || ptr != text.data() + text.size())
+    Usage(flag + ": not a number: " + text);
   return value;
 }
 

@@ -5,6 +5,7 @@
 #include "bench/netem/delay_relay.h"
 
 #include <arpa/inet.h>
+#include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
@@ -12,11 +13,9 @@
 
 #include <chrono>
 #include <cstring>
+#include <random>
 #include <thread>
 #include <vector>
-
-#include <gtest/gtest.h>
-#include <random>
 
 #include "tests/support/test_seed.h"
 
@@ -44,7 +43,8 @@ int Connect(std::uint16_t port) {
   addr.sin_family = AF_INET;
   addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
   addr.sin_port = htons(port);
-  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0)
+      << std::strerror(errno);
   int one = 1;
   ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
   timeval tv{30, 0};  // every test is bounded: a stuck read fails after 30 s
@@ -133,8 +133,8 @@ TEST(DelayRelayTest, ParseForwardAcceptsOnlyNumericAddressesAndPorts) {
   EXPECT_EQ(f.upstream_host, "198.18.0.2");
   EXPECT_EQ(f.upstream_port, 7300);
   for (const char* bad : {"", "127.0.0.1:7000", "127.0.0.1:7000=", "localhost:1=127.0.0.1:2",
-                          "127.0.0.1:70000=127.0.0.1:2", "127.0.0.1:1=127.0.0.1:0", "127.0.0.1:x=127.0.0.1:2",
-                          ":1=127.0.0.1:2"}) {
+                          "127.0.0.1:70000=127.0.0.1:2", "127.0.0.1:1=127.0.0.1:0",
+                          "127.0.0.1:x=127.0.0.1:2", ":1=127.0.0.1:2"}) {
     EXPECT_FALSE(ParseForward(bad, &f, &error)) << bad;
     EXPECT_NE(error.find("expected"), std::string::npos);
   }

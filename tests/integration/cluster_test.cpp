@@ -214,6 +214,64 @@ TEST(ClusterTest, BlockAccessedRightAfterItsWriteIsReadFromTheDeferredRootWrite)
   EXPECT_EQ(*r, Content(100, 3, 23));
 }
 
+// Update is a read-modify-write in one access: the modifier sees the block's
+// current content (zeros if never written), the result is stored and
+// returned, and on the wire it is one request per server like any access.
+TEST(ClusterTest, UpdateIsOneAccessThatRewritesTheBlockItRead) {
+  auto fs = testing::MakeFs(SmallParams(100, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  auto rng = testing::SeededRng();
+  auto client = testing::TestOpen(state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  std::vector<std::vector<std::uint8_t>> model(config.params.capacity_blocks,
+                                               std::vector<std::uint8_t>(100, 0));
+  for (int i = 0; i < 60; ++i) {  // crosses evictions (A = 4)
+    const BlockId id = rng() % 8;
+    const std::size_t at = rng() % 100;
+    const auto value = static_cast<std::uint8_t>(rng());
+    std::vector<std::uint8_t> seen;
+    auto r = (*client)->Update(id, [&](std::span<std::uint8_t> b) {
+      seen.assign(b.begin(), b.end());
+      b[at] = value;
+    });
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(seen, model[id]) << "update " << i << " of block " << id;
+    model[id][at] = value;
+    EXPECT_EQ(*r, model[id]);
+  }
+  // On the wire an update is a read: from the same point of the eviction
+  // cycle (just after one, after a Sync), the second access of a pair sends
+  // the same bytes whether it reads or updates.
+  auto second_access_bytes = [&](bool update) -> std::uint64_t {
+    EXPECT_TRUE((*client)->Sync().ok());
+    for (int i = 0; i < 4 && (*client)->counters().nr != 0; ++i) {
+      EXPECT_TRUE((*client)->Read(1).ok());
+      EXPECT_TRUE((*client)->Sync().ok());
+    }
+    EXPECT_EQ((*client)->counters().nr, 0u);
+    EXPECT_TRUE((*client)->Read(1).ok());
+    const std::uint64_t sent = (*client)->transport_stats().bytes_sent;
+    if (update) {
+      EXPECT_TRUE((*client)->Update(2, [](std::span<std::uint8_t> b) { b[0] ^= 1; }).ok());
+      model[2][0] ^= 1;
+    } else {
+      EXPECT_TRUE((*client)->Read(2).ok());
+    }
+    return (*client)->transport_stats().bytes_sent - sent;
+  };
+  EXPECT_EQ(second_access_bytes(true), second_access_bytes(false));
+  ASSERT_TRUE((*client)->Sync().ok());
+  (*client).reset();  // closes the client (releases the lease)
+  auto reopened = testing::TestOpen(state, FastRetryOptions());
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  for (BlockId id = 0; id < 8; ++id) {
+    auto r = (*reopened)->Read(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, model[id]) << "block " << id;
+  }
+}
+
 TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
   auto fs = testing::MakeFs(SmallParams(128, 4, 4));
   ASSERT_TRUE(fs);

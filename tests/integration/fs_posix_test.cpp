@@ -301,6 +301,36 @@ TEST_F(FsPosixTest, ShrinkThenGrowAfterRemountGivesZeros) {
   EXPECT_TRUE(FileHasContent(f, want));
 }
 
+// Small writes into blocks that hold data and are not cached (after a
+// remount) are stored as read-modify-write updates of the ORAM copy: the
+// bytes around them, before and past the old end of the file, must come out
+// right, after the write and after another remount.
+TEST_F(FsPosixTest, SmallOverwritesOfUncachedBlocksKeepTheBytesAround) {
+  const std::string f = P("rmw");
+  std::string want = PatternBytes(3 * kB + 100, 9);
+  ASSERT_TRUE(WriteFile(f, want, 0644, /*do_fsync=*/true));
+  ASSERT_TRUE(fs_->Remount());
+  {
+    Fd fd(::open(f.c_str(), O_WRONLY));
+    ASSERT_TRUE(fd.ok());
+    // Inside a block; across a block boundary; inside the last block and
+    // past the old end (the file grows within its last block).
+    const std::pair<std::size_t, std::size_t> writes[] = {
+        {10, 5}, {kB - 3, 7}, {2 * kB + 500, 1}, {3 * kB + 90, 40}};
+    int i = 0;
+    for (auto [off, len] : writes) {
+      std::string chunk = PatternBytes(len, 200 + i++);
+      ASSERT_EQ(::pwrite(fd.get(), chunk.data(), len, static_cast<off_t>(off)),
+                static_cast<ssize_t>(len));
+      if (want.size() < off + len) want.resize(off + len, '\0');
+      want.replace(off, len, chunk);
+    }
+  }
+  EXPECT_TRUE(FileHasContent(f, want));
+  ASSERT_TRUE(fs_->Remount());
+  EXPECT_TRUE(FileHasContent(f, want));
+}
+
 TEST_F(FsPosixTest, HolesReadAsZerosAndCostNoBlocks) {
   const std::string f = P("holes");
   Fd fd(::open(f.c_str(), O_CREAT | O_RDWR, 0644));

@@ -158,6 +158,41 @@ TEST(TamperTest, EveryTamperedAnswerIsDetectedAndNoWrongDataIsReturned) {
 // All three servers restore an old copy of their storage together: the block
 // the client reads is then a consistent, correctly encrypted, older version
 // of itself. Its version no longer matches the position map: EIO, not old data.
+// A slow link is not a lost request. Replies held 600 ms by every proxy,
+// with the client resending after 200 ms of silence: only the first large
+// exchange (the repair write at Open) may be resent, while the client learns
+// the link's pace; after that every access is exactly one request per
+// server. (A fixed resend timer sent every request three times.)
+TEST(TamperTest, SlowRepliesAreNotResentOnALiveConnection) {
+  auto lab = MakeLab(testing::SmallParams(64 * 1024, 4, 3));
+  ASSERT_TRUE(lab);
+  for (auto& p : lab->proxies) p->SetReplyDelay(std::chrono::milliseconds(600));
+  ClientOptions options = testing::FastRetryOptions();
+  options.requests.resend_after = std::chrono::milliseconds(200);
+  auto c = testing::TestOpen(lab->state, options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  ASSERT_TRUE((*c)->Write(1, testing::Content(64 * 1024, 1, 1)).ok());  // learns the pace
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  const std::uint64_t resends = (*c)->transport_stats().resends;
+  constexpr int kAccesses = 6;
+  for (int i = 0; i < kAccesses; ++i) {
+    auto r = (*c)->Read(1);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(*r, testing::Content(64 * 1024, 1, 1));
+  }
+  EXPECT_EQ((*c)->transport_stats().resends, resends);
+  for (std::size_t i = 0; i < lab->proxies.size(); ++i) {
+    int retrievals = 0;
+    for (const auto& e : lab->proxies[i]->transcript()) {
+      if (e.from_client && (e.type == wire::MessageType::kRetrieveRequest ||
+                            e.type == wire::MessageType::kRetrieveWriteRootRequest)) {
+        ++retrievals;
+      }
+    }
+    EXPECT_EQ(retrievals, kAccesses) << "server " << i;
+  }
+}
+
 TEST(TamperTest, ServersRolledBackTogetherAreDetectedByTheVersion) {
   namespace stdfs = std::filesystem;
   const OramParams params = testing::SmallParams(256, 4, 5);

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <span>
@@ -38,6 +39,17 @@ class MemoryBlockEngine final : public fs::BlockEngine {
     blocks[id].assign(data.begin(), data.end());
     return Status::Ok();
   }
+  Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) override {
+    std::lock_guard<std::mutex> l(mu);
+    ++updates;
+    if (fail) return Status::Unavailable("injected");
+    auto it = blocks.find(id);
+    std::vector<std::uint8_t> content =
+        it == blocks.end() ? std::vector<std::uint8_t>(block_bytes_, kStale) : it->second;
+    modify(content);
+    blocks[id] = content;
+    return content;
+  }
   Status Sync() override {
     std::lock_guard<std::mutex> l(mu);
     ++syncs;
@@ -46,7 +58,7 @@ class MemoryBlockEngine final : public fs::BlockEngine {
 
   std::mutex mu;
   std::map<std::uint64_t, std::vector<std::uint8_t>> blocks;
-  int reads = 0, writes = 0, syncs = 0;
+  int reads = 0, writes = 0, updates = 0, syncs = 0;
   bool fail = false;
 
  private:

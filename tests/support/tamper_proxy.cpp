@@ -2,6 +2,8 @@
 
 #include <zmq.h>
 
+#include <algorithm>
+#include <chrono>
 #include <deque>
 #include <iterator>
 #include <map>
@@ -134,11 +136,38 @@ std::vector<std::uint8_t> RecvFrame(void* s, bool* more) {
 
 }  // namespace
 
+void TamperProxy::SetReplyDelay(std::chrono::milliseconds delay) {
+  std::lock_guard<std::mutex> l(mu_);
+  reply_delay_ = delay;
+}
+
 void TamperProxy::Run() {
+  using Clock = std::chrono::steady_clock;
   State& st = *state_;
+  struct Held {
+    Clock::time_point due;
+    std::vector<std::uint8_t> id;
+    std::vector<std::uint8_t> reply;
+  };
+  std::deque<Held> held;  // replies on their way (in order: one delay for all)
+  auto send_reply = [this](const std::vector<std::uint8_t>& id,
+                           const std::vector<std::uint8_t>& reply) {
+    zmq_send(front_, id.data(), id.size(), ZMQ_SNDMORE);
+    zmq_send(front_, reply.data(), reply.size(), 0);
+  };
   while (!stop_) {
+    while (!held.empty() && held.front().due <= Clock::now()) {
+      send_reply(held.front().id, held.front().reply);
+      held.pop_front();
+    }
+    long timeout = 100;
+    if (!held.empty()) {
+      const auto wait =
+          std::chrono::duration_cast<std::chrono::milliseconds>(held.front().due - Clock::now());
+      timeout = std::clamp<long>(static_cast<long>(wait.count()) + 1, 1, 100);
+    }
     zmq_pollitem_t items[] = {{front_, 0, ZMQ_POLLIN, 0}, {back_, 0, ZMQ_POLLIN, 0}};
-    if (zmq_poll(items, 2, 100) <= 0) continue;
+    if (zmq_poll(items, 2, timeout) <= 0) continue;
     if (items[0].revents & ZMQ_POLLIN) {  // client -> server: [id][request]
       bool more = false;
       std::vector<std::uint8_t> id = RecvFrame(front_, &more);
@@ -205,8 +234,16 @@ void TamperProxy::Run() {
       }
       Record(false, reply);
       if (!st.client_id.empty()) {
-        zmq_send(front_, st.client_id.data(), st.client_id.size(), ZMQ_SNDMORE);
-        zmq_send(front_, reply.data(), reply.size(), 0);
+        std::chrono::milliseconds delay;
+        {
+          std::lock_guard<std::mutex> l(mu_);
+          delay = reply_delay_;
+        }
+        if (delay.count() > 0) {
+          held.push_back({Clock::now() + delay, st.client_id, std::move(reply)});
+        } else {
+          send_reply(st.client_id, reply);
+        }
       }
     }
   }

@@ -8,11 +8,12 @@
 //   kReplay   an answer recorded in an earlier client epoch is returned.
 // The decision is made once per request (a resent request gets the same
 // treatment), and counted, so a test knows exactly which accesses were
-// attacked. Everything runs on one background thread that stops (within
-// 100 ms) when the proxy is destroyed. Loopback only.
+// attacked. SetReplyDelay makes it a slow link. Everything runs on one background thread that stops
+// (within 100 ms) when the proxy is destroyed. Loopback only.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -54,6 +55,8 @@ class TamperProxy {
   const std::string& endpoint() const { return endpoint_; }
   const std::string& public_key() const { return public_key_; }
   void SetMode(TamperMode mode, double probability);
+  // Holds every reply this long before passing it on (a slow link).
+  void SetReplyDelay(std::chrono::milliseconds delay);
   // RETRIEVE requests whose answer was tampered with so far.
   std::uint64_t tampered() const { return tampered_.load(); }
   // RETRIEVE answers forwarded (tampered or not).
@@ -81,6 +84,7 @@ class TamperProxy {
   std::vector<TranscriptEntry> transcript_;
   TamperMode mode_ = TamperMode::kNone;
   double probability_ = 0;
+  std::chrono::milliseconds reply_delay_{0};
   std::unique_ptr<State> state_;
 };
 

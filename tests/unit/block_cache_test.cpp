@@ -75,6 +75,83 @@ TEST(BlockCacheTest, LoadZeroesPastValidAndCoalescesWrites) {
   EXPECT_EQ(f.engine.writes, 1);
 }
 
+TEST(BlockCacheTest, PartialWriteOfAWrittenBlockIsOneUpdateAndNoLoad) {
+  Fixture f;
+  f.engine.blocks[3] = Bytes(kB, 0x55);  // valid 40: bytes 40.. are stale (another owner's)
+  auto src = Bytes(8, 0xAB);
+  ASSERT_EQ(f.cache.Write({2, 0}, BlockMapping{0, 3, 40}, 10, src), 0);
+  ASSERT_EQ(f.cache.Write({2, 0}, BlockMapping{0, 3, 40}, 50, src), 0);  // past valid
+  EXPECT_EQ(f.engine.reads, 0);
+  // Reads of bytes the page holds need no access.
+  std::vector<std::uint8_t> out(8);
+  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 40}, 50, out), 0);
+  EXPECT_EQ(out, src);
+  EXPECT_EQ(f.engine.reads, 0);
+  ASSERT_EQ(f.cache.FlushInode(2), 0);
+  EXPECT_EQ(f.engine.reads, 0);
+  EXPECT_EQ(f.engine.writes, 0);
+  EXPECT_EQ(f.engine.updates, 1);
+  EXPECT_EQ(f.cache.stats().updates, 1u);
+  EXPECT_EQ(f.marked, std::vector<BlockId>{3});
+  for (std::size_t i = 0; i < kB; ++i) {
+    const std::uint8_t want =
+        (i >= 10 && i < 18) || (i >= 50 && i < 58) ? 0xAB : (i < 40 ? 0x55 : 0);
+    EXPECT_EQ(f.engine.blocks[3][i], want) << i;
+  }
+  // The page is complete now: every byte reads without an access.
+  out.assign(kB, 0);
+  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 58}, 0, out), 0);
+  EXPECT_EQ(out, f.engine.blocks[3]);
+  EXPECT_EQ(f.engine.reads, 0);
+}
+
+TEST(BlockCacheTest, ReadOfBytesAPartialPageLacksLoadsOnceAndKeepsTheWrites) {
+  Fixture f;
+  f.engine.blocks[4] = Bytes(kB, 0x55);
+  auto src = Bytes(4, 0x0C);
+  ASSERT_EQ(f.cache.Write({2, 1}, BlockMapping{1, 4, 32}, 30, src), 0);
+  std::vector<std::uint8_t> out(kB);
+  ASSERT_EQ(f.cache.Read({2, 1}, BlockMapping{1, 4, 32}, 0, out), 0);
+  EXPECT_EQ(f.engine.reads, 1);
+  for (std::size_t i = 0; i < kB; ++i) {
+    EXPECT_EQ(out[i], (i >= 30 && i < 34) ? 0x0C : (i < 32 ? 0x55 : 0)) << i;
+  }
+  // Complete but still dirty: its write-back is an ordinary write.
+  ASSERT_EQ(f.cache.FlushInode(2), 0);
+  EXPECT_EQ(f.engine.writes, 1);
+  EXPECT_EQ(f.engine.updates, 0);
+  EXPECT_EQ(f.engine.blocks[4], out);
+}
+
+TEST(BlockCacheTest, PartialPageZeroTailAndFailedUpdate) {
+  Fixture f;
+  f.engine.blocks[6] = Bytes(kB, 0x55);
+  auto src = Bytes(4, 0x0D);
+  ASSERT_EQ(f.cache.Write({3, 0}, BlockMapping{0, 6, kB}, 2, src), 0);
+  f.cache.ZeroTail({3, 0}, 20);  // truncated to 20 bytes within this block
+  f.engine.fail = true;
+  EXPECT_EQ(f.cache.FlushInode(3), EIO);
+  EXPECT_TRUE(f.cache.HasDirty(3));
+  EXPECT_EQ(f.engine.blocks[6], Bytes(kB, 0x55));  // nothing stored
+  f.engine.fail = false;
+  ASSERT_EQ(f.cache.FlushInode(3), 0);
+  for (std::size_t i = 0; i < kB; ++i) {
+    EXPECT_EQ(f.engine.blocks[6][i], (i >= 2 && i < 6) ? 0x0D : (i < 20 ? 0x55 : 0)) << i;
+  }
+}
+
+TEST(BlockCacheTest, PartialWritesCoveringTheBlockMakeAnOrdinaryPage) {
+  Fixture f;
+  f.engine.blocks[8] = Bytes(kB, 0x55);
+  auto half = Bytes(kB / 2, 0x01);
+  ASSERT_EQ(f.cache.Write({5, 0}, BlockMapping{0, 8, kB}, kB / 2, half), 0);
+  ASSERT_EQ(f.cache.Write({5, 0}, BlockMapping{0, 8, kB}, 0, half), 0);
+  ASSERT_EQ(f.cache.FlushInode(5), 0);
+  EXPECT_EQ(f.engine.writes, 1);
+  EXPECT_EQ(f.engine.updates, 0);
+  EXPECT_EQ(f.engine.blocks[8], Bytes(kB, 0x01));
+}
+
 TEST(BlockCacheTest, WholeBlockWriteSkipsLoad) {
   Fixture f;
   f.engine.blocks[9] = Bytes(kB, 0x55);

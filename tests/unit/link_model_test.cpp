@@ -64,11 +64,21 @@ TEST(LinkModelTest, FasterLinksAndServersAreNeverSlower) {
   for (int field = 0; field < 5; ++field) {
     LinkProfile faster = base;
     switch (field) {
-      case 0: faster.client_down_bps *= 2; break;
-      case 1: faster.client_up_bps *= 2; break;
-      case 2: faster.client_one_way_s /= 2; break;
-      case 3: faster.server_bps *= 2; break;
-      case 4: faster.server_one_way_s /= 2; break;
+      case 0:
+        faster.client_down_bps *= 2;
+        break;
+      case 1:
+        faster.client_up_bps *= 2;
+        break;
+      case 2:
+        faster.client_one_way_s /= 2;
+        break;
+      case 3:
+        faster.server_bps *= 2;
+        break;
+      case 4:
+        faster.server_one_way_s /= 2;
+        break;
     }
     EXPECT_LT(PredictOverLink(p, faster, speed).per_access_s, t) << "field " << field;
   }
@@ -77,11 +87,21 @@ TEST(LinkModelTest, FasterLinksAndServersAreNeverSlower) {
   EXPECT_LT(PredictOverLink(p, base, ServerSpeed{}).per_access_s, t);  // 0: term left out
 }
 
+TEST(LinkModelTest, MeasuredLocalTimeReplacesTheComputeRates) {
+  const OramParams p = Default1G();
+  const LinkProfile link = *FindLinkProfile("lan");
+  const double network = PredictOverLink(p, link, ServerSpeed{}).per_access_s;
+  const LinkPrediction r = PredictOverLink(p, link, ServerSpeed{1.0, 1.0, 0.019});
+  EXPECT_NEAR(r.per_access_s, network + 0.019, 1e-12);  // the tiny rates are ignored
+  EXPECT_EQ(r.bottleneck, "server compute");
+}
+
 // The measurement: a default 1 GiB filesystem on paper-home moved
 // 12.7 KB/s of user data, with the client uplink as the limit. The model,
 // which knows nothing of that figure, lands within a quarter of it.
 TEST(LinkModelTest, PaperHomeAtDefaultParametersIsUplinkBound) {
-  const LinkPrediction r = PredictOverLink(Default1G(), *FindLinkProfile("paper-home"), ServerSpeed{});
+  const LinkPrediction r =
+      PredictOverLink(Default1G(), *FindLinkProfile("paper-home"), ServerSpeed{});
   EXPECT_EQ(r.bottleneck, "client uplink");
   EXPECT_GT(r.user_bytes_per_s, 12.7e3 * 0.75);
   EXPECT_LT(r.user_bytes_per_s, 12.7e3 * 1.25);
