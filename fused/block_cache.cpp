@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 #include <iterator>
+#include <set>
 
 namespace s3oram::fs {
 
@@ -12,6 +13,7 @@ BlockCache::BlockCache(BlockEngine& engine, InodeLocks& locks, std::size_t capac
     : engine_(engine),
       locks_(locks),
       block_(engine.block_bytes()),
+      layout_(engine.block_bytes()),
       capacity_(std::max<std::size_t>(capacity_pages, 1)),
       on_written_(std::move(on_written)) {}
 
@@ -26,10 +28,21 @@ BlockCache::Page* BlockCache::FindReady(std::unique_lock<std::mutex>& lock, Page
   }
 }
 
+std::vector<std::uint8_t> BlockCache::Extract(const Extent& e, std::size_t valid,
+                                              std::span<const std::uint8_t> oram_block) const {
+  // Bytes at or past `valid` may be a previous owner's data or a truncated
+  // tail, and bytes outside the extent belong to other files: they read as
+  // zeros.
+  std::vector<std::uint8_t> page(block_, 0);
+  const std::size_t keep = std::min<std::size_t>(valid, layout_.Bytes(e));
+  std::memcpy(page.data(), oram_block.data() + layout_.Offset(e), keep);
+  return page;
+}
+
 BlockCache::Page* BlockCache::Insert(std::unique_lock<std::mutex>& lock, PageKey key,
                                      const BlockMapping& m, bool load) {
   auto page = std::make_unique<Page>();
-  page->block = m.id;
+  Refresh(page.get(), m);
   page->data.assign(block_, 0);
   lru_.push_back(key);
   page->lru = std::prev(lru_.end());
@@ -50,11 +63,18 @@ BlockCache::Page* BlockCache::Insert(std::unique_lock<std::mutex>& lock, PageKey
     pages_.erase(key);
     return nullptr;
   }
-  // Bytes at or past `valid` may be a previous owner's data or a truncated
-  // tail: they read as zeros.
-  const std::size_t keep = std::min<std::size_t>(m.valid, block_);
-  std::memcpy(p->data.data(), r->data(), keep);
+  p->data = Extract(m.at(), m.valid, *r);
   return p;
+}
+
+void BlockCache::Refresh(Page* p, const BlockMapping& m) {
+  p->at = m.at();
+  p->next = m.next;
+}
+
+void BlockCache::MarkDirty(Page* p) {
+  if (!p->dirty) p->dirty_since = Clock::now();
+  p->dirty = true;
 }
 
 void BlockCache::Touch(Page* p) { lru_.splice(lru_.end(), lru_, p->lru); }
@@ -90,8 +110,20 @@ void BlockCache::Overlay(std::size_t base_valid, const Ranges& written,
     std::fill(block.begin() + static_cast<std::ptrdiff_t>(base_valid), block.end(),
               std::uint8_t{0});
   }
+  // Ranges are of the file block; `block` may be a fragment's shorter span
+  // (ZeroTail marks up to the block's end).
   for (const auto& [from, to] : written) {
-    std::memcpy(block.data() + from, data.data() + from, to - from);
+    const std::size_t end = std::min(to, block.size());
+    if (from < end) std::memcpy(block.data() + from, data.data() + from, end - from);
+  }
+}
+
+void BlockCache::Apply(const Job& j, std::span<std::uint8_t> oram_block) const {
+  auto ext = oram_block.subspan(layout_.Offset(j.target), layout_.Bytes(j.target));
+  if (j.partial) {
+    Overlay(j.base_valid, j.written, j.copy, ext);
+  } else {
+    std::memcpy(ext.data(), j.copy.data(), ext.size());
   }
 }
 
@@ -100,9 +132,9 @@ int BlockCache::Complete(std::unique_lock<std::mutex>& lock, Page* p) {
   // drops this page meanwhile (`loading` makes lookups by others wait).
   p->loading = true;
   ++stats_.loads;
-  const BlockId block = p->block;
+  const Extent at = p->at;
   lock.unlock();
-  auto r = engine_.Read(block);
+  auto r = engine_.Read(at.id);
   lock.lock();
   p->loading = false;
   cv_.notify_all();
@@ -110,8 +142,9 @@ int BlockCache::Complete(std::unique_lock<std::mutex>& lock, Page* p) {
     ++stats_.failures;
     return EIO;
   }
-  Overlay(p->base_valid, p->written, p->data, *r);
-  p->data = std::move(*r);
+  std::vector<std::uint8_t> full = Extract(at, p->base_valid, *r);
+  Overlay(p->base_valid, p->written, p->data, full);
+  p->data = std::move(full);
   p->partial = false;
   p->written.clear();
   return 0;
@@ -124,6 +157,7 @@ int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
   Page* p = FindReady(lock, key);
   if (p) {
     ++stats_.hits;
+    Refresh(p, m);
     if (p->partial && !Covers(p->written, offset, offset + dst.size())) {
       if (int e = Complete(lock, p); e != 0) return e;
     }
@@ -142,27 +176,31 @@ int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
 int BlockCache::Write(PageKey key, const BlockMapping& m, std::size_t offset,
                       std::span<const std::uint8_t> src) {
   if (offset > block_ || src.size() > block_ - offset) return EINVAL;
+  if (offset + src.size() > layout_.Bytes(m.target())) return EINVAL;
   std::unique_lock<std::mutex> lock(mu_);
   Page* p = FindReady(lock, key);
   if (p) {
     ++stats_.hits;
+    Refresh(p, m);
   } else {
-    const bool whole = offset == 0 && src.size() == block_;
     p = Insert(lock, key, m, /*load=*/false);
-    if (!whole && m.valid > 0) {
+    // Everything the ORAM holds for the block is its first `valid` bytes: a
+    // write covering them needs nothing from there.
+    const std::size_t valid = std::min<std::size_t>(m.valid, layout_.Bytes(m.at()));
+    if (valid > 0 && !(offset == 0 && src.size() >= valid)) {
       p->partial = true;
-      p->base_valid = std::min<std::size_t>(m.valid, block_);
+      p->base_valid = valid;
     }
   }
   std::memcpy(p->data.data() + offset, src.data(), src.size());
   if (p->partial) {
     AddWritten(p->written, offset, offset + src.size());
-    if (Covers(p->written, 0, block_)) {  // written all over: an ordinary page
+    if (Covers(p->written, 0, p->base_valid)) {  // written over all it had: an ordinary page
       p->partial = false;
       p->written.clear();
     }
   }
-  p->dirty = true;
+  MarkDirty(p);
   Touch(p);
   return 0;
 }
@@ -198,11 +236,11 @@ void BlockCache::Discard(Ino ino, std::uint64_t first_idx) {
   }
 }
 
-int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page* p,
-                          std::vector<BlockId>* written_ids) {
+int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key) {
   // Wait out a write-back in flight (its copy may predate our change), then
   // write the page if it is still dirty. Pages are looked up again after
   // every wait: they may have been discarded meanwhile.
+  Page* p = nullptr;
   for (;;) {
     auto it = pages_.find(key);
     if (it == pages_.end()) return 0;
@@ -212,50 +250,130 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key, Page*
     cv_.wait(lock);
   }
   if (!p->dirty) return 0;
-  p->writing = true;
-  p->dirty = false;
-  std::vector<std::uint8_t> copy = p->data;
-  const BlockId block = p->block;
-  const bool partial = p->partial;
-  const std::size_t base_valid = p->base_valid;
-  const Ranges written = p->written;
+  // A relocation writes the whole block to the new extent: a partial page
+  // needs the old copy first.
+  if (p->next && p->partial) {
+    if (int e = Complete(lock, p); e != 0) return e;
+    // The lock was released: the page may have been written back meanwhile
+    // (only by this thread: we hold its inode lock), so look again.
+    if (!p->dirty) return 0;
+  }
+
+  std::vector<Job> jobs;
+  auto take = [&](PageKey k, Page* pg) {
+    Job j;
+    j.key = k;
+    j.page = pg;
+    j.target = pg->target();
+    j.partial = pg->partial;
+    j.base_valid = pg->base_valid;
+    j.written = pg->written;
+    j.copy = pg->data;
+    pg->writing = true;
+    pg->dirty = false;
+    jobs.push_back(std::move(j));
+  };
+  take(key, p);
+
+  // Companions: other dirty pages whose fragments share the block, of files
+  // whose locks we hold or can take without waiting.
+  std::vector<std::unique_lock<std::mutex>> held;
+  const Extent target = jobs.front().target;
+  if (!target.whole()) {
+    std::set<std::size_t> stripes{locks_.StripeOf(key.ino)};
+    std::set<std::size_t> busy;
+    for (auto& [k, pg] : pages_) {
+      if (k == key || !pg->dirty || pg->writing || pg->loading) continue;
+      const Extent t = pg->target();
+      if (t.whole() || t.id != target.id) continue;
+      if (pg->next && pg->partial) continue;  // needs a load first; on its own turn
+      const std::size_t stripe = locks_.StripeOf(k.ino);
+      if (busy.count(stripe)) continue;
+      if (!stripes.count(stripe)) {
+        std::unique_lock<std::mutex> l(locks_.Stripe(stripe), std::try_to_lock);
+        if (!l.owns_lock()) {
+          busy.insert(stripe);
+          continue;
+        }
+        held.push_back(std::move(l));
+        stripes.insert(stripe);
+      }
+      take(k, pg.get());
+    }
+  }
+
   std::vector<std::uint8_t> stored;
+  const bool update = !target.whole() || jobs.front().partial;
   lock.unlock();
   Status s;
-  if (partial) {
-    // One access: the ORAM copy with this page's bytes laid over it.
-    auto r = engine_.Update(
-        block, [&](std::span<std::uint8_t> b) { Overlay(base_valid, written, copy, b); });
+  if (update) {
+    // One access: the ORAM copy with these pages' bytes laid over it.
+    auto r = engine_.Update(target.id, [&](std::span<std::uint8_t> b) {
+      for (const Job& j : jobs) Apply(j, b);
+    });
     if (r.ok() && r->size() != block_) r = Status::Corruption("update returned a short block");
     s = r.status();
     if (r.ok()) stored = std::move(r).value();
   } else {
-    s = engine_.Write(block, copy);
+    s = engine_.Write(target.id, jobs.front().copy);
   }
   int err = WriteErrno(s);
   // The hook runs before `writing` clears: until then nobody can discard
-  // the page, so its block cannot be freed and reused by another file
-  // before the metadata says what the ORAM holds for it.
-  if (err == 0 && on_written_) err = on_written_({block});
-  lock.lock();
-  p->writing = false;
-  ++stats_.writebacks;
-  if (partial) ++stats_.updates;
-  if (err != 0) {
-    p->dirty = true;
-    ++stats_.failures;
-  } else {
-    if (partial && p->partial) {
-      // The page is complete now: the stored block with whatever was
-      // written into the page meanwhile laid over it again.
-      Overlay(p->base_valid, p->written, p->data, stored);
-      p->data = std::move(stored);
-      p->partial = false;
-      p->written.clear();
-    }
-    if (written_ids) written_ids->push_back(block);
+  // the pages, so their extents cannot be freed and reused by another file
+  // before the metadata says what the ORAM holds for them.
+  if (err == 0 && on_written_) {
+    std::vector<WrittenExtent> done;
+    done.reserve(jobs.size());
+    for (const Job& j : jobs) done.push_back({j.key.ino, j.key.idx, j.target});
+    err = on_written_(done);
   }
+  lock.lock();
+  ++stats_.writebacks;
+  if (update) ++stats_.updates;
+  stats_.coalesced += jobs.size() - 1;
+  for (const Job& j : jobs) {
+    Page* pg = j.page;
+    pg->writing = false;
+    if (err != 0) {
+      MarkDirty(pg);
+      continue;
+    }
+    if (j.partial && pg->partial) {
+      // The page is complete now: the stored extent with whatever was
+      // written into the page meanwhile laid over it again.
+      std::vector<std::uint8_t> full = Extract(j.target, layout_.Bytes(j.target), stored);
+      Overlay(pg->base_valid, pg->written, pg->data, full);
+      pg->data = std::move(full);
+      pg->partial = false;
+      pg->written.clear();
+    }
+    if (pg->next && *pg->next == j.target) {  // relocated: the hook switched the mapping
+      pg->at = j.target;
+      pg->next.reset();
+    }
+  }
+  if (err != 0) ++stats_.failures;
   cv_.notify_all();
+  return err;
+}
+
+int BlockCache::WriteBackLocking(std::unique_lock<std::mutex>& lock,
+                                 const std::vector<PageKey>& keys, bool try_only) {
+  int err = 0;
+  for (const PageKey& k : keys) {
+    auto it = pages_.find(k);
+    if (it == pages_.end() || !(it->second->dirty || it->second->writing)) continue;
+    std::unique_lock<std::mutex> owner(locks_.For(k.ino), std::try_to_lock);
+    if (!owner.owns_lock()) {
+      if (try_only) continue;
+      // Never wait for an inode lock while holding the cache's: its owner
+      // may be waiting for ours.
+      lock.unlock();
+      owner.lock();
+      lock.lock();
+    }
+    if (int e = WriteBack(lock, k); e != 0 && err == 0) err = e;
+  }
   return err;
 }
 
@@ -270,7 +388,7 @@ int BlockCache::FlushInode(Ino ino) {
   // dirty for the next flush, and an fsync against an unreachable server
   // fails after one timeout instead of one per dirty block.
   for (const PageKey& k : keys) {
-    if (int e = WriteBack(lock, k, nullptr, nullptr); e != 0) return e;
+    if (int e = WriteBack(lock, k); e != 0) return e;
   }
   return 0;
 }
@@ -281,11 +399,17 @@ int BlockCache::FlushAll() {
   for (const auto& [k, p] : pages_) {
     if (p->dirty || p->writing) keys.push_back(k);
   }
-  int err = 0;
-  for (const PageKey& k : keys) {
-    if (int e = WriteBack(lock, k, nullptr, nullptr); e != 0) err = e;
+  return WriteBackLocking(lock, keys, /*try_only=*/false);
+}
+
+int BlockCache::FlushExpired(Clock::duration age) {
+  std::unique_lock<std::mutex> lock(mu_);
+  const Clock::time_point cutoff = Clock::now() - age;
+  std::vector<PageKey> keys;
+  for (const auto& [k, p] : pages_) {
+    if (p->dirty && !p->writing && p->dirty_since <= cutoff) keys.push_back(k);
   }
-  return err;
+  return WriteBackLocking(lock, keys, /*try_only=*/true);
 }
 
 int BlockCache::Shrink() {
@@ -308,7 +432,7 @@ int BlockCache::Shrink() {
       ++lit;
       continue;
     }
-    if (int e = WriteBack(lock, key, nullptr, nullptr); e != 0) return e;
+    if (int e = WriteBack(lock, key); e != 0) return e;
     auto it = pages_.find(key);
     if (it != pages_.end() && !it->second->dirty && !it->second->writing && !it->second->loading) {
       lru_.erase(it->second->lru);

@@ -15,8 +15,9 @@ using toml_check::TypeName;
 // The daemon's own -o options: in fuse_options they would bypass the typed,
 // range-checked keys (and be applied in a surprising order), so each is
 // refused with the key to use instead.
-constexpr const char* kOwnOptions[] = {"cache_size", "log_file", "log_level", "passfile",
-                                       "timeout",    "evict_timeout", "force"};
+constexpr const char* kOwnOptions[] = {"cache_size", "writeback_delay", "log_file",
+                                       "log_level",  "passfile",        "timeout",
+                                       "evict_timeout", "force"};
 
 // An absolute path: the daemon changes to / once it runs in the background,
 // and a unit file's working directory is not the user's.
@@ -76,9 +77,9 @@ Status FuseOptions(const TomlChecker& ck, const toml::node& n, const std::string
 
 Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) {
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(t, "mount.",
-                                     {"state", "mountpoint", "passfile", "cache_size", "timeout",
-                                      "evict_timeout", "log_level", "log_file", "force",
-                                      "fuse_options"}));
+                                     {"state", "mountpoint", "passfile", "cache_size",
+                                      "writeback_delay", "timeout", "evict_timeout", "log_level",
+                                      "log_file", "force", "fuse_options"}));
   const toml::node* n = t.get("state");
   if (n == nullptr) {
     return ck.Missing(t, "[mount]", "state", "the absolute path of the client state file");
@@ -99,6 +100,11 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
     S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "mount.cache_size", 1,
                                       static_cast<std::int64_t>(kMaxCacheMib), &v));
     c->cache_mib = static_cast<std::uint64_t>(v);
+  }
+  if ((n = t.get("writeback_delay")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "mount.writeback_delay", 0,
+                                      static_cast<std::int64_t>(kMaxWritebackDelaySeconds), &v));
+    c->writeback_delay_seconds = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("timeout")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(Seconds(ck, *n, "mount.timeout", &c->timeout_seconds));

@@ -8,8 +8,52 @@
 namespace s3oram::fs {
 
 FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine,
-                   InodeLocks& locks)
-    : meta_(meta), cache_(cache), engine_(engine), block_(engine.block_bytes()), locks_(locks) {}
+                   InodeLocks& locks, std::chrono::milliseconds writeback_delay)
+    : meta_(meta),
+      cache_(cache),
+      engine_(engine),
+      block_(engine.block_bytes()),
+      locks_(locks),
+      writeback_delay_(writeback_delay) {}
+
+FileData::~FileData() { StopFlusher(); }
+
+void FileData::StartFlusher() {
+  if (writeback_delay_.count() <= 0 || flusher_.joinable()) return;
+  flusher_stop_ = false;
+  flusher_ = std::thread([this] { FlusherLoop(); });
+}
+
+void FileData::StopFlusher() {
+  {
+    std::lock_guard<std::mutex> lock(flusher_mu_);
+    flusher_stop_ = true;
+  }
+  flusher_cv_.notify_all();
+  if (flusher_.joinable()) flusher_.join();
+}
+
+void FileData::FlusherLoop() {
+  // Looks a few times per delay, so a block waits between d and about 1.25 d.
+  const auto tick = std::clamp<std::chrono::milliseconds>(writeback_delay_ / 4,
+                                                          std::chrono::milliseconds(50),
+                                                          std::chrono::milliseconds(1000));
+  bool failing = false;
+  std::unique_lock<std::mutex> lock(flusher_mu_);
+  while (!flusher_cv_.wait_for(lock, tick, [this] { return flusher_stop_; })) {
+    lock.unlock();
+    const int e = cache_.FlushExpired(writeback_delay_);
+    lock.lock();
+    if (e != 0 && !failing) {
+      spdlog::warn("background write-back failed (errno {}); the blocks stay dirty and are "
+                   "retried",
+                   e);
+    } else if (e == 0 && failing) {
+      spdlog::info("background write-back works again");
+    }
+    failing = e != 0;
+  }
+}
 
 int FileData::Read(Ino ino, std::uint64_t offset, std::size_t size,
                    std::vector<std::uint8_t>* out) {
@@ -103,6 +147,11 @@ int FileData::Allocate(Ino ino, std::uint64_t offset, std::uint64_t length) {
 }
 
 int FileData::Flush(Ino ino) {
+  if (writeback_delay_.count() > 0) return 0;  // the flusher's (see file_data.h)
+  return WriteBackInode(ino);
+}
+
+int FileData::WriteBackInode(Ino ino) {
   std::lock_guard<std::mutex> lock(LockFor(ino));
   return cache_.FlushInode(ino);
 }
@@ -117,7 +166,7 @@ int FileData::SyncAll() {
 }
 
 int FileData::Fsync(Ino ino) {
-  if (int e = Flush(ino); e != 0) return e;
+  if (int e = WriteBackInode(ino); e != 0) return e;
   return SyncAll();
 }
 

@@ -13,14 +13,28 @@
 //  3. write-back stores a page in the ORAM, then MarkWritten raises the
 //     block's valid length.
 // A crash after 1 or 2 loses the write (the range reads as its old bytes or
-// zeros); after 3 the write is there. Flush/Fsync write back before they
-// return, so fsynced data survive a crash, and Fsync also makes everything
-// committed durable against power loss.
+// zeros); after 3 the write is there. A block that must grow out of its
+// extent while the extent holds data is relocated (BlockMapping::next): the
+// old extent stays mapped until the write-back to the new one, so a crash
+// leaves the old bytes, never zeros. Fsync (and FlushAllAndSync) write back
+// before they return, so fsynced data survive a crash, and also make
+// everything committed durable against power loss.
+//
+// When data reach the ORAM otherwise: with a write-back delay of 0, Flush
+// (close) writes the file's dirty blocks back; with a delay d > 0, close
+// writes nothing, and the background flusher (StartFlusher) writes back
+// every block dirty for d seconds, so a crash loses at most the last d
+// seconds of writes not fsynced (as ext4 with its default commit
+// interval). The delay is what lets many small files that share an ORAM
+// block be written back in one access.
 #pragma once
 
+#include <chrono>
+#include <condition_variable>
 #include <cstdint>
 #include <functional>
 #include <mutex>
+#include <thread>
 #include <span>
 #include <vector>
 
@@ -33,7 +47,16 @@ namespace s3oram::fs {
 
 class FileData {
  public:
-  FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine, InodeLocks& locks);
+  FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine, InodeLocks& locks,
+           std::chrono::milliseconds writeback_delay = std::chrono::milliseconds(0));
+  ~FileData();
+  FileData(const FileData&) = delete;
+  FileData& operator=(const FileData&) = delete;
+
+  // Starts / stops the background flusher (no-op with a delay of 0).
+  // StopFlusher is idempotent and waits for a write-back in progress.
+  void StartFlusher();
+  void StopFlusher();
 
   // Up to `size` bytes from `offset` (fewer at end of file; holes are zeros).
   [[nodiscard]] int Read(Ino ino, std::uint64_t offset, std::size_t size,
@@ -46,7 +69,8 @@ class FileData {
   // fallocate mode 0: maps every hole of [offset, offset + length) (reading
   // as zeros) and raises the size to offset + length if smaller.
   [[nodiscard]] int Allocate(Ino ino, std::uint64_t offset, std::uint64_t length);
-  // Writes the file's dirty blocks through the ORAM (close, release).
+  // close/release: with a write-back delay of 0, writes the file's dirty
+  // blocks through the ORAM; otherwise leaves them to the flusher.
   [[nodiscard]] int Flush(Ino ino);
   // Flush, then make every committed change durable (fsync, fdatasync).
   [[nodiscard]] int Fsync(Ino ino);
@@ -55,12 +79,14 @@ class FileData {
   // `still_forgotten` (asked under the inode lock) says the kernel has
   // looked it up again meanwhile.
   [[nodiscard]] int ForgetIfOrphan(Ino ino, const std::function<bool()>& still_forgotten);
-  // Writes back everything and syncs (unmount).
+  // Writes back everything and syncs (unmount, fsync of a directory).
   [[nodiscard]] int FlushAllAndSync();
 
  private:
   std::mutex& LockFor(Ino ino) { return locks_.For(ino); }
   int SyncAll();
+  int WriteBackInode(Ino ino);
+  void FlusherLoop();
   int ReadLocked(Ino ino, std::uint64_t offset, std::size_t size, std::vector<std::uint8_t>* out);
   void TrimCache();
 
@@ -69,6 +95,11 @@ class FileData {
   BlockEngine& engine_;
   const std::uint64_t block_;
   InodeLocks& locks_;
+  const std::chrono::milliseconds writeback_delay_;
+  std::mutex flusher_mu_;
+  std::condition_variable flusher_cv_;
+  bool flusher_stop_ = false;
+  std::thread flusher_;
 };
 
 }  // namespace s3oram::fs

@@ -160,9 +160,13 @@ class PathNamer {
 std::string BlockOwner(const FsckSnapshot& snap, const PathNamer& names,
                        const FsckSnapshot::Block& b) {
   const std::uint64_t bb = snap.params.block_bytes;
+  std::string where = "ORAM block " + std::to_string(b.id);
+  if (b.slots != 0) {
+    where += " slots " + std::to_string(b.slot) + ".." + std::to_string(b.slot + b.slots - 1);
+  }
   return names.Describe(b.ino) + " block " + std::to_string(b.idx) + " (bytes " +
-         std::to_string(b.idx * bb) + ".." + std::to_string(b.idx * bb + bb - 1) + ", ORAM block " +
-         std::to_string(b.id) + ")";
+         std::to_string(b.idx * bb) + ".." + std::to_string(b.idx * bb + bb - 1) + ", " + where +
+         ")";
 }
 
 std::uint64_t BlocksFor(std::uint64_t size, std::uint64_t block_bytes) {
@@ -264,6 +268,8 @@ Result<FsckSnapshot> FsckSnapshot::Load(const std::string& state_path) {
       if (key == "next_unused" && q.Type(1) == SQLITE_INTEGER) s.next_unused = q.UCol(1);
       if (key == "capacity_blocks") s.fs_capacity_blocks = q.UCol(1);
       if (key == "block_bytes") s.fs_block_bytes = q.UCol(1);
+      if (key == "schema_version") s.fs_schema_version = q.Col(1);
+      if (key == "slots_per_block") s.slots_per_block = q.Col(1);
     }
     S3ORAM_RETURN_IF_ERROR(fail(err));
   }
@@ -283,10 +289,42 @@ Result<FsckSnapshot> FsckSnapshot::Load(const std::string& state_path) {
     while (q.Next(&err)) s.dirents.push_back(Dirent{q.UCol(0), q.UCol(1), q.Blob(2), q.UCol(3)});
     S3ORAM_RETURN_IF_ERROR(fail(err));
   }
-  {
+  if (s.fs_schema_version < 3) {
+    // Whole blocks only (the daemon migrates this at its next mount).
     Stmt q(db, "SELECT ino, idx, block_id, valid FROM fs_blocks ORDER BY ino, idx");
     S3ORAM_RETURN_IF_ERROR(fail(q.ok("reading fs_blocks")));
-    while (q.Next(&err)) s.blocks.push_back(Block{q.UCol(0), q.UCol(1), q.UCol(2), q.Col(3)});
+    while (q.Next(&err)) {
+      Block b;
+      b.ino = q.UCol(0);
+      b.idx = q.UCol(1);
+      b.id = q.UCol(2);
+      b.valid = q.Col(3);
+      s.blocks.push_back(b);
+    }
+    S3ORAM_RETURN_IF_ERROR(fail(err));
+  } else {
+    Stmt q(db,
+           "SELECT ino, idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+           "FROM fs_blocks ORDER BY ino, idx");
+    S3ORAM_RETURN_IF_ERROR(fail(q.ok("reading fs_blocks")));
+    while (q.Next(&err)) {
+      Block b;
+      b.ino = q.UCol(0);
+      b.idx = q.UCol(1);
+      b.id = q.UCol(2);
+      b.valid = q.Col(3);
+      b.slot = static_cast<std::uint32_t>(q.Col(4));
+      b.slots = static_cast<std::uint32_t>(q.Col(5));
+      if (q.Type(6) != SQLITE_NULL) {
+        b.next = Extent{q.UCol(6), static_cast<std::uint32_t>(q.Col(7)),
+                        static_cast<std::uint32_t>(q.Col(8))};
+      }
+      s.blocks.push_back(b);
+    }
+    S3ORAM_RETURN_IF_ERROR(fail(err));
+    Stmt sh(db, "SELECT block_id, used, nused, longest FROM fs_shared ORDER BY block_id");
+    S3ORAM_RETURN_IF_ERROR(fail(sh.ok("reading fs_shared")));
+    while (sh.Next(&err)) s.shared.push_back(Shared{sh.UCol(0), sh.UCol(1), sh.Col(2), sh.Col(3)});
     S3ORAM_RETURN_IF_ERROR(fail(err));
   }
   {
@@ -744,9 +782,46 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
   for (const auto& row : snap.positions) {
     if (positions_deleted_by_phase1.count(row.id) == 0) positioned.insert(row.id);
   }
-  std::set<BlockId> used;
+  // A state that still has schema 2 is migrated by the daemon at its next
+  // mount; its layout is whole blocks. Schema 3 records the slot count.
+  const BlockLayout layout(static_cast<std::uint32_t>(bb));
+  if (snap.fs_schema_version >= 3 &&
+      snap.slots_per_block.value_or(-1) != static_cast<std::int64_t>(layout.slots_per_block())) {
+    problem("fs_meta slots_per_block is " +
+                (snap.slots_per_block ? std::to_string(*snap.slots_per_block) : "missing") +
+                ", not " + std::to_string(layout.slots_per_block()) + " for " +
+                std::to_string(bb) + "-byte blocks",
+            false);
+    return r;
+  }
+  std::set<BlockId> used;                      // whole or shared
+  std::set<BlockId> whole;                     // mapped whole
+  std::map<BlockId, std::uint64_t> fragments;  // shared block -> union of its fragments
   std::set<BlockId> unmapped;  // by the repairs above: freed without a report of their own
   std::uint64_t highest_used_plus_one = 0;
+  // Claims an extent's space; the reason it cannot, or "".
+  auto claim = [&](const Extent& e) -> std::string {
+    if (e.id >= cap) return "is out of range (capacity " + std::to_string(cap) + ")";
+    if (e.whole()) {
+      if (whole.count(e.id) || fragments.count(e.id)) {
+        return "uses ORAM block " + std::to_string(e.id) + ", which another extent uses";
+      }
+      whole.insert(e.id);
+    } else {
+      if (e.slots >= layout.slots_per_block() || e.slot + e.slots > layout.slots_per_block()) {
+        return "has fragment slots " + std::to_string(e.slot) + "+" + std::to_string(e.slots) +
+               " outside a block of " + std::to_string(layout.slots_per_block());
+      }
+      const std::uint64_t mask = BlockLayout::Mask(e.slot, e.slots);
+      if (whole.count(e.id) || (fragments.count(e.id) && (fragments[e.id] & mask) != 0)) {
+        return "overlaps another extent in ORAM block " + std::to_string(e.id);
+      }
+      fragments[e.id] |= mask;
+    }
+    used.insert(e.id);
+    highest_used_plus_one = std::max(highest_used_plus_one, e.id + 1);
+    return "";
+  };
   for (const auto& b : snap.blocks) {
     const std::string who = BlockOwner(snap, names, b);
     auto it = snap.inodes.find(b.ino);
@@ -754,6 +829,7 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
       problem(who + " " + why + ": unmapped", true);
       r.repairs.push_back({FsckRepair::Kind::kUnmapBlock, b.ino, b.idx, b.id});
       unmapped.insert(b.id);
+      if (b.next) unmapped.insert(b.next->id);
     };
     if (it == snap.inodes.end()) {
       unmap("belongs to a missing inode");
@@ -767,23 +843,32 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
       unmap("lies beyond the file size " + std::to_string(it->second.size));
       continue;
     }
-    if (b.id >= cap) {
-      unmap("is out of range (capacity " + std::to_string(cap) + ")");
+    if (std::string why = claim(b.at()); !why.empty()) {
+      unmap(why);
       continue;
     }
-    const std::uint64_t in_size = std::min<std::uint64_t>(bb, it->second.size - b.idx * bb);
+    if (b.next) {
+      // A relocation the daemon had not finished: legal, and harmless to
+      // drop if it is damaged (the data are still in the extent).
+      if (std::string why = claim(*b.next); !why.empty()) {
+        problem(who + " relocation target " + why + ": dropped", true);
+        r.repairs.push_back({FsckRepair::Kind::kClearNext, b.ino, b.idx});
+        unmapped.insert(b.next->id);
+      }
+    }
+    const std::uint64_t in_size = std::min<std::uint64_t>(
+        layout.Bytes(b.at()), std::min<std::uint64_t>(bb, it->second.size - b.idx * bb));
     std::int64_t valid = b.valid;
     if (valid < 0 || static_cast<std::uint64_t>(valid) > in_size) {
       const std::int64_t fixed =
           std::clamp<std::int64_t>(valid, 0, static_cast<std::int64_t>(in_size));
       problem(who + " has valid length " + std::to_string(valid) +
-                  " beyond the file size: set to " + std::to_string(fixed),
+                  " beyond the file size or its extent: set to " + std::to_string(fixed),
               true);
-      r.repairs.push_back({FsckRepair::Kind::kSetValid, b.id, static_cast<std::uint64_t>(fixed)});
+      r.repairs.push_back(
+          {FsckRepair::Kind::kSetValid, b.ino, b.idx, static_cast<std::uint64_t>(fixed)});
       valid = fixed;
     }
-    used.insert(b.id);
-    highest_used_plus_one = std::max(highest_used_plus_one, b.id + 1);
     if (valid > 0 && positioned.count(b.id) == 0) {
       // valid > 0 only after a successful write-back, which committed the
       // position first: the position row was lost.
@@ -792,10 +877,42 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
                       "are lost";
       if (options.zero_damaged) {
         problem(m + "; it will read as zeros", true);
-        r.repairs.push_back({FsckRepair::Kind::kSetValid, b.id, 0});
+        r.repairs.push_back({FsckRepair::Kind::kSetValid, b.ino, b.idx, 0});
       } else {
         problem(m + " (--zero-damaged makes it read as zeros)", false);
       }
+    }
+  }
+  // Shared blocks: their slot maps must be the union of their fragments.
+  {
+    bool rewrite = false;
+    std::map<BlockId, const FsckSnapshot::Shared*> rows;
+    for (const auto& sh : snap.shared) rows[sh.id] = &sh;
+    for (const auto& [id, mask] : fragments) {
+      auto it = rows.find(id);
+      if (it == rows.end()) {
+        problem("ORAM block " + std::to_string(id) +
+                    " holds fragments but is not recorded as shared: recorded",
+                true);
+        rewrite = true;
+      } else if (it->second->used != mask || it->second->nused != std::popcount(mask) ||
+                 it->second->longest != static_cast<std::int64_t>(layout.LongestFree(mask))) {
+        problem("shared ORAM block " + std::to_string(id) +
+                    " has a slot map that disagrees with its fragments: recomputed",
+                true);
+        rewrite = true;
+      }
+    }
+    for (const auto& sh : snap.shared) {
+      if (!fragments.count(sh.id)) {
+        problem("ORAM block " + std::to_string(sh.id) +
+                    " is recorded as shared but holds no fragment: dropped from the shared list",
+                true);
+        rewrite = true;
+      }
+    }
+    if (snap.fs_schema_version >= 3 && (rewrite || !unmapped.empty())) {
+      r.repairs.push_back({FsckRepair::Kind::kRewriteShared});
     }
   }
   if (highest_used_plus_one > next && next <= cap) {
@@ -852,6 +969,47 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
 }
 
 // --- repairs ----------------------------------------------------------------------
+
+namespace {
+
+// fs_shared recomputed from the fragments fs_blocks maps now (inside the
+// repair transaction, after the plan's unmaps).
+Status RewriteShared(sqlite3* db) {
+  std::int64_t block_bytes = 0;
+  {
+    Stmt q(db, "SELECT value FROM fs_meta WHERE key = 'block_bytes'");
+    S3ORAM_RETURN_IF_ERROR(q.ok("repair"));
+    Status err;
+    if (!q.Next(&err)) return err.ok() ? Status::Corruption("fs_meta lacks block_bytes") : err;
+    block_bytes = q.Col(0);
+  }
+  const BlockLayout layout(static_cast<std::uint32_t>(block_bytes));
+  std::map<BlockId, std::uint64_t> masks;
+  {
+    Stmt q(db, "SELECT block_id, slot, slots FROM fs_blocks WHERE slots > 0 UNION ALL "
+               "SELECT next_id, next_slot, next_slots FROM fs_blocks WHERE next_slots > 0");
+    S3ORAM_RETURN_IF_ERROR(q.ok("repair"));
+    Status err;
+    while (q.Next(&err)) {
+      masks[q.UCol(0)] |= BlockLayout::Mask(static_cast<std::uint32_t>(q.Col(1)),
+                                            static_cast<std::uint32_t>(q.Col(2)));
+    }
+    S3ORAM_RETURN_IF_ERROR(err);
+  }
+  S3ORAM_RETURN_IF_ERROR(ExecSql(db, "DELETE FROM fs_shared"));
+  for (const auto& [id, used] : masks) {
+    Stmt q(db, "INSERT INTO fs_shared(block_id, used, nused, longest) VALUES (?1, ?2, ?3, ?4)");
+    S3ORAM_RETURN_IF_ERROR(q.ok("repair"));
+    S3ORAM_RETURN_IF_ERROR(q.Bind(1, ToSql(id))
+                               .Bind(2, ToSql(used))
+                               .Bind(3, std::popcount(used))
+                               .Bind(4, layout.LongestFree(used))
+                               .Run());
+  }
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status ApplyFsckRepairs(const std::string& state_path, const std::vector<FsckRepair>& repairs) {
   if (repairs.empty()) return Status::Ok();
@@ -945,11 +1103,23 @@ Status ApplyFsckRepairs(const std::string& state_path, const std::vector<FsckRep
           break;
         }
         case K::kSetValid: {
-          Stmt q(db, "UPDATE fs_blocks SET valid = ?1 WHERE block_id = ?2");
+          Stmt q(db, "UPDATE fs_blocks SET valid = ?1 WHERE ino = ?2 AND idx = ?3");
           S3ORAM_RETURN_IF_ERROR(q.ok("repair"));
-          S3ORAM_RETURN_IF_ERROR(q.Bind(1, ToSql(f.b)).Bind(2, ToSql(f.a)).Run());
+          S3ORAM_RETURN_IF_ERROR(
+              q.Bind(1, ToSql(f.c)).Bind(2, ToSql(f.a)).Bind(3, ToSql(f.b)).Run());
           break;
         }
+        case K::kClearNext: {
+          Stmt q(db,
+                 "UPDATE fs_blocks SET next_id = NULL, next_slot = NULL, next_slots = NULL "
+                 "WHERE ino = ?1 AND idx = ?2");
+          S3ORAM_RETURN_IF_ERROR(q.ok("repair"));
+          S3ORAM_RETURN_IF_ERROR(q.Bind(1, ToSql(f.a)).Bind(2, ToSql(f.b)).Run());
+          break;
+        }
+        case K::kRewriteShared:
+          S3ORAM_RETURN_IF_ERROR(RewriteShared(db));
+          break;
         case K::kAddFree: {
           Stmt q(db, "INSERT OR IGNORE INTO fs_free_blocks(block_id) VALUES (?1)");
           S3ORAM_RETURN_IF_ERROR(q.ok("repair"));
@@ -1000,36 +1170,39 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
   const PathNamer names(snap);
   // Blocks holding file data that the ORAM has a position for (the others
   // read as zeros without an access, or were reported by phase 2).
-  std::vector<const FsckSnapshot::Block*> todo;
+  // A shared block is read once for all of its fragments.
+  std::map<BlockId, std::vector<const FsckSnapshot::Block*>> todo;
   for (const auto& b : snap.blocks) {
     if (b.valid > 0 && b.id < client.params().capacity_blocks && client.position_map().Find(b.id)) {
-      todo.push_back(&b);
+      todo[b.id].push_back(&b);
     }
   }
   const std::uint64_t total = todo.size();
   if (progress) progress(0, total);
-  for (const FsckSnapshot::Block* b : todo) {
+  for (const auto& [id, owners] : todo) {
     if (cancel && cancel->load()) {
       r.cancelled = true;
       return r;
     }
-    auto data = client.Read(b->id);
+    auto data = client.Read(id);
     if (!data.ok()) {
       if (cancel && cancel->load()) {
         r.cancelled = true;
         return r;
       }
       if (data.status().code() != Status::Code::kIntegrity) {
-        r.fatal = data.status().WithContext("reading ORAM block " + std::to_string(b->id));
+        r.fatal = data.status().WithContext("reading ORAM block " + std::to_string(id));
         return r;
       }
-      std::string m = BlockOwner(snap, names, *b) +
-                      " is damaged: it does not authenticate (AEAD tag or version mismatch)";
-      if (options.zero_damaged) {
-        r.problems.push_back({3, m + "; it will read as zeros", true});
-        r.repairs.push_back({FsckRepair::Kind::kSetValid, b->id, 0});
-      } else {
-        r.problems.push_back({3, m + " (--zero-damaged makes it read as zeros)", false});
+      for (const FsckSnapshot::Block* b : owners) {
+        std::string m = BlockOwner(snap, names, *b) +
+                        " is damaged: it does not authenticate (AEAD tag or version mismatch)";
+        if (options.zero_damaged) {
+          r.problems.push_back({3, m + "; it will read as zeros", true});
+          r.repairs.push_back({FsckRepair::Kind::kSetValid, b->ino, b->idx, 0});
+        } else {
+          r.problems.push_back({3, m + " (--zero-damaged makes it read as zeros)", false});
+        }
       }
     }
     ++r.blocks_read;

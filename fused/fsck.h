@@ -68,6 +68,8 @@ struct FsckSnapshot {
   std::optional<std::uint64_t> next_unused;
   std::uint64_t fs_capacity_blocks = 0;
   std::uint64_t fs_block_bytes = 0;
+  std::int64_t fs_schema_version = 0;
+  std::optional<std::int64_t> slots_per_block;  // fs_meta; absent before schema 3
   struct Inode {
     std::uint32_t mode = 0;
     std::int64_t nlink = 0;
@@ -87,9 +89,18 @@ struct FsckSnapshot {
     std::uint64_t idx = 0;
     BlockId id = 0;
     std::int64_t valid = 0;
+    std::uint32_t slot = 0, slots = 0;  // the extent (block_layout.h)
+    std::optional<Extent> next;         // relocation target
+    Extent at() const { return Extent{id, slot, slots}; }
   };
   std::vector<Block> blocks;  // in (ino, idx) order
   std::vector<BlockId> free_blocks;
+  struct Shared {
+    BlockId id = 0;
+    std::uint64_t used = 0;
+    std::int64_t nused = 0, longest = 0;
+  };
+  std::vector<Shared> shared;  // fs_shared rows
   std::vector<Ino> symlink_rows;
   std::uint64_t xattr_rows_of_missing_inodes = 0;
 
@@ -108,7 +119,9 @@ struct FsckRepair {
     kLinkLostFound,     // a: ino, linked in /lost+found as `name` ("#<ino>")
     kSetNlink,          // a: ino, b: nlink
     kUnmapBlock,        // a: ino, b: idx, c: block id (returned to the free list if in range)
-    kSetValid,          // a: block id, b: valid
+    kSetValid,          // a: ino, b: idx, c: valid
+    kClearNext,         // a: ino, b: idx (drops a relocation target)
+    kRewriteShared,     // fs_shared recomputed from the fragments in fs_blocks
     kAddFree,           // a: block id
     kRemoveFree,        // a: block id
     kSetNextUnused,     // a: value

@@ -192,8 +192,9 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
       static_cast<std::size_t>(cmd.cache_mib * (std::uint64_t{1} << 20) / engine.block_bytes());
   fs::InodeLocks locks;
   fs::BlockCache cache(engine, locks, pages,
-                       [&md](const std::vector<fs::BlockId>& ids) { return md.MarkWritten(ids); });
-  fs::FileData data(md, cache, engine, locks);
+                       [&md](const std::vector<fs::WrittenExtent>& w) { return md.MarkWritten(w); });
+  fs::FileData data(md, cache, engine, locks,
+                    std::chrono::seconds(cmd.writeback_delay_seconds));
   fs::Filesystem filesystem(md, data, kAttrTimeoutSeconds);
 
   std::vector<std::string> argv_storage = cmd.fuse_args;
@@ -220,8 +221,9 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                   " (does it exist, and is nothing, not even a dead s3oramfs, mounted there?)");
     return 1;
   }
-  spdlog::info("mounted {} on {} ({} blocks of {} bytes, cache {} MiB)", state, cmd.mountpoint,
-               params.capacity_blocks, params.block_bytes, cmd.cache_mib);
+  spdlog::info("mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s)",
+               state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
+               cmd.writeback_delay_seconds);
   reporter.Succeed();
   if (!cmd.foreground) DetachStdio();
   sd_notify(0, "READY=1");
@@ -242,6 +244,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
     }
   });
 
+  data.StartFlusher();
   int rc = 0;
   if (cmd.single_thread) {
     rc = fuse_session_loop(se);
@@ -257,6 +260,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   fuse_remove_signal_handlers(se);
   fuse_session_unmount(se);
   fuse_session_destroy(se);  // runs `destroy` if the kernel did not
+  data.StopFlusher();  // Destroy writes back whatever is left
   filesystem.Destroy();
   const auto cs = cache.stats();
   const auto es = engine.stats();

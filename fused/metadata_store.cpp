@@ -1,24 +1,37 @@
 // MetadataStore (see metadata_store.h).
 //
-// Schema (fs schema version 2), in the client state file next to the
+// Schema (fs schema version 3), in the client state file next to the
 // ClientStateStore tables:
 //   fs_meta(key TEXT PRIMARY KEY, value)  schema_version, capacity_blocks,
-//                                         block_bytes, next_unused, sync_count
+//                                         block_bytes, slots_per_block,
+//                                         next_unused, sync_count
 //   fs_inodes(ino INTEGER PRIMARY KEY AUTOINCREMENT, mode, uid, gid, nlink,
 //             size, rdev, atime_ns, mtime_ns, ctime_ns)
 //   fs_dirents(cookie INTEGER PRIMARY KEY AUTOINCREMENT, parent, name BLOB,
 //              ino, UNIQUE(parent, name))
 //   fs_symlinks(ino PRIMARY KEY, target BLOB)
 //   fs_xattrs(ino, name BLOB, value BLOB, PRIMARY KEY(ino, name))
-//   fs_blocks(ino, idx, block_id UNIQUE, valid, PRIMARY KEY(ino, idx))
+//   fs_blocks(ino, idx, block_id, slot, slots, valid,
+//             next_id, next_slot, next_slots, PRIMARY KEY(ino, idx))
+//   fs_shared(block_id PRIMARY KEY, used, nused, longest)
 //   fs_free_blocks(block_id PRIMARY KEY)
-// Block allocation: ids below next_unused are either mapped (fs_blocks) or
-// free (fs_free_blocks); ids from next_unused up to the capacity have never
-// been used. `valid` is how many leading bytes of the ORAM's copy of a block
-// belong to the file: 0 for a block allocated but never written back (the
-// ORAM may still hold a previous owner's data for it), at most the part of
-// the block below the file size (Truncate lowers it, MarkWritten raises it).
-// The daemon reads every byte at or past `valid` as zero. AUTOINCREMENT keeps inode numbers and cookies from being reused.
+// Block allocation (block_layout.h): ids below next_unused are either mapped
+// whole by exactly one extent (slots 0, as a block's `at` or `next`),
+// shared (a fs_shared row whose `used` slot mask is the union of the
+// fragments in it, none overlapping; `nused` its popcount, `longest` its
+// longest free run, for the allocator's index), or free (fs_free_blocks);
+// ids from next_unused up to the capacity have never been used. A shared
+// block whose last fragment is freed becomes free. `valid` is how many
+// leading bytes of the ORAM's copy of an extent belong to the file: 0 for
+// an extent allocated but never written back (the ORAM may still hold a
+// previous owner's data there), at most the part of the block below the
+// file size (Truncate lowers it, MarkWritten raises it). The daemon reads
+// every byte at or past `valid` as zero. next_* (NULL when none) is a
+// relocation target (BlockMapping::next). AUTOINCREMENT keeps inode numbers
+// and cookies from being reused.
+//
+// Version 2 (whole blocks only, block_id UNIQUE) is migrated to 3 in place
+// at Open, in one transaction: every old mapping becomes a whole extent.
 //
 // Internally, operation bodies report failure by throwing FsFail (an errno and
 // a message); Run() catches it, rolls the transaction back and returns the
@@ -37,6 +50,7 @@
 #include <new>
 #include <map>
 #include <set>
+#include <tuple>
 #include <unordered_map>
 #include <utility>
 
@@ -45,7 +59,7 @@
 namespace s3oram::fs {
 namespace {
 
-constexpr std::int64_t kFsSchemaVersion = 2;
+constexpr std::int64_t kFsSchemaVersion = 3;
 constexpr int kBusyTimeoutMs = 5000;
 
 struct FsFail {
@@ -93,10 +107,35 @@ CREATE TABLE IF NOT EXISTS fs_xattrs(
   ino INTEGER NOT NULL, name BLOB NOT NULL, value BLOB NOT NULL,
   PRIMARY KEY(ino, name)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_blocks(
-  ino INTEGER NOT NULL, idx INTEGER NOT NULL, block_id INTEGER NOT NULL UNIQUE,
+  ino INTEGER NOT NULL, idx INTEGER NOT NULL, block_id INTEGER NOT NULL,
+  slot INTEGER NOT NULL DEFAULT 0, slots INTEGER NOT NULL DEFAULT 0,
   valid INTEGER NOT NULL DEFAULT 0,
+  next_id INTEGER, next_slot INTEGER, next_slots INTEGER,
   PRIMARY KEY(ino, idx)) WITHOUT ROWID;
 CREATE TABLE IF NOT EXISTS fs_free_blocks(block_id INTEGER PRIMARY KEY);
+CREATE TABLE IF NOT EXISTS fs_shared(
+  block_id INTEGER PRIMARY KEY, used INTEGER NOT NULL, nused INTEGER NOT NULL,
+  longest INTEGER NOT NULL);
+CREATE INDEX IF NOT EXISTS fs_shared_longest ON fs_shared(longest, block_id);
+)sql";
+
+// Version 2 to 3: the old fs_blocks (block_id UNIQUE, whole blocks) copied
+// into the new shape; fs_shared starts empty.
+constexpr const char* kMigrate2To3Sql = R"sql(
+ALTER TABLE fs_blocks RENAME TO fs_blocks_v2;
+CREATE TABLE fs_blocks(
+  ino INTEGER NOT NULL, idx INTEGER NOT NULL, block_id INTEGER NOT NULL,
+  slot INTEGER NOT NULL DEFAULT 0, slots INTEGER NOT NULL DEFAULT 0,
+  valid INTEGER NOT NULL DEFAULT 0,
+  next_id INTEGER, next_slot INTEGER, next_slots INTEGER,
+  PRIMARY KEY(ino, idx)) WITHOUT ROWID;
+INSERT INTO fs_blocks(ino, idx, block_id, valid) SELECT ino, idx, block_id, valid FROM fs_blocks_v2;
+DROP TABLE fs_blocks_v2;
+CREATE TABLE fs_shared(
+  block_id INTEGER PRIMARY KEY, used INTEGER NOT NULL, nused INTEGER NOT NULL,
+  longest INTEGER NOT NULL);
+CREATE INDEX fs_shared_longest ON fs_shared(longest, block_id);
+UPDATE fs_meta SET value = 3 WHERE key = 'schema_version';
 )sql";
 
 // A cached prepared statement in use: binds, steps, and resets on destruction.
@@ -123,6 +162,10 @@ class Q {
     }
     return *this;
   }
+  Q& Nul() {
+    sqlite3_bind_null(st_, ++n_);
+    return *this;
+  }
   Q& T(const char* s) {
     sqlite3_bind_text(st_, ++n_, s, -1, SQLITE_TRANSIENT);
     return *this;
@@ -139,6 +182,7 @@ class Q {
     }
   }
   std::int64_t Col(int c) const { return sqlite3_column_int64(st_, c); }
+  bool Null(int c) const { return sqlite3_column_type(st_, c) == SQLITE_NULL; }
   std::uint64_t UCol(int c) const { return FromSql(Col(c)); }
   std::string Str(int c) const {
     const void* p = sqlite3_column_blob(st_, c);
@@ -183,7 +227,7 @@ Status Exec(sqlite3* db, const char* sql) {
 class MetadataStore::Impl {
  public:
   Impl(sqlite3* db, std::uint64_t capacity, std::uint32_t block_bytes)
-      : db_(db), capacity_(capacity), block_bytes_(block_bytes) {}
+      : db_(db), capacity_(capacity), block_bytes_(block_bytes), layout_(block_bytes) {}
   ~Impl() {
     for (auto& [sql, st] : cache_) sqlite3_finalize(st);
   }
@@ -231,12 +275,13 @@ class MetadataStore::Impl {
     return *a;
   }
 
-  // Inode attributes plus the mapped-block count (for st_blocks).
+  // Inode attributes plus the bytes its extents hold (for st_blocks).
   Attr FullAttr(Ino ino) {
     Attr a = Inode(ino);
-    Q q = S("SELECT count(*) FROM fs_blocks WHERE ino = ?");
-    q.U(ino);
-    if (q.Next()) a.mapped_blocks = q.UCol(0);
+    Q q = S("SELECT coalesce(sum(CASE WHEN slots = 0 THEN ? ELSE slots * ? END), 0) "
+            "FROM fs_blocks WHERE ino = ?");
+    q.I(layout_.block_bytes()).I(layout_.slot_bytes()).U(ino);
+    if (q.Next()) a.mapped_bytes = q.UCol(0);
     return a;
   }
 
@@ -325,18 +370,115 @@ class MetadataStore::Impl {
     return next;
   }
 
-  // Unmaps blocks idx >= first_idx of `ino`, returning their ids to the free list.
-  void FreeBlocksFrom(Ino ino, std::uint64_t first_idx, std::vector<BlockId>* freed) {
-    std::vector<BlockId> ids;
-    {
-      Q q = S("SELECT block_id FROM fs_blocks WHERE ino = ? AND idx >= ? ORDER BY idx");
-      q.U(ino).U(first_idx);
-      while (q.Next()) ids.push_back(q.UCol(0));
+  // A fs_blocks row selected as (idx, block_id, valid, slot, slots, next_id,
+  // next_slot, next_slots).
+  static BlockMapping RowMapping(const Q& q) {
+    BlockMapping m;
+    m.idx = q.UCol(0);
+    m.id = q.UCol(1);
+    m.valid = static_cast<std::uint32_t>(q.Col(2));
+    m.slot = static_cast<std::uint32_t>(q.Col(3));
+    m.slots = static_cast<std::uint32_t>(q.Col(4));
+    if (!q.Null(5)) {
+      m.next = Extent{q.UCol(5), static_cast<std::uint32_t>(q.Col(6)),
+                      static_cast<std::uint32_t>(q.Col(7))};
     }
-    if (ids.empty()) return;
+    return m;
+  }
+
+  std::optional<BlockMapping> FindMapping(Ino ino, std::uint64_t idx) {
+    Q q = S("SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+            "FROM fs_blocks WHERE ino = ? AND idx = ?");
+    q.U(ino).U(idx);
+    if (!q.Next()) return std::nullopt;
+    return RowMapping(q);
+  }
+
+  // An extent of `slots` slots (0: a whole block). Fragments go to the
+  // lowest shared block with room (first fit), so consecutive small files
+  // share blocks and their write-backs coalesce; a new shared block is taken
+  // from the free blocks only when none has room.
+  Extent AllocateExtent(std::uint32_t slots) {
+    if (slots == 0) return Extent{AllocateBlock(), 0, 0};
+    std::optional<std::pair<BlockId, std::uint64_t>> found;
+    {
+      Q q = S("SELECT block_id, used FROM fs_shared WHERE longest >= ? ORDER BY block_id LIMIT 1");
+      q.I(slots);
+      if (q.Next()) found = {q.UCol(0), q.UCol(1)};
+    }
+    BlockId id = 0;
+    std::uint64_t used = 0;
+    if (found) {
+      std::tie(id, used) = *found;
+    } else {
+      id = AllocateBlock();
+      S("INSERT INTO fs_shared(block_id, used, nused, longest) VALUES (?, 0, 0, ?)")
+          .U(id).I(layout_.slots_per_block()).Run();
+    }
+    const int slot = layout_.FirstFit(used, slots);
+    if (slot < 0) Fail(EIO, "fs_shared longest free run is wrong for block " + std::to_string(id));
+    SetShared(id, used | BlockLayout::Mask(static_cast<std::uint32_t>(slot), slots));
+    return Extent{id, static_cast<std::uint32_t>(slot), slots};
+  }
+
+  void SetShared(BlockId id, std::uint64_t used) {
+    S("UPDATE fs_shared SET used = ?, nused = ?, longest = ? WHERE block_id = ?")
+        .U(used).I(std::popcount(used)).I(layout_.LongestFree(used)).U(id).Run();
+  }
+
+  // Returns an extent's space: a whole block to the free list, a fragment's
+  // slots to its shared block (which is freed with its last fragment). Ids
+  // of blocks that became free go to *freed.
+  void FreeExtent(const Extent& e, std::vector<BlockId>* freed) {
+    if (!e.whole()) {
+      std::uint64_t used = 0;
+      {
+        Q q = S("SELECT used FROM fs_shared WHERE block_id = ?");
+        q.U(e.id);
+        if (!q.Next()) Fail(EIO, "fragment in block " + std::to_string(e.id) + " is not shared");
+        used = q.UCol(0);
+      }
+      const std::uint64_t mask = BlockLayout::Mask(e.slot, e.slots);
+      if ((used & mask) != mask) {
+        Fail(EIO, "fragment slots of block " + std::to_string(e.id) + " are not marked used");
+      }
+      used &= ~mask;
+      if (used != 0) {
+        SetShared(e.id, used);
+        return;
+      }
+      S("DELETE FROM fs_shared WHERE block_id = ?").U(e.id).Run();
+    }
+    S("INSERT INTO fs_free_blocks(block_id) VALUES (?)").U(e.id).Run();
+    if (freed) freed->push_back(e.id);
+  }
+
+  void SetNext(Ino ino, std::uint64_t idx, const std::optional<Extent>& e) {
+    Q q = S("UPDATE fs_blocks SET next_id = ?, next_slot = ?, next_slots = ? "
+            "WHERE ino = ? AND idx = ?");
+    if (e) {
+      q.U(e->id).I(e->slot).I(e->slots);
+    } else {
+      q.Nul().Nul().Nul();
+    }
+    q.U(ino).U(idx).Run();
+  }
+
+  // Unmaps blocks idx >= first_idx of `ino`, returning their extents' space.
+  void FreeBlocksFrom(Ino ino, std::uint64_t first_idx, std::vector<BlockId>* freed) {
+    std::vector<BlockMapping> maps;
+    {
+      Q q = S("SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+              "FROM fs_blocks WHERE ino = ? AND idx >= ? ORDER BY idx");
+      q.U(ino).U(first_idx);
+      while (q.Next()) maps.push_back(RowMapping(q));
+    }
+    if (maps.empty()) return;
     S("DELETE FROM fs_blocks WHERE ino = ? AND idx >= ?").U(ino).U(first_idx).Run();
-    for (BlockId id : ids) S("INSERT INTO fs_free_blocks(block_id) VALUES (?)").U(id).Run();
-    if (freed) freed->insert(freed->end(), ids.begin(), ids.end());
+    for (const BlockMapping& m : maps) {
+      FreeExtent(m.at(), freed);
+      if (m.next) FreeExtent(*m.next, freed);
+    }
   }
 
   // Deletes an unlinked inode and everything hanging off it.
@@ -372,6 +514,7 @@ class MetadataStore::Impl {
   sqlite3* db_;
   std::uint64_t capacity_;
   std::uint32_t block_bytes_;
+  BlockLayout layout_;
   std::unordered_map<std::string, sqlite3_stmt*> cache_;
 };
 
@@ -381,6 +524,7 @@ MetadataStore::MetadataStore(sqlite3* db, std::uint64_t capacity, std::uint32_t 
     : db_(db),
       capacity_(capacity),
       block_bytes_(block_bytes),
+      layout_(block_bytes),
       impl_(std::make_unique<Impl>(db, capacity, block_bytes)) {}
 
 MetadataStore::~MetadataStore() {
@@ -488,6 +632,15 @@ Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& st
 
   std::optional<std::int64_t> version;
   if (Status s = read_meta("schema_version", &version); !s.ok()) return rollback_fail(s);
+  if (version && *version == 2) {
+    // Whole blocks only: every mapping becomes a whole extent.
+    if (Status s = Exec(db, kMigrate2To3Sql); !s.ok()) return rollback_fail(s);
+    const std::string spb = "INSERT OR REPLACE INTO fs_meta(key, value) VALUES "
+                            "('slots_per_block', " +
+                            std::to_string(BlockLayout::SlotsPerBlock(block_bytes)) + ")";
+    if (Status s = Exec(db, spb.c_str()); !s.ok()) return rollback_fail(s);
+    version = kFsSchemaVersion;
+  }
   if (version && *version != kFsSchemaVersion) {
     return rollback_fail(Status::Corruption("unknown filesystem schema version " +
                                             std::to_string(*version) + " (expected " +
@@ -511,7 +664,8 @@ Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& st
         "INSERT INTO fs_meta(key, value) VALUES ('schema_version', " +
         std::to_string(kFsSchemaVersion) + "), ('capacity_blocks', " +
         std::to_string(ToSql(capacity_blocks)) + "), ('block_bytes', " +
-        std::to_string(block_bytes) +
+        std::to_string(block_bytes) + "), ('slots_per_block', " +
+        std::to_string(BlockLayout::SlotsPerBlock(block_bytes)) +
         "), ('next_unused', 0), ('sync_count', 0);"
         "INSERT INTO fs_inodes(ino, mode, uid, gid, nlink, size, rdev, atime_ns, mtime_ns, "
         "ctime_ns) VALUES (1, " +
@@ -520,16 +674,24 @@ Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& st
         std::to_string(now) + ", " + std::to_string(now) + ");";
     if (Status s = Exec(db, init.c_str()); !s.ok()) return rollback_fail(s);
   } else {
-    std::optional<std::int64_t> cap, bb, next;
+    std::optional<std::int64_t> cap, bb, next, spb;
     if (Status s = read_meta("capacity_blocks", &cap); !s.ok()) return rollback_fail(s);
     if (Status s = read_meta("block_bytes", &bb); !s.ok()) return rollback_fail(s);
     if (Status s = read_meta("next_unused", &next); !s.ok()) return rollback_fail(s);
-    if (!cap || !bb || !next) return rollback_fail(Status::Corruption("fs_meta is incomplete"));
+    if (Status s = read_meta("slots_per_block", &spb); !s.ok()) return rollback_fail(s);
+    if (!cap || !bb || !next || !spb) {
+      return rollback_fail(Status::Corruption("fs_meta is incomplete"));
+    }
     if (FromSql(*cap) != capacity_blocks || *bb != static_cast<std::int64_t>(block_bytes)) {
       return rollback_fail(Status::FailedPrecondition(
           "filesystem was made for " + std::to_string(FromSql(*cap)) + " blocks of " +
           std::to_string(*bb) + " bytes, not " + std::to_string(capacity_blocks) + " of " +
           std::to_string(block_bytes)));
+    }
+    if (*spb != static_cast<std::int64_t>(BlockLayout::SlotsPerBlock(block_bytes))) {
+      return rollback_fail(Status::Corruption("fs_meta slots_per_block is " +
+                                              std::to_string(*spb) + ", not " +
+                                              std::to_string(BlockLayout::SlotsPerBlock(block_bytes))));
     }
     if (FromSql(*next) > capacity_blocks) {
       return rollback_fail(Status::Corruption("fs_meta next_unused beyond capacity"));
@@ -961,12 +1123,10 @@ int MetadataStore::GetBlocks(Ino ino, std::uint64_t first_idx, std::uint64_t cou
     std::vector<BlockMapping> r;
     if (count > 0) {
       const std::uint64_t last = first_idx + std::min(count - 1, UINT64_MAX - first_idx);
-      Q q = m.S("SELECT idx, block_id, valid FROM fs_blocks WHERE ino = ? AND idx >= ? AND "
-                "idx <= ? ORDER BY idx");
+      Q q = m.S("SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+                "FROM fs_blocks WHERE ino = ? AND idx >= ? AND idx <= ? ORDER BY idx");
       q.U(ino).I(m.ClampIdx(first_idx)).I(m.ClampIdx(last));
-      while (q.Next()) {
-        r.push_back(BlockMapping{q.UCol(0), q.UCol(1), static_cast<std::uint32_t>(q.Col(2))});
-      }
+      while (q.Next()) r.push_back(Impl::RowMapping(q));
     }
     if (out) *out = std::move(r);
     if (attr) *attr = a;
@@ -988,24 +1148,54 @@ int MetadataStore::PrepareWrite(Ino ino, std::uint64_t offset, std::uint64_t len
       const std::uint64_t last = (end - 1) / m.block_bytes_;
       std::map<std::uint64_t, BlockMapping> mapped;
       {
-        Q q = m.S("SELECT idx, block_id, valid FROM fs_blocks WHERE ino = ? AND idx >= ? AND "
-                  "idx <= ? ORDER BY idx");
+        Q q = m.S("SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+                  "FROM fs_blocks WHERE ino = ? AND idx >= ? AND idx <= ? ORDER BY idx");
         q.U(ino).U(first).U(last);
         while (q.Next()) {
-          mapped[q.UCol(0)] =
-              BlockMapping{q.UCol(0), q.UCol(1), static_cast<std::uint32_t>(q.Col(2))};
+          BlockMapping bm = Impl::RowMapping(q);
+          mapped[bm.idx] = bm;
         }
       }
+      const BlockLayout& lay = m.layout_;
       for (std::uint64_t idx = first; idx <= last; ++idx) {
+        // The file's bytes in this block after the write start at its
+        // offset 0 (extents hold a block's leading bytes) and end here.
+        const auto need = static_cast<std::uint32_t>(
+            std::min<std::uint64_t>(m.block_bytes_, end - idx * m.block_bytes_));
         auto it = mapped.find(idx);
-        if (it != mapped.end()) {
-          r.push_back(it->second);
+        if (it == mapped.end()) {
+          const Extent e = m.AllocateExtent(lay.SlotsFor(need));
+          m.S("INSERT INTO fs_blocks(ino, idx, block_id, slot, slots, valid) "
+              "VALUES (?, ?, ?, ?, ?, 0)")
+              .U(ino).U(idx).U(e.id).I(e.slot).I(e.slots).Run();
+          r.push_back(BlockMapping{idx, e.id, 0, e.slot, e.slots, std::nullopt});
           continue;
         }
-        BlockId id = m.AllocateBlock();
-        m.S("INSERT INTO fs_blocks(ino, idx, block_id, valid) VALUES (?, ?, ?, 0)")
-            .U(ino).U(idx).U(id).Run();
-        r.push_back(BlockMapping{idx, id, 0});
+        BlockMapping bm = it->second;
+        if (lay.Holds(bm.target().slots, need)) {
+          r.push_back(bm);
+          continue;
+        }
+        // Too small. What it must hold from now on: the write, and whatever
+        // the daemon may already have cached for the old target.
+        const std::uint32_t want =
+            lay.SlotsFor(std::max<std::uint32_t>(need, lay.Bytes(bm.target())));
+        if (bm.valid == 0) {
+          // Nothing of the file's is in the ORAM yet: replace in place.
+          m.FreeExtent(bm.at(), nullptr);
+          if (bm.next) m.FreeExtent(*bm.next, nullptr);
+          const Extent e = m.AllocateExtent(want);
+          m.S("UPDATE fs_blocks SET block_id = ?, slot = ?, slots = ?, next_id = NULL, "
+              "next_slot = NULL, next_slots = NULL WHERE ino = ? AND idx = ?")
+              .U(e.id).I(e.slot).I(e.slots).U(ino).U(idx).Run();
+          r.push_back(BlockMapping{idx, e.id, 0, e.slot, e.slots, std::nullopt});
+          continue;
+        }
+        // The old extent keeps the data until a write-back lands in the new.
+        if (bm.next) m.FreeExtent(*bm.next, nullptr);
+        bm.next = m.AllocateExtent(want);
+        m.SetNext(ino, idx, bm.next);
+        r.push_back(bm);
       }
     }
     const std::int64_t now = NowNs();
@@ -1016,16 +1206,32 @@ int MetadataStore::PrepareWrite(Ino ino, std::uint64_t offset, std::uint64_t len
   });
 }
 
-int MetadataStore::MarkWritten(const std::vector<BlockId>& ids) {
-  if (ids.empty()) return 0;
+int MetadataStore::MarkWritten(const std::vector<WrittenExtent>& written) {
+  if (written.empty()) return 0;
   return Run(true, [&](Impl& m) {
-    // valid = the part of the block below the file's current size. The
-    // daemon's cached copy is zero past the size, so whatever it wrote back
-    // past the size at the time of its copy is zeros as well.
-    for (BlockId id : ids) {
-      m.S("UPDATE fs_blocks SET valid = (SELECT max(0, min(?, i.size - fs_blocks.idx * ?)) "
-          "FROM fs_inodes i WHERE i.ino = fs_blocks.ino) WHERE block_id = ?")
-          .I(m.block_bytes_).I(m.block_bytes_).U(id).Run();
+    // valid = the part of the block below the file's current size, within
+    // the extent. The daemon's cached copy is zero past the size, so
+    // whatever it wrote back past the size at the time of its copy is zeros
+    // as well.
+    for (const WrittenExtent& w : written) {
+      auto bm = m.FindMapping(w.ino, w.idx);
+      if (!bm) continue;
+      auto attr = m.FindInode(w.ino);
+      if (!attr) continue;
+      const std::uint64_t start = w.idx * m.block_bytes_;
+      const std::uint64_t in_size = attr->size > start ? attr->size - start : 0;
+      const auto valid = static_cast<std::uint32_t>(
+          std::min<std::uint64_t>(m.layout_.Bytes(w.extent), in_size));
+      if (w.extent == bm->at()) {
+        m.S("UPDATE fs_blocks SET valid = ? WHERE ino = ? AND idx = ?")
+            .I(valid).U(w.ino).U(w.idx).Run();
+      } else if (bm->next && w.extent == *bm->next) {
+        // The relocation landed: the new extent holds the whole block.
+        m.FreeExtent(bm->at(), nullptr);
+        m.S("UPDATE fs_blocks SET block_id = ?, slot = ?, slots = ?, valid = ?, next_id = NULL, "
+            "next_slot = NULL, next_slots = NULL WHERE ino = ? AND idx = ?")
+            .U(w.extent.id).I(w.extent.slot).I(w.extent.slots).I(valid).U(w.ino).U(w.idx).Run();
+      }
     }
   });
 }
@@ -1036,9 +1242,26 @@ int MetadataStore::StatFs(FsStats* out) {
     s.total_blocks = capacity_;
     s.block_bytes = block_bytes_;
     {
-      Q q = m.S("SELECT count(*) FROM fs_blocks");
-      q.Next();
-      s.free_blocks = capacity_ - std::min(capacity_, q.UCol(0));
+      // Free space in slots: blocks never used or on the free list, plus
+      // the free slots of shared blocks.
+      const std::uint64_t spb = layout_.slots_per_block();
+      const std::uint64_t next = m.MetaGet("next_unused");
+      std::uint64_t free_listed = 0, shared = 0, shared_used = 0;
+      {
+        Q q = m.S("SELECT count(*) FROM fs_free_blocks");
+        q.Next();
+        free_listed = q.UCol(0);
+      }
+      {
+        Q q = m.S("SELECT count(*), coalesce(sum(nused), 0) FROM fs_shared");
+        q.Next();
+        shared = q.UCol(0);
+        shared_used = q.UCol(1);
+      }
+      const std::uint64_t untouched = capacity_ - std::min(capacity_, next);
+      const std::uint64_t free_slots =
+          (untouched + free_listed) * spb + (shared * spb - std::min(shared * spb, shared_used));
+      s.free_blocks = std::min(capacity_, free_slots / spb);
     }
     {
       Q q = m.S("SELECT count(*) FROM fs_inodes");
@@ -1171,45 +1394,88 @@ Status MetadataStore::CheckInvariants() {
     // Blocks.
     const std::uint64_t next = m.MetaGet("next_unused");
     if (next > m.capacity_) bad("next_unused beyond capacity");
-    std::set<BlockId> used;
+    const BlockLayout& lay = m.layout_;
+    std::set<BlockId> whole;                     // blocks mapped whole
+    std::map<BlockId, std::uint64_t> fragments;  // shared block -> union of its fragments
+    auto check_extent = [&](const Extent& e, const std::string& who) {
+      if (e.id >= next) bad(who + ": block id " + std::to_string(e.id) + " beyond next_unused");
+      if (e.whole()) {
+        if (!whole.insert(e.id).second) bad("block id " + std::to_string(e.id) + " mapped twice");
+        return;
+      }
+      if (e.slots >= lay.slots_per_block() || e.slot >= lay.slots_per_block() ||
+          e.slot + e.slots > lay.slots_per_block()) {
+        bad(who + ": fragment slots " + std::to_string(e.slot) + "+" + std::to_string(e.slots) +
+            " do not fit a block of " + std::to_string(lay.slots_per_block()));
+      }
+      const std::uint64_t mask = BlockLayout::Mask(e.slot, e.slots);
+      std::uint64_t& u = fragments[e.id];
+      if (u & mask) bad("fragments overlap in block " + std::to_string(e.id));
+      u |= mask;
+    };
     {
-      Q q = m.S("SELECT ino, idx, block_id, valid FROM fs_blocks");
+      Q q = m.S("SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots, ino "
+                "FROM fs_blocks");
       while (q.Next()) {
-        Ino ino = q.UCol(0);
-        std::uint64_t idx = q.UCol(1);
-        BlockId id = q.UCol(2);
-        const std::int64_t valid = q.Col(3);
+        const BlockMapping bm = Impl::RowMapping(q);
+        const Ino ino = q.UCol(8);
+        const std::int64_t valid = q.Col(2);
+        const std::string who = "inode " + std::to_string(ino) + " block " + std::to_string(bm.idx);
         auto it = inodes.find(ino);
-        if (it == inodes.end()) bad("block " + std::to_string(id) + " of missing inode");
+        if (it == inodes.end()) bad("block " + std::to_string(bm.id) + " of missing inode");
         if ((it->second.mode & S_IFMT) != S_IFREG) bad("block of a non-regular file");
-        if (idx >= m.BlocksFor(it->second.size)) {
-          bad("inode " + std::to_string(ino) + " maps block index " + std::to_string(idx) +
+        if (bm.idx >= m.BlocksFor(it->second.size)) {
+          bad("inode " + std::to_string(ino) + " maps block index " + std::to_string(bm.idx) +
               " beyond its size " + std::to_string(it->second.size));
         }
         const std::uint64_t in_size = it->second.size - std::min(it->second.size,
-                                                                  idx * m.block_bytes_);
-        if (valid < 0 || static_cast<std::uint64_t>(valid) > std::min<std::uint64_t>(
-                                                                  m.block_bytes_, in_size)) {
-          bad("block " + std::to_string(id) + " has valid length " + std::to_string(valid) +
-              " beyond the file size");
+                                                                  bm.idx * m.block_bytes_);
+        if (valid < 0 || static_cast<std::uint64_t>(valid) >
+                             std::min<std::uint64_t>(lay.Bytes(bm.at()), in_size)) {
+          bad(who + " has valid length " + std::to_string(valid) +
+              " beyond the file size or its extent");
         }
-        if (id >= next) bad("block id " + std::to_string(id) + " beyond next_unused");
-        if (!used.insert(id).second) bad("block id " + std::to_string(id) + " mapped twice");
+        check_extent(bm.at(), who);
+        if (bm.next) check_extent(*bm.next, who + " (relocation target)");
       }
     }
+    std::uint64_t shared_rows = 0;
+    {
+      Q q = m.S("SELECT block_id, used, nused, longest FROM fs_shared");
+      while (q.Next()) {
+        const BlockId id = q.UCol(0);
+        const std::uint64_t used = q.UCol(1);
+        ++shared_rows;
+        auto f = fragments.find(id);
+        if (f == fragments.end()) {
+          bad("shared block " + std::to_string(id) + " holds no fragment");
+        } else if (f->second != used) {
+          bad("shared block " + std::to_string(id) + " slot map disagrees with its fragments");
+        }
+        if (q.Col(2) != std::popcount(used) ||
+            q.Col(3) != static_cast<std::int64_t>(lay.LongestFree(used))) {
+          bad("shared block " + std::to_string(id) + " counts disagree with its slot map");
+        }
+        if (whole.count(id)) bad("block id " + std::to_string(id) + " both shared and whole");
+      }
+    }
+    if (shared_rows != fragments.size()) bad("a block holds fragments but is not shared");
     std::uint64_t free_count = 0;
     {
       Q q = m.S("SELECT block_id FROM fs_free_blocks");
       while (q.Next()) {
         BlockId id = q.UCol(0);
         if (id >= next) bad("free block id " + std::to_string(id) + " beyond next_unused");
-        if (used.count(id)) bad("block id " + std::to_string(id) + " both free and mapped");
+        if (whole.count(id) || fragments.count(id)) {
+          bad("block id " + std::to_string(id) + " both free and mapped");
+        }
         ++free_count;
       }
     }
-    if (used.size() + free_count != next) {
-      bad("block accounting: " + std::to_string(used.size()) + " mapped + " +
-          std::to_string(free_count) + " free != " + std::to_string(next) + " allocated");
+    if (whole.size() + fragments.size() + free_count != next) {
+      bad("block accounting: " + std::to_string(whole.size()) + " whole + " +
+          std::to_string(fragments.size()) + " shared + " + std::to_string(free_count) +
+          " free != " + std::to_string(next) + " allocated");
     }
   });
   if (err == 0) return Status::Ok();

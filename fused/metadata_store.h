@@ -42,6 +42,7 @@
 #include <string_view>
 #include <vector>
 
+#include "fused/block_layout.h"
 #include "oramcore/status.h"
 
 struct sqlite3;
@@ -49,7 +50,6 @@ struct sqlite3;
 namespace s3oram::fs {
 
 using Ino = std::uint64_t;
-using BlockId = std::uint64_t;
 
 inline constexpr Ino kRootIno = 1;
 inline constexpr std::size_t kMaxNameBytes = 255;
@@ -75,7 +75,7 @@ struct Attr {
   std::int64_t atime_ns = 0;  // nanoseconds since the epoch (CLOCK_REALTIME)
   std::int64_t mtime_ns = 0;
   std::int64_t ctime_ns = 0;
-  std::uint64_t mapped_blocks = 0;  // ORAM blocks the file holds (holes cost none)
+  std::uint64_t mapped_bytes = 0;  // ORAM bytes the file's extents hold (holes cost none)
 };
 
 struct DirEntry {
@@ -103,20 +103,42 @@ struct SetAttrIn {
   std::int64_t ctime_ns = 0;
 };
 
-// One mapped block of a file. `valid` counts the leading bytes of the ORAM's
-// copy that belong to the file; every byte at or past it reads as zero. It is
-// 0 from allocation (the ORAM may still hold a previous owner's data) until
-// the daemon reports a write-back (MarkWritten), and never exceeds the part
-// of the block below the file size (Truncate lowers it).
+// One mapped block of a file: where it lives (block_layout.h) and how much
+// of it is the file's. `valid` counts the leading bytes of the extent's ORAM
+// copy that belong to the file; every byte at or past it reads as zero. It
+// is 0 from allocation (the ORAM may still hold a previous owner's data)
+// until the daemon reports a write-back (MarkWritten), and never exceeds the
+// part of the block below the file size (Truncate lowers it).
+//
+// `next` is a relocation in progress: a write needed more slots than the
+// extent has while the extent held data (valid > 0). The data stay where
+// they are (and readable, fsynced or not) until the daemon has written the
+// whole block to `next`; MarkWritten of `next` then switches the mapping
+// and frees the old extent. So a crash at any point leaves either the old
+// copy or the new one mapped, never neither.
 struct BlockMapping {
   std::uint64_t idx = 0;
   BlockId id = 0;
   std::uint32_t valid = 0;
+  std::uint32_t slot = 0;
+  std::uint32_t slots = 0;  // 0: the whole block (see Extent)
+  std::optional<Extent> next;
+  Extent at() const { return Extent{id, slot, slots}; }
+  // Where a write-back of this block goes.
+  Extent target() const { return next ? *next : at(); }
+};
+
+// A write-back the daemon reports: block `idx` of `ino` now holds, in
+// `extent`, the daemon's copy (zero past the file size).
+struct WrittenExtent {
+  Ino ino = 0;
+  std::uint64_t idx = 0;
+  Extent extent;
 };
 
 struct FsStats {
   std::uint64_t total_blocks = 0;  // ORAM capacity in blocks
-  std::uint64_t free_blocks = 0;   // not mapped by any inode (orphans included as used)
+  std::uint64_t free_blocks = 0;   // free space in whole blocks (free slots / slots per block)
   std::uint32_t block_bytes = 0;
   std::uint64_t inodes = 0;        // inodes in the table, orphans included
 };
@@ -200,26 +222,36 @@ class MetadataStore {
   [[nodiscard]] int GetBlocks(Ino ino, std::uint64_t first_idx, std::uint64_t count,
                               std::vector<BlockMapping>* out, Attr* attr);
   // What a write of [offset, offset + length) needs, in one transaction:
-  // every block of the range mapped (holes get fresh blocks, valid 0; all
-  // or nothing: ENOSPC changes nothing), the size raised to offset + length
-  // if smaller, and mtime/ctime set to now. *out gets the range's mappings in
-  // index order and *attr the attributes from before the write (the daemon
-  // needs the old size to zero the grown part of the old last block).
+  // every block of the range mapped to an extent big enough for the bytes
+  // the file will have in it (holes get fresh extents with valid 0; an
+  // extent too small that holds no data is replaced, one that holds data
+  // gets a relocation target, BlockMapping::next; all or nothing: ENOSPC
+  // changes nothing), the size raised to offset + length if smaller, and
+  // mtime/ctime set to now. *out gets the range's mappings in index order
+  // and *attr the attributes from before the write (the daemon needs the old
+  // size to zero the grown part of the old last block). Fragments are used
+  // for blocks the file fills less than completely; a file's consecutive
+  // small writes land in one shared block where they fit.
   // EFBIG if the end exceeds INT64_MAX; EISDIR/EINVAL for non-regular files.
   [[nodiscard]] int PrepareWrite(Ino ino, std::uint64_t offset, std::uint64_t length,
                                  std::vector<BlockMapping>* out, Attr* old_attr);
   // Records that the ORAM now holds the daemon's copy of these blocks, whose
   // bytes past the file size are zero: valid becomes the part of each block
-  // below the file's current size. Ids no longer mapped are ignored.
-  [[nodiscard]] int MarkWritten(const std::vector<BlockId>& ids);
+  // below the file's current size (clipped to the extent). A write-back to
+  // a block's relocation target switches the mapping to it and frees the old
+  // extent. Reports of extents no longer mapped there are ignored.
+  [[nodiscard]] int MarkWritten(const std::vector<WrittenExtent>& written);
   [[nodiscard]] int StatFs(FsStats* out);
 
   // Makes every committed operation durable (fsyncs the WAL).
   [[nodiscard]] int Sync();
   // Consistency check of all tables: link counts against directory entries
   // and subdirectories, dangling entries, an acyclic tree reachable from the
-  // root, block ids unique, in range, disjoint from the free list, none
-  // leaked, and no block mapped beyond a file's size. Corruption on failure.
+  // root, whole blocks mapped once, fragments within their block and not
+  // overlapping, shared-block slot maps equal to their fragments, ids in
+  // range, disjoint from the free list, none leaked, valid within the extent
+  // and the size, and no block mapped beyond a file's size. Corruption on
+  // failure.
   Status CheckInvariants();
 
   // The SQLite message behind the last EIO (empty if none).
@@ -227,6 +259,7 @@ class MetadataStore {
 
   std::uint64_t capacity_blocks() const { return capacity_; }
   std::uint32_t block_bytes() const { return block_bytes_; }
+  const BlockLayout& layout() const { return layout_; }
 
   class Impl;  // the transaction-scoped helpers (metadata_store.cpp)
 
@@ -239,6 +272,7 @@ class MetadataStore {
   sqlite3* db_;
   std::uint64_t capacity_;
   std::uint32_t block_bytes_;
+  BlockLayout layout_;
   std::unique_ptr<Impl> impl_;
   mutable std::mutex mu_;
   std::string last_error_;

@@ -19,6 +19,7 @@ namespace {
 // Filled by fuse_opt_parse: our own -o options and the positional arguments.
 struct RawOptions {
   char* cache_size = nullptr;
+  char* writeback_delay = nullptr;
   char* log_file = nullptr;
   char* log_level = nullptr;
   char* passfile = nullptr;
@@ -35,6 +36,7 @@ enum { kKeyDiscard = 100 };
 
 const fuse_opt kOptionSpec[] = {
     {"cache_size=%s", offsetof(RawOptions, cache_size), 0},
+    {"writeback_delay=%s", offsetof(RawOptions, writeback_delay), 0},
     {"log_file=%s", offsetof(RawOptions, log_file), 0},
     {"log_level=%s", offsetof(RawOptions, log_level), 0},
     {"passfile=%s", offsetof(RawOptions, passfile), 0},
@@ -202,12 +204,17 @@ std::string UsageText(std::string_view program) {
          "\n"
          "    --config FILE          take STATE, MOUNTPOINT and options from the TOML file\n"
          "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
-         "                           mountpoint, passfile, cache_size, timeout, evict_timeout,\n"
-         "                           log_level, log_file, force, fuse_options); -o options\n"
+         "                           mountpoint, passfile, cache_size, writeback_delay,\n"
+         "                           timeout, evict_timeout, log_level, log_file, force,\n"
+         "                           fuse_options); -o options\n"
          "                           given as well override the file's\n"
          "\n"
          "s3oramfs options:\n"
          "    -o cache_size=MiB      write-back block cache size (default 64)\n"
+         "    -o writeback_delay=SECONDS  written data wait this long in the cache, so that\n"
+         "                           small files sharing an ORAM block go in one access\n"
+         "                           (default 5; 0: write back when a file is closed);\n"
+         "                           fsync, fsync of a directory and unmount write at once\n"
          "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"
          "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
          "    -o passfile=PATH       read the passphrase from PATH (mode 0600); without it\n"
@@ -251,6 +258,9 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
       cmd.log_file = config.log_file;
       cmd.force = config.force;
       if (config.cache_mib) cmd.cache_mib = *config.cache_mib;
+      if (config.writeback_delay_seconds) {
+        cmd.writeback_delay_seconds = *config.writeback_delay_seconds;
+      }
       if (config.timeout_seconds) cmd.timeout_seconds = *config.timeout_seconds;
       if (config.evict_timeout_seconds) cmd.evict_timeout_seconds = *config.evict_timeout_seconds;
       if (config.log_level) cmd.log_level = *config.log_level;
@@ -280,6 +290,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   raw.from_config = !cmd.config_file.empty();
   if (fuse_opt_parse(args.get(), &raw, kOptionSpec, ProcessOption) != 0) {
     std::free(raw.cache_size);
+    std::free(raw.writeback_delay);
     std::free(raw.log_file);
     std::free(raw.log_level);
     std::free(raw.passfile);
@@ -308,6 +319,20 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
         seconds("evict_timeout", evict_timeout.get(), &cmd.evict_timeout_seconds));
   }
   std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> writeback_delay(raw.writeback_delay, &std::free);
+  if (writeback_delay) {
+    char* end = nullptr;
+    errno = 0;
+    const char* text = writeback_delay.get();
+    unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v > kMaxWritebackDelaySeconds ||
+        text[0] == '-') {
+      return Status::InvalidArgument("writeback_delay must be a whole number of seconds in 0.." +
+                                     std::to_string(kMaxWritebackDelaySeconds) + ", not '" +
+                                     text + "'");
+    }
+    cmd.writeback_delay_seconds = static_cast<std::uint32_t>(v);
+  }
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
   std::unique_ptr<char, decltype(&std::free)> passfile(raw.passfile, &std::free);

@@ -13,8 +13,9 @@
 // The role comes from argv[0]: named mount.s3oramfs or mount.fuse.s3oramfs it
 // follows mount(8)'s helper convention (-f means "fake", -n/-s/-v are
 // accepted, and it always runs in the background). Both roles accept the
-// daemon's own options (cache_size=MiB, log_file=PATH, log_level=LEVEL,
-// passfile=PATH),
+// daemon's own options (cache_size=MiB, writeback_delay=SECONDS,
+// log_file=PATH, log_level=LEVEL, passfile=PATH, timeout, evict_timeout,
+// force),
 // drop the fstab-only options (_netdev, nofail, auto, noauto, user, nouser,
 // users, defaults, x-*), and hand everything else to libfuse, adding
 // subtype=s3oramfs, fsname=<STATE> and default_permissions.
@@ -46,6 +47,11 @@ struct MountCommand {
   bool show_help = false;
   bool show_version = false;
   std::uint64_t cache_mib = 64;
+  // How long written data may wait in the cache after the last write to its
+  // block before the background flusher writes it back; 0 writes a file's
+  // data back when it is closed. fsync, fsyncdir and unmount always write
+  // back at once.
+  std::uint32_t writeback_delay_seconds = 5;
   std::string log_file;
   std::string log_level = "info";
   std::string passfile;    // empty: $S3ORAM_PASSPHRASE or a terminal prompt
@@ -59,6 +65,7 @@ struct MountCommand {
 inline constexpr std::uint32_t kMaxTimeoutSeconds = 24 * 3600;
 
 inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;
+inline constexpr std::uint32_t kMaxWritebackDelaySeconds = 3600;
 
 Invocation InvocationFromArgv0(std::string_view argv0);
 

@@ -389,8 +389,8 @@ TEST_F(FsDaemonTest, OwnOptionsCacheSizeLogFileLogLevel) {
   const std::string quiet = fs->Scratch("quiet.log"), chatty = fs->Scratch("chatty.log");
   fs->set_mount_opts("cache_size=1,log_file=" + quiet + ",log_level=warn");
   ASSERT_TRUE(fs->Mount());
-  // A 2 MiB file through a 1 MiB write-back cache.
-  std::string data = PatternBytes(2 << 20, 3);
+  // A file half again as large as the 1 MiB write-back cache.
+  std::string data = PatternBytes(3 << 19, 3);
   ASSERT_TRUE(testing::WriteFile(fs->Path("big"), data));
   EXPECT_TRUE(FileHasContent(fs->Path("big"), data));
   ASSERT_TRUE(fs->Unmount());

@@ -30,24 +30,33 @@ struct Fixture {
   InodeLocks locks;
   std::vector<BlockId> marked;
   std::mutex marked_mu;
-  BlockCache cache{engine, locks, 4, [this](const std::vector<BlockId>& ids) {
+  BlockCache cache{engine, locks, 4, [this](const std::vector<WrittenExtent>& w) {
                      std::lock_guard<std::mutex> l(marked_mu);
-                     marked.insert(marked.end(), ids.begin(), ids.end());
+                     for (const WrittenExtent& e : w) marked.push_back(e.extent.id);
                      return 0;
                    }};
 };
 
+// A whole-block mapping of file block `idx` to ORAM block `id`.
+BlockMapping Map(std::uint64_t idx, BlockId id, std::uint32_t valid) {
+  BlockMapping m;
+  m.idx = idx;
+  m.id = id;
+  m.valid = valid;
+  return m;
+}
+
 TEST(BlockCacheTest, ValidZeroNeedsNoAccessAndHidesOldData) {
   Fixture f;
   std::vector<std::uint8_t> out(kB, 0x11);
-  ASSERT_EQ(f.cache.Read({1, 0}, BlockMapping{0, 7, 0}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({1, 0}, Map(0, 7, 0), 0, out), 0);
   EXPECT_EQ(out, Bytes(kB, 0));
   EXPECT_EQ(f.engine.reads, 0);
   // A partial write to a fresh block does not load it: the rest is zeros.
   auto src = Bytes(8, 0xAB);
-  ASSERT_EQ(f.cache.Write({1, 0}, BlockMapping{0, 7, 0}, 4, src), 0);
+  ASSERT_EQ(f.cache.Write({1, 0}, Map(0, 7, 0), 4, src), 0);
   EXPECT_EQ(f.engine.reads, 0);
-  ASSERT_EQ(f.cache.Read({1, 0}, BlockMapping{0, 7, 0}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({1, 0}, Map(0, 7, 0), 0, out), 0);
   for (std::size_t i = 0; i < kB; ++i) EXPECT_EQ(out[i], (i >= 4 && i < 12) ? 0xAB : 0) << i;
 }
 
@@ -55,15 +64,15 @@ TEST(BlockCacheTest, LoadZeroesPastValidAndCoalescesWrites) {
   Fixture f;
   f.engine.blocks[3] = Bytes(kB, 0x55);
   std::vector<std::uint8_t> out(kB);
-  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 10}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({2, 0}, Map(0, 3, 10), 0, out), 0);
   EXPECT_EQ(f.engine.reads, 1);
   for (std::size_t i = 0; i < kB; ++i) EXPECT_EQ(out[i], i < 10 ? 0x55 : 0) << i;
   // Cached: no second load; many small writes, one write-back.
-  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 10}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({2, 0}, Map(0, 3, 10), 0, out), 0);
   EXPECT_EQ(f.engine.reads, 1);
   for (std::uint8_t i = 0; i < 16; ++i) {
     std::uint8_t b = i;
-    ASSERT_EQ(f.cache.Write({2, 0}, BlockMapping{0, 3, 10}, i, std::span(&b, 1)), 0);
+    ASSERT_EQ(f.cache.Write({2, 0}, Map(0, 3, 10), i, std::span(&b, 1)), 0);
   }
   EXPECT_TRUE(f.cache.HasDirty(2));
   ASSERT_EQ(f.cache.FlushInode(2), 0);
@@ -79,12 +88,12 @@ TEST(BlockCacheTest, PartialWriteOfAWrittenBlockIsOneUpdateAndNoLoad) {
   Fixture f;
   f.engine.blocks[3] = Bytes(kB, 0x55);  // valid 40: bytes 40.. are stale (another owner's)
   auto src = Bytes(8, 0xAB);
-  ASSERT_EQ(f.cache.Write({2, 0}, BlockMapping{0, 3, 40}, 10, src), 0);
-  ASSERT_EQ(f.cache.Write({2, 0}, BlockMapping{0, 3, 40}, 50, src), 0);  // past valid
+  ASSERT_EQ(f.cache.Write({2, 0}, Map(0, 3, 40), 10, src), 0);
+  ASSERT_EQ(f.cache.Write({2, 0}, Map(0, 3, 40), 50, src), 0);  // past valid
   EXPECT_EQ(f.engine.reads, 0);
   // Reads of bytes the page holds need no access.
   std::vector<std::uint8_t> out(8);
-  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 40}, 50, out), 0);
+  ASSERT_EQ(f.cache.Read({2, 0}, Map(0, 3, 40), 50, out), 0);
   EXPECT_EQ(out, src);
   EXPECT_EQ(f.engine.reads, 0);
   ASSERT_EQ(f.cache.FlushInode(2), 0);
@@ -100,7 +109,7 @@ TEST(BlockCacheTest, PartialWriteOfAWrittenBlockIsOneUpdateAndNoLoad) {
   }
   // The page is complete now: every byte reads without an access.
   out.assign(kB, 0);
-  ASSERT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 3, 58}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({2, 0}, Map(0, 3, 58), 0, out), 0);
   EXPECT_EQ(out, f.engine.blocks[3]);
   EXPECT_EQ(f.engine.reads, 0);
 }
@@ -109,9 +118,9 @@ TEST(BlockCacheTest, ReadOfBytesAPartialPageLacksLoadsOnceAndKeepsTheWrites) {
   Fixture f;
   f.engine.blocks[4] = Bytes(kB, 0x55);
   auto src = Bytes(4, 0x0C);
-  ASSERT_EQ(f.cache.Write({2, 1}, BlockMapping{1, 4, 32}, 30, src), 0);
+  ASSERT_EQ(f.cache.Write({2, 1}, Map(1, 4, 32), 30, src), 0);
   std::vector<std::uint8_t> out(kB);
-  ASSERT_EQ(f.cache.Read({2, 1}, BlockMapping{1, 4, 32}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({2, 1}, Map(1, 4, 32), 0, out), 0);
   EXPECT_EQ(f.engine.reads, 1);
   for (std::size_t i = 0; i < kB; ++i) {
     EXPECT_EQ(out[i], (i >= 30 && i < 34) ? 0x0C : (i < 32 ? 0x55 : 0)) << i;
@@ -127,7 +136,7 @@ TEST(BlockCacheTest, PartialPageZeroTailAndFailedUpdate) {
   Fixture f;
   f.engine.blocks[6] = Bytes(kB, 0x55);
   auto src = Bytes(4, 0x0D);
-  ASSERT_EQ(f.cache.Write({3, 0}, BlockMapping{0, 6, kB}, 2, src), 0);
+  ASSERT_EQ(f.cache.Write({3, 0}, Map(0, 6, kB), 2, src), 0);
   f.cache.ZeroTail({3, 0}, 20);  // truncated to 20 bytes within this block
   f.engine.fail = true;
   EXPECT_EQ(f.cache.FlushInode(3), EIO);
@@ -144,8 +153,8 @@ TEST(BlockCacheTest, PartialWritesCoveringTheBlockMakeAnOrdinaryPage) {
   Fixture f;
   f.engine.blocks[8] = Bytes(kB, 0x55);
   auto half = Bytes(kB / 2, 0x01);
-  ASSERT_EQ(f.cache.Write({5, 0}, BlockMapping{0, 8, kB}, kB / 2, half), 0);
-  ASSERT_EQ(f.cache.Write({5, 0}, BlockMapping{0, 8, kB}, 0, half), 0);
+  ASSERT_EQ(f.cache.Write({5, 0}, Map(0, 8, kB), kB / 2, half), 0);
+  ASSERT_EQ(f.cache.Write({5, 0}, Map(0, 8, kB), 0, half), 0);
   ASSERT_EQ(f.cache.FlushInode(5), 0);
   EXPECT_EQ(f.engine.writes, 1);
   EXPECT_EQ(f.engine.updates, 0);
@@ -156,7 +165,7 @@ TEST(BlockCacheTest, WholeBlockWriteSkipsLoad) {
   Fixture f;
   f.engine.blocks[9] = Bytes(kB, 0x55);
   auto src = Bytes(kB, 0x77);
-  ASSERT_EQ(f.cache.Write({1, 5}, BlockMapping{5, 9, kB}, 0, src), 0);
+  ASSERT_EQ(f.cache.Write({1, 5}, Map(5, 9, kB), 0, src), 0);
   EXPECT_EQ(f.engine.reads, 0);
 }
 
@@ -164,7 +173,7 @@ TEST(BlockCacheTest, ShrinkWritesBackLeastRecentlyUsedAndKeepsCapacity) {
   Fixture f;
   for (std::uint64_t i = 0; i < 10; ++i) {
     auto src = Bytes(kB, static_cast<std::uint8_t>(i + 1));
-    ASSERT_EQ(f.cache.Write({1, i}, BlockMapping{i, 100 + i, 0}, 0, src), 0);
+    ASSERT_EQ(f.cache.Write({1, i}, Map(i, 100 + i, 0), 0, src), 0);
     ASSERT_EQ(f.cache.Shrink(), 0);
     EXPECT_LE(f.cache.stats().pages, 4u);
   }
@@ -174,15 +183,15 @@ TEST(BlockCacheTest, ShrinkWritesBackLeastRecentlyUsedAndKeepsCapacity) {
   EXPECT_EQ(f.engine.writes, 10);
   // A page pushed out is read back through the engine.
   std::vector<std::uint8_t> out(kB);
-  ASSERT_EQ(f.cache.Read({1, 0}, BlockMapping{0, 100, kB}, 0, out), 0);
+  ASSERT_EQ(f.cache.Read({1, 0}, Map(0, 100, kB), 0, out), 0);
   EXPECT_EQ(out, Bytes(kB, 1));
 }
 
 TEST(BlockCacheTest, DiscardDropsDirtyPagesAndZeroTailClearsTail) {
   Fixture f;
   auto src = Bytes(kB, 0x42);
-  ASSERT_EQ(f.cache.Write({4, 0}, BlockMapping{0, 1, 0}, 0, src), 0);
-  ASSERT_EQ(f.cache.Write({4, 1}, BlockMapping{1, 2, 0}, 0, src), 0);
+  ASSERT_EQ(f.cache.Write({4, 0}, Map(0, 1, 0), 0, src), 0);
+  ASSERT_EQ(f.cache.Write({4, 1}, Map(1, 2, 0), 0, src), 0);
   f.cache.Discard(4, 1);
   f.cache.ZeroTail({4, 0}, 5);
   ASSERT_EQ(f.cache.FlushAll(), 0);
@@ -194,13 +203,13 @@ TEST(BlockCacheTest, DiscardDropsDirtyPagesAndZeroTailClearsTail) {
 TEST(BlockCacheTest, FailedWriteBackStaysDirtyAndFailedLoadCachesNothing) {
   Fixture f;
   auto src = Bytes(kB, 0x10);
-  ASSERT_EQ(f.cache.Write({1, 0}, BlockMapping{0, 1, 0}, 0, src), 0);
+  ASSERT_EQ(f.cache.Write({1, 0}, Map(0, 1, 0), 0, src), 0);
   f.engine.fail = true;
   EXPECT_EQ(f.cache.FlushInode(1), EIO);
   EXPECT_TRUE(f.cache.HasDirty(1));
   EXPECT_TRUE(f.marked.empty());
   std::vector<std::uint8_t> out(kB);
-  EXPECT_EQ(f.cache.Read({2, 0}, BlockMapping{0, 5, kB}, 0, out), EIO);
+  EXPECT_EQ(f.cache.Read({2, 0}, Map(0, 5, kB), 0, out), EIO);
   EXPECT_EQ(f.cache.stats().pages, 1u);
   f.engine.fail = false;
   ASSERT_EQ(f.cache.FlushInode(1), 0);
@@ -224,7 +233,7 @@ TEST(BlockCacheTest, ConcurrentWritersAgainstModel) {
       std::mt19937_64 g(seed + static_cast<std::uint64_t>(t));
       for (int op = 0; op < 400; ++op) {
         std::uint64_t idx = g() % kBlocksPerInode;
-        BlockMapping m{idx, static_cast<BlockId>(t * 100 + idx), 0};
+        BlockMapping m = Map(idx, static_cast<BlockId>(t * 100 + idx), 0);
         std::size_t off = g() % kB;
         std::size_t len = 1 + g() % (kB - off);
         auto& blk = model[t][idx];

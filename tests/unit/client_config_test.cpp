@@ -114,7 +114,8 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 TEST(ClientConfig, UnknownKeysAndTablesNameFileLineAndKey) {
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cahce_size = 64")),
             "vault.toml:5:1: mount.cahce_size: unknown key (allowed: state, mountpoint, passfile, "
-            "cache_size, timeout, evict_timeout, log_level, log_file, force, fuse_options)");
+            "cache_size, writeback_delay, timeout, evict_timeout, log_level, log_file, force, "
+            "fuse_options)");
   std::string m = ErrorOf(std::string(kExample) + "\n[server]\nindex = 0\n");
   EXPECT_EQ(m.rfind("vault.toml:13:", 0), 0u) << m;
   EXPECT_CONTAINS(m, ": server: unknown key (allowed: mount)");

@@ -48,7 +48,7 @@ struct Daemon {
     meta = std::move(r).value();
     cache = std::make_unique<BlockCache>(
         engine, locks, kCachePages,
-        [this](const std::vector<BlockId>& ids) { return meta->MarkWritten(ids); });
+        [this](const std::vector<WrittenExtent>& w) { return meta->MarkWritten(w); });
     data = std::make_unique<FileData>(*meta, *cache, engine, locks);
   }
   std::unique_ptr<MetadataStore> meta;

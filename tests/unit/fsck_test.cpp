@@ -71,12 +71,16 @@ class FsckTest : public ::testing::Test {
     h_ = a.ino;
     std::vector<BlockMapping> maps;
     ASSERT_EQ(meta_->PrepareWrite(f_, 0, 40, &maps, &a), 0);
-    for (const auto& m2 : maps) f_blocks_.push_back(m2.id);
-    ASSERT_EQ(meta_->MarkWritten(f_blocks_), 0);
+    std::vector<WrittenExtent> written;
+    for (const auto& m2 : maps) {
+      f_blocks_.push_back(m2.id);
+      written.push_back({f_, m2.idx, m2.at()});
+    }
+    ASSERT_EQ(meta_->MarkWritten(written), 0);
     ASSERT_EQ(meta_->PrepareWrite(g_, 0, 5, &maps, &a), 0);
     ASSERT_EQ(meta_->PrepareWrite(h_, 0, 16, &maps, &a), 0);
     const BlockId h_block = maps.at(0).id;
-    ASSERT_EQ(meta_->MarkWritten({h_block}), 0);
+    ASSERT_EQ(meta_->MarkWritten({{h_, 0, maps.at(0).at()}}), 0);
     ASSERT_EQ(meta_->Truncate(h_, 0, nullptr, &a), 0);
     // Positions: f's blocks at leaves, h's stale copy in root slot 1 (< nr).
     Sql(state_, "INSERT INTO positions VALUES (" + std::to_string(f_blocks_[0]) +
@@ -278,7 +282,7 @@ TEST_F(FsckTest, BlocksBeyondTheSizeAndBadValidLengths) {
   std::string all = Messages(r.p2);
   EXPECT_NE(all.find("(/f) block 2 (bytes 32..47"), std::string::npos) << all;
   EXPECT_NE(all.find("beyond the file size 20"), std::string::npos) << all;
-  EXPECT_NE(all.find("valid length 16 beyond the file size: set to 4"), std::string::npos) << all;
+  EXPECT_NE(all.find("valid length 16 beyond the file size or its extent: set to 4"), std::string::npos) << all;
   RepairAndExpectClean();
 }
 

@@ -472,7 +472,7 @@ TEST_F(MetadataStoreTest, BlocksHolesAllocationAndEnospc) {
   ASSERT_EQ(store_->MapBlock(f, 5, 5 * kBlock + 100, &b5), 0);
   EXPECT_NE(b0, b5);
   EXPECT_EQ(Get(f).size, 5u * kBlock + 100);
-  EXPECT_EQ(Get(f).mapped_blocks, 2u);
+  EXPECT_EQ(Get(f).mapped_bytes / kBlock, 2u);
   ASSERT_EQ(store_->MapBlock(f, 0, 10, &id), 0);  // existing block, size kept
   EXPECT_EQ(id, b0);
   EXPECT_EQ(Get(f).size, 5u * kBlock + 100);
@@ -502,7 +502,7 @@ TEST_F(MetadataStoreTest, BlocksHolesAllocationAndEnospc) {
   ASSERT_EQ(store_->Truncate(g, 2 * kBlock + 1, &freed, &a), 0);
   EXPECT_EQ(freed.size(), 3u);
   EXPECT_EQ(a.size, 2u * kBlock + 1);
-  EXPECT_EQ(a.mapped_blocks, 3u);
+  EXPECT_EQ(a.mapped_bytes / kBlock, 3u);
   ASSERT_EQ(store_->StatFs(&st), 0);
   EXPECT_EQ(st.free_blocks, 3u);
   ExpectInvariants();
@@ -515,7 +515,7 @@ TEST_F(MetadataStoreTest, BlocksHolesAllocationAndEnospc) {
   EXPECT_EQ(store_->MapBlock(f, 4, 0, &id), ENOSPC);
   // Growing truncate maps nothing; truncate errors.
   ASSERT_EQ(store_->Truncate(g, 100 * kBlock, nullptr, &a), 0);
-  EXPECT_EQ(a.mapped_blocks, 3u);
+  EXPECT_EQ(a.mapped_bytes / kBlock, 3u);
   EXPECT_EQ(store_->Truncate(d, 0, nullptr, &a), EISDIR);
   EXPECT_EQ(store_->Truncate(999, 0, nullptr, &a), ENOENT);
   // Orphan blocks are freed by ForgetOrphan only.
@@ -528,7 +528,7 @@ TEST_F(MetadataStoreTest, BlocksHolesAllocationAndEnospc) {
   ASSERT_EQ(store_->StatFs(&st), 0);
   EXPECT_EQ(st.free_blocks, 3u);
   ASSERT_EQ(store_->Truncate(f, 0, nullptr, &a), 0);
-  EXPECT_EQ(a.mapped_blocks, 0u);
+  EXPECT_EQ(a.mapped_bytes / kBlock, 0u);
   ASSERT_EQ(store_->StatFs(&st), 0);
   EXPECT_EQ(st.free_blocks, 8u);
   ExpectInvariants();
@@ -548,9 +548,14 @@ TEST_F(MetadataStoreTest, PrepareWriteGetBlocksAndValidLengths) {
     EXPECT_EQ(maps[i].valid, 0u);
   }
   EXPECT_EQ(Get(f).size, 3u * kBlock + 5);
-  EXPECT_EQ(Get(f).mapped_blocks, 3u);
-  // MarkWritten sets valid to the part below the size; unknown ids are ignored.
-  ASSERT_EQ(store_->MarkWritten({maps[0].id, maps[2].id, 999}), 0);
+  EXPECT_EQ(Get(f).mapped_bytes / kBlock, 3u);
+  // MarkWritten sets valid to the part below the size; unknown blocks and
+  // extents not mapped there are ignored.
+  ASSERT_EQ(store_->MarkWritten({{f, 1, maps[0].at()},
+                                 {f, 3, maps[2].at()},
+                                 {f, 2, Extent{999, 0, 0}},
+                                 {f, 7, maps[0].at()}}),
+            0);
   std::vector<BlockMapping> got;
   Attr attr;
   ASSERT_EQ(store_->GetBlocks(f, 0, 10, &got, &attr), 0);
@@ -581,7 +586,7 @@ TEST_F(MetadataStoreTest, PrepareWriteGetBlocksAndValidLengths) {
   Ino g = MakeFile(kRootIno, "g");
   EXPECT_EQ(store_->PrepareWrite(g, 0, 5 * kBlock, &maps, &before), ENOSPC);
   EXPECT_EQ(Get(g).size, 0u);
-  EXPECT_EQ(Get(g).mapped_blocks, 0u);
+  EXPECT_EQ(Get(g).mapped_bytes / kBlock, 0u);
   // A freed and reused block comes back unwritten.
   ASSERT_EQ(store_->Truncate(f, 0, nullptr, &attr), 0);
   ASSERT_EQ(store_->PrepareWrite(g, 0, 6 * kBlock, &maps, &before), 0);
@@ -910,7 +915,7 @@ TEST_F(MetadataStoreTest, RandomizedAgainstModel) {
             }
           }
           n.size = sz;
-          EXPECT_EQ(a.mapped_blocks, n.blocks.size());
+          EXPECT_EQ(a.mapped_bytes / kBlock, n.blocks.size());
         }
         break;
       }
@@ -924,7 +929,7 @@ TEST_F(MetadataStoreTest, RandomizedAgainstModel) {
       ASSERT_EQ(a.nlink, n.nlink) << ino;
       if (!n.dir) {
         ASSERT_EQ(a.size, n.size) << ino;
-        ASSERT_EQ(a.mapped_blocks, n.blocks.size()) << ino;
+        ASSERT_EQ(a.mapped_bytes / kBlock, n.blocks.size()) << ino;
         continue;
       }
       std::map<std::string, Ino> listed;

@@ -1,0 +1,225 @@
+// Large ORAM blocks through a real mount (64 KiB blocks, 16 slots of 4 KiB;
+// fused/block_layout.h): small files and file tails packed into shared
+// blocks (statfs and st_blocks show it), sparse files, truncate across
+// shared blocks, reuse of freed space without ever showing old bytes,
+// appends that relocate fsynced data, `sync DIR` and writeback_delay=0 as
+// durability points against SIGKILL, and fsck of the packed layout.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "tests/integration/fs_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::CmdResult;
+using testing::FileHasContent;
+using testing::FsOptions;
+using testing::MountedFs;
+using testing::PatternBytes;
+using testing::RunCmd;
+using testing::WriteFile;
+
+std::string CliPath() {
+  const char* env = std::getenv("S3ORAM_CLI");
+  return env && *env ? env : S3ORAM_TEST_CLI;
+}
+
+constexpr std::uint32_t kBlock = 65536;
+constexpr std::uint32_t kSlot = 4096;
+
+FsOptions PackedOptions(const std::string& mount_opts = "") {
+  FsOptions o;
+  o.params = testing::SmallParams(kBlock, 16, 6);
+  o.mount_opts = mount_opts;
+  return o;
+}
+
+std::uint64_t FreeBlocks(const std::string& path) {
+  struct statvfs v{};
+  EXPECT_EQ(::statvfs(path.c_str(), &v), 0);
+  return v.f_bfree;
+}
+
+// fsync(2) of a directory: `sync DIR`, which writes every dirty block back.
+::testing::AssertionResult SyncDir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return ::testing::AssertionFailure() << "open " << dir << ": " << std::strerror(errno);
+  const int rc = ::fsync(fd);
+  const int e = errno;
+  ::close(fd);
+  if (rc != 0) return ::testing::AssertionFailure() << "fsync " << dir << ": " << std::strerror(e);
+  return ::testing::AssertionSuccess();
+}
+
+class FsPackingTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    fs_ = MountedFs::Create(PackedOptions());
+    ASSERT_TRUE(fs_);
+    if (fs_->reference()) GTEST_SKIP() << "the layout is the daemon's";
+    ASSERT_GE(fs_->params().capacity_blocks, 64u);
+  }
+  CmdResult Fsck() {
+    return RunCmd({CliPath(), "fsck", "-s", fs_->state(), "--passfile", fs_->passfile(),
+                   "-n"},
+                  std::chrono::seconds(240));
+  }
+  std::unique_ptr<MountedFs> fs_;
+};
+
+TEST_F(FsPackingTest, SmallFilesShareBlocksAndSurviveRemountAndFsck) {
+  const std::uint64_t free0 = FreeBlocks(fs_->root());
+  std::map<std::string, std::string> files;
+  std::uint64_t slots = 0;
+  for (int i = 0; i < 40; ++i) {
+    const std::size_t size = 1 + (static_cast<std::size_t>(i) * 2711) % 12000;
+    const std::string name = "small" + std::to_string(i);
+    files[name] = PatternBytes(size, 100 + i);
+    ASSERT_TRUE(WriteFile(fs_->Path(name), files[name]));
+    slots += (size + kSlot - 1) / kSlot;
+  }
+  ASSERT_TRUE(SyncDir(fs_->root()));
+  const std::uint64_t used = free0 - FreeBlocks(fs_->root());
+  // Packed: the slots they need, in whole blocks, plus what first fit
+  // leaves unused at block ends; one block per file without packing.
+  EXPECT_LE(used, (slots + 15) / 16 + 3) << slots << " slots";
+  EXPECT_LT(used, 40u / 3);
+  struct stat st{};
+  ASSERT_EQ(::stat(fs_->Path("small0").c_str(), &st), 0);
+  EXPECT_EQ(st.st_blocks, static_cast<blkcnt_t>(kSlot / 512)) << "a 1-byte file holds one slot";
+  ASSERT_TRUE(fs_->Remount());
+  for (const auto& [name, data] : files) EXPECT_TRUE(FileHasContent(fs_->Path(name), data)) << name;
+  ASSERT_TRUE(fs_->Unmount());
+  CmdResult r = Fsck();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(FsPackingTest, TailsSparseFilesAndTruncateAcrossSharedBlocks) {
+  // Neighbours sharing blocks with the files below; they must never change.
+  std::map<std::string, std::string> keep;
+  for (int i = 0; i < 6; ++i) {
+    keep["n" + std::to_string(i)] = PatternBytes(3000 + 500 * i, 7 + i);
+    ASSERT_TRUE(WriteFile(fs_->Path("n" + std::to_string(i)), keep["n" + std::to_string(i)]));
+  }
+  // Three whole blocks and a 5000-byte tail.
+  std::string big = PatternBytes(3 * kBlock + 5000, 1);
+  ASSERT_TRUE(WriteFile(fs_->Path("big"), big));
+  // Sparse: 10 bytes far out, a hole before them.
+  {
+    const int fd = ::open(fs_->Path("sparse").c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(::pwrite(fd, "0123456789", 10, 5 * kBlock + 123), 10);
+    ASSERT_EQ(::close(fd), 0);
+  }
+  std::string sparse(5 * kBlock + 133, '\0');
+  sparse.replace(5 * kBlock + 123, 10, "0123456789");
+  struct stat st{};
+  ASSERT_EQ(::stat(fs_->Path("sparse").c_str(), &st), 0);
+  EXPECT_EQ(st.st_blocks, static_cast<blkcnt_t>(kSlot / 512)) << "the hole costs nothing";
+  ASSERT_TRUE(SyncDir(fs_->root()));
+  // Truncate into the tail, then past the old end: the cut bytes read as zeros.
+  ASSERT_EQ(::truncate(fs_->Path("big").c_str(), 3 * kBlock + 100), 0);
+  ASSERT_EQ(::truncate(fs_->Path("big").c_str(), 3 * kBlock + 9000), 0);
+  big.resize(3 * kBlock + 100);
+  big.resize(3 * kBlock + 9000, '\0');
+  // Truncate a small neighbour to a few bytes and grow it back.
+  ASSERT_EQ(::truncate(fs_->Path("n2").c_str(), 10), 0);
+  ASSERT_EQ(::truncate(fs_->Path("n2").c_str(), 4000), 0);
+  keep["n2"] = keep["n2"].substr(0, 10) + std::string(3990, '\0');
+  EXPECT_TRUE(FileHasContent(fs_->Path("big"), big));
+  EXPECT_TRUE(FileHasContent(fs_->Path("sparse"), sparse));
+  for (const auto& [name, data] : keep) EXPECT_TRUE(FileHasContent(fs_->Path(name), data)) << name;
+  ASSERT_TRUE(fs_->Remount());
+  EXPECT_TRUE(FileHasContent(fs_->Path("big"), big));
+  EXPECT_TRUE(FileHasContent(fs_->Path("sparse"), sparse));
+  for (const auto& [name, data] : keep) EXPECT_TRUE(FileHasContent(fs_->Path(name), data)) << name;
+  ASSERT_TRUE(fs_->Unmount());
+  CmdResult r = Fsck();
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+}
+
+TEST_F(FsPackingTest, FreedSlotsAreReusedAndNeverShowTheirOldBytes) {
+  const std::uint64_t free0 = FreeBlocks(fs_->root());
+  for (int round = 0; round < 3; ++round) {
+    for (int i = 0; i < 30; ++i) {
+      ASSERT_TRUE(WriteFile(fs_->Path("r" + std::to_string(i)),
+                            std::string(1000 + 100 * i, static_cast<char>('a' + round))));
+    }
+    ASSERT_TRUE(SyncDir(fs_->root()));
+    for (int i = 0; i < 30; i += 2) ASSERT_EQ(::unlink(fs_->Path("r" + std::to_string(i)).c_str()), 0);
+    // New files in the freed slots, grown by truncate only: all zeros.
+    for (int i = 0; i < 15; ++i) {
+      const std::string p = fs_->Path("z" + std::to_string(round) + "_" + std::to_string(i));
+      ASSERT_TRUE(WriteFile(p, "x"));
+      ASSERT_EQ(::truncate(p.c_str(), 3000), 0);
+      EXPECT_TRUE(FileHasContent(p, "x" + std::string(2999, '\0'))) << p;
+    }
+    ASSERT_TRUE(SyncDir(fs_->root()));
+    for (int i = 0; i < 15; ++i) {
+      ASSERT_EQ(::unlink(fs_->Path("z" + std::to_string(round) + "_" + std::to_string(i)).c_str()),
+                0);
+    }
+  }
+  for (int i = 1; i < 30; i += 2) {
+    EXPECT_TRUE(FileHasContent(fs_->Path("r" + std::to_string(i)), std::string(1000 + 100 * i, 'c')));
+  }
+  for (int i = 1; i < 30; i += 2) ASSERT_EQ(::unlink(fs_->Path("r" + std::to_string(i)).c_str()), 0);
+  ASSERT_TRUE(SyncDir(fs_->root()));
+  ASSERT_TRUE(fs_->Remount());  // unlinked inodes are freed once the kernel forgets them
+  EXPECT_EQ(FreeBlocks(fs_->root()), free0) << "every slot came back";
+}
+
+TEST_F(FsPackingTest, AppendsWithFsyncRelocateWithoutLosingAByteToSigkill) {
+  const std::string path = fs_->Path("log");
+  std::string want;
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+  ASSERT_GE(fd, 0);
+  for (int i = 0; i < 24; ++i) {
+    const std::string rec = PatternBytes(1500 + 37 * i, 500 + i);
+    ASSERT_EQ(::write(fd, rec.data(), rec.size()), static_cast<ssize_t>(rec.size()));
+    ASSERT_EQ(::fsync(fd), 0);
+    want += rec;
+  }
+  ::close(fd);
+  ASSERT_TRUE(fs_->Kill9());
+  ASSERT_TRUE(fs_->Mount());
+  EXPECT_TRUE(FileHasContent(path, want));
+}
+
+TEST_F(FsPackingTest, SyncOfTheDirectoryMakesACopiedTreeDurable) {
+  ASSERT_EQ(::mkdir(fs_->Path("tree").c_str(), 0755), 0);
+  std::map<std::string, std::string> files;
+  for (int i = 0; i < 30; ++i) {
+    const std::string p = fs_->Path("tree/f" + std::to_string(i));
+    files[p] = PatternBytes(200 + 97 * i, 900 + i);
+    ASSERT_TRUE(WriteFile(p, files[p]));
+  }
+  ASSERT_TRUE(SyncDir(fs_->Path("tree")));
+  ASSERT_TRUE(fs_->Kill9());
+  ASSERT_TRUE(fs_->Mount());
+  for (const auto& [p, data] : files) EXPECT_TRUE(FileHasContent(p, data)) << p;
+}
+
+TEST(FsPackingOptionTest, WritebackDelayZeroWritesBackAtClose) {
+  auto fs = MountedFs::Create(PackedOptions("writeback_delay=0"));
+  ASSERT_TRUE(fs);
+  if (fs->reference()) GTEST_SKIP() << "the daemon's option";
+  const std::string data = PatternBytes(7000, 3);
+  ASSERT_TRUE(WriteFile(fs->Path("f"), data));  // close, no fsync
+  ASSERT_TRUE(fs->Kill9());
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_TRUE(FileHasContent(fs->Path("f"), data));
+  EXPECT_NE(fs->daemon_log().find("write-back delay 0 s"), std::string::npos) << fs->daemon_log();
+}
+
+}  // namespace
+}  // namespace s3oram
