@@ -35,6 +35,8 @@ void RegisterInit(CLI::App& app, int* exit_code) {
                   "this client's CURVE secret key file (s3oram keygen; mode 0600); the servers "
                   "must list its public key in authorized_clients")
       ->required();
+  a->params.block_bytes = kDefaultFsBlockBytes;
+  a->params.evict_rate = kDefaultFsEvictRate;
   AddParamOptions(cmd, a->params);
   cmd->add_flag("--overwrite-servers", a->overwrite,
                 "replace a filesystem the servers already hold (its data is lost)");

@@ -83,6 +83,8 @@ void RegisterParams(CLI::App& app, int* exit_code) {
   auto opts = std::make_shared<ParamOptions>();
   auto json = std::make_shared<bool>(false);
   auto link = std::make_shared<ProfileOptions>();
+  opts->block_bytes = kDefaultFsBlockBytes;
+  opts->evict_rate = kDefaultFsEvictRate;
   AddParamOptions(cmd, *opts);
   cmd->add_flag("--json", *json, "print JSON");
   cmd->add_option(

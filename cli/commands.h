@@ -8,7 +8,14 @@
 
 namespace s3oram::cli {
 
-// Defaults for a new filesystem (chosen by benchmark: docs/PERFORMANCE.md).
+// Defaults for a new filesystem (init, and params, which predicts for init),
+// chosen with bench/net-bench for a laptop on a home link
+// (docs/PERFORMANCE.md §8): 256 KiB blocks, whose 64 slots of 4 KiB small
+// files share, and one eviction per 280 accesses, which keeps the storage
+// per server at 7.5 times a 1 GiB capacity.
+inline constexpr std::uint32_t kDefaultFsBlockBytes = 262144;
+inline constexpr std::uint32_t kDefaultFsEvictRate = 280;
+// Defaults of `s3oram bench`, an engine setting (docs/PERFORMANCE.md §1-7).
 inline constexpr std::uint32_t kDefaultBlockBytes = 4096;
 inline constexpr std::uint32_t kDefaultEvictRate = 32;
 inline constexpr std::uint32_t kDefaultLambda = 80;
