@@ -44,7 +44,7 @@ FsOptions PackedOptions(const std::string& mount_opts = "") {
 }
 
 std::uint64_t FreeBlocks(const std::string& path) {
-  struct statvfs v{};
+  struct statvfs v {};
   EXPECT_EQ(::statvfs(path.c_str(), &v), 0);
   return v.f_bfree;
 }
@@ -52,7 +52,8 @@ std::uint64_t FreeBlocks(const std::string& path) {
 // fsync(2) of a directory: `sync DIR`, which writes every dirty block back.
 ::testing::AssertionResult SyncDir(const std::string& dir) {
   const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ::testing::AssertionFailure() << "open " << dir << ": " << std::strerror(errno);
+  if (fd < 0)
+    return ::testing::AssertionFailure() << "open " << dir << ": " << std::strerror(errno);
   const int rc = ::fsync(fd);
   const int e = errno;
   ::close(fd);
@@ -69,8 +70,7 @@ class FsPackingTest : public ::testing::Test {
     ASSERT_GE(fs_->params().capacity_blocks, 64u);
   }
   CmdResult Fsck() {
-    return RunCmd({CliPath(), "fsck", "-s", fs_->state(), "--passfile", fs_->passfile(),
-                   "-n"},
+    return RunCmd({CliPath(), "fsck", "-s", fs_->state(), "--passfile", fs_->passfile(), "-n"},
                   std::chrono::seconds(240));
   }
   std::unique_ptr<MountedFs> fs_;
@@ -93,7 +93,7 @@ TEST_F(FsPackingTest, SmallFilesShareBlocksAndSurviveRemountAndFsck) {
   // leaves unused at block ends; one block per file without packing.
   EXPECT_LE(used, (slots + 15) / 16 + 3) << slots << " slots";
   EXPECT_LT(used, 40u / 3);
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(fs_->Path("small0").c_str(), &st), 0);
   EXPECT_EQ(st.st_blocks, static_cast<blkcnt_t>(kSlot / 512)) << "a 1-byte file holds one slot";
   ASSERT_TRUE(fs_->Remount());
@@ -122,7 +122,7 @@ TEST_F(FsPackingTest, TailsSparseFilesAndTruncateAcrossSharedBlocks) {
   }
   std::string sparse(5 * kBlock + 133, '\0');
   sparse.replace(5 * kBlock + 123, 10, "0123456789");
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(::stat(fs_->Path("sparse").c_str(), &st), 0);
   EXPECT_EQ(st.st_blocks, static_cast<blkcnt_t>(kSlot / 512)) << "the hole costs nothing";
   ASSERT_TRUE(SyncDir(fs_->root()));
@@ -155,7 +155,8 @@ TEST_F(FsPackingTest, FreedSlotsAreReusedAndNeverShowTheirOldBytes) {
                             std::string(1000 + 100 * i, static_cast<char>('a' + round))));
     }
     ASSERT_TRUE(SyncDir(fs_->root()));
-    for (int i = 0; i < 30; i += 2) ASSERT_EQ(::unlink(fs_->Path("r" + std::to_string(i)).c_str()), 0);
+    for (int i = 0; i < 30; i += 2)
+      ASSERT_EQ(::unlink(fs_->Path("r" + std::to_string(i)).c_str()), 0);
     // New files in the freed slots, grown by truncate only: all zeros.
     for (int i = 0; i < 15; ++i) {
       const std::string p = fs_->Path("z" + std::to_string(round) + "_" + std::to_string(i));
@@ -170,9 +171,11 @@ TEST_F(FsPackingTest, FreedSlotsAreReusedAndNeverShowTheirOldBytes) {
     }
   }
   for (int i = 1; i < 30; i += 2) {
-    EXPECT_TRUE(FileHasContent(fs_->Path("r" + std::to_string(i)), std::string(1000 + 100 * i, 'c')));
+    EXPECT_TRUE(
+        FileHasContent(fs_->Path("r" + std::to_string(i)), std::string(1000 + 100 * i, 'c')));
   }
-  for (int i = 1; i < 30; i += 2) ASSERT_EQ(::unlink(fs_->Path("r" + std::to_string(i)).c_str()), 0);
+  for (int i = 1; i < 30; i += 2)
+    ASSERT_EQ(::unlink(fs_->Path("r" + std::to_string(i)).c_str()), 0);
   ASSERT_TRUE(SyncDir(fs_->root()));
   ASSERT_TRUE(fs_->Remount());  // unlinked inodes are freed once the kernel forgets them
   EXPECT_EQ(FreeBlocks(fs_->root()), free0) << "every slot came back";

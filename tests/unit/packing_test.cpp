@@ -40,8 +40,8 @@ TEST(BlockLayoutTest, SlotGeometry) {
   EXPECT_EQ(BlockLayout::SlotsPerBlock(262144), 64u);
   EXPECT_EQ(BlockLayout::SlotsPerBlock(786432), 64u);  // 12 KiB slots
   EXPECT_EQ(BlockLayout(786432).slot_bytes(), 12288u);
-  EXPECT_EQ(BlockLayout::SlotsPerBlock(10000), 2u);   // 2 slots of 5000
-  EXPECT_EQ(BlockLayout::SlotsPerBlock(12289), 1u);   // 3 does not divide it
+  EXPECT_EQ(BlockLayout::SlotsPerBlock(10000), 2u);  // 2 slots of 5000
+  EXPECT_EQ(BlockLayout::SlotsPerBlock(12289), 1u);  // 3 does not divide it
   const BlockLayout l(65536);
   EXPECT_EQ(l.SlotsFor(0), 1u);
   EXPECT_EQ(l.SlotsFor(1), 1u);
@@ -510,8 +510,8 @@ struct Daemon {
     cache = std::make_unique<BlockCache>(
         engine, locks, cache_pages,
         [this](const std::vector<WrittenExtent>& w) { return meta->MarkWritten(w); });
-    data = std::make_unique<FileData>(*meta, *cache, engine, locks,
-                                      std::chrono::milliseconds(60000));
+    data =
+        std::make_unique<FileData>(*meta, *cache, engine, locks, std::chrono::milliseconds(60000));
   }
   std::unique_ptr<MetadataStore> meta;
   InodeLocks locks;
@@ -580,7 +580,8 @@ TEST(PackingFileDataTest, RandomWorkloadWithCrashesAgainstAModel) {
       const std::uint64_t size = g() % (now[i].size() + kSlot + 1);
       Attr a;
       ASSERT_EQ(d->data->Truncate(ino[i], size, &a), 0);
-      touch(i, std::min<std::uint64_t>(size, now[i].size()), std::max<std::uint64_t>(size, now[i].size()) + 1);
+      touch(i, std::min<std::uint64_t>(size, now[i].size()),
+            std::max<std::uint64_t>(size, now[i].size()) + 1);
       now[i].resize(size, 0);
     } else if (kind < 15) {
       ASSERT_EQ(d->data->Fsync(ino[i]), 0);
