@@ -393,21 +393,39 @@ struct RequestHandler::Impl {
     TreeGeometry geo{shape.height, shape.bucket_size};
     const auto t0 = Clock::now();
     const std::size_t bucket = store->bucket_elems();
+    const std::size_t Z = shape.bucket_size;
     path_buffer.resize(bucket * geo.levels());
     std::vector<const Elem*> buckets;
+    // A bucket never written is a hole of the share file: its shares read
+    // as zeros and add nothing to the inner product, so it is left out
+    // (with its part of the select vector) instead of being read, which on
+    // a young filesystem would fill the page cache with zero pages of most
+    // of the tree. The answer is the same either way.
+    std::vector<Elem> written_select;
+    bool skipped = false;
     for (std::uint32_t l = 0; l <= geo.height; ++l) {
+      const std::uint64_t b = geo.BucketOnPath(leaf, l);
+      S3ORAM_ASSIGN_OR_RETURN(std::vector<bool> hole, store->Holes(b, 1));
+      if (hole.at(0)) {
+        skipped = true;
+        continue;
+      }
       std::span<Elem> scratch(path_buffer.data() + l * bucket, bucket);
-      S3ORAM_ASSIGN_OR_RETURN(const Elem* view,
-                              store->BucketForRead(geo.BucketOnPath(leaf, l), scratch));
+      S3ORAM_ASSIGN_OR_RETURN(const Elem* view, store->BucketForRead(b, scratch));
       buckets.push_back(view);
+      written_select.insert(written_select.end(), select.begin() + static_cast<std::ptrdiff_t>(l * Z),
+                            select.begin() + static_cast<std::ptrdiff_t>((l + 1) * Z));
     }
     const auto t_read = Clock::now();
     const std::size_t m = shape.elems_per_slot;
     wire::RetrieveReply reply;
-    reply.answer.resize(m);
-    ParallelColumns(m, [&](kernels::ColumnRange r) {
-      kernels::PathInnerProduct(buckets, shape.bucket_size, m, select, reply.answer.data(), r);
-    });
+    reply.answer.assign(m, 0);
+    if (!buckets.empty()) {
+      const std::vector<Elem>& sel = skipped ? written_select : select;
+      ParallelColumns(m, [&](kernels::ColumnRange r) {
+        kernels::PathInnerProduct(buckets, Z, m, sel, reply.answer.data(), r);
+      });
+    }
     const auto t_end = Clock::now();
     ++stats.retrieves;
     stats.retrieve_read_us += Micros(t_read - t0);

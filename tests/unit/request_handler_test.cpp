@@ -15,6 +15,7 @@
 #include <variant>
 #include <vector>
 
+#include "oramcore/field.h"
 #include "oramcore/geometry.h"
 #include "oramcore/wire.h"
 
@@ -383,6 +384,37 @@ TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
 
 // RETRIEVE_WRITE_ROOT: the root write lands before the retrieval (which sees
 // it), and a request whose either part is malformed changes nothing.
+// Buckets never written are holes of the share file; the retrieval leaves
+// them out (they would add zeros), and the answer is the inner product over
+// the whole path all the same. Slots of 4 KiB, so buckets fill whole
+// filesystem blocks and the lower levels really are holes.
+TEST_F(RequestHandlerTest, RetrievalOverHolesEqualsTheWholePathProduct) {
+  const wire::StoreShape shape{2, 2, 1024};
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  ASSERT_TRUE(Acquire(2).granted);
+  const TreeGeometry geo{shape.height, shape.bucket_size};
+  std::vector<Elem> share(shape.elems_per_slot);
+  for (std::size_t i = 0; i < share.size(); ++i) share[i] = static_cast<Elem>(1 + 7919 * i % 100003);
+  std::vector<Elem> select(geo.path_slots());
+  for (std::size_t i = 0; i < select.size(); ++i) select[i] = static_cast<Elem>(3 + 104729 * i % 65521);
+  // Root slot 1 holds `share`; every other slot of the path was never written.
+  wire::Body got = Call(wire::RetrieveWriteRootRequest{1, share, geo.first_leaf(), select}, 3);
+  ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+  std::vector<Elem> want(share.size());
+  for (std::size_t c = 0; c < share.size(); ++c) {
+    want[c] = static_cast<Elem>(std::uint64_t{select[1]} * share[c] % field::kPrime);
+  }
+  EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, want);
+  auto holes = handler_->store()->Holes(1, geo.num_buckets());
+  ASSERT_TRUE(holes.ok()) << holes.status().ToString();
+  EXPECT_FALSE(holes->at(0)) << "the root holds data";
+  EXPECT_TRUE(holes->at(geo.BucketOnPath(geo.first_leaf(), 2) - 1)) << "the leaf is a hole";
+  // A path of holes only below the root, through another leaf: the same.
+  got = Call(wire::RetrieveRequest{geo.first_leaf() + 1, select}, 4);
+  ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+  EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, want);
+}
+
 TEST_F(RequestHandlerTest, RetrieveWriteRootWritesFirstAndChecksBothPartsBeforeEither) {
   const wire::StoreShape shape{2, 2, 4};
   ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
