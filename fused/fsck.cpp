@@ -289,23 +289,16 @@ Result<FsckSnapshot> FsckSnapshot::Load(const std::string& state_path) {
     while (q.Next(&err)) s.dirents.push_back(Dirent{q.UCol(0), q.UCol(1), q.Blob(2), q.UCol(3)});
     S3ORAM_RETURN_IF_ERROR(fail(err));
   }
-  if (s.fs_schema_version < 3) {
-    // Whole blocks only (the daemon migrates this at its next mount).
-    Stmt q(db, "SELECT ino, idx, block_id, valid FROM fs_blocks ORDER BY ino, idx");
-    S3ORAM_RETURN_IF_ERROR(fail(q.ok("reading fs_blocks")));
-    while (q.Next(&err)) {
-      Block b;
-      b.ino = q.UCol(0);
-      b.idx = q.UCol(1);
-      b.id = q.UCol(2);
-      b.valid = q.Col(3);
-      s.blocks.push_back(b);
-    }
-    S3ORAM_RETURN_IF_ERROR(fail(err));
-  } else {
-    Stmt q(db,
-           "SELECT ino, idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
-           "FROM fs_blocks ORDER BY ino, idx");
+  {
+    // Schema 2 had whole blocks only (the daemon migrates it at its next
+    // mount): its rows read as whole extents without a relocation target.
+    const char* sql =
+        s.fs_schema_version < 3
+            ? "SELECT ino, idx, block_id, valid, 0, 0, NULL, NULL, NULL "
+              "FROM fs_blocks ORDER BY ino, idx"
+            : "SELECT ino, idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+              "FROM fs_blocks ORDER BY ino, idx";
+    Stmt q(db, sql);
     S3ORAM_RETURN_IF_ERROR(fail(q.ok("reading fs_blocks")));
     while (q.Next(&err)) {
       Block b;
@@ -322,6 +315,8 @@ Result<FsckSnapshot> FsckSnapshot::Load(const std::string& state_path) {
       s.blocks.push_back(b);
     }
     S3ORAM_RETURN_IF_ERROR(fail(err));
+  }
+  if (s.fs_schema_version >= 3) {
     Stmt sh(db, "SELECT block_id, used, nused, longest FROM fs_shared ORDER BY block_id");
     S3ORAM_RETURN_IF_ERROR(fail(sh.ok("reading fs_shared")));
     while (sh.Next(&err)) s.shared.push_back(Shared{sh.UCol(0), sh.UCol(1), sh.Col(2), sh.Col(3)});

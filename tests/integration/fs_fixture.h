@@ -57,6 +57,14 @@ inline std::string FusedPath() {
 #endif
 }
 
+#ifdef S3ORAM_TEST_CLI
+// The s3oram CLI under test: $S3ORAM_CLI (an installed one) or the build's.
+inline std::string CliPath() {
+  const char* env = std::getenv("S3ORAM_CLI");
+  return env && *env ? env : S3ORAM_TEST_CLI;
+}
+#endif
+
 // The reference directory (S3ORAM_FS_TEST_DIR) or empty for daemon mode.
 inline std::string ReferenceDir() {
   const char* env = std::getenv("S3ORAM_FS_TEST_DIR");

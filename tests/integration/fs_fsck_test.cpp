@@ -21,17 +21,13 @@
 namespace s3oram {
 namespace {
 
+using testing::CliPath;
 using testing::CmdResult;
 using testing::FileHasContent;
 using testing::MountedFs;
 using testing::PatternBytes;
 using testing::RunCmd;
 using testing::WriteFile;
-
-std::string CliPath() {
-  const char* env = std::getenv("S3ORAM_CLI");
-  return env && *env ? env : S3ORAM_TEST_CLI;
-}
 
 // Runs one statement list on the (unmounted) state file.
 ::testing::AssertionResult Sql(const std::string& state, const std::string& sql) {

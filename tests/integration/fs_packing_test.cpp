@@ -20,6 +20,7 @@
 namespace s3oram {
 namespace {
 
+using testing::CliPath;
 using testing::CmdResult;
 using testing::FileHasContent;
 using testing::FsOptions;
@@ -27,11 +28,6 @@ using testing::MountedFs;
 using testing::PatternBytes;
 using testing::RunCmd;
 using testing::WriteFile;
-
-std::string CliPath() {
-  const char* env = std::getenv("S3ORAM_CLI");
-  return env && *env ? env : S3ORAM_TEST_CLI;
-}
 
 constexpr std::uint32_t kBlock = 65536;
 constexpr std::uint32_t kSlot = 4096;
