@@ -46,6 +46,27 @@ bool LoopbackSocket(std::uint16_t port, bool connect) {
 bool PortFree(std::uint16_t port) { return LoopbackSocket(port, /*connect=*/false); }
 bool PortAccepts(std::uint16_t port) { return LoopbackSocket(port, /*connect=*/true); }
 
+// A random first port of `count` consecutive ports outside the kernel's
+// ephemeral range: a port inside it can be taken as the source port of any
+// outgoing connection on the machine (a concurrent test's client) while its
+// server is down for a restart, and the restart then fails to bind.
+std::uint16_t RandomBasePort(std::size_t count) {
+  unsigned lo = 32768, hi = 60999;
+  std::ifstream range("/proc/sys/net/ipv4/ip_local_port_range");
+  unsigned a = 0, b = 0;
+  if (range >> a >> b && a <= b && b <= 65535) lo = a, hi = b;
+  // Candidate first ports: [10000, lo - count] and [hi + 1, 65536 - count].
+  const unsigned low_first = 10000, low_last = lo > low_first + count ? lo - count : 0;
+  const unsigned high_first = hi + 1, high_last = 65536 - static_cast<unsigned>(count);
+  const unsigned low_n = low_last >= low_first && low_last != 0 ? low_last - low_first + 1 : 0;
+  const unsigned high_n = high_last >= high_first ? high_last - high_first + 1 : 0;
+  if (low_n + high_n < 64) {  // a machine whose ephemeral range covers nearly everything
+    return static_cast<std::uint16_t>(20000 + random::Below(40000 - count));
+  }
+  const unsigned pick = static_cast<unsigned>(random::Below(low_n + high_n));
+  return static_cast<std::uint16_t>(pick < low_n ? low_first + pick : high_first + (pick - low_n));
+}
+
 std::string ReadTail(const std::string& path, std::size_t max_bytes) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;
@@ -138,7 +159,7 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::StartOnce(const LocalCluster
   std::uint16_t base = options.base_port;
   if (base == 0) {
     for (int tries = 0; tries < 200 && base == 0; ++tries) {
-      auto candidate = static_cast<std::uint16_t>(20000 + random::Below(40000 - 2 * n));
+      const std::uint16_t candidate = RandomBasePort(2 * n);
       bool all = true;
       for (std::size_t k = 0; k < 2 * n && all; ++k) {
         all = PortFree(static_cast<std::uint16_t>(candidate + k));

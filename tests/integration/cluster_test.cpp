@@ -128,7 +128,10 @@ TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
     const int status = cluster->last_wait_status();
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0)
         << "server " << i << " did not exit cleanly (wait status " << status << ")";
-    ASSERT_TRUE(cluster->Restart(i).ok());
+    {
+      const Status restarted = cluster->Restart(i);
+      ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+    }
   }
   auto c = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -289,7 +292,10 @@ TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
     }
     const std::size_t victim = rng() % 3;
     ASSERT_TRUE(cluster->Kill(victim, SIGKILL).ok());
-    ASSERT_TRUE(cluster->Restart(victim).ok());
+    {
+      const Status restarted = cluster->Restart(victim);
+      ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+    }
   }
   // Killed while the client is mid-access: the client resends until the server is back.
   for (int round = 0; round < 3; ++round) {

@@ -99,7 +99,10 @@ TEST(CurveTest, UnknownPeerIsRefusedAndBothServersSayWhy) {
   cfg->secret_key_file = dir.Sub("server-2-new.key");
   ASSERT_TRUE(cluster->Kill(2, SIGTERM).ok());
   std::ofstream(cluster->config_path(2), std::ios::trunc) << serverd::RenderServerConfig(*cfg);
-  ASSERT_TRUE(cluster->Restart(2).ok());
+  {
+    const Status restarted = cluster->Restart(2);
+    ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  }
 
   // The client, which knows server 2 by its old key, is refused by it...
   auto c = testing::TestOpen(state, Quick());
@@ -134,7 +137,10 @@ TEST(CurveTest, KeyFilesReadableByOthersAreRefused) {
   ASSERT_FALSE(restart.ok());
   EXPECT_NE(restart.message().find("chmod 600"), std::string::npos) << restart.ToString();
   ASSERT_EQ(::chmod(cfg->secret_key_file.c_str(), 0600), 0);
-  ASSERT_TRUE(cluster->Restart(1).ok());
+  {
+    const Status restarted = cluster->Restart(1);
+    ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  }
   auto ok = testing::TestOpen(state, Quick());
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
 }

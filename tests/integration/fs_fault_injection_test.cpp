@@ -259,7 +259,10 @@ TEST_P(FsFaultInjectionTest, KillsAtRandomAndNamedPointsLoseNoFsyncedData) {
         ASSERT_TRUE(fs->Mount(std::chrono::seconds(120)));
       } else {
         ASSERT_TRUE(cluster.Kill(server, SIGTERM).ok());
-        ASSERT_TRUE(cluster.Restart(server).ok());
+        {
+          const Status restarted = cluster.Restart(server);
+          ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+        }
       }
     }
     verify("a kill");

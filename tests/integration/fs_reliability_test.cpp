@@ -245,7 +245,10 @@ TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
   } unmounter{data};
   CmdResult cp = RunCmd({"cp", "-a", "--sparse=always", orig + "/.", data + "/"});
   ASSERT_EQ(cp.exit_code, 0) << cp.output;
-  ASSERT_TRUE(cluster.Restart(1).ok());
+  {
+    const Status restarted = cluster.Restart(1);
+    ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  }
   ASSERT_TRUE(fs->Mount());
 
   // Fill it: new files until a write or fsync fails.

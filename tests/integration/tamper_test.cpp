@@ -221,7 +221,10 @@ TEST(TamperTest, ServersRolledBackTogetherAreDetectedByTheVersion) {
     }
     stdfs::copy(lab->dir.Sub("cluster"), to,
                 stdfs::copy_options::recursive | stdfs::copy_options::overwrite_existing);
-    for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(lab->cluster->Restart(i).ok());
+    for (std::size_t i = 0; i < 3; ++i) {
+      const Status restarted = lab->cluster->Restart(i);
+      ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+    }
   };
   snapshot(lab->dir.Sub("old"));
   // After at least one eviction, rewrite the victim (v2) into the same root
@@ -246,7 +249,10 @@ TEST(TamperTest, ServersRolledBackTogetherAreDetectedByTheVersion) {
     stdfs::copy(lab->dir.Sub("old/" + data), lab->dir.Sub("cluster/" + data),
                 stdfs::copy_options::recursive);
   }
-  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(lab->cluster->Restart(i).ok());
+  for (std::size_t i = 0; i < 3; ++i) {
+    const Status restarted = lab->cluster->Restart(i);
+    ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  }
 
   LogCapture log;
   auto r = (*c)->Read(victim);
