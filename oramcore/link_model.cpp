@@ -1,5 +1,7 @@
 #include "oramcore/link_model.h"
 
+#include "oramcore/elem_packing.h"
+
 #include <algorithm>
 #include <utility>
 
@@ -29,7 +31,8 @@ std::optional<LinkProfile> FindLinkProfile(std::string_view name) {
 LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
                                const ServerSpeed& speed) {
   const CostModel c = EstimateCost(p);
-  const double elem = static_cast<double>(field::kElemBytes);
+  const double elem = static_cast<double>(wire::kElemWireBits) / 8.0;  // on a link
+  const double disk_elem = static_cast<double>(field::kElemBytes);
   const double l = p.parties;
   const double H = p.height;
   const double Z = p.bucket_size;
@@ -48,7 +51,7 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
   const double t_down = wire_s(down_access, link.client_down_bps);
   const bool local_floor = speed.local_access_s > 0;
   const double t_read = !local_floor && speed.read_bytes_per_s > 0
-                            ? c.slots_streamed * m * elem / speed.read_bytes_per_s
+                            ? c.slots_streamed * m * disk_elem / speed.read_bytes_per_s
                             : 0.0;
 
   // Per eviction: the root's last write goes alone (its bytes are the access's

@@ -15,6 +15,8 @@
 //    1 - P(X <= Z) with the lower sum (itself <= ~1/2, so no cancellation).
 #include "oramcore/params.h"
 
+#include "oramcore/elem_packing.h"
+
 #include "oramcore/seal_format.h"
 
 #include "oramcore/wire.h"
@@ -328,7 +330,8 @@ CostModel EstimateCost(const OramParams& p) {
   const double A = std::max<double>(p.evict_rate, 1.0);
   const double m = static_cast<double>(p.elems_per_slot());
   const double l = p.parties;
-  const double elem = static_cast<double>(field::kElemBytes);
+  const double elem = static_cast<double>(field::kElemBytes);         // on disk
+  const double wire_elem = static_cast<double>(wire::kElemWireBits) / 8.0;  // on a link
 
   CostModel c{};
   c.slots_streamed = Z * H1;
@@ -338,15 +341,15 @@ CostModel EstimateCost(const OramParams& p) {
   c.field_mults = c.slot_multiplications * m;
   // To every server: a select vector over the path, the root write of one slot,
   // and 1/A of an eviction's matrix shares.
-  c.client_upload_bytes = l * (Z * H1 + m + H1 * 2.0 * Z * Z / A) * elem;
+  c.client_upload_bytes = l * (Z * H1 + m + H1 * 2.0 * Z * Z / A) * wire_elem;
   // From every server: its share of the retrieved slot.
-  c.client_download_bytes = l * m * elem;
+  c.client_download_bytes = l * m * wire_elem;
   // SMP: per eviction each server re-shares a bucket (Z m elements) to each of
   // its parties-1 peers for levels 1..H-1 and two leaf buckets (2 Z m) in the
   // leaf round, i.e. (H+1) Z m elements per peer.
   const double per_server_elems =
       (l - 1.0) * (Z * m * (static_cast<double>(p.height) - 1.0) + 2.0 * Z * m);
-  c.server_to_server_bytes = l * per_server_elems / A * elem;
+  c.server_to_server_bytes = l * per_server_elems / A * wire_elem;
   c.storage_bytes_per_server =
       static_cast<double>(kShareFileHeaderBytes) +
       (std::ldexp(1.0, static_cast<int>(p.height) + 1) - 1.0) * Z * m * elem;

@@ -7,6 +7,8 @@
 // disagree about a layout.
 #include "oramcore/wire.h"
 
+#include "oramcore/elem_packing.h"
+
 #include <array>
 #include <bit>
 #include <cstdio>
@@ -21,14 +23,7 @@
 namespace s3oram::wire {
 namespace {
 
-// The bulk paths (element vectors) copy the in-memory u32 array verbatim when
-// the host is little-endian, and fall back to per-element byte assembly
-// otherwise. Mixed-endian hosts are not supported.
-static_assert(std::endian::native == std::endian::little ||
-                  std::endian::native == std::endian::big,
-              "mixed-endian hosts are not supported");
-inline constexpr bool kLittleEndianHost = std::endian::native == std::endian::little;
-static_assert(sizeof(Elem) == 4, "elements travel as u32");
+static_assert(sizeof(Elem) == 4, "elements are held as u32");
 
 // Largest body any message can have: one vector at the cap plus a few fixed
 // fields. Keeps the u32 body length field from ever wrapping.
@@ -70,7 +65,7 @@ class Sizer {
   void String(const std::string& s, const char*) { n_ += 4 + ClipString(s).size(); }
   void Elems(const std::vector<Elem>& v, const char* name) {
     if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
-    n_ += 4 + v.size() * sizeof(Elem);
+    n_ += 4 + PackedElemBytes(v.size());
   }
   void Flags(const std::vector<std::uint8_t>& v, const char* name) {
     if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
@@ -117,12 +112,11 @@ class Writer {
   void Elems(const std::vector<Elem>& v, const char* name) {
     if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
     Le(v.size(), 4);
-    if constexpr (kLittleEndianHost) {
-      // The in-memory array already is the wire format: one bulk copy.
-      const auto* p = reinterpret_cast<const std::uint8_t*>(v.data());
-      out_.insert(out_.end(), p, p + v.size() * sizeof(Elem));
-    } else {
-      for (Elem e : v) Le(e, 4);
+    const std::size_t at = out_.size();
+    out_.resize(at + PackedElemBytes(v.size()));
+    if (!PackElems(v, out_.data() + at)) {
+      std::fprintf(stderr, "s3oram::wire::Encode: %s holds a value of 2^31 or more\n", name);
+      std::abort();
     }
   }
   void Flags(const std::vector<std::uint8_t>& v, const char* name) {
@@ -210,29 +204,18 @@ class Reader {
            std::to_string(kMaxElems));
       return;
     }
-    const std::size_t bytes = std::size_t{count} * sizeof(Elem);
+    const std::size_t bytes = PackedElemBytes(count);
     if (!Need(bytes, name)) return;
     v.resize(count);
-    const std::uint8_t* src = in_.data() + pos_;
-    if constexpr (kLittleEndianHost) {
-      if (count != 0) std::memcpy(v.data(), src, bytes);
-    } else {
-      for (std::size_t i = 0; i < count; ++i) {
-        const std::uint8_t* q = src + 4 * i;
-        v[i] = Elem{q[0]} | Elem{q[1]} << 8 | Elem{q[2]} << 16 | Elem{q[3]} << 24;
-      }
+    // Every element must be canonical (< p): arithmetic downstream assumes it,
+    // and with zero padding bits each vector has exactly one encoding.
+    std::string why;
+    if (!UnpackElems(in_.subspan(pos_, bytes), v, &why)) {
+      Fail(std::string(name) + ": " + why);
+      v.clear();
+      return;
     }
     pos_ += bytes;
-    // Every element must be canonical (< p): arithmetic downstream assumes it,
-    // and it gives each field element exactly one encoding.
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      if (v[i] >= field::kPrime) {
-        Fail(std::string(name) + ": element " + std::to_string(i) + " is " +
-             std::to_string(v[i]) + ", not below the prime " + std::to_string(field::kPrime));
-        v.clear();
-        return;
-      }
-    }
   }
 
   void Flags(std::vector<std::uint8_t>& v, const char* name) {

@@ -10,8 +10,9 @@
 //   seq     u64             client sequence number; replies echo the request's
 //   length  u32             body length; must equal the bytes that follow
 //   body    `length` bytes  per type, below
-// Vectors of field elements are a u32 count followed by count u32 elements, each
-// < p. Strings are a u32 length then bytes. Flag vectors are a u32 count then
+// Vectors of field elements are a u32 count followed by the elements packed at
+// 31 bits each (oramcore/elem_packing.h: ceil(31 count / 8) bytes, each < p,
+// zero padding bits). Strings are a u32 length then bytes. Flag vectors are a u32 count then
 // one byte (0 or 1) each; index lists a u32 count (<= kMaxParties) then u32s;
 // lists of element vectors a u32 count (<= kMaxParties) then each vector. The
 // decoder checks every length against the bytes actually present before allocating, checks every element is
@@ -34,7 +35,8 @@ using field::Elem;
 using FsId = std::array<std::uint8_t, 16>;
 
 inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
-inline constexpr std::uint16_t kWireVersion = 1;
+// 2: element vectors packed at 31 bits (1 sent each as a u32).
+inline constexpr std::uint16_t kWireVersion = 2;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Largest element vector a decoder accepts (1 GiB of elements).
 inline constexpr std::uint32_t kMaxElems = (1u << 28);

@@ -12,6 +12,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "oramcore/elem_packing.h"
 #include "oramcore/field.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_scale.h"
@@ -207,8 +208,8 @@ TEST(ClusterTest, BlockAccessedRightAfterItsWriteIsReadFromTheDeferredRootWrite)
     ASSERT_EQ((*client)->counters().ne, ne);
     // The second access carried the first one's root write: m more elements
     // per server, and no request of its own.
-    EXPECT_EQ(combined - one_retrieve,
-              3 * (4 + 4 + 4 * config.params.elems_per_slot()));  // slot, count, shares
+    EXPECT_EQ(combined - one_retrieve,  // slot, count, shares packed at 31 bits
+              3 * (4 + 4 + wire::PackedElemBytes(config.params.elems_per_slot())));
   }
   auto client = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();

@@ -400,9 +400,11 @@ TEST(ParamsTest, EstimateCost) {
   EXPECT_DOUBLE_EQ(c.slots_streamed, Z * H1);
   EXPECT_DOUBLE_EQ(c.slot_multiplications, Z * H1 + 2 * Z * Z * H1 / A);
   EXPECT_DOUBLE_EQ(c.field_mults, c.slot_multiplications * m);
-  EXPECT_DOUBLE_EQ(c.client_upload_bytes, l * (Z * H1 + m + H1 * 2 * Z * Z / A) * 4);
-  EXPECT_DOUBLE_EQ(c.client_download_bytes, l * m * 4);
-  EXPECT_DOUBLE_EQ(c.server_to_server_bytes, l * (l - 1) * (Z * m * 13 + 2 * Z * m) / A * 4);
+  // On links an element takes 31 bits (wire packing), on disk 4 bytes.
+  EXPECT_DOUBLE_EQ(c.client_upload_bytes, l * (Z * H1 + m + H1 * 2 * Z * Z / A) * 31 / 8);
+  EXPECT_DOUBLE_EQ(c.client_download_bytes, l * m * 31 / 8);
+  EXPECT_DOUBLE_EQ(c.server_to_server_bytes,
+                   l * (l - 1) * (Z * m * 13 + 2 * Z * m) / A * 31 / 8);
   EXPECT_DOUBLE_EQ(c.storage_bytes_per_server, 4096 + (std::ldexp(1.0, 15) - 1) * Z * m * 4);
   // Eviction dominates retrieval for these parameters (design.md §3).
   EXPECT_GT(2 * Z * Z * H1 / A, Z * H1);

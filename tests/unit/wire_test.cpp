@@ -294,6 +294,27 @@ std::vector<std::uint8_t> RawFrame(std::uint16_t type, const std::vector<std::ui
 
 std::uint16_t TypeCode(MessageType t) { return static_cast<std::uint16_t>(t); }
 
+// An element vector as the layout in wire.h says, built bit by bit: a u32
+// count, then each raw value's low 31 bits, then `padding` in the bits up to
+// the byte boundary. Raw values may be non-canonical.
+void PutPacked(std::vector<std::uint8_t>& out, const std::vector<std::uint32_t>& raw,
+               std::uint8_t padding = 0) {
+  PutLe(out, raw.size(), 4);
+  const std::size_t bits = raw.size() * 31, bytes = (bits + 7) / 8, at = out.size();
+  out.resize(at + bytes, 0);
+  auto set = [&](std::size_t bit) {
+    out[at + bit / 8] = static_cast<std::uint8_t>(out[at + bit / 8] | (1u << (bit % 8)));
+  };
+  for (std::size_t i = 0; i < raw.size(); ++i) {
+    for (unsigned k = 0; k < 31; ++k) {
+      if ((raw[i] >> k) & 1u) set(i * 31 + k);
+    }
+  }
+  for (std::size_t b = bits; b < bytes * 8; ++b) {
+    if ((padding >> (b - bits)) & 1u) set(b);
+  }
+}
+
 void ExpectCorruption(const Result<Message>& r, const std::string& needle = "") {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorruption) << r.status().ToString();
@@ -373,7 +394,7 @@ TEST(WireTest, LargeVectorRoundTrip) {
   m.matrices.resize(4u << 20);  // 16 MiB of elements
   for (auto& e : m.matrices) e = static_cast<Elem>(rng() % field::kPrime);
   std::vector<std::uint8_t> frame = Encode(Header{}, m);
-  EXPECT_EQ(frame.size(), kHeaderBytes + 8 + 4 + 8 + 4 + m.matrices.size() * 4);
+  EXPECT_EQ(frame.size(), kHeaderBytes + 8 + 4 + 8 + 4 + m.matrices.size() * 31 / 8);
   auto r = Decode(frame);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(SameBody(r->body, m));
@@ -388,17 +409,17 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x01, 0x00,              // version 1
+      0x02, 0x00,              // version 2
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
       0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
-      0x14, 0x00, 0x00, 0x00,                          // body length 20 = 8 + 4 + 2*4
+      0x14, 0x00, 0x00, 0x00,                          // body length 20 = 8 + 4 + 8
       0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
       0x02, 0x00, 0x00, 0x00,                          // select count 2
-      0x01, 0x00, 0x00, 0x00,                          // 1
-      0xfe, 0xff, 0xff, 0x7f,                          // p - 1
+      // 1 in bits 0..30, p - 1 = 0x7ffffffe in bits 31..61, two zero padding bits
+      0x01, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x3f,
   };
   EXPECT_EQ(Encode(h, m), expected);
   auto r = Decode(expected);
@@ -415,20 +436,19 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x01, 0x00,              // version 1
+      0x02, 0x00,              // version 2
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
       0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
       0x2b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
-      0x20, 0x00, 0x00, 0x00,  // body length 32 = 4 + (4 + 4) + 8 + (4 + 2*4)
+      0x20, 0x00, 0x00, 0x00,  // body length 32 = 4 + (4 + 4) + 8 + (4 + 8)
       0x07, 0x00, 0x00, 0x00,  // slot
       0x01, 0x00, 0x00, 0x00,  // share count 1
-      0x03, 0x00, 0x00, 0x00,  // 3
+      0x03, 0x00, 0x00, 0x00,  // 3 in 31 bits, one zero padding bit
       0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
       0x02, 0x00, 0x00, 0x00,  // select count 2
-      0x01, 0x00, 0x00, 0x00,  // 1
-      0xfe, 0xff, 0xff, 0x7f,  // p - 1
+      0x01, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x3f,  // 1, p - 1 (31 bits each)
   };
   EXPECT_EQ(Encode(h, m), expected);
   auto r = Decode(expected);
@@ -584,13 +604,19 @@ TEST(WireTest, HugeDeclaredBodyLengthIsRejected) {
 }
 
 TEST(WireTest, NonCanonicalElementsAreRejected) {
-  for (std::uint32_t bad : {field::kPrime, field::kPrime + 1, 0xffffffffu}) {
-    std::vector<std::uint8_t> body;
-    PutLe(body, 3, 4);  // count
-    PutLe(body, 0, 4);
-    PutLe(body, field::kPrime - 1, 4);
-    PutLe(body, bad, 4);
-    ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kRetrieveReply), body)), "element 2");
+  // p itself is the one 31-bit value that is not an element.
+  std::vector<std::uint8_t> body;
+  PutPacked(body, {0, field::kPrime - 1, field::kPrime});
+  ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kRetrieveReply), body)), "element 2");
+  std::vector<std::uint8_t> good;
+  PutPacked(good, {0, field::kPrime - 1, 5});
+  EXPECT_TRUE(Decode(RawFrame(TypeCode(MessageType::kRetrieveReply), good)).ok());
+  // Three elements take 93 bits: the last byte's three high bits are padding,
+  // and each must be zero so that a vector has exactly one encoding.
+  for (std::uint8_t padding : {1, 2, 4}) {
+    std::vector<std::uint8_t> padded;
+    PutPacked(padded, {0, field::kPrime - 1, 5}, padding);
+    ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kRetrieveReply), padded)), "padding");
   }
 }
 
@@ -757,9 +783,7 @@ TEST(WireTest, BackupMessagesGoldenLayout) {
   PutLe(body, 2, 8);
   PutLe(body, 9, 8);
   body.push_back(1);
-  PutLe(body, 2, 4);
-  PutLe(body, 1, 4);
-  PutLe(body, field::kPrime - 1, 4);
+  PutPacked(body, {1, field::kPrime - 1});
   EXPECT_EQ(frame[6], 30);
   EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
 
