@@ -829,6 +829,13 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
       if (tries > 0 && spent >= options_.evictions.deadline) break;
       TransportOptions budget = options_.evictions;
       budget.deadline = options_.evictions.deadline - spent;
+      // Resent after silence only past half the eviction's time: the servers
+      // answer a PREPARE after exchanging shares with each other, minutes on
+      // a slow link or a busy machine, and a duplicate of its matrix shares
+      // (tens of MB at the default parameters) only queues behind the first
+      // on the uplink. A connection that was replaced (a restarted server)
+      // still gets the request again at once (ServerSet::Exchange).
+      budget.resend_after = std::max(budget.resend_after, budget.deadline / 2);
       budget.resend_after = std::min(budget.resend_after, budget.deadline);
       if (attempt != first_attempt || first_attempt > 1) {
         ClientStateStore::Batch b;
