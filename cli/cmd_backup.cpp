@@ -59,12 +59,9 @@ void RegisterBackupState(CLI::App& app, int* exit_code) {
     // Read-only: no new epoch, so a daemon that has the filesystem mounted
     // is not fenced off (its uploads and this one use the same epoch). The
     // backup key comes from the passphrase here instead of from Open.
-    auto client = OramClient::OpenReadOnly(a->state);
+    auto client = OramClient::OpenReadOnly(a->state, *pass);
     if (!client.ok()) return fail(client.status());
-    const FsConfig& config = (*client)->config();
-    auto master = UnwrapMasterKey(config.key_wrap, *pass, config.fs_id);
-    if (!master.ok()) return fail(master.status());
-    const Secret key = DeriveBackupKey(*master);
+    const Secret key = DeriveBackupKey((*client)->unlocked_state()->master());
     std::unique_ptr<Progress> progress;
     auto r = BackupStateWithKey(**client, key, MakeProgress("backup", progress));
     if (progress) progress->Finish();

@@ -40,6 +40,7 @@
 #include "oramcore/client.h"
 #include "oramcore/client_state.h"
 #include "oramcore/key_wrap.h"
+#include "oramcore/state_file.h"
 #include "oramcore/passphrase.h"
 
 namespace s3oram::cli {
@@ -149,16 +150,26 @@ int Run(const Args& a) {
     std::fprintf(stderr, "s3oram fsck: %s\n", what.c_str());
     return code;
   };
-  // Identification first (a clear message for a file that is not a state),
-  // with nothing changed.
-  {
-    auto store = ClientStateStore::Open(a.state);
-    if (!store.ok()) return fail(store.status().ToString(), kOperational);
+  // Identification first (a clear message for a file that is not a state,
+  // before any passphrase is asked for), with nothing changed.
+  if (auto header = ReadStateHeader(a.state); !header.ok()) {
+    return fail(header.status().ToString(), kOperational);
   }
   if (std::string mnt = MountedAt(a.state); !mnt.empty()) {
     return fail(a.state + " is mounted on " + mnt + ": unmount it first", kOperational);
   }
-  auto snap = fs::FsckSnapshot::Load(a.state);
+  // The state is sealed: every phase needs the passphrase.
+  auto pass = ReadPassphrase(PassphraseSource{a.passfile, kPassphraseEnv},
+                             "Passphrase for " + a.state + ": ");
+  if (!pass.ok()) return fail(pass.status().ToString(), kOperational);
+  std::optional<Secret> passphrase = std::move(pass).value();
+  auto opened = UnlockedState::Unlock(a.state, *passphrase);
+  if (!opened.ok()) return fail(opened.status().ToString(), kOperational);
+  std::shared_ptr<UnlockedState> unlocked(std::move(*opened));
+  if (auto store = ClientStateStore::Open(unlocked); !store.ok()) {
+    return fail(store.status().ToString(), kOperational);
+  }
+  auto snap = fs::FsckSnapshot::Load(*unlocked);
   if (!snap.ok()) return fail(snap.status().ToString(), kOperational);
   fs::FsckOptions options;
   options.zero_damaged = a.zero_damaged;
@@ -190,31 +201,17 @@ int Run(const Args& a) {
   Tally tally;
   std::unique_ptr<OramClient> client;
   const bool need_client = !a.no_blocks || repair;
-  std::optional<Secret> passphrase;
-  if (need_client) {
-    auto pass = ReadPassphrase(PassphraseSource{a.passfile, kPassphraseEnv},
-                               "Passphrase for " + a.state + ": ");
-    if (!pass.ok()) return fail(pass.status().ToString(), kOperational);
-    passphrase = std::move(pass).value();
-    if (p1.position_map_loadable) {
-      auto c = OramClient::Open(a.state, *passphrase, FsckClientOptions());
-      if (!c.ok())
-        return fail("cannot open " + a.state + ": " + c.status().ToString(), kOperational);
-      client = std::move(c).value();
-    } else {
-      auto store = ClientStateStore::Open(a.state);
-      if (!store.ok()) return fail(store.status().ToString(), kOperational);
-      auto master =
-          UnwrapMasterKey((*store)->config().key_wrap, *passphrase, (*store)->config().fs_id);
-      if (!master.ok()) return fail(master.status().ToString(), kOperational);
-    }
+  if (need_client && p1.position_map_loadable) {
+    auto c = OramClient::Open(a.state, *passphrase, FsckClientOptions());
+    if (!c.ok()) return fail("cannot open " + a.state + ": " + c.status().ToString(), kOperational);
+    client = std::move(c).value();
   }
   if (g_cancel.load()) return fail("cancelled; nothing was changed", kCancelled);
   if (repair) {
-    if (Status s = fs::ApplyFsckRepairs(a.state, p1.repairs); !s.ok()) {
+    if (Status s = fs::ApplyFsckRepairs(*unlocked, p1.repairs); !s.ok()) {
       return fail(s.ToString(), kOperational);
     }
-    if (Status s = fs::ApplyFsckRepairs(a.state, p2.repairs); !s.ok()) {
+    if (Status s = fs::ApplyFsckRepairs(*unlocked, p2.repairs); !s.ok()) {
       return fail(s.ToString(), kOperational);
     }
     client.reset();  // reopened below with the repaired position map
@@ -244,7 +241,7 @@ int Run(const Args& a) {
       // The metadata may have changed with the repairs: read the blocks the
       // files map now.
       if (repair) {
-        auto again = fs::FsckSnapshot::Load(a.state);
+        auto again = fs::FsckSnapshot::Load(*unlocked);
         if (!again.ok()) return fail(again.status().ToString(), kOperational);
         *snap = std::move(again).value();
       }
@@ -267,7 +264,7 @@ int Run(const Args& a) {
       }
       if (!r3.fatal.ok()) return fail(r3.fatal.ToString(), kOperational);
       if (repair && !r3.repairs.empty()) {
-        if (Status s = fs::ApplyFsckRepairs(a.state, r3.repairs); !s.ok()) {
+        if (Status s = fs::ApplyFsckRepairs(*unlocked, r3.repairs); !s.ok()) {
           return fail(s.ToString(), kOperational);
         }
       }

@@ -6,6 +6,7 @@
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "oramcore/client_state.h"
+#include "oramcore/state_file.h"
 #include "oramcore/key_wrap.h"
 #include "oramcore/passphrase.h"
 
@@ -30,11 +31,12 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
       std::fprintf(stderr, "s3oram passwd: %s\n", s.ToString().c_str());
       *exit_code = code;
     };
-    auto store = ClientStateStore::Open(a->state);
-    if (!store.ok()) return fail(store.status(), 1);
-    const FsConfig& config = (*store)->config();
+    // Only the clear header changes (state_header.h): the database is sealed
+    // under a subkey of the master key, which stays the same.
+    auto headers = ReadStateHeader(a->state);
+    if (!headers.ok()) return fail(headers.status(), 1);
     // Keep the stored cost unless asked to change it.
-    KdfParams kdf = config.key_wrap.kdf;
+    KdfParams kdf = headers->front().wrap.kdf;
     if (a->kdf.ops != 0 || !a->kdf.mem.empty()) {
       KdfOptions merged = a->kdf;
       if (merged.ops == 0) merged.ops = kdf.ops;
@@ -46,17 +48,15 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
     auto old_pass = ReadPassphrase(PassphraseSource{a->passfile, kPassphraseEnv},
                                    "Current passphrase for " + a->state + ": ");
     if (!old_pass.ok()) return fail(old_pass.status(), 2);
-    auto master = UnwrapMasterKey(config.key_wrap, *old_pass, config.fs_id);
-    if (!master.ok()) return fail(master.status(), 1);
+    auto unlocked = UnlockedState::Unlock(a->state, *old_pass);
+    if (!unlocked.ok()) return fail(unlocked.status(), 1);
+    const wire::FsId fs_id = (*unlocked)->header().fs_id;
     auto new_pass = ReadPassphrase(PassphraseSource{a->new_passfile, kNewPassphraseEnv},
                                    "New passphrase for " + a->state + ": ", /*confirm=*/true);
     if (!new_pass.ok()) return fail(new_pass.status(), 2);
-    auto wrap = WrapMasterKey(*master, *new_pass, config.fs_id, kdf);
+    auto wrap = WrapMasterKey((*unlocked)->master(), *new_pass, fs_id, kdf);
     if (!wrap.ok()) return fail(wrap.status(), 1);
-    if (Status s = (*store)->ReplaceKeyWrap(*wrap); !s.ok()) {
-      // FailedPrecondition: changed, but the old record may linger (exit 3).
-      return fail(s, s.code() == Status::Code::kFailedPrecondition ? 3 : 1);
-    }
+    if (Status s = (*unlocked)->ReplaceKeyWrap(*wrap); !s.ok()) return fail(s, 1);
     std::printf("passphrase of %s changed\n", a->state.c_str());
   });
 }

@@ -1,9 +1,14 @@
 // s3oram status: reachability and progress of every server of a filesystem.
 #include <cstdio>
 
+#include <unistd.h>
+
 #include "cli/commands.h"
+#include "cli/key_options.h"
 #include "oramcore/client.h"
+#include "oramcore/passphrase.h"
 #include "oramcore/state_backup.h"
+#include "oramcore/state_file.h"
 
 namespace s3oram::cli {
 
@@ -11,13 +16,52 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("status", "servers reachable, epoch, applied seq, capacity used");
   auto state = std::make_shared<std::string>();
   auto timeout_ms = std::make_shared<int>(5000);
+  auto passfile = std::make_shared<std::string>();
   cmd->add_option("-s,--state", *state, "client state file")->required();
   cmd->add_option("--timeout-ms", *timeout_ms, "per-server timeout")->capture_default_str();
-  cmd->callback([state, timeout_ms, exit_code] {
+  AddPassfileOption(cmd, *passfile);
+  cmd->callback([state, timeout_ms, passfile, exit_code] {
+    // Without the passphrase only the state's clear header can be read: the
+    // servers, counters and positions are inside the sealed database.
+    auto headers = ReadStateHeader(*state);
+    if (!headers.ok()) {
+      std::fprintf(stderr, "s3oram status: %s\n", headers.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    PassphraseSource source{*passfile, kPassphraseEnv, ::isatty(STDIN_FILENO) == 1};
+    auto pass = ReadPassphrase(source, "Passphrase for " + *state + ": ");
+    if (!pass.ok() && pass.status().code() == Status::Code::kFailedPrecondition) {
+      const StateHeader& h = headers->front();
+      std::string id;
+      for (std::uint8_t b : h.fs_id) {
+        static const char* hex = "0123456789abcdef";
+        id += hex[b >> 4];
+        id += hex[b & 15];
+      }
+      std::printf("filesystem  %s\n", state->c_str());
+      std::printf("fs id       %s\n", id.c_str());
+      std::printf("state       sealed (format %u), passphrase changed %llu times%s; "
+                  "Argon2id %llu passes, %s\n",
+                  kStateFormat, static_cast<unsigned long long>(h.generation),
+                  headers->size() > 1 ? " (a change was cut short)" : "",
+                  static_cast<unsigned long long>(h.wrap.kdf.ops),
+                  HumanBytes(double(h.wrap.kdf.mem_bytes)).c_str());
+      std::printf("the servers, counters and backups need the passphrase (--passfile, $%s "
+                  "or a terminal)\n",
+                  kPassphraseEnv);
+      *exit_code = 0;
+      return;
+    }
+    if (!pass.ok()) {
+      std::fprintf(stderr, "s3oram status: %s\n", pass.status().ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
     ClientOptions options;
     options.requests.deadline = std::chrono::milliseconds(*timeout_ms);
     options.requests.resend_after = std::chrono::milliseconds(*timeout_ms);
-    auto client = OramClient::OpenReadOnly(*state, options);
+    auto client = OramClient::OpenReadOnly(*state, *pass, options);
     if (!client.ok()) {
       std::fprintf(stderr, "s3oram status: %s\n", client.status().ToString().c_str());
       *exit_code = 1;

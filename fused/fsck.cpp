@@ -194,20 +194,13 @@ std::string FsckPathOf(const FsckSnapshot& snap, Ino ino) { return PathNamer(sna
 
 // --- loading ------------------------------------------------------------------
 
-Result<FsckSnapshot> FsckSnapshot::Load(const std::string& state_path) {
-  struct stat st{};
-  if (::stat(state_path.c_str(), &st) != 0)
-    return Status::NotFound(state_path + ": no such state file");
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(state_path.c_str(), &db, SQLITE_OPEN_READONLY, nullptr);
+Result<FsckSnapshot> FsckSnapshot::Load(UnlockedState& state) {
+  const std::string& state_path = state.path();
+  S3ORAM_ASSIGN_OR_RETURN(sqlite3 * db, state.OpenDatabase(/*read_only=*/true));
   struct Closer {
     sqlite3* db;
     ~Closer() { sqlite3_close_v2(db); }
   } closer{db};
-  if (rc != SQLITE_OK) {
-    return Status::IoError(
-        state_path + ": opening read-only: " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
-  }
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   // One read transaction: every row below comes from the same commit.
   S3ORAM_RETURN_IF_ERROR(ExecSql(db, "BEGIN").WithContext(state_path));
@@ -1006,18 +999,14 @@ Status RewriteShared(sqlite3* db) {
 
 }  // namespace
 
-Status ApplyFsckRepairs(const std::string& state_path, const std::vector<FsckRepair>& repairs) {
+Status ApplyFsckRepairs(UnlockedState& state, const std::vector<FsckRepair>& repairs) {
   if (repairs.empty()) return Status::Ok();
-  sqlite3* db = nullptr;
-  const int rc = sqlite3_open_v2(state_path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
+  const std::string& state_path = state.path();
+  S3ORAM_ASSIGN_OR_RETURN(sqlite3 * db, state.OpenDatabase());
   struct Closer {
     sqlite3* db;
     ~Closer() { sqlite3_close_v2(db); }
   } closer{db};
-  if (rc != SQLITE_OK) {
-    return Status::IoError(state_path +
-                           ": opening: " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc)));
-  }
   sqlite3_busy_timeout(db, kBusyTimeoutMs);
   // FULL: a repair is rare and must not be lost to a power failure.
   S3ORAM_RETURN_IF_ERROR(ExecSql(db, "PRAGMA synchronous = FULL"));

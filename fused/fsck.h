@@ -40,6 +40,7 @@
 
 #include "fused/metadata_store.h"
 #include "oramcore/client.h"
+#include "oramcore/state_file.h"
 #include "oramcore/status.h"
 
 namespace s3oram::fs {
@@ -104,9 +105,9 @@ struct FsckSnapshot {
   std::vector<Ino> symlink_rows;
   std::uint64_t xattr_rows_of_missing_inodes = 0;
 
-  // Opens `state_path` read-only (it must exist; nothing is written, not even
-  // the journal mode).
-  static Result<FsckSnapshot> Load(const std::string& state_path);
+  // Opens the unlocked state read-only (nothing is written, not even the
+  // journal mode).
+  static Result<FsckSnapshot> Load(UnlockedState& state);
 };
 
 // One change to the state file. Repairs are computed against a snapshot and
@@ -169,7 +170,7 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
 std::string FsckPathOf(const FsckSnapshot& snap, Ino ino);
 
 // Applies repairs in one IMMEDIATE transaction (all or nothing).
-Status ApplyFsckRepairs(const std::string& state_path, const std::vector<FsckRepair>& repairs);
+Status ApplyFsckRepairs(UnlockedState& state, const std::vector<FsckRepair>& repairs);
 
 // Phase 3: reads every block a file maps with valid > 0 through `client`.
 struct FsckBlockResult {

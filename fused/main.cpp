@@ -166,13 +166,13 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   options.force_lease = cmd.force;
   options.lease_purpose = "mounted on " + cmd.mountpoint;
   auto client = s3oram::OramClient::Open(state, passphrase, options);
-  passphrase = s3oram::Secret();  // zeroed: the client keeps only the derived block key
+  passphrase = s3oram::Secret();  // zeroed: the client keeps the master key, guarded
   if (!client.ok()) {
     reporter.Fail("cannot open " + state + ": " + client.status().ToString());
     return 1;
   }
   const auto& params = (*client)->params();
-  auto meta = fs::MetadataStore::Open(state, params.capacity_blocks,
+  auto meta = fs::MetadataStore::Open((*client)->unlocked_state(), params.capacity_blocks,
                                       static_cast<std::uint32_t>(params.block_bytes));
   if (!meta.ok()) {
     reporter.Fail("cannot open the filesystem metadata in " + state + ": " +

@@ -198,6 +198,9 @@ class Q {
 
 Status SqlErr(sqlite3* db, int rc, const std::string& what) {
   std::string msg = what + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
+  if (rc == SQLITE_IOERR_DATA) {  // the sealed VFS refused a page (sealed_vfs.h)
+    return Status::Corruption(msg + ": a page of the sealed state failed authentication");
+  }
   switch (rc & 0xff) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
@@ -572,22 +575,12 @@ int MetadataStore::Run(bool write, F&& body) {
   }
 }
 
-Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& state_path,
+Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(std::shared_ptr<UnlockedState> state,
                                                            std::uint64_t capacity_blocks,
                                                            std::uint32_t block_bytes) {
   if (block_bytes == 0) return Status::InvalidArgument("block_bytes is 0");
-  struct stat st {};
-  if (::stat(state_path.c_str(), &st) != 0) {
-    return Status::NotFound(state_path + ": no such state file");
-  }
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(state_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
-  if (rc != SQLITE_OK) {
-    Status s = SqlErr(db, rc, "opening " + state_path);
-    sqlite3_close_v2(db);
-    return s;
-  }
+  const std::string state_path = state->path();
+  S3ORAM_ASSIGN_OR_RETURN(sqlite3 * db, state->OpenDatabase());
   auto fail = [&](Status s) -> Status {
     sqlite3_close_v2(db);
     return s.WithContext(state_path);
@@ -698,7 +691,9 @@ Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(const std::string& st
     }
   }
   if (Status s = Exec(db, "COMMIT"); !s.ok()) return rollback_fail(s);
-  return std::unique_ptr<MetadataStore>(new MetadataStore(db, capacity_blocks, block_bytes));
+  std::unique_ptr<MetadataStore> store(new MetadataStore(db, capacity_blocks, block_bytes));
+  store->state_ = std::move(state);
+  return store;
 }
 
 // --- names and inodes -------------------------------------------------------

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "fused/block_layout.h"
+#include "oramcore/state_file.h"
 #include "oramcore/status.h"
 
 struct sqlite3;
@@ -145,12 +146,12 @@ struct FsStats {
 
 class MetadataStore {
  public:
-  // Opens the existing state file at `state_path` with a connection of its
+  // Opens the existing (unlocked, sealed) state file with a connection of its
   // own, creates the fs_ tables on first use (with the root directory, owned
   // by the calling process's uid/gid), and checks the stored fs schema
   // version (Corruption if unknown), capacity and block size
   // (FailedPrecondition if they differ from what the tables were made with).
-  static Result<std::unique_ptr<MetadataStore>> Open(const std::string& state_path,
+  static Result<std::unique_ptr<MetadataStore>> Open(std::shared_ptr<UnlockedState> state,
                                                      std::uint64_t capacity_blocks,
                                                      std::uint32_t block_bytes);
   ~MetadataStore();
@@ -269,6 +270,7 @@ class MetadataStore {
   template <typename F>
   int Run(bool write, F&& body);
 
+  std::shared_ptr<UnlockedState> state_;  // its VFS outlives db_
   sqlite3* db_;
   std::uint64_t capacity_;
   std::uint32_t block_bytes_;

@@ -10,8 +10,11 @@
 // PRAGMAs, schema changes) and raw byte pokes, in the format of
 // fuzz/state_mutation.h. CHECK constraints are off while the script runs.
 //
-// Feeds: the mutated copy to ClientStateStore::Open, then (if it opens)
-// LoadPending and LoadPositionMap.
+// The state is sealed (oramcore/state_file.h): the script's SQL goes through
+// the template's own key, and byte pokes land on sealed pages or the clear
+// header, where they must be refused as Corruption.
+// Feeds: the mutated copy to UnlockedState::UnlockWithMaster and
+// ClientStateStore::Open, then (if it opens) LoadPending and LoadPositionMap.
 // Asserts (abort on violation):
 //   * Open returns a store or a Corruption error, and a refused file is left
 //     byte-identical (client_state.h: "file untouched");
@@ -88,6 +91,7 @@ struct Env {
   std::filesystem::path base;
   std::string work;  // the state file each input mutates
   std::vector<std::uint8_t> template_bytes;
+  s3oram::Secret master;  // the template's: SQL mutations go through its sealed VFS
 };
 
 Env* g_env = nullptr;
@@ -124,14 +128,15 @@ void BuildTemplate(Env& env) {
   cfg.servers = {"tcp://127.0.0.1:7300", "tcp://127.0.0.1:7301", "tcp://127.0.0.1:7302"};
   cfg.server_keys = {"Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID", "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7", "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"};
   cfg.client_key_file = "/nonexistent/client.key";
-  auto wrap = s3oram::WrapMasterKey(s3oram::NewMasterKey(),
-                                    s3oram::Secret::CopyOf(std::string_view("fuzz")), cfg.fs_id,
-                                    s3oram::MinimalKdfParams());
+  s3oram::Secret master = s3oram::NewMasterKey();
+  env.master = s3oram::Secret::CopyOf(master.bytes());
+  auto wrap = s3oram::WrapMasterKey(master, s3oram::Secret::CopyOf(std::string_view("fuzz")),
+                                    cfg.fs_id, s3oram::MinimalKdfParams());
   if (!wrap.ok()) Fail("wrapping the template's key: " + wrap.status().ToString());
   cfg.key_wrap = *wrap;
   const std::string path = (env.base / "template.db").string();
   {
-    auto store = ClientStateStore::Create(path, cfg);
+    auto store = ClientStateStore::Create(path, cfg, std::move(master));
     if (!store.ok()) Fail("creating the template: " + store.status().ToString());
     ClientStateStore::Batch b;
     b.SetCounters({1, 2, 5, 3});
@@ -352,10 +357,12 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   WriteFile(env.work, env.template_bytes);
 
   Script in(data, size);
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(env.work.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    Fail("cannot open the template copy");
-  }
+  auto editor = s3oram::UnlockedState::UnlockWithMaster(
+      env.work, s3oram::Secret::CopyOf(env.master.bytes()));
+  if (!editor.ok()) Fail("cannot unlock the template copy: " + editor.status().ToString());
+  auto opened = (*editor)->OpenDatabase();
+  if (!opened.ok()) Fail("cannot open the template copy: " + opened.status().ToString());
+  sqlite3* db = *opened;
   sqlite3_exec(db, "PRAGMA ignore_check_constraints = ON; PRAGMA synchronous = OFF", nullptr,
                nullptr, nullptr);
   const std::vector<Poke> pokes = ApplyScript(db, in);
@@ -368,8 +375,16 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     WriteFile(env.work, bytes);
   }
 
+  editor->reset();
   const std::vector<std::uint8_t> before = ReadFile(env.work);
-  auto store = ClientStateStore::Open(env.work);
+  auto unlocked = s3oram::UnlockedState::UnlockWithMaster(
+      env.work, s3oram::Secret::CopyOf(env.master.bytes()));
+  if (!unlocked.ok()) {
+    ExpectCorruption(unlocked.status(), "UnlockWithMaster");
+    if (ReadFile(env.work) != before) Fail("UnlockWithMaster refused the file but changed it");
+    return 0;
+  }
+  auto store = ClientStateStore::Open(std::shared_ptr<s3oram::UnlockedState>(std::move(*unlocked)));
   if (!store.ok()) {
     ExpectCorruption(store.status(), "Open");
     if (ReadFile(env.work) != before) Fail("Open refused the file but changed it");

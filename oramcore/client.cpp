@@ -135,10 +135,8 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
   bool zero_id = std::all_of(config.fs_id.begin(), config.fs_id.end(),
                              [](std::uint8_t b) { return b == 0; });
   if (zero_id) random::Bytes(config.fs_id);
-  {
-    Secret master = NewMasterKey();
-    S3ORAM_ASSIGN_OR_RETURN(config.key_wrap, WrapMasterKey(master, passphrase, config.fs_id, kdf));
-  }
+  Secret master = NewMasterKey();
+  S3ORAM_ASSIGN_OR_RETURN(config.key_wrap, WrapMasterKey(master, passphrase, config.fs_id, kdf));
 
   if (config.server_keys.size() != config.servers.size()) {
     return Status::InvalidArgument("need one CURVE public key per server (" +
@@ -165,7 +163,8 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
       servers->Exchange(frames, header, wire::MessageType::kInitReply, defaults.requests);
   if (!replies.ok()) return replies.status().WithContext("initialising servers");
 
-  S3ORAM_ASSIGN_OR_RETURN(auto store, ClientStateStore::Create(state_path, config));
+  S3ORAM_ASSIGN_OR_RETURN(auto store,
+                          ClientStateStore::Create(state_path, config, std::move(master)));
   ClientStateStore::Batch batch;
   Counters c;
   c.epoch = 1;
@@ -177,22 +176,27 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
 Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_path,
                                                      const Secret& passphrase,
                                                      ClientOptions options) {
-  return OpenImpl(state_path, &passphrase, options);
+  return OpenImpl(state_path, passphrase, /*read_only=*/false, options);
 }
 
 Result<std::unique_ptr<OramClient>> OramClient::OpenReadOnly(const std::string& state_path,
+                                                             const Secret& passphrase,
                                                              ClientOptions options) {
-  return OpenImpl(state_path, nullptr, options);
+  return OpenImpl(state_path, passphrase, /*read_only=*/true, options);
+}
+
+const std::shared_ptr<UnlockedState>& OramClient::unlocked_state() const {
+  return store_->unlocked();
 }
 
 Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& state_path,
-                                                         const Secret* passphrase,
+                                                         const Secret& passphrase, bool read_only,
                                                          ClientOptions options) {
   random::EnsureInitialized();
   std::unique_ptr<OramClient> client(new OramClient());
   client->options_ = options;
-  client->read_only_ = passphrase == nullptr;
-  if (passphrase != nullptr) {
+  client->read_only_ = read_only;
+  if (!read_only) {
     // One writer per state file on this machine, whatever the servers say:
     // two processes sharing one SQLite state would corrupt each other. The
     // lock dies with the process (a crash leaves nothing to clean up).
@@ -203,15 +207,14 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
                                "s3oramfs, fsck, rebuild...): unmount or stop it first");
     }
   }
-  S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(state_path));
+  // Before anything changes (the epoch): a wrong passphrase leaves no trace.
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                          UnlockedState::Unlock(state_path, passphrase));
+  std::shared_ptr<UnlockedState> shared(std::move(unlocked));
+  client->sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
+  client->backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
+  S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(std::move(shared)));
   const FsConfig& config = client->store_->config();
-  if (passphrase != nullptr) {
-    // Before anything changes (the epoch): a wrong passphrase leaves no trace.
-    S3ORAM_ASSIGN_OR_RETURN(Secret master,
-                            UnwrapMasterKey(config.key_wrap, *passphrase, config.fs_id));
-    client->sealer_ = std::make_unique<BlockSealer>(master, config.fs_id);
-    client->backup_key_ = DeriveBackupKey(master);  // for BackupState
-  }
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
                              .WithContext("parameters in " + state_path));
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());

@@ -127,9 +127,11 @@ class OramClient {
   static Result<std::unique_ptr<OramClient>> Open(const std::string& state_path,
                                                   const Secret& passphrase,
                                                   ClientOptions options = {});
-  // Inspection only (s3oram status): no key, no new epoch, no recovery and no
-  // accesses, so a running client is not fenced off.
+  // Inspection only (s3oram status, backup-state): the passphrase opens the
+  // sealed state, but no new epoch, no recovery and no accesses follow, so a
+  // running client is not fenced off.
   static Result<std::unique_ptr<OramClient>> OpenReadOnly(const std::string& state_path,
+                                                          const Secret& passphrase,
                                                           ClientOptions options = {});
   ~OramClient();
 
@@ -194,11 +196,13 @@ class OramClient {
   // The backup key, derived from the master key at Open (DeriveBackupKey);
   // empty for a read-only client, which never holds the master key.
   const Secret& backup_key() const { return backup_key_; }
+  // The unlocked state file (its VFS opens further connections to it).
+  const std::shared_ptr<UnlockedState>& unlocked_state() const;
 
  private:
   OramClient() = default;
   static Result<std::unique_ptr<OramClient>> OpenImpl(const std::string& state_path,
-                                                      const Secret* passphrase,
+                                                      const Secret& passphrase, bool read_only,
                                                       ClientOptions options);
   std::string ServerSetName() const;
   wire::Header NextHeader();

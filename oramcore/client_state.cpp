@@ -56,6 +56,11 @@ std::uint64_t FromSql(std::int64_t v) { return std::bit_cast<std::uint64_t>(v); 
 
 // Maps an SQLite result code to the Status code callers act on.
 Status SqlStatus(int rc, const std::string& msg) {
+  // The sealed VFS's verdict on a page that fails its tag (sealed_vfs.h).
+  if (rc == SQLITE_IOERR_DATA) {
+    return Status::Corruption(msg + ": a page of the sealed state failed authentication (it was "
+                                    "modified or damaged)");
+  }
   switch (rc & 0xff) {
     case SQLITE_CORRUPT:
     case SQLITE_NOTADB:
@@ -294,62 +299,6 @@ Status EnableWal(sqlite3* db) {
   return Status::Ok();
 }
 
-// Reads the first 100 bytes (the SQLite header) with plain I/O so that a file
-// that is not an SQLite database at all gets a clear message, and so that
-// SQLite never opens it.
-Status CheckSqliteHeader(const std::string& path) {
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) {
-    int err = errno;
-    if (err == ENOENT) return Status::NotFound(path + ": no such state file");
-    return Status::IoError(path + ": cannot open: " + std::strerror(err));
-  }
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    int err = errno;
-    ::close(fd);
-    return Status::IoError(path + ": cannot stat: " + std::strerror(err));
-  }
-  unsigned char header[100];
-  std::size_t got = 0;
-  while (got < sizeof header) {
-    ssize_t n = ::pread(fd, header + got, sizeof header - got, static_cast<off_t>(got));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      int err = errno;
-      ::close(fd);
-      return Status::IoError(path + ": cannot read: " + std::strerror(err));
-    }
-    if (n == 0) break;
-    got += static_cast<std::size_t>(n);
-  }
-  ::close(fd);
-  static constexpr char kMagic[] = "SQLite format 3";  // 16 bytes with the NUL
-  if (got == 0) return Status::Corruption(path + ": file is empty, not an s3oram client state");
-  if (got < sizeof header || std::memcmp(header, kMagic, sizeof kMagic) != 0) {
-    return Status::Corruption(path + ": not an SQLite database (bad or truncated header), so " +
-                              "not an s3oram client state");
-  }
-  // Page size: big-endian u16 at offset 16, where 1 stands for 65536.
-  std::uint32_t page_size = (std::uint32_t{header[16]} << 8) | header[17];
-  if (page_size == 1) page_size = 65536;
-  if (page_size < 512 || page_size > 65536 || !std::has_single_bit(page_size)) {
-    return Status::Corruption(path + ": SQLite header has invalid page size " +
-                              std::to_string(page_size));
-  }
-  // SQLite only ever writes whole pages, and it rounds a partial last page up
-  // (reading zeros), so it would accept a file cut short inside its last page.
-  // A partial page is legitimate only while a WAL is present (a checkpoint
-  // interrupted by a crash is redone from the WAL), so check only without one.
-  struct stat wal {};
-  const bool has_wal = ::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0;
-  if (!has_wal && static_cast<std::uint64_t>(st.st_size) % page_size != 0) {
-    return Status::Corruption(path + ": size " + std::to_string(st.st_size) +
-                              " is not a whole number of " + std::to_string(page_size) +
-                              "-byte pages: the file is truncated or damaged");
-  }
-  return Status::Ok();
-}
 
 // fsyncs the directory holding `path`, so that a newly created state file's
 // directory entry survives a power loss along with its contents.
@@ -367,26 +316,6 @@ Status SyncParentDir(const std::string& path) {
 }
 
 
-// The key wrap as meta rows (INSERT OR REPLACE: Create and ReplaceKeyWrap).
-Status PutKeyWrap(sqlite3* db, const KeyWrap& w) {
-  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(w.kdf));
-  Stmt st;
-  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "INSERT OR REPLACE INTO meta(key, value) VALUES (?1, ?2)"));
-  st.Text(1, "kdf_ops");
-  st.U64(2, w.kdf.ops);
-  S3ORAM_RETURN_IF_ERROR(st.Exec("writing the key wrap"));
-  st.Text(1, "kdf_mem");
-  st.U64(2, w.kdf.mem_bytes);
-  S3ORAM_RETURN_IF_ERROR(st.Exec("writing the key wrap"));
-  const std::pair<const char*, std::span<const std::uint8_t>> blobs[] = {
-      {"key_salt", w.salt}, {"key_nonce", w.nonce}, {"key_sealed", w.sealed}};
-  for (const auto& [key, bytes] : blobs) {
-    st.Text(1, key);
-    st.Blob(2, bytes.data(), bytes.size());
-    S3ORAM_RETURN_IF_ERROR(st.Exec("writing the key wrap"));
-  }
-  return Status::Ok();
-}
 
 }  // namespace
 
@@ -396,29 +325,28 @@ bool ClientStateStore::Batch::empty() const {
 }
 
 Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::string& path,
-                                                                    const FsConfig& config) {
+                                                                    const FsConfig& config,
+                                                                    Secret master) {
   if (std::string problem = ParamsProblem(config.params); !problem.empty()) {
     return Status::InvalidArgument("client state parameters: " + problem);
   }
   if (config.server_keys.size() != config.servers.size()) {
     return Status::InvalidArgument("client state: one CURVE public key per server expected");
   }
-  // O_EXCL makes "refuse an existing path" atomic (no check-then-create race),
-  // and creating the file ourselves fixes its mode: the state is precious and
-  // private, so 0600 whatever the umask. open() applies the umask (which could
-  // leave 0400 or less), so fchmod sets the mode explicitly. SQLite gives the
-  // -wal and -shm files the database file's mode.
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0600);
-  if (fd < 0) {
-    int err = errno;
-    if (err == EEXIST) {
+  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(config.key_wrap.kdf));
+  // UnlockedState::Create makes the file with O_EXCL and mode 0600 (SQLite
+  // gives the -wal and -shm files the database file's mode) and writes the
+  // header with the wrapped key; the database is sealed from its first page.
+  StateHeader header;
+  header.fs_id = config.fs_id;
+  header.wrap = config.key_wrap;
+  auto unlocked = UnlockedState::Create(path, header, std::move(master));
+  if (!unlocked.ok()) {
+    if (unlocked.status().code() == Status::Code::kAlreadyExists) {
       return Status::AlreadyExists(path + ": already exists; refusing to overwrite");
     }
-    return Status::IoError(path + ": cannot create: " + std::strerror(err));
+    return unlocked.status().WithContext(path + ": creating client state");
   }
-  int chmod_rc = ::fchmod(fd, 0600);
-  int chmod_err = errno;
-  ::close(fd);
 
   // From here on the file is ours: on any failure remove it (and SQLite's side
   // files) so that Create can simply be retried. The connection is closed
@@ -433,16 +361,13 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
     ::unlink(path.c_str());
     return s.WithContext(path + ": creating client state");
   };
-  if (chmod_rc != 0) {
-    return fail(Status::IoError(std::string("fchmod: ") + std::strerror(chmod_err)));
-  }
-
   std::unique_ptr<ClientStateStore> store(new ClientStateStore());
   store->path_ = path;
   store->config_ = config;
-  int rc =
-      sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOFOLLOW, nullptr);
-  if (rc != SQLITE_OK) return fail(SqlError(db, rc, "opening"));
+  store->state_ = std::shared_ptr<UnlockedState>(std::move(*unlocked));
+  auto opened = store->state_->OpenDatabase();
+  if (!opened.ok()) return fail(opened.status());
+  db = *opened;
   if (Status s = ConfigureConnection(db); !s.ok()) return fail(s);
   if (Status s = EnableWal(db); !s.ok()) return fail(s);
   // The initial contents are worth a full sync: a state that vanishes after a
@@ -472,7 +397,6 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
       S3ORAM_RETURN_IF_ERROR(put_int(f.key, v));
     }
     S3ORAM_RETURN_IF_ERROR(put_int("allow_unsafe", config.allow_unsafe ? 1 : 0));
-    S3ORAM_RETURN_IF_ERROR(PutKeyWrap(db, config.key_wrap));
     meta.Text(1, "client_key_file");
     meta.Text(2, config.client_key_file);
     S3ORAM_RETURN_IF_ERROR(meta.Exec("writing meta"));
@@ -498,19 +422,18 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
   return store;
 }
 
-Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::string& path) {
-  S3ORAM_RETURN_IF_ERROR(CheckSqliteHeader(path));
-
+Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
+    std::shared_ptr<UnlockedState> state) {
+  const std::string path = state->path();
   std::unique_ptr<ClientStateStore> store(new ClientStateStore());
   store->path_ = path;
+  store->state_ = std::move(state);
   sqlite3* db = nullptr;
   DbCloser closer{db};
   auto fail = [&path](const Status& s) { return s.WithContext(path); };
-  // No SQLITE_OPEN_CREATE: a file deleted since the header check must not
-  // come back as an empty database.
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr);
-  if (rc != SQLITE_OK) return fail(SqlError(db, rc, "opening"));
-  rc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  // Never creates: the sealed VFS refuses a file without its header.
+  S3ORAM_ASSIGN_OR_RETURN(db, store->state_->OpenDatabase());
+  int rc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
   if (rc != SQLITE_OK) return fail(SqlError(db, rc, "setting busy timeout"));
 
   // Identity checks: reads only. The first read also makes SQLite parse the
@@ -605,32 +528,12 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(const std::stri
     std::memcpy(cfg.fs_id.data(), sqlite3_column_blob(st.get(), 0), cfg.fs_id.size());
     sqlite3_reset(st.get());
 
-    // The key wrap: KDF cost in range, blobs of exactly their sizes.
-    auto ops = get_int("kdf_ops");
-    if (!ops.ok()) return fail(ops.status());
-    auto mem = get_int("kdf_mem");
-    if (!mem.ok()) return fail(mem.status());
-    cfg.key_wrap.kdf = KdfParams{FromSql(*ops), FromSql(*mem)};
-    if (Status k = ValidateKdfParams(cfg.key_wrap.kdf); !k.ok()) {
-      return fail(Status::Corruption("meta rows 'kdf_ops'/'kdf_mem': " + k.message()));
-    }
-    const std::pair<const char*, std::span<std::uint8_t>> blobs[] = {
-        {"key_salt", cfg.key_wrap.salt},
-        {"key_nonce", cfg.key_wrap.nonce},
-        {"key_sealed", cfg.key_wrap.sealed}};
-    for (const auto& [key, out] : blobs) {
-      st.Text(1, key);
-      auto blob_row = st.Step("reading meta");
-      if (!blob_row.ok()) return fail(blob_row.status());
-      // column_blob before column_bytes (SQLite's documented order).
-      const void* data = *blob_row ? sqlite3_column_blob(st.get(), 0) : nullptr;
-      if (!*blob_row || sqlite3_column_type(st.get(), 0) != SQLITE_BLOB ||
-          static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 0)) != out.size()) {
-        return fail(Status::Corruption(std::string("meta row '") + key + "' missing or not a " +
-                                       std::to_string(out.size()) + "-byte blob"));
-      }
-      std::memcpy(out.data(), data, out.size());
-      sqlite3_reset(st.get());
+    // The key wrap lives in the clear header (state_header.h), the fs id in
+    // both: they must agree.
+    cfg.key_wrap = store->state_->header().wrap;
+    if (store->state_->header().fs_id != cfg.fs_id) {
+      return fail(Status::Corruption(
+          "the state header names another filesystem than the database inside it"));
     }
     st.Text(1, "client_key_file");
     auto key_row = st.Step("reading meta");
@@ -777,35 +680,12 @@ Result<std::vector<PendingOp>> ClientStateStore::LoadPending() const {
 }
 
 Status ClientStateStore::ReplaceKeyWrap(const KeyWrap& wrap) {
-  S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA secure_delete = ON"));
-  S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA synchronous = FULL"));
-  auto apply = [&]() -> Status {
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "BEGIN IMMEDIATE"));
-    S3ORAM_RETURN_IF_ERROR(PutKeyWrap(db_, wrap));
-    return ExecSql(db_, "COMMIT");
-  };
-  Status s = apply();
-  if (!s.ok() && !sqlite3_get_autocommit(db_)) {
-    sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
+  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(wrap.kdf));
+  if (Status s = state_->ReplaceKeyWrap(wrap); !s.ok()) {
+    return s.WithContext(path_ + ": replacing the wrapped key");
   }
-  (void)ExecSql(db_, "PRAGMA synchronous = NORMAL");
-  (void)ExecSql(db_, "PRAGMA secure_delete = OFF");  // a performance setting only
-  if (!s.ok()) return s.WithContext(path_ + ": replacing the wrapped key (nothing changed)");
-  // Committed and durable: from here on only the new passphrase opens it.
+  // Durable in both header copies: from here on only the new passphrase opens it.
   config_.key_wrap = wrap;
-  // The old record's page images may still sit in the WAL: copy the new
-  // pages into the database and empty the log. That needs no other
-  // connection reading (a mounted filesystem), which is reported.
-  int log_frames = 0, checkpointed = 0;
-  const int rc = sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_TRUNCATE, &log_frames,
-                                           &checkpointed);
-  if (rc != SQLITE_OK) {
-    return Status::FailedPrecondition(
-        path_ + ": the passphrase WAS changed, but the old wrapped key may remain in the "
-                "write-ahead log while another process (a mounted filesystem?) reads the state: "
-                "unmount and run s3oram passwd again to purge it (" +
-        std::string(sqlite3_errstr(rc)) + ")");
-  }
   return Status::Ok();
 }
 

@@ -1,4 +1,6 @@
-// The client's durable state: one SQLite database (WAL mode) per filesystem.
+// The client's durable state: one SQLite database (WAL mode) per filesystem,
+// sealed at rest (oramcore/state_file.h: a clear header with the wrapped
+// master key, then pages encrypted under a subkey of it).
 //
 // It holds the filesystem's identity and parameters, the wrapped master key,
 // the server addresses, the
@@ -26,6 +28,7 @@
 #include "oramcore/key_wrap.h"
 #include "oramcore/params.h"
 #include "oramcore/position_map.h"
+#include "oramcore/state_file.h"
 #include "oramcore/status.h"
 #include "oramcore/wire.h"
 
@@ -72,18 +75,22 @@ inline constexpr std::size_t PendingRootPayloadBytes(std::size_t elems_per_slot)
 
 class ClientStateStore {
  public:
-  // Creates a new state file; fails with AlreadyExists if `path` exists.
+  // Creates a new state file sealed under `master` (whose wrap is
+  // config.key_wrap); fails with AlreadyExists if `path` exists.
   static Result<std::unique_ptr<ClientStateStore>> Create(const std::string& path,
-                                                          const FsConfig& config);
-  // Opens an existing state file; fails with Corruption (clear message, file
-  // untouched) if it is not a valid s3oram state.
-  static Result<std::unique_ptr<ClientStateStore>> Open(const std::string& path);
+                                                          const FsConfig& config, Secret master);
+  // Opens the database of an unlocked state file; fails with Corruption
+  // (clear message, file untouched) if it is not a valid s3oram state.
+  static Result<std::unique_ptr<ClientStateStore>> Open(std::shared_ptr<UnlockedState> state);
   ~ClientStateStore();
   ClientStateStore(const ClientStateStore&) = delete;
   ClientStateStore& operator=(const ClientStateStore&) = delete;
 
   const std::string& path() const { return path_; }
   const FsConfig& config() const { return config_; }
+  // The unlocked file: its key and VFS, for other connections to it (the
+  // filesystem's metadata, fsck, backups). Outlives this store if shared.
+  const std::shared_ptr<UnlockedState>& unlocked() const { return state_; }
   const Counters& counters() const { return counters_; }
 
   // Reads every position row into a fresh map (validating each row).
@@ -109,11 +116,9 @@ class ClientStateStore {
     std::vector<std::uint64_t> remove_pending_;
   };
 
-  // Replaces the wrapped master key (passphrase change) durably. The old
-  // record is overwritten in the file (secure_delete), not merely unlinked
-  // from the b-tree, and the WAL is checkpointed and truncated so no copy of
-  // it is left in the log either. If another connection keeps the checkpoint
-  // from completing, the change is still made and FailedPrecondition says so.
+  // Replaces the wrapped master key (passphrase change) durably, in place in
+  // the state header's two copies (UnlockedState::ReplaceKeyWrap): the old
+  // wrap is overwritten, and nothing else changes.
   Status ReplaceKeyWrap(const KeyWrap& wrap);
 
   // Replaces what belongs to one machine rather than to the filesystem: the
@@ -132,6 +137,7 @@ class ClientStateStore {
  private:
   ClientStateStore() = default;
   std::string path_;
+  std::shared_ptr<UnlockedState> state_;  // released after ~ClientStateStore closes db_
   sqlite3* db_ = nullptr;
   FsConfig config_;
   Counters counters_;

@@ -134,16 +134,16 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                                     const RebuildOptions& options) {
   random::EnsureInitialized();
   RebuildReport report;
-  S3ORAM_ASSIGN_OR_RETURN(auto store, ClientStateStore::Open(state_path));
+  // The passphrase first (it opens the sealed state): a wrong one changes
+  // nothing anywhere.
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                          UnlockedState::Unlock(state_path, passphrase));
+  // Seals this run's lease description.
+  auto sealer = std::make_unique<BlockSealer>(unlocked->master(), unlocked->header().fs_id);
+  S3ORAM_ASSIGN_OR_RETURN(auto store,
+                          ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
   const FsConfig& config = store->config();
   const OramParams& p = config.params;
-  // The passphrase first: a wrong one changes nothing anywhere.
-  std::unique_ptr<BlockSealer> sealer;  // seals this run's lease description
-  {
-    S3ORAM_ASSIGN_OR_RETURN(Secret master,
-                            UnwrapMasterKey(config.key_wrap, passphrase, config.fs_id));
-    sealer = std::make_unique<BlockSealer>(master, config.fs_id);
-  }
   const std::size_t parties = config.servers.size();
   const std::size_t K = options.target;
   if (parties != p.parties) {

@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 #include <sqlite3.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -579,6 +580,29 @@ Result<sqlite3*> OpenSealedDatabase(const std::string& path, SealedVfs& vfs, boo
   // The first read: the schema, through page 1.
   rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
   if (rc != SQLITE_OK) return fail("reading the state");
+  // Whole pages cut off the end pass every page's tag: compare the size the
+  // database declares with the file, when no log holds pages of its own.
+  struct stat file {}, wal {};
+  const bool log_empty =
+      ::stat((path + "-wal").c_str(), &wal) != 0 || wal.st_size == 0;
+  sqlite3_stmt* st = nullptr;
+  sqlite3_int64 pages = 0;
+  if (sqlite3_prepare_v2(db, "PRAGMA page_count", -1, &st, nullptr) == SQLITE_OK &&
+      sqlite3_step(st) == SQLITE_ROW) {
+    pages = sqlite3_column_int64(st, 0);
+  }
+  sqlite3_finalize(st);
+  if (log_empty && ::stat(path.c_str(), &file) == 0) {
+    const sqlite3_int64 present =
+        (static_cast<sqlite3_int64>(file.st_size) - static_cast<sqlite3_int64>(kSealedHeaderBytes)) /
+        static_cast<sqlite3_int64>(kSealedPageBytes);
+    if (pages > present) {
+      sqlite3_close_v2(db);
+      return Status::Corruption(path + ": the state declares " + std::to_string(pages) +
+                                " pages but the file holds " + std::to_string(present) +
+                                ": it was truncated");
+    }
+  }
   return db;
 }
 

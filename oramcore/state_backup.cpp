@@ -2,12 +2,14 @@
 //
 // Backup:
 //  1. client.Sync(), so every access the client committed is in the file;
-//  2. a consistent snapshot: VACUUM INTO an empty 0600 file made by mkstemp
-//     next to the state (a read transaction, so it sees every committed
-//     transaction and nothing half-done, whoever else has the file open),
-//     its counters read from the copy itself (the header repeats them for
-//     restore to compare with the servers), the bytes read into guarded
-//     memory (Secret), the file removed whatever happens;
+//  2. a consistent snapshot: the state's clear header, then SQLite's backup
+//     API into an empty 0600 file made by mkstemp next to the state, sealed
+//     under the same state key (one read transaction, so it sees every
+//     committed transaction and nothing half-done, whoever else has the file
+//     open; no page is ever written in clear), its counters read from the
+//     copy itself (the header repeats them for restore to compare with the
+//     servers), the bytes read into guarded memory (Secret), the file removed
+//     whatever happens;
 //  3. pad, encrypt, build the header; BACKUP_LIST on every server chooses the
 //     generation (one above the newest any server has);
 //  4. the blob is packed and Shamir-shared chunk by chunk (4 Mi elements per
@@ -317,99 +319,73 @@ struct StateSnapshot {
   KeyWrap wrap;
 };
 
-// Reads the counters row and the key-wrap meta rows (client_state.cpp's
-// schema) of the SQLite database at `path` into `snap`.
-Status ReadHeaderFields(const std::string& path, StateSnapshot& snap) {
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX, nullptr);
+// Reads the counters row (client_state.cpp's schema) of the sealed database
+// `db` into `snap`.
+Status ReadCounters(sqlite3* db, StateSnapshot& snap) {
   // u64 are stored as their two's-complement bit pattern.
   auto u64 = [](sqlite3_stmt* st, int col) {
     return std::bit_cast<std::uint64_t>(sqlite3_column_int64(st, col));
   };
-  auto blob = [](sqlite3_stmt* st, int col, std::span<std::uint8_t> out) {
-    if (sqlite3_column_type(st, col) != SQLITE_BLOB ||
-        static_cast<std::size_t>(sqlite3_column_bytes(st, col)) != out.size()) {
-      return false;
-    }
-    const auto* p = static_cast<const std::uint8_t*>(sqlite3_column_blob(st, col));
-    std::copy(p, p + out.size(), out.begin());
-    return true;
-  };
-  bool counters = false;
-  int fields = 0;
   sqlite3_stmt* st = nullptr;
-  if (rc == SQLITE_OK) {
-    rc = sqlite3_prepare_v2(db, "SELECT nr, ne, seq, epoch FROM counters WHERE id = 0", -1, &st,
-                            nullptr);
-  }
+  int rc = sqlite3_prepare_v2(db, "SELECT nr, ne, seq, epoch FROM counters WHERE id = 0", -1, &st,
+                              nullptr);
+  bool found = false;
   if (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
     snap.counters = Counters{u64(st, 0), u64(st, 1), u64(st, 2), u64(st, 3)};
-    counters = true;
+    found = true;
   }
+  const std::string err = rc == SQLITE_OK ? "" : sqlite3_errmsg(db);
   sqlite3_finalize(st);
-  st = nullptr;
-  if (rc == SQLITE_OK) {
-    rc = sqlite3_prepare_v2(db,
-                            "SELECT key, value FROM meta WHERE key IN ('kdf_ops', 'kdf_mem', "
-                            "'key_salt', 'key_nonce', 'key_sealed')",
-                            -1, &st, nullptr);
-  }
-  while (rc == SQLITE_OK && sqlite3_step(st) == SQLITE_ROW) {
-    const auto* k = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
-    const std::string key = k ? k : "";
-    if (key == "kdf_ops") {
-      snap.wrap.kdf.ops = u64(st, 1);
-      ++fields;
-    }
-    if (key == "kdf_mem") {
-      snap.wrap.kdf.mem_bytes = u64(st, 1);
-      ++fields;
-    }
-    if (key == "key_salt" && blob(st, 1, snap.wrap.salt)) ++fields;
-    if (key == "key_nonce" && blob(st, 1, snap.wrap.nonce)) ++fields;
-    if (key == "key_sealed" && blob(st, 1, snap.wrap.sealed)) ++fields;
-  }
-  const std::string err = rc == SQLITE_OK ? "" : (db ? sqlite3_errmsg(db) : sqlite3_errstr(rc));
-  sqlite3_finalize(st);
-  sqlite3_close_v2(db);
   if (!err.empty()) return Status::IoError("reading the snapshot of the client state: " + err);
-  if (!counters || fields != 5) {
-    return Status::Corruption("the snapshot of the client state lacks its counters or key wrap");
-  }
+  if (!found) return Status::Corruption("the snapshot of the client state lacks its counters");
   return Status::Ok();
 }
 
-// A consistent copy of the SQLite database at `state_path`, in guarded memory.
-Result<StateSnapshot> Snapshot(const std::string& state_path) {
+// A consistent copy of the sealed state file of `state`, in guarded memory:
+// its header as it is now (a passwd by another process is in the copy, or
+// not at all) and a copy of the database made by SQLite's backup API inside
+// one read transaction, sealed page by page into a new file beside the state
+// (never in clear on disk). Its counters are read from the copy itself.
+Result<StateSnapshot> Snapshot(UnlockedState& state) {
+  const std::string& state_path = state.path();
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<StateHeader> headers, ReadStateHeader(state_path));
+  StateSnapshot snap;
+  snap.wrap = headers.front().wrap;
   S3ORAM_ASSIGN_OR_RETURN(std::string tmp, MakeTempBeside(state_path, "snapshot"));
   FileRemover remove(tmp);
-  sqlite3* db = nullptr;
-  int rc = sqlite3_open_v2(state_path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
-  auto fail = [&db](int code, const std::string& what) {
-    std::string msg = what + ": " + (db ? sqlite3_errmsg(db) : sqlite3_errstr(code));
-    return Status::IoError(msg);
-  };
-  if (rc != SQLITE_OK) {
-    Status s = fail(rc, "opening " + state_path + " for the snapshot");
-    sqlite3_close_v2(db);
-    return s;
+  FileRemover remove_wal(tmp + "-wal");
+  FileRemover remove_shm(tmp + "-shm");
+  state.vfs().SetNewFileHeader(EncodeStateHeader(headers.front()));
+  auto dest = OpenSealedDatabase(tmp, state.vfs(), /*create=*/true);
+  state.vfs().SetNewFileHeader({});
+  if (!dest.ok()) return dest.status().WithContext("making the snapshot of " + state_path);
+  sqlite3* out = *dest;
+  auto src = state.OpenDatabase();
+  if (!src.ok()) {
+    sqlite3_close_v2(out);
+    return src.status().WithContext("opening " + state_path + " for the snapshot");
   }
-  sqlite3_busy_timeout(db, 5000);
-  sqlite3_stmt* st = nullptr;
-  rc = sqlite3_prepare_v2(db, "VACUUM INTO ?1", -1, &st, nullptr);
-  if (rc == SQLITE_OK) {
-    sqlite3_bind_text(st, 1, tmp.c_str(), -1, SQLITE_TRANSIENT);
-    rc = sqlite3_step(st);
+  sqlite3_busy_timeout(*src, 5000);
+  Status result = Status::Ok();
+  sqlite3_backup* b = sqlite3_backup_init(out, "main", *src, "main");
+  if (b == nullptr) {
+    result = Status::IoError("snapshotting " + state_path + ": " + sqlite3_errmsg(out));
+  } else {
+    const int rc = sqlite3_backup_step(b, -1);
+    const int finish = sqlite3_backup_finish(b);
+    if (rc != SQLITE_DONE || finish != SQLITE_OK) {
+      std::string why = state.vfs().last_error();
+      if (why.empty()) why = sqlite3_errstr(rc != SQLITE_DONE ? rc : finish);
+      result = Status::IoError("snapshotting " + state_path + ": " + why);
+    }
   }
-  Status result = rc == SQLITE_DONE || rc == SQLITE_OK
-                      ? Status::Ok()
-                      : fail(rc, "snapshotting " + state_path + " (VACUUM INTO)");
-  sqlite3_finalize(st);
-  sqlite3_close_v2(db);
+  sqlite3_close_v2(*src);
+  if (result.ok()) result = ReadCounters(out, snap);
+  // The last connection's close checkpoints the copy's log into it.
+  if (sqlite3_close_v2(out) != SQLITE_OK && result.ok()) {
+    result = Status::IoError("closing the snapshot of " + state_path);
+  }
   S3ORAM_RETURN_IF_ERROR(result);
-  StateSnapshot snap;
-  S3ORAM_RETURN_IF_ERROR(ReadHeaderFields(tmp, snap));
   S3ORAM_ASSIGN_OR_RETURN(snap.bytes, ReadWhole(tmp));
   return snap;
 }
@@ -724,7 +700,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   S3ORAM_RETURN_IF_ERROR(client.Sync().WithContext("syncing the client state before the backup"));
 
   // 2. Snapshot, with the counters and key wrap it holds.
-  S3ORAM_ASSIGN_OR_RETURN(StateSnapshot snap, Snapshot(client.state_path()));
+  S3ORAM_ASSIGN_OR_RETURN(StateSnapshot snap, Snapshot(*client.unlocked_state()));
   Secret snapshot = std::move(snap.bytes);
   const Counters counters = snap.counters;
   const std::uint64_t state_bytes = snapshot.size();
@@ -1021,7 +997,12 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   S3ORAM_RETURN_IF_ERROR(WriteWholeAndSync(tmp, decoded->snapshot.bytes()));
   decoded->snapshot = Secret();
   {
-    auto store = ClientStateStore::Open(tmp);
+    auto unlocked = UnlockedState::Unlock(tmp, passphrase);
+    if (!unlocked.ok()) {
+      return unlocked.status().WithContext("backup generation " + std::to_string(hd.generation) +
+                                           " authenticates but its state does not open");
+    }
+    auto store = ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*unlocked)));
     if (!store.ok()) {
       return store.status().WithContext("backup generation " + std::to_string(hd.generation) +
                                         " authenticates but is not a usable state");
@@ -1065,7 +1046,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   {
     ClientOptions copts;
     copts.requests = small;
-    auto check = OramClient::OpenReadOnly(tmp, copts);
+    auto check = OramClient::OpenReadOnly(tmp, passphrase, copts);
     if (!check.ok()) {
       return check.status().WithContext("the restored state does not open against the servers; "
                                         "nothing was written");

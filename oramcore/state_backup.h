@@ -15,7 +15,8 @@
 //     key:  DeriveBackupKey(master) (crypto_kdf, context "s3obakup", id 1;
 //           independent of the block key, context "s3oblock")
 //     AD:   "s3oram backup v1" (16) || fs_id || generation u64 || header
-//   padded plaintext: snapshot size u64 || SQLite snapshot || zeros, padded
+//   padded plaintext: snapshot size u64 || state file snapshot (its clear
+//     header and sealed pages, state_file.h) || zeros, padded
 //     to the next power of two >= 1 MiB. The size is all that leaks (its
 //     log2), and only to someone who reconstructs the blob.
 // The whole blob is packed into field elements (field::Pack) and shared with

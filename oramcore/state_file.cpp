@@ -123,7 +123,16 @@ Result<std::unique_ptr<UnlockedState>> UnlockedState::Create(const std::string& 
     if (errno == EEXIST) return Status::AlreadyExists("client state " + path + " already exists");
     return Status::IoError(Errno("creating " + path));
   }
+  // open() applied the umask (which could leave 0400 or less): the state is
+  // private and must stay writable by its owner, so 0600 whatever the umask.
+  // SQLite gives the -wal and -shm files the database file's mode.
+  const int chmod_rc = ::fchmod(fd, 0600);
+  const int chmod_err = errno;
   ::close(fd);
+  if (chmod_rc != 0) {
+    ::unlink(path.c_str());
+    return Status::IoError(path + ": fchmod: " + std::strerror(chmod_err));
+  }
   std::unique_ptr<UnlockedState> u(new UnlockedState());
   u->path_ = path;
   u->header_ = header;

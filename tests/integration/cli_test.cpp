@@ -95,7 +95,14 @@ TEST(CliTest, ClusterInitStatusAndStop) {
                        dir.Sub("pass") + kCheapKdf + " --block-size 512 --capacity 256K --evict-rate 8");
   EXPECT_EQ(init.exit_code, 0) << init.output;
   EXPECT_NE(init.output.find("bucket size Z"), std::string::npos) << init.output;
-  CliRun status = RunCli("status --state " + dir.Sub("fs.s3oram"));
+  // Without the passphrase only the clear header is shown.
+  CliRun header = RunCli("status --state " + dir.Sub("fs.s3oram"));
+  EXPECT_EQ(header.exit_code, 0) << header.output;
+  EXPECT_NE(header.output.find("fs id"), std::string::npos) << header.output;
+  EXPECT_NE(header.output.find("need the passphrase"), std::string::npos) << header.output;
+  EXPECT_EQ(header.output.find("server 2"), std::string::npos) << header.output;
+  CliRun status =
+      RunCli("status --state " + dir.Sub("fs.s3oram") + " --passfile " + dir.Sub("pass"));
   EXPECT_EQ(status.exit_code, 0) << status.output;
   EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find(" up,"), std::string::npos) << status.output;
@@ -107,7 +114,8 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
   CliRun stop = RunCli("cluster stop --dir " + dir.Sub("c"));
   EXPECT_EQ(stop.exit_code, 0) << stop.output;
-  CliRun down = RunCli("status --timeout-ms 500 --state " + dir.Sub("fs.s3oram"));
+  CliRun down = RunCli("status --timeout-ms 500 --state " + dir.Sub("fs.s3oram") + " --passfile " +
+                       dir.Sub("pass"));
   EXPECT_NE(down.exit_code, 0) << down.output;
 }
 

@@ -137,7 +137,7 @@ TEST(ClientCrashTest, WriteThatReturnedSurvivesAnExitBeforeItsRootWriteIsSent) {
   ::waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "child status " << status;
   {
-    auto store = ClientStateStore::Open(state);
+    auto store = testing::TestOpenStore(state);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto pending = (*store)->LoadPending();
     ASSERT_TRUE(pending.ok());

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sqlite3.h>
 #include <stdlib.h>
 
 #include <filesystem>
@@ -15,6 +16,7 @@
 #include "cli/local_cluster.h"
 #include "oramcore/client.h"
 #include "oramcore/private_file.h"
+#include "oramcore/state_file.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram::testing {
@@ -74,6 +76,33 @@ inline Result<std::unique_ptr<OramClient>> TestOpen(const std::string& state,
                                                     ClientOptions options = {}) {
   return OramClient::Open(state, TestPassphrase(), options);
 }
+// The state file unlocked with the test passphrase (what OramClient::Open
+// does first), for tests that read or change the state below the client.
+inline Result<std::shared_ptr<UnlockedState>> TestUnlock(const std::string& state) {
+  S3ORAM_ASSIGN_OR_RETURN(auto unlocked, UnlockedState::Unlock(state, TestPassphrase()));
+  return std::shared_ptr<UnlockedState>(std::move(unlocked));
+}
+inline Result<std::unique_ptr<ClientStateStore>> TestOpenStore(const std::string& state) {
+  S3ORAM_ASSIGN_OR_RETURN(auto unlocked, TestUnlock(state));
+  return ClientStateStore::Open(std::move(unlocked));
+}
+// A raw connection to the state's database, and the unlocked state whose VFS
+// it goes through (keep both; close the connection first).
+struct TestStateDb {
+  std::shared_ptr<UnlockedState> state;
+  sqlite3* db = nullptr;
+  TestStateDb() = default;
+  TestStateDb(const TestStateDb&) = delete;
+  TestStateDb& operator=(const TestStateDb&) = delete;
+  ~TestStateDb() {
+    if (db != nullptr) sqlite3_close_v2(db);
+  }
+};
+inline Status OpenTestStateDb(const std::string& state, TestStateDb& out) {
+  S3ORAM_ASSIGN_OR_RETURN(out.state, TestUnlock(state));
+  S3ORAM_ASSIGN_OR_RETURN(out.db, out.state->OpenDatabase());
+  return Status::Ok();
+}
 
 // Three servers in a temporary directory with a freshly initialised filesystem
 // whose client state is `state`; its passphrase is also in the private file
@@ -109,7 +138,7 @@ inline std::unique_ptr<TestFs> MakeFs(const OramParams& params,
 // A request header as the filesystem's last client would have sent it next.
 inline wire::Header HeaderFromState(const std::string& state) {
   wire::Header h;
-  auto st = ClientStateStore::Open(state);
+  auto st = TestOpenStore(state);
   EXPECT_TRUE(st.ok()) << st.status().ToString();
   if (!st.ok()) return h;
   h.fs_id = (*st)->config().fs_id;

@@ -140,7 +140,8 @@ TEST(FsBackupTest, RestoreFromServersReproducesTheTree) {
   }
   // `s3oram status` lists the backups on every server (the second unmount
   // below adds generation 2).
-  auto st = RunCmd({Cli(), "status", "-s", restored}, std::chrono::seconds(60));
+  auto st = RunCmd({Cli(), "status", "-s", restored, "--passfile", fs->passfile()},
+                   std::chrono::seconds(60));
   EXPECT_NE(st.output.find("newest generation 1"), std::string::npos) << st.output;
   // An on-demand backup while mounted: it opens the state read-only, so the
   // daemon keeps working (it is not fenced by a new epoch).

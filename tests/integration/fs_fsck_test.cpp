@@ -31,16 +31,15 @@ using testing::WriteFile;
 
 // Runs one statement list on the (unmounted) state file.
 ::testing::AssertionResult Sql(const std::string& state, const std::string& sql) {
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(state.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    return ::testing::AssertionFailure() << "open " << state;
+  testing::TestStateDb handle;
+  if (Status s = testing::OpenTestStateDb(state, handle); !s.ok()) {
+    return ::testing::AssertionFailure() << "open " << state << ": " << s.ToString();
   }
+  sqlite3* db = handle.db;
   char* err = nullptr;
   const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
   std::string msg = err ? err : "";
   sqlite3_free(err);
-  sqlite3_close(db);
   if (rc != SQLITE_OK) return ::testing::AssertionFailure() << sql << ": " << msg;
   return ::testing::AssertionSuccess();
 }
@@ -48,19 +47,18 @@ using testing::WriteFile;
 // The integers of the first row of a query (empty if none).
 std::vector<std::int64_t> Row(const std::string& state, const std::string& sql) {
   std::vector<std::int64_t> out;
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(state.c_str(), &db, SQLITE_OPEN_READONLY, nullptr) != SQLITE_OK) {
-    sqlite3_close(db);
-    ADD_FAILURE() << "open " << state;
+  testing::TestStateDb handle;
+  if (Status s = testing::OpenTestStateDb(state, handle); !s.ok()) {
+    ADD_FAILURE() << "open " << state << ": " << s.ToString();
     return out;
   }
+  sqlite3* db = handle.db;
   sqlite3_stmt* st = nullptr;
   if (sqlite3_prepare_v2(db, sql.c_str(), -1, &st, nullptr) == SQLITE_OK &&
       sqlite3_step(st) == SQLITE_ROW) {
     for (int i = 0; i < sqlite3_column_count(st); ++i) out.push_back(sqlite3_column_int64(st, i));
   }
   sqlite3_finalize(st);
-  sqlite3_close(db);
   return out;
 }
 

@@ -46,12 +46,11 @@ using testing::WriteFile;
 // only while the filesystem is not mounted.
 ::testing::AssertionResult CheckStateFile(const MountedFs& fs) {
   if (fs.reference()) return ::testing::AssertionSuccess();
-  sqlite3* db = nullptr;
-  if (sqlite3_open_v2(fs.state().c_str(), &db, SQLITE_OPEN_READWRITE, nullptr) != SQLITE_OK) {
-    std::string msg = db ? sqlite3_errmsg(db) : "out of memory";
-    sqlite3_close(db);
-    return ::testing::AssertionFailure() << "sqlite3_open " << fs.state() << ": " << msg;
+  testing::TestStateDb handle;
+  if (Status s = testing::OpenTestStateDb(fs.state(), handle); !s.ok()) {
+    return ::testing::AssertionFailure() << "opening " << fs.state() << ": " << s.ToString();
   }
+  sqlite3* db = handle.db;
   std::string result;
   sqlite3_stmt* st = nullptr;
   int rc = sqlite3_prepare_v2(db, "PRAGMA integrity_check", -1, &st, nullptr);
@@ -61,10 +60,10 @@ using testing::WriteFile;
   }
   std::string err = rc == SQLITE_OK ? "" : sqlite3_errmsg(db);
   sqlite3_finalize(st);
-  sqlite3_close(db);
   if (!err.empty()) return ::testing::AssertionFailure() << "integrity_check: " << err;
   if (result != "ok") return ::testing::AssertionFailure() << "PRAGMA integrity_check: " << result;
-  auto store = fs::MetadataStore::Open(fs.state(), fs.params().capacity_blocks, fs.params().block_bytes);
+  auto store =
+      fs::MetadataStore::Open(handle.state, fs.params().capacity_blocks, fs.params().block_bytes);
   if (!store.ok()) {
     return ::testing::AssertionFailure() << "MetadataStore::Open: " << store.status().ToString();
   }

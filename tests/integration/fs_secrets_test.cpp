@@ -51,12 +51,10 @@ TEST(FsSecretsTest, NoSecretInAnyLogAtDebugLevel) {
   // The master key, as the test can compute it (it knows the passphrase).
   std::vector<std::uint8_t> master;
   {
-    auto store = ClientStateStore::Open(fs->state());
-    ASSERT_TRUE(store.ok()) << store.status().ToString();
-    const FsConfig& cfg = (*store)->config();
-    auto key = UnwrapMasterKey(cfg.key_wrap, testing::TestPassphrase(), cfg.fs_id);
-    ASSERT_TRUE(key.ok()) << key.status().ToString();
-    master.assign(key->bytes().begin(), key->bytes().end());
+    auto unlocked = testing::TestUnlock(fs->state());
+    ASSERT_TRUE(unlocked.ok()) << unlocked.status().ToString();
+    const Secret& key = (*unlocked)->master();
+    master.assign(key.bytes().begin(), key.bytes().end());
   }
   std::array<std::uint8_t, 12> tag;
   random::Bytes(tag);

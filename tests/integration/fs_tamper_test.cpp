@@ -25,8 +25,9 @@ using testing::TamperProxy;
 // operator had moved the server), with SQL on the state file.
 void RepointServer(const std::string& state, int index, const std::string& endpoint,
                    const std::string& key) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(state.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+  testing::TestStateDb handle;
+  ASSERT_TRUE(testing::OpenTestStateDb(state, handle).ok());
+  sqlite3* db = handle.db;
   sqlite3_stmt* st = nullptr;
   ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE servers SET endpoint = ?1, public_key = ?2 WHERE idx = ?3",
                                -1, &st, nullptr),
@@ -36,7 +37,6 @@ void RepointServer(const std::string& state, int index, const std::string& endpo
   sqlite3_bind_int(st, 3, index);
   EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
   sqlite3_finalize(st);
-  sqlite3_close(db);
 }
 
 TEST(FsTamperTest, ALyingServerMakesReadsFailWithEioNeverOtherBytes) {

@@ -320,7 +320,7 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
     auto granted = Ask(**servers, 0, h, wire::LeaseAcquireRequest{}, wire::MessageType::kLeaseReply);
     ASSERT_TRUE(granted.ok()) << granted.status().ToString();
     ASSERT_TRUE(std::get<wire::LeaseReply>(granted->body).granted);
-    auto st = ClientStateStore::Open(fs->state);
+    auto st = testing::TestOpenStore(fs->state);
     ASSERT_TRUE(st.ok());
     Counters c = (*st)->counters();
     c.epoch = h.epoch;
@@ -380,7 +380,7 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   ExpectRefused(Ask(**servers, 2, h, wire::RebuildFinishRequest{0, 0},
                     wire::MessageType::kRebuildFinishReply),
                 Status::Code::kFailedPrecondition, "were written");
-  CliRun status = RunCli("status -s " + fs->state);
+  CliRun status = RunCli("status -s " + fs->state + " --passfile " + fs->passfile);
   EXPECT_NE(status.exit_code, 0) << status.output;
   EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find("is being rebuilt; finish it with s3oram rebuild --server 2"),

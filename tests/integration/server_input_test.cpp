@@ -157,7 +157,7 @@ TEST(ServerInputTest, MalformedAndOutOfRangeRequestsAreRefused) {
   // The requests above came from this state's client, in its newest epoch
   // (otherwise the state is rightly refused as stale).
   {
-    auto st = ClientStateStore::Open(state);
+    auto st = testing::TestOpenStore(state);
     ASSERT_TRUE(st.ok());
     Counters counters = (*st)->counters();
     counters.epoch = h.epoch;

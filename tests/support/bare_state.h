@@ -1,6 +1,7 @@
-// A bare client-state file for tests of the filesystem metadata alone: an
-// SQLite database with just the `meta` table that MetadataStore expects to
-// share with the ORAM client's tables (which these tests do not need).
+// A bare client-state file for tests of the filesystem metadata alone: a
+// sealed state (tests/support/sealed_state.h) whose database has just the
+// `meta` table that MetadataStore expects to share with the ORAM client's
+// tables (which these tests do not need).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,12 +9,13 @@
 
 #include <string>
 
+#include "tests/support/sealed_state.h"
+
 namespace s3oram::testing {
 
 inline void CreateBareStateFile(const std::string& path) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
-            SQLITE_OK);
+  sqlite3* db = OpenTestStateDb(path);
+  ASSERT_NE(db, nullptr);
   const int rc = sqlite3_exec(db, "CREATE TABLE meta(key TEXT PRIMARY KEY, value)", nullptr,
                               nullptr, nullptr);
   sqlite3_close(db);

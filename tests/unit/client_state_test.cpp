@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <algorithm>
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "oramcore/curve_keys.h"
+#include "oramcore/state_file.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -39,12 +41,49 @@ void WriteAll(const std::string& path, const std::vector<char>& bytes) {
   ASSERT_TRUE(out.good()) << path;
 }
 
+// The master key of every state these tests make (its wrap in MakeConfig).
+const Secret& TestMaster() {
+  static const Secret* master = new Secret(NewMasterKey());
+  return *master;
+}
+
+Result<std::unique_ptr<ClientStateStore>> CreateStore(const std::string& path,
+                                                      const FsConfig& config) {
+  return ClientStateStore::Create(path, config, Secret::CopyOf(TestMaster().bytes()));
+}
+
+// Opens as OramClient::Open does once the passphrase has unwrapped the key.
+Result<std::unique_ptr<ClientStateStore>> OpenStore(const std::string& path) {
+  S3ORAM_ASSIGN_OR_RETURN(auto unlocked,
+                          UnlockedState::UnlockWithMaster(path, Secret::CopyOf(TestMaster().bytes())));
+  return ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked)));
+}
+
+bool IsSealedState(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  char magic[8] = {};
+  in.read(magic, sizeof magic);
+  return in.gcount() == 8 && std::memcmp(magic, "S3ORSTAT", 8) == 0;
+}
+
 // Runs SQL on a file directly, bypassing the store (to build foreign or
-// damaged databases).
+// damaged databases): through the sealed VFS for a state file, plainly for
+// anything else.
 void RawSql(const std::string& path, const std::string& sql) {
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
-            SQLITE_OK);
+  std::unique_ptr<UnlockedState> unlocked;
+  if (IsSealedState(path)) {
+    auto u = UnlockedState::UnlockWithMaster(path, Secret::CopyOf(TestMaster().bytes()));
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    unlocked = std::move(*u);
+    auto opened = unlocked->OpenDatabase();
+    ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+    db = *opened;
+  } else {
+    ASSERT_EQ(
+        sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
+        SQLITE_OK);
+  }
   char* err = nullptr;
   int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
   std::string msg = err ? err : "";
@@ -78,7 +117,7 @@ FsConfig MakeConfig(std::mt19937_64& rng, OramParams params = SmallParams()) {
   }
   c.client_key_file = "/home/someone/.config/s3oramfs/laptop.key";
   c.allow_unsafe = true;
-  auto wrap = WrapMasterKey(NewMasterKey(), Secret::CopyOf(std::string_view("pass")), c.fs_id,
+  auto wrap = WrapMasterKey(TestMaster(), Secret::CopyOf(std::string_view("pass")), c.fs_id,
                             MinimalKdfParams());
   EXPECT_TRUE(wrap.ok());
   if (wrap.ok()) c.key_wrap = *wrap;
@@ -119,7 +158,7 @@ class ClientStateTest : public ::testing::Test {
   // A freshly created, closed state file.
   std::string MakeState(const std::string& name, const FsConfig& config) {
     std::string path = Path(name);
-    auto created = ClientStateStore::Create(path, config);
+    auto created = CreateStore(path, config);
     EXPECT_TRUE(created.ok()) << created.status().ToString();
     return path;
   }
@@ -128,7 +167,7 @@ class ClientStateTest : public ::testing::Test {
   // leave the file byte-identical.
   void ExpectRefused(const std::string& path, const std::vector<std::string>& needles) {
     std::vector<char> before = ReadAll(path);
-    auto r = ClientStateStore::Open(path);
+    auto r = OpenStore(path);
     ASSERT_FALSE(r.ok()) << path << " was accepted";
     EXPECT_EQ(r.status().code(), Status::Code::kCorruption) << r.status().ToString();
     for (const std::string& n : needles) {
@@ -146,7 +185,7 @@ TEST_F(ClientStateTest, CreateOpenRoundTrip) {
   FsConfig config = MakeConfig(rng_);
   std::string path = Path("state.db");
   {
-    auto created = ClientStateStore::Create(path, config);
+    auto created = CreateStore(path, config);
     ASSERT_TRUE(created.ok()) << created.status().ToString();
     ExpectSameConfig((*created)->config(), config);
     EXPECT_EQ((*created)->counters(), Counters{});
@@ -154,7 +193,7 @@ TEST_F(ClientStateTest, CreateOpenRoundTrip) {
   }
   Counters c{7, 3, ~std::uint64_t{0}, std::uint64_t{1} << 63};  // full u64 range round-trips
   {
-    auto opened = ClientStateStore::Open(path);
+    auto opened = OpenStore(path);
     ASSERT_TRUE(opened.ok()) << opened.status().ToString();
     ExpectSameConfig((*opened)->config(), config);
     EXPECT_EQ((*opened)->counters(), Counters{});
@@ -167,7 +206,7 @@ TEST_F(ClientStateTest, CreateOpenRoundTrip) {
     // An empty batch is a no-op.
     EXPECT_TRUE((*opened)->Commit(ClientStateStore::Batch{}).ok());
   }
-  auto reopened = ClientStateStore::Open(path);
+  auto reopened = OpenStore(path);
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   EXPECT_EQ((*reopened)->counters(), c);
   ExpectSameConfig((*reopened)->config(), config);
@@ -186,7 +225,7 @@ TEST_F(ClientStateTest, RoundTripOfEdgeValuesInConfig) {
   config.server_keys.clear();
   config.allow_unsafe = false;
   std::string path = MakeState("edge.db", config);
-  auto opened = ClientStateStore::Open(path);
+  auto opened = OpenStore(path);
   ASSERT_TRUE(opened.ok()) << opened.status().ToString();
   ExpectSameConfig((*opened)->config(), config);
 }
@@ -194,13 +233,13 @@ TEST_F(ClientStateTest, RoundTripOfEdgeValuesInConfig) {
 TEST_F(ClientStateTest, CreateRejectsUnloadableParams) {
   OramParams p = SmallParams();
   p.capacity_blocks = 33;  // > A * 2^(H-1)
-  auto r = ClientStateStore::Create(Path("bad.db"), MakeConfig(rng_, p));
+  auto r = CreateStore(Path("bad.db"), MakeConfig(rng_, p));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kInvalidArgument);
   EXPECT_FALSE(fs::exists(Path("bad.db")));
   p = SmallParams();
   p.height = 63;
-  EXPECT_FALSE(ClientStateStore::Create(Path("bad.db"), MakeConfig(rng_, p)).ok());
+  EXPECT_FALSE(CreateStore(Path("bad.db"), MakeConfig(rng_, p)).ok());
   EXPECT_FALSE(fs::exists(Path("bad.db")));
 }
 
@@ -226,7 +265,7 @@ TEST_F(ClientStateTest, CommitPositionsAndReload) {
   std::map<BlockId, PositionEntry> expect;
   std::set<std::tuple<LeafId, std::uint32_t, std::uint32_t>> used_buckets_slots;
   {
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     ClientStateStore::Batch b;
     for (BlockId id = 0; id < config.params.capacity_blocks; ++id) {
@@ -264,7 +303,7 @@ TEST_F(ClientStateTest, CommitPositionsAndReload) {
     ASSERT_TRUE(map.ok()) << map.status().ToString();
     EXPECT_EQ(map->live_blocks(), expect.size());
   }
-  auto store = ClientStateStore::Open(path);
+  auto store = OpenStore(path);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   auto map = (*store)->LoadPositionMap();
   ASSERT_TRUE(map.ok()) << map.status().ToString();
@@ -289,7 +328,7 @@ TEST_F(ClientStateTest, FailedBatchAppliesNothing) {
   const TreeGeometry geo = config.params.geometry();
   const Counters base{1, 2, 3, 4};
   {
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok());
     ClientStateStore::Batch b;
     b.SetCounters(base);
@@ -316,7 +355,7 @@ TEST_F(ClientStateTest, FailedBatchAppliesNothing) {
     good.AddPending({12, "evict", {}});
     ASSERT_TRUE((*store)->Commit(good).ok());
   }
-  auto store = ClientStateStore::Open(path);
+  auto store = OpenStore(path);
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->counters(), base);
   auto map = (*store)->LoadPositionMap();
@@ -337,7 +376,7 @@ TEST_F(ClientStateTest, CommitRejectsPositionsOutsideTheTree) {
   FsConfig config = MakeConfig(rng_);
   std::string path = MakeState("state.db", config);
   const TreeGeometry geo = config.params.geometry();
-  auto store = ClientStateStore::Open(path);
+  auto store = OpenStore(path);
   ASSERT_TRUE(store.ok());
   const Position good{geo.first_leaf(), 0, 0};
   struct Case {
@@ -368,7 +407,7 @@ TEST_F(ClientStateTest, FileModeIs0600WhateverTheUmask) {
   for (mode_t mask : {mode_t{0}, mode_t{022}, mode_t{0277}}) {
     mode_t old = ::umask(mask);
     std::string path = Path("mode" + std::to_string(n++) + ".db");
-    auto store = ClientStateStore::Create(path, config);
+    auto store = CreateStore(path, config);
     ::umask(old);
     ASSERT_TRUE(store.ok()) << "umask " << mask << ": " << store.status().ToString();
     struct stat st {};
@@ -385,22 +424,22 @@ TEST_F(ClientStateTest, CreateRefusesExistingPath) {
   FsConfig config = MakeConfig(rng_);
   std::string other = Path("precious.txt");
   WriteAll(other, {'k', 'e', 'e', 'p'});
-  auto r = ClientStateStore::Create(other, config);
+  auto r = CreateStore(other, config);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kAlreadyExists) << r.status().ToString();
   EXPECT_EQ(ReadAll(other), (std::vector<char>{'k', 'e', 'e', 'p'}));
 
   std::string path = MakeState("state.db", config);
   std::vector<char> before = ReadAll(path);
-  auto again = ClientStateStore::Create(path, config);
+  auto again = CreateStore(path, config);
   ASSERT_FALSE(again.ok());
   EXPECT_EQ(again.status().code(), Status::Code::kAlreadyExists);
   EXPECT_EQ(ReadAll(path), before);
-  EXPECT_TRUE(ClientStateStore::Open(path).ok());
+  EXPECT_TRUE(OpenStore(path).ok());
 }
 
 TEST_F(ClientStateTest, OpenMissingFileIsNotFound) {
-  auto r = ClientStateStore::Open(Path("nope.db"));
+  auto r = OpenStore(Path("nope.db"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
   EXPECT_FALSE(fs::exists(Path("nope.db")));  // and not created
@@ -411,19 +450,19 @@ TEST_F(ClientStateTest, RefusesGarbageAndEmptyFiles) {
   for (auto& c : garbage) c = static_cast<char>(rng_());
   std::string path = Path("garbage.db");
   WriteAll(path, garbage);
-  ExpectRefused(path, {"not an SQLite database"});
+  ExpectRefused(path, {"not an s3oram client state"});
 
   std::string empty = Path("empty.db");
   WriteAll(empty, {});
-  ExpectRefused(empty, {"empty"});
+  ExpectRefused(empty, {"truncated"});
 
-  // Right magic, garbage after it.
+  // Right magic, garbage after it: the header's checksum fails.
   std::string magic = Path("magic.db");
   std::vector<char> fake = garbage;
-  const char kMagic[] = "SQLite format 3";
-  std::copy(kMagic, kMagic + sizeof kMagic, fake.begin());
+  const char kMagic[] = "S3ORSTAT";
+  std::copy(kMagic, kMagic + 8, fake.begin());
   WriteAll(magic, fake);
-  ExpectRefused(magic, {});
+  ExpectRefused(magic, {"copy 0", "damaged"});
 }
 
 TEST_F(ClientStateTest, RefusesTruncatedFiles) {
@@ -431,7 +470,7 @@ TEST_F(ClientStateTest, RefusesTruncatedFiles) {
   std::string good = MakeState("good.db", config);
   {
     // Give it some content so that it spans several pages.
-    auto store = ClientStateStore::Open(good);
+    auto store = OpenStore(good);
     ASSERT_TRUE(store.ok());
     ClientStateStore::Batch b;
     for (std::uint64_t s = 0; s < 200; ++s) {
@@ -442,8 +481,8 @@ TEST_F(ClientStateTest, RefusesTruncatedFiles) {
   ASSERT_FALSE(fs::exists(good + "-wal"));  // fully checkpointed on close
   std::vector<char> full = ReadAll(good);
   ASSERT_GT(full.size(), 4 * 4096u);
-  std::vector<std::size_t> lengths = {10, 99, 100, 4096, full.size() / 2, full.size() - 4096,
-                                      full.size() - 1};
+  std::vector<std::size_t> lengths = {10, 99, 100, 4096, 4097, 8192, full.size() / 2,
+                                      full.size() - 4096, full.size() - 1};
   for (std::size_t len = 1; len < full.size(); len += 997) lengths.push_back(len);
   for (std::size_t len : lengths) {
     std::string path = Path("trunc" + std::to_string(len) + ".db");
@@ -452,15 +491,28 @@ TEST_F(ClientStateTest, RefusesTruncatedFiles) {
   }
 }
 
-TEST_F(ClientStateTest, RefusesForeignSqliteDatabase) {
+// A plain SQLite file (an unencrypted state of an earlier version, or
+// anything else) is named for what it is, with the command that upgrades a
+// state, and left untouched.
+TEST_F(ClientStateTest, RefusesPlainSqliteDatabaseNamingUpgradeState) {
   std::string path = Path("foreign.db");
   RawSql(path, "CREATE TABLE notes(id INTEGER PRIMARY KEY, body TEXT);"
                "INSERT INTO notes(body) VALUES ('hello');");
+  std::vector<char> before = ReadAll(path);
+  auto r = OpenStore(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kFailedPrecondition) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("s3oram upgrade-state " + path), std::string::npos)
+      << r.status().ToString();
+  EXPECT_EQ(ReadAll(path), before);
+}
+
+// A sealed SQLite database that is not a client state (another program's
+// tables under this key) is refused by its application id.
+TEST_F(ClientStateTest, RefusesForeignDatabaseInsideASealedFile) {
+  std::string path = MakeState("foreign.db", MakeConfig(rng_));
+  RawSql(path, "PRAGMA application_id = 7");
   ExpectRefused(path, {"not an s3oram client state", "application_id"});
-  // Same with a WAL-mode foreign database (reading it creates side files).
-  std::string wal = Path("foreign-wal.db");
-  RawSql(wal, "PRAGMA journal_mode = WAL; CREATE TABLE t(x); INSERT INTO t VALUES (1);");
-  ExpectRefused(wal, {"not an s3oram client state"});
 }
 
 TEST_F(ClientStateTest, RefusesFutureAndUnknownSchemaVersions) {
@@ -501,17 +553,11 @@ TEST_F(ClientStateTest, RefusesDamagedMeta) {
   RawSql(counters, "DELETE FROM counters");
   ExpectRefused(counters, {"counters"});
 
-  std::string sealed = MakeState("sealed.db", config);
-  RawSql(sealed, "UPDATE meta SET value = x'00' WHERE key = 'key_sealed'");
-  ExpectRefused(sealed, {"'key_sealed'", "48-byte"});
-
-  std::string nosalt = MakeState("nosalt.db", config);
-  RawSql(nosalt, "DELETE FROM meta WHERE key = 'key_salt'");
-  ExpectRefused(nosalt, {"'key_salt'"});
-
-  std::string kdf = MakeState("kdf.db", config);
-  RawSql(kdf, "UPDATE meta SET value = 0 WHERE key = 'kdf_ops'");
-  ExpectRefused(kdf, {"kdf_ops", "passes"});
+  // The fs id of the database must be the header's (the key wrap is bound
+  // to the header's).
+  std::string other = MakeState("other.db", config);
+  RawSql(other, "UPDATE meta SET value = zeroblob(16) WHERE key = 'fs_id'");
+  ExpectRefused(other, {"another filesystem"});
 }
 
 // A passphrase change replaces the wrapped key durably, and the old record
@@ -524,12 +570,12 @@ TEST_F(ClientStateTest, ReplaceKeyWrapLeavesNoOldCopy) {
                             MinimalKdfParams());
   ASSERT_TRUE(wrap.ok());
   {
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     ASSERT_TRUE((*store)->ReplaceKeyWrap(*wrap).ok());
     EXPECT_EQ((*store)->config().key_wrap, *wrap);
   }
-  auto store = ClientStateStore::Open(path);
+  auto store = OpenStore(path);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   EXPECT_EQ((*store)->config().key_wrap, *wrap);
   (*store).reset();  // closed: what is on disk now is what counts
@@ -563,7 +609,7 @@ TEST_F(ClientStateTest, LoadPositionMapRejectsBadRowsNamingThem) {
             "id=2"}}) {
     std::string path = MakeState(std::string(c.name) + ".db", config);
     RawSql(path, c.sql);
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     auto map = (*store)->LoadPositionMap();
     ASSERT_FALSE(map.ok()) << c.name;
@@ -579,7 +625,7 @@ TEST_F(ClientStateTest, PendingLogAddAndRemove) {
   std::vector<std::uint8_t> big(100000);
   for (auto& b : big) b = static_cast<std::uint8_t>(rng_());
   {
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok());
     auto none = (*store)->LoadPending();
     ASSERT_TRUE(none.ok());
@@ -591,7 +637,7 @@ TEST_F(ClientStateTest, PendingLogAddAndRemove) {
     ASSERT_TRUE((*store)->Commit(b, /*durable=*/true).ok());
   }
   {
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok());
     auto pending = (*store)->LoadPending();
     ASSERT_TRUE(pending.ok()) << pending.status().ToString();
@@ -614,7 +660,7 @@ TEST_F(ClientStateTest, PendingLogAddAndRemove) {
     b.SetCounters({0, 1, 3, 0});
     ASSERT_TRUE((*store)->Commit(b).ok());
   }
-  auto store = ClientStateStore::Open(path);
+  auto store = OpenStore(path);
   ASSERT_TRUE(store.ok());
   EXPECT_EQ((*store)->counters(), (Counters{0, 1, 3, 0}));
   auto pending = (*store)->LoadPending();
@@ -636,7 +682,7 @@ TEST_F(ClientStateTest, LargeBatchOfPositionsCommits) {
   const TreeGeometry geo = p.geometry();
   constexpr std::uint64_t kBlocks = 100000;
   {
-    auto store = ClientStateStore::Open(path);
+    auto store = OpenStore(path);
     ASSERT_TRUE(store.ok());
     ClientStateStore::Batch b;
     for (BlockId id = 0; id < kBlocks; ++id) {
@@ -648,7 +694,7 @@ TEST_F(ClientStateTest, LargeBatchOfPositionsCommits) {
     b.SetCounters({1, 2, 3, 4});
     ASSERT_TRUE((*store)->Commit(b, /*durable=*/true).ok());
   }
-  auto store = ClientStateStore::Open(path);
+  auto store = OpenStore(path);
   ASSERT_TRUE(store.ok());
   auto map = (*store)->LoadPositionMap();
   ASSERT_TRUE(map.ok()) << map.status().ToString();
@@ -659,15 +705,24 @@ TEST_F(ClientStateTest, LargeBatchOfPositionsCommits) {
   EXPECT_EQ(e->pos.leaf, geo.first_leaf() + (kBlocks - 1) % geo.num_leaves());
 }
 
-TEST_F(ClientStateTest, StateFileIsWalMode) {
+TEST_F(ClientStateTest, StateFileIsSealedAndInWalMode) {
   std::string path = MakeState("wal.db", MakeConfig(rng_));
   std::vector<char> bytes = ReadAll(path);
-  ASSERT_GT(bytes.size(), 100u);
-  // Header bytes 18/19 are the file format write/read versions: 2 = WAL.
-  EXPECT_EQ(bytes[18], 2);
-  EXPECT_EQ(bytes[19], 2);
-  // application_id at offset 68 reads "S3OR".
-  EXPECT_EQ(std::string(bytes.begin() + 68, bytes.begin() + 72), "S3OR");
+  ASSERT_GT(bytes.size(), kSealedHeaderBytes);
+  EXPECT_EQ(std::string(bytes.begin(), bytes.begin() + 8), "S3ORSTAT");
+  const std::string text(bytes.begin(), bytes.end());
+  EXPECT_EQ(text.find("SQLite format 3"), std::string::npos);
+  EXPECT_EQ(text.find("laptop.key"), std::string::npos) << "a meta value in clear";
+  auto u = UnlockedState::UnlockWithMaster(path, Secret::CopyOf(TestMaster().bytes()));
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  auto db = (*u)->OpenDatabase();
+  ASSERT_TRUE(db.ok()) << db.status().ToString();
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(*db, "PRAGMA journal_mode", -1, &st, nullptr), SQLITE_OK);
+  ASSERT_EQ(sqlite3_step(st), SQLITE_ROW);
+  EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
+  sqlite3_finalize(st);
+  sqlite3_close_v2(*db);
 }
 
 }  // namespace

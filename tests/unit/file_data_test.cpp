@@ -43,7 +43,7 @@ Bytes Pattern(std::size_t n, std::uint64_t seed) {
 // same state file and engine.
 struct Daemon {
   Daemon(const std::string& state, s3oram::testing::MemoryBlockEngine& engine) {
-    auto r = MetadataStore::Open(state, kCapacityBlocks, kB);
+    auto r = MetadataStore::Open(s3oram::testing::TestState(state), kCapacityBlocks, kB);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     meta = std::move(r).value();
     cache = std::make_unique<BlockCache>(

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "fused/metadata_store.h"
+#include "tests/support/sealed_state.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram::fs {
@@ -24,9 +25,8 @@ constexpr std::uint64_t kCapacity = 16;
 constexpr std::uint32_t kBlock = 16;
 
 void Sql(const std::string& path, const std::string& sql) {
-  sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open_v2(path.c_str(), &db, SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE, nullptr),
-            SQLITE_OK);
+  sqlite3* db = s3oram::testing::OpenTestStateDb(path);
+  ASSERT_NE(db, nullptr);
   char* err = nullptr;
   const int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
   std::string msg = err ? err : "";
@@ -54,7 +54,7 @@ class FsckTest : public ::testing::Test {
         "INSERT INTO counters VALUES (0, 2, 3, 40, 2);"
         "CREATE TABLE pending(seq INTEGER PRIMARY KEY, kind TEXT, payload BLOB);"
         "CREATE TABLE positions(id INTEGER PRIMARY KEY, leaf, level, slot, version);");
-    auto m = MetadataStore::Open(state_, kCapacity, kBlock);
+    auto m = MetadataStore::Open(s3oram::testing::TestState(state_), kCapacity, kBlock);
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     meta_ = std::move(m).value();
     // /f: 40 bytes in three written blocks; /d/g: one block allocated but never
@@ -94,7 +94,7 @@ class FsckTest : public ::testing::Test {
     FsckPhaseResult p1, p2;
   };
   Run Check(FsckOptions options = {}) {
-    auto snap = FsckSnapshot::Load(state_);
+    auto snap = FsckSnapshot::Load(*s3oram::testing::TestState(state_));
     EXPECT_TRUE(snap.ok()) << snap.status().ToString();
     if (!snap.ok()) return {};
     Run r;
@@ -109,8 +109,8 @@ class FsckTest : public ::testing::Test {
   // Applies every repair, then expects a clean check.
   void RepairAndExpectClean(FsckOptions options = {}) {
     Run r = Check(options);
-    ASSERT_TRUE(ApplyFsckRepairs(state_, r.p1.repairs).ok());
-    ASSERT_TRUE(ApplyFsckRepairs(state_, r.p2.repairs).ok());
+    ASSERT_TRUE(ApplyFsckRepairs(*s3oram::testing::TestState(state_), r.p1.repairs).ok());
+    ASSERT_TRUE(ApplyFsckRepairs(*s3oram::testing::TestState(state_), r.p2.repairs).ok());
     Run again = Check(options);
     EXPECT_TRUE(again.p1.problems.empty()) << Messages(again.p1);
     EXPECT_TRUE(again.p2.problems.empty()) << Messages(again.p2);
@@ -297,7 +297,7 @@ TEST_F(FsckTest, StateWithoutFilesystemTables) {
       "INSERT INTO counters VALUES (0, 0, 0, 1, 1);"
       "CREATE TABLE pending(seq INTEGER PRIMARY KEY, kind TEXT, payload BLOB);"
       "CREATE TABLE positions(id INTEGER PRIMARY KEY, leaf, level, slot, version);");
-  auto snap = FsckSnapshot::Load(path);
+  auto snap = FsckSnapshot::Load(*s3oram::testing::TestState(path));
   ASSERT_TRUE(snap.ok()) << snap.status().ToString();
   EXPECT_FALSE(snap->has_fs);
   EXPECT_TRUE(CheckOram(*snap, {}).problems.empty());

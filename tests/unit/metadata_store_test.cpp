@@ -47,14 +47,15 @@ class MetadataStoreTest : public ::testing::Test {
 
   void OpenStore(std::uint64_t capacity = 64) {
     store_.reset();
-    auto r = MetadataStore::Open(path_, capacity, kBlock);
+    auto r = MetadataStore::Open(testing::TestState(path_), capacity, kBlock);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     store_ = std::move(r).value();
   }
 
   void RawSql(const std::string& sql) {
     sqlite3* db = nullptr;
-    ASSERT_EQ(sqlite3_open_v2(path_.c_str(), &db, SQLITE_OPEN_READWRITE, nullptr), SQLITE_OK);
+    db = testing::OpenTestStateDb(path_);
+    ASSERT_NE(db, nullptr);
     char* err = nullptr;
     int rc = sqlite3_exec(db, sql.c_str(), nullptr, nullptr, &err);
     std::string msg = err ? err : "";
@@ -123,7 +124,9 @@ TEST_F(MetadataStoreTest, RootCreatedOnFirstOpen) {
 }
 
 TEST_F(MetadataStoreTest, MissingStateFileIsNotFound) {
-  auto r = MetadataStore::Open(dir_ + "/nope.db", 64, kBlock);
+  // Found missing before any connection: when the state is unlocked.
+  auto r = UnlockedState::UnlockWithMaster(dir_ + "/nope.db",
+                                           Secret::CopyOf(testing::TestStateMaster().bytes()));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kNotFound);
 }
@@ -616,7 +619,7 @@ TEST_F(MetadataStoreTest, ReopenPersistsEverything) {
   store_.reset();
 
   // Different geometry is refused.
-  auto wrong = MetadataStore::Open(path_, 65, kBlock);
+  auto wrong = MetadataStore::Open(testing::TestState(path_), 65, kBlock);
   ASSERT_FALSE(wrong.ok());
   EXPECT_EQ(wrong.status().code(), Status::Code::kFailedPrecondition);
 
@@ -680,12 +683,12 @@ TEST_F(MetadataStoreTest, UnknownSchemaVersionRefused) {
   OpenStore();
   store_.reset();
   RawSql("UPDATE fs_meta SET value = 99 WHERE key = 'schema_version'");
-  auto r = MetadataStore::Open(path_, 64, kBlock);
+  auto r = MetadataStore::Open(testing::TestState(path_), 64, kBlock);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
   EXPECT_NE(r.status().message().find("99"), std::string::npos);
   RawSql("DELETE FROM fs_meta WHERE key = 'schema_version'");
-  r = MetadataStore::Open(path_, 64, kBlock);
+  r = MetadataStore::Open(testing::TestState(path_), 64, kBlock);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorruption);
 }

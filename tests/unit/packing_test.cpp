@@ -106,7 +106,7 @@ class PackingStoreTest : public ::testing::Test {
   void SetUp() override {
     state_ = dir_.Sub("state.db");
     s3oram::testing::CreateBareStateFile(state_);
-    auto r = MetadataStore::Open(state_, kCapacity, kB);
+    auto r = MetadataStore::Open(s3oram::testing::TestState(state_), kCapacity, kB);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     store_ = std::move(r).value();
   }
@@ -298,7 +298,8 @@ TEST_F(PackingStoreTest, SchemaTwoStateIsMigratedToWholeExtents) {
   // Rewrite the state as schema 2 had it: fs_blocks with a unique block_id,
   // no fs_shared, no slots_per_block.
   sqlite3* db = nullptr;
-  ASSERT_EQ(sqlite3_open(state_.c_str(), &db), SQLITE_OK);
+  db = s3oram::testing::OpenTestStateDb(state_);
+  ASSERT_NE(db, nullptr);
   const char* sql = R"sql(
     DROP TABLE fs_blocks; DROP TABLE fs_shared;
     CREATE TABLE fs_blocks(ino INTEGER NOT NULL, idx INTEGER NOT NULL,
@@ -316,7 +317,7 @@ TEST_F(PackingStoreTest, SchemaTwoStateIsMigratedToWholeExtents) {
   ASSERT_EQ(sqlite3_exec(db, sql, nullptr, nullptr, &err), SQLITE_OK) << (err ? err : "");
   sqlite3_close(db);
 
-  auto r = MetadataStore::Open(state_, kCapacity, kB);
+  auto r = MetadataStore::Open(s3oram::testing::TestState(state_), kCapacity, kB);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   store_ = std::move(r).value();
   std::vector<BlockMapping> maps;
@@ -504,7 +505,7 @@ constexpr std::uint64_t kFdCapacity = 96;
 struct Daemon {
   Daemon(const std::string& state, s3oram::testing::MemoryBlockEngine& engine,
          std::size_t cache_pages) {
-    auto r = MetadataStore::Open(state, kFdCapacity, kB);
+    auto r = MetadataStore::Open(s3oram::testing::TestState(state), kFdCapacity, kB);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     meta = std::move(r).value();
     cache = std::make_unique<BlockCache>(

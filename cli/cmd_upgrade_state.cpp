@@ -1,0 +1,40 @@
+// s3oram upgrade-state: encrypts a client state of an earlier version in
+// place (oramcore/state_upgrade.h).
+#include <cstdio>
+
+#include "cli/commands.h"
+#include "cli/key_options.h"
+#include "oramcore/passphrase.h"
+#include "oramcore/state_upgrade.h"
+
+namespace s3oram::cli {
+
+void RegisterUpgradeState(CLI::App& app, int* exit_code) {
+  auto* cmd = app.add_subcommand(
+      "upgrade-state", "encrypt an unencrypted client state of an earlier version, in place");
+  struct Args {
+    std::string state;
+    std::string passfile;
+  };
+  auto a = std::make_shared<Args>();
+  cmd->add_option("-s,--state", a->state, "client state file")->required();
+  AddPassfileOption(cmd, a->passfile);
+  cmd->callback([a, exit_code] {
+    auto pass = ReadPassphrase(PassphraseSource{a->passfile}, "Passphrase for " + a->state + ": ");
+    if (!pass.ok()) {
+      std::fprintf(stderr, "s3oram upgrade-state: %s\n", pass.status().ToString().c_str());
+      *exit_code = 2;
+      return;
+    }
+    auto r = UpgradeState(a->state, *pass);
+    if (!r.ok()) {
+      std::fprintf(stderr, "s3oram upgrade-state: %s\n", r.status().ToString().c_str());
+      *exit_code = 1;
+      return;
+    }
+    std::printf("%s is now encrypted (%llu pages sealed under a subkey of its master key)\n",
+                a->state.c_str(), static_cast<unsigned long long>(r->pages));
+  });
+}
+
+}  // namespace s3oram::cli
