@@ -175,7 +175,11 @@ class Q {
     int rc = sqlite3_step(st_);
     if (rc == SQLITE_ROW) return true;
     if (rc == SQLITE_DONE) return false;
-    Fail(EIO, std::string("sqlite: ") + sqlite3_errmsg(db_));
+    Fail(EIO, std::string("sqlite: ") + sqlite3_errmsg(db_) +
+                  (sqlite3_extended_errcode(db_) == SQLITE_IOERR_DATA
+                       ? " (a page of the sealed state failed authentication: it was modified "
+                         "or damaged)"
+                       : ""));
   }
   void Run() {
     while (Next()) {

@@ -577,21 +577,25 @@ Result<sqlite3*> OpenSealedDatabase(const std::string& path, SealedVfs& vfs, boo
     rc = sqlite3_exec(db, "PRAGMA temp_store=MEMORY", nullptr, nullptr, nullptr);
     if (rc != SQLITE_OK) return fail("setting up the state");
   }
-  // The first read: the schema, through page 1.
-  rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
-  if (rc != SQLITE_OK) return fail("reading the state");
-  // Whole pages cut off the end pass every page's tag: compare the size the
+  // Whole pages cut off the end pass every page's tag (checked first: the
+  // schema may point past the end): compare the size the
   // database declares with the file, when no log holds pages of its own.
   struct stat file {}, wal {};
   const bool log_empty =
       ::stat((path + "-wal").c_str(), &wal) != 0 || wal.st_size == 0;
-  sqlite3_stmt* st = nullptr;
+  // The page count in the database header (bytes 28-31, big-endian), read
+  // through the VFS: any statement would first parse the schema, which may
+  // itself point past the end.
   sqlite3_int64 pages = 0;
-  if (sqlite3_prepare_v2(db, "PRAGMA page_count", -1, &st, nullptr) == SQLITE_OK &&
-      sqlite3_step(st) == SQLITE_ROW) {
-    pages = sqlite3_column_int64(st, 0);
+  sqlite3_file* main_file = nullptr;
+  if (sqlite3_file_control(db, "main", SQLITE_FCNTL_FILE_POINTER, &main_file) == SQLITE_OK &&
+      main_file != nullptr && main_file->pMethods != nullptr) {
+    unsigned char h[100] = {};
+    if (main_file->pMethods->xRead(main_file, h, sizeof h, 0) == SQLITE_OK) {
+      pages = (sqlite3_int64{h[28]} << 24) | (sqlite3_int64{h[29]} << 16) |
+              (sqlite3_int64{h[30]} << 8) | sqlite3_int64{h[31]};
+    }
   }
-  sqlite3_finalize(st);
   if (log_empty && ::stat(path.c_str(), &file) == 0) {
     const sqlite3_int64 present =
         (static_cast<sqlite3_int64>(file.st_size) - static_cast<sqlite3_int64>(kSealedHeaderBytes)) /
@@ -603,6 +607,9 @@ Result<sqlite3*> OpenSealedDatabase(const std::string& path, SealedVfs& vfs, boo
                                 ": it was truncated");
     }
   }
+  // The first read: the schema, through page 1.
+  rc = sqlite3_exec(db, "SELECT count(*) FROM sqlite_schema", nullptr, nullptr, nullptr);
+  if (rc != SQLITE_OK) return fail("reading the state");
   return db;
 }
 
