@@ -23,7 +23,6 @@ static_assert(crypto_aead_xchacha20poly1305_ietf_NPUBBYTES +
 
 constexpr std::size_t kP = kSealedPageBytes;
 constexpr std::size_t kNonce = crypto_aead_xchacha20poly1305_ietf_NPUBBYTES;
-constexpr std::size_t kTag = crypto_aead_xchacha20poly1305_ietf_ABYTES;
 constexpr std::size_t kPayload = kP - kSealedReserveBytes;
 constexpr std::int64_t kWalHeader = 32;
 constexpr std::int64_t kFrameHeader = 24;
