@@ -33,6 +33,10 @@ constexpr std::size_t kReserveByteOffset = 20;
 
 enum class Kind : std::uint8_t { kDatabase = 1, kWal = 2 };
 
+// ReadPage's result for a page whose tag does not verify; never returned to
+// SQLite.
+constexpr int kNotAuthentic = -1;
+
 using Ad = std::array<std::uint8_t, 16>;
 // "s3oram db\0" or "s3oram wal" (8 bytes) then the page's position: its
 // number in a database, the offset of its data in a log.
@@ -100,7 +104,7 @@ std::string FileName(const SealedFile* f) {
 
 // Reads the sealed page at real offset `at` into `page` (kP bytes) and opens
 // it. Returns SQLITE_OK, SQLITE_IOERR_SHORT_READ (no byte of it exists: the
-// page is past the end; `page` is zeros) or an error.
+// page is past the end; `page` is zeros), kNotAuthentic or an error.
 int ReadPage(SealedFile* f, sqlite3_int64 at, std::uint64_t position, std::uint8_t* page) {
   SealedVfsState* impl = f->impl;
   int rc = f->real->pMethods->xRead(f->real, page, static_cast<int>(kP), at);
@@ -117,13 +121,64 @@ int ReadPage(SealedFile* f, sqlite3_int64 at, std::uint64_t position, std::uint8
     return SQLITE_IOERR_DATA;
   }
   if (rc != SQLITE_OK) return rc;
-  if (!impl->Open(f->kind, position, page)) {
-    impl->Fail(FileName(f) + " failed authentication at page " + std::to_string(position) +
-               " (byte offset " + std::to_string(at) +
-               "): it was modified or damaged, or the key is not this filesystem's");
-    return SQLITE_IOERR_DATA;
-  }
+  if (!impl->Open(f->kind, position, page)) return kNotAuthentic;
   return SQLITE_OK;
+}
+
+void FailAuthentication(SealedFile* f, std::uint64_t position, sqlite3_int64 at) {
+  f->impl->Fail(FileName(f) + " failed authentication at " +
+                (f->kind == Kind::kDatabase ? "page " + std::to_string(position) + " (byte offset "
+                                            : std::string("byte offset ")) +
+                std::to_string(at) + (f->kind == Kind::kDatabase ? ")" : "") +
+                ": it was modified or damaged, or the key is not this filesystem's");
+}
+
+std::uint32_t BigEndian32(const std::uint8_t* p) {
+  return (std::uint32_t{p[0]} << 24) | (std::uint32_t{p[1]} << 16) | (std::uint32_t{p[2]} << 8) |
+         std::uint32_t{p[3]};
+}
+
+// Whether the log frame starting at `frame_start`, whose page failed
+// authentication, is a write a killed process left unfinished rather than
+// damage to committed history.
+//
+// A page image is one 4096-byte write at an offset that is never aligned to
+// the kernel's pages, and a SIGKILL may stop such a write between two of
+// them: the frame then holds part of the new image and part of whatever was
+// there (an older log generation's frame). SQLite's recovery rejects such a
+// frame by its checksum and discards it and everything after it, which is
+// safe exactly when no committed transaction follows it. Frames are
+// appended in order and rewritten in place only after the last commit, and
+// a commit frame is always appended, so in a log left by a kill the torn
+// frame is the newest write: no frame after it carries this log
+// generation's salt and a commit marker. A damaged frame with such a
+// commit after it is refused; a damaged newest frame is indistinguishable
+// from a torn one and is discarded, as truncating the log would do.
+bool IsTornTail(SealedFile* f, sqlite3_int64 frame_start) {
+  std::uint8_t wal_header[kWalHeader];
+  if (f->real->pMethods->xRead(f->real, wal_header, sizeof wal_header, 0) != SQLITE_OK) {
+    return false;
+  }
+  const std::uint8_t* salt = wal_header + 16;
+  std::uint8_t frame_header[kFrameHeader];
+  if (f->real->pMethods->xRead(f->real, frame_header, sizeof frame_header, frame_start) !=
+      SQLITE_OK) {
+    return false;
+  }
+  // A frame of another generation is rejected by SQLite before its page is
+  // used; its content does not matter.
+  if (std::memcmp(frame_header + 8, salt, 8) != 0) return true;
+  sqlite3_int64 size = 0;
+  if (f->real->pMethods->xFileSize(f->real, &size) != SQLITE_OK) return false;
+  for (sqlite3_int64 at = frame_start + kFrame; at + kFrameHeader <= size; at += kFrame) {
+    if (f->real->pMethods->xRead(f->real, frame_header, sizeof frame_header, at) != SQLITE_OK) {
+      return false;
+    }
+    if (std::memcmp(frame_header + 8, salt, 8) == 0 && BigEndian32(frame_header + 4) != 0) {
+      return false;
+    }
+  }
+  return true;
 }
 
 // Where a logical byte range falls: a sealed page (real offset of its start,
@@ -187,11 +242,25 @@ int SealedRead(sqlite3_file* file, void* out, int amount, sqlite3_int64 offset) 
     const sqlite3_int64 in_region = off - r.logical_start;
     const sqlite3_int64 n = std::min(end - off, r.length - in_region);
     if (r.sealed) {
-      const int rc = ReadPage(f, r.real_start, r.position, page.data());
+      int rc = ReadPage(f, r.real_start, r.position, page.data());
       if (rc == SQLITE_IOERR_SHORT_READ) {
         std::memset(dst + (off - offset), 0, static_cast<std::size_t>(end - off));
         short_read = true;
         break;
+      }
+      if (rc == kNotAuthentic) {
+        // Recovery reads whole frames, header first; a torn newest frame is
+        // handed to it with its salt spoilt, so SQLite rejects it for
+        // certain rather than by a checksum that might match zeros.
+        const sqlite3_int64 frame_start = r.real_start - kFrameHeader;
+        if (f->kind == Kind::kWal && offset <= frame_start && IsTornTail(f, frame_start)) {
+          std::memset(dst + (off - offset), 0, static_cast<std::size_t>(n));
+          dst[frame_start - offset + 8] ^= 0xff;  // salt-1
+          off += n;
+          continue;
+        }
+        FailAuthentication(f, r.position, r.real_start);
+        rc = SQLITE_IOERR_DATA;
       }
       if (rc != SQLITE_OK) {
         sodium_memzero(page.data(), page.size());

@@ -176,6 +176,68 @@ TEST_F(SealedVfsTest, AKilledWriterLosesNoCommittedTransaction) {
   sqlite3_close_v2(db);
 }
 
+// A SIGKILL can stop a page image's write between two kernel pages (frames
+// are never page-aligned in the log), leaving part of the new image and part
+// of the old bytes. That newest frame is discarded as SQLite discards any
+// torn frame; the same damage before a commit is refused.
+TEST_F(SealedVfsTest, ATornNewestLogFrameIsDiscardedButDamageBeforeACommitIsRefused) {
+  Populate(1);
+  const pid_t child = ::fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    auto db = OpenSealedDatabase(path_, *vfs_, false);
+    if (!db.ok()) ::_exit(2);
+    sqlite3_exec(*db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
+    for (int i = 1; i < 80; ++i) {
+      const std::string sql = "INSERT INTO t VALUES(" + std::to_string(i) + ", '" + Name(i) + "')";
+      if (sqlite3_exec(*db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) ::_exit(3);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(::waitpid(child, &status, 0), child);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  const std::string db_bytes = ReadAll(path_);
+  const std::string wal = ReadAll(path_ + "-wal");
+  constexpr std::size_t kFrame = 24 + kSealedPageBytes;
+  ASSERT_EQ((wal.size() - 32) % kFrame, 0u);
+  const std::size_t frames = (wal.size() - 32) / kFrame;
+  ASSERT_GT(frames, 10u);
+  std::mt19937_64 rng = testing::SeededRng();
+  auto tear = [&](std::size_t frame) {
+    std::string torn = wal;
+    // The image's second kernel page never arrived: older bytes remain.
+    const std::size_t page = 32 + frame * kFrame + 24;
+    for (std::size_t i = page + 2000; i < page + kSealedPageBytes; ++i) {
+      torn[i] = static_cast<char>(rng());
+    }
+    return torn;
+  };
+  auto reopen = [&](const std::string& log) {
+    WriteAll(path_, db_bytes);
+    WriteAll(path_ + "-wal", log);
+    stdfs::remove(path_ + "-shm");
+    auto db = OpenSealedDatabase(path_, *vfs_, false);
+    if (!db.ok()) return db.status().ToString();
+    std::string rows = Dump(*db);
+    sqlite3_close_v2(*db);
+    return rows;
+  };
+
+  // The newest frame (row 79's commit) torn: row 79 was never committed.
+  EXPECT_EQ(reopen(tear(frames - 1)), Expected(79));
+  // Cut inside the newest frame: the same.
+  EXPECT_EQ(reopen(wal.substr(0, wal.size() - 1000)), Expected(79));
+  // Damage to an early frame, with commits after it: refused, not dropped.
+  const std::string refused = reopen(tear(3));
+  EXPECT_NE(refused, Expected(80));
+  EXPECT_NE(refused.find("failed authentication"), std::string::npos) << refused;
+  EXPECT_NE(vfs_->last_error().find("write-ahead log failed authentication"), std::string::npos)
+      << vfs_->last_error();
+  // And the untouched log recovers everything.
+  EXPECT_EQ(reopen(wal), Expected(80));
+}
+
 TEST_F(SealedVfsTest, EveryFlippedByteIsRefusedAndNamed) {
   Populate(120);
   const std::string good = ReadAll(path_);
