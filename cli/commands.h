@@ -36,6 +36,8 @@ inline constexpr int kFsckUsageError = 16;
 void RegisterRebuild(CLI::App& app, int* exit_code);
 void RegisterBackupState(CLI::App& app, int* exit_code);
 void RegisterRestore(CLI::App& app, int* exit_code);
+void RegisterAttach(CLI::App& app, int* exit_code);
+void RegisterRefreshState(CLI::App& app, int* exit_code);
 
 // "1G", "512M", "64K", "4096" (binary units) -> bytes; throws CLI::ValidationError.
 std::uint64_t ParseSize(const std::string& text);

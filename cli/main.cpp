@@ -24,6 +24,8 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterRebuild(app, &exit_code);
   s3oram::cli::RegisterBackupState(app, &exit_code);
   s3oram::cli::RegisterRestore(app, &exit_code);
+  s3oram::cli::RegisterAttach(app, &exit_code);
+  s3oram::cli::RegisterRefreshState(app, &exit_code);
   // Log lines go to stderr: stdout carries results (`--json`, status tables)
   // that scripts parse.
   spdlog::set_default_logger(spdlog::stderr_color_mt("s3oram"));

@@ -17,7 +17,7 @@ using toml_check::TypeName;
 // refused with the key to use instead.
 constexpr const char* kOwnOptions[] = {"cache_size", "writeback_delay", "log_file",
                                        "log_level",  "passfile",        "timeout",
-                                       "evict_timeout", "force"};
+                                       "evict_timeout", "force", "refresh_state"};
 
 // An absolute path: the daemon changes to / once it runs in the background,
 // and a unit file's working directory is not the user's.
@@ -79,7 +79,7 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(t, "mount.",
                                      {"state", "mountpoint", "passfile", "cache_size",
                                       "writeback_delay", "timeout", "evict_timeout", "log_level",
-                                      "log_file", "force", "fuse_options"}));
+                                      "log_file", "force", "refresh_state", "fuse_options"}));
   const toml::node* n = t.get("state");
   if (n == nullptr) {
     return ck.Missing(t, "[mount]", "state", "the absolute path of the client state file");
@@ -123,6 +123,9 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
   }
   if ((n = t.get("force")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(ck.Bool(*n, "mount.force", &c->force));
+  }
+  if ((n = t.get("refresh_state")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Bool(*n, "mount.refresh_state", &c->refresh_state));
   }
   if ((n = t.get("fuse_options")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(FuseOptions(ck, *n, "mount.fuse_options", &c->fuse_options));

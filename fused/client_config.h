@@ -14,6 +14,7 @@
 //   log_level = "info"                     # trace, debug, info, warn, error
 //   log_file = "/home/alice/.cache/s3oramfs/vault.log"   # optional
 //   force = false                          # take the lease over
+//   refresh_state = false                  # fetch a newer state another device left
 //   fuse_options = ["allow_other"]         # extra libfuse -o options, one per element
 //
 // Guarantees: unknown tables and keys, wrong types, out-of-range values,
@@ -49,6 +50,7 @@ struct ClientConfig {
   std::optional<std::string> log_level;
   std::string log_file;    // absolute, or empty
   bool force = false;
+  bool refresh_state = false;
   // Each element is one libfuse option (it may contain commas; whoever builds
   // an -o list escapes them). Never one of the daemon's own options.
   std::vector<std::string> fuse_options;

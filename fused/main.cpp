@@ -21,6 +21,7 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
+#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -50,6 +51,7 @@
 #include "oramcore/client.h"
 #include "oramcore/logging.h"
 #include "oramcore/passphrase.h"
+#include "oramcore/state_backup.h"
 
 namespace {
 
@@ -166,6 +168,26 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   options.force_lease = cmd.force;
   options.lease_purpose = "mounted on " + cmd.mountpoint;
   auto client = s3oram::OramClient::Open(state, passphrase, options);
+  if (!client.ok() && client.status().code() == s3oram::Status::Code::kStaleState &&
+      cmd.refresh_state) {
+    // Another device mounted since and left its state on the servers at its
+    // unmount: fetch it, then open that.
+    spdlog::warn("{}: {}; -o refresh_state: fetching the newest state backup from the servers",
+                 state, client.status().message());
+    auto refreshed = s3oram::RefreshState(state, passphrase, options.requests.deadline);
+    if (!refreshed.ok()) {
+      reporter.Fail("cannot refresh " + state + " (-o refresh_state): " +
+                    refreshed.status().ToString());
+      return 1;
+    }
+    for (const auto& w : refreshed->warnings) spdlog::warn("refresh_state: {}", w);
+    spdlog::info("refreshed {} from state backup generation {} (taken at unix time {})", state,
+                 refreshed->generation, refreshed->created_unix);
+    client = s3oram::OramClient::Open(state, passphrase, options);
+  } else if (client.ok() && cmd.refresh_state) {
+    spdlog::info("-o refresh_state: {} is current (no other device mounted since); nothing to "
+                 "fetch", state);
+  }
   passphrase = s3oram::Secret();  // zeroed: the client keeps the master key, guarded
   if (!client.ok()) {
     reporter.Fail("cannot open " + state + ": " + client.status().ToString());
@@ -333,6 +355,15 @@ int main(int argc, char** argv) {
   }
 
   if (!cmd.passfile.empty()) cmd.passfile = Absolute(cmd.passfile);
+  // From here on this process holds the passphrase, then the master key and
+  // the decrypted state: no core dump of it, and no ptrace or /proc/PID/mem
+  // by other processes of the same user (docs/SECURITY.md, memory). Keys sit
+  // in locked memory (Secret); the rest of the heap can still be swapped.
+  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
+    std::fprintf(stderr, "%s: cannot turn off core dumps (prctl): %s\n", kProgram,
+                 std::strerror(errno));
+    return 1;
+  }
   // Before forking: the prompt needs the terminal, and the environment
   // variable is wiped from this process before the daemon runs.
   auto passphrase = s3oram::ReadPassphrase(s3oram::PassphraseSource{cmd.passfile},

@@ -26,6 +26,7 @@ struct RawOptions {
   char* timeout = nullptr;
   char* evict_timeout = nullptr;
   int force = 0;
+  int refresh_state = 0;
   int nonopts = 0;
   bool from_config = false;  // STATE and MOUNTPOINT come from --config
   std::string* state = nullptr;
@@ -44,6 +45,7 @@ const fuse_opt kOptionSpec[] = {
     {"evict_timeout=%s", offsetof(RawOptions, evict_timeout), 0},
     {"force", offsetof(RawOptions, force), 1},
     {"--force", offsetof(RawOptions, force), 1},
+    {"refresh_state", offsetof(RawOptions, refresh_state), 1},
     FUSE_OPT_KEY("_netdev", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("nofail", FUSE_OPT_KEY_DISCARD),
     FUSE_OPT_KEY("auto", FUSE_OPT_KEY_DISCARD),
@@ -206,7 +208,7 @@ std::string UsageText(std::string_view program) {
          "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
          "                           mountpoint, passfile, cache_size, writeback_delay,\n"
          "                           timeout, evict_timeout, log_level, log_file, force,\n"
-         "                           fuse_options); -o options\n"
+         "                           refresh_state, fuse_options); -o options\n"
          "                           given as well override the file's\n"
          "\n"
          "s3oramfs options:\n"
@@ -224,6 +226,10 @@ std::string UsageText(std::string_view program) {
          "    -o evict_timeout=SECONDS  the same for evictions (default 300)\n"
          "    -o force, --force      take the filesystem over from another client that holds\n"
          "                           it (that client is fenced off); only for one that is gone\n"
+         "    -o refresh_state       if another device has mounted the filesystem since STATE\n"
+         "                           was last used, replace STATE with the newest state\n"
+         "                           backup on the servers first (otherwise such a mount is\n"
+         "                           refused)\n"
          "    -o _netdev,nofail,auto,noauto,user,nouser,users,defaults,x-*\n"
          "                           fstab options, accepted and ignored\n"
          "\n";
@@ -257,6 +263,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
       cmd.passfile = config.passfile;
       cmd.log_file = config.log_file;
       cmd.force = config.force;
+      cmd.refresh_state = config.refresh_state;
       if (config.cache_mib) cmd.cache_mib = *config.cache_mib;
       if (config.writeback_delay_seconds) {
         cmd.writeback_delay_seconds = *config.writeback_delay_seconds;
@@ -301,6 +308,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   std::unique_ptr<char, decltype(&std::free)> timeout(raw.timeout, &std::free);
   std::unique_ptr<char, decltype(&std::free)> evict_timeout(raw.evict_timeout, &std::free);
   cmd.force = cmd.force || raw.force != 0;  // -o force adds to the file's; nothing removes it
+  cmd.refresh_state = cmd.refresh_state || raw.refresh_state != 0;  // likewise
   auto seconds = [](const char* name, const char* text, std::uint32_t* out) -> Status {
     char* end = nullptr;
     errno = 0;

@@ -15,7 +15,7 @@
 // accepted, and it always runs in the background). Both roles accept the
 // daemon's own options (cache_size=MiB, writeback_delay=SECONDS,
 // log_file=PATH, log_level=LEVEL, passfile=PATH, timeout, evict_timeout,
-// force),
+// force, refresh_state),
 // drop the fstab-only options (_netdev, nofail, auto, noauto, user, nouser,
 // users, defaults, x-*), and hand everything else to libfuse, adding
 // subtype=s3oramfs, fsname=<STATE> and default_permissions.
@@ -56,6 +56,9 @@ struct MountCommand {
   std::string log_level = "info";
   std::string passfile;    // empty: $S3ORAM_PASSPHRASE or a terminal prompt
   bool force = false;      // take the single-writer lease over from another client
+  // When the state is stale (another device mounted since), replace it with
+  // the newest state backup on the servers before mounting.
+  bool refresh_state = false;
   // An ORAM request (an eviction) that gets no answer for this long fails
   // with EIO instead of blocking the filesystem.
   std::uint32_t timeout_seconds = 30;

@@ -28,6 +28,12 @@ namespace {
 constexpr const char* kEvictKind = kPendingEvictKind;
 constexpr const char* kRootKind = kPendingRootKind;
 constexpr std::uint64_t kRootPendingKey = kPendingRootKey;
+// Every stale-state refusal names the way out (RefreshState).
+std::string StaleStateFix(const std::string& state_path) {
+  return "Another device has used this filesystem since; fetch the newest state backup from "
+         "the servers with `s3oram refresh-state -s " + state_path +
+         "`, or mount with -o refresh_state";
+}
 
 // Pending-eviction payload: eviction number and the last attempt sent.
 std::vector<std::uint8_t> EncodeEvictPayload(std::uint64_t ne, std::uint32_t attempt) {
@@ -261,10 +267,11 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           std::to_string(client->counters_.ne) + ": the server lost data");
     }
     if (r.reply.applied_evictions > client->counters_.ne + 1) {
-      return Status::FailedPrecondition(
+      return Status::StaleState(
           "server " + std::to_string(i) + " has applied " +
           std::to_string(r.reply.applied_evictions) + " evictions but this client state knows " +
-          std::to_string(client->counters_.ne) + ": the state file is older than the servers");
+          std::to_string(client->counters_.ne) + ": the state file is older than the servers. " +
+          StaleStateFix(state_path));
     }
     max_seq = std::max(max_seq, r.reply.applied_seq);
   }
@@ -281,13 +288,13 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::uint64_t epoch = client->counters_.epoch;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     if (reports[i].reply.epoch > client->counters_.epoch) {
-      return Status::FailedPrecondition(
+      return Status::StaleState(
           "server " + std::to_string(i) + " (" + reports[i].endpoint +
           ") has served another client (epoch " + std::to_string(reports[i].reply.epoch) +
           ") since this state file was last used (epoch " +
           std::to_string(client->counters_.epoch) +
-          "): the state is stale, and writing with it would destroy that client's data. Use "
-          "the other client's state, or restore the newest backup (s3oram restore)");
+          "): the state is stale, and writing with it would destroy that client's data. " +
+          StaleStateFix(state_path));
     }
     epoch = std::max(epoch, reports[i].reply.epoch);
     S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
@@ -309,9 +316,9 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     bool evicting = false;
     for (const auto& op : pending) evicting |= op.kind == kEvictKind;
     if (!evicting) {
-      return Status::FailedPrecondition(
+      return Status::StaleState(
           "the servers have applied an eviction this client state does not know of: the state "
-          "file is older than the servers");
+          "file is older than the servers. " + StaleStateFix(state_path));
     }
   }
   // A root write an access logged but had not sent (or not seen acknowledged

@@ -50,6 +50,7 @@
 #include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -814,6 +815,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   // WAL that SQLite would replay into the restored file).
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {
     struct stat st {};
+    if (o.replace && *suffix == '\0') continue;  // the stale state, replaced at the end
     if (::lstat((o.state_path + suffix).c_str(), &st) == 0) {
       return Status::AlreadyExists(o.state_path + suffix +
                                    " already exists; restore refuses to overwrite a state");
@@ -856,6 +858,27 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     fs_id = r.value()[0].header.fs_id;
   }
   h.fs_id = *fs_id;
+  if (o.replace) {
+    if (o.replace->fs_id != *fs_id) {
+      return Status::FailedPrecondition("the servers of " + o.state_path +
+                                        " serve another filesystem than the state: nothing was "
+                                        "written");
+    }
+    // Only a state the servers have moved past may be thrown away: metadata
+    // changes (a rename, a chmod) live only in the state until its next
+    // backup, and a newer state has them.
+    const Counters& mine = o.replace->counters;
+    bool stale = false;
+    for (const auto& r : status) {
+      stale |= r.epoch > mine.epoch || r.applied_evictions > mine.ne + 1;
+    }
+    if (!stale) {
+      return Status::FailedPrecondition(
+          o.state_path + " is not stale: no other client has used the filesystem since it was "
+                         "last used (epoch " + std::to_string(mine.epoch) +
+          "), so there is nothing newer to fetch; nothing was written");
+    }
+  }
   std::map<std::uint64_t, std::vector<std::pair<std::size_t, std::uint64_t>>> holders;
   RestoreReport report;
   for (std::size_t i = 0; i < parties; ++i) {
@@ -1058,6 +1081,22 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                            "; the restored state was not published");
   }
   S3ORAM_RETURN_IF_ERROR(SyncPath(tmp, false));
+  if (o.replace) {
+    // The stale state's log was folded in and removed (RefreshState); one
+    // appearing now would be replayed into the new file.
+    for (const char* suffix : {"-wal", "-journal"}) {
+      struct stat st {};
+      if (::lstat((o.state_path + suffix).c_str(), &st) == 0 && st.st_size > 0) {
+        return Status::FailedPrecondition(o.state_path + suffix +
+                                          " appeared during the refresh; nothing was replaced");
+      }
+    }
+    if (::rename(tmp.c_str(), o.state_path.c_str()) != 0) {
+      return Status::IoError(Errno("cannot replace", o.state_path));
+    }
+    S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(o.state_path), true));
+    return report;
+  }
   if (::link(tmp.c_str(), o.state_path.c_str()) != 0) {
     if (errno == EEXIST) {
       return Status::AlreadyExists(o.state_path +
@@ -1067,6 +1106,47 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   }
   S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(o.state_path), true));
   return report;  // `remove` unlinks the temporary name
+}
+
+Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& passphrase,
+                                   std::chrono::milliseconds timeout,
+                                   const BackupProgressFn& progress) {
+  // Held until the new file is in place, as OramClient::Open holds it: a
+  // mount or fsck of this state waits for the refresh, not the other way.
+  const int lock_fd = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd < 0) return Status::IoError(Errno("cannot open", state_path));
+  struct LockCloser {
+    int fd;
+    ~LockCloser() { ::close(fd); }
+  } lock_closer{lock_fd};
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Status::LeaseHeld("the client state " + state_path +
+                             " is in use by another process on this machine (a mounted "
+                             "s3oramfs, fsck, rebuild...): unmount or stop it first");
+  }
+  RestoreOptions o;
+  o.state_path = state_path;
+  o.timeout = timeout;
+  {
+    // The passphrase is checked here first; closing the last connection
+    // folds the log into the file and removes it.
+    S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                            UnlockedState::Unlock(state_path, passphrase));
+    S3ORAM_ASSIGN_OR_RETURN(auto store,
+                            ClientStateStore::Open(std::shared_ptr<UnlockedState>(
+                                std::move(unlocked))));
+    const FsConfig& config = store->config();
+    o.servers = config.servers;
+    o.server_keys = config.server_keys;
+    o.client_key_file = config.client_key_file;
+    o.replace = RestoreOptions::Replace{config.fs_id, store->counters()};
+  }
+  struct stat wal {};
+  if (::stat((state_path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    return Status::FailedPrecondition(state_path + "-wal is still there after closing the state "
+                                      "(another process has it open?); nothing was replaced");
+  }
+  return RestoreState(o, passphrase, progress);
 }
 
 }  // namespace s3oram

@@ -34,6 +34,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -82,6 +83,15 @@ struct RestoreOptions {
   std::uint64_t generation = 0;          // 0: the newest usable one
   bool force = false;                    // accept a backup older than the servers
   std::chrono::milliseconds timeout{30000};
+  // Set by RefreshState: state_path is this filesystem's state (fs_id), left
+  // stale (counters) by another client's use of the servers. It is replaced
+  // atomically once the restored state checks out, and only if the servers
+  // are really ahead of it. Unset: state_path must not exist.
+  struct Replace {
+    wire::FsId fs_id{};
+    Counters counters;
+  };
+  std::optional<Replace> replace;
 };
 
 struct RestoreReport {
@@ -103,6 +113,18 @@ struct RestoreReport {
 // when no choice of t+1 shares authenticates; FailedPrecondition for a
 // backup older than the servers without `force`.
 Result<RestoreReport> RestoreState(const RestoreOptions& options, const Secret& passphrase,
+                                   const BackupProgressFn& progress = {});
+
+// Replaces a stale state (OramClient::Open refused it with kStaleState:
+// another device used the filesystem since) with the newest backup on its
+// servers, for the same machine configuration (endpoints, server keys, client
+// key file). Locks the state as OramClient::Open does; FailedPrecondition if
+// the state is not stale (nothing it knows may be thrown away), or if the
+// newest backup is older than the servers (the other device did not unmount
+// cleanly: `s3oram restore --force` is the deliberate way). At every instant
+// the state file is either the old one or the complete new one.
+Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& passphrase,
+                                   std::chrono::milliseconds timeout,
                                    const BackupProgressFn& progress = {});
 
 // The complete backup generations of each server (s3oram status); an

@@ -18,6 +18,7 @@ const char* Status::CodeName(Code c) {
     case Code::kPermissionDenied: return "permission denied";
     case Code::kLeaseHeld: return "filesystem in use";
     case Code::kNoSpace: return "no space on server";
+    case Code::kStaleState: return "stale state";
   }
   return "unknown";
 }

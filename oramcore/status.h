@@ -30,6 +30,7 @@ class Status {
     kPermissionDenied,  // wrong passphrase or key; a key file readable by others
     kLeaseHeld,         // another client holds the filesystem's single-writer lease (or took it over)
     kNoSpace,           // a server's disk is full
+    kStaleState,        // another client used the filesystem since this state file was last used
   };
 
   Status() = default;
@@ -51,6 +52,7 @@ class Status {
   }
   static Status LeaseHeld(std::string m) { return Status(Code::kLeaseHeld, std::move(m)); }
   static Status NoSpace(std::string m) { return Status(Code::kNoSpace, std::move(m)); }
+  static Status StaleState(std::string m) { return Status(Code::kStaleState, std::move(m)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

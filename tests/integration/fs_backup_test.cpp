@@ -10,7 +10,9 @@
 #include <sys/xattr.h>
 #include <unistd.h>
 
+#include <cctype>
 #include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <string>
@@ -154,6 +156,142 @@ TEST(FsBackupTest, RestoreFromServersReproducesTheTree) {
   EXPECT_TRUE(testing::FileHasContent(fs->Path("docs/after-backup"), late));
   ASSERT_TRUE(fs->Unmount());
   EXPECT_NE(fs->daemon_log().find("as generation 3"), std::string::npos) << fs->daemon_log();
+}
+
+// Issue 16, a second device: device A writes and unmounts; device B, with
+// its own CURVE key authorized on the servers and the passphrase, attaches in
+// one command and reads everything; B writes and unmounts; A's mount with
+// its now stale state is refused with the fix named; A mounts with
+// -o refresh_state and reads B's writes; then B, stale in turn, refreshes
+// with `s3oram refresh-state`. Every byte is compared each time.
+TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
+  auto fs = MountedFs::Create();
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  std::printf("[ seed     ] %llu (file sizes and contents)\n",
+              static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  auto write_some = [&](const std::string& prefix, int n) {
+    for (int i = 0; i < n; ++i) {
+      const std::size_t size = rng() % 3 == 0 ? 4096 * (rng() % 5) : rng() % 100000;
+      const std::string data = PatternBytes(size, rng());
+      ASSERT_TRUE(WriteFile(fs->Path(prefix + std::to_string(i)), data));
+    }
+  };
+
+  // Device A.
+  const std::string state_a = fs->state();
+  ASSERT_EQ(::mkdir(fs->Path("a").c_str(), 0755), 0);
+  write_some("a/from-a-", 8);
+  ASSERT_EQ(::symlink("a/from-a-0", fs->Path("link").c_str()), 0);
+  const auto by_a = Snapshot(fs->root());
+  ASSERT_TRUE(fs->Unmount());
+
+  // Device B: its own key, authorized on every server.
+  auto& cluster = *fs->test_fs()->cluster;
+  const std::string home_b = fs->Scratch("device-b");
+  ASSERT_EQ(::mkdir(home_b.c_str(), 0700), 0);
+  auto keygen = RunCmd({Cli(), "keygen", "-o", home_b + "/client"}, std::chrono::seconds(30));
+  ASSERT_EQ(keygen.exit_code, 0) << keygen.output;
+  std::string pub_b = testing::ReadWholeFile(home_b + "/client.pub");
+  while (!pub_b.empty() && std::isspace(static_cast<unsigned char>(pub_b.back()))) pub_b.pop_back();
+  ASSERT_EQ(pub_b.size(), 40u) << pub_b;
+  const std::string state_b = home_b + "/data/vault.s3oram";  // data/ does not exist yet
+  auto attach_args = [&](const std::string& state) {
+    std::vector<std::string> argv = {Cli(), "attach", "-s", state};
+    for (std::size_t i = 0; i < cluster.endpoints().size(); ++i) {
+      argv.insert(argv.end(), {"--server", cluster.endpoints()[i], "--server-key",
+                               cluster.server_public_key_file(i)});
+    }
+    argv.insert(argv.end(), {"--client-key", home_b + "/client.key", "--passfile",
+                             fs->passfile(), "--mountpoint", fs->root()});
+    return argv;
+  };
+  {
+    // Not yet authorized: refused, nothing created.
+    auto args = attach_args(state_b);
+    args.insert(args.end(), {"--timeout-ms", "3000"});
+    auto refused = RunCmd(args, std::chrono::seconds(120));
+    std::printf("unauthorized attach: %s\n", refused.output.c_str());
+    EXPECT_EQ(refused.exit_code, 1) << refused.output;
+    EXPECT_FALSE(stdfs::exists(state_b)) << refused.output;
+  }
+  for (std::size_t i = 0; i < cluster.endpoints().size(); ++i) {
+    std::string config = testing::ReadWholeFile(cluster.config_path(i));
+    const std::string key = "authorized_clients = [";
+    const std::size_t at = config.find(key);
+    ASSERT_NE(at, std::string::npos) << config;
+    config.insert(at + key.size(), "\"" + pub_b + "\", ");
+    std::ofstream(cluster.config_path(i), std::ios::trunc) << config;
+    ASSERT_TRUE(cluster.Kill(i, SIGTERM).ok());
+    const Status restarted = cluster.Restart(i);
+    ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+  }
+  auto attached = RunCmd(attach_args(state_b), std::chrono::seconds(120));
+  ASSERT_EQ(attached.exit_code, 0) << attached.output;
+  std::printf("attach: %s\n", attached.output.c_str());
+  EXPECT_NE(attached.output.find("mount -t s3oramfs " + state_b + " " + fs->root()),
+            std::string::npos)
+      << attached.output;
+  struct stat st {};
+  ASSERT_EQ(::stat(state_b.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(::stat((home_b + "/data").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  // Attaching again over it is refused.
+  auto again = RunCmd(attach_args(state_b), std::chrono::seconds(120));
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("already exists"), std::string::npos) << again.output;
+
+  fs->test_fs()->state = state_b;
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_TRUE(Snapshot(fs->root()) == by_a) << "device B does not see what A wrote";
+  // B changes things: new files, one rewritten, one removed.
+  write_some("from-b-", 6);
+  ASSERT_TRUE(WriteFile(fs->Path("a/from-a-1"), PatternBytes(7000, rng())));
+  ASSERT_EQ(::unlink(fs->Path("a/from-a-2").c_str()), 0);
+  const auto by_b = Snapshot(fs->root());
+  ASSERT_TRUE(fs->Unmount());
+  // B's state is current: refresh-state refuses to throw it away.
+  auto not_stale = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
+                          std::chrono::seconds(120));
+  EXPECT_EQ(not_stale.exit_code, 1) << not_stale.output;
+  EXPECT_NE(not_stale.output.find("is not stale"), std::string::npos) << not_stale.output;
+
+  // A again, with its stale state: refused, the fix named, nothing changed.
+  fs->test_fs()->state = state_a;
+  const std::string a_bytes = testing::ReadWholeFile(state_a);
+  auto stale = fs->Mount();
+  ASSERT_FALSE(stale);
+  std::printf("stale mount: %s\n", stale.message());
+  EXPECT_NE(std::string(stale.message()).find("stale state"), std::string::npos)
+      << stale.message();
+  EXPECT_NE(std::string(stale.message()).find("-o refresh_state"), std::string::npos)
+      << stale.message();
+  EXPECT_TRUE(testing::ReadWholeFile(state_a) == a_bytes) << "the refused mount changed the state";
+  // With -o refresh_state: B's state is fetched, and A sees B's writes.
+  fs->set_mount_opts("refresh_state");
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_NE(fs->daemon_log().find("refreshed " + state_a), std::string::npos) << fs->daemon_log();
+  EXPECT_TRUE(Snapshot(fs->root()) == by_b) << "device A does not see what B wrote";
+  write_some("from-a-again-", 3);
+  const auto by_a_again = Snapshot(fs->root());
+  ASSERT_TRUE(fs->Unmount());
+  fs->set_mount_opts("");
+
+  // B is stale now; the command-line refresh.
+  auto refreshed = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
+                          std::chrono::seconds(120));
+  ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
+  EXPECT_NE(refreshed.output.find("refreshed " + state_b), std::string::npos)
+      << refreshed.output;
+  ASSERT_EQ(::stat(state_b.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  fs->test_fs()->state = state_b;
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_TRUE(Snapshot(fs->root()) == by_a_again) << "device B does not see A's later writes";
+  ASSERT_TRUE(fs->Unmount());
 }
 
 }  // namespace

@@ -93,7 +93,7 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 
   auto full = ParseClientConfig(std::string(kMinimal) +
                                     "cache_size = 1048576\ntimeout = 86400\nevict_timeout = 1\n"
-                                    "log_level = \"trace\"\nforce = true\n"
+                                    "log_level = \"trace\"\nforce = true\nrefresh_state = true\n"
                                     "fuse_options = [\"allow_other\", \"max_read=131072\", "
                                     "\"fsname_like=a,b\"]\n",
                                 "vault.toml");
@@ -103,6 +103,7 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
   EXPECT_EQ(full->evict_timeout_seconds, 1u);
   EXPECT_EQ(full->log_level, "trace");
   EXPECT_TRUE(full->force);
+  EXPECT_TRUE(full->refresh_state);
   EXPECT_EQ(full->fuse_options,
             (std::vector<std::string>{"allow_other", "max_read=131072", "fsname_like=a,b"}));
   // Inline tables are TOML too.
@@ -115,7 +116,7 @@ TEST(ClientConfig, UnknownKeysAndTablesNameFileLineAndKey) {
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cahce_size = 64")),
             "vault.toml:5:1: mount.cahce_size: unknown key (allowed: state, mountpoint, passfile, "
             "cache_size, writeback_delay, timeout, evict_timeout, log_level, log_file, force, "
-            "fuse_options)");
+            "refresh_state, fuse_options)");
   std::string m = ErrorOf(std::string(kExample) + "\n[server]\nindex = 0\n");
   EXPECT_EQ(m.rfind("vault.toml:13:", 0), 0u) << m;
   EXPECT_CONTAINS(m, ": server: unknown key (allowed: mount)");

@@ -196,6 +196,7 @@ TEST_F(MountOptionsConfigTest, CommandLineOptionsOverrideTheFile) {
   ASSERT_TRUE(m.ok()) << m.status().ToString();
   const MountCommand defaults;
   EXPECT_FALSE(m->force);
+  EXPECT_FALSE(m->refresh_state);
   EXPECT_EQ(m->cache_mib, defaults.cache_mib);
   EXPECT_EQ(m->log_level, defaults.log_level);
   EXPECT_EQ(m->timeout_seconds, defaults.timeout_seconds);
@@ -203,6 +204,10 @@ TEST_F(MountOptionsConfigTest, CommandLineOptionsOverrideTheFile) {
   auto f = Parse({"s3oramfs-fused", "--config", minimal, "-o", "force"});
   ASSERT_TRUE(f.ok()) << f.status().ToString();
   EXPECT_TRUE(f->force);
+  EXPECT_FALSE(f->refresh_state);
+  auto r = Parse({"s3oramfs-fused", "--config", minimal, "-o", "refresh_state"});
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_TRUE(r->refresh_state);
   // A bad value on the command line is still an error.
   EXPECT_FALSE(Parse({"s3oramfs-fused", "--config", minimal, "-o", "cache_size=0"}).ok());
 }
