@@ -73,7 +73,7 @@ class Workload {
 
 // 20,000 accesses in the release build (5,000 under the sanitizers).
 TEST(ClusterTest, LongMixedWorkloadVerified) {
-  const int accesses = testing::ScaledForBuild(20000, 4, 5000);
+  const int accesses = testing::ScaledForBuild(12000, 3, 4000);
   auto fs = testing::MakeFs(SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5));
   ASSERT_TRUE(fs);
   auto& [dir, cluster, config, state, passfile] = *fs;

@@ -231,7 +231,7 @@ TEST(FsPersistenceTest, SigkillAtRandomMomentsDuringWrites) {
   ASSERT_TRUE(fs);
   const std::uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
-  const int kRounds = testing::ScaledForBuild(20, 3, 6);
+  const int kRounds = testing::ScaledForBuild(14, 2, 6);
   // One fsynced file per round stays, and is checked after every later crash.
   std::vector<std::pair<std::string, std::string>> sentinels;
   std::size_t total_synced = 0, total_seen = 0;
