@@ -66,6 +66,7 @@
 #include <utility>
 
 #include "oramcore/curve_keys.h"
+#include "oramcore/fault_point.h"
 #include "oramcore/field.h"
 #include "oramcore/key_wrap.h"
 #include "oramcore/random.h"
@@ -1091,9 +1092,11 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                                           " appeared during the refresh; nothing was replaced");
       }
     }
+    FaultPoint("refresh.before_rename");
     if (::rename(tmp.c_str(), o.state_path.c_str()) != 0) {
       return Status::IoError(Errno("cannot replace", o.state_path));
     }
+    FaultPoint("refresh.after_rename");
     S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(o.state_path), true));
     return report;
   }

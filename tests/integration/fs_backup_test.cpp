@@ -280,7 +280,15 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   ASSERT_TRUE(fs->Unmount());
   fs->set_mount_opts("");
 
-  // B is stale now; the command-line refresh.
+  // B is stale now; the command-line refresh. Killed just before and just
+  // after the new file takes the state's name: the old state, intact, or the
+  // new one, complete (the second attempt is then refused as not stale).
+  const std::string b_bytes = testing::ReadWholeFile(state_b);
+  auto killed = RunCmd({"env", "S3ORAM_FAULT=refresh.before_rename", Cli(), "refresh-state", "-s",
+                        state_b, "--passfile", fs->passfile()},
+                       std::chrono::seconds(120));
+  EXPECT_TRUE(WIFSIGNALED(killed.wait_status)) << killed.output;
+  EXPECT_TRUE(testing::ReadWholeFile(state_b) == b_bytes) << "a killed refresh changed the state";
   auto refreshed = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
                           std::chrono::seconds(120));
   ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
