@@ -97,6 +97,31 @@ class SealedVfsTest : public ::testing::Test {
     }
     ASSERT_EQ(sqlite3_close_v2(db), SQLITE_OK);
   }
+  // A child process commits rows 1..79 one transaction each (optionally
+  // leaving one more transaction open), then dies without closing: the log
+  // keeps the frames, as after a kill.
+  void WriteInAChildThatDies(bool open_transaction) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      auto db = OpenSealedDatabase(path_, *vfs_, false);
+      if (!db.ok()) ::_exit(2);
+      sqlite3_exec(*db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
+      for (int i = 1; i < 80; ++i) {
+        const std::string sql =
+            "INSERT INTO t VALUES(" + std::to_string(i) + ", '" + Name(i) + "')";
+        if (sqlite3_exec(*db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) ::_exit(3);
+      }
+      if (open_transaction) {
+        sqlite3_exec(*db, "BEGIN; INSERT INTO t VALUES(1000, 'never committed');", nullptr,
+                     nullptr, nullptr);
+      }
+      ::_exit(0);
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  }
   std::string Expected(int rows) {
     std::string s;
     for (int i = 0; i < rows; ++i) s += std::to_string(i) + "=" + Name(i) + ";";
@@ -151,24 +176,8 @@ TEST_F(SealedVfsTest, TheLogIsSealedAndASecondConnectionReadsThroughIt) {
 
 TEST_F(SealedVfsTest, AKilledWriterLosesNoCommittedTransaction) {
   Populate(1);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    // Commits 1..79, then dies without closing: the log keeps the frames.
-    auto db = OpenSealedDatabase(path_, *vfs_, false);
-    if (!db.ok()) ::_exit(2);
-    sqlite3_exec(*db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
-    for (int i = 1; i < 80; ++i) {
-      const std::string sql = "INSERT INTO t VALUES(" + std::to_string(i) + ", '" + Name(i) + "')";
-      if (sqlite3_exec(*db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) ::_exit(3);
-    }
-    sqlite3_exec(*db, "BEGIN; INSERT INTO t VALUES(1000, 'never committed');", nullptr, nullptr,
-                 nullptr);
-    ::_exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  WriteInAChildThatDies(/*open_transaction=*/true);
+  if (HasFatalFailure()) return;
   ASSERT_TRUE(stdfs::exists(path_ + "-wal"));
   sqlite3* db = OpenOrDie();  // recovers the log through the VFS
   ASSERT_NE(db, nullptr);
@@ -182,21 +191,8 @@ TEST_F(SealedVfsTest, AKilledWriterLosesNoCommittedTransaction) {
 // torn frame; the same damage before a commit is refused.
 TEST_F(SealedVfsTest, ATornNewestLogFrameIsDiscardedButDamageBeforeACommitIsRefused) {
   Populate(1);
-  const pid_t child = ::fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
-    auto db = OpenSealedDatabase(path_, *vfs_, false);
-    if (!db.ok()) ::_exit(2);
-    sqlite3_exec(*db, "PRAGMA wal_autocheckpoint=0", nullptr, nullptr, nullptr);
-    for (int i = 1; i < 80; ++i) {
-      const std::string sql = "INSERT INTO t VALUES(" + std::to_string(i) + ", '" + Name(i) + "')";
-      if (sqlite3_exec(*db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) ::_exit(3);
-    }
-    ::_exit(0);
-  }
-  int status = 0;
-  ASSERT_EQ(::waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  WriteInAChildThatDies(/*open_transaction=*/false);
+  if (HasFatalFailure()) return;
   const std::string db_bytes = ReadAll(path_);
   const std::string wal = ReadAll(path_ + "-wal");
   constexpr std::size_t kFrame = 24 + kSealedPageBytes;
