@@ -113,8 +113,8 @@ class SealedVfsTest : public ::testing::Test {
         if (sqlite3_exec(*db, sql.c_str(), nullptr, nullptr, nullptr) != SQLITE_OK) ::_exit(3);
       }
       if (open_transaction) {
-        sqlite3_exec(*db, "BEGIN; INSERT INTO t VALUES(1000, 'never committed');", nullptr,
-                     nullptr, nullptr);
+        sqlite3_exec(*db, "BEGIN; INSERT INTO t VALUES(1000, 'never committed');", nullptr, nullptr,
+                     nullptr);
       }
       ::_exit(0);
     }
