@@ -136,7 +136,8 @@ Result<RestoreOptions> MakeRestoreOptions(const RestoreArgs& a) {
 }
 
 void PrintRestoreWarnings(const char* command, const RestoreReport& r) {
-  for (const auto& w : r.warnings) std::fprintf(stderr, "s3oram %s: warning: %s\n", command, w.c_str());
+  for (const auto& w : r.warnings)
+    std::fprintf(stderr, "s3oram %s: warning: %s\n", command, w.c_str());
 }
 
 std::string RestoredText(const std::string& state, const RestoreReport& r) {
@@ -148,8 +149,7 @@ std::string RestoredText(const std::string& state, const RestoreReport& r) {
 }
 
 // Runs restore or attach; the report, or nullopt after printing the error.
-std::optional<RestoreReport> RunRestore(const char* command, const RestoreArgs& a,
-                                        int* exit_code) {
+std::optional<RestoreReport> RunRestore(const char* command, const RestoreArgs& a, int* exit_code) {
   auto options = MakeRestoreOptions(a);
   if (!options.ok()) {
     std::fprintf(stderr, "s3oram %s: %s\n", command, options.status().ToString().c_str());
@@ -176,7 +176,8 @@ std::optional<RestoreReport> RunRestore(const char* command, const RestoreArgs& 
 
 // A path as a shell would need it in the printed command.
 std::string ShellQuoted(const std::string& s) {
-  if (s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,") ==
+  if (s.find_first_not_of(
+          "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789/._-+=:@,") ==
       std::string::npos) {
     return s;
   }
@@ -216,8 +217,8 @@ void RegisterAttach(CLI::App& app, int* exit_code) {
     if (!state.parent_path().empty() && !std::filesystem::exists(state.parent_path(), ec)) {
       std::filesystem::create_directories(state.parent_path(), ec);
       if (ec) {
-        std::fprintf(stderr, "s3oram attach: cannot create %s: %s\n",
-                     state.parent_path().c_str(), ec.message().c_str());
+        std::fprintf(stderr, "s3oram attach: cannot create %s: %s\n", state.parent_path().c_str(),
+                     ec.message().c_str());
         *exit_code = 1;
         return;
       }
@@ -233,14 +234,14 @@ void RegisterAttach(CLI::App& app, int* exit_code) {
     }
     mnt = std::filesystem::absolute(mnt).string();
     std::printf("attached %s\n", RestoredText(state.string(), *r).c_str());
-    std::printf("This device now has its own encrypted copy of the filesystem's state. One device "
-                "mounts at a time; each clean unmount stores the state on the servers, and a "
-                "device whose copy is older is refused until it refreshes "
-                "(-o refresh_state).\nMount it with:\n  mkdir -p %s && s3oramfs-fused %s %s\n"
-                "or:\n  mount -t s3oramfs %s %s\n",
-                ShellQuoted(mnt).c_str(), ShellQuoted(state.string()).c_str(),
-                ShellQuoted(mnt).c_str(), ShellQuoted(state.string()).c_str(),
-                ShellQuoted(mnt).c_str());
+    std::printf(
+        "This device now has its own encrypted copy of the filesystem's state. One device "
+        "mounts at a time; each clean unmount stores the state on the servers, and a "
+        "device whose copy is older is refused until it refreshes "
+        "(-o refresh_state).\nMount it with:\n  mkdir -p %s && s3oramfs-fused %s %s\n"
+        "or:\n  mount -t s3oramfs %s %s\n",
+        ShellQuoted(mnt).c_str(), ShellQuoted(state.string()).c_str(), ShellQuoted(mnt).c_str(),
+        ShellQuoted(state.string()).c_str(), ShellQuoted(mnt).c_str());
   });
 }
 

@@ -31,15 +31,15 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
-#include <condition_variable>
-#include <mutex>
-#include <thread>
 #include <climits>
+#include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "fused/block_cache.h"
@@ -176,8 +176,8 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                  state, client.status().message());
     auto refreshed = s3oram::RefreshState(state, passphrase, options.requests.deadline);
     if (!refreshed.ok()) {
-      reporter.Fail("cannot refresh " + state + " (-o refresh_state): " +
-                    refreshed.status().ToString());
+      reporter.Fail("cannot refresh " + state +
+                    " (-o refresh_state): " + refreshed.status().ToString());
       return 1;
     }
     for (const auto& w : refreshed->warnings) spdlog::warn("refresh_state: {}", w);
@@ -185,8 +185,10 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                  refreshed->generation, refreshed->created_unix);
     client = s3oram::OramClient::Open(state, passphrase, options);
   } else if (client.ok() && cmd.refresh_state) {
-    spdlog::info("-o refresh_state: {} is current (no other device mounted since); nothing to "
-                 "fetch", state);
+    spdlog::info(
+        "-o refresh_state: {} is current (no other device mounted since); nothing to "
+        "fetch",
+        state);
   }
   passphrase = s3oram::Secret();  // zeroed: the client keeps the master key, guarded
   if (!client.ok()) {

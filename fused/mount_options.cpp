@@ -198,8 +198,11 @@ std::string EscapeOptionValue(std::string_view value) {
 
 std::string UsageText(std::string_view program) {
   std::string p(program);
-  return "usage: " + p + " STATE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
-         "       " + p + " --config FILE [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
+  return "usage: " + p +
+         " STATE MOUNTPOINT [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
+         "       " +
+         p +
+         " --config FILE [-f] [-d] [-s] [-o OPTION[,OPTION...]]\n"
          "       mount -t s3oramfs STATE MOUNTPOINT [-o OPTIONS]\n"
          "\n"
          "Mounts the s3oramfs filesystem whose client state file is STATE.\n"

@@ -31,8 +31,8 @@ constexpr std::uint64_t kRootPendingKey = kPendingRootKey;
 // Every stale-state refusal names the way out (RefreshState).
 std::string StaleStateFix(const std::string& state_path) {
   return "Another device has used this filesystem since; fetch the newest state backup from "
-         "the servers with `s3oram refresh-state -s " + state_path +
-         "`, or mount with -o refresh_state";
+         "the servers with `s3oram refresh-state -s " +
+         state_path + "`, or mount with -o refresh_state";
 }
 
 // Pending-eviction payload: eviction number and the last attempt sent.
@@ -318,7 +318,8 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     if (!evicting) {
       return Status::StaleState(
           "the servers have applied an eviction this client state does not know of: the state "
-          "file is older than the servers. " + StaleStateFix(state_path));
+          "file is older than the servers. " +
+          StaleStateFix(state_path));
     }
   }
   // A root write an access logged but had not sent (or not seen acknowledged

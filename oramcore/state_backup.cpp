@@ -875,8 +875,10 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     }
     if (!stale) {
       return Status::FailedPrecondition(
-          o.state_path + " is not stale: no other client has used the filesystem since it was "
-                         "last used (epoch " + std::to_string(mine.epoch) +
+          o.state_path +
+          " is not stale: no other client has used the filesystem since it was "
+          "last used (epoch " +
+          std::to_string(mine.epoch) +
           "), so there is nothing newer to fetch; nothing was written");
     }
   }
@@ -1135,9 +1137,8 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
     // folds the log into the file and removes it.
     S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
                             UnlockedState::Unlock(state_path, passphrase));
-    S3ORAM_ASSIGN_OR_RETURN(auto store,
-                            ClientStateStore::Open(std::shared_ptr<UnlockedState>(
-                                std::move(unlocked))));
+    S3ORAM_ASSIGN_OR_RETURN(
+        auto store, ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
     const FsConfig& config = store->config();
     o.servers = config.servers;
     o.server_keys = config.server_keys;
@@ -1146,7 +1147,8 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
   }
   struct stat wal {};
   if (::stat((state_path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
-    return Status::FailedPrecondition(state_path + "-wal is still there after closing the state "
+    return Status::FailedPrecondition(state_path +
+                                      "-wal is still there after closing the state "
                                       "(another process has it open?); nothing was replaced");
   }
   return RestoreState(o, passphrase, progress);

@@ -204,8 +204,8 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
       argv.insert(argv.end(), {"--server", cluster.endpoints()[i], "--server-key",
                                cluster.server_public_key_file(i)});
     }
-    argv.insert(argv.end(), {"--client-key", home_b + "/client.key", "--passfile",
-                             fs->passfile(), "--mountpoint", fs->root()});
+    argv.insert(argv.end(), {"--client-key", home_b + "/client.key", "--passfile", fs->passfile(),
+                             "--mountpoint", fs->root()});
     return argv;
   };
   {
@@ -265,8 +265,7 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   auto stale = fs->Mount();
   ASSERT_FALSE(stale);
   std::printf("stale mount: %s\n", stale.message());
-  EXPECT_NE(std::string(stale.message()).find("stale state"), std::string::npos)
-      << stale.message();
+  EXPECT_NE(std::string(stale.message()).find("stale state"), std::string::npos) << stale.message();
   EXPECT_NE(std::string(stale.message()).find("-o refresh_state"), std::string::npos)
       << stale.message();
   EXPECT_TRUE(testing::ReadWholeFile(state_a) == a_bytes) << "the refused mount changed the state";
@@ -292,8 +291,7 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   auto refreshed = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
                           std::chrono::seconds(120));
   ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
-  EXPECT_NE(refreshed.output.find("refreshed " + state_b), std::string::npos)
-      << refreshed.output;
+  EXPECT_NE(refreshed.output.find("refreshed " + state_b), std::string::npos) << refreshed.output;
   ASSERT_EQ(::stat(state_b.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   fs->test_fs()->state = state_b;
