@@ -60,6 +60,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <set>
@@ -1128,6 +1129,21 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
     return Status::LeaseHeld("the client state " + state_path +
                              " is in use by another process on this machine (a mounted "
                              "s3oramfs, fsck, rebuild...): unmount or stop it first");
+  }
+  // A refresh killed before its rename leaves its sealed temporary copy
+  // (MakeTempBeside); under the lock no other refresh is writing one.
+  {
+    const std::string dir = DirOf(state_path);
+    const std::string prefix =
+        state_path.substr(state_path.find_last_of('/') + 1) + ".restore-";
+    std::error_code ec;
+    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.rfind(prefix, 0) == 0 && name.size() == prefix.size() + 6) {
+        spdlog::info("removing {}, left by an interrupted refresh", e.path().string());
+        std::filesystem::remove(e.path(), ec);
+      }
+    }
   }
   RestoreOptions o;
   o.state_path = state_path;

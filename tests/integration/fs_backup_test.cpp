@@ -288,10 +288,19 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
                        std::chrono::seconds(120));
   EXPECT_TRUE(WIFSIGNALED(killed.wait_status)) << killed.output;
   EXPECT_TRUE(testing::ReadWholeFile(state_b) == b_bytes) << "a killed refresh changed the state";
+  auto leftovers = [&] {
+    int n = 0;
+    for (const auto& e : stdfs::directory_iterator(stdfs::path(state_b).parent_path())) {
+      n += e.path().filename().string().rfind("vault.s3oram.restore-", 0) == 0;
+    }
+    return n;
+  };
+  EXPECT_EQ(leftovers(), 1) << "the killed refresh's sealed temporary copy";
   auto refreshed = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
                           std::chrono::seconds(120));
   ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
   EXPECT_NE(refreshed.output.find("refreshed " + state_b), std::string::npos) << refreshed.output;
+  EXPECT_EQ(leftovers(), 0) << "the next refresh removes what a killed one left";
   ASSERT_EQ(::stat(state_b.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   fs->test_fs()->state = state_b;
