@@ -1134,8 +1134,7 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
   // (MakeTempBeside); under the lock no other refresh is writing one.
   {
     const std::string dir = DirOf(state_path);
-    const std::string prefix =
-        state_path.substr(state_path.find_last_of('/') + 1) + ".restore-";
+    const std::string prefix = state_path.substr(state_path.find_last_of('/') + 1) + ".restore-";
     std::error_code ec;
     for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
       const std::string name = e.path().filename().string();
