@@ -61,6 +61,7 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
     ClientOptions options;
     options.requests.deadline = std::chrono::milliseconds(*timeout_ms);
     options.requests.resend_after = std::chrono::milliseconds(*timeout_ms);
+    options.allow_stale = true;  // shown below, not refused
     auto client = OramClient::OpenReadOnly(*state, *pass, options);
     if (!client.ok()) {
       std::fprintf(stderr, "s3oram status: %s\n", client.status().ToString().c_str());
@@ -98,6 +99,19 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   r.reply.prepared_eviction ? " (one prepared)" : "",
                   HumanBytes(double(r.reply.share_file_bytes)).c_str(),
                   HumanBytes(double(r.reply.allocated_bytes)).c_str());
+    }
+    // The rule OramClient::Open applies (kStaleState), said before a mount
+    // trips over it.
+    for (const auto& r : reports) {
+      if (!r.status.ok()) continue;
+      if (r.reply.epoch > c.epoch || r.reply.applied_evictions > c.ne + 1) {
+        std::printf("state       STALE: another device has used the filesystem since this state "
+                    "was last used (server epoch %llu, state epoch %llu); fetch the newer state "
+                    "with `s3oram refresh-state -s %s` or mount with -o refresh_state\n",
+                    static_cast<unsigned long long>(r.reply.epoch),
+                    static_cast<unsigned long long>(c.epoch), state->c_str());
+        break;
+      }
     }
     // The single-writer lease (the holder's description is sealed: only the
     // epoch and the times are shown without the passphrase).

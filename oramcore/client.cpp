@@ -202,6 +202,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::unique_ptr<OramClient> client(new OramClient());
   client->options_ = options;
   client->read_only_ = read_only;
+  const bool allow_stale = read_only && options.allow_stale;
   if (!read_only) {
     // One writer per state file on this machine, whatever the servers say:
     // two processes sharing one SQLite state would corrupt each other. The
@@ -266,7 +267,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           std::to_string(r.reply.applied_evictions) + " evictions but the client state records " +
           std::to_string(client->counters_.ne) + ": the server lost data");
     }
-    if (r.reply.applied_evictions > client->counters_.ne + 1) {
+    if (r.reply.applied_evictions > client->counters_.ne + 1 && !allow_stale) {
       return Status::StaleState(
           "server " + std::to_string(i) + " has applied " +
           std::to_string(r.reply.applied_evictions) + " evictions but this client state knows " +
@@ -276,17 +277,12 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     max_seq = std::max(max_seq, r.reply.applied_seq);
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
-  if (client->read_only_) return client;
-
-  // A new epoch for this client incarnation, above every epoch any server has
-  // seen (a copy of this state may have run elsewhere), durable before any
-  // request uses it; then the lease under that epoch.
   // A server that has seen a newer epoch than this state's last one served
   // another client since (a copy of this state, a restored backup, a forced
-  // takeover): this state's positions and root slot counter may be stale,
-  // and using them would overwrite that client's blocks.
-  std::uint64_t epoch = client->counters_.epoch;
-  for (std::size_t i = 0; i < reports.size(); ++i) {
+  // takeover, another device): this state's positions and root slot counter
+  // may be stale, and using them would overwrite that client's blocks, or
+  // (backup-state) publish them as the newest state.
+  for (std::size_t i = 0; i < reports.size() && !allow_stale; ++i) {
     if (reports[i].reply.epoch > client->counters_.epoch) {
       return Status::StaleState(
           "server " + std::to_string(i) + " (" + reports[i].endpoint +
@@ -296,6 +292,14 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           "): the state is stale, and writing with it would destroy that client's data. " +
           StaleStateFix(state_path));
     }
+  }
+  if (client->read_only_) return client;
+
+  // A new epoch for this client incarnation, above every epoch any server has
+  // seen (a copy of this state may have run elsewhere), durable before any
+  // request uses it; then the lease under that epoch.
+  std::uint64_t epoch = client->counters_.epoch;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
     epoch = std::max(epoch, reports[i].reply.epoch);
     S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
     epoch = std::max(epoch, lease.highest_epoch);

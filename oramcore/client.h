@@ -77,6 +77,10 @@ struct ClientOptions {
   // What this client is doing, shown to anyone refused the lease
   // ("mounted on /mnt/x", "fsck", ...).
   std::string lease_purpose;
+  // OpenReadOnly only: open a state another client has moved past (it would
+  // be refused with kStaleState), to show it (s3oram status). Such a client
+  // must not be used for anything that trusts the state's counters.
+  bool allow_stale = false;
 };
 
 // Where the client's access time went, summed over every access since Open

@@ -253,6 +253,9 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   ASSERT_EQ(::unlink(fs->Path("a/from-a-2").c_str()), 0);
   const auto by_b = Snapshot(fs->root());
   ASSERT_TRUE(fs->Unmount());
+  auto status_b = RunCmd({Cli(), "status", "-s", state_b, "--passfile", fs->passfile()},
+                         std::chrono::seconds(60));
+  EXPECT_EQ(status_b.output.find("STALE"), std::string::npos) << status_b.output;
   // B's state is current: refresh-state refuses to throw it away.
   auto not_stale = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
                           std::chrono::seconds(120));
@@ -269,6 +272,15 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   EXPECT_NE(std::string(stale.message()).find("-o refresh_state"), std::string::npos)
       << stale.message();
   EXPECT_TRUE(testing::ReadWholeFile(state_a) == a_bytes) << "the refused mount changed the state";
+  // `s3oram status` says so before any mount.
+  auto status_a = RunCmd({Cli(), "status", "-s", state_a, "--passfile", fs->passfile()},
+                         std::chrono::seconds(60));
+  EXPECT_NE(status_a.output.find("STALE: another device"), std::string::npos) << status_a.output;
+  // And a stale state is never published as the newest backup.
+  auto backup_a = RunCmd({Cli(), "backup-state", "-s", state_a, "--passfile", fs->passfile()},
+                         std::chrono::seconds(60));
+  EXPECT_EQ(backup_a.exit_code, 1) << backup_a.output;
+  EXPECT_NE(backup_a.output.find("stale state"), std::string::npos) << backup_a.output;
   // With -o refresh_state: B's state is fetched, and A sees B's writes.
   fs->set_mount_opts("refresh_state");
   ASSERT_TRUE(fs->Mount());
