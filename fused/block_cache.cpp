@@ -173,6 +173,19 @@ int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
   return 0;
 }
 
+int BlockCache::Prefetch(PageKey key, const BlockMapping& m) {
+  if (m.valid == 0) return 0;  // would read as zeros: nothing to fetch
+  std::unique_lock<std::mutex> lock(mu_);
+  if (pages_.count(key) != 0) return 0;
+  ++stats_.prefetches;
+  return Insert(lock, key, m, /*load=*/true) != nullptr ? 0 : EIO;
+}
+
+bool BlockCache::Cached(PageKey key) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return pages_.count(key) != 0;
+}
+
 int BlockCache::Write(PageKey key, const BlockMapping& m, std::size_t offset,
                       std::span<const std::uint8_t> src) {
   if (offset > block_ || src.size() > block_ - offset) return EINVAL;

@@ -89,6 +89,11 @@ class BlockCache {
   // Returns 0 or EIO.
   [[nodiscard]] int Read(PageKey key, const BlockMapping& m, std::size_t offset,
                          std::span<std::uint8_t> dst);
+  // Loads the page from extent m.at() unless it is cached or m.valid is 0
+  // (readahead: a later Read finds it). The caller holds the inode's lock.
+  // Returns 0 or EIO.
+  [[nodiscard]] int Prefetch(PageKey key, const BlockMapping& m);
+  bool Cached(PageKey key) const;
   // Stores src at `offset` in the page and marks it dirty. An uncached page
   // is never loaded: it is all zeros if the write covers the block's first
   // m.valid bytes, partial otherwise (see above). The bytes written must lie
@@ -120,6 +125,7 @@ class BlockCache {
   struct Stats {
     std::uint64_t hits = 0;
     std::uint64_t loads = 0;       // ORAM reads
+    std::uint64_t prefetches = 0;  // of them: readahead (Prefetch)
     std::uint64_t writebacks = 0;  // ORAM writes and updates
     std::uint64_t updates = 0;     // of them: read-modify-write accesses (Update)
     std::uint64_t coalesced = 0;   // pages that went along in another page's access

@@ -15,9 +15,9 @@ using toml_check::TypeName;
 // The daemon's own -o options: in fuse_options they would bypass the typed,
 // range-checked keys (and be applied in a surprising order), so each is
 // refused with the key to use instead.
-constexpr const char* kOwnOptions[] = {"cache_size",    "writeback_delay", "log_file",
-                                       "log_level",     "passfile",        "timeout",
-                                       "evict_timeout", "force",           "refresh_state"};
+constexpr const char* kOwnOptions[] = {
+    "cache_size", "writeback_delay", "readahead", "log_file",      "log_level",
+    "passfile",   "timeout",         "evict_timeout", "force",     "refresh_state"};
 
 // An absolute path: the daemon changes to / once it runs in the background,
 // and a unit file's working directory is not the user's.
@@ -78,7 +78,7 @@ Status FuseOptions(const TomlChecker& ck, const toml::node& n, const std::string
 Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) {
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(
       t, "mount.",
-      {"state", "mountpoint", "passfile", "cache_size", "writeback_delay", "timeout",
+      {"state", "mountpoint", "passfile", "cache_size", "writeback_delay", "readahead", "timeout",
        "evict_timeout", "log_level", "log_file", "force", "refresh_state", "fuse_options"}));
   const toml::node* n = t.get("state");
   if (n == nullptr) {
@@ -105,6 +105,11 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
     S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "mount.writeback_delay", 0,
                                       static_cast<std::int64_t>(kMaxWritebackDelaySeconds), &v));
     c->writeback_delay_seconds = static_cast<std::uint32_t>(v);
+  }
+  if ((n = t.get("readahead")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "mount.readahead", 0,
+                                      static_cast<std::int64_t>(kMaxReadaheadBlocks), &v));
+    c->readahead_blocks = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("timeout")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(Seconds(ck, *n, "mount.timeout", &c->timeout_seconds));

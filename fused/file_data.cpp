@@ -6,31 +6,118 @@
 #include <cerrno>
 
 namespace s3oram::fs {
+namespace {
+
+// Readahead bookkeeping bounds: a few readers' worth of queued blocks, and
+// the read positions of many more files than are read at once.
+constexpr std::size_t kMaxQueuedPrefetches = 32;
+constexpr std::size_t kMaxTrackedReaders = 1024;
+
+}  // namespace
 
 FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine,
-                   InodeLocks& locks, std::chrono::milliseconds writeback_delay)
+                   InodeLocks& locks, std::chrono::milliseconds writeback_delay,
+                   std::uint32_t readahead_blocks)
     : meta_(meta),
       cache_(cache),
       engine_(engine),
       block_(engine.block_bytes()),
       locks_(locks),
-      writeback_delay_(writeback_delay) {}
+      writeback_delay_(writeback_delay),
+      readahead_(readahead_blocks) {}
 
-FileData::~FileData() { StopFlusher(); }
+FileData::~FileData() { StopBackground(); }
 
-void FileData::StartFlusher() {
-  if (writeback_delay_.count() <= 0 || flusher_.joinable()) return;
-  flusher_stop_ = false;
-  flusher_ = std::thread([this] { FlusherLoop(); });
+void FileData::StartBackground() {
+  if (writeback_delay_.count() > 0 && !flusher_.joinable()) {
+    flusher_stop_ = false;
+    flusher_ = std::thread([this] { FlusherLoop(); });
+  }
+  if (readahead_ > 0 && !prefetcher_.joinable()) {
+    {
+      std::lock_guard<std::mutex> lock(prefetch_mu_);
+      prefetch_running_ = true;
+    }
+    prefetcher_ = std::thread([this] { PrefetcherLoop(); });
+  }
 }
 
-void FileData::StopFlusher() {
+void FileData::StopBackground() {
   {
     std::lock_guard<std::mutex> lock(flusher_mu_);
     flusher_stop_ = true;
   }
   flusher_cv_.notify_all();
   if (flusher_.joinable()) flusher_.join();
+  {
+    std::lock_guard<std::mutex> lock(prefetch_mu_);
+    prefetch_running_ = false;
+    prefetch_queue_.clear();
+  }
+  prefetch_cv_.notify_all();
+  if (prefetcher_.joinable()) prefetcher_.join();
+}
+
+void FileData::NoteRead(Ino ino, std::uint64_t offset, std::uint64_t end, std::uint64_t size) {
+  if (readahead_ == 0 || end <= offset) return;
+  std::lock_guard<std::mutex> lock(prefetch_mu_);
+  if (!prefetch_running_) return;
+  // "Within a block of the previous end" rather than "exactly at it": the
+  // kernel splits a large read into requests that FUSE threads may serve
+  // out of order.
+  auto it = read_end_.find(ino);
+  const bool sequential = offset == 0 || (it != read_end_.end() && offset + block_ >= it->second &&
+                                          offset <= it->second + block_);
+  if (it == read_end_.end()) {
+    if (read_end_.size() >= kMaxTrackedReaders) read_end_.clear();
+    read_end_.emplace(ino, end);
+  } else {
+    it->second = end;
+  }
+  const std::uint64_t last = (end - 1) / block_;
+  if (!sequential || end - last * block_ < block_ / 2) return;
+  for (std::uint64_t idx = last + 1; idx <= last + readahead_; ++idx) {
+    if (idx * block_ >= size) break;  // past the end of the file
+    const PageKey key{ino, idx};
+    if (std::find(prefetch_queue_.begin(), prefetch_queue_.end(), key) != prefetch_queue_.end()) {
+      continue;
+    }
+    if (prefetch_queue_.size() >= kMaxQueuedPrefetches) prefetch_queue_.pop_front();  // stale
+    prefetch_queue_.push_back(key);
+  }
+  prefetch_cv_.notify_one();
+}
+
+void FileData::PrefetcherLoop() {
+  std::unique_lock<std::mutex> lock(prefetch_mu_);
+  for (;;) {
+    prefetch_cv_.wait(lock, [this] { return !prefetch_running_ || !prefetch_queue_.empty(); });
+    if (!prefetch_running_) return;
+    const PageKey key = prefetch_queue_.front();
+    prefetch_queue_.pop_front();
+    lock.unlock();
+    if (!cache_.Cached(key)) {
+      PrefetchOne(key);
+      TrimCache();
+    }
+    lock.lock();
+  }
+}
+
+void FileData::PrefetchOne(PageKey key) {
+  // The mapping is read fresh under the inode lock, so a file truncated,
+  // rewritten or freed since the read that queued this is seen as it is now.
+  std::lock_guard<std::mutex> lock(LockFor(key.ino));
+  std::vector<BlockMapping> maps;
+  Attr attr;
+  if (meta_.GetBlocks(key.ino, key.idx, 1, &maps, &attr) != 0 || maps.empty()) return;
+  if (int e = cache_.Prefetch(key, maps.front()); e != 0) {
+    // Not the reader's error: its own read loads the block again and
+    // reports a failure there.
+    spdlog::debug("readahead of block {} of inode {} failed (errno {})", key.idx, key.ino, e);
+    return;
+  }
+  spdlog::debug("readahead: block {} of inode {} is in the cache", key.idx, key.ino);
 }
 
 void FileData::FlusherLoop() {
@@ -96,6 +183,7 @@ int FileData::ReadLocked(Ino ino, std::uint64_t offset, std::size_t size,
       return e;
     }
   }
+  NoteRead(ino, offset, end, attr.size);
   return 0;
 }
 

@@ -22,20 +22,33 @@
 //
 // When data reach the ORAM otherwise: with a write-back delay of 0, Flush
 // (close) writes the file's dirty blocks back; with a delay d > 0, close
-// writes nothing, and the background flusher (StartFlusher) writes back
+// writes nothing, and the background flusher (StartBackground) writes back
 // every block dirty for d seconds, so a crash loses at most the last d
 // seconds of writes not fsynced (as ext4 with its default commit
 // interval). The delay is what lets many small files that share an ORAM
 // block be written back in one access.
+//
+// Readahead: a read is sequential when it starts within one block of where
+// the file's previous read ended (or at offset 0). A sequential read that
+// reaches the second half of its last block queues the next
+// `readahead_blocks` mapped blocks of the file for the background
+// prefetcher, which loads each (under the inode lock, as any load) unless
+// it is cached by then. So a reader that consumes a block while the next
+// one is fetched finds it in the cache. Readahead costs ORAM accesses only
+// for blocks that hold data below the file size; a reader that stops early
+// has paid for at most `readahead_blocks` blocks it did not read. The
+// servers see the same kind of access either way.
 #pragma once
 
 #include <chrono>
 #include <condition_variable>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <mutex>
 #include <thread>
 #include <span>
+#include <unordered_map>
 #include <vector>
 
 #include "fused/block_cache.h"
@@ -48,15 +61,18 @@ namespace s3oram::fs {
 class FileData {
  public:
   FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine, InodeLocks& locks,
-           std::chrono::milliseconds writeback_delay = std::chrono::milliseconds(0));
+           std::chrono::milliseconds writeback_delay = std::chrono::milliseconds(0),
+           std::uint32_t readahead_blocks = 0);
   ~FileData();
   FileData(const FileData&) = delete;
   FileData& operator=(const FileData&) = delete;
 
-  // Starts / stops the background flusher (no-op with a delay of 0).
-  // StopFlusher is idempotent and waits for a write-back in progress.
-  void StartFlusher();
-  void StopFlusher();
+  // Starts / stops the background threads: the flusher (none with a delay
+  // of 0) and the prefetcher (none with no readahead). StopBackground is
+  // idempotent and waits for a write-back or prefetch in progress; reads
+  // queue no readahead while the threads are stopped.
+  void StartBackground();
+  void StopBackground();
 
   // Up to `size` bytes from `offset` (fewer at end of file; holes are zeros).
   [[nodiscard]] int Read(Ino ino, std::uint64_t offset, std::size_t size,
@@ -87,6 +103,11 @@ class FileData {
   int SyncAll();
   int WriteBackInode(Ino ino);
   void FlusherLoop();
+  void PrefetcherLoop();
+  // Called by a read of [offset, end) of a file of `size` bytes (under the
+  // inode lock): queues readahead if the read is sequential.
+  void NoteRead(Ino ino, std::uint64_t offset, std::uint64_t end, std::uint64_t size);
+  void PrefetchOne(PageKey key);
   int ReadLocked(Ino ino, std::uint64_t offset, std::size_t size, std::vector<std::uint8_t>* out);
   void TrimCache();
 
@@ -100,6 +121,16 @@ class FileData {
   std::condition_variable flusher_cv_;
   bool flusher_stop_ = false;
   std::thread flusher_;
+
+  const std::uint32_t readahead_;
+  std::mutex prefetch_mu_;  // guards the members below
+  std::condition_variable prefetch_cv_;
+  bool prefetch_running_ = false;
+  std::deque<PageKey> prefetch_queue_;  // bounded: kMaxQueuedPrefetches
+  // Where each recently read file's last read ended (bounded: cleared when
+  // it grows past kMaxTrackedReaders).
+  std::unordered_map<Ino, std::uint64_t> read_end_;
+  std::thread prefetcher_;
 };
 
 }  // namespace s3oram::fs

@@ -558,6 +558,7 @@ void Filesystem::Orphaned(Ino ino) {
 void Filesystem::Destroy() {
   if (destroyed_) return;
   destroyed_ = true;
+  data_.StopBackground();  // no write-back or readahead races the final flush
   if (int e = data_.FlushAllAndSync(); e != 0) {
     spdlog::error("unmount: writing back cached blocks failed (errno {}); unsynced data are lost",
                   e);

@@ -217,8 +217,8 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   fs::InodeLocks locks;
   fs::BlockCache cache(engine, locks, pages,
                        [&md](const std::vector<fs::WrittenExtent>& w) { return md.MarkWritten(w); });
-  fs::FileData data(md, cache, engine, locks,
-                    std::chrono::seconds(cmd.writeback_delay_seconds));
+  fs::FileData data(md, cache, engine, locks, std::chrono::seconds(cmd.writeback_delay_seconds),
+                    cmd.readahead_blocks);
   fs::Filesystem filesystem(md, data, kAttrTimeoutSeconds);
 
   std::vector<std::string> argv_storage = cmd.fuse_args;
@@ -245,9 +245,10 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                   " (does it exist, and is nothing, not even a dead s3oramfs, mounted there?)");
     return 1;
   }
-  spdlog::info("mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s)",
+  spdlog::info("mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
+               "readahead {} blocks)",
                state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
-               cmd.writeback_delay_seconds);
+               cmd.writeback_delay_seconds, cmd.readahead_blocks);
   reporter.Succeed();
   if (!cmd.foreground) DetachStdio();
   sd_notify(0, "READY=1");
@@ -268,7 +269,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
     }
   });
 
-  data.StartFlusher();
+  data.StartBackground();
   int rc = 0;
   if (cmd.single_thread) {
     rc = fuse_session_loop(se);
@@ -284,14 +285,14 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   fuse_remove_signal_handlers(se);
   fuse_session_unmount(se);
   fuse_session_destroy(se);  // runs `destroy` if the kernel did not
-  data.StopFlusher();  // Destroy writes back whatever is left
+  data.StopBackground();  // Destroy writes back whatever is left
   filesystem.Destroy();
   const auto cs = cache.stats();
   const auto es = engine.stats();
-  spdlog::info("cache: {} hits, {} loads, {} write-backs ({} of partly written blocks), {} failures; "
-               "ORAM: {} reads, {} writes, {} updates",
-               cs.hits, cs.loads, cs.writebacks, cs.updates, cs.failures, es.reads, es.writes,
-               es.updates);
+  spdlog::info("cache: {} hits, {} loads ({} readahead), {} write-backs ({} of partly written "
+               "blocks), {} failures; ORAM: {} reads, {} writes, {} updates",
+               cs.hits, cs.loads, cs.prefetches, cs.writebacks, cs.updates, cs.failures, es.reads,
+               es.writes, es.updates);
   {
     std::lock_guard<std::mutex> lock(keepalive_mu);
     stopping = true;

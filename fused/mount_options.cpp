@@ -20,6 +20,7 @@ namespace {
 struct RawOptions {
   char* cache_size = nullptr;
   char* writeback_delay = nullptr;
+  char* readahead = nullptr;
   char* log_file = nullptr;
   char* log_level = nullptr;
   char* passfile = nullptr;
@@ -38,6 +39,7 @@ enum { kKeyDiscard = 100 };
 const fuse_opt kOptionSpec[] = {
     {"cache_size=%s", offsetof(RawOptions, cache_size), 0},
     {"writeback_delay=%s", offsetof(RawOptions, writeback_delay), 0},
+    {"readahead=%s", offsetof(RawOptions, readahead), 0},
     {"log_file=%s", offsetof(RawOptions, log_file), 0},
     {"log_level=%s", offsetof(RawOptions, log_level), 0},
     {"passfile=%s", offsetof(RawOptions, passfile), 0},
@@ -210,7 +212,7 @@ std::string UsageText(std::string_view program) {
          "    --config FILE          take STATE, MOUNTPOINT and options from the TOML file\n"
          "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
          "                           mountpoint, passfile, cache_size, writeback_delay,\n"
-         "                           timeout, evict_timeout, log_level, log_file, force,\n"
+         "                           readahead, timeout, evict_timeout, log_level, log_file, force,\n"
          "                           refresh_state, fuse_options); -o options\n"
          "                           given as well override the file's\n"
          "\n"
@@ -220,6 +222,8 @@ std::string UsageText(std::string_view program) {
          "                           small files sharing an ORAM block go in one access\n"
          "                           (default 5; 0: write back when a file is closed);\n"
          "                           fsync, fsync of a directory and unmount write at once\n"
+         "    -o readahead=BLOCKS    ORAM blocks fetched ahead of a sequential reader, in the\n"
+         "                           background (default 1; 0 to 16; 0: none)\n"
          "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"
          "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
          "    -o passfile=PATH       read the passphrase from PATH (mode 0600); without it\n"
@@ -271,6 +275,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
       if (config.writeback_delay_seconds) {
         cmd.writeback_delay_seconds = *config.writeback_delay_seconds;
       }
+      if (config.readahead_blocks) cmd.readahead_blocks = *config.readahead_blocks;
       if (config.timeout_seconds) cmd.timeout_seconds = *config.timeout_seconds;
       if (config.evict_timeout_seconds) cmd.evict_timeout_seconds = *config.evict_timeout_seconds;
       if (config.log_level) cmd.log_level = *config.log_level;
@@ -301,6 +306,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   if (fuse_opt_parse(args.get(), &raw, kOptionSpec, ProcessOption) != 0) {
     std::free(raw.cache_size);
     std::free(raw.writeback_delay);
+    std::free(raw.readahead);
     std::free(raw.log_file);
     std::free(raw.log_level);
     std::free(raw.passfile);
@@ -343,6 +349,19 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
                                      text + "'");
     }
     cmd.writeback_delay_seconds = static_cast<std::uint32_t>(v);
+  }
+  std::unique_ptr<char, decltype(&std::free)> readahead(raw.readahead, &std::free);
+  if (readahead) {
+    char* end = nullptr;
+    errno = 0;
+    const char* text = readahead.get();
+    unsigned long long v = std::strtoull(text, &end, 10);
+    if (errno != 0 || end == text || *end != '\0' || v > kMaxReadaheadBlocks || text[0] == '-') {
+      return Status::InvalidArgument("readahead must be a whole number of blocks in 0.." +
+                                     std::to_string(kMaxReadaheadBlocks) + ", not '" + text +
+                                     "'");
+    }
+    cmd.readahead_blocks = static_cast<std::uint32_t>(v);
   }
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);

@@ -14,7 +14,7 @@
 // follows mount(8)'s helper convention (-f means "fake", -n/-s/-v are
 // accepted, and it always runs in the background). Both roles accept the
 // daemon's own options (cache_size=MiB, writeback_delay=SECONDS,
-// log_file=PATH, log_level=LEVEL, passfile=PATH, timeout, evict_timeout,
+// readahead=BLOCKS, log_file=PATH, log_level=LEVEL, passfile=PATH, timeout, evict_timeout,
 // force, refresh_state),
 // drop the fstab-only options (_netdev, nofail, auto, noauto, user, nouser,
 // users, defaults, x-*), and hand everything else to libfuse, adding
@@ -52,6 +52,9 @@ struct MountCommand {
   // data back when it is closed. fsync, fsyncdir and unmount always write
   // back at once.
   std::uint32_t writeback_delay_seconds = 5;
+  // ORAM blocks a sequential reader's next reads will need, fetched in the
+  // background while it consumes the current one (0: none).
+  std::uint32_t readahead_blocks = 1;
   std::string log_file;
   std::string log_level = "info";
   std::string passfile;    // empty: $S3ORAM_PASSPHRASE or a terminal prompt
@@ -69,6 +72,7 @@ inline constexpr std::uint32_t kMaxTimeoutSeconds = 24 * 3600;
 
 inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;
 inline constexpr std::uint32_t kMaxWritebackDelaySeconds = 3600;
+inline constexpr std::uint32_t kMaxReadaheadBlocks = 16;
 
 Invocation InvocationFromArgv0(std::string_view argv0);
 

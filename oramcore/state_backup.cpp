@@ -44,6 +44,11 @@
 //     every server); only then is it fsynced and linked to the target name
 //     (link fails if the target appeared meanwhile: never overwritten), the
 //     temporary name removed and the directory fsynced.
+//
+// Temporary files (PATH.snapshot-XXXXXX, PATH.restore-XXXXXX) are flock'ed
+// by their writer while it lives. A backup, restore or refresh killed
+// mid-way leaves its sealed copy; the next one beside the same state removes
+// every such file whose lock it can take (RemoveAbandonedTemps).
 #include "oramcore/state_backup.h"
 
 #include <fcntl.h>
@@ -241,19 +246,70 @@ class FileRemover {
   std::string path_;
 };
 
-// A new empty 0600 file beside `path` (mkstemp); its name.
-Result<std::string> MakeTempBeside(const std::string& path, const char* tag) {
-  std::string templ = path + "." + tag + "-XXXXXX";
-  int fd = ::mkstemp(templ.data());
-  if (fd < 0) return Status::IoError(Errno("cannot create a temporary file beside", path));
-  // mkstemp makes it 0600 already; a default ACL could widen that.
-  const int rc = ::fchmod(fd, 0600);
-  ::close(fd);
-  if (rc != 0) {
-    (void)::unlink(templ.c_str());
-    return Status::IoError(Errno("cannot chmod", templ));
+std::string DirOf(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  if (slash == std::string::npos) return ".";
+  return slash == 0 ? "/" : path.substr(0, slash);
+}
+
+// The tags of the temporary files made beside a state (TempBeside).
+constexpr const char* kTempTags[] = {"snapshot", "restore"};
+
+// A new empty 0600 file beside `path` (mkstemp) named PATH.TAG-XXXXXX,
+// flock'ed for as long as this object lives and then removed, with any
+// SQLite -wal/-shm/-journal beside it (a published copy was renamed or
+// linked away first). The lock tells a later run whether the file's writer
+// is alive: a killed backup or restore leaves its sealed copy behind, and
+// RemoveAbandonedTemps takes such copies away.
+class TempBeside {
+ public:
+  static Result<std::unique_ptr<TempBeside>> Create(const std::string& path, const char* tag) {
+    std::string templ = path + "." + tag + "-XXXXXX";
+    const int fd = ::mkstemp(templ.data());
+    if (fd < 0) return Status::IoError(Errno("cannot create a temporary file beside", path));
+    std::unique_ptr<TempBeside> t(new TempBeside(std::move(templ), fd));
+    // mkstemp makes it 0600 already; a default ACL could widen that.
+    if (::flock(fd, LOCK_EX | LOCK_NB) != 0 || ::fchmod(fd, 0600) != 0) {
+      return Status::IoError(Errno("cannot lock or chmod", t->path()));
+    }
+    return t;
   }
-  return templ;
+  ~TempBeside() { ::close(fd_); }
+  TempBeside(const TempBeside&) = delete;
+  TempBeside& operator=(const TempBeside&) = delete;
+  const std::string& path() const { return remover_path_; }
+
+ private:
+  TempBeside(std::string path, int fd) : remover_path_(path), remover_(std::move(path)), fd_(fd) {}
+  std::string remover_path_;
+  FileRemover remover_;  // runs before the lock is released (members die in reverse order)
+  int fd_;
+};
+
+// Removes the temporary files beside `state_path` (TempBeside) whose
+// writer is gone: the ones whose lock can be taken at once. A writer
+// between mkstemp and its flock could lose its file here; it then fails
+// cleanly when it reopens it by name.
+void RemoveAbandonedTemps(const std::string& state_path) {
+  const std::string base = state_path.substr(state_path.find_last_of('/') + 1);
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(DirOf(state_path), ec)) {
+    const std::string name = e.path().filename().string();
+    bool ours = false;
+    for (const char* tag : kTempTags) {
+      const std::string prefix = base + "." + tag + "-";
+      ours = ours || (name.rfind(prefix, 0) == 0 && name.size() == prefix.size() + 6);
+    }
+    if (!ours) continue;
+    const std::string path = e.path().string();
+    const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW);
+    if (fd < 0) continue;
+    if (::flock(fd, LOCK_EX | LOCK_NB) == 0) {
+      spdlog::info("removing {}, left by an interrupted backup, restore or refresh", path);
+      FileRemover remove(path);
+    }
+    ::close(fd);
+  }
 }
 
 Result<Secret> ReadWhole(const std::string& path) {
@@ -307,12 +363,6 @@ Status SyncPath(const std::string& path, bool directory) {
   return Status::Ok();
 }
 
-std::string DirOf(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // The snapshot, and the fields the header repeats, read from the copy
 // itself: a passwd or an access committed by another process between this
 // client's open and the snapshot is then in both, never in one only.
@@ -354,10 +404,9 @@ Result<StateSnapshot> Snapshot(UnlockedState& state) {
   S3ORAM_ASSIGN_OR_RETURN(std::vector<StateHeader> headers, ReadStateHeader(state_path));
   StateSnapshot snap;
   snap.wrap = headers.front().wrap;
-  S3ORAM_ASSIGN_OR_RETURN(std::string tmp, MakeTempBeside(state_path, "snapshot"));
-  FileRemover remove(tmp);
-  FileRemover remove_wal(tmp + "-wal");
-  FileRemover remove_shm(tmp + "-shm");
+  RemoveAbandonedTemps(state_path);
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp, TempBeside::Create(state_path, "snapshot"));
+  const std::string& tmp = temp->path();
   state.vfs().SetNewFileHeader(EncodeStateHeader(headers.front()));
   auto dest = OpenSealedDatabase(tmp, state.vfs(), /*create=*/true);
   state.vfs().SetNewFileHeader({});
@@ -791,7 +840,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
     }
     if (progress) progress((offset + packed.size()) * parties * sizeof(Elem), total_bytes);
   }
-  spdlog::info("client state backed up as generation {} ({} bytes padded to {})", generation,
+  spdlog::debug("client state backed up as generation {} ({} bytes padded to {})", generation,
                state_bytes, padded_bytes);
   BackupResult result;
   result.generation = generation;
@@ -1019,8 +1068,10 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   }
 
   // 5. Write, adapt, check, publish.
-  S3ORAM_ASSIGN_OR_RETURN(std::string tmp, MakeTempBeside(o.state_path, "restore"));
-  FileRemover remove(tmp);
+  RemoveAbandonedTemps(o.state_path);
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp,
+                          TempBeside::Create(o.state_path, "restore"));
+  const std::string& tmp = temp->path();
   S3ORAM_RETURN_IF_ERROR(WriteWholeAndSync(tmp, decoded->snapshot.bytes()));
   decoded->snapshot = Secret();
   {
@@ -1129,20 +1180,6 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
     return Status::LeaseHeld("the client state " + state_path +
                              " is in use by another process on this machine (a mounted "
                              "s3oramfs, fsck, rebuild...): unmount or stop it first");
-  }
-  // A refresh killed before its rename leaves its sealed temporary copy
-  // (MakeTempBeside); under the lock no other refresh is writing one.
-  {
-    const std::string dir = DirOf(state_path);
-    const std::string prefix = state_path.substr(state_path.find_last_of('/') + 1) + ".restore-";
-    std::error_code ec;
-    for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
-      const std::string name = e.path().filename().string();
-      if (name.rfind(prefix, 0) == 0 && name.size() == prefix.size() + 6) {
-        spdlog::info("removing {}, left by an interrupted refresh", e.path().string());
-        std::filesystem::remove(e.path(), ec);
-      }
-    }
   }
   RestoreOptions o;
   o.state_path = state_path;

@@ -10,8 +10,13 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <cstdlib>
+#include <functional>
 #include <map>
+#include <memory>
+#include <regex>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/fs_fixture.h"
@@ -218,6 +223,89 @@ TEST(FsPackingOptionTest, WritebackDelayZeroWritesBackAtClose) {
   ASSERT_TRUE(fs->Mount());
   EXPECT_TRUE(FileHasContent(fs->Path("f"), data));
   EXPECT_NE(fs->daemon_log().find("write-back delay 0 s"), std::string::npos) << fs->daemon_log();
+}
+
+// The last unmount's cache summary: {demand and readahead loads, of them
+// readahead}; {-1, -1} if there is none.
+std::pair<long, long> LastLoads(const std::string& log) {
+  static const std::regex re(R"(cache: \d+ hits, (\d+) loads \((\d+) readahead\))");
+  std::pair<long, long> last{-1, -1};
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+       ++it) {
+    last = {std::stol((*it)[1]), std::stol((*it)[2])};
+  }
+  return last;
+}
+
+// Reads `path` block by block with O_DIRECT (no kernel page cache, no kernel
+// readahead: each read is the daemon's), calling after(b) after block b.
+::testing::AssertionResult ReadDirectByBlock(const std::string& path, const std::string& want,
+                                             const std::function<bool(std::size_t)>& after) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
+  if (fd < 0) return ::testing::AssertionFailure() << "open " << path << ": " << std::strerror(errno);
+  void* raw = nullptr;
+  if (::posix_memalign(&raw, 4096, kBlock) != 0) {
+    ::close(fd);
+    return ::testing::AssertionFailure() << "posix_memalign";
+  }
+  std::unique_ptr<void, decltype(&std::free)> buf(raw, &std::free);
+  std::string got;
+  for (std::size_t b = 0;; ++b) {
+    const ssize_t n = ::pread(fd, buf.get(), kBlock, static_cast<off_t>(b * kBlock));
+    if (n < 0) {
+      ::close(fd);
+      return ::testing::AssertionFailure() << "pread block " << b << ": " << std::strerror(errno);
+    }
+    if (n == 0) break;
+    got.append(static_cast<const char*>(buf.get()), static_cast<std::size_t>(n));
+    if (!after(b)) {
+      ::close(fd);
+      return ::testing::AssertionFailure() << "after block " << b;
+    }
+  }
+  ::close(fd);
+  if (got != want) return ::testing::AssertionFailure() << "content differs";
+  return ::testing::AssertionSuccess();
+}
+
+// A sequential reader finds every next block fetched ahead by the daemon
+// (readahead=1, the default): of 13 blocks only the first is loaded by a
+// read. With readahead=0 every block is.
+TEST(FsReadaheadTest, ASequentialReaderFindsTheNextBlockFetchedAhead) {
+  auto fs = MountedFs::Create(PackedOptions("log_level=debug"));
+  ASSERT_TRUE(fs);
+  if (fs->reference()) GTEST_SKIP() << "the daemon's cache";
+  const std::string path = fs->Path("movie");
+  const std::string data = PatternBytes(12 * kBlock + 1000, 77);  // 12 blocks and a tail
+  ASSERT_TRUE(WriteFile(path, data));
+  ASSERT_TRUE(SyncDir(fs->root()));
+  ASSERT_TRUE(fs->Remount());  // empty caches
+  const std::size_t blocks = 13;
+  ASSERT_TRUE(ReadDirectByBlock(path, data, [&](std::size_t b) {
+    if (b + 1 >= blocks) return true;
+    // Wait (bounded) until the daemon says block b+1 is in its cache, so the
+    // next read finds it there.
+    const std::string line = "readahead: block " + std::to_string(b + 1) + " of inode ";
+    for (int i = 0; i < 600; ++i) {
+      if (fs->daemon_log().find(line) != std::string::npos) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    ADD_FAILURE() << "no readahead of block " << b + 1 << " in 30 s; log:\n"
+                  << fs->daemon_log().substr(fs->daemon_log().size() > 4000
+                                                 ? fs->daemon_log().size() - 4000
+                                                 : 0);
+    return false;
+  }));
+  ASSERT_TRUE(fs->Unmount());
+  EXPECT_EQ(LastLoads(fs->daemon_log()), std::make_pair(13L, 12L))
+      << "13 loads, 12 of them readahead (every block but the first)";
+
+  fs->set_mount_opts("readahead=0");
+  ASSERT_TRUE(fs->Mount());
+  ASSERT_TRUE(ReadDirectByBlock(path, data, [](std::size_t) { return true; }));
+  ASSERT_TRUE(fs->Unmount());
+  EXPECT_EQ(LastLoads(fs->daemon_log()), std::make_pair(13L, 0L));
+  EXPECT_NE(fs->daemon_log().find("readahead 0 blocks"), std::string::npos);
 }
 
 }  // namespace

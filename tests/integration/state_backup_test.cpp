@@ -1,10 +1,13 @@
 // Client-state backup and restore (oramcore/state_backup.h) against three real
 // s3oram-serverd processes: round trip, wrong passphrase, damaged shares
 // (robust decoding names the bad server; two bad servers are an integrity
-// error), size padding, a backup older than the servers, and the fallback to
-// the previous generation.
+// error), size padding, a backup older than the servers, the fallback to
+// the previous generation, and the removal of abandoned temporary copies.
 #include "oramcore/state_backup.h"
 
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 
@@ -134,6 +137,47 @@ TEST_F(StateBackupTest, RestoreRoundTripAndWrongPassphraseWritesNothing) {
   // Never over an existing state.
   auto again = RestoreState(Restore("restored.s3oram"), TestPassphrase());
   EXPECT_EQ(again.status().code(), Status::Code::kAlreadyExists) << again.status().ToString();
+}
+
+// A backup or restore killed mid-way leaves its sealed temporary copy
+// beside the state; the next backup or restore beside it removes every one
+// whose writer is gone (its flock can be taken) and keeps one still held.
+TEST_F(StateBackupTest, AbandonedTemporaryCopiesAreRemovedAndLiveOnesKept) {
+  WriteBlocks(0, 4, 1);
+  const std::string state = fs_->state;
+  auto make = [](const std::string& path) {
+    std::ofstream(path) << "sealed bytes of a killed run";
+    return fs::exists(path);
+  };
+  ASSERT_TRUE(make(state + ".snapshot-AbCd12"));
+  ASSERT_TRUE(make(state + ".snapshot-AbCd12-wal"));
+  ASSERT_TRUE(make(state + ".restore-Zz9_x0"));
+  ASSERT_TRUE(make(state + ".restore-live00"));
+  ASSERT_TRUE(make(state + ".restore-notours"));  // not mkstemp's six characters
+  const int held = ::open((state + ".restore-live00").c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(held, 0);
+  ASSERT_EQ(::flock(held, LOCK_EX), 0);  // a writer that is still running
+
+  auto b = Backup();
+  ASSERT_TRUE(b.ok()) << b.status().ToString();
+  EXPECT_FALSE(fs::exists(state + ".snapshot-AbCd12"));
+  EXPECT_FALSE(fs::exists(state + ".snapshot-AbCd12-wal"));
+  EXPECT_FALSE(fs::exists(state + ".restore-Zz9_x0"));
+  EXPECT_TRUE(fs::exists(state + ".restore-live00")) << "removed under a live writer";
+  EXPECT_TRUE(fs::exists(state + ".restore-notours"));
+  ::close(held);
+
+  // A restore (a new device's attach) cleans beside its own target.
+  const std::string target = fs_->dir.Sub("attached.s3oram");
+  ASSERT_TRUE(make(target + ".restore-Q1w2e3"));
+  auto r = RestoreState(Restore("attached.s3oram"), TestPassphrase());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_FALSE(fs::exists(target + ".restore-Q1w2e3"));
+  for (const auto& e : fs::directory_iterator(fs_->dir.path())) {
+    const std::string name = e.path().filename().string();
+    EXPECT_TRUE(name.rfind("attached.s3oram.", 0) != 0) << name << " left behind";
+  }
+  ExpectBlocks(target, 0, 4, 1);
 }
 
 // The header's key wrap comes from the snapshot, not from what the client

@@ -92,13 +92,14 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
   EXPECT_FALSE(r->log_level.has_value());
 
   auto full = ParseClientConfig(std::string(kMinimal) +
-                                    "cache_size = 1048576\ntimeout = 86400\nevict_timeout = 1\n"
+                                    "cache_size = 1048576\nreadahead = 16\ntimeout = 86400\nevict_timeout = 1\n"
                                     "log_level = \"trace\"\nforce = true\nrefresh_state = true\n"
                                     "fuse_options = [\"allow_other\", \"max_read=131072\", "
                                     "\"fsname_like=a,b\"]\n",
                                 "vault.toml");
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   EXPECT_EQ(full->cache_mib, 1048576u);
+  EXPECT_EQ(full->readahead_blocks, 16u);
   EXPECT_EQ(full->timeout_seconds, 86400u);
   EXPECT_EQ(full->evict_timeout_seconds, 1u);
   EXPECT_EQ(full->log_level, "trace");
@@ -115,8 +116,8 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 TEST(ClientConfig, UnknownKeysAndTablesNameFileLineAndKey) {
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cahce_size = 64")),
             "vault.toml:5:1: mount.cahce_size: unknown key (allowed: state, mountpoint, passfile, "
-            "cache_size, writeback_delay, timeout, evict_timeout, log_level, log_file, force, "
-            "refresh_state, fuse_options)");
+            "cache_size, writeback_delay, readahead, timeout, evict_timeout, log_level, log_file, "
+            "force, refresh_state, fuse_options)");
   std::string m = ErrorOf(std::string(kExample) + "\n[server]\nindex = 0\n");
   EXPECT_EQ(m.rfind("vault.toml:13:", 0), 0u) << m;
   EXPECT_CONTAINS(m, ": server: unknown key (allowed: mount)");
@@ -130,6 +131,8 @@ TEST(ClientConfig, UnknownKeysAndTablesNameFileLineAndKey) {
 TEST(ClientConfig, WrongTypesNameFileLineAndKey) {
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cache_size = \"64\"")),
             "vault.toml:5:14: mount.cache_size: expected an integer in 1..1048576, got a string");
+  EXPECT_EQ(ErrorOf(WithLine("cache_size", "readahead = 17")),
+            "vault.toml:5:13: mount.readahead: expected an integer in 0..16, got 17");
   EXPECT_EQ(ErrorOf(WithLine("timeout", "timeout = 1.5")),
             "vault.toml:6:11: mount.timeout: expected an integer in 1..86400, got a "
             "floating-point number");

@@ -11,6 +11,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <cstdio>
+#include <chrono>
 #include <memory>
 #include <random>
 #include <string>
@@ -42,14 +44,17 @@ Bytes Pattern(std::size_t n, std::uint64_t seed) {
 // drop it (a crash: dirty pages vanish unwritten) and start another over the
 // same state file and engine.
 struct Daemon {
-  Daemon(const std::string& state, s3oram::testing::MemoryBlockEngine& engine) {
+  Daemon(const std::string& state, s3oram::testing::MemoryBlockEngine& engine,
+         std::uint32_t readahead) {
     auto r = MetadataStore::Open(s3oram::testing::TestState(state), kCapacityBlocks, kB);
     EXPECT_TRUE(r.ok()) << r.status().ToString();
     meta = std::move(r).value();
     cache = std::make_unique<BlockCache>(
         engine, locks, kCachePages,
         [this](const std::vector<WrittenExtent>& w) { return meta->MarkWritten(w); });
-    data = std::make_unique<FileData>(*meta, *cache, engine, locks);
+    data = std::make_unique<FileData>(*meta, *cache, engine, locks, std::chrono::milliseconds(0),
+                                      readahead);
+    data->StartBackground();
   }
   std::unique_ptr<MetadataStore> meta;
   InodeLocks locks;
@@ -65,7 +70,7 @@ class FileDataTest : public ::testing::Test {
     Start();
   }
   void TearDown() override { d_.reset(); }
-  void Start() { d_ = std::make_unique<Daemon>(state_, engine_); }
+  void Start() { d_ = std::make_unique<Daemon>(state_, engine_, readahead_); }
   void Crash() { d_.reset(); }  // no flush: dirty pages are lost
 
   Ino MakeFile(const std::string& name) {
@@ -87,9 +92,23 @@ class FileDataTest : public ::testing::Test {
     EXPECT_TRUE(s.ok()) << s.ToString();
   }
 
+  // Waits (bounded) until the prefetcher has fetched `n` blocks in all.
+  ::testing::AssertionResult WaitForPrefetches(std::uint64_t n) {
+    for (int i = 0; i < 2000; ++i) {
+      const std::uint64_t got = d_->cache->stats().prefetches;
+      if (got >= n) return ::testing::AssertionSuccess();
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    return ::testing::AssertionFailure() << "still " << d_->cache->stats().prefetches
+                                         << " prefetches after 10 s, want " << n;
+  }
+  void RunConcurrentModel();
+
   s3oram::testing::TempDir dir_;
   std::string state_;
   s3oram::testing::MemoryBlockEngine engine_{kB, kCapacityBlocks};
+  std::uint32_t readahead_ = 0;
+  std::uint64_t prefetched_ = 0;  // by RunConcurrentModel's daemon
   std::unique_ptr<Daemon> d_;
 };
 
@@ -241,7 +260,7 @@ TEST_F(FileDataTest, FailedWriteBackSurfacesAtFsyncAndIsRetried) {
   EXPECT_EQ(ReadAll(ino, 0, src.size()), src);
 }
 
-TEST_F(FileDataTest, ConcurrentFilesAgreeWithAModel) {
+void FileDataTest::RunConcurrentModel() {
   const std::uint64_t seed = s3oram::testing::TestSeed();
   constexpr int kThreads = 4;
   constexpr std::size_t kFileBytes = 6 * kB;
@@ -290,12 +309,75 @@ TEST_F(FileDataTest, ConcurrentFilesAgreeWithAModel) {
   ASSERT_EQ(d_->cache->Shrink(), 0);  // pages of then-locked inodes may have been skipped
   ExpectCacheWithinCapacity();
   ASSERT_EQ(d_->data->FlushAllAndSync(), 0);
+  prefetched_ = d_->cache->stats().prefetches;
   Crash();
   Start();
   for (int t = 0; t < kThreads; ++t) {
     EXPECT_EQ(ReadAll(inos[t], 0, 2 * kFileBytes + 2 * kB), models[t]) << "file " << t;
   }
   ExpectInvariants();
+}
+
+TEST_F(FileDataTest, ConcurrentFilesAgreeWithAModel) { RunConcurrentModel(); }
+
+// Readahead running beside writes, truncates and reads of the same files
+// (prefetches of dirty, partial, truncated and freed blocks) changes no
+// byte anyone reads.
+TEST_F(FileDataTest, ConcurrentFilesAgreeWithAModelWithReadahead) {
+  readahead_ = 2;
+  Start();
+  RunConcurrentModel();
+  std::printf("[ info     ] %llu blocks fetched ahead\n",
+              static_cast<unsigned long long>(prefetched_));
+}
+
+// A sequential reader finds each next block already fetched; the prefetcher
+// never reads past the end of the file.
+TEST_F(FileDataTest, SequentialReadsFindTheNextBlockFetchedAhead) {
+  const Ino ino = MakeFile("seq");
+  const Bytes src = Pattern(4 * kB, 7);
+  ASSERT_EQ(d_->data->Write(ino, 0, src), 0);
+  ASSERT_EQ(d_->data->Fsync(ino), 0);
+  readahead_ = 1;
+  Crash();  // an empty cache, the data in the engine
+  Start();
+  for (std::uint64_t b = 0; b < 4; ++b) {
+    ASSERT_EQ(ReadAll(ino, b * kB, kB), Bytes(src.begin() + b * kB, src.begin() + (b + 1) * kB))
+        << b;
+    if (b + 1 < 4) {
+      ASSERT_TRUE(WaitForPrefetches(b + 1)) << "after reading block " << b;
+    }
+  }
+  const auto st = d_->cache->stats();
+  EXPECT_EQ(st.prefetches, 3u);          // blocks 1, 2, 3; none past the end
+  EXPECT_EQ(st.loads - st.prefetches, 1u);  // only block 0 was loaded by a read
+}
+
+// Reads that are not sequential, or stop early in a block, fetch nothing
+// ahead. (The prefetcher serves its queue in order, so once a later
+// sequential read's block has been fetched, anything queued before it would
+// have been too.)
+TEST_F(FileDataTest, RandomAndShortReadsFetchNothingAhead) {
+  const Ino ino = MakeFile("rnd");
+  const Bytes src = Pattern(8 * kB, 8);
+  ASSERT_EQ(d_->data->Write(ino, 0, src), 0);
+  ASSERT_EQ(d_->data->Fsync(ino), 0);
+  readahead_ = 1;
+  Crash();
+  Start();
+  // Into the second half of block 6, with no earlier read nearby: random.
+  EXPECT_EQ(ReadAll(ino, 6 * kB + kB / 2, 100),
+            Bytes(src.begin() + 6 * kB + kB / 2, src.begin() + 6 * kB + kB / 2 + 100));
+  // At offset 0 but ending in the first half of block 0: a header peek.
+  EXPECT_EQ(ReadAll(ino, 0, 100), Bytes(src.begin(), src.begin() + 100));
+  // Far from the previous read (block 3's second half after block 0's start).
+  EXPECT_EQ(ReadAll(ino, 3 * kB + kB - 50, 50), Bytes(src.begin() + 4 * kB - 50, src.begin() + 4 * kB));
+  // Now a sequential continuation of the last read: block 4 is fetched ahead.
+  EXPECT_EQ(ReadAll(ino, 4 * kB, kB), Bytes(src.begin() + 4 * kB, src.begin() + 5 * kB));
+  ASSERT_TRUE(WaitForPrefetches(1));
+  EXPECT_EQ(d_->cache->stats().prefetches, 1u);
+  EXPECT_TRUE(d_->cache->Cached(PageKey{ino, 5}));
+  EXPECT_FALSE(d_->cache->Cached(PageKey{ino, 1}));
 }
 
 }  // namespace
