@@ -16,8 +16,8 @@ using toml_check::TypeName;
 // range-checked keys (and be applied in a surprising order), so each is
 // refused with the key to use instead.
 constexpr const char* kOwnOptions[] = {
-    "cache_size", "writeback_delay", "readahead", "log_file",      "log_level",
-    "passfile",   "timeout",         "evict_timeout", "force",     "refresh_state"};
+    "cache_size", "writeback_delay", "readahead",     "log_file", "log_level",
+    "passfile",   "timeout",         "evict_timeout", "force",    "refresh_state"};
 
 // An absolute path: the daemon changes to / once it runs in the background,
 // and a unit file's working directory is not the user's.
@@ -107,8 +107,8 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
     c->writeback_delay_seconds = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("readahead")) != nullptr) {
-    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "mount.readahead", 0,
-                                      static_cast<std::int64_t>(kMaxReadaheadBlocks), &v));
+    S3ORAM_RETURN_IF_ERROR(
+        ck.Integer(*n, "mount.readahead", 0, static_cast<std::int64_t>(kMaxReadaheadBlocks), &v));
     c->readahead_blocks = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("timeout")) != nullptr) {

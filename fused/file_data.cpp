@@ -15,9 +15,8 @@ constexpr std::size_t kMaxTrackedReaders = 1024;
 
 }  // namespace
 
-FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine,
-                   InodeLocks& locks, std::chrono::milliseconds writeback_delay,
-                   std::uint32_t readahead_blocks)
+FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine, InodeLocks& locks,
+                   std::chrono::milliseconds writeback_delay, std::uint32_t readahead_blocks)
     : meta_(meta),
       cache_(cache),
       engine_(engine),

@@ -46,8 +46,8 @@
 #include <deque>
 #include <functional>
 #include <mutex>
-#include <thread>
 #include <span>
+#include <thread>
 #include <unordered_map>
 #include <vector>
 

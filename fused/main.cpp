@@ -245,10 +245,11 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                   " (does it exist, and is nothing, not even a dead s3oramfs, mounted there?)");
     return 1;
   }
-  spdlog::info("mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
-               "readahead {} blocks)",
-               state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
-               cmd.writeback_delay_seconds, cmd.readahead_blocks);
+  spdlog::info(
+      "mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
+      "readahead {} blocks)",
+      state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
+      cmd.writeback_delay_seconds, cmd.readahead_blocks);
   reporter.Succeed();
   if (!cmd.foreground) DetachStdio();
   sd_notify(0, "READY=1");
@@ -285,14 +286,15 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   fuse_remove_signal_handlers(se);
   fuse_session_unmount(se);
   fuse_session_destroy(se);  // runs `destroy` if the kernel did not
-  data.StopBackground();  // Destroy writes back whatever is left
+  data.StopBackground();     // Destroy writes back whatever is left
   filesystem.Destroy();
   const auto cs = cache.stats();
   const auto es = engine.stats();
-  spdlog::info("cache: {} hits, {} loads ({} readahead), {} write-backs ({} of partly written "
-               "blocks), {} failures; ORAM: {} reads, {} writes, {} updates",
-               cs.hits, cs.loads, cs.prefetches, cs.writebacks, cs.updates, cs.failures, es.reads,
-               es.writes, es.updates);
+  spdlog::info(
+      "cache: {} hits, {} loads ({} readahead), {} write-backs ({} of partly written "
+      "blocks), {} failures; ORAM: {} reads, {} writes, {} updates",
+      cs.hits, cs.loads, cs.prefetches, cs.writebacks, cs.updates, cs.failures, es.reads, es.writes,
+      es.updates);
   {
     std::lock_guard<std::mutex> lock(keepalive_mu);
     stopping = true;

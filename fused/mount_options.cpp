@@ -212,7 +212,8 @@ std::string UsageText(std::string_view program) {
          "    --config FILE          take STATE, MOUNTPOINT and options from the TOML file\n"
          "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
          "                           mountpoint, passfile, cache_size, writeback_delay,\n"
-         "                           readahead, timeout, evict_timeout, log_level, log_file, force,\n"
+         "                           readahead, timeout, evict_timeout, log_level, log_file, "
+         "force,\n"
          "                           refresh_state, fuse_options); -o options\n"
          "                           given as well override the file's\n"
          "\n"
@@ -358,8 +359,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
     unsigned long long v = std::strtoull(text, &end, 10);
     if (errno != 0 || end == text || *end != '\0' || v > kMaxReadaheadBlocks || text[0] == '-') {
       return Status::InvalidArgument("readahead must be a whole number of blocks in 0.." +
-                                     std::to_string(kMaxReadaheadBlocks) + ", not '" + text +
-                                     "'");
+                                     std::to_string(kMaxReadaheadBlocks) + ", not '" + text + "'");
     }
     cmd.readahead_blocks = static_cast<std::uint32_t>(v);
   }

@@ -405,7 +405,8 @@ Result<StateSnapshot> Snapshot(UnlockedState& state) {
   StateSnapshot snap;
   snap.wrap = headers.front().wrap;
   RemoveAbandonedTemps(state_path);
-  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp, TempBeside::Create(state_path, "snapshot"));
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp,
+                          TempBeside::Create(state_path, "snapshot"));
   const std::string& tmp = temp->path();
   state.vfs().SetNewFileHeader(EncodeStateHeader(headers.front()));
   auto dest = OpenSealedDatabase(tmp, state.vfs(), /*create=*/true);
@@ -841,7 +842,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
     if (progress) progress((offset + packed.size()) * parties * sizeof(Elem), total_bytes);
   }
   spdlog::debug("client state backed up as generation {} ({} bytes padded to {})", generation,
-               state_bytes, padded_bytes);
+                state_bytes, padded_bytes);
   BackupResult result;
   result.generation = generation;
   result.padded_bytes = padded_bytes;

@@ -242,7 +242,8 @@ std::pair<long, long> LastLoads(const std::string& log) {
 ::testing::AssertionResult ReadDirectByBlock(const std::string& path, const std::string& want,
                                              const std::function<bool(std::size_t)>& after) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
-  if (fd < 0) return ::testing::AssertionFailure() << "open " << path << ": " << std::strerror(errno);
+  if (fd < 0)
+    return ::testing::AssertionFailure() << "open " << path << ": " << std::strerror(errno);
   void* raw = nullptr;
   if (::posix_memalign(&raw, 4096, kBlock) != 0) {
     ::close(fd);
@@ -291,9 +292,8 @@ TEST(FsReadaheadTest, ASequentialReaderFindsTheNextBlockFetchedAhead) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }
     ADD_FAILURE() << "no readahead of block " << b + 1 << " in 30 s; log:\n"
-                  << fs->daemon_log().substr(fs->daemon_log().size() > 4000
-                                                 ? fs->daemon_log().size() - 4000
-                                                 : 0);
+                  << fs->daemon_log().substr(
+                         fs->daemon_log().size() > 4000 ? fs->daemon_log().size() - 4000 : 0);
     return false;
   }));
   ASSERT_TRUE(fs->Unmount());

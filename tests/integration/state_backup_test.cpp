@@ -6,10 +6,10 @@
 #include "oramcore/state_backup.h"
 
 #include <fcntl.h>
-#include <sys/file.h>
-#include <unistd.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <sys/file.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>

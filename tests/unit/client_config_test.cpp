@@ -91,12 +91,13 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
   EXPECT_FALSE(r->cache_mib.has_value());
   EXPECT_FALSE(r->log_level.has_value());
 
-  auto full = ParseClientConfig(std::string(kMinimal) +
-                                    "cache_size = 1048576\nreadahead = 16\ntimeout = 86400\nevict_timeout = 1\n"
-                                    "log_level = \"trace\"\nforce = true\nrefresh_state = true\n"
-                                    "fuse_options = [\"allow_other\", \"max_read=131072\", "
-                                    "\"fsname_like=a,b\"]\n",
-                                "vault.toml");
+  auto full = ParseClientConfig(
+      std::string(kMinimal) +
+          "cache_size = 1048576\nreadahead = 16\ntimeout = 86400\nevict_timeout = 1\n"
+          "log_level = \"trace\"\nforce = true\nrefresh_state = true\n"
+          "fuse_options = [\"allow_other\", \"max_read=131072\", "
+          "\"fsname_like=a,b\"]\n",
+      "vault.toml");
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   EXPECT_EQ(full->cache_mib, 1048576u);
   EXPECT_EQ(full->readahead_blocks, 16u);

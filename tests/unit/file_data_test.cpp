@@ -11,8 +11,8 @@
 #include <sys/stat.h>
 
 #include <atomic>
-#include <cstdio>
 #include <chrono>
+#include <cstdio>
 #include <memory>
 #include <random>
 #include <string>
@@ -99,8 +99,8 @@ class FileDataTest : public ::testing::Test {
       if (got >= n) return ::testing::AssertionSuccess();
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
     }
-    return ::testing::AssertionFailure() << "still " << d_->cache->stats().prefetches
-                                         << " prefetches after 10 s, want " << n;
+    return ::testing::AssertionFailure()
+           << "still " << d_->cache->stats().prefetches << " prefetches after 10 s, want " << n;
   }
   void RunConcurrentModel();
 
@@ -349,7 +349,7 @@ TEST_F(FileDataTest, SequentialReadsFindTheNextBlockFetchedAhead) {
     }
   }
   const auto st = d_->cache->stats();
-  EXPECT_EQ(st.prefetches, 3u);          // blocks 1, 2, 3; none past the end
+  EXPECT_EQ(st.prefetches, 3u);             // blocks 1, 2, 3; none past the end
   EXPECT_EQ(st.loads - st.prefetches, 1u);  // only block 0 was loaded by a read
 }
 
@@ -371,7 +371,8 @@ TEST_F(FileDataTest, RandomAndShortReadsFetchNothingAhead) {
   // At offset 0 but ending in the first half of block 0: a header peek.
   EXPECT_EQ(ReadAll(ino, 0, 100), Bytes(src.begin(), src.begin() + 100));
   // Far from the previous read (block 3's second half after block 0's start).
-  EXPECT_EQ(ReadAll(ino, 3 * kB + kB - 50, 50), Bytes(src.begin() + 4 * kB - 50, src.begin() + 4 * kB));
+  EXPECT_EQ(ReadAll(ino, 3 * kB + kB - 50, 50),
+            Bytes(src.begin() + 4 * kB - 50, src.begin() + 4 * kB));
   // Now a sequential continuation of the last read: block 4 is fetched ahead.
   EXPECT_EQ(ReadAll(ino, 4 * kB, kB), Bytes(src.begin() + 4 * kB, src.begin() + 5 * kB));
   ASSERT_TRUE(WaitForPrefetches(1));
