@@ -125,7 +125,7 @@ def cmd_record(a):
 
 
 # ---------------------------------------------------------------------------
-JOB_ORDER = ["seqwrite", "seqread", "randread", "cp"]
+JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp"]
 PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 
