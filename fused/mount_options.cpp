@@ -181,6 +181,22 @@ Result<std::vector<std::string>> ExtractConfigOption(int argc, const char* const
   return out;
 }
 
+// An option's value as a whole number in [min, max]; `unit` names what it
+// counts in the message.
+Status WholeNumber(const char* name, const char* text, std::uint64_t min, std::uint64_t max,
+                   const char* unit, std::uint64_t* out) {
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long v = std::strtoull(text, &end, 10);
+  if (errno != 0 || end == text || *end != '\0' || text[0] == '-' || v < min || v > max) {
+    return Status::InvalidArgument(std::string(name) + " must be a whole number of " + unit +
+                                   " in " + std::to_string(min) + ".." + std::to_string(max) +
+                                   ", not '" + text + "'");
+  }
+  *out = v;
+  return Status::Ok();
+}
+
 }  // namespace
 
 Invocation InvocationFromArgv0(std::string_view argv0) {
@@ -319,67 +335,39 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   std::unique_ptr<char, decltype(&std::free)> evict_timeout(raw.evict_timeout, &std::free);
   cmd.force = cmd.force || raw.force != 0;  // -o force adds to the file's; nothing removes it
   cmd.refresh_state = cmd.refresh_state || raw.refresh_state != 0;  // likewise
-  auto seconds = [](const char* name, const char* text, std::uint32_t* out) -> Status {
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long v = std::strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v == 0 || v > kMaxTimeoutSeconds ||
-        text[0] == '-') {
-      return Status::InvalidArgument(std::string(name) + " must be a whole number of seconds in 1.." +
-                                     std::to_string(kMaxTimeoutSeconds) + ", not '" + text + "'");
-    }
-    *out = static_cast<std::uint32_t>(v);
-    return Status::Ok();
-  };
-  if (timeout) S3ORAM_RETURN_IF_ERROR(seconds("timeout", timeout.get(), &cmd.timeout_seconds));
-  if (evict_timeout) {
-    S3ORAM_RETURN_IF_ERROR(
-        seconds("evict_timeout", evict_timeout.get(), &cmd.evict_timeout_seconds));
-  }
   std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
   std::unique_ptr<char, decltype(&std::free)> writeback_delay(raw.writeback_delay, &std::free);
-  if (writeback_delay) {
-    char* end = nullptr;
-    errno = 0;
-    const char* text = writeback_delay.get();
-    unsigned long long v = std::strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v > kMaxWritebackDelaySeconds ||
-        text[0] == '-') {
-      return Status::InvalidArgument("writeback_delay must be a whole number of seconds in 0.." +
-                                     std::to_string(kMaxWritebackDelaySeconds) + ", not '" +
-                                     text + "'");
-    }
-    cmd.writeback_delay_seconds = static_cast<std::uint32_t>(v);
-  }
   std::unique_ptr<char, decltype(&std::free)> readahead(raw.readahead, &std::free);
-  if (readahead) {
-    char* end = nullptr;
-    errno = 0;
-    const char* text = readahead.get();
-    unsigned long long v = std::strtoull(text, &end, 10);
-    if (errno != 0 || end == text || *end != '\0' || v > kMaxReadaheadBlocks || text[0] == '-') {
-      return Status::InvalidArgument("readahead must be a whole number of blocks in 0.." +
-                                     std::to_string(kMaxReadaheadBlocks) + ", not '" + text + "'");
-    }
-    cmd.readahead_blocks = static_cast<std::uint32_t>(v);
-  }
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
   std::unique_ptr<char, decltype(&std::free)> passfile(raw.passfile, &std::free);
-  if (passfile) cmd.passfile = passfile.get();
-
+  std::uint64_t v = 0;
+  if (timeout) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("timeout", timeout.get(), 1, kMaxTimeoutSeconds, "seconds", &v));
+    cmd.timeout_seconds = static_cast<std::uint32_t>(v);
+  }
+  if (evict_timeout) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("evict_timeout", evict_timeout.get(), 1, kMaxTimeoutSeconds, "seconds", &v));
+    cmd.evict_timeout_seconds = static_cast<std::uint32_t>(v);
+  }
+  if (writeback_delay) {
+    S3ORAM_RETURN_IF_ERROR(WholeNumber("writeback_delay", writeback_delay.get(), 0,
+                                       kMaxWritebackDelaySeconds, "seconds", &v));
+    cmd.writeback_delay_seconds = static_cast<std::uint32_t>(v);
+  }
+  if (readahead) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("readahead", readahead.get(), 0, kMaxReadaheadBlocks, "blocks", &v));
+    cmd.readahead_blocks = static_cast<std::uint32_t>(v);
+  }
   if (cache_size) {
-    char* end = nullptr;
-    errno = 0;
-    unsigned long long v = std::strtoull(cache_size.get(), &end, 10);
-    if (errno != 0 || end == cache_size.get() || *end != '\0' || v == 0 || v > kMaxCacheMib ||
-        cache_size.get()[0] == '-') {
-      return Status::InvalidArgument("cache_size must be a whole number of MiB in 1.." +
-                                     std::to_string(kMaxCacheMib) + ", not '" +
-                                     cache_size.get() + "'");
-    }
+    S3ORAM_RETURN_IF_ERROR(WholeNumber("cache_size", cache_size.get(), 1, kMaxCacheMib, "MiB", &v));
     cmd.cache_mib = v;
   }
+  if (passfile) cmd.passfile = passfile.get();
+
   if (log_file) cmd.log_file = log_file.get();
   if (log_level) {
     static constexpr std::string_view kLevels[] = {"trace", "debug", "info", "warn", "error"};

@@ -103,6 +103,17 @@ class FileDataTest : public ::testing::Test {
            << "still " << d_->cache->stats().prefetches << " prefetches after 10 s, want " << n;
   }
   void RunConcurrentModel();
+  // A file holding `src`, fsynced, then a restart with readahead on: the
+  // data are in the engine and the cache is empty.
+  Ino FsyncedFileThenColdStart(const std::string& name, const Bytes& src) {
+    const Ino ino = MakeFile(name);
+    EXPECT_EQ(d_->data->Write(ino, 0, src), 0);
+    EXPECT_EQ(d_->data->Fsync(ino), 0);
+    readahead_ = 1;
+    Crash();
+    Start();
+    return ino;
+  }
 
   s3oram::testing::TempDir dir_;
   std::string state_;
@@ -334,13 +345,8 @@ TEST_F(FileDataTest, ConcurrentFilesAgreeWithAModelWithReadahead) {
 // A sequential reader finds each next block already fetched; the prefetcher
 // never reads past the end of the file.
 TEST_F(FileDataTest, SequentialReadsFindTheNextBlockFetchedAhead) {
-  const Ino ino = MakeFile("seq");
   const Bytes src = Pattern(4 * kB, 7);
-  ASSERT_EQ(d_->data->Write(ino, 0, src), 0);
-  ASSERT_EQ(d_->data->Fsync(ino), 0);
-  readahead_ = 1;
-  Crash();  // an empty cache, the data in the engine
-  Start();
+  const Ino ino = FsyncedFileThenColdStart("seq", src);
   for (std::uint64_t b = 0; b < 4; ++b) {
     ASSERT_EQ(ReadAll(ino, b * kB, kB), Bytes(src.begin() + b * kB, src.begin() + (b + 1) * kB))
         << b;
@@ -358,13 +364,8 @@ TEST_F(FileDataTest, SequentialReadsFindTheNextBlockFetchedAhead) {
 // sequential read's block has been fetched, anything queued before it would
 // have been too.)
 TEST_F(FileDataTest, RandomAndShortReadsFetchNothingAhead) {
-  const Ino ino = MakeFile("rnd");
   const Bytes src = Pattern(8 * kB, 8);
-  ASSERT_EQ(d_->data->Write(ino, 0, src), 0);
-  ASSERT_EQ(d_->data->Fsync(ino), 0);
-  readahead_ = 1;
-  Crash();
-  Start();
+  const Ino ino = FsyncedFileThenColdStart("rnd", src);
   // Into the second half of block 6, with no earlier read nearby: random.
   EXPECT_EQ(ReadAll(ino, 6 * kB + kB / 2, 100),
             Bytes(src.begin() + 6 * kB + kB / 2, src.begin() + 6 * kB + kB / 2 + 100));
