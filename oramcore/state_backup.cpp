@@ -274,15 +274,18 @@ class TempBeside {
     }
     return t;
   }
-  ~TempBeside() { ::close(fd_); }
+  ~TempBeside() {
+    // Removed while still locked, so no cleaner sees it unlocked first.
+    { FileRemover remove(path_); }
+    ::close(fd_);
+  }
   TempBeside(const TempBeside&) = delete;
   TempBeside& operator=(const TempBeside&) = delete;
-  const std::string& path() const { return remover_path_; }
+  const std::string& path() const { return path_; }
 
  private:
-  TempBeside(std::string path, int fd) : remover_path_(path), remover_(std::move(path)), fd_(fd) {}
-  std::string remover_path_;
-  FileRemover remover_;  // runs before the lock is released (members die in reverse order)
+  TempBeside(std::string path, int fd) : path_(std::move(path)), fd_(fd) {}
+  std::string path_;
   int fd_;
 };
 
