@@ -1,5 +1,5 @@
-// Micro-benchmarks behind the choice of field (oramcore/field.h) and of the
-// server kernels (oramcore/kernels.cpp).
+// Micro-benchmarks behind the choice of field (oramcore/math/field.h) and of the
+// server kernels (oramcore/math/kernels.cpp).
 //
 // Shapes are those of a real access: B = 4096-byte blocks, a path of H + 1 = 9
 // buckets, Z in {64, 333} slots per bucket. Three fields are compared at equal
@@ -24,6 +24,7 @@
 //    (compute-bound) eviction product.
 #include <NTL/mat_lzz_p.h>
 #include <benchmark/benchmark.h>
+#include <immintrin.h>
 
 #include <algorithm>
 #include <array>
@@ -32,11 +33,9 @@
 #include <random>
 #include <vector>
 
-#include <immintrin.h>
-
-#include "oramcore/field.h"
-#include "oramcore/kernels.h"
-#include "oramcore/kernels_internal.h"
+#include "oramcore/math/field.h"
+#include "oramcore/math/kernels.h"
+#include "oramcore/math/kernels_internal.h"
 
 namespace {
 

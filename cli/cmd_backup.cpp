@@ -1,5 +1,5 @@
 // s3oram backup-state, restore, attach and refresh-state: the client state as
-// an encrypted, secret-shared blob on the servers (oramcore/state_backup.h),
+// an encrypted, secret-shared blob on the servers (oramcore/protocol/state_backup.h),
 // taken on demand (the FUSE daemon also takes one at every clean unmount),
 // restored on a machine that has only the server addresses and keys, a client
 // key and the passphrase (attach: as a second device, with the mount command),
@@ -13,10 +13,11 @@
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/progress.h"
-#include "oramcore/client.h"
-#include "oramcore/curve_keys.h"
-#include "oramcore/key_wrap.h"
-#include "oramcore/state_backup.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/subkeys.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/protocol/state_backup.h"
+#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::cli {
 namespace {

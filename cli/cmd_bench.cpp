@@ -14,9 +14,9 @@
 #include "cli/local_cluster.h"
 #include "cli/param_options.h"
 #include "cli/progress.h"
-#include "oramcore/client.h"
-#include "oramcore/kernels.h"
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
+#include "oramcore/math/kernels.h"
+#include "oramcore/protocol/client.h"
 
 namespace s3oram::cli {
 

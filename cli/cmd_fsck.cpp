@@ -37,11 +37,11 @@
 #include "cli/key_options.h"
 #include "cli/progress.h"
 #include "fused/fsck.h"
-#include "oramcore/client.h"
-#include "oramcore/client_state.h"
-#include "oramcore/key_wrap.h"
-#include "oramcore/state_file.h"
-#include "oramcore/passphrase.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/state/state_file.h"
 
 namespace s3oram::cli {
 namespace {

@@ -8,7 +8,7 @@
 
 #include "cli/commands.h"
 #include "cli/param_options.h"
-#include "oramcore/link_model.h"
+#include "oramcore/tree/link_model.h"
 
 namespace s3oram::cli {
 

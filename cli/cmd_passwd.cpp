@@ -5,10 +5,10 @@
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
-#include "oramcore/client_state.h"
-#include "oramcore/state_file.h"
-#include "oramcore/key_wrap.h"
-#include "oramcore/passphrase.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/state/state_file.h"
 
 namespace s3oram::cli {
 

@@ -1,5 +1,5 @@
 // s3oram rebuild: recreate a lost server's share from the surviving servers
-// (oramcore/rebuild.h), with a progress report, then verify every live block
+// (oramcore/protocol/rebuild.h), with a progress report, then verify every live block
 // through the ORAM.
 #include <cstdio>
 #include <memory>
@@ -8,8 +8,8 @@
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/progress.h"
-#include "oramcore/passphrase.h"
-#include "oramcore/rebuild.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/protocol/rebuild.h"
 
 namespace s3oram::cli {
 

@@ -1,14 +1,14 @@
 // s3oram status: reachability and progress of every server of a filesystem.
-#include <cstdio>
-
 #include <unistd.h>
+
+#include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
-#include "oramcore/client.h"
-#include "oramcore/passphrase.h"
-#include "oramcore/state_backup.h"
-#include "oramcore/state_file.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/protocol/state_backup.h"
+#include "oramcore/state/state_file.h"
 
 namespace s3oram::cli {
 

@@ -1,11 +1,11 @@
 // s3oram upgrade-state: encrypts a client state of an earlier version in
-// place (oramcore/state_upgrade.h).
+// place (oramcore/state/state_upgrade.h).
 #include <cstdio>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
-#include "oramcore/passphrase.h"
-#include "oramcore/state_upgrade.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/state/state_upgrade.h"
 
 namespace s3oram::cli {
 

@@ -5,9 +5,9 @@
 #include <CLI/CLI.hpp>
 #include <string>
 
-#include "oramcore/key_wrap.h"
-#include "oramcore/passphrase.h"
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/passphrase.h"
 
 namespace s3oram::cli {
 

@@ -19,8 +19,8 @@
 #include <sstream>
 #include <thread>
 
-#include "oramcore/curve_keys.h"
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
+#include "oramcore/wire/curve_keys.h"
 #include "serverd/config.h"
 
 namespace s3oram::cluster {

@@ -15,7 +15,7 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 
 namespace s3oram::cluster {
 

@@ -7,8 +7,8 @@
 #include <string>
 
 #include "cli/commands.h"
-#include "oramcore/params.h"
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
+#include "oramcore/tree/params.h"
 
 namespace s3oram::cli {
 

@@ -17,9 +17,9 @@
 #include <span>
 #include <vector>
 
-#include "oramcore/client.h"
-#include "oramcore/state_backup.h"
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/protocol/state_backup.h"
 
 namespace s3oram::fs {
 
@@ -73,7 +73,7 @@ class OramBlockEngine final : public BlockEngine {
   };
   Stats stats() const;
 
-  // Backs the client state up to the servers (oramcore/state_backup.h) under
+  // Backs the client state up to the servers (oramcore/protocol/state_backup.h) under
   // the engine's lock, so no access runs during the snapshot.
   Result<BackupResult> BackupState();
 

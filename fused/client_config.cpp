@@ -1,10 +1,11 @@
 #include "fused/client_config.h"
 
-#include <string>
 #include <toml++/toml.h>
 
-#include "fused/mount_options.h"
-#include "oramcore/toml_check.h"
+#include <string>
+
+#include "fused/mount_limits.h"
+#include "oramcore/base/toml_check.h"
 
 namespace s3oram::fs {
 namespace {

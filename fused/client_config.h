@@ -23,7 +23,7 @@
 // daemon runs from /), a missing [mount] table or required key are each an
 // InvalidArgument of the form
 //   <file>:<line>:<col>: <key path>: <what was expected>, got <what>
-// (oramcore/toml_check.h; only an absent [mount] table has no line). Nothing
+// (oramcore/base/toml_check.h; only an absent [mount] table has no line). Nothing
 // here touches the filesystem except LoadClientConfig reading the file: that
 // the paths exist is checked when they are used.
 #pragma once
@@ -34,7 +34,7 @@
 #include <string_view>
 #include <vector>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 
 namespace s3oram::fs {
 

@@ -39,9 +39,9 @@
 #include <vector>
 
 #include "fused/metadata_store.h"
-#include "oramcore/client.h"
-#include "oramcore/state_file.h"
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/state/state_file.h"
 
 namespace s3oram::fs {
 

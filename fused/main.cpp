@@ -13,7 +13,7 @@
 //  4. create the FUSE session, mount, report success, detach stdio;
 //  5. serve with the multi-threaded loop until unmount or SIGTERM/SIGINT/
 //     SIGHUP; `destroy` writes back every cached block and syncs;
-//  6. back the client state up to the servers (oramcore/state_backup.h).
+//  6. back the client state up to the servers (oramcore/protocol/state_backup.h).
 // Once mounted, nothing is written to stderr (logs go to log_file, syslog,
 // or the journal when stderr is the journal).
 #include <fcntl.h>
@@ -48,10 +48,10 @@
 #include "fused/filesystem.h"
 #include "fused/metadata_store.h"
 #include "fused/mount_options.h"
-#include "oramcore/client.h"
-#include "oramcore/logging.h"
-#include "oramcore/passphrase.h"
-#include "oramcore/state_backup.h"
+#include "oramcore/base/logging.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/protocol/state_backup.h"
 
 namespace {
 

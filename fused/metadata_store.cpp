@@ -47,14 +47,14 @@
 #include <bit>
 #include <cerrno>
 #include <exception>
-#include <new>
 #include <map>
+#include <new>
 #include <set>
 #include <tuple>
 #include <unordered_map>
 #include <utility>
 
-#include "oramcore/fault_point.h"
+#include "oramcore/base/fault_point.h"
 
 namespace s3oram::fs {
 namespace {

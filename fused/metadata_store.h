@@ -43,8 +43,8 @@
 #include <vector>
 
 #include "fused/block_layout.h"
-#include "oramcore/state_file.h"
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
+#include "oramcore/state/state_file.h"
 
 struct sqlite3;
 

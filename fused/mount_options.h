@@ -26,7 +26,8 @@
 #include <string_view>
 #include <vector>
 
-#include "oramcore/status.h"
+#include "fused/mount_limits.h"
+#include "oramcore/base/status.h"
 
 namespace s3oram::fs {
 
@@ -67,12 +68,6 @@ struct MountCommand {
   std::uint32_t timeout_seconds = 30;
   std::uint32_t evict_timeout_seconds = 300;
 };
-
-inline constexpr std::uint32_t kMaxTimeoutSeconds = 24 * 3600;
-
-inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;
-inline constexpr std::uint32_t kMaxWritebackDelaySeconds = 3600;
-inline constexpr std::uint32_t kMaxReadaheadBlocks = 16;
 
 Invocation InvocationFromArgv0(std::string_view argv0);
 

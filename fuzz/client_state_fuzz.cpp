@@ -1,4 +1,4 @@
-// libFuzzer harness: the client-state loader (oramcore/client_state.h:
+// libFuzzer harness: the client-state loader (oramcore/state/client_state.h:
 // ClientStateStore::Open, LoadPositionMap, LoadPending) on damaged and hostile
 // state files.
 //
@@ -10,7 +10,7 @@
 // PRAGMAs, schema changes) and raw byte pokes, in the format of
 // fuzz/state_mutation.h. CHECK constraints are off while the script runs.
 //
-// The state is sealed (oramcore/state_file.h): the script's SQL goes through
+// The state is sealed (oramcore/state/state_file.h): the script's SQL goes through
 // the template's own key, and byte pokes land on sealed pages or the clear
 // header, where they must be refused as Corruption.
 // Feeds: the mutated copy to UnlockedState::UnlockWithMaster and
@@ -49,11 +49,11 @@
 #include <vector>
 
 #include "fuzz/state_mutation.h"
-#include "oramcore/client_state.h"
-#include "oramcore/key_wrap.h"
-#include "oramcore/params.h"
-#include "oramcore/position_map.h"
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/tree/params.h"
+#include "oramcore/tree/position_map.h"
 
 namespace {
 

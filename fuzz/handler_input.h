@@ -19,7 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "oramcore/wire.h"
+#include "oramcore/wire/wire.h"
 
 namespace s3oram::fuzz {
 
@@ -44,7 +44,7 @@ inline constexpr std::uint8_t kPeerModeMask = 0x07;
 inline constexpr std::uint8_t kFixFsId = 0x08;
 inline constexpr std::uint8_t kFixLength = 0x10;
 
-// Byte offsets in a wire frame header (oramcore/wire.h).
+// Byte offsets in a wire frame header (oramcore/wire/wire.h).
 inline constexpr std::size_t kFsIdOffset = 8;
 inline constexpr std::size_t kSeqOffset = 32;
 inline constexpr std::size_t kLengthOffset = 40;

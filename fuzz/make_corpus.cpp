@@ -14,9 +14,9 @@
 
 #include "fuzz/handler_input.h"
 #include "fuzz/state_mutation.h"
-#include "oramcore/field.h"
-#include "oramcore/geometry.h"
-#include "oramcore/wire.h"
+#include "oramcore/math/field.h"
+#include "oramcore/tree/geometry.h"
+#include "oramcore/wire/wire.h"
 
 namespace {
 

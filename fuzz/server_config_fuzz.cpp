@@ -15,7 +15,7 @@
 #include <string>
 #include <string_view>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 #include "serverd/config.h"
 
 namespace {

@@ -48,9 +48,9 @@
 #include <vector>
 
 #include "fuzz/handler_input.h"
-#include "oramcore/field.h"
-#include "oramcore/status.h"
-#include "oramcore/wire.h"
+#include "oramcore/base/status.h"
+#include "oramcore/math/field.h"
+#include "oramcore/wire/wire.h"
 #include "serverd/config.h"
 #include "serverd/peer_exchange.h"
 #include "serverd/request_handler.h"

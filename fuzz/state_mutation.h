@@ -1,6 +1,6 @@
 // The input format of client_state_fuzz, shared with make_corpus (which
 // writes seeds in it): a script of mutations applied to a copy of a valid
-// client state file (oramcore/client_state.cpp, schema version 1) before the
+// client state file (oramcore/state/client_state.cpp, schema version 1) before the
 // harness opens and loads it. Little-endian; reads past the end give zeros.
 //
 //   input := op*                       (at most kMaxOps are applied)

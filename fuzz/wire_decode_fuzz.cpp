@@ -1,4 +1,4 @@
-// libFuzzer harness: the wire decoder (oramcore/wire.h) on arbitrary bytes.
+// libFuzzer harness: the wire decoder (oramcore/wire/wire.h) on arbitrary bytes.
 //
 // Feeds: the input as one frame to wire::Decode.
 // Asserts (abort on violation):
@@ -20,8 +20,8 @@
 #include <variant>
 #include <vector>
 
-#include "oramcore/status.h"
-#include "oramcore/wire.h"
+#include "oramcore/base/status.h"
+#include "oramcore/wire/wire.h"
 
 namespace {
 

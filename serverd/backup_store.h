@@ -2,7 +2,7 @@
 //
 // The server stores, per backup generation, one opaque vector of field
 // elements: its degree-t Shamir share of the client's encrypted, padded state
-// blob (oramcore/state_backup.h). It cannot read anything from it but its
+// blob (oramcore/protocol/state_backup.h). It cannot read anything from it but its
 // length, which depends only on the padded size (a power of two).
 //
 // Files in the data directory, beside shares.bin (which this never touches):
@@ -35,9 +35,9 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/field.h"
-#include "oramcore/status.h"
-#include "oramcore/wire.h"
+#include "oramcore/base/status.h"
+#include "oramcore/math/field.h"
+#include "oramcore/wire/wire.h"
 
 namespace s3oram::serverd {
 

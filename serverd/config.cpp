@@ -2,21 +2,22 @@
 //
 // The generic checks (types, ranges, unknown keys, located messages of the
 // form <origin>[:line:col]: <key path>: expected <what>[, got <what>]) live in
-// oramcore/toml_check.h, shared with the FUSE client's config; this file adds
+// oramcore/base/toml_check.h, shared with the FUSE client's config; this file adds
 // what is particular to a server (endpoints, CURVE keys, peers).
 
 #include "serverd/config.h"
+
+#include <toml++/toml.h>
 
 #include <cstdio>
 #include <limits>
 #include <set>
 #include <sstream>
 #include <string>
-#include <toml++/toml.h>
 
-#include "oramcore/curve_keys.h"
-#include "oramcore/field.h"
-#include "oramcore/toml_check.h"
+#include "oramcore/base/toml_check.h"
+#include "oramcore/math/field.h"
+#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::serverd {
 namespace {

@@ -29,7 +29,7 @@
 #include <string_view>
 #include <vector>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 
 namespace s3oram::serverd {
 

@@ -12,7 +12,7 @@
 #include <cstdint>
 #include <string>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 
 namespace s3oram::serverd {
 

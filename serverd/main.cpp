@@ -12,7 +12,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "oramcore/logging.h"
+#include "oramcore/base/logging.h"
 #include "serverd/config.h"
 #include "serverd/server.h"
 

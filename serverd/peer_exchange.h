@@ -12,9 +12,9 @@
 #include <span>
 #include <vector>
 
-#include "oramcore/field.h"
-#include "oramcore/status.h"
-#include "oramcore/wire.h"
+#include "oramcore/base/status.h"
+#include "oramcore/math/field.h"
+#include "oramcore/wire/wire.h"
 
 namespace s3oram::serverd {
 

@@ -31,9 +31,9 @@
 #include <span>
 #include <vector>
 
-#include "oramcore/field.h"
-#include "oramcore/secret.h"
-#include "oramcore/status.h"
+#include "oramcore/base/secret.h"
+#include "oramcore/base/status.h"
+#include "oramcore/math/field.h"
 
 namespace s3oram::serverd::rebuild {
 

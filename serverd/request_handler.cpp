@@ -4,6 +4,7 @@
 #include "serverd/request_handler.h"
 
 #include <spdlog/spdlog.h>
+#include <zmq.h>
 
 #include <algorithm>
 #include <boost/asio/post.hpp>
@@ -16,16 +17,15 @@
 #include <thread>
 #include <utility>
 
-#include <zmq.h>
-
-#include "oramcore/curve_keys.h"
-#include "oramcore/fault_point.h"
-#include "oramcore/field.h"
-#include "oramcore/geometry.h"
-#include "oramcore/kernels.h"
-#include "oramcore/random.h"
-#include "oramcore/shamir.h"
-#include "oramcore/wire.h"
+#include "oramcore/base/fault_point.h"
+#include "oramcore/base/random.h"
+#include "oramcore/math/field.h"
+#include "oramcore/math/kernels.h"
+#include "oramcore/math/random_elems.h"
+#include "oramcore/math/shamir.h"
+#include "oramcore/tree/geometry.h"
+#include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/wire.h"
 #include "serverd/backup_store.h"
 #include "serverd/lease_file.h"
 #include "serverd/rebuild_masks.h"

@@ -15,7 +15,7 @@
 #include <span>
 #include <vector>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 #include "serverd/config.h"
 #include "serverd/peer_exchange.h"
 #include "serverd/share_store.h"

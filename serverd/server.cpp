@@ -11,10 +11,10 @@
 #include <tuple>
 #include <vector>
 
-#include "oramcore/curve_keys.h"
-#include "oramcore/field.h"
-#include "oramcore/kernels.h"
-#include "oramcore/wire.h"
+#include "oramcore/math/field.h"
+#include "oramcore/math/kernels.h"
+#include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/wire.h"
 #include "serverd/peer_exchange.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"

@@ -15,7 +15,7 @@
 #include <atomic>
 #include <memory>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 #include "serverd/config.h"
 
 namespace s3oram::serverd {

@@ -53,7 +53,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "oramcore/fault_point.h"
+#include "oramcore/base/fault_point.h"
 
 namespace s3oram::serverd {
 

@@ -17,7 +17,7 @@
 #include <string>
 #include <thread>
 
-#include "oramcore/status.h"
+#include "oramcore/base/status.h"
 
 namespace s3oram::serverd {
 

@@ -14,9 +14,9 @@
 #include <vector>
 
 #include "cli/local_cluster.h"
-#include "oramcore/client.h"
-#include "oramcore/private_file.h"
-#include "oramcore/state_file.h"
+#include "oramcore/base/private_file.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/state/state_file.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram::testing {

@@ -12,8 +12,8 @@
 #include <thread>
 #include <unordered_map>
 
-#include "oramcore/elem_packing.h"
-#include "oramcore/field.h"
+#include "oramcore/math/elem_packing.h"
+#include "oramcore/math/field.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_scale.h"
 #include "tests/support/test_seed.h"

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/field.h"
+#include "oramcore/math/field.h"
 #include "tests/integration/fs_fixture.h"
 #include "tests/support/test_seed.h"
 

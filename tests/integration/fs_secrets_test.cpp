@@ -13,9 +13,9 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/client_state.h"
-#include "oramcore/key_wrap.h"
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/state/client_state.h"
 #include "tests/integration/fs_fixture.h"
 
 namespace s3oram {

@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "fused/metadata_store.h"
-#include "oramcore/client.h"
-#include "oramcore/sealed_vfs.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/state/sealed_vfs.h"
 #include "tests/integration/fs_fixture.h"
 #include "tests/support/test_seed.h"
 

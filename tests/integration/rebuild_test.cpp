@@ -2,6 +2,8 @@
 // recreated from the two others, byte for byte; what the client and the
 // rebuilt server receive is masked; and the refusals (live target, target
 // among the participants, requests to a server being rebuilt).
+#include "oramcore/protocol/rebuild.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -15,9 +17,8 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/rebuild.h"
-#include "oramcore/shamir.h"
-#include "oramcore/transport.h"
+#include "oramcore/math/shamir.h"
+#include "oramcore/wire/transport.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_scale.h"
 #include "tests/support/test_seed.h"

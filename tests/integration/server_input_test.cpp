@@ -6,7 +6,7 @@
 
 #include <random>
 
-#include "oramcore/transport.h"
+#include "oramcore/wire/transport.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_seed.h"
 

@@ -1,9 +1,9 @@
-// Client-state backup and restore (oramcore/state_backup.h) against three real
+// Client-state backup and restore (oramcore/protocol/state_backup.h) against three real
 // s3oram-serverd processes: round trip, wrong passphrase, damaged shares
 // (robust decoding names the bad server; two bad servers are an integrity
 // error), size padding, a backup older than the servers, the fallback to
 // the previous generation, and the removal of abandoned temporary copies.
-#include "oramcore/state_backup.h"
+#include "oramcore/protocol/state_backup.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>

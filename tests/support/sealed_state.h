@@ -1,7 +1,7 @@
 // Sealed client-state files for tests that work below OramClient: one
 // process-wide master key makes and opens them, so a test can reach any
 // state file's database by its path, as the product does with the key the
-// passphrase unwraps (oramcore/state_file.h).
+// passphrase unwraps (oramcore/state/state_file.h).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -14,9 +14,9 @@
 #include <string>
 #include <string_view>
 
-#include "oramcore/key_wrap.h"
-#include "oramcore/random.h"
-#include "oramcore/state_file.h"
+#include "oramcore/base/random.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/state/state_file.h"
 
 namespace s3oram::testing {
 

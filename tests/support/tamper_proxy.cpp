@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/curve_keys.h"
-#include "oramcore/field.h"
-#include "oramcore/wire.h"
+#include "oramcore/math/field.h"
+#include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/wire.h"
 
 namespace s3oram::testing {
 

@@ -21,7 +21,7 @@
 #include <thread>
 #include <vector>
 
-#include "oramcore/wire.h"
+#include "oramcore/wire/wire.h"
 
 namespace s3oram::testing {
 

@@ -1,28 +1,28 @@
 // Tests of the SQLite client-state store against real files in a private
 // temporary directory: round trips, atomicity, file mode, and refusal (without
 // modification) of anything that is not a valid s3oram state.
-#include "oramcore/client_state.h"
+#include "oramcore/state/client_state.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <algorithm>
 #include <iterator>
 #include <map>
 #include <random>
 #include <set>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <vector>
 
-#include "oramcore/curve_keys.h"
-#include "oramcore/state_file.h"
+#include "oramcore/state/state_file.h"
+#include "oramcore/wire/curve_keys.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {

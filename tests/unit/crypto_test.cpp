@@ -12,13 +12,13 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/block_seal.h"
-#include "oramcore/curve_keys.h"
-#include "oramcore/key_wrap.h"
-#include "oramcore/passphrase.h"
-#include "oramcore/private_file.h"
-#include "oramcore/random.h"
-#include "oramcore/secret.h"
+#include "oramcore/base/private_file.h"
+#include "oramcore/base/random.h"
+#include "oramcore/base/secret.h"
+#include "oramcore/crypto/block_seal.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/passphrase.h"
+#include "oramcore/wire/curve_keys.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {

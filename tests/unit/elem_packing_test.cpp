@@ -1,4 +1,4 @@
-#include "oramcore/elem_packing.h"
+#include "oramcore/math/elem_packing.h"
 
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-#include "oramcore/field.h"
+#include "oramcore/math/field.h"
 
 #include <gtest/gtest.h>
 

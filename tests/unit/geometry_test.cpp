@@ -1,7 +1,7 @@
 // Tree geometry: heap numbering, paths, siblings and the reverse-lexicographic
 // eviction order whose "every bucket of level d once per 2^d evictions" property
 // the overflow model in params.h relies on.
-#include "oramcore/geometry.h"
+#include "oramcore/tree/geometry.h"
 
 #include <gtest/gtest.h>
 

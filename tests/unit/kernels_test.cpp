@@ -1,4 +1,4 @@
-#include "oramcore/kernels.h"
+#include "oramcore/math/kernels.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/kernels_internal.h"
+#include "oramcore/math/kernels_internal.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram::kernels {

@@ -1,7 +1,7 @@
 // The network time model against a hand computation of the same phases, and
 // its qualitative properties (faster links are never slower, bytes per user
 // byte are the cost model's).
-#include "oramcore/link_model.h"
+#include "oramcore/tree/link_model.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
 // Parameter safety: the binomial tail against exact arithmetic, the overflow
 // bound against design.md's reference values and the acceptance threshold,
 // the bucket-size search, validation and the cost model.
-#include "oramcore/params.h"
+#include "oramcore/tree/params.h"
 
 #include <gtest/gtest.h>
 
@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "oramcore/field.h"
+#include "oramcore/math/field.h"
 
 namespace s3oram {
 namespace {

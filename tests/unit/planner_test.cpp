@@ -1,4 +1,4 @@
-#include "oramcore/planner.h"
+#include "oramcore/tree/planner.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/params.h"
+#include "oramcore/tree/params.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {

@@ -1,4 +1,4 @@
-#include "oramcore/position_map.h"
+#include "oramcore/tree/position_map.h"
 
 #include <gtest/gtest.h>
 
@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "oramcore/planner.h"
+#include "oramcore/tree/planner.h"
 #include "tests/support/test_seed.h"
 
 // Counting global allocator: lets SteadyStateDoesNotAllocate observe that the

@@ -1,6 +1,6 @@
 // The CSPRNG front end: uniform output, no repeats, canonical field elements,
 // on both the direct (small) and the keystream (large) paths.
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
 
 #include <gtest/gtest.h>
 
@@ -8,6 +8,8 @@
 #include <cmath>
 #include <set>
 #include <vector>
+
+#include "oramcore/math/random_elems.h"
 
 namespace s3oram {
 namespace {

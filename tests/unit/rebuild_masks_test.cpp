@@ -9,7 +9,7 @@
 #include <set>
 #include <vector>
 
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
 
 namespace s3oram::serverd::rebuild {
 namespace {

@@ -15,10 +15,9 @@
 #include <variant>
 #include <vector>
 
-#include "oramcore/field.h"
-#include "oramcore/geometry.h"
-#include "oramcore/wire.h"
-
+#include "oramcore/math/field.h"
+#include "oramcore/tree/geometry.h"
+#include "oramcore/wire/wire.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram::serverd {

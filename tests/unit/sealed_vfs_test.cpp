@@ -1,4 +1,4 @@
-#include "oramcore/sealed_vfs.h"
+#include "oramcore/state/sealed_vfs.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 

@@ -2,7 +2,7 @@
 // against naive polynomial evaluation, by round trips through every threshold
 // configuration we support, statistically for privacy, and by simulating the
 // whole SMP exchange among the parties.
-#include "oramcore/shamir.h"
+#include "oramcore/math/shamir.h"
 
 #include <NTL/lzz_p.h>
 #include <gtest/gtest.h>
@@ -16,8 +16,9 @@
 #include <utility>
 #include <vector>
 
-#include "oramcore/field.h"
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
+#include "oramcore/math/field.h"
+#include "oramcore/math/random_elems.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram::shamir {

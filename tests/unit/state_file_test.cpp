@@ -1,4 +1,4 @@
-#include "oramcore/state_file.h"
+#include "oramcore/state/state_file.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 

@@ -1,4 +1,4 @@
-#include "oramcore/state_upgrade.h"
+#include "oramcore/state/state_upgrade.h"
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "oramcore/client_state.h"
-#include "oramcore/curve_keys.h"
-#include "oramcore/random.h"
+#include "oramcore/base/random.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/wire/curve_keys.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram {

@@ -1,7 +1,7 @@
 // Tests of the wire codec: round trips, the exact byte layout, and rejection of
 // every kind of malformed frame (truncation, bit flips, huge counts,
 // non-canonical elements, wrong version) without crashes or big allocations.
-#include "oramcore/wire.h"
+#include "oramcore/wire/wire.h"
 
 #include <gtest/gtest.h>
 

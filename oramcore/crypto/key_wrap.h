@@ -1,0 +1,64 @@
+// The filesystem's master key and how it is kept: a random 256-bit key per
+// filesystem, stored only wrapped (XChaCha20-Poly1305) under a key derived
+// from the passphrase with Argon2id. Changing the passphrase rewraps the same
+// master key, so no block is touched.
+//
+// Guarantees:
+//  * The master key comes from the OS CSPRNG and exists in memory only inside
+//    Secret (guarded, zeroed after use); the derived wrapping key is zeroed as
+//    soon as the wrap or unwrap is done.
+//  * The wrap authenticates the filesystem id and the KDF parameters (they are
+//    associated data), so a wrapped key copied to another filesystem, or KDF
+//    parameters lowered by someone editing the state file, do not unwrap.
+//  * A wrong passphrase is reported as PermissionDenied and nothing else: the
+//    tag check cannot tell a wrong passphrase from a damaged record, and says so.
+#pragma once
+
+#include <array>
+#include <cstdint>
+
+#include "oramcore/base/secret.h"
+#include "oramcore/base/status.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+inline constexpr std::size_t kMasterKeyBytes = 32;
+
+// Argon2id cost. Stored with the wrapped key so that unwrapping uses exactly
+// what wrapping used; tunable per filesystem (s3oram init/passwd --kdf-*).
+struct KdfParams {
+  std::uint64_t ops = 0;        // passes (crypto_pwhash opslimit)
+  std::uint64_t mem_bytes = 0;  // memory (crypto_pwhash memlimit)
+  bool operator==(const KdfParams&) const = default;
+};
+// libsodium's MODERATE level: 3 passes over 256 MiB (about a second here).
+KdfParams DefaultKdfParams();
+// The smallest costs libsodium accepts. For tests and benchmarks only: a
+// passphrase protected this way falls quickly to guessing.
+KdfParams MinimalKdfParams();
+// InvalidArgument naming the allowed range if libsodium would refuse them.
+Status ValidateKdfParams(const KdfParams& kdf);
+
+struct KeyWrap {
+  KdfParams kdf;
+  std::array<std::uint8_t, 16> salt{};
+  std::array<std::uint8_t, 24> nonce{};
+  std::array<std::uint8_t, kMasterKeyBytes + 16> sealed{};  // ciphertext || tag
+  bool operator==(const KeyWrap&) const = default;
+};
+
+// A fresh random master key.
+Secret NewMasterKey();
+
+// Wraps `master` for filesystem `fs_id` under `passphrase` with a fresh salt
+// and nonce.
+Result<KeyWrap> WrapMasterKey(const Secret& master, const Secret& passphrase,
+                              const wire::FsId& fs_id, const KdfParams& kdf);
+
+// The master key, or PermissionDenied if the passphrase is wrong (or the
+// record was altered).
+Result<Secret> UnwrapMasterKey(const KeyWrap& wrap, const Secret& passphrase,
+                               const wire::FsId& fs_id);
+
+}  // namespace s3oram

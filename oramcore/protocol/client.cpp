@@ -1,0 +1,1060 @@
+#include "oramcore/protocol/client.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <optional>
+#include <string>
+
+#include "oramcore/base/fault_point.h"
+#include "oramcore/base/random.h"
+#include "oramcore/crypto/subkeys.h"
+#include "oramcore/math/field.h"
+#include "oramcore/math/random_elems.h"
+#include "oramcore/math/shamir.h"
+#include "oramcore/protocol/lease_holder.h"
+
+namespace s3oram {
+
+using field::Elem;
+
+namespace {
+
+constexpr const char* kEvictKind = kPendingEvictKind;
+constexpr const char* kRootKind = kPendingRootKind;
+constexpr std::uint64_t kRootPendingKey = kPendingRootKey;
+// Every stale-state refusal names the way out (RefreshState).
+std::string StaleStateFix(const std::string& state_path) {
+  return "Another device has used this filesystem since; fetch the newest state backup from "
+         "the servers with `s3oram refresh-state -s " +
+         state_path + "`, or mount with -o refresh_state";
+}
+
+// Pending-eviction payload: eviction number and the last attempt sent.
+std::vector<std::uint8_t> EncodeEvictPayload(std::uint64_t ne, std::uint32_t attempt) {
+  std::vector<std::uint8_t> out(12);
+  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(ne >> (8 * i));
+  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<std::uint8_t>(attempt >> (8 * i));
+  return out;
+}
+
+Status DecodeEvictPayload(const std::vector<std::uint8_t>& p, std::uint64_t* ne,
+                          std::uint32_t* attempt) {
+  if (p.size() != 12) return Status::Corruption("pending eviction record has a bad size");
+  *ne = 0;
+  *attempt = 0;
+  for (int i = 0; i < 8; ++i) *ne |= std::uint64_t{p[i]} << (8 * i);
+  for (int i = 0; i < 4; ++i) *attempt |= std::uint32_t{p[8 + i]} << (8 * i);
+  return Status::Ok();
+}
+
+// Shares `secret` (n elements) among `parties` with threshold t, drawing the
+// polynomial coefficients from the CSPRNG. outs[i] receives party i's n shares.
+void ShareVector(std::span<const Elem> secret, std::size_t t,
+                 std::vector<std::vector<Elem>>& outs) {
+  std::vector<Elem> coeffs(secret.size() * t);
+  random::Elems(coeffs);
+  std::vector<Elem*> ptrs;
+  for (auto& o : outs) {
+    o.resize(secret.size());
+    ptrs.push_back(o.data());
+  }
+  shamir::Create(secret, t, coeffs, ptrs);
+}
+
+using Clock = std::chrono::steady_clock;
+
+// Adds the time from construction to Stop() (or to destruction, whichever
+// comes first) to a nanosecond counter; the time is added once.
+class TimeInto {
+ public:
+  explicit TimeInto(std::uint64_t& sink) : sink_(&sink), start_(Clock::now()) {}
+  ~TimeInto() { Stop(); }
+  TimeInto(const TimeInto&) = delete;
+  TimeInto& operator=(const TimeInto&) = delete;
+
+  void Stop() {
+    if (sink_ == nullptr) return;
+    *sink_ += static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
+    sink_ = nullptr;
+  }
+
+ private:
+  std::uint64_t* sink_;
+  Clock::time_point start_;
+};
+
+wire::StoreShape ShapeOf(const OramParams& p) {
+  return wire::StoreShape{p.height, p.bucket_size, static_cast<std::uint32_t>(p.elems_per_slot())};
+}
+
+}  // namespace
+
+OramClient::~OramClient() {
+  // As Close(): a failed flush stays logged for the next Open.
+  if (pending_root_ && lease_held_ && !fenced_) {
+    if (Status st = FlushPendingRoot(/*durable=*/true); !st.ok()) {
+      spdlog::warn("the last access's root write stays pending in the state: {}", st.ToString());
+    }
+  }
+  if (lease_held_ && !fenced_) ReleaseLease();
+  if (state_lock_fd_ >= 0) ::close(state_lock_fd_);
+}
+
+const FsConfig& OramClient::config() const { return store_->config(); }
+const Counters& OramClient::counters() const { return counters_; }
+const TransportStats& OramClient::transport_stats() const { return servers_->stats(); }
+const std::string& OramClient::state_path() const { return store_->path(); }
+
+std::string OramClient::ServerSetName() const {
+  std::string out = "{";
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out += (i ? ", " : "") + std::to_string(i) + "=" + servers_->endpoint(i);
+  }
+  return out + "}";
+}
+
+wire::Header OramClient::NextHeader() {
+  wire::Header h;
+  h.fs_id = config().fs_id;
+  h.epoch = counters_.epoch;
+  h.seq = ++counters_.seq;
+  return h;
+}
+
+Status OramClient::Initialize(const std::string& state_path, const FsConfig& config_in,
+                              const Secret& passphrase, const KdfParams& kdf,
+                              bool overwrite_servers) {
+  FsConfig config = config_in;
+  S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(kdf));
+  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe));
+  if (config.servers.size() != config.params.parties) {  // checked again at Open
+    return Status::InvalidArgument("need exactly " + std::to_string(config.params.parties) +
+                                   " server endpoints, got " +
+                                   std::to_string(config.servers.size()));
+  }
+  struct stat st;
+  if (::stat(state_path.c_str(), &st) == 0) {
+    return Status::AlreadyExists("client state " + state_path + " already exists");
+  }
+  bool zero_id = std::all_of(config.fs_id.begin(), config.fs_id.end(),
+                             [](std::uint8_t b) { return b == 0; });
+  if (zero_id) random::Bytes(config.fs_id);
+  Secret master = NewMasterKey();
+  S3ORAM_ASSIGN_OR_RETURN(config.key_wrap, WrapMasterKey(master, passphrase, config.fs_id, kdf));
+
+  if (config.server_keys.size() != config.servers.size()) {
+    return Status::InvalidArgument("need one CURVE public key per server (" +
+                                   std::to_string(config.servers.size()) + " servers, " +
+                                   std::to_string(config.server_keys.size()) + " keys)");
+  }
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
+  S3ORAM_ASSIGN_OR_RETURN(auto servers,
+                          ServerSet::Connect(config.servers, config.server_keys, client_key));
+  wire::Header header;
+  header.fs_id = config.fs_id;
+  header.epoch = 1;
+  header.seq = 1;
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < config.servers.size(); ++i) {
+    wire::InitRequest req;
+    req.server_index = static_cast<std::uint32_t>(i);
+    req.shape = ShapeOf(config.params);
+    req.overwrite = overwrite_servers;
+    frames.push_back(wire::Encode(header, req));
+  }
+  ClientOptions defaults;
+  auto replies =
+      servers->Exchange(frames, header, wire::MessageType::kInitReply, defaults.requests);
+  if (!replies.ok()) return replies.status().WithContext("initialising servers");
+
+  S3ORAM_ASSIGN_OR_RETURN(auto store,
+                          ClientStateStore::Create(state_path, config, std::move(master)));
+  ClientStateStore::Batch batch;
+  Counters c;
+  c.epoch = 1;
+  c.seq = 1;
+  batch.SetCounters(c);
+  return store->Commit(batch, /*durable=*/true);
+}
+
+Result<std::unique_ptr<OramClient>> OramClient::Open(const std::string& state_path,
+                                                     const Secret& passphrase,
+                                                     ClientOptions options) {
+  return OpenImpl(state_path, passphrase, /*read_only=*/false, options);
+}
+
+Result<std::unique_ptr<OramClient>> OramClient::OpenReadOnly(const std::string& state_path,
+                                                             const Secret& passphrase,
+                                                             ClientOptions options) {
+  return OpenImpl(state_path, passphrase, /*read_only=*/true, options);
+}
+
+const std::shared_ptr<UnlockedState>& OramClient::unlocked_state() const {
+  return store_->unlocked();
+}
+
+Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& state_path,
+                                                         const Secret& passphrase, bool read_only,
+                                                         ClientOptions options) {
+  random::EnsureInitialized();
+  std::unique_ptr<OramClient> client(new OramClient());
+  client->options_ = options;
+  client->read_only_ = read_only;
+  const bool allow_stale = read_only && options.allow_stale;
+  if (!read_only) {
+    // One writer per state file on this machine, whatever the servers say:
+    // two processes sharing one SQLite state would corrupt each other. The
+    // lock dies with the process (a crash leaves nothing to clean up).
+    client->state_lock_fd_ = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (client->state_lock_fd_ >= 0 && ::flock(client->state_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::LeaseHeld("the client state " + state_path +
+                               " is in use by another process on this machine (a mounted "
+                               "s3oramfs, fsck, rebuild...): unmount or stop it first");
+    }
+  }
+  // Before anything changes (the epoch): a wrong passphrase leaves no trace.
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                          UnlockedState::Unlock(state_path, passphrase));
+  std::shared_ptr<UnlockedState> shared(std::move(unlocked));
+  client->sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
+  client->backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
+  S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(std::move(shared)));
+  const FsConfig& config = client->store_->config();
+  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
+                             .WithContext("parameters in " + state_path));
+  S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
+  client->pm_ = std::make_unique<PositionMap>(std::move(pm));
+  client->counters_ = client->store_->counters();
+  if (config.servers.size() != config.params.parties) {
+    return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
+                              " servers for " + std::to_string(config.params.parties) + " parties");
+  }
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
+  S3ORAM_ASSIGN_OR_RETURN(client->servers_,
+                          ServerSet::Connect(config.servers, config.server_keys, client_key));
+
+  std::vector<Elem> xs;
+  for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
+  S3ORAM_ASSIGN_OR_RETURN(client->lambda_, shamir::LagrangeAtZero(xs));
+
+  // Every server must serve this filesystem with this shape.
+  auto reports = client->QueryServers(options.requests.deadline);
+  std::uint64_t max_seq = 0;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
+    if (!r.status.ok()) return r.status;
+    if (!r.reply.initialized) {
+      // A server being rebuilt, or one that lost its disk, says so in its
+      // STATUS; name the command that fixes each case (oramcore/protocol/rebuild.h).
+      const std::string who = "server " + std::to_string(i) + " (" + r.endpoint + ")";
+      if (r.reply.rebuilding) {
+        return Status::FailedPrecondition(who + " is being rebuilt; finish it with s3oram rebuild "
+                                          "--server " + std::to_string(i));
+      }
+      return Status::FailedPrecondition(who + " holds no filesystem; run s3oram init, or s3oram "
+                                        "rebuild --server " + std::to_string(i) +
+                                        " if it lost its data");
+    }
+    if (r.reply.server_index != i || !(r.reply.shape == ShapeOf(config.params))) {
+      return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
+                                        ") serves a different share (index or shape mismatch)");
+    }
+    if (r.reply.applied_evictions < client->counters_.ne) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(i) + " (" + r.endpoint + ") has applied only " +
+          std::to_string(r.reply.applied_evictions) + " evictions but the client state records " +
+          std::to_string(client->counters_.ne) + ": the server lost data");
+    }
+    if (r.reply.applied_evictions > client->counters_.ne + 1 && !allow_stale) {
+      return Status::StaleState(
+          "server " + std::to_string(i) + " has applied " +
+          std::to_string(r.reply.applied_evictions) + " evictions but this client state knows " +
+          std::to_string(client->counters_.ne) + ": the state file is older than the servers. " +
+          StaleStateFix(state_path));
+    }
+    max_seq = std::max(max_seq, r.reply.applied_seq);
+  }
+  client->counters_.seq = std::max(client->counters_.seq, max_seq);
+  // A server that has seen a newer epoch than this state's last one served
+  // another client since (a copy of this state, a restored backup, a forced
+  // takeover, another device): this state's positions and root slot counter
+  // may be stale, and using them would overwrite that client's blocks, or
+  // (backup-state) publish them as the newest state.
+  for (std::size_t i = 0; i < reports.size() && !allow_stale; ++i) {
+    if (reports[i].reply.epoch > client->counters_.epoch) {
+      return Status::StaleState(
+          "server " + std::to_string(i) + " (" + reports[i].endpoint +
+          ") has served another client (epoch " + std::to_string(reports[i].reply.epoch) +
+          ") since this state file was last used (epoch " +
+          std::to_string(client->counters_.epoch) +
+          "): the state is stale, and writing with it would destroy that client's data. " +
+          StaleStateFix(state_path));
+    }
+  }
+  if (client->read_only_) return client;
+
+  // A new epoch for this client incarnation, above every epoch any server has
+  // seen (a copy of this state may have run elsewhere), durable before any
+  // request uses it; then the lease under that epoch.
+  std::uint64_t epoch = client->counters_.epoch;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    epoch = std::max(epoch, reports[i].reply.epoch);
+    S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
+    epoch = std::max(epoch, lease.highest_epoch);
+  }
+  client->counters_.epoch = epoch + 1;
+  {
+    ClientStateStore::Batch batch;
+    batch.SetCounters(client->counters_);
+    S3ORAM_RETURN_IF_ERROR(client->store_->Commit(batch, /*durable=*/true));
+  }
+  S3ORAM_RETURN_IF_ERROR(client->AcquireLease(state_path));
+  // A server ahead by one eviction is only possible while that eviction is
+  // pending in the state (it committed there before the client recorded it).
+  bool ahead = false;
+  for (const auto& r : reports) ahead |= r.reply.applied_evictions == client->counters_.ne + 1;
+  if (ahead) {
+    S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
+    bool evicting = false;
+    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+    if (!evicting) {
+      return Status::StaleState(
+          "the servers have applied an eviction this client state does not know of: the state "
+          "file is older than the servers. " +
+          StaleStateFix(state_path));
+    }
+  }
+  // A root write an access logged but had not sent (or not seen acknowledged
+  // by every server) when this state was last used: send it now. It rewrites
+  // slot nr completely, which is also the repair every Open needs.
+  {
+    S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
+    for (const auto& op : pending) {
+      if (op.kind != kRootKind) continue;
+      if (op.seq != kRootPendingKey) {
+        return Status::Corruption("pending root write under an unexpected key " +
+                                  std::to_string(op.seq));
+      }
+      S3ORAM_ASSIGN_OR_RETURN(PendingRoot root, client->DecodeRootPayload(op.payload));
+      client->pending_root_ = std::move(root);
+    }
+    if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot(/*durable=*/false));
+  }
+  S3ORAM_RETURN_IF_ERROR(client->FinishPendingEviction());
+  return client;
+}
+
+std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds timeout) {
+  std::vector<ServerReport> out(servers_->size());
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out[i].endpoint = servers_->endpoint(i);
+    wire::Header h = NextHeader();
+    auto frame = wire::Encode(h, wire::StatusRequest{});
+    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
+    if (!r.ok()) {
+      out[i].status = r.status();
+      continue;
+    }
+    const wire::Message& m = r.value()[0];
+    if (m.header.fs_id != config().fs_id) {
+      if (const auto* sr = std::get_if<wire::StatusReply>(&m.body); sr && sr->initialized) {
+        out[i].status = Status::FailedPrecondition("server " + std::to_string(i) + " (" +
+                                                   out[i].endpoint +
+                                                   ") serves another filesystem");
+        continue;
+      }
+    }
+    out[i].reply = std::get<wire::StatusReply>(m.body);
+  }
+  return out;
+}
+
+std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds timeout) {
+  std::vector<ServerStats> out(servers_->size());
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out[i].endpoint = servers_->endpoint(i);
+    wire::Header h = NextHeader();
+    auto frame = wire::Encode(h, wire::StatsRequest{});
+    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatsReply, opts);
+    if (!r.ok()) {
+      out[i].status = r.status();
+      continue;
+    }
+    out[i].reply = std::get<wire::StatsReply>(r.value()[0].body);
+  }
+  return out;
+}
+
+Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where,
+                                                     const PendingRoot* root) {
+  const OramParams& p = params();
+  const TreeGeometry geo = p.geometry();
+  const std::size_t n = geo.path_slots();
+  const std::size_t m = p.elems_per_slot();
+  std::vector<Elem> select(n, 0);
+  LeafId leaf;
+  if (where) {
+    leaf = where->pos.leaf;
+    select[std::size_t{where->pos.level} * p.bucket_size + where->pos.slot] = 1;
+  } else {
+    // A block that is not in the tree: an all-zero select over a random path
+    // looks exactly like a real one to every server.
+    leaf = geo.first_leaf() + random::Below(geo.num_leaves());
+  }
+  std::vector<wire::Message> replies;
+  if (root == nullptr) {
+    S3ORAM_ASSIGN_OR_RETURN(
+        replies, ExchangeShared(
+                     select,
+                     [leaf](std::vector<Elem>&& share) {
+                       return wire::Body{wire::RetrieveRequest{leaf, std::move(share)}};
+                     },
+                     wire::MessageType::kRetrieveReply, options_.requests,
+                     stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
+  } else {
+    // The root write travels with the retrieval: share it afresh too, and give
+    // server i its share of each.
+    std::vector<std::vector<Elem>> root_shares(params().parties);
+    {
+      TimeInto timer(stats_.timings.client_compute_ns);
+      ShareVector(root->elems, params().threshold, root_shares);
+    }
+    std::size_t next = 0;
+    const std::uint32_t slot = root->slot;
+    S3ORAM_ASSIGN_OR_RETURN(
+        replies, ExchangeShared(
+                     select,
+                     [&](std::vector<Elem>&& share) {
+                       return wire::Body{wire::RetrieveWriteRootRequest{
+                           slot, std::move(root_shares[next++]), leaf, std::move(share)}};
+                     },
+                     wire::MessageType::kRetrieveReply, options_.requests,
+                     stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
+  }
+  TimeInto recovery(stats_.timings.client_compute_ns);
+  std::vector<const Elem*> answers;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& ans = std::get<wire::RetrieveReply>(replies[i].body).answer;
+    if (ans.size() != m) {
+      return Status::Protocol("server " + std::to_string(i) + " answered " +
+                              std::to_string(ans.size()) + " elements, expected " +
+                              std::to_string(m));
+    }
+    answers.push_back(ans.data());
+  }
+  std::vector<Elem> block(m);
+  shamir::Recover(answers, lambda_, m, block.data());
+  return block;
+}
+
+Result<std::vector<wire::Message>> OramClient::ExchangeShared(
+    std::span<const Elem> secret,
+    const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
+    wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
+    std::uint64_t& wait_ns) {
+  const OramParams& p = params();
+  wire::Header h = NextHeader();
+  std::vector<std::vector<std::uint8_t>> frames;
+  {
+    TimeInto timer(compute_ns);
+    std::vector<std::vector<Elem>> shares(p.parties);
+    ShareVector(secret, p.threshold, shares);
+    for (auto& share : shares) {
+      frames.push_back(wire::Encode(h, make_request(std::move(share))));
+      share = {};  // frames hold the bytes now; keep peak memory at one copy
+    }
+  }
+  TimeInto timer(wait_ns);
+  return servers_->Exchange(frames, h, expected_reply, options);
+}
+
+Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
+  return ExchangeShared(
+             elems,
+             [slot](std::vector<Elem>&& share) {
+               return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
+             },
+             wire::MessageType::kWriteRootReply, options_.requests,
+             stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
+      .status();
+}
+
+Status OramClient::Sync() {
+  if (read_only_) return Status::Ok();
+  if (pending_root_) return FlushPendingRoot(/*durable=*/true);
+  ClientStateStore::Batch batch;
+  batch.SetCounters(counters_);
+  return store_->Commit(batch, /*durable=*/true);
+}
+
+Status OramClient::RepairRootSlot() {
+  std::vector<Elem> zeros(params().elems_per_slot(), 0);
+  S3ORAM_RETURN_IF_ERROR(WriteRoot(static_cast<std::uint32_t>(counters_.nr), zeros)
+                             .WithContext("rewriting root slot " + std::to_string(counters_.nr)));
+  root_slot_dirty_ = false;
+  return Status::Ok();
+}
+
+std::vector<std::uint8_t> OramClient::EncodeRootPayload(const PendingRoot& r) {
+  std::vector<std::uint8_t> out;
+  out.reserve(PendingRootPayloadBytes(r.elems.size()));
+  auto put = [&out](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put(r.slot, 4);
+  put(r.id, 8);
+  put(r.mapped ? 1 : 0, 1);
+  put(r.moved.pos.leaf, 8);
+  put(r.moved.version, 8);
+  put(r.elems.size(), 4);
+  for (Elem e : r.elems) put(e, 4);
+  return out;
+}
+
+Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(
+    const std::vector<std::uint8_t>& p) const {
+  const OramParams& params_ = params();
+  const std::size_t m = params_.elems_per_slot();
+  if (p.size() != PendingRootPayloadBytes(m)) {
+    return Status::Corruption("pending root write record has " + std::to_string(p.size()) +
+                              " bytes, expected " + std::to_string(PendingRootPayloadBytes(m)));
+  }
+  std::size_t at = 0;
+  auto get = [&p, &at](int bytes) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{p[at++]} << (8 * i);
+    return v;
+  };
+  PendingRoot r;
+  r.slot = static_cast<std::uint32_t>(get(4));
+  r.id = get(8);
+  const std::uint64_t mapped = get(1);
+  r.moved.pos.leaf = get(8);
+  r.moved.version = get(8);
+  const std::uint64_t n = get(4);
+  const TreeGeometry geo = params_.geometry();
+  if (mapped > 1 || n != m || r.slot != counters_.nr || r.slot >= params_.evict_rate ||
+      r.id >= params_.capacity_blocks || (mapped == 1 && !geo.is_leaf(r.moved.pos.leaf))) {
+    return Status::Corruption("pending root write record does not match this filesystem (slot " +
+                              std::to_string(r.slot) + ", next root slot " +
+                              std::to_string(counters_.nr) + ")");
+  }
+  r.mapped = mapped == 1;
+  r.moved.pos.level = 0;
+  r.moved.pos.slot = r.slot;
+  r.elems.resize(m);
+  for (Elem& e : r.elems) {
+    e = static_cast<Elem>(get(4));
+    if (e >= field::kPrime) return Status::Corruption("pending root write record holds a bad element");
+  }
+  return r;
+}
+
+void OramClient::RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
+                                   Counters& next) const {
+  next.nr = root.slot + 1;
+  batch.SetCounters(next);
+  if (root.mapped) batch.PutPosition(root.id, root.moved);
+  batch.RemovePending(kRootPendingKey);
+}
+
+Status OramClient::RootWrittenCommitted(const Counters& next) {
+  PendingRoot root = std::move(*pending_root_);
+  pending_root_.reset();
+  counters_ = next;
+  ++stats_.accesses;
+  if (root.mapped) return pm_->Place(root.id, root.moved.pos, root.moved.version);
+  return Status::Ok();
+}
+
+Status OramClient::FlushPendingRoot(bool durable) {
+  if (!pending_root_) return Status::Ok();
+  // A complete write of slot nr on every server also repairs it.
+  if (Status st = WriteRoot(pending_root_->slot, pending_root_->elems); !st.ok()) {
+    root_slot_dirty_ = true;
+    return st;
+  }
+  root_slot_dirty_ = false;
+  FaultPoint("client.access.after_write_root");
+  ClientStateStore::Batch batch;
+  Counters next = counters_;
+  RecordRootWritten(*pending_root_, batch, next);
+  {
+    TimeInto timer(stats_.timings.state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, durable));
+  }
+  return RootWrittenCommitted(next);
+}
+
+Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
+                                                     std::span<const std::uint8_t> data) {
+  if (fenced_) {
+    return Status::LeaseHeld("this client was fenced off: another client took the filesystem's "
+                             "lease over, so this one can no longer read or change anything");
+  }
+  if (!read_only_ && !lease_held_) return Status::FailedPrecondition("client closed");
+  auto result = AccessUnfenced(op, id, data);
+  if (!result.ok()) return NoteFencing(result.status());
+  return result;
+}
+
+Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModifier& modify) {
+  if (fenced_) {
+    return Status::LeaseHeld("this client was fenced off: another client took the filesystem's "
+                             "lease over, so this one can no longer read or change anything");
+  }
+  if (!read_only_ && !lease_held_) return Status::FailedPrecondition("client closed");
+  auto result = AccessUnfenced(AccessOp::kWrite, id, {}, &modify);
+  if (!result.ok()) return NoteFencing(result.status());
+  return result;
+}
+
+Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockId id,
+                                                             std::span<const std::uint8_t> data,
+                                                             const BlockModifier* modify) {
+  const OramParams& p = params();
+  if (read_only_) return Status::FailedPrecondition("client opened read-only");
+  if (id >= p.capacity_blocks) {
+    return Status::InvalidArgument("block " + std::to_string(id) + " is beyond the capacity of " +
+                                   std::to_string(p.capacity_blocks) + " blocks");
+  }
+  if (op == AccessOp::kWrite && !modify && data.size() != p.block_bytes) {
+    return Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
+                                   " bytes, got " + std::to_string(data.size()));
+  }
+  // A deferred root write in the root's last slot goes alone (an earlier
+  // flush before the eviction failed), and an eviction left pending by an
+  // earlier failure must finish first: the root has no free slot until then.
+  if (pending_root_ && pending_root_->slot + 1 >= p.evict_rate) {
+    S3ORAM_RETURN_IF_ERROR(FlushPendingRoot(/*durable=*/false));
+  }
+  if (counters_.nr >= p.evict_rate) {
+    TimeInto timer(stats_.timings.eviction_ns);
+    S3ORAM_RETURN_IF_ERROR(RunEviction());
+  }
+  // Slot nr may hold an inconsistent sharing; a deferred root write rewrites
+  // it completely on every server before the retrieval, otherwise repair it.
+  if (root_slot_dirty_ && !pending_root_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
+
+  // Where the block is: its deferred root write, once the servers apply it
+  // (ahead of this retrieval), holds its newest copy.
+  std::optional<PositionEntry> in_root;
+  if (pending_root_ && pending_root_->id == id && pending_root_->mapped) {
+    in_root = pending_root_->moved;
+  }
+  const PositionEntry* where = in_root ? &*in_root : pm_->Find(id);
+  const PositionEntry old = where ? *where : PositionEntry{};
+  auto retrieved = RetrieveElems(where, pending_root_ ? &*pending_root_ : nullptr);
+  if (!retrieved.ok()) {
+    // Some servers may hold the deferred write and some not: slot nr is
+    // rewritten (with that write, still pending) before the next retrieval.
+    if (pending_root_) root_slot_dirty_ = true;
+    return retrieved.status();
+  }
+  std::vector<Elem> elems = std::move(retrieved).value();
+
+  // Every server holds the deferred root write now: it is recorded in the
+  // same transaction as this access's own (deferred) one below, or alone if
+  // this access fails.
+  Counters next = counters_;
+  ClientStateStore::Batch batch;
+  if (pending_root_) {
+    root_slot_dirty_ = false;
+    FaultPoint("client.access.after_write_root");
+    RecordRootWritten(*pending_root_, batch, next);
+  }
+  auto record_previous = [&]() -> Status {
+    if (!pending_root_) return Status::Ok();
+    {
+      TimeInto timer(stats_.timings.state_commit_ns);
+      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+    }
+    return RootWrittenCommitted(next);
+  };
+
+  TimeInto compute(stats_.timings.client_compute_ns);
+  // The block as it was: sealed under (id, old.version); zeros if unmapped.
+  std::vector<std::uint8_t> previous(p.block_bytes, 0);
+  std::vector<std::uint8_t> sealed(p.sealed_bytes());
+  if (where) {
+    const bool packed = field::Unpack(elems, sealed);
+    if (!packed || !sealer_->Open(id, old.version, sealed, previous)) {
+      // Nothing of this access was written or logged: the block stays where
+      // it is, and the next access to it retries the same path.
+      Status bad = Status::Integrity(
+          "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
+          ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
+          ": one of the servers " + ServerSetName() +
+          " returned tampered, swapped or stale data, or the client state does not match them");
+      spdlog::error("{}", bad.message());
+      compute.Stop();
+      S3ORAM_RETURN_IF_ERROR(record_previous());
+      return bad;
+    }
+  }
+  // What goes to the root: the new data (write), the old data changed by
+  // `modify` (update) or the old (read), sealed under the next version with
+  // a fresh nonce, so every rewrite looks new. A read of an unmapped block
+  // writes an all-zero slot nobody will read.
+  std::vector<std::uint8_t> updated;
+  if (modify) {
+    updated = previous;
+    (*modify)(updated);
+    data = updated;
+  }
+  if (where || op == AccessOp::kWrite) {
+    sealer_->Seal(id, old.version + 1, op == AccessOp::kWrite ? data : previous, sealed);
+    field::Pack(sealed, elems);
+  } else {
+    std::fill(elems.begin(), elems.end(), 0);
+  }
+  compute.Stop();
+
+  // This access's root write, deferred to the next request: slot nr after the
+  // previous one is recorded. Logged with that record, so once Access returns
+  // a crash cannot lose it (Open sends it).
+  const TreeGeometry geo = p.geometry();
+  PendingRoot root;
+  root.slot = static_cast<std::uint32_t>(next.nr);
+  root.id = id;
+  root.mapped = where || op == AccessOp::kWrite;
+  root.moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, root.slot};
+  root.moved.version = old.version + 1;
+  root.elems = std::move(elems);
+  batch.SetCounters(next);
+  batch.AddPending(PendingOp{kRootPendingKey, kRootKind, EncodeRootPayload(root)});
+  {
+    TimeInto timer(stats_.timings.state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+  }
+  if (pending_root_) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
+  counters_ = next;
+  // Ids, versions and positions only (this log stays on the client): never bytes.
+  spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
+                modify ? "update" : (op == AccessOp::kWrite ? "write" : "read"), id, old.version,
+                root.mapped ? root.moved.version : 0, root.slot, where ? old.pos.leaf : 0);
+  pending_root_ = std::move(root);
+
+  if (pending_root_->slot + 1 >= p.evict_rate) {
+    // The root's last slot: the eviction reads the whole root, so the write
+    // goes now, then the eviction. The access itself is recorded: report its
+    // result. A failed flush or eviction stays due and is retried (or
+    // reported) at the start of the next access.
+    Status st = FlushPendingRoot(/*durable=*/false);
+    if (st.ok()) {
+      TimeInto timer(stats_.timings.eviction_ns);
+      st = RunEviction();
+    }
+    if (!st.ok()) {
+      spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, id,
+                   st.ToString());
+    }
+  }
+  if (modify) return updated;
+  return previous;
+}
+
+Status OramClient::RunEviction() {
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  for (const auto& op : pending) {
+    if (op.kind == kEvictKind) return FinishPendingEviction();
+  }
+  const TreeGeometry geo = params().geometry();
+  TimeInto planning(stats_.timings.eviction_client_ns);
+  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
+  planning.Stop();
+  // Log the intent before anything is sent.
+  const std::uint32_t attempt = 1;
+  ClientStateStore::Batch intent;
+  Counters c = counters_;
+  intent.AddPending(PendingOp{counters_.ne, kEvictKind, EncodeEvictPayload(counters_.ne, attempt)});
+  intent.SetCounters(c);
+  // Durable: after a power loss the state must still know an eviction may be
+  // under way (and, WAL being a log, keeps every access committed before it).
+  {
+    TimeInto timer(stats_.timings.eviction_state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
+  }
+  FaultPoint("client.evict.after_intent");
+  return PrepareAndCommit(plan, attempt);
+}
+
+Status OramClient::FinishPendingEviction() {
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  const PendingOp* op = nullptr;
+  for (const auto& p : pending) {
+    if (p.kind == kEvictKind) op = &p;
+  }
+  if (!op) {
+    if (counters_.nr >= params().evict_rate) return RunEviction();
+    return Status::Ok();
+  }
+  std::uint64_t ne = 0;
+  std::uint32_t attempt = 0;
+  S3ORAM_RETURN_IF_ERROR(DecodeEvictPayload(op->payload, &ne, &attempt));
+  if (ne != counters_.ne) {
+    return Status::Corruption("pending eviction " + std::to_string(ne) +
+                              " does not match the eviction counter " +
+                              std::to_string(counters_.ne));
+  }
+  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
+                          PlanEviction(params().geometry(), counters_.ne, *pm_));
+  ++stats_.eviction_retries;
+  return PrepareAndCommit(plan, attempt + 1);
+}
+
+Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t first_attempt) {
+  const OramParams& p = params();
+  const std::size_t Z = p.bucket_size;
+  const std::size_t step_elems = 2 * Z * Z;
+
+  // If any server already committed this eviction, every server prepared it
+  // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
+  bool committed_somewhere = false;
+  if (first_attempt > 1) {
+    for (const auto& r : QueryServers(options_.requests.deadline)) {
+      if (!r.status.ok()) return r.status.WithContext("finishing eviction");
+      if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
+    }
+  }
+
+  std::uint32_t attempt = first_attempt;
+  if (!committed_somewhere) {
+    std::vector<Elem> dense(plan.steps.size() * step_elems);
+    {
+      const TimeInto expanding(stats_.timings.eviction_client_ns);
+      for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+        ExpandStepMatrix(plan.steps[s], p.bucket_size,
+                         std::span<Elem>(dense).subspan(s * step_elems, step_elems));
+      }
+    }
+    // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
+    // servers refuse an attempt quickly), all within one eviction timeout:
+    // a server that does not answer fails the eviction after that time, not
+    // after a multiple of it.
+    constexpr std::uint32_t kMaxAttempts = 4;
+    const auto started = std::chrono::steady_clock::now();
+    Status last;
+    for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries, ++attempt) {
+      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+          std::chrono::steady_clock::now() - started);
+      if (tries > 0 && spent >= options_.evictions.deadline) break;
+      TransportOptions budget = options_.evictions;
+      budget.deadline = options_.evictions.deadline - spent;
+      // Resent after silence only past half the eviction's time: the servers
+      // answer a PREPARE after exchanging shares with each other, minutes on
+      // a slow link or a busy machine, and a duplicate of its matrix shares
+      // (tens of MB at the default parameters) only queues behind the first
+      // on the uplink. A connection that was replaced (a restarted server)
+      // still gets the request again at once (ServerSet::Exchange).
+      budget.resend_after = std::max(budget.resend_after, budget.deadline / 2);
+      budget.resend_after = std::min(budget.resend_after, budget.deadline);
+      if (attempt != first_attempt || first_attempt > 1) {
+        ClientStateStore::Batch b;
+        b.RemovePending(plan.eviction);
+        b.AddPending(PendingOp{plan.eviction, kEvictKind, EncodeEvictPayload(plan.eviction, attempt)});
+        S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+      }
+      // Fresh shares for every attempt: a retry must not reuse randomness.
+      last = ExchangeShared(
+                 dense,
+                 [&plan, attempt](std::vector<Elem>&& share) {
+                   return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
+                                                               std::move(share)}};
+                 },
+                 wire::MessageType::kEvictPrepareReply, budget,
+                 stats_.timings.eviction_client_ns, stats_.timings.eviction_prepare_wait_ns)
+                 .status();
+      if (last.ok()) break;
+      spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());
+      ++stats_.eviction_retries;
+    }
+    if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
+  }
+
+  FaultPoint("client.evict.after_prepare");
+  wire::Header h = NextHeader();
+  std::vector<std::vector<std::uint8_t>> frames;
+  for (std::size_t i = 0; i < p.parties; ++i) {
+    frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
+  }
+  {
+    TimeInto timer(stats_.timings.eviction_commit_wait_ns);
+    S3ORAM_RETURN_IF_ERROR(servers_
+                               ->Exchange(frames, h, wire::MessageType::kEvictCommitReply,
+                                          options_.requests)
+                               .status()
+                               .WithContext("committing eviction " +
+                                            std::to_string(plan.eviction)));
+  }
+
+  FaultPoint("client.evict.after_commit");
+  // Every server has made the eviction live: record the new positions.
+  Counters next = counters_;
+  next.nr = 0;
+  next.ne = plan.eviction + 1;
+  ClientStateStore::Batch batch;
+  batch.SetCounters(next);
+  for (const auto& [id, pos] : plan.moves) {
+    const PositionEntry* e = pm_->Find(id);
+    if (!e) return Status::Corruption("eviction moved block " + std::to_string(id) + " that is not mapped");
+    batch.PutPosition(id, PositionEntry{pos, e->version});
+  }
+  batch.RemovePending(plan.eviction);
+  // Durable: the servers have moved the blocks; positions must not roll back.
+  {
+    TimeInto timer(stats_.timings.eviction_state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  }
+  counters_ = next;
+  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
+  ++stats_.evictions;
+  spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
+                plan.moves.size());
+  return Status::Ok();
+}
+
+// ---- the single-writer lease ------------------------------------------------
+
+Status OramClient::SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply) {
+  wire::Header h = NextHeader();
+  auto frame = wire::Encode(h, body);
+  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->ExchangeWith({server}, {frame}, h,
+                                                               wire::MessageType::kLeaseReply,
+                                                               options_.requests));
+  if (reply) *reply = std::get<wire::LeaseReply>(replies[0].body);
+  return Status::Ok();
+}
+
+namespace {
+
+std::string Ago(std::uint64_t ms) {
+  const std::uint64_t s = ms / 1000;
+  if (s < 120) return std::to_string(s) + " s";
+  if (s < 7200) return std::to_string(s / 60) + " min";
+  return std::to_string(s / 3600) + " h";
+}
+
+}  // namespace
+
+Status OramClient::AcquireLease(const std::string& state_path) {
+  const LeaseHolder me = CurrentLeaseHolder(state_path, options_.lease_purpose);
+  const std::string sealed = SealHolder(*sealer_, counters_.epoch, me);
+  bool force = options_.force_lease;
+  for (int round = 0; round < 2; ++round) {
+    std::vector<std::size_t> granted;
+    std::size_t refused_by = 0;
+    std::optional<wire::LeaseReply> refusal;
+    Status failure;
+    for (std::size_t i = 0; i < servers_->size() && failure.ok() && !refusal; ++i) {
+      wire::LeaseReply r;
+      failure = SendLease(i, wire::LeaseAcquireRequest{force, sealed}, &r);
+      if (!failure.ok()) break;
+      if (r.granted) {
+        granted.push_back(i);
+      } else {
+        refusal = r;
+        refused_by = i;
+      }
+    }
+    if (failure.ok() && !refusal) {
+      lease_held_ = true;
+      lease_sealed_ = sealed;
+      if (force) spdlog::warn("took the filesystem's lease over as epoch {}", counters_.epoch);
+      spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
+      return Status::Ok();
+    }
+    // Give back what this attempt got, so a failed open leaves nothing held.
+    for (std::size_t i : granted) (void)SendLease(i, wire::LeaseReleaseRequest{}, nullptr);
+    if (!failure.ok()) return failure.WithContext("acquiring the filesystem's lease");
+
+    const auto holder = OpenHolder(*sealer_, refusal->holder_epoch, refusal->holder);
+    if (!force && holder && HolderIsDeadLocalTwin(*holder, state_path)) {
+      spdlog::warn("taking over the lease of a crashed client of this state file on this "
+                   "machine: {}",
+                   DescribeHolder(*holder));
+      force = true;
+      continue;
+    }
+    const std::string who =
+        holder ? DescribeHolder(*holder)
+               : "a client with epoch " + std::to_string(refusal->holder_epoch) +
+                     " whose description does not authenticate with this key";
+    return Status::LeaseHeld(
+        "the filesystem is in use by " + who + " (server " + std::to_string(refused_by) +
+        ": lease held for " + Ago(refusal->held_ms) + ", holder last active " +
+        Ago(refusal->idle_ms) +
+        " ago). Only one client may write it. If that client is gone for good, take the lease "
+        "over with --force: it is then fenced off and can change nothing");
+  }
+  return Status::LeaseHeld("could not take the lease over");
+}
+
+Result<wire::LeaseReply> OramClient::QueryLease(std::size_t server) {
+  wire::LeaseReply r;
+  S3ORAM_RETURN_IF_ERROR(SendLease(server, wire::LeaseQueryRequest{}, &r));
+  return r;
+}
+
+Status OramClient::RenewLease() {
+  if (fenced_) return Status::LeaseHeld("this client was fenced off");
+  if (!lease_held_) return Status::FailedPrecondition("this client holds no lease");
+  // Same epoch and (re-sealed) description: servers just note the contact.
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    wire::LeaseReply r;
+    S3ORAM_RETURN_IF_ERROR(
+        SendLease(i, wire::LeaseAcquireRequest{false, lease_sealed_}, &r).WithContext("renewing the lease"));
+    if (!r.granted) {
+      return NoteFencing(Status::LeaseHeld("server " + std::to_string(i) +
+                                           " says another client (epoch " +
+                                           std::to_string(r.holder_epoch) +
+                                           ") took the lease over"));
+    }
+  }
+  return Status::Ok();
+}
+
+void OramClient::ReleaseLease() {
+  const auto saved = options_.requests;
+  options_.requests.deadline = std::min(options_.requests.deadline, std::chrono::milliseconds(3000));
+  options_.requests.resend_after = std::min(options_.requests.resend_after, options_.requests.deadline);
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    if (Status st = SendLease(i, wire::LeaseReleaseRequest{}, nullptr); !st.ok()) {
+      spdlog::warn("releasing the lease on server {}: {}", i, st.ToString());
+    }
+  }
+  options_.requests = saved;
+  lease_held_ = false;
+}
+
+Status OramClient::Close() {
+  // The last access's root write goes before the lease: a failure leaves it
+  // logged in the state, and the next Open sends it.
+  Status flushed = Status::Ok();
+  if (pending_root_ && lease_held_ && !fenced_) flushed = FlushPendingRoot(/*durable=*/true);
+  if (lease_held_ && !fenced_) ReleaseLease();
+  lease_held_ = false;
+  return flushed;
+}
+
+Status OramClient::NoteFencing(Status st) {
+  if (st.code() == Status::Code::kLeaseHeld && !fenced_) {
+    fenced_ = true;
+    spdlog::error("fenced off: {}. This client can no longer read or change the filesystem; "
+                  "nothing it had not committed is applied",
+                  st.message());
+  }
+  return st;
+}
+
+}  // namespace s3oram

@@ -1,0 +1,279 @@
+// The S3ORAM client (Protocol 2 of the paper): Access(op, id, data) =
+//   retrieve the block with a PIR select over its path (Subroutine 1),
+//   write it, fresh-shared, to root slot nr under a new random leaf,
+//   and after every A accesses run the triplet eviction (Subroutine 3) as
+//   EVICT_PREPARE on all servers (they reduce degrees with SMP among
+//   themselves) followed by EVICT_COMMIT.
+//
+// Guarantees:
+//  * Reads return exactly the bytes last written (zeros for a block never
+//    written), or an error. Every block is sealed (block_seal.h) before it is
+//    shared, bound to its id and version; a reconstruction that is not a
+//    valid packing or does not authenticate (a server flipped bits, answered
+//    for another block, or replayed an older version) is an Integrity error
+//    naming the server set, never returned as data, and changes nothing.
+//  * Every access looks the same to each server: one retrieval with fresh
+//    random select shares for a uniformly random-looking path, one root write
+//    to the next root slot, and an eviction on a fixed schedule.
+//  * One round trip per access: an access's root write is deferred and sent
+//    with the next access's retrieval (RETRIEVE_WRITE_ROOT; the server writes,
+//    then retrieves over the tree that includes it). It is logged in the state
+//    (pending kind "root") in the same transaction that records the access
+//    before, so an access that returned survives a crash of this process: the
+//    next Open sends it. Sync, Close and an eviction (which reads the whole
+//    root) send a deferred write on its own (WRITE_ROOT), and a retrieval of
+//    the block it holds reads it from that root slot.
+//  * Crash consistency: an access is recorded by one SQLite transaction that
+//    logs its root write as pending and records the access before it (whose
+//    root write every server acknowledged); a crash loses at most the access
+//    in flight, and Open finishes a logged root write. An eviction is logged as pending
+//    before PREPARE; Open finishes a pending eviction (COMMIT where some server
+//    already committed, else PREPARE again with a new attempt number).
+//  * Every slot on a path must hold a consistent sharing, free ones included:
+//    the PIR select multiplies each slot by a share of 0 or 1, and a slot whose
+//    servers disagree (a root write that reached only some of them) turns every
+//    retrieval through it into garbage. So each Open starts a new epoch (the
+//    servers then refuse whatever a previous, dead client left queued), and the
+//    root slot an interrupted write may have touched — slot nr — is rewritten
+//    with a fresh sharing before the first retrieval after an Open or after any
+//    failed root write.
+//  * One writer: Open acquires the filesystem's lease on every server with a
+//    new epoch (above every epoch the servers have seen) and the servers
+//    serve RETRIEVE, WRITE_ROOT, RETRIEVE_WRITE_ROOT and EVICT_* only to the holder. A second Open
+//    is refused with kLeaseHeld naming the holder, unless it is certainly a
+//    crashed earlier client of the same state file on this machine, or
+//    `force_lease` is set; a client whose lease was taken over is fenced
+//    (every later access fails with kLeaseHeld) and changes nothing. The
+//    lease is released by Close() and by the destructor.
+// Not thread-safe: one access at a time (callers serialise).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "oramcore/base/secret.h"
+#include "oramcore/base/status.h"
+#include "oramcore/crypto/block_seal.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/tree/planner.h"
+#include "oramcore/wire/transport.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+enum class AccessOp { kRead, kWrite };
+
+struct ClientOptions {
+  TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
+  TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
+  // Take the lease over even if another client holds it (that client is then
+  // fenced off). For a holder that is gone for good; never the default.
+  bool force_lease = false;
+  // What this client is doing, shown to anyone refused the lease
+  // ("mounted on /mnt/x", "fsck", ...).
+  std::string lease_purpose;
+  // OpenReadOnly only: open a state another client has moved past (it would
+  // be refused with kStaleState), to show it (s3oram status). Such a client
+  // must not be used for anything that trusts the state's counters.
+  bool allow_stale = false;
+};
+
+// Where the client's access time went, summed over every access since Open
+// (nanoseconds of wall clock). The waits include the servers' work and the
+// network; the servers' own STATS split them further.
+struct AccessTimings {
+  std::uint64_t client_compute_ns = 0;   // select and root sharing, encoding, recovery, open, seal
+  std::uint64_t retrieve_wait_ns = 0;    // RETRIEVE sent until every answer is in
+  std::uint64_t root_write_wait_ns = 0;  // WRITE_ROOT sent until every server acknowledged
+  std::uint64_t state_commit_ns = 0;     // the access's SQLite commit
+  std::uint64_t eviction_ns = 0;         // whole evictions; the four below are parts of it
+  std::uint64_t eviction_client_ns = 0;  // planning, matrices, sharing them, encoding
+  std::uint64_t eviction_prepare_wait_ns = 0;
+  std::uint64_t eviction_commit_wait_ns = 0;
+  std::uint64_t eviction_state_commit_ns = 0;  // intent and result records (durable)
+};
+
+struct ClientStats {
+  std::uint64_t accesses = 0;
+  std::uint64_t evictions = 0;
+  std::uint64_t eviction_retries = 0;
+  AccessTimings timings;
+};
+
+struct ServerStats {
+  std::string endpoint;
+  Status status;           // reachability
+  wire::StatsReply reply;  // valid if status.ok()
+};
+
+struct ServerReport {
+  std::string endpoint;
+  Status status;            // reachability
+  wire::StatusReply reply;  // valid if status.ok()
+};
+
+class OramClient {
+ public:
+  // Creates the client state file with a new random master key wrapped under
+  // `passphrase` (Argon2id cost `kdf`) and initialises every server's share
+  // store (sparse, no data written). Fails if the state file exists.
+  static Status Initialize(const std::string& state_path, const FsConfig& config,
+                           const Secret& passphrase, const KdfParams& kdf,
+                           bool overwrite_servers = false);
+  // Unwraps the master key (PermissionDenied for a wrong passphrase), opens
+  // the state, connects, checks every server serves this filesystem with the
+  // expected shape, starts a new epoch and finishes a pending eviction.
+  static Result<std::unique_ptr<OramClient>> Open(const std::string& state_path,
+                                                  const Secret& passphrase,
+                                                  ClientOptions options = {});
+  // Inspection only (s3oram status, backup-state): the passphrase opens the
+  // sealed state, but no new epoch, no recovery and no accesses follow, so a
+  // running client is not fenced off.
+  static Result<std::unique_ptr<OramClient>> OpenReadOnly(const std::string& state_path,
+                                                          const Secret& passphrase,
+                                                          ClientOptions options = {});
+  ~OramClient();
+
+  const FsConfig& config() const;
+  const OramParams& params() const { return config().params; }
+  std::uint64_t block_bytes() const { return params().block_bytes; }
+  const Counters& counters() const;
+  const PositionMap& position_map() const { return *pm_; }
+
+  // One ORAM access. For kWrite, data.size() must equal block_bytes(); for kRead
+  // data is ignored. Returns the block's content before the access.
+  Result<std::vector<std::uint8_t>> Access(AccessOp op, BlockId id,
+                                           std::span<const std::uint8_t> data);
+  Result<std::vector<std::uint8_t>> Read(BlockId id) { return Access(AccessOp::kRead, id, {}); }
+  Status Write(BlockId id, std::span<const std::uint8_t> data) {
+    return Access(AccessOp::kWrite, id, data).status();
+  }
+  // A read-modify-write in one access: `modify` gets the block's content
+  // (zeros if it was never written) and changes it in place; the result is
+  // what the access writes back to the root. It costs what a read costs,
+  // because every access rewrites its block anyway, and it looks the same to
+  // the servers. Returns the stored content. `modify` must not call back into
+  // this client. If the access fails, nothing of `modify`'s result was stored.
+  using BlockModifier = std::function<void(std::span<std::uint8_t>)>;
+  Result<std::vector<std::uint8_t>> Update(BlockId id, const BlockModifier& modify);
+
+  // Makes every committed access durable against power loss, not only against
+  // a crash of this process (accesses commit with synchronous=NORMAL; this
+  // writes the counters with synchronous=FULL, which syncs the whole WAL).
+  // It first sends the latest access's deferred root write (see below), so
+  // afterwards the servers hold every access. What fsync(2) in the filesystem
+  // calls.
+  Status Sync();
+
+  // STATUS of every server (unreachable ones carry an error status).
+  std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
+
+  // STATS of every server: its work counters (changes nothing).
+  std::vector<ServerStats> QueryServerStats(std::chrono::milliseconds timeout);
+
+  // The lease as server i sees it (LEASE_QUERY; changes nothing).
+  Result<wire::LeaseReply> QueryLease(std::size_t server);
+
+  // Tells the servers this client is alive (refreshes the lease's "last
+  // active" time); kLeaseHeld if another client took the lease over, after
+  // which this client is fenced. Cheap; call it when idle (every few seconds).
+  Status RenewLease();
+  // Releases the lease (a clean unmount). Further accesses fail. Idempotent.
+  Status Close();
+  bool fenced() const { return fenced_; }
+
+  const ClientStats& stats() const { return stats_; }
+  const TransportStats& transport_stats() const;
+
+  // --- For the client-state backup (oramcore/protocol/state_backup.h) only. ---------
+  // The state file this client opened.
+  const std::string& state_path() const;
+  // The connections to the servers, and the header (current epoch, next seq)
+  // of the next request sent over them.
+  ServerSet& server_set() { return *servers_; }
+  wire::Header NextRequestHeader() { return NextHeader(); }
+  // The backup key, derived from the master key at Open (DeriveBackupKey);
+  // empty for a read-only client, which never holds the master key.
+  const Secret& backup_key() const { return backup_key_; }
+  // The unlocked state file (its VFS opens further connections to it).
+  const std::shared_ptr<UnlockedState>& unlocked_state() const;
+
+ private:
+  OramClient() = default;
+  static Result<std::unique_ptr<OramClient>> OpenImpl(const std::string& state_path,
+                                                      const Secret& passphrase, bool read_only,
+                                                      ClientOptions options);
+  std::string ServerSetName() const;
+  wire::Header NextHeader();
+  Status RunEviction();
+  Status FinishPendingEviction();
+  Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
+  // Shares `secret` afresh among the servers and sends server i the request
+  // make_request(its shares), all under one new header; returns the replies.
+  // `compute_ns` and `wait_ns` accumulate the time spent sharing and encoding,
+  // and waiting for the replies.
+  Result<std::vector<wire::Message>> ExchangeShared(
+      std::span<const field::Elem> secret,
+      const std::function<wire::Body(std::vector<field::Elem>&&)>& make_request,
+      wire::MessageType expected_reply, const TransportOptions& options,
+      std::uint64_t& compute_ns, std::uint64_t& wait_ns);
+  // The root write an access leaves for the next request to carry: slot nr
+  // gets `elems` (the sealed block, packed), and once every server has it the
+  // block (if `mapped`) moves to `moved`. Logged in the state as pending.
+  struct PendingRoot {
+    std::uint32_t slot = 0;
+    BlockId id = 0;
+    bool mapped = false;
+    PositionEntry moved;
+    std::vector<field::Elem> elems;
+  };
+  static std::vector<std::uint8_t> EncodeRootPayload(const PendingRoot& r);
+  Result<PendingRoot> DecodeRootPayload(const std::vector<std::uint8_t>& payload) const;
+  // RETRIEVE, or RETRIEVE_WRITE_ROOT carrying `root` when it is not null.
+  Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where,
+                                                 const PendingRoot* root);
+  Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
+  Status RepairRootSlot();
+  // Adds to `batch` what records the deferred root write as done: nr + 1, the
+  // block's new position, the pending record removed.
+  void RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
+                         Counters& next) const;
+  // Applies a committed RecordRootWritten to the in-memory state.
+  Status RootWrittenCommitted(const Counters& next);
+  // Sends the deferred root write alone (WRITE_ROOT) and records it.
+  Status FlushPendingRoot(bool durable);
+  Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
+                                                   std::span<const std::uint8_t> data,
+                                                   const BlockModifier* modify = nullptr);
+  // Acquires the lease on every server with the current epoch (see class
+  // comment); on refusal releases what it got and names the holder.
+  Status AcquireLease(const std::string& state_path);
+  Status SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply);
+  void ReleaseLease();
+  // Marks the client fenced when a server says another client holds the lease.
+  Status NoteFencing(Status st);
+
+  ClientOptions options_;
+  bool read_only_ = false;
+  std::unique_ptr<ClientStateStore> store_;
+  std::unique_ptr<BlockSealer> sealer_;  // null when read-only
+  std::unique_ptr<PositionMap> pm_;
+  std::unique_ptr<ServerSet> servers_;
+  std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
+  Counters counters_;
+  ClientStats stats_;
+  bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
+  std::optional<PendingRoot> pending_root_;  // deferred root write of the last access (slot nr)
+  bool lease_held_ = false;
+  int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
+  std::string lease_sealed_;  // this client's sealed description, as acquired
+  bool fenced_ = false;
+  Secret backup_key_;            // empty when read-only
+};
+
+}  // namespace s3oram

@@ -1,0 +1,421 @@
+// The client side of `s3oram rebuild` (see rebuild.h for the protocol). It
+// uses the state store and a ServerSet directly, not OramClient, because an
+// OramClient cannot open while one server is empty; OramClient::Open is used
+// only afterwards, for the verification.
+#include "oramcore/protocol/rebuild.h"
+
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "oramcore/base/random.h"
+#include "oramcore/crypto/block_seal.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/protocol/lease_holder.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/transport.h"
+
+namespace s3oram {
+
+namespace {
+
+constexpr const char* kEvictKind = "evict";  // as in client.cpp's pending log
+
+std::string Name(std::size_t i, const ServerSet& servers) {
+  return "server " + std::to_string(i) + " (" + servers.endpoint(i) + ")";
+}
+
+// The session of one rebuild run: the connections, the header fields and the
+// seq counter every request draws from.
+struct Session {
+  const RebuildOptions& options;
+  const FsConfig& config;
+  std::unique_ptr<ServerSet> servers;
+  std::uint64_t epoch = 0;
+  std::uint64_t seq = 0;
+
+  wire::Header Next() {
+    wire::Header h;
+    h.fs_id = config.fs_id;
+    h.epoch = epoch;
+    h.seq = ++seq;
+    return h;
+  }
+
+  // One request to one server; the reply (or that server's error).
+  Result<wire::Message> Ask(std::size_t server, const wire::Body& body,
+                            wire::MessageType expected, const TransportOptions& t) {
+    wire::Header h = Next();
+    auto r = servers->ExchangeWith({server}, {wire::Encode(h, body)}, h, expected, t);
+    if (!r.ok()) return r.status();
+    return std::move(r.value()[0]);
+  }
+
+  Result<wire::StatusReply> StatusOf(std::size_t server) {
+    S3ORAM_ASSIGN_OR_RETURN(wire::Message m, Ask(server, wire::StatusRequest{},
+                                                 wire::MessageType::kStatusReply,
+                                                 options.client.requests));
+    return std::get<wire::StatusReply>(std::move(m.body));
+  }
+};
+
+// Takes the lease on every survivor as this run's epoch; refused (naming the
+// holder) if a mount or another tool holds it.
+Status AcquireSurvivorLeases(Session& s, const std::vector<std::size_t>& survivors,
+                             const BlockSealer& sealer, const std::string& state_path) {
+  const std::string sealed =
+      SealHolder(sealer, s.epoch, CurrentLeaseHolder(state_path, "s3oram rebuild"));
+  std::vector<std::size_t> granted;
+  for (std::size_t j : survivors) {
+    auto m = s.Ask(j, wire::LeaseAcquireRequest{false, sealed}, wire::MessageType::kLeaseReply,
+                   s.options.client.requests);
+    Status failure = m.status();
+    if (m.ok()) {
+      const auto& r = std::get<wire::LeaseReply>(m->body);
+      if (r.granted) {
+        granted.push_back(j);
+        continue;
+      }
+      const auto holder = OpenHolder(sealer, r.holder_epoch, r.holder);
+      failure = Status::LeaseHeld(
+          "the filesystem is in use by " +
+          (holder ? DescribeHolder(*holder) : "epoch " + std::to_string(r.holder_epoch)) +
+          ": unmount it (or stop that tool) before rebuilding");
+    }
+    for (std::size_t g : granted) {
+      (void)s.Ask(g, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
+                  s.options.client.requests);
+    }
+    return failure.WithContext(Name(j, *s.servers));
+  }
+  return Status::Ok();
+}
+
+// Survivors must agree on applied_evictions before their shares can be
+// combined: a survivor that only prepared (sealed) the eviction another one
+// already committed is sent EVICT_COMMIT. COMMIT is only ever sent after every
+// PREPARE succeeded, so that sealed shadow is the same eviction's result.
+Status ReconcileSurvivors(Session& s, const std::vector<std::size_t>& survivors,
+                          std::vector<wire::StatusReply>& status, RebuildReport& report) {
+  std::uint64_t max_ae = 0;
+  for (std::size_t j : survivors) max_ae = std::max(max_ae, status[j].applied_evictions);
+  for (std::size_t j : survivors) {
+    const wire::StatusReply& r = status[j];
+    if (r.applied_evictions == max_ae) continue;
+    if (r.applied_evictions + 1 == max_ae && r.prepared_eviction == max_ae) {
+      spdlog::info("{} has eviction {} prepared but not committed; committing it first",
+                   Name(j, *s.servers), max_ae - 1);
+      S3ORAM_RETURN_IF_ERROR(s.Ask(j, wire::EvictCommitRequest{max_ae - 1},
+                                   wire::MessageType::kEvictCommitReply, s.options.client.requests)
+                                 .status()
+                                 .WithContext("committing eviction " + std::to_string(max_ae - 1) +
+                                              " on " + Name(j, *s.servers)));
+      ++report.evictions_committed;
+      S3ORAM_ASSIGN_OR_RETURN(status[j], s.StatusOf(j));
+      if (status[j].applied_evictions == max_ae) continue;
+    }
+    return Status::FailedPrecondition(
+        "the surviving servers disagree: " + Name(j, *s.servers) + " has applied " +
+        std::to_string(status[j].applied_evictions) + " evictions, another " +
+        std::to_string(max_ae) + ", and the missing one is not prepared there; their shares "
+        "cannot be combined, so server " + std::to_string(s.options.target) +
+        " cannot be rebuilt from them");
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,
+                                    const RebuildOptions& options) {
+  random::EnsureInitialized();
+  RebuildReport report;
+  // The passphrase first (it opens the sealed state): a wrong one changes
+  // nothing anywhere.
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                          UnlockedState::Unlock(state_path, passphrase));
+  // Seals this run's lease description.
+  auto sealer = std::make_unique<BlockSealer>(unlocked->master(), unlocked->header().fs_id);
+  S3ORAM_ASSIGN_OR_RETURN(auto store,
+                          ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
+  const FsConfig& config = store->config();
+  const OramParams& p = config.params;
+  const std::size_t parties = config.servers.size();
+  const std::size_t K = options.target;
+  if (parties != p.parties) {
+    return Status::Corruption("state lists " + std::to_string(parties) + " servers for " +
+                              std::to_string(p.parties) + " parties");
+  }
+  if (K >= parties) {
+    return Status::InvalidArgument("server " + std::to_string(K) + " does not exist: this "
+                                   "filesystem has servers 0.." + std::to_string(parties - 1));
+  }
+  const wire::StoreShape shape{p.height, p.bucket_size,
+                               static_cast<std::uint32_t>(p.elems_per_slot())};
+
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
+  Session s{options, config, nullptr, store->counters().epoch, store->counters().seq};
+  S3ORAM_ASSIGN_OR_RETURN(s.servers,
+                          ServerSet::Connect(config.servers, config.server_keys, client_key));
+
+  // ---- 1. Who is there, and in what state.
+  std::vector<wire::StatusReply> status(parties);
+  std::vector<std::size_t> survivors;
+  std::uint64_t max_epoch = s.epoch, max_seq = s.seq;
+  for (std::size_t i = 0; i < parties; ++i) {
+    wire::Header h = s.Next();
+    auto r = s.servers->ExchangeWith({i}, {wire::Encode(h, wire::StatusRequest{})}, h,
+                                     wire::MessageType::kStatusReply, options.client.requests);
+    if (!r.ok()) {
+      if (i == K) {
+        return r.status().WithContext(
+            "server " + std::to_string(K) + " (" + s.servers->endpoint(K) +
+            ") to be rebuilt is unreachable: start its s3oram-serverd (with an empty data "
+            "directory) first");
+      }
+      spdlog::warn("{} is unreachable: {}", Name(i, *s.servers), r.status().ToString());
+      continue;
+    }
+    const wire::Message& m = r.value()[0];
+    status[i] = std::get<wire::StatusReply>(m.body);
+    const wire::StatusReply& st = status[i];
+    if (i == K) {
+      if (st.initialized && !options.force) {
+        return Status::FailedPrecondition(
+            Name(K, *s.servers) + " still holds a live store of " +
+            (m.header.fs_id == config.fs_id ? std::string("this filesystem")
+                                            : std::string("another filesystem")) +
+            " (" + std::to_string(st.applied_evictions) +
+            " evictions applied); rebuild only a server that lost its data, or pass --force to "
+            "replace that store");
+      }
+      continue;
+    }
+    if (!st.initialized || m.header.fs_id != config.fs_id || !(st.shape == shape)) {
+      spdlog::warn("{} cannot contribute: {}", Name(i, *s.servers),
+                   st.rebuilding      ? "it is being rebuilt itself"
+                   : !st.initialized  ? "it holds no filesystem"
+                   : !(st.shape == shape) ? "its store has another shape"
+                                          : "it serves another filesystem");
+      continue;
+    }
+    survivors.push_back(i);
+    max_epoch = std::max(max_epoch, st.epoch);
+    // The new epoch must also be above every epoch a survivor granted its lease to.
+    S3ORAM_ASSIGN_OR_RETURN(wire::Message lm, s.Ask(i, wire::LeaseQueryRequest{},
+                                                    wire::MessageType::kLeaseReply,
+                                                    options.client.requests));
+    max_epoch = std::max(max_epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
+    max_seq = std::max(max_seq, st.applied_seq);
+  }
+  if (survivors.size() < p.threshold + 1) {
+    return Status::Unavailable("only " + std::to_string(survivors.size()) +
+                               " surviving servers serve this filesystem; rebuilding server " +
+                               std::to_string(K) + " needs t + 1 = " +
+                               std::to_string(p.threshold + 1) + " of them reachable");
+  }
+
+  // The survivors must fit this state file (as OramClient::Open checks): the
+  // same number of evictions, or one more while that eviction is pending.
+  // Checked on the most advanced survivor, before anything changes.
+  {
+    std::uint64_t applied_evictions = 0;
+    for (std::size_t j : survivors) {
+      applied_evictions = std::max(applied_evictions, status[j].applied_evictions);
+    }
+    const std::uint64_t ne = store->counters().ne;
+    S3ORAM_ASSIGN_OR_RETURN(auto pending, store->LoadPending());
+    bool evicting = false;
+    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+    if (applied_evictions < ne) {
+      return Status::FailedPrecondition(
+          "the surviving servers have applied " + std::to_string(applied_evictions) +
+          " evictions but this client state knows " + std::to_string(ne) +
+          ": the state file is newer than the servers");
+    }
+    if (applied_evictions > ne + (evicting ? 1 : 0)) {
+      return Status::FailedPrecondition(
+          "the surviving servers have applied " + std::to_string(applied_evictions) +
+          " evictions but this client state knows " + std::to_string(ne) +
+          ": the state file is older than the servers");
+    }
+  }
+
+  // ---- 2. A new epoch, durable before any request uses it: any other client
+  // of this filesystem is fenced off from here on (a write during the rebuild
+  // would leave K's copy stale).
+  s.epoch = max_epoch + 1;
+  s.seq = std::max(s.seq, max_seq);
+  {
+    Counters c = store->counters();
+    c.epoch = s.epoch;
+    c.seq = s.seq;
+    ClientStateStore::Batch batch;
+    batch.SetCounters(c);
+    S3ORAM_RETURN_IF_ERROR(store->Commit(batch, /*durable=*/true));
+  }
+
+  // The survivors' lease, so no mount changes the tree while it is copied.
+  S3ORAM_RETURN_IF_ERROR(AcquireSurvivorLeases(s, survivors, *sealer, state_path));
+  struct ReleaseOnExit {
+    Session& s;
+    const std::vector<std::size_t>& survivors;
+    ~ReleaseOnExit() {
+      if (!s.servers) return;
+      for (std::size_t j : survivors) {
+        (void)s.Ask(j, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
+                    s.options.client.requests);
+      }
+    }
+  } release{s, survivors};
+  S3ORAM_RETURN_IF_ERROR(ReconcileSurvivors(s, survivors, status, report));
+  const std::uint64_t applied_evictions = status[survivors.front()].applied_evictions;
+  std::uint64_t applied_seq = 0;
+  for (std::size_t j : survivors) applied_seq = std::max(applied_seq, status[j].applied_seq);
+  for (std::size_t i = 0; i < p.threshold + 1; ++i) report.participants.push_back(survivors[i]);
+  std::vector<std::uint32_t> participants;
+  for (std::size_t j : report.participants) participants.push_back(static_cast<std::uint32_t>(j));
+
+  // ---- 3. The data path.
+  S3ORAM_RETURN_IF_ERROR(
+      s.Ask(K,
+            wire::RebuildBeginRequest{static_cast<std::uint32_t>(K), shape, applied_seq,
+                                      applied_evictions, options.force},
+            wire::MessageType::kRebuildBeginReply, options.client.requests)
+          .status()
+          .WithContext("starting the rebuild on " + Name(K, *s.servers)));
+  std::string from;
+  for (std::size_t j : report.participants) from += (from.empty() ? "" : ",") + std::to_string(j);
+  spdlog::info("rebuilding server {} from servers {} (evictions {}, seq {})", K, from,
+               applied_evictions, applied_seq);
+
+  // A fresh session nonce: every run's masks are new, so two runs' replies
+  // cannot be combined to cancel masks.
+  wire::RebuildNonce nonce{};
+  random::Bytes(nonce);
+  const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
+  const std::uint64_t bucket_elems = std::uint64_t{shape.bucket_size} * shape.elems_per_slot;
+  const std::uint64_t bucket_bytes = bucket_elems * sizeof(field::Elem);
+  std::uint64_t per_range = std::max<std::uint64_t>(1, options.range_bytes / bucket_bytes);
+  per_range = std::min<std::uint64_t>(per_range, wire::kMaxElems / bucket_elems);
+  report.buckets = buckets;
+  // The data path moves megabytes per request: a resend after the usual 2 s
+  // would only make a loaded server do the same range twice (harmless, see
+  // the idempotency table, but wasteful).
+  const TransportOptions bulk{
+      std::max<std::chrono::milliseconds>(options.client.requests.resend_after,
+                                          std::chrono::seconds(30)),
+      std::max<std::chrono::milliseconds>(options.client.requests.deadline,
+                                          std::chrono::seconds(300))};
+  const std::uint64_t total_bytes = buckets * bucket_bytes;
+  if (options.progress) options.progress("rebuild", 0, total_bytes);
+
+  for (std::uint64_t first = 1; first <= buckets;) {
+    const auto count =
+        static_cast<std::uint32_t>(std::min<std::uint64_t>(per_range, buckets - first + 1));
+    std::vector<wire::RebuildReadReply> replies;
+    // Without `dense` survivors omit buckets that are file holes. Every server
+    // writes the same buckets (eviction paths and root slots are public), so
+    // the hole maps agree unless a filesystem reports holes differently; then
+    // the range is asked for again in full.
+    for (bool dense : {false, true}) {
+      replies.clear();
+      for (std::size_t j : report.participants) {
+        wire::RebuildReadRequest req;
+        req.target = static_cast<std::uint32_t>(K);
+        req.participants = participants;
+        req.nonce = nonce;
+        req.first_bucket = first;
+        req.count = count;
+        req.dense = dense;
+        S3ORAM_ASSIGN_OR_RETURN(
+            wire::Message m,
+            s.Ask(j, req, wire::MessageType::kRebuildReadReply, bulk));
+        if (options.observe) options.observe(j, m);
+        auto& r = std::get<wire::RebuildReadReply>(m.body);
+        std::uint64_t written = 0;
+        for (std::uint8_t f : r.holes) written += f ? 0 : 1;
+        if (r.first_bucket != first || r.holes.size() != count ||
+            r.contribution.size() != written * bucket_elems) {
+          return Status::Protocol(Name(j, *s.servers) + " answered a rebuild read of buckets " +
+                                  std::to_string(first) + "+" + std::to_string(count) +
+                                  " with a malformed reply");
+        }
+        report.bytes_received += r.contribution.size() * sizeof(field::Elem);
+        replies.push_back(std::move(r));
+      }
+      bool agree = true;
+      for (const auto& r : replies) agree &= r.holes == replies.front().holes;
+      if (agree) break;
+      if (dense) return Status::Protocol("survivors sent different hole maps for a dense read");
+      spdlog::debug("hole maps differ for buckets {}+{}; reading them in full", first, count);
+    }
+    wire::RebuildWriteRequest w;
+    w.first_bucket = first;
+    w.holes = replies.front().holes;
+    for (auto& r : replies) w.contributions.push_back(std::move(r.contribution));
+    for (std::uint8_t f : w.holes) report.buckets_written += f ? 0 : 1;
+    wire::Header h = s.Next();
+    if (options.observe) options.observe(K, wire::Message{h, w});
+    auto frame = wire::Encode(h, w);
+    w = {};
+    S3ORAM_ASSIGN_OR_RETURN(
+        auto reply,
+        s.servers->ExchangeWith({K}, {frame}, h, wire::MessageType::kRebuildWriteReply, bulk));
+    const auto& wr = std::get<wire::RebuildWriteReply>(reply[0].body);
+    if (wr.next_bucket != first + count) {
+      return Status::Protocol(Name(K, *s.servers) + " reports bucket " +
+                              std::to_string(wr.next_bucket) + " as next, expected " +
+                              std::to_string(first + count));
+    }
+    first += count;
+    if (options.progress) options.progress("rebuild", (first - 1) * bucket_bytes, total_bytes);
+  }
+  // FINISH syncs the whole share file: give it the eviction budget.
+  S3ORAM_RETURN_IF_ERROR(s.Ask(K, wire::RebuildFinishRequest{applied_seq, applied_evictions},
+                               wire::MessageType::kRebuildFinishReply, options.client.evictions)
+                             .status()
+                             .WithContext("finishing the rebuild on " + Name(K, *s.servers)));
+  {
+    // Record the seq used: the next client continues above it.
+    Counters c = store->counters();
+    c.seq = std::max(c.seq, s.seq);
+    ClientStateStore::Batch batch;
+    batch.SetCounters(c);
+    S3ORAM_RETURN_IF_ERROR(store->Commit(batch, /*durable=*/true));
+  }
+  spdlog::info("server {} rebuilt: {} of {} buckets written", K, report.buckets_written, buckets);
+  for (std::size_t j : survivors) {
+    (void)s.Ask(j, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
+                options.client.requests);
+  }
+  s.servers.reset();
+  store.reset();
+
+  // ---- 4. Verification through the ORAM: every live block must authenticate.
+  if (!options.verify) return report;
+  S3ORAM_ASSIGN_OR_RETURN(auto client, OramClient::Open(state_path, passphrase, options.client));
+  std::vector<BlockId> live;
+  const PositionMap& pm = client->position_map();
+  for (BlockId id = 0; id < pm.capacity(); ++id) {
+    if (pm.Find(id) != nullptr) live.push_back(id);
+  }
+  if (options.progress) options.progress("verify", 0, live.size());
+  for (BlockId id : live) {
+    auto r = client->Read(id);
+    if (!r.ok()) {
+      return r.status().WithContext("verifying block " + std::to_string(id) +
+                                    " after rebuilding server " + std::to_string(K));
+    }
+    ++report.blocks_verified;
+    if (options.progress) options.progress("verify", report.blocks_verified, live.size());
+  }
+  S3ORAM_RETURN_IF_ERROR(client->Sync());
+  return report;
+}
+
+}  // namespace s3oram

@@ -1,0 +1,69 @@
+// Rebuilding a lost server's share from the survivors (`s3oram rebuild`).
+//
+// Server K lost its disk and runs again with an empty data directory. Every
+// stored sharing has degree t, so any t + 1 survivors S determine K's share:
+//   s_K = sum_{j in S} L_j(x_K) s_j.
+// Each survivor j sends c_j = L_j(x_K) s_j + r_j, where the r_j sum to zero
+// (pairwise masks the survivors derive from their CURVE keys and a session
+// nonce: serverd/rebuild_masks.h). This client forwards every c_j to K, which
+// sums them. The client never sums: it and K each see masked terms only, and
+// no single c_j says anything about s_j. Steps (docs/ARCHITECTURE.md,
+// "Rebuilding a lost server"):
+//   1. Check the passphrase, read the state, STATUS every server. K must not
+//      hold a live store (unless force); the survivors must serve this
+//      filesystem with this shape and agree on applied_evictions — a survivor
+//      one eviction behind with that eviction sealed gets its EVICT_COMMIT
+//      first (COMMIT is only ever sent after every PREPARE succeeded).
+//   2. A new epoch, durable in the state (fences any other client: a write
+//      during the rebuild would make K's copy stale).
+//   3. REBUILD_BEGIN to K; then, range by range, REBUILD_READ to each of S and
+//      REBUILD_WRITE of their replies to K; then REBUILD_FINISH.
+//   4. Unless verify is off, open the filesystem normally (which finishes a
+//      pending eviction) and read every live block through the ORAM: each
+//      must authenticate.
+// The client state changes only in its epoch and seq counters (both forward).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <string_view>
+
+#include "oramcore/base/secret.h"
+#include "oramcore/base/status.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+struct RebuildOptions {
+  std::size_t target = 0;  // K, 0-based party index
+  bool force = false;      // replace a live store on K
+  bool verify = true;      // read every live block afterwards
+  ClientOptions client;
+  // Upper bound on one REBUILD_READ reply (the ranges are whole buckets; at
+  // least one bucket per range).
+  std::size_t range_bytes = std::size_t{8} << 20;
+  // Progress: phase "rebuild" (done/total in bytes of K's share file data) and
+  // "verify" (blocks). Called often; may be empty.
+  std::function<void(std::string_view phase, std::uint64_t done, std::uint64_t total)> progress;
+  // Every message of the rebuild data path, for tests that check what each
+  // party receives: REBUILD_READ replies as the client received them (with the
+  // survivor's index) and REBUILD_WRITE requests as K receives them.
+  std::function<void(std::size_t server, const wire::Message& message)> observe;
+};
+
+struct RebuildReport {
+  std::vector<std::size_t> participants;  // S
+  std::uint64_t buckets = 0;              // in the tree
+  std::uint64_t buckets_written = 0;      // not holes on every participant
+  std::uint64_t bytes_received = 0;       // contributions received from S
+  std::uint64_t evictions_committed = 0;  // laggard survivors brought forward
+  std::uint64_t blocks_verified = 0;
+};
+
+Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,
+                                    const RebuildOptions& options);
+
+}  // namespace s3oram

@@ -1,0 +1,146 @@
+// The client's durable state: one SQLite database (WAL mode) per filesystem,
+// sealed at rest (oramcore/state/state_file.h: a clear header with the wrapped
+// master key, then pages encrypted under a subkey of it).
+//
+// It holds the filesystem's identity and parameters, the wrapped master key,
+// the server addresses, the
+// access counters (nr, ne, seq, epoch), the position map and the pending-
+// operation log. Without the position map the servers' shares are noise, so
+// every change goes through one SQLite transaction (Commit) and the file is
+// refused if it is not a valid s3oram state of a known schema version.
+//
+// Crash rule: a mutation whose effect could be seen before the client records
+// it (an eviction) is logged as a pending intent (AddPending, durable) before it
+// is sent, and the intent is removed in the same transaction that records the
+// effect (counters, positions). A root write is logged as pending only because
+// it is deferred (sent with the next request, after its access returned): the
+// slot it writes is free in the position map until it is recorded, and the
+// client rewrites that slot consistently before its next retrieval
+// (OramClient). See docs/ARCHITECTURE.md §Crash consistency.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oramcore/base/status.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/state/state_file.h"
+#include "oramcore/tree/params.h"
+#include "oramcore/tree/position_map.h"
+#include "oramcore/wire/wire.h"
+
+struct sqlite3;
+
+namespace s3oram {
+
+struct FsConfig {
+  wire::FsId fs_id{};
+  OramParams params;
+  std::vector<std::string> servers;  // ZeroMQ endpoints, index = party index
+  std::vector<std::string> server_keys;  // CURVE public key (Z85) of each server
+  std::string client_key_file;       // this client's CURVE secret key (a private file)
+  bool allow_unsafe = false;         // parameters below the overflow bound were forced
+  KeyWrap key_wrap;                  // the master key, wrapped under the passphrase
+};
+
+struct Counters {
+  std::uint64_t nr = 0;     // accesses since the last eviction (next root slot)
+  std::uint64_t ne = 0;     // evictions committed
+  std::uint64_t seq = 0;    // last mutation sequence number used
+  std::uint64_t epoch = 0;  // client epoch
+  bool operator==(const Counters&) const = default;
+};
+
+struct PendingOp {
+  std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
+  std::string kind;                   // kPendingEvictKind or kPendingRootKind
+  std::vector<std::uint8_t> payload;  // kind-specific
+};
+
+// An eviction under way: key = its number ne, payload = ne (u64) and the last
+// attempt sent (u32), little-endian.
+inline constexpr const char* kPendingEvictKind = "evict";
+// The last access's deferred root write (OramClient): at most one, under a key
+// no eviction number reaches; payload = slot (u32, = nr), block id (u64),
+// mapped (u8), new leaf (u64), new version (u64), m (u32), then the m packed
+// sealed elements (u32 each), little-endian.
+inline constexpr const char* kPendingRootKind = "root";
+inline constexpr std::uint64_t kPendingRootKey = std::uint64_t{1} << 62;
+inline constexpr std::size_t PendingRootPayloadBytes(std::size_t elems_per_slot) {
+  return 33 + 4 * elems_per_slot;
+}
+
+class ClientStateStore {
+ public:
+  // Creates a new state file sealed under `master` (whose wrap is
+  // config.key_wrap); fails with AlreadyExists if `path` exists.
+  static Result<std::unique_ptr<ClientStateStore>> Create(const std::string& path,
+                                                          const FsConfig& config, Secret master);
+  // Opens the database of an unlocked state file; fails with Corruption
+  // (clear message, file untouched) if it is not a valid s3oram state.
+  static Result<std::unique_ptr<ClientStateStore>> Open(std::shared_ptr<UnlockedState> state);
+  ~ClientStateStore();
+  ClientStateStore(const ClientStateStore&) = delete;
+  ClientStateStore& operator=(const ClientStateStore&) = delete;
+
+  const std::string& path() const { return path_; }
+  const FsConfig& config() const { return config_; }
+  // The unlocked file: its key and VFS, for other connections to it (the
+  // filesystem's metadata, fsck, backups). Outlives this store if shared.
+  const std::shared_ptr<UnlockedState>& unlocked() const { return state_; }
+  const Counters& counters() const { return counters_; }
+
+  // Reads every position row into a fresh map (validating each row).
+  Result<PositionMap> LoadPositionMap() const;
+  Result<std::vector<PendingOp>> LoadPending() const;
+
+  // A set of changes applied atomically by Commit.
+  class Batch {
+   public:
+    void SetCounters(const Counters& c) { counters_ = c; }
+    void PutPosition(BlockId id, const PositionEntry& e) { puts_.push_back({id, e}); }
+    void ErasePosition(BlockId id) { erases_.push_back(id); }
+    void AddPending(PendingOp op) { add_pending_.push_back(std::move(op)); }
+    void RemovePending(std::uint64_t seq) { remove_pending_.push_back(seq); }
+    bool empty() const;
+
+   private:
+    friend class ClientStateStore;
+    std::optional<Counters> counters_;
+    std::vector<std::pair<BlockId, PositionEntry>> puts_;
+    std::vector<BlockId> erases_;
+    std::vector<PendingOp> add_pending_;
+    std::vector<std::uint64_t> remove_pending_;
+  };
+
+  // Replaces the wrapped master key (passphrase change) durably, in place in
+  // the state header's two copies (UnlockedState::ReplaceKeyWrap): the old
+  // wrap is overwritten, and nothing else changes.
+  Status ReplaceKeyWrap(const KeyWrap& wrap);
+
+  // Replaces what belongs to one machine rather than to the filesystem: the
+  // server endpoints, their CURVE public keys and the client key file (a
+  // restored state on a new machine). Same number of servers as before, in
+  // party order. One durable transaction; config() follows.
+  Status ReplaceMachineConfig(const std::vector<std::string>& servers,
+                              const std::vector<std::string>& server_keys,
+                              const std::string& client_key_file);
+
+  // One transaction. durable = true waits for the data to reach stable storage
+  // (synchronous=FULL); otherwise the commit survives a process crash but maybe
+  // not a power loss (WAL, synchronous=NORMAL).
+  Status Commit(const Batch& batch, bool durable = false);
+
+ private:
+  ClientStateStore() = default;
+  std::string path_;
+  std::shared_ptr<UnlockedState> state_;  // released after ~ClientStateStore closes db_
+  sqlite3* db_ = nullptr;
+  FsConfig config_;
+  Counters counters_;
+};
+
+}  // namespace s3oram

@@ -1,0 +1,62 @@
+// The clear header of a client state file: what must be read before the
+// passphrase, and nothing else.
+//
+// The first kSealedHeaderBytes (4096) of the state file hold two copies, at
+// offsets 0 and kStateHeaderCopyBytes, each (integers little-endian):
+//   magic "S3ORSTAT" (8), format u32 = kStateFormat, page size u32 = 4096,
+//   generation u64 (raised by each passphrase change),
+//   fs_id (16), key wrap: kdf ops u64, kdf mem u64, salt (16), nonce (24),
+//   sealed (48),
+//   BLAKE2b-256 of the 144 bytes above (32),
+//   zeros to the end of the copy.
+// The key wrap authenticates the fs id and KDF parameters (key_wrap.h), so
+// the only unauthenticated fields are the magic, format, page size and
+// generation, each checked exactly; the checksum catches accidental damage
+// before any passphrase is asked for.
+//
+// Two copies make a passphrase change crash-safe without a journal: it
+// writes copy 1, syncs, writes copy 0, syncs. A reader that finds two valid
+// copies of different generations (a change cut short) tries the newer one
+// first; anything else that is not two identical valid copies is damage,
+// refused with a message naming the copy and the byte range.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "oramcore/base/status.h"
+#include "oramcore/crypto/key_wrap.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+inline constexpr std::uint32_t kStateFormat = 1;
+inline constexpr std::size_t kStateHeaderCopyBytes = 2048;
+inline constexpr std::size_t kStateHeaderUsedBytes = 176;  // fields and checksum, per copy
+
+struct StateHeader {
+  wire::FsId fs_id{};
+  std::uint64_t generation = 0;
+  KeyWrap wrap;
+  bool operator==(const StateHeader&) const = default;
+};
+
+// One copy, kStateHeaderCopyBytes long.
+std::vector<std::uint8_t> EncodeStateHeaderCopy(const StateHeader& h);
+// The whole header region (kSealedHeaderBytes): two identical copies.
+std::vector<std::uint8_t> EncodeStateHeader(const StateHeader& h);
+
+// The copies worth trying, newest generation first: one if both copies are
+// identical, two if a passphrase change was cut short. Corruption (naming
+// `what`, the copy and the damage) otherwise.
+Result<std::vector<StateHeader>> ParseStateHeader(std::span<const std::uint8_t> region,
+                                                  const std::string& what);
+
+// True if `prefix` starts like a plain SQLite database: a state file from
+// before the state was encrypted (s3oram upgrade-state converts it).
+bool LooksLikePlainSqlite(std::span<const std::uint8_t> prefix);
+
+}  // namespace s3oram

@@ -1,0 +1,79 @@
+// The client's connections to the ℓ servers: one persistent ZeroMQ DEALER
+// socket per server, reused for every request (never reopened per access),
+// always under CURVE: each server is authenticated by its public key, and the
+// client by its keypair. A server that refuses the client's key, or whose key
+// does not match, fails the exchange at once with PermissionDenied naming the
+// server and the likely fix, instead of timing out.
+//
+// Requests are idempotent by construction (see docs/ARCHITECTURE.md), so the
+// same frame may be sent again: at once when the connection it went out on was
+// replaced, else after a silence paced by the link that doubles every time
+// (ExchangeWith); a reply is accepted only if its seq and type match the
+// outstanding request, so late replies to earlier attempts are dropped. A
+// server that stays silent for the whole budget yields Unavailable.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oramcore/base/status.h"
+#include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+struct TransportOptions {
+  // The least silence before the request is sent again over a connection
+  // that was not replaced (longer for requests the link needs longer for,
+  // and doubled after every resend).
+  std::chrono::milliseconds resend_after{2000};
+  // Total time one exchange may take before it fails with Unavailable.
+  std::chrono::milliseconds deadline{30000};
+};
+
+struct TransportStats {
+  std::uint64_t bytes_sent = 0;      // request frames, all servers, retries included
+  std::uint64_t bytes_received = 0;  // accepted reply frames
+  std::uint64_t resends = 0;
+};
+
+class ServerSet {
+ public:
+  // Connects (lazily, as ZeroMQ does) to every endpoint; server_keys[i] is
+  // server i's CURVE public key (Z85).
+  static Result<std::unique_ptr<ServerSet>> Connect(const std::vector<std::string>& endpoints,
+                                                    const std::vector<std::string>& server_keys,
+                                                    const CurveKeypair& client);
+  ~ServerSet();
+  ServerSet(const ServerSet&) = delete;
+  ServerSet& operator=(const ServerSet&) = delete;
+
+  std::size_t size() const;
+  const std::string& endpoint(std::size_t i) const;
+
+  // Sends frames[i] to server i (every i at once) and waits for every reply.
+  // expected_reply is the reply type for each request; an ErrorReply from any
+  // server turns into that server's Status (with its endpoint as context).
+  Result<std::vector<wire::Message>> Exchange(const std::vector<std::vector<std::uint8_t>>& frames,
+                                              const wire::Header& header,
+                                              wire::MessageType expected_reply,
+                                              const TransportOptions& options);
+  // Same, for a subset of servers (indices), e.g. STATUS to one server.
+  Result<std::vector<wire::Message>> ExchangeWith(
+      const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
+      const wire::Header& header, wire::MessageType expected_reply,
+      const TransportOptions& options);
+
+  const TransportStats& stats() const { return stats_; }
+
+ private:
+  ServerSet() = default;
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  TransportStats stats_;
+};
+
+}  // namespace s3oram

@@ -1,0 +1,373 @@
+// The s3oram wire protocol: every message between client and servers, and
+// between servers, with its one encoder and one decoder.
+//
+// Frame (all integers little-endian):
+//   magic   u32  'S3OR' (0x524f3353)
+//   version u16  kWireVersion; a decoder refuses any other
+//   type    u16  MessageType
+//   fs_id   16 bytes        filesystem the message is about (zero in STATUS/INIT to an empty server)
+//   epoch   u64             client epoch (fencing)
+//   seq     u64             client sequence number; replies echo the request's
+//   length  u32             body length; must equal the bytes that follow
+//   body    `length` bytes  per type, below
+// Vectors of field elements are a u32 count followed by the elements packed at
+// 31 bits each (oramcore/math/elem_packing.h: ceil(31 count / 8) bytes, each < p,
+// zero padding bits). Strings are a u32 length then bytes. Flag vectors are a u32 count then
+// one byte (0 or 1) each; index lists a u32 count (<= kMaxParties) then u32s;
+// lists of element vectors a u32 count (<= kMaxParties) then each vector. The
+// decoder checks every length against the bytes actually present before allocating, checks every element is
+// canonical, rejects trailing bytes, and caps vectors at kMaxElems.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "oramcore/base/status.h"
+#include "oramcore/math/field.h"
+
+namespace s3oram::wire {
+
+using field::Elem;
+using FsId = std::array<std::uint8_t, 16>;
+
+inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
+// 2: element vectors packed at 31 bits (1 sent each as a u32).
+inline constexpr std::uint16_t kWireVersion = 2;
+inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
+// Largest element vector a decoder accepts (1 GiB of elements).
+inline constexpr std::uint32_t kMaxElems = (1u << 28);
+inline constexpr std::uint32_t kMaxString = 4096;
+// Largest party list or list of per-party vectors a decoder accepts.
+inline constexpr std::uint32_t kMaxParties = 64;
+// Bytes of a rebuild session nonce.
+inline constexpr std::size_t kRebuildNonceBytes = 32;
+
+enum class MessageType : std::uint16_t {
+  kError = 1,
+  kStatusRequest = 2,
+  kStatusReply = 3,
+  kInitRequest = 4,
+  kInitReply = 5,
+  kRetrieveRequest = 6,
+  kRetrieveReply = 7,
+  kWriteRootRequest = 8,
+  kWriteRootReply = 9,
+  kEvictPrepareRequest = 10,
+  kEvictPrepareReply = 11,
+  kEvictCommitRequest = 12,
+  kEvictCommitReply = 13,
+  kSmpShares = 14,  // server -> server, no reply
+  kLeaseAcquireRequest = 15,
+  kLeaseReply = 16,
+  kLeaseReleaseRequest = 17,
+  kLeaseQueryRequest = 18,
+  // Server rebuild (docs/ARCHITECTURE.md, "Rebuilding a lost server"):
+  kRebuildBeginRequest = 20,
+  kRebuildBeginReply = 21,
+  kRebuildReadRequest = 22,
+  kRebuildReadReply = 23,
+  kRebuildWriteRequest = 24,
+  kRebuildWriteReply = 25,
+  kRebuildFinishRequest = 26,
+  kRebuildFinishReply = 27,
+  // Client-state backup (docs/ARCHITECTURE.md, "Client-state backup").
+  kBackupPutRequest = 30,
+  kBackupPutReply = 31,
+  kBackupListRequest = 32,
+  kBackupListReply = 33,
+  kBackupGetRequest = 34,
+  kBackupGetReply = 35,
+  // Performance accounting (s3oram bench).
+  kStatsRequest = 40,
+  kStatsReply = 41,
+  // One round trip per access: the previous access's root write carried with
+  // this access's retrieval (reply: kRetrieveReply).
+  kRetrieveWriteRootRequest = 42,
+};
+const char* MessageTypeName(MessageType t);
+
+struct Header {
+  MessageType type = MessageType::kError;
+  FsId fs_id{};
+  std::uint64_t epoch = 0;
+  std::uint64_t seq = 0;
+};
+
+// Shape of a server's share of the tree.
+struct StoreShape {
+  std::uint32_t height = 0;         // H
+  std::uint32_t bucket_size = 0;    // Z
+  std::uint32_t elems_per_slot = 0; // m
+  bool operator==(const StoreShape&) const = default;
+};
+
+struct ErrorReply {
+  std::uint32_t code = 0;  // Status::Code
+  std::string message;
+};
+
+struct StatusRequest {};
+struct StatusReply {
+  std::uint32_t server_index = 0;  // 0-based party index
+  bool initialized = false;
+  StoreShape shape;
+  std::uint64_t epoch = 0;              // highest client epoch seen
+  std::uint64_t applied_seq = 0;        // highest mutation seq applied
+  std::uint64_t applied_evictions = 0;  // evictions committed (next eviction number)
+  std::uint64_t prepared_eviction = 0;  // eviction number + 1 of a prepared, uncommitted shadow; 0 if none
+  std::uint64_t share_file_bytes = 0;   // logical size of the share file
+  std::uint64_t allocated_bytes = 0;    // bytes actually allocated on disk
+  std::uint64_t peer_bytes_sent = 0;    // SMP bytes this process sent to peers since it started
+  // A rebuild is under way (REBUILD_BEGIN without REBUILD_FINISH yet): the
+  // store is not live (initialized is false) and normal requests are refused.
+  bool rebuilding = false;
+};
+
+struct InitRequest {
+  std::uint32_t server_index = 0;
+  StoreShape shape;
+  bool overwrite = false;  // replace an existing store of another filesystem
+};
+struct InitReply {};
+
+struct RetrieveRequest {
+  std::uint64_t leaf = 0;
+  std::vector<Elem> select;  // Z (H+1) shares of the select vector
+};
+struct RetrieveReply {
+  std::vector<Elem> answer;  // m degree-2t shares
+};
+
+struct WriteRootRequest {
+  std::uint32_t slot = 0;
+  std::vector<Elem> share;  // m shares
+};
+struct WriteRootReply {};
+
+struct EvictPrepareRequest {
+  std::uint64_t eviction = 0;  // ne
+  std::uint32_t attempt = 0;   // bumped by the client on every retry of the same eviction
+  std::uint64_t leaf = 0;
+  std::vector<Elem> matrices;  // (H+1) * 2Z * Z shares, steps in plan order
+};
+struct EvictPrepareReply {
+  std::uint64_t eviction = 0;
+};
+
+struct EvictCommitRequest {
+  std::uint64_t eviction = 0;
+};
+struct EvictCommitReply {
+  std::uint64_t applied_evictions = 0;
+};
+
+// SMP degree-reduction shares from one server to another for one round.
+struct SmpShares {
+  std::uint64_t eviction = 0;
+  std::uint32_t attempt = 0;
+  std::uint32_t round = 0;       // 0..H-1: one round per path level (the leaf round carries both leaves)
+  std::uint32_t from_index = 0;  // sender's party index
+  std::vector<Elem> shares;
+};
+
+// The single-writer lease (one per filesystem on each server). A client that
+// opens the filesystem for writing acquires it with its new epoch (the
+// header's); every RETRIEVE, WRITE_ROOT and EVICT_* must then carry exactly
+// the holder's epoch. `holder` is opaque to servers: the client seals a
+// description of itself (host, process, mount point) under the master key, so
+// a second client with the passphrase can name the holder and servers learn
+// nothing. Acquiring a lease that another epoch holds fails unless `force`.
+struct LeaseAcquireRequest {
+  bool force = false;
+  std::string holder;  // sealed, <= kMaxString bytes
+};
+// Reply to ACQUIRE, RELEASE and QUERY: the lease as it is after the request.
+struct LeaseReply {
+  bool granted = false;            // ACQUIRE: this request's epoch holds the lease now
+  std::uint64_t holder_epoch = 0;  // 0: nobody holds it
+  std::string holder;              // the holder's sealed description
+  std::uint64_t held_ms = 0;       // since the holder acquired it (server clock)
+  std::uint64_t idle_ms = 0;       // since this server last heard from the holder
+  // Highest epoch this server ever granted the lease to: a new client's epoch
+  // must be above it. (STATUS's epoch is the last one that changed the tree.)
+  std::uint64_t highest_epoch = 0;
+};
+// Gives the lease up if the header's epoch holds it (a clean unmount).
+struct LeaseReleaseRequest {};
+struct LeaseQueryRequest {};
+
+
+// ---- Server rebuild. The client drives it; it never holds a share of the lost
+// server K, nor an unmasked one of a survivor: survivors send masked Lagrange
+// terms, K alone sums them.
+
+// To K: start rebuilding. K drops any store it has (a live one of any
+// filesystem only with force) and creates an empty sparse one that is not live
+// until REBUILD_FINISH; until then it refuses RETRIEVE, WRITE_ROOT and
+// EVICT_*. The header's fs_id and epoch are the filesystem's; the counters are
+// what the survivors agree on.
+struct RebuildBeginRequest {
+  std::uint32_t server_index = 0;  // K, must be the receiver's own index
+  StoreShape shape;
+  std::uint64_t applied_seq = 0;
+  std::uint64_t applied_evictions = 0;
+  bool force = false;  // replace a live store
+};
+struct RebuildBeginReply {};
+
+// To a survivor j in `participants`: its masked contributions
+//   c_j = L_j(x_K) * s_j + sum_{i in S, i != j} (+/-) PRG(seed_ij, bucket)
+// for buckets [first_bucket, first_bucket + count). Without `dense`, buckets
+// that are file holes (never written) are flagged and omitted.
+using RebuildNonce = std::array<std::uint8_t, kRebuildNonceBytes>;
+struct RebuildReadRequest {
+  std::uint32_t target = 0;                 // K
+  std::vector<std::uint32_t> participants;  // S: t + 1 distinct survivors, ascending
+  RebuildNonce nonce{};                     // fresh per rebuild run (client CSPRNG)
+  std::uint64_t first_bucket = 0;           // 1-based
+  std::uint32_t count = 0;
+  bool dense = false;  // send every bucket, holes included
+};
+struct RebuildReadReply {
+  std::uint64_t first_bucket = 0;       // echoes the request
+  std::vector<std::uint8_t> holes;      // count flags: 1 = never written, omitted
+  std::vector<Elem> contribution;       // (count - holes) * Z * m elements, bucket order
+};
+
+// To K: every participant's contributions for a range; K sums them and writes
+// the buckets that are not holes. `holes` is common to all participants.
+struct RebuildWriteRequest {
+  std::uint64_t first_bucket = 0;
+  std::vector<std::uint8_t> holes;               // one flag per bucket of the range
+  std::vector<std::vector<Elem>> contributions;  // one vector per participant
+};
+struct RebuildWriteReply {
+  std::uint64_t next_bucket = 0;  // first bucket not yet rebuilt
+};
+
+// To K: every bucket has been written; make the store durable and live with
+// the counters of REBUILD_BEGIN (repeated as a check).
+struct RebuildFinishRequest {
+  std::uint64_t applied_seq = 0;
+  std::uint64_t applied_evictions = 0;
+};
+struct RebuildFinishReply {};
+
+// Client-state backup: one server's share of an encrypted, padded snapshot of
+// the client state (see oramcore/protocol/state_backup.h). A generation is a whole
+// backup; the server sees only field elements (a degree-t share of the
+// packed blob) and their count. Offsets and counts are in elements.
+// Largest chunk one BACKUP_PUT or BACKUP_GET carries (4 MiB of elements).
+inline constexpr std::uint32_t kMaxBackupChunkElems = 1u << 20;
+// Largest backup a server stores (1 GiB of elements per generation).
+inline constexpr std::uint64_t kMaxBackupElems = std::uint64_t{1} << 28;
+// Most generations a BACKUP_LIST reply may name (a server keeps two).
+inline constexpr std::uint32_t kMaxBackupGenerations = 16;
+
+// Appends shares[0..n) at `offset` of generation `generation` (whose whole
+// share has `total` elements). Chunks arrive in order from offset 0; `last`
+// marks the chunk that ends at `total`, after which the generation is
+// complete and durable. A chunk at offset 0 starts the upload afresh.
+struct BackupPutRequest {
+  std::uint64_t generation = 0;
+  std::uint64_t offset = 0;
+  std::uint64_t total = 0;
+  bool last = false;
+  std::vector<Elem> shares;
+};
+struct BackupPutReply {
+  std::uint64_t generation = 0;
+  std::uint64_t received = 0;  // elements of the upload stored so far
+};
+struct BackupListRequest {};
+struct BackupInfo {
+  std::uint64_t generation = 0;
+  std::uint64_t elems = 0;  // complete share size
+  bool operator==(const BackupInfo&) const = default;
+};
+struct BackupListReply {
+  std::vector<BackupInfo> backups;  // complete generations only, ascending
+};
+struct BackupGetRequest {
+  std::uint64_t generation = 0;
+  std::uint64_t offset = 0;
+  std::uint32_t count = 0;  // at most kMaxBackupChunkElems
+};
+struct BackupGetReply {
+  std::uint64_t generation = 0;
+  std::uint64_t total = 0;  // the generation's whole share size
+  std::vector<Elem> shares;
+};
+
+// What a server has spent its time on since the process started, for
+// performance accounting: `s3oram bench` divides the difference of two
+// replies by the accesses between them. Counts are requests handled; times
+// are microseconds of wall clock inside the server (so network time is what a
+// client waits beyond them). Like STATUS, STATS is answered to any
+// authenticated client and changes nothing.
+struct StatsRequest {};
+struct StatsReply {
+  std::uint64_t requests = 0;            // every frame handled, any type
+  std::uint64_t busy_us = 0;             // decode + handle + encode, all frames
+  std::uint64_t retrieves = 0;
+  std::uint64_t retrieve_read_us = 0;    // fetching the path's buckets (page cache or disk)
+  std::uint64_t retrieve_kernel_us = 0;  // the path inner product
+  std::uint64_t root_writes = 0;
+  std::uint64_t root_write_us = 0;       // slot write and its fdatasyncs
+  std::uint64_t prepares = 0;
+  std::uint64_t prepare_kernel_us = 0;   // eviction matrix products
+  std::uint64_t prepare_smp_us = 0;      // SMP split, send, combine
+  std::uint64_t prepare_peer_wait_us = 0;
+  std::uint64_t prepare_shadow_us = 0;   // shadow bucket writes
+  std::uint64_t prepare_seal_us = 0;     // shadow fdatasyncs
+  std::uint64_t commits = 0;
+  std::uint64_t commit_us = 0;           // making a sealed shadow live
+};
+
+// The root write of the previous access and the retrieval of this one, in one
+// request: the server writes `share` to root slot `slot` (as WRITE_ROOT), then
+// answers the retrieval (as RETRIEVE) over the tree that includes it, and
+// replies only once the slot is durable. Both parts are validated before
+// either is applied. A duplicate writes the same share again and recomputes.
+struct RetrieveWriteRootRequest {
+  std::uint32_t slot = 0;
+  std::vector<Elem> share;   // m shares
+  std::uint64_t leaf = 0;
+  std::vector<Elem> select;  // Z (H+1) shares of the select vector
+};
+
+// Alternatives in ascending MessageType order (checked in wire.cpp).
+using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
+                          RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
+                          EvictPrepareRequest, EvictPrepareReply, EvictCommitRequest,
+                          EvictCommitReply, SmpShares, LeaseAcquireRequest, LeaseReply,
+                          LeaseReleaseRequest, LeaseQueryRequest, RebuildBeginRequest,
+                          RebuildBeginReply, RebuildReadRequest, RebuildReadReply,
+                          RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
+                          RebuildFinishReply, BackupPutRequest, BackupPutReply,
+                          BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
+                          StatsRequest, StatsReply, RetrieveWriteRootRequest>;
+
+struct Message {
+  Header header;
+  Body body;
+};
+
+// The type tag that goes with a body alternative.
+MessageType TypeOf(const Body& body);
+
+// Encodes header + body; header.type is taken from the body.
+std::vector<std::uint8_t> Encode(const Header& header, const Body& body);
+// Decodes one whole frame. Never reads out of bounds, never allocates more than
+// the frame's own size, rejects every malformed input with Status::Corruption.
+Result<Message> Decode(std::span<const std::uint8_t> frame);
+
+// Builds an ErrorReply message body from a Status.
+ErrorReply ErrorFromStatus(const Status& s);
+Status StatusFromError(const ErrorReply& e);
+
+}  // namespace s3oram::wire
