@@ -38,7 +38,8 @@
 #include <string>
 #include <vector>
 
-#include "fused/metadata_store.h"
+#include "fused/block_layout.h"
+#include "fused/metadata_schema.h"
 #include "oramcore/base/status.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/state/state_file.h"

@@ -43,6 +43,7 @@
 #include <vector>
 
 #include "fused/block_layout.h"
+#include "fused/metadata_schema.h"
 #include "oramcore/base/status.h"
 #include "oramcore/state/state_file.h"
 
@@ -50,10 +51,6 @@ struct sqlite3;
 
 namespace s3oram::fs {
 
-using Ino = std::uint64_t;
-
-inline constexpr Ino kRootIno = 1;
-inline constexpr std::size_t kMaxNameBytes = 255;
 inline constexpr std::size_t kMaxSymlinkBytes = 4095;
 inline constexpr std::size_t kMaxXattrNameBytes = 255;
 inline constexpr std::size_t kMaxXattrValueBytes = 65536;

@@ -41,6 +41,7 @@
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/wire/curve_keys.h"
+#include "oramcore/state/sql.h"
 
 namespace s3oram {
 namespace {
@@ -51,113 +52,9 @@ constexpr std::int64_t kSchemaVersion = 2;
 constexpr std::int32_t kApplicationId = 0x53334f52;
 constexpr int kBusyTimeoutMs = 5000;
 
-std::int64_t ToSql(std::uint64_t v) { return std::bit_cast<std::int64_t>(v); }
-std::uint64_t FromSql(std::int64_t v) { return std::bit_cast<std::uint64_t>(v); }
-
-// Maps an SQLite result code to the Status code callers act on.
-Status SqlStatus(int rc, const std::string& msg) {
-  // The sealed VFS's verdict on a page that fails its tag (sealed_vfs.h).
-  if (rc == SQLITE_IOERR_DATA) {
-    return Status::Corruption(msg + ": a page of the sealed state failed authentication (it was "
-                                    "modified or damaged)");
-  }
-  switch (rc & 0xff) {
-    case SQLITE_CORRUPT:
-    case SQLITE_NOTADB:
-    case SQLITE_ERROR:  // our SQL is fixed, so "no such table/column" means a wrong schema
-    case SQLITE_FORMAT:
-      return Status::Corruption(msg);
-    case SQLITE_BUSY:
-    case SQLITE_LOCKED:
-      return Status::Unavailable(msg);  // another process holds the database
-    case SQLITE_CONSTRAINT:
-      return Status::FailedPrecondition(msg);
-    case SQLITE_NOTFOUND:
-    case SQLITE_CANTOPEN:
-    case SQLITE_IOERR:
-    case SQLITE_FULL:
-    case SQLITE_READONLY:
-    case SQLITE_PERM:
-    default:
-      return Status::IoError(msg);
-  }
-}
-
-Status SqlError(sqlite3* db, int rc, const std::string& what) {
-  const char* detail = db != nullptr ? sqlite3_errmsg(db) : sqlite3_errstr(rc);
-  return SqlStatus(rc, what + ": " + detail);
-}
-
-// Owns one prepared statement. Statements live for one operation (one Open,
-// one Commit, one Load): cheap to prepare, and each is bound/stepped/reset per
-// row so a batch of many rows compiles its SQL once.
-class Stmt {
- public:
-  Stmt() = default;
-  ~Stmt() { sqlite3_finalize(stmt_); }
-  Stmt(const Stmt&) = delete;
-  Stmt& operator=(const Stmt&) = delete;
-
-  Status Prepare(sqlite3* db, const char* sql) {
-    db_ = db;
-    int rc = sqlite3_prepare_v2(db, sql, -1, &stmt_, nullptr);
-    if (rc != SQLITE_OK) return SqlError(db, rc, std::string("preparing \"") + sql + "\"");
-    return Status::Ok();
-  }
-  sqlite3_stmt* get() const { return stmt_; }
-
-  void Int(int i, std::int64_t v) { sqlite3_bind_int64(stmt_, i, v); }
-  void U64(int i, std::uint64_t v) { sqlite3_bind_int64(stmt_, i, ToSql(v)); }
-  void Text(int i, const std::string& s) {
-    sqlite3_bind_text(stmt_, i, s.data(), static_cast<int>(s.size()), SQLITE_TRANSIENT);
-  }
-  void Blob(int i, const void* p, std::size_t n) {
-    // A zero-length blob must still be a BLOB, not NULL (NOT NULL columns).
-    if (n == 0) {
-      sqlite3_bind_zeroblob(stmt_, i, 0);
-    } else {
-      sqlite3_bind_blob64(stmt_, i, p, n, SQLITE_TRANSIENT);
-    }
-  }
-
-  // Runs a statement that returns no rows, then resets it for the next binding.
-  Status Exec(const char* what) {
-    int rc = sqlite3_step(stmt_);
-    sqlite3_reset(stmt_);
-    sqlite3_clear_bindings(stmt_);
-    if (rc != SQLITE_DONE) return SqlError(db_, rc, what);
-    return Status::Ok();
-  }
-  // Steps a query: true with a row, false at the end, or an error.
-  Result<bool> Step(const char* what) {
-    int rc = sqlite3_step(stmt_);
-    if (rc == SQLITE_ROW) return true;
-    if (rc == SQLITE_DONE) return false;
-    return SqlError(db_, rc, what);
-  }
-
- private:
-  sqlite3* db_ = nullptr;
-  sqlite3_stmt* stmt_ = nullptr;
-};
-
-Status ExecSql(sqlite3* db, const char* sql) {
-  char* err = nullptr;
-  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &err);
-  if (rc == SQLITE_OK) return Status::Ok();
-  std::string msg = std::string("executing \"") + sql + "\": " + (err ? err : sqlite3_errstr(rc));
-  sqlite3_free(err);
-  return SqlStatus(rc, msg);
-}
-
-// Runs a single-value query (a PRAGMA, a count) and returns the integer.
-Result<std::int64_t> QueryInt(sqlite3* db, const char* sql) {
-  Stmt st;
-  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, sql));
-  S3ORAM_ASSIGN_OR_RETURN(bool row, st.Step(sql));
-  if (!row) return Status::Corruption(std::string("\"") + sql + "\" returned no row");
-  return static_cast<std::int64_t>(sqlite3_column_int64(st.get(), 0));
-}
+using sql::FromSql;
+using sql::Stmt;
+using sql::ToSql;
 
 // Sanity bounds this file relies on when it turns stored parameters into a
 // tree geometry and a position map: shifts by H must be defined, and the map
@@ -275,13 +172,13 @@ struct DbCloser {
 // Connection settings that do not touch the file (they are per connection).
 Status ConfigureConnection(sqlite3* db) {
   int rc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
-  if (rc != SQLITE_OK) return SqlError(db, rc, "setting busy timeout");
+  if (rc != SQLITE_OK) return sql::Error(db, rc, "setting busy timeout");
   rc = sqlite3_extended_result_codes(db, 1);
-  if (rc != SQLITE_OK) return SqlError(db, rc, "enabling extended result codes");
-  S3ORAM_RETURN_IF_ERROR(ExecSql(db, "PRAGMA foreign_keys = ON"));
+  if (rc != SQLITE_OK) return sql::Error(db, rc, "enabling extended result codes");
+  S3ORAM_RETURN_IF_ERROR(sql::Exec(db, "PRAGMA foreign_keys = ON"));
   // NORMAL in WAL mode: a commit survives a process crash; Commit(durable)
   // raises it to FULL for that one transaction.
-  S3ORAM_RETURN_IF_ERROR(ExecSql(db, "PRAGMA synchronous = NORMAL"));
+  S3ORAM_RETURN_IF_ERROR(sql::Exec(db, "PRAGMA synchronous = NORMAL"));
   return Status::Ok();
 }
 
@@ -372,14 +269,14 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
   if (Status s = EnableWal(db); !s.ok()) return fail(s);
   // The initial contents are worth a full sync: a state that vanishes after a
   // power cut would orphan whatever the servers are initialised with.
-  if (Status s = ExecSql(db, "PRAGMA synchronous = FULL"); !s.ok()) return fail(s);
+  if (Status s = sql::Exec(db, "PRAGMA synchronous = FULL"); !s.ok()) return fail(s);
 
   auto populate = [&]() -> Status {
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db, "BEGIN IMMEDIATE"));
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db, kSchemaSql));
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db, "BEGIN IMMEDIATE"));
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db, kSchemaSql));
     const std::string ids = "PRAGMA application_id = " + std::to_string(kApplicationId) +
                             "; PRAGMA user_version = " + std::to_string(kSchemaVersion);
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db, ids.c_str()));
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db, ids.c_str()));
 
     Stmt meta;
     S3ORAM_RETURN_IF_ERROR(meta.Prepare(db, "INSERT INTO meta(key, value) VALUES (?1, ?2)"));
@@ -410,13 +307,13 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
       srv.Text(3, config.server_keys[i]);
       S3ORAM_RETURN_IF_ERROR(srv.Exec("writing servers"));
     }
-    return ExecSql(db, "COMMIT");
+    return sql::Exec(db, "COMMIT");
   };
   if (Status s = populate(); !s.ok()) {
     if (!sqlite3_get_autocommit(db)) sqlite3_exec(db, "ROLLBACK", nullptr, nullptr, nullptr);
     return fail(s);
   }
-  if (Status s = ExecSql(db, "PRAGMA synchronous = NORMAL"); !s.ok()) return fail(s);
+  if (Status s = sql::Exec(db, "PRAGMA synchronous = NORMAL"); !s.ok()) return fail(s);
   if (Status s = SyncParentDir(path); !s.ok()) return fail(s);
   store->db_ = std::exchange(db, nullptr);
   return store;
@@ -434,11 +331,11 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
   // Never creates: the sealed VFS refuses a file without its header.
   S3ORAM_ASSIGN_OR_RETURN(db, store->state_->OpenDatabase());
   int rc = sqlite3_busy_timeout(db, kBusyTimeoutMs);
-  if (rc != SQLITE_OK) return fail(SqlError(db, rc, "setting busy timeout"));
+  if (rc != SQLITE_OK) return fail(sql::Error(db, rc, "setting busy timeout"));
 
   // Identity checks: reads only. The first read also makes SQLite parse the
   // header and detect a truncated file (declared size beyond the end).
-  auto app_id = QueryInt(db, "PRAGMA application_id");
+  auto app_id = sql::QueryInt(db, "PRAGMA application_id");
   if (!app_id.ok()) {
     return fail(app_id.status().WithContext("not a readable SQLite database"));
   }
@@ -451,7 +348,7 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
                   static_cast<unsigned>(kApplicationId));
     return fail(Status::Corruption(buf));
   }
-  auto user_version = QueryInt(db, "PRAGMA user_version");
+  auto user_version = sql::QueryInt(db, "PRAGMA user_version");
   if (!user_version.ok()) return fail(user_version.status());
   if (*user_version != kSchemaVersion) {
     const bool newer = *user_version > kSchemaVersion;
@@ -698,9 +595,9 @@ Status ClientStateStore::ReplaceMachineConfig(const std::vector<std::string>& se
         " servers; give exactly that many endpoints and keys (got " +
         std::to_string(servers.size()) + " and " + std::to_string(server_keys.size()) + ")");
   }
-  S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA synchronous = FULL"));
+  S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "PRAGMA synchronous = FULL"));
   auto apply = [&]() -> Status {
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "BEGIN IMMEDIATE"));
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "BEGIN IMMEDIATE"));
     Stmt srv;
     S3ORAM_RETURN_IF_ERROR(
         srv.Prepare(db_, "UPDATE servers SET endpoint = ?2, public_key = ?3 WHERE idx = ?1"));
@@ -719,13 +616,13 @@ Status ClientStateStore::ReplaceMachineConfig(const std::vector<std::string>& se
     meta.Text(1, client_key_file);
     S3ORAM_RETURN_IF_ERROR(meta.Exec("rewriting client_key_file"));
     if (sqlite3_changes(db_) != 1) return Status::Corruption("meta row 'client_key_file' missing");
-    return ExecSql(db_, "COMMIT");
+    return sql::Exec(db_, "COMMIT");
   };
   Status s = apply();
   if (!s.ok() && !sqlite3_get_autocommit(db_)) {
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
-  (void)ExecSql(db_, "PRAGMA synchronous = NORMAL");
+  (void)sql::Exec(db_, "PRAGMA synchronous = NORMAL");
   if (!s.ok()) return s.WithContext(path_ + ": rewriting the server addresses (nothing changed)");
   config_.servers = servers;
   config_.server_keys = server_keys;
@@ -745,7 +642,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
     }
   }
 
-  if (durable) S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "PRAGMA synchronous = FULL"));
+  if (durable) S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "PRAGMA synchronous = FULL"));
 
   // Order inside the transaction: erases before puts (so a batch that erases
   // and re-puts a block leaves it placed), pending removals before additions
@@ -753,7 +650,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   auto apply = [&]() -> Status {
     // IMMEDIATE takes the write lock now, so a competing writer makes us wait
     // (busy timeout) or fail here, not half-way through the batch.
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "BEGIN IMMEDIATE"));
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "BEGIN IMMEDIATE"));
     if (!batch.erases_.empty()) {
       Stmt st;
       S3ORAM_RETURN_IF_ERROR(st.Prepare(db_, "DELETE FROM positions WHERE id = ?1"));
@@ -812,7 +709,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       if (sqlite3_changes(db_) != 1) return Status::Corruption("counters row missing");
     }
     FaultPoint("state.commit.before");
-    S3ORAM_RETURN_IF_ERROR(ExecSql(db_, "COMMIT"));
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "COMMIT"));
     FaultPoint("state.commit.after");
     return Status::Ok();
   };
@@ -826,7 +723,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (durable) {
     // Failing to lower it again only costs speed (commits stay durable), and
     // reporting it would make a committed batch look failed.
-    (void)ExecSql(db_, "PRAGMA synchronous = NORMAL");
+    (void)sql::Exec(db_, "PRAGMA synchronous = NORMAL");
   }
   if (!s.ok()) return s.WithContext(path_ + ": commit");
   // Only a committed batch moves the in-memory counters, so they always equal

@@ -96,13 +96,19 @@ TEST(ClusterTest, LongMixedWorkloadVerified) {
   }
   // The work counters behind `s3oram bench`'s breakdown: every server did one
   // retrieve and one root write per access (and one for the final reads), and
-  // the client accounted time to every phase.
+  // the client accounted time to every phase. A server counts every request
+  // it handles, and a request the client resent after a silence (a busy
+  // machine) is handled again, so each count may exceed the client's by at
+  // most the client's resends.
   const std::uint64_t total = (*client)->stats().accesses;
+  const std::uint64_t resends = (*client)->transport_stats().resends;
   for (const auto& r : (*client)->QueryServerStats(std::chrono::milliseconds(5000))) {
     ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-    EXPECT_EQ(r.reply.retrieves, total);
+    EXPECT_GE(r.reply.retrieves, total);
+    EXPECT_LE(r.reply.retrieves, total + resends);
     EXPECT_GE(r.reply.root_writes, total);  // + a repair after Open
-    EXPECT_EQ(r.reply.commits, (*client)->stats().evictions);
+    EXPECT_GE(r.reply.commits, (*client)->stats().evictions);
+    EXPECT_LE(r.reply.commits, (*client)->stats().evictions + resends);
     EXPECT_GT(r.reply.busy_us, 0u);
   }
   const AccessTimings& t = (*client)->stats().timings;

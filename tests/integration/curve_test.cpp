@@ -51,7 +51,9 @@ TEST(CurveTest, UnauthorizedClientKeyIsRefusedOnBothSides) {
   ASSERT_TRUE(WriteCurveKeypair(*stranger, dir.Sub("stranger")).ok());
   FsConfig other = config;
   other.client_key_file = dir.Sub("stranger.key");
-  const auto start = std::chrono::steady_clock::now();
+  // PermissionDenied, not Unavailable: the refused handshake is reported as
+  // such at once rather than waited out until the deadline (a timing-free
+  // way to tell the two apart).
   Status st = OramClient::Initialize(dir.Sub("other.s3oram"), other, testing::TestPassphrase(),
                                      testing::TestKdf(), /*overwrite_servers=*/true);
   ASSERT_FALSE(st.ok());
@@ -59,8 +61,6 @@ TEST(CurveTest, UnauthorizedClientKeyIsRefusedOnBothSides) {
   EXPECT_NE(st.message().find("refused this client's CURVE key"), std::string::npos)
       << st.ToString();
   EXPECT_NE(st.message().find("authorized_clients"), std::string::npos) << st.ToString();
-  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20))
-      << "should fail fast, not wait for the deadline";
   EXPECT_TRUE(LogShows(*cluster, 0, stranger->public_key + " is not authorized"))
       << ReadFile(cluster->log_path(0));
   // The servers kept the real filesystem: the authorized client still works.

@@ -92,9 +92,12 @@ void TamperProxy::Record(bool from_client, const std::vector<std::uint8_t>& fram
   TranscriptEntry e;
   e.from_client = from_client;
   e.bytes = frame.size();
+  e.digest = 0xcbf29ce484222325ull;
+  for (std::uint8_t byte : frame) e.digest = (e.digest ^ byte) * 0x100000001b3ull;
   auto msg = wire::Decode(frame);
   if (msg.ok()) {
     e.type = msg->header.type;
+    e.seq = msg->header.seq;
     if (const auto* r = std::get_if<wire::RetrieveRequest>(&msg->body)) e.leaf = r->leaf;
     if (const auto* w = std::get_if<wire::WriteRootRequest>(&msg->body)) e.slot = w->slot;
     if (const auto* rw = std::get_if<wire::RetrieveWriteRootRequest>(&msg->body)) {

@@ -36,6 +36,8 @@ struct TranscriptEntry {
   std::uint64_t leaf = 0;      // RETRIEVE, RETRIEVE_WRITE_ROOT and EVICT_PREPARE
   std::uint32_t slot = 0;      // WRITE_ROOT and RETRIEVE_WRITE_ROOT
   std::uint64_t eviction = 0;  // EVICT_PREPARE / EVICT_COMMIT
+  std::uint64_t seq = 0;       // the header's: a resent request carries its original's
+  std::uint64_t digest = 0;    // FNV-1a of the whole frame (a resend is the identical frame)
 };
 
 class TamperProxy {

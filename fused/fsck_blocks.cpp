@@ -1,0 +1,77 @@
+// Fsck phase 3 (fsck.h, CheckBlocks): every block that holds file data,
+// read through the ORAM, which checks its AEAD tag and version.
+#include <sqlite3.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <bit>
+#include <cstring>
+#include <deque>
+#include <map>
+#include <set>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+
+#include "fused/fsck.h"
+#include "fused/fsck_internal.h"
+#include "oramcore/state/sql.h"
+
+namespace s3oram::fs {
+
+using namespace fsck_detail;
+using sql::FromSql;
+using sql::ToSql;
+
+// --- phase 3: the blocks ------------------------------------------------------------
+
+FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
+                            const FsckOptions& options,
+                            const std::function<void(std::uint64_t, std::uint64_t)>& progress,
+                            const std::atomic<bool>* cancel) {
+  FsckBlockResult r;
+  const PathNamer names(snap);
+  // Blocks holding file data that the ORAM has a position for (the others
+  // read as zeros without an access, or were reported by phase 2).
+  // A shared block is read once for all of its fragments.
+  std::map<BlockId, std::vector<const FsckSnapshot::Block*>> todo;
+  for (const auto& b : snap.blocks) {
+    if (b.valid > 0 && b.id < client.params().capacity_blocks && client.position_map().Find(b.id)) {
+      todo[b.id].push_back(&b);
+    }
+  }
+  const std::uint64_t total = todo.size();
+  if (progress) progress(0, total);
+  for (const auto& [id, owners] : todo) {
+    if (cancel && cancel->load()) {
+      r.cancelled = true;
+      return r;
+    }
+    auto data = client.Read(id);
+    if (!data.ok()) {
+      if (cancel && cancel->load()) {
+        r.cancelled = true;
+        return r;
+      }
+      if (data.status().code() != Status::Code::kIntegrity) {
+        r.fatal = data.status().WithContext("reading ORAM block " + std::to_string(id));
+        return r;
+      }
+      for (const FsckSnapshot::Block* b : owners) {
+        std::string m = BlockOwner(snap, names, *b) +
+                        " is damaged: it does not authenticate (AEAD tag or version mismatch)";
+        if (options.zero_damaged) {
+          r.problems.push_back({3, m + "; it will read as zeros", true});
+          r.repairs.push_back({FsckRepair::Kind::kSetValid, b->ino, b->idx, 0});
+        } else {
+          r.problems.push_back({3, m + " (--zero-damaged makes it read as zeros)", false});
+        }
+      }
+    }
+    ++r.blocks_read;
+    if (progress) progress(r.blocks_read, total);
+  }
+  return r;
+}
+
+}  // namespace s3oram::fs
