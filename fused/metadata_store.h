@@ -259,7 +259,7 @@ class MetadataStore {
   std::uint32_t block_bytes() const { return block_bytes_; }
   const BlockLayout& layout() const { return layout_; }
 
-  class Impl;  // the transaction-scoped helpers (metadata_store.cpp)
+  class Impl;  // the transaction-scoped helpers (metadata_store_internal.h)
 
  private:
   MetadataStore(sqlite3* db, std::uint64_t capacity, std::uint32_t block_bytes);

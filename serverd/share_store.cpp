@@ -862,7 +862,7 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
   // A power loss before the sync completes may persist the header without the
   // slot (the kernel writes pages back in any order). That is safe: the write
   // was not acknowledged, so its client repairs slot nr before any retrieval
-  // (docs/ARCHITECTURE.md §9), and a header seq or epoch ahead of the data only
+  // (docs/ARCHITECTURE.md §8), and a header seq or epoch ahead of the data only
   // makes Open's seq, fencing and the restore check more conservative. One
   // sync instead of two (data, then header) halves the disk flushes of every
   // access.
