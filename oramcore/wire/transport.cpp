@@ -225,6 +225,26 @@ Result<std::vector<wire::Message>> ServerSet::Exchange(
   return ExchangeWith(all, frames, header, expected_reply, options);
 }
 
+std::chrono::steady_clock::duration ServerSet::FirstResendSilence(
+    std::size_t request_bytes, wire::MessageType expected_reply,
+    const TransportOptions& options) const {
+  using Clock = std::chrono::steady_clock;
+  // The reply is taken to be as large as the last one of its type (a
+  // retrieval's answer is a whole slot however small the request), or as the
+  // request if none came yet.
+  const auto last_reply = impl_->reply_bytes.find(static_cast<int>(expected_reply));
+  const double reply_guess = last_reply != impl_->reply_bytes.end()
+                                 ? static_cast<double>(last_reply->second)
+                                 : static_cast<double>(request_bytes);
+  const double expected_s =
+      std::min(4.0 * (impl_->round_trip_s +
+                      impl_->seconds_per_byte * (static_cast<double>(request_bytes) + reply_guess)),
+               std::chrono::duration<double>(options.deadline).count());
+  return std::max<Clock::duration>(
+      options.resend_after,
+      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
+}
+
 Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
     const wire::Header& header, wire::MessageType expected_reply, const TransportOptions& options) {
@@ -253,20 +273,7 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
   // duplicate behind it), doubling after every resend.
   std::size_t request_bytes = 0;
   for (const auto& f : frames) request_bytes += f.size();
-  // The reply is taken to be as large as the last one of its type (a
-  // retrieval's answer is a whole slot however small the request), or as the
-  // request if none came yet.
-  const auto last_reply = impl_->reply_bytes.find(static_cast<int>(expected_reply));
-  const double reply_guess = last_reply != impl_->reply_bytes.end()
-                                 ? static_cast<double>(last_reply->second)
-                                 : static_cast<double>(request_bytes);
-  const double expected_s =
-      std::min(4.0 * (impl_->round_trip_s +
-                      impl_->seconds_per_byte * (static_cast<double>(request_bytes) + reply_guess)),
-               std::chrono::duration<double>(options.deadline).count());
-  const Clock::duration first_silence = std::max<Clock::duration>(
-      options.resend_after,
-      std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
+  const Clock::duration first_silence = FirstResendSilence(request_bytes, expected_reply, options);
 
   // What is known of each server's exchange, by position in `servers`.
   struct Progress {
@@ -327,6 +334,7 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
       const bool reconnected = conns > std::max<std::uint64_t>(pr.sent_on, 1);
       if (reconnected || now - pr.sent_at >= pr.silence) {
         S3ORAM_RETURN_IF_ERROR(send(k));
+        stats_.bytes_resent += frames[k].size();
         if (!reconnected) pr.silence = std::min<Clock::duration>(2 * pr.silence, options.deadline);
         if (reconnected) reconnect_seen = true;
         pr.sent_at = now;

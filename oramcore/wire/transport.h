@@ -38,6 +38,10 @@ struct TransportStats {
   std::uint64_t bytes_sent = 0;      // request frames, all servers, retries included
   std::uint64_t bytes_received = 0;  // accepted reply frames
   std::uint64_t resends = 0;
+  // The part of bytes_sent that was resent (after a silence or a replaced
+  // connection): bytes_sent - bytes_resent is what the requests themselves
+  // cost, whatever the link's or the machine's delays made the client repeat.
+  std::uint64_t bytes_resent = 0;
 };
 
 class ServerSet {
@@ -62,6 +66,15 @@ class ServerSet {
                                               wire::MessageType expected_reply,
                                               const TransportOptions& options);
   // Same, for a subset of servers (indices), e.g. STATUS to one server.
+  // How long a request of `request_bytes` (all servers' frames together)
+  // expecting `expected_reply` is waited for before it is first sent again
+  // on a live connection: resend_after, or four times what the request and
+  // its reply should take at the pace learned from earlier exchanges, if
+  // longer (capped at the deadline). Slower links and busier machines only
+  // make it longer.
+  std::chrono::steady_clock::duration FirstResendSilence(std::size_t request_bytes,
+                                                         wire::MessageType expected_reply,
+                                                         const TransportOptions& options) const;
   Result<std::vector<wire::Message>> ExchangeWith(
       const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
       const wire::Header& header, wire::MessageType expected_reply,
