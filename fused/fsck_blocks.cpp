@@ -53,6 +53,21 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
         r.cancelled = true;
         return r;
       }
+      if (data.status().code() == Status::Code::kDamaged) {
+        // A server's stored shares failed their digests: the block is not
+        // lost (the other servers hold theirs) but unreadable until that
+        // server is rebuilt. Nothing here can repair it, and zeroing it
+        // would throw away data that a rebuild recovers.
+        for (const FsckSnapshot::Block* b : owners) {
+          r.problems.push_back({3,
+                                BlockOwner(snap, names, *b) + " cannot be read until a server is "
+                                    "repaired: " + data.status().message(),
+                                false});
+        }
+        ++r.blocks_read;
+        if (progress) progress(r.blocks_read, total);
+        continue;
+      }
       if (data.status().code() != Status::Code::kIntegrity) {
         r.fatal = data.status().WithContext("reading ORAM block " + std::to_string(id));
         return r;

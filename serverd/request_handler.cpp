@@ -23,6 +23,7 @@
 #include "oramcore/math/kernels.h"
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/math/slot_digest.h"
 #include "oramcore/tree/geometry.h"
 #include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/wire.h"
@@ -406,6 +407,7 @@ struct RequestHandler::Impl {
     // cache; every other bucket is written by an eviction's commit, which
     // is on disk before any retrieval runs.
     std::vector<Elem> written_select;
+    std::vector<std::uint64_t> written;  // bucket numbers behind `buckets`
     bool skipped = false;
     for (std::uint32_t l = 0; l <= geo.height; ++l) {
       const std::uint64_t b = geo.BucketOnPath(leaf, l);
@@ -414,12 +416,21 @@ struct RequestHandler::Impl {
         S3ORAM_ASSIGN_OR_RETURN(hole, store->Holes(b, 1));
       }
       if (hole.at(0)) {
+        // Left out as zeros: its digests must say zeros too, or the disk lost
+        // data that was written there.
+        const auto d = store->Digests(b);
+        for (std::size_t s = 0; s < d.size(); ++s) {
+          if (d[s] != digest::SlotDigest{}) {
+            return store->DamagedSlot(b, s, "it reads as never written, but was written");
+          }
+        }
         skipped = true;
         continue;
       }
       std::span<Elem> scratch(path_buffer.data() + l * bucket, bucket);
       S3ORAM_ASSIGN_OR_RETURN(const Elem* view, store->BucketForRead(b, scratch));
       buckets.push_back(view);
+      written.push_back(b);
       written_select.insert(written_select.end(), select.begin() + static_cast<std::ptrdiff_t>(l * Z),
                             select.begin() + static_cast<std::ptrdiff_t>((l + 1) * Z));
     }
@@ -432,6 +443,7 @@ struct RequestHandler::Impl {
       ParallelColumns(m, [&](kernels::ColumnRange r) {
         kernels::PathInnerProduct(buckets, Z, m, sel, reply.answer.data(), r);
       });
+      S3ORAM_RETURN_IF_ERROR(CheckAnswer(written, buckets, sel, reply.answer));
     }
     const auto t_end = Clock::now();
     ++stats.retrieves;
@@ -441,6 +453,35 @@ struct RequestHandler::Impl {
     spdlog::trace("retrieve leaf {}: {:.2f} ms", leaf,
                   std::chrono::duration<double, std::milli>(t_end - t0).count());
     return wire::Body{std::move(reply)};
+  }
+
+  // The answer is sum_q sel[q] * slot_q over the path, so by linearity its
+  // digest must be the same combination of the slots' stored digests: one
+  // pass over m elements checks every slot the answer used (a damaged slot
+  // with a non-zero select share shows; one with a zero share did not change
+  // the answer). On a mismatch the buckets are checked slot by slot to name the
+  // damaged one.
+  Status CheckAnswer(const std::vector<std::uint64_t>& path_buckets,
+                     const std::vector<const Elem*>& views, std::span<const Elem> sel,
+                     std::span<const Elem> answer) const {
+    const std::size_t Z = store->meta().shape.bucket_size;
+    std::vector<digest::SlotDigest> stored;
+    stored.reserve(path_buckets.size() * Z);
+    for (std::uint64_t b : path_buckets) {
+      const auto d = store->Digests(b);
+      stored.insert(stored.end(), d.begin(), d.end());
+    }
+    digest::SlotDigest got{};
+    if (store->digest_key().Digest(answer, &got) && got == digest::Combine(sel, stored)) {
+      return Status::Ok();
+    }
+    const std::size_t bucket = store->bucket_elems();
+    for (std::size_t i = 0; i < path_buckets.size(); ++i) {
+      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(path_buckets[i], {views[i], bucket}));
+    }
+    return Status::Damaged("server " + std::to_string(config.index) +
+                           ": a retrieval answer failed its digest check although every slot "
+                           "of the path verifies (memory or CPU fault?); refusing to answer");
   }
 
   // Root write, then the retrieval over the tree that holds it; the retrieval
@@ -518,6 +559,10 @@ struct RequestHandler::Impl {
     sibling_buffer.resize(bucket);
     // The root is not changed by an eviction; later sources are the previous step's output.
     S3ORAM_ASSIGN_OR_RETURN(const Elem* source, store->BucketForRead(1, source_buffer));
+    // Every bucket the eviction reads is checked against its digests first: a
+    // damaged slot must not be mixed into the new buckets (where no digest
+    // could catch it any more).
+    S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(1, {source, bucket}));
     std::vector<Elem> product, coeffs, combined;
     std::vector<std::vector<Elem>> outs(parties);
     const std::uint32_t me = config.index;
@@ -538,12 +583,14 @@ struct RequestHandler::Impl {
       product.resize(leaf_round ? 2 * bucket : bucket);
       std::span<const Elem> mk(req.matrices.data() + (k - 1) * step, step);
       S3ORAM_ASSIGN_OR_RETURN(const Elem* target, store->BucketForRead(list[k - 1], target_buffer));
+      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[k - 1], {target, bucket}));
       ParallelColumns(m, [&](kernels::ColumnRange r) {
         kernels::EvictProduct(source, target, Z, m, mk, product.data(), r);
       });
       if (leaf_round) {
         std::span<const Elem> ms(req.matrices.data() + H * step, step);
         S3ORAM_ASSIGN_OR_RETURN(const Elem* sib, store->BucketForRead(list[2 * H - 1], sibling_buffer));
+        S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[2 * H - 1], {sib, bucket}));
         ParallelColumns(m, [&](kernels::ColumnRange r) {
           kernels::EvictProduct(source, sib, Z, m, ms, product.data() + bucket, r);
         });
@@ -820,6 +867,15 @@ struct RequestHandler::Impl {
     for (std::size_t i = 0; i < req.count; ++i) {
       reply.holes[i] = holes[i] ? 1 : 0;
       written += holes[i] ? 0 : 1;
+      if (holes[i]) {
+        const auto d = store->Digests(req.first_bucket + i);
+        for (std::size_t s = 0; s < d.size(); ++s) {
+          if (d[s] != digest::SlotDigest{}) {
+            return store->DamagedSlot(req.first_bucket + i, s,
+                                      "it reads as never written, but was written");
+          }
+        }
+      }
     }
     const std::size_t be = store->bucket_elems();
     reply.contribution.resize(written * be);
@@ -832,8 +888,11 @@ struct RequestHandler::Impl {
       }
       std::size_t j = i;
       while (j < req.count && !holes[j]) ++j;
-      S3ORAM_RETURN_IF_ERROR(store->ReadBuckets(
-          req.first_bucket + i, j - i, {reply.contribution.data() + out * be, (j - i) * be}));
+      std::span<Elem> run(reply.contribution.data() + out * be, (j - i) * be);
+      S3ORAM_RETURN_IF_ERROR(store->ReadBuckets(req.first_bucket + i, j - i, run));
+      // A damaged source slot would be rebuilt into the target as a
+      // consistent wrong sharing, beyond any later check: refuse instead.
+      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(req.first_bucket + i, run));
       out += j - i;
       i = j;
     }

@@ -1,8 +1,13 @@
 // On-disk share store. Layout and guarantees are described in share_store.h;
 // this file adds the byte formats:
 //
-// shares.bin header region (4096 bytes): two meta records, at 0 and at 512.
-// Record (little-endian), 84 bytes used, rest of its 512 bytes zero:
+// shares.bin (format 2): header region (4096 bytes), the buckets, then the
+// digest region at the next multiple of 4096: kDigestElems elements per slot,
+// slot (b, s) at index (b - 1) * Z + s (oramcore/math/slot_digest.h). A
+// never-written slot is all zeros in both regions, and zeros digest to zero.
+//
+// Header region: two meta records, at 0 and at 512. Record (little-endian),
+// 116 bytes used, rest of its 512 bytes zero:
 //   0  magic "S3ORMETA"        8
 //   8  format version u32       (kMetaVersion)
 //   12 record length u32        (kMetaRecordBytes; bytes covered by the CRC + 4)
@@ -11,7 +16,10 @@
 //   40 server_index u32
 //   44 height u32, 48 bucket_size u32, 52 elems_per_slot u32
 //   56 epoch u64, 64 applied_seq u64, 72 applied_evictions u64
-//   80 crc32c u32 over bytes [0, 80)
+//   80 digest seed[32]          the slot digests' key (drawn at creation)
+//   112 crc32c u32 over bytes [0, 112)
+// Format 1 had no digests: 84-byte records (the CRC at 80) and no digest
+// region. Open upgrades such a store in place (UpgradeToDigests).
 // An update writes generation g+1 into copy (g+1) % 2, i.e. never into the copy
 // holding the current generation, so a torn write leaves that copy intact.
 //
@@ -24,12 +32,15 @@
 //   48 eviction u64, 56 count u64, 64 data_offset u64
 //   72 bucket numbers u64 x count
 //   then crc32c u32 over everything before it.
-// The data is not checksummed (it may be hundreds of MiB per eviction); instead
-// Seal orders the writes: data, fdatasync, sealed header, fdatasync. A sealed
-// header on disk therefore implies complete data, and a torn header fails its
-// CRC and reads as "no sealed shadow". Begin writes an *unsealed* header (and
-// syncs it) before touching any data, so an older sealed shadow can never be
-// paired with half-overwritten data.
+// After the buckets (at data_offset + count * bucket_bytes): the digests of
+// their slots, count * Z * kDigestElems elements, under the store's key.
+// Seal orders the writes: data and digests, fdatasync, sealed header,
+// fdatasync. A sealed header on disk therefore implies complete data, and a
+// torn header fails its CRC and reads as "no sealed shadow". Begin writes an
+// *unsealed* header (and syncs it) before touching any data, so an older sealed
+// shadow can never be paired with half-overwritten data. Commit checks every
+// shadow slot against its digest before copying it: a shadow damaged on disk
+// fails the commit instead of entering the tree.
 
 #include "serverd/share_store.h"
 
@@ -54,6 +65,9 @@
 #include <utility>
 
 #include "oramcore/base/fault_point.h"
+#include "oramcore/base/random.h"
+#include "oramcore/math/slot_digest.h"
+#include <spdlog/spdlog.h>
 
 namespace s3oram::serverd {
 
@@ -67,11 +81,13 @@ namespace {
 
 constexpr std::uint64_t kHeaderRegion = 4096;
 constexpr std::uint64_t kMetaCopyBytes = 512;
-constexpr std::uint32_t kMetaVersion = 1;
-constexpr std::uint32_t kMetaRecordBytes = 84;
+constexpr std::uint32_t kMetaVersion = 2;
+constexpr std::uint32_t kMetaRecordBytes = 116;
+constexpr std::uint32_t kMetaVersion1 = 1;  // no digests; upgraded by Open
+constexpr std::uint32_t kMetaRecordBytes1 = 84;
 constexpr std::array<char, 8> kMetaMagic = {'S', '3', 'O', 'R', 'M', 'E', 'T', 'A'};
 
-constexpr std::uint32_t kShadowVersion = 1;
+constexpr std::uint32_t kShadowVersion = 2;
 constexpr std::uint64_t kShadowFixedBytes = 72;
 constexpr std::array<char, 8> kShadowMagic = {'S', '3', 'O', 'R', 'S', 'H', 'D', 'W'};
 // One eviction rewrites a path (H + 1 <= 41 buckets) plus a sibling leaf; the
@@ -243,8 +259,16 @@ class Fd {
 struct Geometry {
   std::uint64_t bucket_bytes = 0;
   std::uint64_t num_buckets = 0;
-  std::uint64_t file_bytes = 0;
+  std::uint64_t z = 0;                // slots per bucket
+  std::uint64_t slots = 0;            // num_buckets * Z
+  std::uint64_t digest_offset = 0;    // first byte of the digest region
+  std::uint64_t file_bytes = 0;       // format 2: header, buckets, digests
+  std::uint64_t v1_file_bytes = 0;    // format 1: header and buckets only
 };
+
+constexpr std::uint64_t kDigestBytes = digest::kDigestElems * sizeof(Elem);
+static_assert(sizeof(digest::SlotDigest) == kDigestBytes,
+              "digests are read from the mapping as SlotDigest records");
 
 std::string ShapeText(const wire::StoreShape& s) {
   return "H=" + std::to_string(s.height) + " Z=" + std::to_string(s.bucket_size) +
@@ -268,22 +292,33 @@ bool ComputeGeometry(const wire::StoreShape& s, Geometry* g, std::string* why) {
   }
   std::uint64_t bucket_bytes = 0;
   std::uint64_t data_bytes = 0;
+  std::uint64_t v1_file_bytes = 0;
+  std::uint64_t digest_offset = 0;
+  std::uint64_t digest_region = 0;
   std::uint64_t file_bytes = 0;
   const std::uint64_t num_buckets = (std::uint64_t{1} << (s.height + 1)) - 1;
+  const std::uint64_t slots = num_buckets * s.bucket_size;  // < 2^41 * 2^32: no overflow
   if (__builtin_mul_overflow(std::uint64_t{s.bucket_size}, std::uint64_t{s.elems_per_slot},
                              &bucket_bytes) ||
       __builtin_mul_overflow(bucket_bytes, std::uint64_t{sizeof(Elem)}, &bucket_bytes) ||
       __builtin_mul_overflow(bucket_bytes, num_buckets, &data_bytes) ||
-      __builtin_add_overflow(data_bytes, kHeaderRegion, &file_bytes) ||
+      __builtin_add_overflow(data_bytes, kHeaderRegion, &v1_file_bytes) ||
+      __builtin_add_overflow(v1_file_bytes, kHeaderRegion - 1, &digest_offset) ||
+      __builtin_mul_overflow(slots, kDigestBytes, &digest_region) ||
+      __builtin_add_overflow(digest_offset / kHeaderRegion * kHeaderRegion, digest_region,
+                             &file_bytes) ||
       file_bytes > static_cast<std::uint64_t>(std::numeric_limits<off_t>::max())) {
     *why = "share file size overflows (" + ShapeText(s) + ")";
     return false;
   }
-  *g = Geometry{bucket_bytes, num_buckets, file_bytes};
+  digest_offset = digest_offset / kHeaderRegion * kHeaderRegion;
+  *g = Geometry{bucket_bytes, num_buckets, s.bucket_size, slots, digest_offset, file_bytes,
+                v1_file_bytes};
   return true;
 }
 
-void EncodeMeta(const ServerMeta& m, std::uint64_t generation, std::uint8_t* rec) {
+void EncodeMeta(const ServerMeta& m, const digest::Seed& seed, std::uint64_t generation,
+                std::uint8_t* rec) {
   std::memset(rec, 0, kMetaCopyBytes);
   std::memcpy(rec, kMetaMagic.data(), kMetaMagic.size());
   PutU32(rec + 8, kMetaVersion);
@@ -297,25 +332,38 @@ void EncodeMeta(const ServerMeta& m, std::uint64_t generation, std::uint8_t* rec
   PutU64(rec + 56, m.epoch);
   PutU64(rec + 64, m.applied_seq);
   PutU64(rec + 72, m.applied_evictions);
-  PutU32(rec + 80, Crc32c(rec, 80));
+  std::memcpy(rec + 80, seed.data(), seed.size());
+  PutU32(rec + 112, Crc32c(rec, 112));
 }
 
-// Decodes one meta copy; on failure sets *why.
-bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, std::uint64_t* generation,
-                std::string* why) {
+// Decodes one meta copy of format 1 or 2 (*version says which; a format-1
+// record has no seed); on failure sets *why.
+bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, digest::Seed* seed,
+                std::uint32_t* version, std::uint64_t* generation, std::string* why) {
   if (std::memcmp(rec, kMetaMagic.data(), kMetaMagic.size()) != 0) {
     *why = "bad magic";
     return false;
   }
-  if (GetU32(rec + 80) != Crc32c(rec, 80)) {
+  // The record length says where the CRC is; a length no format uses is a
+  // torn or foreign record, reported as a checksum failure like any other.
+  const std::uint32_t length = GetU32(rec + 12);
+  if ((length != kMetaRecordBytes && length != kMetaRecordBytes1) ||
+      GetU32(rec + length - 4) != Crc32c(rec, length - 4)) {
     *why = "checksum mismatch";
     return false;
   }
   // Checked after the CRC so that a torn record is reported as such, not as a
   // record from a newer version.
-  if (GetU32(rec + 8) != kMetaVersion || GetU32(rec + 12) != kMetaRecordBytes) {
-    *why = "unsupported format version " + std::to_string(GetU32(rec + 8));
+  *version = GetU32(rec + 8);
+  if (!(*version == kMetaVersion && length == kMetaRecordBytes) &&
+      !(*version == kMetaVersion1 && length == kMetaRecordBytes1)) {
+    *why = "unsupported format version " + std::to_string(*version);
     return false;
+  }
+  if (*version == kMetaVersion) {
+    std::memcpy(seed->data(), rec + 80, seed->size());
+  } else {
+    seed->fill(0);
   }
   *generation = GetU64(rec + 16);
   std::memcpy(m->fs_id.data(), rec + 24, m->fs_id.size());
@@ -330,6 +378,7 @@ bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, std::uint64_t* generatio
 }
 
 struct ShadowHeader {
+  std::uint32_t version = kShadowVersion;  // 1: written before slot digests existed
   bool sealed = false;
   wire::FsId fs_id{};
   wire::StoreShape shape;
@@ -370,7 +419,8 @@ bool ReadShadowHeader(int fd, const std::string& path, ShadowHeader* h) {
   std::array<std::uint8_t, kShadowFixedBytes> fixed{};
   if (!PreadAll(fd, fixed.data(), fixed.size(), 0, path).ok()) return false;
   if (std::memcmp(fixed.data(), kShadowMagic.data(), kShadowMagic.size()) != 0) return false;
-  if (GetU32(fixed.data() + 8) != kShadowVersion) return false;
+  const std::uint32_t version = GetU32(fixed.data() + 8);
+  if (version != kShadowVersion && version != 1) return false;
   const std::uint64_t count = GetU64(fixed.data() + 56);
   if (count == 0 || count > kMaxShadowBuckets) return false;
   const std::size_t used = kShadowFixedBytes + 8 * count;
@@ -380,6 +430,7 @@ bool ReadShadowHeader(int fd, const std::string& path, ShadowHeader* h) {
   const std::uint8_t* p = all.data();
   const std::uint32_t sealed = GetU32(p + 12);
   if (sealed > 1) return false;
+  h->version = version;
   h->sealed = sealed == 1;
   std::memcpy(h->fs_id.data(), p + 16, h->fs_id.size());
   h->shape.height = GetU32(p + 32);
@@ -409,6 +460,8 @@ struct ShareStore::Impl {
   std::size_t map_len = 0;
   Geometry geo;
   std::uint64_t generation = 0;  // of the meta copy that holds meta_
+  digest::Seed seed{};
+  std::unique_ptr<const digest::DigestKey> key;  // from seed; set once the shape is known
   // Set when an fdatasync fails: after that the kernel may have dropped dirty
   // pages while reporting the error only once, so nothing written since the last
   // successful sync can be trusted and later syncs could wrongly succeed. The
@@ -422,6 +475,9 @@ struct ShareStore::Impl {
   ShadowState shadow_state = ShadowState::kNone;
   ShadowHeader shadow;
   std::vector<bool> shadow_filled;
+  // The shadow buckets' slot digests, Z per bucket in list order; written to
+  // shadow.bin at Seal, read back by Open.
+  std::vector<digest::SlotDigest> shadow_digests;
 
   ~Impl() {
     if (map != nullptr) ::munmap(const_cast<std::uint8_t*>(map), map_len);
@@ -451,6 +507,30 @@ struct ShareStore::Impl {
   std::uint64_t BucketOffset(std::uint64_t b) const {
     return kHeaderRegion + (b - 1) * geo.bucket_bytes;
   }
+  std::uint64_t DigestOffset(std::uint64_t b, std::uint64_t slot = 0) const {
+    return geo.digest_offset + ((b - 1) * geo.z + slot) * kDigestBytes;
+  }
+  // Bucket b's stored slot digests (Z of them), straight from the mapping.
+  const digest::SlotDigest* StoredDigests(std::uint64_t b) const {
+    return reinterpret_cast<const digest::SlotDigest*>(map + DigestOffset(b));
+  }
+  std::uint64_t ShadowDigestOffset() const {
+    return shadow.data_offset + shadow.buckets.size() * geo.bucket_bytes;
+  }
+  // Digests of `data` (whole buckets) into out, or Corruption naming the first
+  // slot with an element no sharing produces (>= p): such data must never be
+  // stored under a digest.
+  Status DigestBuckets(std::span<const Elem> data, std::span<digest::SlotDigest> out,
+                       const char* what) const {
+    const std::size_t bad = key->DigestBucket(data, out);
+    if (bad == out.size()) return Status::Ok();
+    return Status::Corruption(std::string(what) + ": slot " + std::to_string(bad) +
+                              " holds an element that is not a field element; refusing to store it");
+  }
+  Status WriteDigests(int f, const std::string& path, std::uint64_t offset,
+                      std::span<const digest::SlotDigest> d) {
+    return PwriteAll(f, d.data(), d.size_bytes(), offset, path);
+  }
   // Maps the whole share file read-only. MAP_SHARED sees every pwrite at once
   // (one page cache), so Bucket() reflects WriteSlot and Commit immediately.
   Status Map(const std::string& path) {
@@ -460,13 +540,96 @@ struct ShareStore::Impl {
     map_len = geo.file_bytes;
     return Status::Ok();
   }
+  // For each bucket of [first, first + count): true if it lies entirely in a
+  // file hole (ShareStore::Holes).
+  Result<std::vector<bool>> Holes(std::uint64_t first, std::uint64_t count) const {
+    const Impl& im = *this;
+    const std::uint64_t n = im.geo.num_buckets;
+    if (first < 1 || count == 0 || first > n || count > n - first + 1) {
+      return Status::InvalidArgument("Holes: range out of range");
+    }
+    const std::uint64_t bb = im.geo.bucket_bytes;
+    const std::uint64_t begin = im.BucketOffset(first), end = begin + count * bb;
+    std::vector<bool> hole(count, true);
+    // Walk the data extents that overlap [begin, end) and clear the flag of every
+    // bucket they touch (a bucket sharing a filesystem block with written data
+    // counts as written: never the other way round).
+    std::uint64_t pos = begin;
+    while (pos < end) {
+      const off_t d = ::lseek(im.fd.get(), static_cast<off_t>(pos), SEEK_DATA);
+      if (d < 0) {
+        if (errno == ENXIO) break;  // no data at or after pos
+        // SEEK_DATA unsupported or failing: treat everything as written.
+        return std::vector<bool>(count, false);
+      }
+      const auto data_start = static_cast<std::uint64_t>(d);
+      if (data_start >= end) break;
+      off_t h = ::lseek(im.fd.get(), d, SEEK_HOLE);
+      const std::uint64_t data_end =
+          h < 0 ? end : std::min<std::uint64_t>(end, static_cast<std::uint64_t>(h));
+      const std::uint64_t from = (std::max(data_start, begin) - begin) / bb;
+      const std::uint64_t to = (data_end - begin + bb - 1) / bb;  // exclusive
+      for (std::uint64_t i = from; i < std::min(to, count); ++i) hole[i] = false;
+      if (data_end <= data_start) break;  // no progress: be conservative and stop
+      pos = data_end;
+    }
+    return hole;
+  }
+
+  // Format 1 -> 2: a new digest key, every written slot's digest, then the
+  // format-2 header. The digests record the slots as they are now: damage
+  // older than the upgrade is not detected (a slot holding a non-field element
+  // is the exception: it gets a digest no slot matches, so it reads as
+  // damaged). Interrupted, it starts over at the next Open (the header is
+  // still format 1).
+  Status UpgradeToDigests(const ServerMeta& m) {
+    random::Bytes(seed);
+    key = std::make_unique<const digest::DigestKey>(seed, m.shape.elems_per_slot);
+    spdlog::info("share store in {}: adding slot digests (format 1 -> 2, {} buckets)", dir,
+                 geo.num_buckets);
+    // Back to format 1's size first: an interrupted attempt may have left
+    // digests under another seed, and the region must read as zeros (the
+    // digest of a hole) wherever this attempt writes nothing.
+    for (const std::uint64_t size : {geo.v1_file_bytes, geo.file_bytes}) {
+      while (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
+        if (errno == EINTR) continue;
+        return SysError("sizing", shares_path, errno);
+      }
+    }
+    const std::size_t m_elems = key->slot_elems();
+    std::vector<Elem> bucket(geo.z * m_elems);
+    std::vector<digest::SlotDigest> digests(geo.z);
+    std::uint64_t written = 0, bad = 0;
+    S3ORAM_ASSIGN_OR_RETURN(std::vector<bool> hole, Holes(1, geo.num_buckets));
+    for (std::uint64_t b = 1; b <= geo.num_buckets; ++b) {
+      if (hole[b - 1]) continue;  // zeros, and the zero digest is already there
+      S3ORAM_RETURN_IF_ERROR(
+          PreadAll(fd.get(), bucket.data(), geo.bucket_bytes, BucketOffset(b), shares_path));
+      for (std::uint64_t slot = 0; slot < geo.z; ++slot) {
+        std::span<const Elem> x(bucket.data() + slot * m_elems, m_elems);
+        if (!key->Digest(x, &digests[slot])) {
+          digests[slot] = {field::kPrime, field::kPrime};  // no slot digests to this
+          ++bad;
+        }
+      }
+      S3ORAM_RETURN_IF_ERROR(WriteDigests(fd.get(), shares_path, DigestOffset(b), digests));
+      ++written;
+    }
+    S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
+    S3ORAM_RETURN_IF_ERROR(WriteMeta(m));
+    spdlog::info("share store in {}: digests added for {} written buckets{}", dir, written,
+                 bad ? "; " + std::to_string(bad) + " slots hold non-field elements and read as damaged"
+                     : std::string());
+    return Status::Ok();
+  }
+
   // Writes `m` as the next generation into the copy not holding the current
   // one, then syncs unless `sync_now` is false (the caller then syncs before
   // relying on it). The caller updates meta_ only once this returns OK.
   Status WriteMeta(const ServerMeta& m, bool sync_now = true) {
     const std::uint64_t gen = generation + 1;
     std::array<std::uint8_t, kMetaCopyBytes> rec{};
-    EncodeMeta(m, gen, rec.data());
+    EncodeMeta(m, seed, gen, rec.data());
     S3ORAM_RETURN_IF_ERROR(
         PwriteAll(fd.get(), rec.data(), rec.size(), (gen % 2) * kMetaCopyBytes, shares_path));
     if (sync_now) S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
@@ -574,6 +737,10 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   impl->sync = sync;
   impl->geo = geo;
   impl->dir_fd = std::move(dir_fd);
+  // A new key per store (and per rebuild): digests are this disk's record of
+  // what was written to it, nothing another server could share.
+  random::Bytes(impl->seed);
+  impl->key = std::make_unique<const digest::DigestKey>(impl->seed, meta.shape.elems_per_slot);
 
   struct stat st{};
   if (::lstat(impl->shares_path.c_str(), &st) == 0) {
@@ -624,8 +791,8 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   // Both copies valid from the start (generations 0 and 1), so one damaged copy
   // never makes a fresh store unreadable.
   std::array<std::uint8_t, kHeaderRegion> header{};
-  EncodeMeta(meta, 0, header.data());
-  EncodeMeta(meta, 1, header.data() + kMetaCopyBytes);
+  EncodeMeta(meta, impl->seed, 0, header.data());
+  EncodeMeta(meta, impl->seed, 1, header.data() + kMetaCopyBytes);
   if (Status s = PwriteAll(fd.get(), header.data(), header.size(), 0, tmp_path); !s.ok()) {
     return fail(s);
   }
@@ -681,15 +848,22 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   // was synced before the header write began but which was never acknowledged.
   ServerMeta best;
   std::uint64_t best_gen = 0;
+  std::uint32_t best_version = 0;
   bool found = false;
   std::string why[2];
   for (int c = 0; c < 2; ++c) {
     ServerMeta m;
+    digest::Seed seed{};
+    std::uint32_t version = 0;
     std::uint64_t gen = 0;
-    if (!DecodeMeta(header.data() + c * kMetaCopyBytes, &m, &gen, &why[c])) continue;
+    if (!DecodeMeta(header.data() + c * kMetaCopyBytes, &m, &seed, &version, &gen, &why[c])) {
+      continue;
+    }
     if (!found || gen > best_gen) {
       best = m;
       best_gen = gen;
+      best_version = version;
+      impl->seed = seed;
       found = true;
     }
   }
@@ -701,13 +875,24 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   if (!ComputeGeometry(best.shape, &impl->geo, &shape_why)) {
     return Status::Corruption(path + ": header describes an impossible shape: " + shape_why);
   }
-  if (size != impl->geo.file_bytes) {
+  impl->generation = best_gen;
+  if (best_version == kMetaVersion1) {
+    // Any size from format 1's to format 2's: an upgrade may have been
+    // interrupted after it grew the file (the header is written last).
+    if (size < impl->geo.v1_file_bytes || size > impl->geo.file_bytes) {
+      return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
+                                ShapeText(best.shape) + " needs " +
+                                std::to_string(impl->geo.v1_file_bytes) + " (format 1)");
+    }
+    S3ORAM_RETURN_IF_ERROR(impl->UpgradeToDigests(best));
+  } else if (size != impl->geo.file_bytes) {
     return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
                               ShapeText(best.shape) + " needs " +
                               std::to_string(impl->geo.file_bytes));
+  } else {
+    impl->key = std::make_unique<const digest::DigestKey>(impl->seed, best.shape.elems_per_slot);
   }
   S3ORAM_RETURN_IF_ERROR(impl->Map(path));
-  impl->generation = best_gen;
 
   // A sealed shadow survives only if it belongs to this store and is the next
   // eviction; one for an earlier eviction is obsolete (its commit completed),
@@ -720,17 +905,39 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
       sh.fs_id == best.fs_id && sh.shape == best.shape &&
       sh.eviction == best.applied_evictions) {
     struct stat sst{};
+    const std::uint64_t digests = sh.buckets.size() * impl->geo.z;
+    const std::uint64_t digest_offset = sh.data_offset + sh.buckets.size() * impl->geo.bucket_bytes;
+    const bool has_digests = sh.version == kShadowVersion;
     bool ok = ::fstat(sfd.get(), &sst) == 0 &&
               static_cast<std::uint64_t>(sst.st_size) >=
-                  sh.data_offset + sh.buckets.size() * impl->geo.bucket_bytes;
+                  digest_offset + (has_digests ? digests * kDigestBytes : 0);
     std::unordered_set<std::uint64_t> seen;
     for (std::uint64_t b : sh.buckets) {
       ok = ok && b >= 1 && b <= impl->geo.num_buckets && seen.insert(b).second;
     }
     if (ok) {
+      // The digests are small (8 bytes a slot); the data stay on disk until
+      // Commit, which checks them against these.
+      std::vector<digest::SlotDigest> d(digests);
+      if (has_digests) {
+        S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), d.data(), d.size() * kDigestBytes,
+                                        digest_offset, impl->shadow_path));
+      } else {
+        // Sealed by a server from before digests (an upgrade between PREPARE
+        // and COMMIT): digest it as it is now, so that its commit can run.
+        std::vector<Elem> bucket(impl->geo.bucket_bytes / sizeof(Elem));
+        for (std::size_t i = 0; i < sh.buckets.size(); ++i) {
+          S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), bucket.data(), impl->geo.bucket_bytes,
+                                          sh.data_offset + i * impl->geo.bucket_bytes,
+                                          impl->shadow_path));
+          S3ORAM_RETURN_IF_ERROR(impl->DigestBuckets(
+              bucket, std::span(d).subspan(i * impl->geo.z, impl->geo.z), "format-1 shadow"));
+        }
+      }
       impl->shadow_state = Impl::ShadowState::kSealed;
       impl->shadow = std::move(sh);
       impl->shadow_filled.assign(impl->shadow.buckets.size(), true);
+      impl->shadow_digests = std::move(d);
     }
   }
   impl->shadow_fd = std::move(sfd);
@@ -765,37 +972,44 @@ Status ShareStore::ReadBuckets(std::uint64_t first, std::uint64_t count,
 }
 
 Result<std::vector<bool>> ShareStore::Holes(std::uint64_t first, std::uint64_t count) const {
+  return impl_->Holes(first, count);
+}
+
+Status ShareStore::VerifyBuckets(std::uint64_t first, std::span<const Elem> data) const {
   const Impl& im = *impl_;
+  const std::uint64_t be = bucket_elems();
   const std::uint64_t n = im.geo.num_buckets;
-  if (first < 1 || count == 0 || first > n || count > n - first + 1) {
-    return Status::InvalidArgument("Holes: range out of range");
+  if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||
+      data.size() / be > n - first + 1) {
+    return Status::InvalidArgument("VerifyBuckets: range or data size out of range");
   }
-  const std::uint64_t bb = im.geo.bucket_bytes;
-  const std::uint64_t begin = im.BucketOffset(first), end = begin + count * bb;
-  std::vector<bool> hole(count, true);
-  // Walk the data extents that overlap [begin, end) and clear the flag of every
-  // bucket they touch (a bucket sharing a filesystem block with written data
-  // counts as written: never the other way round).
-  std::uint64_t pos = begin;
-  while (pos < end) {
-    const off_t d = ::lseek(im.fd.get(), static_cast<off_t>(pos), SEEK_DATA);
-    if (d < 0) {
-      if (errno == ENXIO) break;  // no data at or after pos
-      // SEEK_DATA unsupported or failing: treat everything as written.
-      return std::vector<bool>(count, false);
+  const std::size_t m = slot_elems();
+  for (std::uint64_t i = 0; i < data.size() / be; ++i) {
+    const std::uint64_t b = first + i;
+    const digest::SlotDigest* want = im.StoredDigests(b);
+    for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+      digest::SlotDigest got{};
+      if (!im.key->Digest(data.subspan(i * be + slot * m, m), &got) || got != want[slot]) {
+        return DamagedSlot(b, slot, "its content does not match its digest");
+      }
     }
-    const auto data_start = static_cast<std::uint64_t>(d);
-    if (data_start >= end) break;
-    off_t h = ::lseek(im.fd.get(), d, SEEK_HOLE);
-    const std::uint64_t data_end =
-        h < 0 ? end : std::min<std::uint64_t>(end, static_cast<std::uint64_t>(h));
-    const std::uint64_t from = (std::max(data_start, begin) - begin) / bb;
-    const std::uint64_t to = (data_end - begin + bb - 1) / bb;  // exclusive
-    for (std::uint64_t i = from; i < std::min(to, count); ++i) hole[i] = false;
-    if (data_end <= data_start) break;  // no progress: be conservative and stop
-    pos = data_end;
   }
-  return hole;
+  return Status::Ok();
+}
+
+std::span<const digest::SlotDigest> ShareStore::Digests(std::uint64_t b) const {
+  assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
+  return {impl_->StoredDigests(b), static_cast<std::size_t>(impl_->geo.z)};
+}
+
+const digest::DigestKey& ShareStore::digest_key() const { return *impl_->key; }
+
+Status ShareStore::DamagedSlot(std::uint64_t b, std::uint64_t slot, const std::string& what) const {
+  const std::string server = "server " + std::to_string(meta_.server_index);
+  return Status::Damaged(server + " has damaged storage: bucket " + std::to_string(b) + " slot " +
+                         std::to_string(slot) + " of " + impl_->shares_path + " (" + what +
+                         "); this server must be repaired from the others: s3oram rebuild "
+                         "--server " + std::to_string(meta_.server_index) + " --force");
 }
 
 bool ShareStore::rebuilding() const { return impl_->rebuilding; }
@@ -812,8 +1026,11 @@ Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data)
       data.size() / be > n - first + 1) {
     return Status::InvalidArgument("WriteBuckets: range or data size out of range");
   }
-  return PwriteAll(im.fd.get(), data.data(), data.size_bytes(), im.BucketOffset(first),
-                   im.rebuild_path);
+  std::vector<digest::SlotDigest> digests(data.size() / slot_elems());
+  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, digests, "rebuilt bucket data"));
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), data.data(), data.size_bytes(),
+                                   im.BucketOffset(first), im.rebuild_path));
+  return im.WriteDigests(im.fd.get(), im.rebuild_path, im.DigestOffset(first), digests);
 }
 
 Status ShareStore::FinishRebuild(const ServerMeta& meta) {
@@ -857,6 +1074,10 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
   }
   const std::uint64_t off =
       impl_->BucketOffset(bucket) + std::uint64_t{slot} * slot_elems() * sizeof(Elem);
+  digest::SlotDigest digest{};
+  if (!impl_->key->Digest(data, &digest)) {
+    return Status::InvalidArgument("slot data hold an element that is not a field element");
+  }
   // Data and header, then one fdatasync for both: the write is acknowledged
   // only after it, so an acknowledged write is durable with its seq and epoch.
   // A power loss before the sync completes may persist the header without the
@@ -866,8 +1087,12 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
   // makes Open's seq, fencing and the restore check more conservative. One
   // sync instead of two (data, then header) halves the disk flushes of every
   // access.
+  // The digest rides in the same sync; torn against its slot by a power loss,
+  // it is repaired with the slot (the client rewrites slot nr in full).
   S3ORAM_RETURN_IF_ERROR(
       PwriteAll(impl_->fd.get(), data.data(), data.size_bytes(), off, impl_->shares_path));
+  S3ORAM_RETURN_IF_ERROR(impl_->WriteDigests(impl_->fd.get(), impl_->shares_path,
+                                             impl_->DigestOffset(bucket, slot), {&digest, 1}));
   FaultPoint("server.write_root.after_data");
   ServerMeta m = meta_;
   m.applied_seq = std::max(m.applied_seq, seq);
@@ -941,7 +1166,8 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
   std::vector<std::uint8_t> enc = EncodeShadowHeader(h);
   S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd, enc.data(), enc.size(), 0, im.shadow_path));
   S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
-  const std::uint64_t size = h.data_offset + buckets.size() * im.geo.bucket_bytes;
+  const std::uint64_t size =
+      h.data_offset + buckets.size() * (im.geo.bucket_bytes + im.geo.z * kDigestBytes);
   while (::ftruncate(sfd, static_cast<off_t>(size)) != 0) {
     if (errno == EINTR) continue;
     return SysError("sizing", im.shadow_path, errno);
@@ -955,6 +1181,7 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
 
   im.shadow = std::move(h);
   im.shadow_filled.assign(buckets.size(), false);
+  im.shadow_digests.assign(buckets.size() * im.geo.z, digest::SlotDigest{});
   im.shadow_state = Impl::ShadowState::kOpen;
   return Status::Ok();
 }
@@ -974,6 +1201,8 @@ Status ShareStore::PutShadowBucket(std::size_t i, std::span<const Elem> data) {
     return Status::InvalidArgument("shadow bucket data has " + std::to_string(data.size()) +
                                    " elements, expected " + std::to_string(bucket_elems()));
   }
+  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(
+      data, std::span(im.shadow_digests).subspan(i * im.geo.z, im.geo.z), "eviction output"));
   S3ORAM_RETURN_IF_ERROR(PwriteAll(im.shadow_fd.get(), data.data(), data.size_bytes(),
                                    im.shadow.data_offset + i * im.geo.bucket_bytes,
                                    im.shadow_path));
@@ -1000,6 +1229,8 @@ Status ShareStore::SealShadow() {
     }
   }
   const int sfd = im.shadow_fd.get();
+  S3ORAM_RETURN_IF_ERROR(
+      im.WriteDigests(sfd, im.shadow_path, im.ShadowDigestOffset(), im.shadow_digests));
   S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
   ShadowHeader sealed = im.shadow;
   sealed.sealed = true;
@@ -1033,22 +1264,65 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   // BeginShadow and Open only admit a shadow for the next eviction.
   assert(eviction == meta_.applied_evictions);
 
-  // Copy every shadow bucket over its live bucket. Re-running this after a
-  // crash is harmless: the shadow is unchanged and the copy idempotent.
+  // Every shadow slot is checked against its digest before anything is
+  // copied: a shadow damaged on disk since Seal fails the commit while the
+  // live tree is still the previous one, whole. Then each shadow bucket is
+  // copied over its live bucket, its digests after it. Re-running this after
+  // a crash is harmless: the shadow is unchanged and the copy idempotent.
+  // (The check reads the shadow a second time, mostly from the page cache: it
+  // was written moments ago.)
   const std::uint64_t bb = im.geo.bucket_bytes;
-  std::vector<std::uint8_t> buf(static_cast<std::size_t>(std::min<std::uint64_t>(bb, kCopyChunk)));
-  for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
-    const std::uint64_t src = im.shadow.data_offset + i * bb;
-    const std::uint64_t dst = im.BucketOffset(im.shadow.buckets[i]);
-    for (std::uint64_t done = 0; done < bb;) {
-      const auto n = static_cast<std::size_t>(std::min<std::uint64_t>(buf.size(), bb - done));
-      S3ORAM_RETURN_IF_ERROR(
-          PreadAll(im.shadow_fd.get(), buf.data(), n, src + done, im.shadow_path));
-      S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), n, dst + done, im.shares_path));
-      done += n;
+  const std::size_t m_elems = slot_elems();
+  const std::uint64_t slot_bytes = m_elems * sizeof(Elem);
+  const std::uint64_t chunk_slots =
+      std::min<std::uint64_t>(im.geo.z, std::max<std::uint64_t>(1, kCopyChunk / slot_bytes));
+  std::vector<Elem> buf(static_cast<std::size_t>(chunk_slots * m_elems));
+  // Calls f(bucket index i, first slot, slot count, bytes) for each chunk of
+  // the shadow, read into buf.
+  auto each_chunk = [&](auto&& f) -> Status {
+    for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
+      for (std::uint64_t first = 0; first < im.geo.z;) {
+        const std::uint64_t n = std::min<std::uint64_t>(chunk_slots, im.geo.z - first);
+        const auto bytes = static_cast<std::size_t>(n * slot_bytes);
+        S3ORAM_RETURN_IF_ERROR(PreadAll(im.shadow_fd.get(), buf.data(), bytes,
+                                        im.shadow.data_offset + i * bb + first * slot_bytes,
+                                        im.shadow_path));
+        S3ORAM_RETURN_IF_ERROR(f(i, first, n, bytes));
+        first += n;
+      }
     }
-    if (i == im.shadow.buckets.size() / 2) FaultPoint("server.evict_commit.mid_copy");
-  }
+    return Status::Ok();
+  };
+  const Status checked = each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
+                                        std::size_t) -> Status {
+    const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z + first;
+    for (std::uint64_t k = 0; k < n; ++k) {
+      digest::SlotDigest got{};
+      if (!im.key->Digest({buf.data() + k * m_elems, m_elems}, &got) || got != want[k]) {
+        return Status::Damaged(
+            "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
+            std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
+            std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(first + k) +
+            " differs from what was written); nothing of it was committed");
+      }
+    }
+    return Status::Ok();
+  });
+  S3ORAM_RETURN_IF_ERROR(checked);
+  const Status copied = each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
+                                       std::size_t bytes) -> Status {
+    const std::uint64_t b = im.shadow.buckets[i];
+    S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), bytes,
+                                     im.BucketOffset(b) + first * slot_bytes, im.shares_path));
+    if (first + n == im.geo.z) {
+      S3ORAM_RETURN_IF_ERROR(im.WriteDigests(
+          im.fd.get(), im.shares_path, im.DigestOffset(b),
+          {im.shadow_digests.data() + i * im.geo.z, static_cast<std::size_t>(im.geo.z)}));
+      if (i == im.shadow.buckets.size() / 2) FaultPoint("server.evict_commit.mid_copy");
+    }
+    return Status::Ok();
+  });
+  S3ORAM_RETURN_IF_ERROR(copied);
   S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
   FaultPoint("server.evict_commit.after_copy");
   ServerMeta m = meta_;

@@ -3,12 +3,14 @@
 //
 // Files in the data directory:
 //   shares.bin  header (4 KiB) then buckets 1..2^(H+1)-1, bucket-major, slot-major
-//               (bucket b at 4096 + (b-1) * Z * slot_bytes). Created sparse with
-//               ftruncate: all-zero bytes are a valid sharing of the empty tree,
-//               so initialising writes no data. Read through a read-only mmap
-//               when the pages are resident, else with pread (BucketForRead).
-//   shadow.bin  the buckets an eviction produces, plus a sealed header, kept
-//               until the eviction commits.
+//               (bucket b at 4096 + (b-1) * Z * slot_bytes), then every slot's
+//               digest (oramcore/math/slot_digest.h). Created sparse with
+//               ftruncate: all-zero bytes are a valid sharing of the empty tree
+//               and zero is their digest, so initialising writes no data. Read
+//               through a read-only mmap when the pages are resident, else with
+//               pread (BucketForRead).
+//   shadow.bin  the buckets an eviction produces with their digests, plus a
+//               sealed header, kept until the eviction commits.
 //   shares.bin.rebuild  a share file being rebuilt from the other servers
 //               (CreateForRebuild); renamed to shares.bin by FinishRebuild, so
 //               a store is never live before every bucket is written, and a
@@ -16,6 +18,13 @@
 // The 4 KiB header holds two copies of ServerMeta (at 0 and 512), each with a
 // generation number and a CRC32C-style checksum; updates alternate between
 // copies and fdatasync, so a torn write leaves the other copy valid.
+//
+// Fail-stop storage: every slot is written together with its digest (WriteSlot,
+// Commit, WriteBuckets) and every reader checks what it read against it
+// (VerifyBucket, Digests for checks by linearity): a slot the disk changed is
+// reported as Damaged, naming this server, the bucket and the slot, instead of
+// entering an answer, an eviction or a rebuild. Digests are a checksum against
+// faults, not a MAC against a server that lies (docs/SECURITY.md).
 //
 // Guarantees: every mutating call is durable (fdatasync) before it returns OK;
 // Commit copies a sealed shadow into shares.bin and only then records the
@@ -32,6 +41,7 @@
 
 #include "oramcore/base/status.h"
 #include "oramcore/math/field.h"
+#include "oramcore/math/slot_digest.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram::serverd {
@@ -94,8 +104,22 @@ class ShareStore {
   Result<const Elem*> BucketForRead(std::uint64_t b, std::span<Elem> scratch) const;
 
   // Copies buckets [first, first + count) into out (count * bucket_elems()
-  // elements) with one large pread (holes read as zeros).
+  // elements) with one large pread (holes read as zeros). Not verified: see
+  // VerifyBuckets.
   Status ReadBuckets(std::uint64_t first, std::uint64_t count, std::span<Elem> out) const;
+
+  // Checks buckets read from this store (data: whole buckets from `first` on)
+  // slot by slot against their stored digests. Damaged names this server, the
+  // first bad bucket and slot.
+  Status VerifyBuckets(std::uint64_t first, std::span<const Elem> data) const;
+  // Bucket b's stored slot digests (Z of them), for checks by linearity: the
+  // digest of sum_q a_q * slot_q must be digest::Combine(a, digests).
+  std::span<const digest::SlotDigest> Digests(std::uint64_t b) const;
+  const digest::DigestKey& digest_key() const;
+  // The Damaged status for slot `slot` of bucket b: names the server, the
+  // file, the bucket and slot, and what repairs it. `what` says how it was
+  // found.
+  Status DamagedSlot(std::uint64_t b, std::uint64_t slot, const std::string& what) const;
   // For each bucket of [first, first + count): true if it lies entirely in a
   // file hole (never written: reads as zeros). Conservative: where the
   // filesystem cannot tell (no SEEK_DATA), every bucket counts as written.

@@ -19,6 +19,7 @@ const char* Status::CodeName(Code c) {
     case Code::kLeaseHeld: return "filesystem in use";
     case Code::kNoSpace: return "no space on server";
     case Code::kStaleState: return "stale state";
+    case Code::kDamaged: return "damaged storage";
   }
   return "unknown";
 }

@@ -31,6 +31,7 @@ class Status {
     kLeaseHeld,         // another client holds the filesystem's single-writer lease (or took it over)
     kNoSpace,           // a server's disk is full
     kStaleState,        // another client used the filesystem since this state file was last used
+    kDamaged,           // a server's stored data failed its digest: that server needs repair (rebuild)
   };
 
   Status() = default;
@@ -53,6 +54,7 @@ class Status {
   static Status LeaseHeld(std::string m) { return Status(Code::kLeaseHeld, std::move(m)); }
   static Status NoSpace(std::string m) { return Status(Code::kNoSpace, std::move(m)); }
   static Status StaleState(std::string m) { return Status(Code::kStaleState, std::move(m)); }
+  static Status Damaged(std::string m) { return Status(Code::kDamaged, std::move(m)); }
 
   bool ok() const { return code_ == Code::kOk; }
   Code code() const { return code_; }

@@ -877,6 +877,10 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
                  .status();
       if (last.ok()) break;
       spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());
+      // A server whose stored shares failed their digests refuses every
+      // attempt the same way until it is repaired: stop here, with the tree
+      // as it was (no server committed anything).
+      if (last.code() == Status::Code::kDamaged) break;
       ++stats_.eviction_retries;
     }
     if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));

@@ -828,6 +828,7 @@ Status StatusFromError(const ErrorReply& e) {
     case Code::kPermissionDenied: return Status::PermissionDenied(e.message);
     case Code::kLeaseHeld: return Status::LeaseHeld(e.message);
     case Code::kNoSpace: return Status::NoSpace(e.message);
+    case Code::kDamaged: return Status::Damaged(e.message);
     case Code::kStaleState:
       // A verdict about a client's own state file; no server makes it.
       return Status::Protocol("peer sent a stale-state error: " + e.message);

@@ -4,8 +4,10 @@
 // sockets is covered by the integration tests.
 #include "serverd/request_handler.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
@@ -456,6 +458,79 @@ TEST_F(RequestHandlerTest, RetrieveWriteRootWritesFirstAndChecksBothPartsBeforeE
   ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(got)) << ErrorText(got);
   EXPECT_EQ(std::get<wire::StatsReply>(got).root_writes, 1u);
   EXPECT_EQ(std::get<wire::StatsReply>(got).retrieves, 2u);
+}
+
+// Fail-stop storage at the handler: a slot changed on disk under a running
+// server makes every retrieval that uses it fail with kDamaged naming the
+// server, bucket and slot (the answer is checked against the stored digests by
+// linearity); a retrieval whose select share for that slot is zero does not
+// use it and is answered. A bucket that reads as a hole although its digests
+// say it was written is damaged too.
+TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
+  const wire::StoreShape shape{2, 2, 1024};
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  ASSERT_TRUE(Acquire(2).granted);
+  const TreeGeometry geo{shape.height, shape.bucket_size};
+  std::vector<Elem> share(shape.elems_per_slot);
+  for (std::size_t i = 0; i < share.size(); ++i) share[i] = static_cast<Elem>(11 + 31 * i);
+  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
+      Call(wire::WriteRootRequest{1, share}, 3)));
+  std::vector<Elem> select(geo.path_slots());
+  for (std::size_t i = 0; i < select.size(); ++i) select[i] = static_cast<Elem>(5 + i);
+  wire::Body got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 4);
+  ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+
+  // Root slot 1 changes on disk (16 bytes inside it).
+  const std::string path = config_.data_dir + "/shares.bin";
+  const off_t slot1 = 4096 + 1 * 1024 * 4;
+  {
+    int fd = ::open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    std::vector<std::uint8_t> junk(16, 0x3c);
+    ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), slot1 + 100), 16);
+    ::close(fd);
+  }
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 5);
+  const auto* err = std::get_if<wire::ErrorReply>(&got);
+  ASSERT_NE(err, nullptr) << "a damaged slot was folded into an answer";
+  EXPECT_EQ(err->code, static_cast<std::uint32_t>(Status::Code::kDamaged));
+  EXPECT_NE(err->message.find("server 0"), std::string::npos) << err->message;
+  EXPECT_NE(err->message.find("bucket 1 slot 1"), std::string::npos) << err->message;
+  // The same path with a zero share for the damaged slot: the answer does not
+  // use it.
+  select[1] = 0;
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 6);
+  EXPECT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+  // A rewrite of the slot (the client's repair) makes it whole again.
+  select[1] = 9;
+  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
+      Call(wire::WriteRootRequest{1, share}, 7)));
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 8);
+  EXPECT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
+
+  // The leaf of the first path was never written (a hole); give it a digest,
+  // as if the disk had lost the data written there.
+  const std::uint64_t leaf_bucket = geo.BucketOnPath(geo.first_leaf(), 2);
+  const std::uint64_t buckets = geo.num_buckets();
+  const std::uint64_t data_end = 4096 + buckets * 2 * 1024 * 4;
+  const std::uint64_t digest_at = (data_end + 4095) / 4096 * 4096 + (leaf_bucket - 1) * 2 * 8;
+  {
+    int fd = ::open(path.c_str(), O_RDWR);
+    ASSERT_GE(fd, 0);
+    const std::uint32_t d[2] = {12345, 678};
+    ASSERT_EQ(::pwrite(fd, d, sizeof d, static_cast<off_t>(digest_at)), 8);
+    ::close(fd);
+  }
+  auto holes = handler_->store()->Holes(leaf_bucket, 1);
+  ASSERT_TRUE(holes.ok());
+  if (!holes->at(0)) GTEST_SKIP() << "this filesystem does not report holes (SEEK_DATA)";
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 9);
+  err = std::get_if<wire::ErrorReply>(&got);
+  ASSERT_NE(err, nullptr);
+  EXPECT_EQ(err->code, static_cast<std::uint32_t>(Status::Code::kDamaged));
+  EXPECT_NE(err->message.find("bucket " + std::to_string(leaf_bucket) + " slot 0"),
+            std::string::npos)
+      << err->message;
 }
 
 }  // namespace

@@ -127,7 +127,10 @@ TEST(ShareStore, CreateIsSparseAndReadsZero) {
   const std::uint64_t buckets = (1ull << 17) - 1;
   EXPECT_EQ(store->num_buckets(), buckets);
   EXPECT_EQ(store->bucket_elems(), 64u * 1096u);
-  EXPECT_EQ(store->file_bytes(), 4096 + buckets * 64 * 1096 * 4);  // ~36.8 GB logical
+  // Header, buckets (~36.8 GB logical), then 8 bytes of digest per slot at the
+  // next 4 KiB boundary.
+  const std::uint64_t data_end = 4096 + buckets * 64 * 1096 * 4;
+  EXPECT_EQ(store->file_bytes(), (data_end + 4095) / 4096 * 4096 + buckets * 64 * 8);
   struct stat st{};
   ASSERT_EQ(::stat((dir + "/shares.bin").c_str(), &st), 0);
   EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
@@ -823,6 +826,267 @@ TEST(ShareStore, HolesReportNeverWrittenBuckets) {
   EXPECT_EQ(*part, (std::vector<bool>{false, true}));
   EXPECT_FALSE((*s)->Holes(0, 1).ok());
   EXPECT_FALSE((*s)->Holes(15, 2).ok());
+}
+
+// ---- Fail-stop storage: slot digests.
+
+// Where slot (b, s) of a store of shape (H, Z, m) lies in shares.bin, and its
+// digest.
+struct SlotPlace {
+  std::uint64_t data;
+  std::uint64_t digest;
+};
+SlotPlace PlaceOf(const ServerMeta& meta, std::uint64_t b, std::uint64_t slot) {
+  const std::uint64_t z = meta.shape.bucket_size, m = meta.shape.elems_per_slot;
+  const std::uint64_t buckets = (std::uint64_t{1} << (meta.shape.height + 1)) - 1;
+  const std::uint64_t data_end = 4096 + buckets * z * m * 4;
+  const std::uint64_t digests = (data_end + 4095) / 4096 * 4096;
+  return {4096 + ((b - 1) * z + slot) * m * 4, digests + ((b - 1) * z + slot) * 8};
+}
+
+std::vector<Elem> AllBuckets(const ShareStore& s) {
+  std::vector<Elem> all(s.num_buckets() * s.bucket_elems());
+  EXPECT_TRUE(s.ReadBuckets(1, s.num_buckets(), all).ok());
+  return all;
+}
+
+// A store with every bucket written (random shares through a committed
+// eviction of the whole tree, and root slots).
+std::unique_ptr<ShareStore> FilledStore(const std::string& dir, const ServerMeta& meta,
+                                        std::mt19937_64& rng) {
+  auto store = MustCreate(dir, meta);
+  if (!store) return nullptr;
+  std::vector<std::uint64_t> all;
+  for (std::uint64_t b = 2; b <= store->num_buckets(); ++b) all.push_back(b);
+  SealRandomShadow(*store, 0, all, rng);
+  EXPECT_TRUE(store->Commit(0, 1, 1).ok());
+  for (std::uint32_t slot = 0; slot < meta.shape.bucket_size; ++slot) {
+    EXPECT_TRUE(store->WriteSlot(1, slot, RandomElems(rng, store->slot_elems()), 2 + slot, 1).ok());
+  }
+  return store;
+}
+
+TEST(ShareStoreDigests, EveryWrittenSlotVerifies) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 8);
+  auto store = FilledStore(tmp.path(), meta, rng);
+  ASSERT_NE(store, nullptr);
+  const auto all = AllBuckets(*store);
+  Status st = store->VerifyBuckets(1, all);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  store.reset();
+  store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  st = store->VerifyBuckets(1, AllBuckets(*store));
+  EXPECT_TRUE(st.ok()) << "after reopening (the key comes back from the header): " << st.ToString();
+}
+
+// A few bytes changed on disk in one slot, or in its digest: the read names
+// this server, the bucket and the slot; every other bucket still verifies.
+TEST(ShareStoreDigests, DamageOnDiskIsNamedByBucketAndSlot) {
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 8);
+  for (bool in_digest : {false, true}) {
+    TempDir tmp;
+    std::uniform_int_distribution<std::uint64_t> bucket_of(1, 15), slot_of(0, 3);
+    const std::uint64_t b = bucket_of(rng), slot = slot_of(rng);
+    {
+      auto store = FilledStore(tmp.path(), meta, rng);
+      ASSERT_NE(store, nullptr);
+    }
+    const SlotPlace at = PlaceOf(meta, b, slot);
+    FlipBytes(tmp.path() + "/shares.bin", in_digest ? at.digest + 2 : at.data + 9, 3);
+    auto store = MustOpen(tmp.path());
+    ASSERT_NE(store, nullptr);
+    for (std::uint64_t k = 1; k <= store->num_buckets(); ++k) {
+      Status st = store->VerifyBuckets(k, ReadBucket(*store, k));
+      if (k != b) {
+        EXPECT_TRUE(st.ok()) << "bucket " << k << ": " << st.ToString();
+        continue;
+      }
+      EXPECT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
+      const std::string& msg = st.message();
+      EXPECT_NE(msg.find("server 2"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("bucket " + std::to_string(b) + " slot " + std::to_string(slot)),
+                std::string::npos)
+          << msg;
+      EXPECT_NE(msg.find("s3oram rebuild --server 2 --force"), std::string::npos) << msg;
+    }
+  }
+}
+
+TEST(ShareStoreDigests, NonFieldElementsAreNeverStored) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(store, nullptr);
+  auto slot = RandomElems(rng, store->slot_elems());
+  slot[3] = field::kPrime;
+  EXPECT_EQ(store->WriteSlot(1, 0, slot, 1, 1).code(), Status::Code::kInvalidArgument);
+  const std::uint64_t list[] = {2, 3};
+  ASSERT_TRUE(store->BeginShadow(0, 0, list).ok());
+  auto bucket = RandomElems(rng, store->bucket_elems());
+  bucket[9] = 0xffffffffu;
+  EXPECT_EQ(store->PutShadowBucket(0, bucket).code(), Status::Code::kCorruption);
+  EXPECT_EQ(store->SealShadow().code(), Status::Code::kFailedPrecondition)
+      << "the refused bucket counts as never written";
+}
+
+// The shadow is checked before any of it is copied: damage between SEAL and
+// COMMIT fails the commit and leaves the previous tree whole and verified.
+TEST(ShareStoreDigests, DamagedShadowFailsCommitAndKeepsTheTree) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 8);
+  {
+    auto store = FilledStore(tmp.path(), meta, rng);
+    ASSERT_NE(store, nullptr);
+  }
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  const auto before = AllBuckets(*store);
+  SealRandomShadow(*store, 1, kPath, rng);
+  store.reset();
+  // The last shadow bucket (index 3, bucket 13), slot 1: the copy would have
+  // written buckets 1, 3 and 6 before reaching it.
+  const std::uint64_t data_offset = 4096;  // one header page for a 4-bucket list
+  const std::uint64_t slot_bytes = meta.shape.elems_per_slot * 4;
+  FlipBytes(tmp.path() + "/shadow.bin", data_offset + 3 * 4 * slot_bytes + slot_bytes + 5, 2);
+  store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  ASSERT_EQ(store->SealedEviction(), 2u);
+  Status st = store->Commit(1, 50, 3);
+  EXPECT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
+  EXPECT_NE(st.message().find("bucket 13 slot 1"), std::string::npos) << st.message();
+  EXPECT_EQ(store->meta().applied_evictions, 1u);
+  EXPECT_EQ(AllBuckets(*store), before) << "a bucket was copied before the check failed";
+  st = store->VerifyBuckets(1, before);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+TEST(ShareStoreDigests, RebuiltBucketsCarryDigests) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 8);
+  auto s = ShareStore::CreateForRebuild(tmp.path(), meta, true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const auto data = RandomElems(rng, 3 * (*s)->bucket_elems());
+  ASSERT_TRUE((*s)->WriteBuckets(5, data).ok());
+  ASSERT_TRUE((*s)->FinishRebuild(meta).ok());
+  s->reset();
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  Status st = store->VerifyBuckets(1, AllBuckets(*store));
+  EXPECT_TRUE(st.ok()) << st.ToString();
+}
+
+// ---- Format 1 (no digests) is upgraded in place by Open.
+
+std::uint32_t Crc32cForTest(const std::uint8_t* p, std::size_t n) {
+  std::uint32_t c = 0xFFFFFFFFu;
+  for (std::size_t i = 0; i < n; ++i) {
+    c ^= p[i];
+    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;
+  }
+  return ~c;
+}
+
+// Rewrites the store in dir as format 1 would have left it: 84-byte header
+// records without a seed, no digest region.
+void MakeFormat1(const std::string& dir, const ServerMeta& meta, std::uint64_t generation) {
+  const std::string path = dir + "/shares.bin";
+  const std::uint64_t buckets = (std::uint64_t{1} << (meta.shape.height + 1)) - 1;
+  const std::uint64_t v1_size =
+      4096 + buckets * meta.shape.bucket_size * meta.shape.elems_per_slot * 4;
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(v1_size)), 0);
+  for (std::uint64_t copy = 0; copy < 2; ++copy) {
+    std::vector<std::uint8_t> rec(512, 0);
+    auto u32 = [&](std::size_t at, std::uint32_t v) { std::memcpy(&rec[at], &v, 4); };
+    auto u64 = [&](std::size_t at, std::uint64_t v) { std::memcpy(&rec[at], &v, 8); };
+    std::memcpy(rec.data(), "S3ORMETA", 8);
+    u32(8, 1);
+    u32(12, 84);
+    u64(16, generation + copy);
+    std::memcpy(&rec[24], meta.fs_id.data(), 16);
+    u32(40, meta.server_index);
+    u32(44, meta.shape.height);
+    u32(48, meta.shape.bucket_size);
+    u32(52, meta.shape.elems_per_slot);
+    u64(56, meta.epoch);
+    u64(64, meta.applied_seq);
+    u64(72, meta.applied_evictions);
+    u32(80, Crc32cForTest(rec.data(), 80));
+    WriteRange(path, ((generation + copy) % 2) * 512, rec);
+  }
+}
+
+TEST(ShareStoreDigests, Format1StoreIsUpgradedInPlace) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  ServerMeta meta = MakeMeta(3, 4, 8);
+  std::vector<Elem> before;
+  {
+    auto store = FilledStore(tmp.path(), meta, rng);
+    ASSERT_NE(store, nullptr);
+    meta = store->meta();
+    before = AllBuckets(*store);
+  }
+  MakeFormat1(tmp.path(), meta, 40);
+  // One slot holds a value no sharing produces (damage before the upgrade
+  // that the upgrade can still see).
+  const SlotPlace bad = PlaceOf(meta, 6, 2);
+  WriteRange(tmp.path() + "/shares.bin", bad.data + 4, {0xff, 0xff, 0xff, 0xff});
+
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  ExpectMetaEq(store->meta(), meta);
+  struct stat st{};
+  ASSERT_EQ(::stat((tmp.path() + "/shares.bin").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
+  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+    Status v = store->VerifyBuckets(b, ReadBucket(*store, b));
+    if (b == 6) {
+      EXPECT_EQ(v.code(), Status::Code::kDamaged) << v.ToString();
+      EXPECT_NE(v.message().find("bucket 6 slot 2"), std::string::npos) << v.message();
+    } else {
+      EXPECT_TRUE(v.ok()) << "bucket " << b << ": " << v.ToString();
+      EXPECT_EQ(ReadBucket(*store, b),
+                std::vector<Elem>(before.begin() + static_cast<std::ptrdiff_t>((b - 1) * store->bucket_elems()),
+                                  before.begin() + static_cast<std::ptrdiff_t>(b * store->bucket_elems())));
+    }
+  }
+  // Upgraded for good: later writes and a reopen keep format 2.
+  ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, store->slot_elems()), 900, 2).ok());
+  store.reset();
+  store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->meta().applied_seq, 900u);
+  Status v = store->VerifyBuckets(1, ReadBucket(*store, 1));
+  EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+// An upgrade cut off after it grew the file (the header still says format 1)
+// starts over at the next Open.
+TEST(ShareStoreDigests, InterruptedUpgradeStartsOver) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  ServerMeta meta = MakeMeta(3, 4, 8);
+  std::uint64_t full_size = 0;
+  {
+    auto store = FilledStore(tmp.path(), meta, rng);
+    ASSERT_NE(store, nullptr);
+    meta = store->meta();
+    full_size = store->file_bytes();
+  }
+  MakeFormat1(tmp.path(), meta, 7);
+  ASSERT_EQ(::truncate((tmp.path() + "/shares.bin").c_str(), static_cast<off_t>(full_size)), 0);
+  // Garbage where the digests go: the upgrade must rewrite them all.
+  WriteRange(tmp.path() + "/shares.bin", PlaceOf(meta, 3, 1).digest, std::vector<std::uint8_t>(8, 0x11));
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  Status v = store->VerifyBuckets(1, AllBuckets(*store));
+  EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
 }  // namespace
