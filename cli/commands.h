@@ -34,6 +34,7 @@ void RegisterFsck(CLI::App& app, int* exit_code);
 // command line CLI11 rejects (other subcommands keep CLI11's codes).
 inline constexpr int kFsckUsageError = 16;
 void RegisterRebuild(CLI::App& app, int* exit_code);
+void RegisterScrub(CLI::App& app, int* exit_code);
 void RegisterBackupState(CLI::App& app, int* exit_code);
 void RegisterRestore(CLI::App& app, int* exit_code);
 void RegisterAttach(CLI::App& app, int* exit_code);

@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterCluster(app, &exit_code);
   s3oram::cli::RegisterFsck(app, &exit_code);
   s3oram::cli::RegisterRebuild(app, &exit_code);
+  s3oram::cli::RegisterScrub(app, &exit_code);
   s3oram::cli::RegisterBackupState(app, &exit_code);
   s3oram::cli::RegisterRestore(app, &exit_code);
   s3oram::cli::RegisterAttach(app, &exit_code);

@@ -91,6 +91,8 @@ void WireCorpus(const fs::path& root) {
   w.Add("write_root_reply", wire::Encode(h, wire::WriteRootReply{}));
   w.Add("retrieve_write_root_request",
         wire::Encode(h, wire::RetrieveWriteRootRequest{3, Elems(20, 3), 11, Elems(16, 1)}));
+  w.Add("scrub_request", wire::Encode(h, wire::ScrubRequest{2, 5}));
+  w.Add("scrub_reply", wire::Encode(h, wire::ScrubReply{2, {0, 1, 0, 0}}));
   w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));

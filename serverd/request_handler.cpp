@@ -1044,6 +1044,28 @@ struct RequestHandler::Impl {
     return Status::Ok();
   }
 
+  Result<wire::Body> HandleScrub(const wire::ScrubRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "scrub"));
+    const std::uint64_t bytes = std::uint64_t{req.count} * store->bucket_elems() * sizeof(Elem);
+    if (req.count > 1 && bytes > wire::kMaxScrubBytes) {
+      return Status::InvalidArgument("scrub: " + std::to_string(req.count) + " buckets are " +
+                                     std::to_string(bytes) + " bytes, more than one request may read (" +
+                                     std::to_string(wire::kMaxScrubBytes) + ")");
+    }
+    wire::ScrubReply reply;
+    reply.first_bucket = req.first_bucket;
+    S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->Scrub(req.first_bucket, req.count));
+    std::size_t bad = 0;
+    for (std::uint8_t f : reply.damaged) bad += f;
+    if (bad > 0) {
+      spdlog::error("scrub: {} damaged slots in buckets {}..{} of server {}'s share file; "
+                    "repair: s3oram rebuild --server {}",
+                    bad, req.first_bucket, req.first_bucket + req.count - 1, config.index,
+                    config.index);
+    }
+    return wire::Body{std::move(reply)};
+  }
+
   Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
     S3ORAM_ASSIGN_OR_RETURN(std::uint64_t received,
                             backups->Put(req.generation, req.offset, req.total, req.last,
@@ -1070,6 +1092,11 @@ struct RequestHandler::Impl {
             return wire::Body{MakeStatus()};
           } else if constexpr (std::is_same_v<T, wire::StatsRequest>) {
             return wire::Body{stats};  // same rule as STATUS
+          } else if constexpr (std::is_same_v<T, wire::ScrubRequest>) {
+            // Read-only and the same for every client: no lease needed, so a
+            // scrub can run beside a mount (s3oram scrub, its timer).
+            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            return HandleScrub(body);
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);
           } else if constexpr (std::is_same_v<T, wire::LeaseAcquireRequest>) {

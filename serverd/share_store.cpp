@@ -997,6 +997,36 @@ Status ShareStore::VerifyBuckets(std::uint64_t first, std::span<const Elem> data
   return Status::Ok();
 }
 
+Result<std::vector<std::uint8_t>> ShareStore::Scrub(std::uint64_t first,
+                                                     std::uint64_t count) const {
+  const Impl& im = *impl_;
+  const std::uint64_t n = im.geo.num_buckets;
+  if (first < 1 || count == 0 || first > n || count > n - first + 1) {
+    return Status::InvalidArgument("Scrub: range out of range");
+  }
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<bool> hole, im.Holes(first, count));
+  const std::size_t m = slot_elems();
+  std::vector<std::uint8_t> damaged(count * im.geo.z, 0);
+  std::vector<Elem> bucket(bucket_elems());
+  for (std::uint64_t i = 0; i < count; ++i) {
+    const std::uint64_t b = first + i;
+    const digest::SlotDigest* want = im.StoredDigests(b);
+    if (hole[i]) {
+      for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+        damaged[i * im.geo.z + slot] = want[slot] != digest::SlotDigest{} ? 1 : 0;
+      }
+      continue;
+    }
+    S3ORAM_RETURN_IF_ERROR(ReadBucket(b, bucket));
+    for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+      digest::SlotDigest got{};
+      const bool ok = im.key->Digest({bucket.data() + slot * m, m}, &got) && got == want[slot];
+      damaged[i * im.geo.z + slot] = ok ? 0 : 1;
+    }
+  }
+  return damaged;
+}
+
 std::span<const digest::SlotDigest> ShareStore::Digests(std::uint64_t b) const {
   assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
   return {impl_->StoredDigests(b), static_cast<std::size_t>(impl_->geo.z)};
@@ -1009,7 +1039,7 @@ Status ShareStore::DamagedSlot(std::uint64_t b, std::uint64_t slot, const std::s
   return Status::Damaged(server + " has damaged storage: bucket " + std::to_string(b) + " slot " +
                          std::to_string(slot) + " of " + impl_->shares_path + " (" + what +
                          "); this server must be repaired from the others: s3oram rebuild "
-                         "--server " + std::to_string(meta_.server_index) + " --force");
+                         "--server " + std::to_string(meta_.server_index));
 }
 
 bool ShareStore::rebuilding() const { return impl_->rebuilding; }

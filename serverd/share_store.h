@@ -116,6 +116,11 @@ class ShareStore {
   // digest of sum_q a_q * slot_q must be digest::Combine(a, digests).
   std::span<const digest::SlotDigest> Digests(std::uint64_t b) const;
   const digest::DigestKey& digest_key() const;
+  // Scrub: reads buckets [first, first + count) and checks every slot against
+  // its digest (a hole bucket: its digests must be zero). Returns count * Z
+  // flags, bucket-major, 1 for each damaged slot; finding damage is not an
+  // error (the caller reports it).
+  Result<std::vector<std::uint8_t>> Scrub(std::uint64_t first, std::uint64_t count) const;
   // The Damaged status for slot `slot` of bucket b: names the server, the
   // file, the bucket and slot, and what repairs it. `what` says how it was
   // found.

@@ -395,6 +395,20 @@ std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds 
   return out;
 }
 
+Result<wire::ScrubReply> OramClient::ScrubServer(std::size_t server, std::uint64_t first,
+                                                 std::uint32_t count,
+                                                 std::chrono::milliseconds timeout) {
+  if (server >= servers_->size()) {
+    return Status::InvalidArgument("scrub: no server " + std::to_string(server));
+  }
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  wire::Header h = NextHeader();
+  auto frame = wire::Encode(h, wire::ScrubRequest{first, count});
+  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->ExchangeWith({server}, {frame}, h,
+                                                               wire::MessageType::kScrubReply, opts));
+  return std::get<wire::ScrubReply>(replies[0].body);
+}
+
 Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where,
                                                      const PendingRoot* root) {
   const OramParams& p = params();

@@ -176,6 +176,12 @@ class OramClient {
   // STATS of every server: its work counters (changes nothing).
   std::vector<ServerStats> QueryServerStats(std::chrono::milliseconds timeout);
 
+  // Server i checks buckets [first, first + count) of its share file against
+  // their slot digests (SCRUB; no lease needed, changes nothing). The reply
+  // is as the server sent it (ScrubWholeStore, protocol/scrub.h, checks it).
+  Result<wire::ScrubReply> ScrubServer(std::size_t server, std::uint64_t first,
+                                       std::uint32_t count, std::chrono::milliseconds timeout);
+
   // The lease as server i sees it (LEASE_QUERY; changes nothing).
   Result<wire::LeaseReply> QueryLease(std::size_t server);
 

@@ -15,6 +15,7 @@
 #include "oramcore/crypto/block_seal.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/protocol/lease_holder.h"
+#include "oramcore/protocol/scrub.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/transport.h"
@@ -163,6 +164,7 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                           ServerSet::Connect(config.servers, config.server_keys, client_key));
 
   // ---- 1. Who is there, and in what state.
+  bool k_live = false;  // K serves this filesystem: replacing it destroys a share
   std::vector<wire::StatusReply> status(parties);
   std::vector<std::size_t> survivors;
   std::uint64_t max_epoch = s.epoch, max_seq = s.seq;
@@ -184,6 +186,10 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     status[i] = std::get<wire::StatusReply>(m.body);
     const wire::StatusReply& st = status[i];
     if (i == K) {
+      if (st.initialized && m.header.fs_id == config.fs_id && st.shape == shape) {
+        k_live = true;
+        continue;  // decided by the scrub below
+      }
       if (st.initialized && !options.force) {
         return Status::FailedPrecondition(
             Name(K, *s.servers) + " still holds a live store of " +
@@ -211,6 +217,52 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                                                     options.client.requests));
     max_epoch = std::max(max_epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
     max_seq = std::max(max_seq, st.applied_seq);
+  }
+  // A live K is replaced only if it is the damaged one (or by --force), and
+  // never from a damaged survivor: each would turn one bad disk into a
+  // consistent wrong sharing on a second server. Every server scrubs its
+  // whole share file first (one extra read of it). For a K that lost its
+  // data this is skipped: the survivors check every bucket they contribute.
+  if (k_live) {
+    auto scrub = [&](std::size_t i) {
+      return ScrubWholeStore(p, [&](std::uint64_t first, std::uint32_t count)
+                                 -> Result<wire::ScrubReply> {
+        S3ORAM_ASSIGN_OR_RETURN(wire::Message m, s.Ask(i, wire::ScrubRequest{first, count},
+                                                       wire::MessageType::kScrubReply,
+                                                       options.client.requests));
+        return std::get<wire::ScrubReply>(m.body);
+      }, {});
+    };
+    S3ORAM_ASSIGN_OR_RETURN(ScrubFindings k_findings, scrub(K));
+    std::vector<std::size_t> clean;
+    for (std::size_t j : survivors) {
+      S3ORAM_ASSIGN_OR_RETURN(ScrubFindings f, scrub(j));
+      if (f.damaged == 0) {
+        clean.push_back(j);
+        continue;
+      }
+      spdlog::error("{} has {} damaged slots ({}); it cannot be a rebuild's source",
+                    Name(j, *s.servers), f.damaged, DescribeDamage(f));
+      if (k_findings.damaged == 0) {
+        return Status::FailedPrecondition(
+            "refusing to rebuild " + Name(K, *s.servers) + ": its share file verifies, but " +
+            Name(j, *s.servers) + " has " + std::to_string(f.damaged) + " damaged slots (" +
+            DescribeDamage(f) + "); rebuild that server instead: s3oram rebuild --server " +
+            std::to_string(j));
+      }
+    }
+    if (k_findings.damaged == 0 && !options.force) {
+      return Status::FailedPrecondition(
+          Name(K, *s.servers) + " still holds a live store of this filesystem (" +
+          std::to_string(status[K].applied_evictions) +
+          " evictions applied) and every slot of it verifies; rebuild only a server that lost "
+          "or damaged its data, or pass --force to replace that store");
+    }
+    if (k_findings.damaged > 0) {
+      spdlog::info("{} has {} damaged slots ({}); replacing its share from the others",
+                   Name(K, *s.servers), k_findings.damaged, DescribeDamage(k_findings));
+    }
+    survivors = clean;
   }
   if (survivors.size() < p.threshold + 1) {
     return Status::Unavailable("only " + std::to_string(survivors.size()) +
@@ -284,7 +336,7 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   S3ORAM_RETURN_IF_ERROR(
       s.Ask(K,
             wire::RebuildBeginRequest{static_cast<std::uint32_t>(K), shape, applied_seq,
-                                      applied_evictions, options.force},
+                                      applied_evictions, options.force || k_live},
             wire::MessageType::kRebuildBeginReply, options.client.requests)
           .status()
           .WithContext("starting the rebuild on " + Name(K, *s.servers)));

@@ -9,8 +9,10 @@
 // sums them. The client never sums: it and K each see masked terms only, and
 // no single c_j says anything about s_j. Steps (docs/ARCHITECTURE.md,
 // "Rebuilding a lost server"):
-//   1. Check the passphrase, read the state, STATUS every server. K must not
-//      hold a live store (unless force); the survivors must serve this
+//   1. Check the passphrase, read the state, STATUS every server. If K holds
+//      a live store of this filesystem, every server scrubs its share file
+//      (protocol/scrub.h): K is replaced only if it has damaged slots (or with
+//      force), and never from a damaged survivor. The survivors must serve this
 //      filesystem with this shape and agree on applied_evictions — a survivor
 //      one eviction behind with that eviction sealed gets its EVICT_COMMIT
 //      first (COMMIT is only ever sent after every PREPARE succeeded).

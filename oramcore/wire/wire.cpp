@@ -528,6 +528,16 @@ void Fields(Io& io, Ref<Io, RetrieveWriteRootRequest> m) {
   io.Elems(m.select, "select");
 }
 template <class Io>
+void Fields(Io& io, Ref<Io, ScrubRequest> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.U32(m.count, "count");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, ScrubReply> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.Flags(m.damaged, "damaged");
+}
+template <class Io>
 void Fields(Io&, Ref<Io, StatsRequest>) {}
 template <class Io>
 void Fields(Io& io, Ref<Io, StatsReply> m) {
@@ -614,6 +624,8 @@ S3ORAM_WIRE_TAG(BackupGetReply, kBackupGetReply, 3);
 S3ORAM_WIRE_TAG(StatsRequest, kStatsRequest, 0);
 S3ORAM_WIRE_TAG(StatsReply, kStatsReply, 15);
 S3ORAM_WIRE_TAG(RetrieveWriteRootRequest, kRetrieveWriteRootRequest, 4);
+S3ORAM_WIRE_TAG(ScrubRequest, kScrubRequest, 2);
+S3ORAM_WIRE_TAG(ScrubReply, kScrubReply, 2);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -704,6 +716,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kStatsRequest: return "STATS_REQUEST";
     case MessageType::kStatsReply: return "STATS_REPLY";
     case MessageType::kRetrieveWriteRootRequest: return "RETRIEVE_WRITE_ROOT_REQUEST";
+    case MessageType::kScrubRequest: return "SCRUB_REQUEST";
+    case MessageType::kScrubReply: return "SCRUB_REPLY";
   }
   return "UNKNOWN";
 }

@@ -87,6 +87,9 @@ enum class MessageType : std::uint16_t {
   // One round trip per access: the previous access's root write carried with
   // this access's retrieval (reply: kRetrieveReply).
   kRetrieveWriteRootRequest = 42,
+  // Verifying a server's stored shares against their digests (s3oram scrub).
+  kScrubRequest = 44,
+  kScrubReply = 45,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -340,6 +343,23 @@ struct RetrieveWriteRootRequest {
   std::vector<Elem> select;  // Z (H+1) shares of the select vector
 };
 
+// Verify buckets [first_bucket, first_bucket + count) of the server's share
+// file against their slot digests (serverd/share_store.h). Like STATUS it is
+// answered to any authenticated client of the server's filesystem (fs_id must
+// match), lease or not, and changes nothing; it reveals nothing a server does
+// not know already (it reads every bucket of the range, whatever the client
+// wants). A server bounds the bytes one request may read (kMaxScrubBytes).
+struct ScrubRequest {
+  std::uint64_t first_bucket = 0;  // 1-based
+  std::uint32_t count = 0;
+};
+struct ScrubReply {
+  std::uint64_t first_bucket = 0;      // echoes the request
+  std::vector<std::uint8_t> damaged;   // count * Z flags, bucket-major: 1 = slot damaged
+};
+// The most share data one SCRUB may make a server read.
+inline constexpr std::uint64_t kMaxScrubBytes = std::uint64_t{256} << 20;
+
 // Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
@@ -350,7 +370,8 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
                           RebuildFinishReply, BackupPutRequest, BackupPutReply,
                           BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
-                          StatsRequest, StatsReply, RetrieveWriteRootRequest>;
+                          StatsRequest, StatsReply, RetrieveWriteRootRequest, ScrubRequest,
+                          ScrubReply>;
 
 struct Message {
   Header header;

@@ -307,20 +307,56 @@ TEST_F(FsFsckTest, DamagedShareIsReportedWithItsFile) {
                           " slot " + std::to_string(pos[2])),
             std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("s3oram rebuild --server 1 --force"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("s3oram rebuild --server 1"), std::string::npos) << r.output;
   r = Fsck({"-y", "--zero-damaged"});
   EXPECT_EQ(r.exit_code, 4) << r.output;
   // The metadata are fine: without the block phase nothing is found.
   r = Fsck({"-n", "--no-blocks"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 
-  // The repair the message names: server 1 rebuilt from servers 0 and 2.
-  CmdResult rebuilt = RunCmd({CliPath(), "rebuild", "-s", fs_->state(), "--passfile",
-                              fs_->passfile(), "--server", "1", "--force", "--plain-progress"},
-                             std::chrono::seconds(240));
+  // A scrub finds the same damage on server 1 alone.
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {CliPath()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"-s", fs_->state(), "--passfile", fs_->passfile(), "--plain-progress"});
+    return RunCmd(argv, std::chrono::seconds(240));
+  };
+  CmdResult scrub = cli({"scrub"});
+  EXPECT_EQ(scrub.exit_code, 4) << scrub.output;
+  EXPECT_NE(scrub.output.find("server 1: DAMAGED: 1 slots"), std::string::npos) << scrub.output;
+  EXPECT_NE(scrub.output.find("bucket " + std::to_string(bucket) + " slot " + std::to_string(pos[2])),
+            std::string::npos)
+      << scrub.output;
+  EXPECT_NE(scrub.output.find("server 0: "), std::string::npos) << scrub.output;
+  EXPECT_EQ(scrub.output.find("server 0: DAMAGED"), std::string::npos) << scrub.output;
+  EXPECT_EQ(scrub.output.find("server 2: DAMAGED"), std::string::npos) << scrub.output;
+
+  // Rebuilding an honest server from the damaged one is refused, even with
+  // --force, and changes nothing.
+  for (bool force : {false, true}) {
+    std::vector<std::string> args = {"rebuild", "--server", "0"};
+    if (force) args.push_back("--force");
+    CmdResult wrong = cli(args);
+    EXPECT_EQ(wrong.exit_code, 2) << wrong.output;
+    EXPECT_NE(wrong.output.find("rebuild that server instead: s3oram rebuild --server 1"),
+              std::string::npos)
+        << wrong.output;
+  }
+  r = Fsck({"-n", "--no-blocks"});
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+
+  // The repair the messages name: server 1 rebuilt from servers 0 and 2, no
+  // --force needed since its share file is the damaged one.
+  CmdResult rebuilt = cli({"rebuild", "--server", "1"});
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
   r = Fsck({"-n"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
+  scrub = cli({"scrub"});
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
+  // A healthy live server is not replaced without --force.
+  CmdResult healthy = cli({"rebuild", "--server", "2"});
+  EXPECT_EQ(healthy.exit_code, 2) << healthy.output;
+  EXPECT_NE(healthy.output.find("every slot of it verifies"), std::string::npos) << healthy.output;
   ASSERT_TRUE(fs_->Mount());
   EXPECT_TRUE(ReadWholeFile(fs_->Path("big")) == PatternBytes(64 * 4096, seed_ + 100));
   for (const auto& [name, content] : files_) {

@@ -911,9 +911,39 @@ TEST(ShareStoreDigests, DamageOnDiskIsNamedByBucketAndSlot) {
       EXPECT_NE(msg.find("bucket " + std::to_string(b) + " slot " + std::to_string(slot)),
                 std::string::npos)
           << msg;
-      EXPECT_NE(msg.find("s3oram rebuild --server 2 --force"), std::string::npos) << msg;
+      EXPECT_NE(msg.find("s3oram rebuild --server 2"), std::string::npos) << msg;
     }
   }
+}
+
+// Scrub reports every damaged slot (not only the first), and a hole bucket
+// whose digests say it was written.
+TEST(ShareStoreDigests, ScrubListsEveryDamagedSlot) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 8);
+  {
+    auto store = FilledStore(tmp.path(), meta, rng);
+    ASSERT_NE(store, nullptr);
+    auto clean = store->Scrub(1, store->num_buckets());
+    ASSERT_TRUE(clean.ok()) << clean.status().ToString();
+    EXPECT_EQ(*clean, std::vector<std::uint8_t>(15 * 4, 0));
+  }
+  FlipBytes(tmp.path() + "/shares.bin", PlaceOf(meta, 5, 0).data, 1);
+  FlipBytes(tmp.path() + "/shares.bin", PlaceOf(meta, 5, 3).data + 20, 2);
+  FlipBytes(tmp.path() + "/shares.bin", PlaceOf(meta, 12, 2).digest, 1);
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  auto flags = store->Scrub(1, store->num_buckets());
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  std::vector<std::uint8_t> want(15 * 4, 0);
+  want[(5 - 1) * 4 + 0] = want[(5 - 1) * 4 + 3] = want[(12 - 1) * 4 + 2] = 1;
+  EXPECT_EQ(*flags, want);
+  auto part = store->Scrub(12, 2);
+  ASSERT_TRUE(part.ok());
+  EXPECT_EQ(*part, (std::vector<std::uint8_t>{0, 0, 1, 0, 0, 0, 0, 0}));
+  EXPECT_FALSE(store->Scrub(0, 1).ok());
+  EXPECT_FALSE(store->Scrub(15, 2).ok());
 }
 
 TEST(ShareStoreDigests, NonFieldElementsAreNeverStored) {

@@ -140,6 +140,12 @@ bool Same(const BackupGetReply& a, const BackupGetReply& b) {
 bool Same(const RetrieveWriteRootRequest& a, const RetrieveWriteRootRequest& b) {
   return a.slot == b.slot && a.share == b.share && a.leaf == b.leaf && a.select == b.select;
 }
+bool Same(const ScrubRequest& a, const ScrubRequest& b) {
+  return a.first_bucket == b.first_bucket && a.count == b.count;
+}
+bool Same(const ScrubReply& a, const ScrubReply& b) {
+  return a.first_bucket == b.first_bucket && a.damaged == b.damaged;
+}
 bool Same(const StatsRequest&, const StatsRequest&) { return true; }
 bool Same(const StatsReply& a, const StatsReply& b) {
   return std::tie(a.requests, a.busy_us, a.retrieves, a.retrieve_read_us, a.retrieve_kernel_us,
@@ -262,6 +268,8 @@ class Gen {
       case 33: return StatsReply{U64(), U64(), U64(), U64(), U64(), U64(), U64(), U64(),
                                  U64(), U64(), U64(), U64(), U64(), U64(), U64()};
       case 34: return RetrieveWriteRootRequest{U32(), Elems(), U64(), Elems()};
+      case 35: return ScrubRequest{U64(), U32()};
+      case 36: return ScrubReply{U64(), Flags()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};

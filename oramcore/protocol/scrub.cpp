@@ -1,0 +1,54 @@
+#include "oramcore/protocol/scrub.h"
+
+#include <algorithm>
+#include <string>
+
+namespace s3oram {
+
+Result<ScrubFindings> ScrubWholeStore(
+    const OramParams& p, const ScrubAsk& ask,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  const std::uint64_t buckets = p.geometry().num_buckets();
+  const std::uint64_t bucket_bytes =
+      std::uint64_t{p.bucket_size} * p.elems_per_slot() * sizeof(field::Elem);
+  const std::uint64_t per_request =
+      std::clamp<std::uint64_t>(wire::kMaxScrubBytes / bucket_bytes, 1, buckets);
+  ScrubFindings f;
+  if (progress) progress(0, buckets);
+  for (std::uint64_t first = 1; first <= buckets;) {
+    const auto count = static_cast<std::uint32_t>(std::min(per_request, buckets - first + 1));
+    S3ORAM_ASSIGN_OR_RETURN(wire::ScrubReply r, ask(first, count));
+    if (r.first_bucket != first || r.damaged.size() != std::uint64_t{count} * p.bucket_size) {
+      return Status::Protocol("scrub of buckets " + std::to_string(first) + "+" +
+                              std::to_string(count) + " answered with " +
+                              std::to_string(r.damaged.size()) + " flags from bucket " +
+                              std::to_string(r.first_bucket));
+    }
+    for (std::size_t k = 0; k < r.damaged.size(); ++k) {
+      if (r.damaged[k] == 0) continue;
+      ++f.damaged;
+      if (f.listed.size() < kScrubListed) {
+        f.listed.push_back(
+            {first + k / p.bucket_size, static_cast<std::uint32_t>(k % p.bucket_size)});
+      }
+    }
+    first += count;
+    f.buckets += count;
+    if (progress) progress(f.buckets, buckets);
+  }
+  return f;
+}
+
+std::string DescribeDamage(const ScrubFindings& f) {
+  std::string out;
+  const std::size_t shown = std::min<std::size_t>(f.listed.size(), 3);
+  for (std::size_t i = 0; i < shown; ++i) {
+    if (!out.empty()) out += ", ";
+    out += "bucket " + std::to_string(f.listed[i].bucket) + " slot " +
+           std::to_string(f.listed[i].slot);
+  }
+  if (f.damaged > shown) out += " and " + std::to_string(f.damaged - shown) + " more";
+  return out;
+}
+
+}  // namespace s3oram

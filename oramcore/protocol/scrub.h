@@ -1,0 +1,48 @@
+// Scrubbing: every server checks every slot of its share file against the
+// digest stored with it (serverd/share_store.h, SCRUB in wire.h), range by
+// range, so that a damaged disk is found before a read needs it. Used by
+// `s3oram scrub` (and its timer) and by `s3oram rebuild` before it replaces a
+// live store (a damaged survivor must not be a rebuild's source, and an
+// honest server must not be rebuilt from a damaged one).
+//
+// What it guarantees: a slot changed on a server's disk in a way that does not
+// depend on that server's digest key is reported with its bucket and slot. It
+// does not detect a server that lies (it can answer SCRUB as it likes).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "oramcore/base/status.h"
+#include "oramcore/tree/params.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+struct DamagedSlot {
+  std::uint64_t bucket = 0;  // 1-based
+  std::uint32_t slot = 0;
+};
+
+struct ScrubFindings {
+  std::uint64_t buckets = 0;        // checked
+  std::uint64_t damaged = 0;        // slots found damaged
+  std::vector<DamagedSlot> listed;  // the first kScrubListed of them
+};
+inline constexpr std::size_t kScrubListed = 32;
+
+// One SCRUB exchange with one server: buckets [first, first + count).
+using ScrubAsk = std::function<Result<wire::ScrubReply>(std::uint64_t first, std::uint32_t count)>;
+
+// Scrubs one server's whole share file for a tree of parameters p, in ranges
+// of at most wire::kMaxScrubBytes. progress(done, total) counts buckets; may
+// be empty.
+Result<ScrubFindings> ScrubWholeStore(
+    const OramParams& p, const ScrubAsk& ask,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress);
+
+// "bucket 41 slot 1, bucket 97 slot 0 and 3 more" for a report line.
+std::string DescribeDamage(const ScrubFindings& f);
+
+}  // namespace s3oram
