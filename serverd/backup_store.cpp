@@ -3,6 +3,7 @@
 
 #include <dirent.h>
 #include <fcntl.h>
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,8 +22,23 @@ namespace {
 using field::Elem;
 
 constexpr std::uint32_t kFileMagic = 0x4b423353;  // "S3BK" little-endian
-constexpr std::uint32_t kFileVersion = 1;
+constexpr std::uint32_t kFileVersion = 2;
+constexpr std::uint32_t kFileVersion1 = 1;  // no record digests; served unchecked
 constexpr std::size_t kFileHeaderBytes = 32;
+// Version 2 ends with one digest per record of kRecordElems elements (the
+// last record may be shorter): BLAKE2b-128 of the record's bytes. A read
+// checks every record it touches, so a disk that changed a stored share is
+// reported (Damaged) instead of being served; restore then uses the other
+// servers' shares. A checksum against faults, not against the server.
+constexpr std::uint64_t kRecordElems = 4096;
+constexpr std::size_t kRecordDigestBytes = 16;
+using RecordDigest = std::array<std::uint8_t, kRecordDigestBytes>;
+
+std::uint64_t RecordsOf(std::uint64_t elems) { return (elems + kRecordElems - 1) / kRecordElems; }
+std::uint64_t FileBytes(std::uint32_t version, std::uint64_t elems) {
+  const std::uint64_t data = kFileHeaderBytes + elems * sizeof(field::Elem);
+  return version == kFileVersion1 ? data : data + RecordsOf(elems) * kRecordDigestBytes;
+}
 constexpr const char* kUploadName = "backup-upload.tmp";
 constexpr const char* kPrefix = "backup-";
 constexpr const char* kSuffix = ".bin";
@@ -136,14 +152,22 @@ std::optional<std::uint64_t> ParseName(const std::string& name) {
 struct BackupStore::Impl {
   std::string dir;
   bool sync = true;
-  std::map<std::uint64_t, std::uint64_t> complete;  // generation -> elements
+  struct Stored {
+    std::uint64_t elems = 0;
+    std::uint32_t version = kFileVersion;
+  };
+  std::map<std::uint64_t, Stored> complete;  // by generation
 
-  // The upload in progress (fd open on backup-upload.tmp), if any.
+  // The upload in progress (fd open on backup-upload.tmp), if any. Chunks
+  // arrive in order, so each record's digest is computed as its elements
+  // arrive and written at Finish.
   struct Upload {
     std::uint64_t generation = 0;
     std::uint64_t total = 0;
     std::uint64_t received = 0;
     Fd fd;
+    std::vector<RecordDigest> digests;
+    crypto_generichash_state record{};  // over the elements of the open record
   };
   std::optional<Upload> upload;
 
@@ -152,8 +176,9 @@ struct BackupStore::Impl {
   }
   std::string UploadPath() const { return dir + "/" + kUploadName; }
 
-  // Checks a generation file's header and size; its element count or why not.
-  Result<std::uint64_t> Inspect(std::uint64_t generation) const {
+  // Checks a generation file's header and size; its element count and
+  // version, or why not.
+  Result<Stored> Inspect(std::uint64_t generation) const {
     const std::string path = PathOf(generation);
     Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
     if (fd.get() < 0) return Status::IoError(SysError("opening", path, errno));
@@ -163,7 +188,8 @@ struct BackupStore::Impl {
     std::array<std::uint8_t, kFileHeaderBytes> h{};
     S3ORAM_ASSIGN_OR_RETURN(bool full, ReadAll(fd.get(), h.data(), h.size(), 0, path));
     if (!full) return Status::Corruption(path + ": shorter than its header");
-    if (GetLe(&h[0], 4) != kFileMagic || GetLe(&h[4], 4) != kFileVersion) {
+    const auto version = static_cast<std::uint32_t>(GetLe(&h[4], 4));
+    if (GetLe(&h[0], 4) != kFileMagic || (version != kFileVersion && version != kFileVersion1)) {
       return Status::Corruption(path + ": not a backup share file (bad magic or version)");
     }
     if (GetLe(&h[8], 8) != generation) {
@@ -172,11 +198,11 @@ struct BackupStore::Impl {
     }
     const std::uint64_t elems = GetLe(&h[16], 8);
     if (elems == 0 || elems > wire::kMaxBackupElems ||
-        static_cast<std::uint64_t>(st.st_size) != kFileHeaderBytes + elems * sizeof(Elem)) {
+        static_cast<std::uint64_t>(st.st_size) != FileBytes(version, elems)) {
       return Status::Corruption(path + ": size " + std::to_string(st.st_size) +
                                 " does not match its header");
     }
-    return elems;
+    return Stored{elems, version};
   }
 
   Status Scan() {
@@ -196,6 +222,9 @@ struct BackupStore::Impl {
         continue;
       }
       complete[g] = *elems;
+      if (elems->version == kFileVersion1) {
+        spdlog::info("backup generation {} predates record digests: served unchecked", g);
+      }
     }
     return Status::Ok();
   }
@@ -224,6 +253,13 @@ struct BackupStore::Impl {
   Status Finish() {
     Upload& u = *upload;
     const std::string tmp = UploadPath();
+    if (u.total % kRecordElems != 0) {  // the short last record
+      u.digests.emplace_back();
+      crypto_generichash_final(&u.record, u.digests.back().data(), kRecordDigestBytes);
+    }
+    S3ORAM_RETURN_IF_ERROR(WriteAll(u.fd.get(), u.digests.data(),
+                                    u.digests.size() * kRecordDigestBytes,
+                                    kFileHeaderBytes + u.total * sizeof(Elem), tmp));
     const auto h = EncodeHeader(u.generation, u.total);
     S3ORAM_RETURN_IF_ERROR(WriteAll(u.fd.get(), h.data(), h.size(), 0, tmp));
     if (sync && ::fdatasync(u.fd.get()) != 0) {
@@ -234,7 +270,7 @@ struct BackupStore::Impl {
       return Status::IoError(SysError("renaming " + tmp + " to", path, errno));
     }
     if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
-    complete[u.generation] = u.total;
+    complete[u.generation] = Stored{u.total, kFileVersion};
     spdlog::info("backup generation {} stored ({} elements)", u.generation, u.total);
     upload.reset();
     return Prune();
@@ -286,8 +322,8 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
   }
   // A resent last chunk of a generation that is already complete.
   if (auto it = m.complete.find(generation); it != m.complete.end()) {
-    if (last && it->second == total) return total;
-    return Status::InvalidArgument(what + " is already stored (" + std::to_string(it->second) +
+    if (last && it->second.elems == total) return total;
+    return Status::InvalidArgument(what + " is already stored (" + std::to_string(it->second.elems) +
                                    " elements); a backup never replaces a generation");
   }
   if (!m.complete.empty() && generation < m.complete.rbegin()->first) {
@@ -305,6 +341,8 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
     u.generation = generation;
     u.total = total;
     u.fd = std::move(fd);
+    u.digests.reserve(RecordsOf(total));
+    crypto_generichash_init(&u.record, nullptr, 0, kRecordDigestBytes);
     m.upload = std::move(u);
   } else {
     if (!m.upload || m.upload->generation != generation || m.upload->total != total) {
@@ -330,6 +368,21 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
     m.DropUpload();
     return st;
   }
+  // Record digests over the elements just written, closing each record
+  // whose last element arrived.
+  for (std::uint64_t at = offset; at < end;) {
+    const std::uint64_t record_end = (at / kRecordElems + 1) * kRecordElems;
+    const std::uint64_t stop = std::min(end, record_end);
+    crypto_generichash_update(&u.record,
+                              reinterpret_cast<const unsigned char*>(shares.data() + (at - offset)),
+                              (stop - at) * sizeof(Elem));
+    if (stop == record_end) {
+      u.digests.emplace_back();
+      crypto_generichash_final(&u.record, u.digests.back().data(), kRecordDigestBytes);
+      crypto_generichash_init(&u.record, nullptr, 0, kRecordDigestBytes);
+    }
+    at = stop;
+  }
   u.received = end;
   if (last) {
     if (Status f = m.Finish(); !f.ok()) {
@@ -342,7 +395,7 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
 
 std::vector<wire::BackupInfo> BackupStore::List() const {
   std::vector<wire::BackupInfo> out;
-  for (const auto& [g, n] : impl_->complete) out.push_back({g, n});
+  for (const auto& [g, stored] : impl_->complete) out.push_back({g, stored.elems});
   // Never more than the wire allows (Prune keeps two; a directory seeded by
   // hand with more is served newest first).
   if (out.size() > wire::kMaxBackupGenerations) {
@@ -357,7 +410,7 @@ Result<std::vector<Elem>> BackupStore::Get(std::uint64_t generation, std::uint64
   const std::string what = "backup generation " + std::to_string(generation);
   auto it = m.complete.find(generation);
   if (it == m.complete.end()) return Status::NotFound(what + " is not stored on this server");
-  const std::uint64_t size = it->second;
+  const std::uint64_t size = it->second.elems;
   if (offset > size) {
     return Status::InvalidArgument(what + ": offset " + std::to_string(offset) +
                                    " is past its size " + std::to_string(size));
@@ -371,10 +424,41 @@ Result<std::vector<Elem>> BackupStore::Get(std::uint64_t generation, std::uint64
   const std::string path = m.PathOf(generation);
   Fd fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOFOLLOW));
   if (fd.get() < 0) return Status::IoError(SysError("opening", path, errno));
-  std::vector<Elem> out(n);
-  S3ORAM_ASSIGN_OR_RETURN(bool full, ReadAll(fd.get(), out.data(), n * sizeof(Elem),
-                                             kFileHeaderBytes + offset * sizeof(Elem), path));
+  // Whole records around [offset, offset + n), each checked against its
+  // digest before any of it is served (format 1: the range only, unchecked).
+  const bool checked = it->second.version == kFileVersion;
+  const std::uint64_t first = checked ? offset / kRecordElems * kRecordElems : offset;
+  const std::uint64_t last =
+      checked ? std::min(size, (offset + n + kRecordElems - 1) / kRecordElems * kRecordElems)
+              : offset + n;
+  std::vector<Elem> read(last - first);
+  S3ORAM_ASSIGN_OR_RETURN(bool full, ReadAll(fd.get(), read.data(), read.size() * sizeof(Elem),
+                                             kFileHeaderBytes + first * sizeof(Elem), path));
   if (!full) return Status::Corruption(path + " is shorter than its header says: damaged");
+  if (checked) {
+    const std::uint64_t r0 = first / kRecordElems, r1 = RecordsOf(last);
+    std::vector<RecordDigest> stored(r1 - r0);
+    S3ORAM_ASSIGN_OR_RETURN(
+        bool have, ReadAll(fd.get(), stored.data(), stored.size() * kRecordDigestBytes,
+                           kFileHeaderBytes + size * sizeof(Elem) + r0 * kRecordDigestBytes,
+                           path));
+    if (!have) return Status::Corruption(path + " is shorter than its header says: damaged");
+    for (std::uint64_t r = r0; r < r1; ++r) {
+      const std::uint64_t b = r * kRecordElems, e = std::min(size, b + kRecordElems);
+      RecordDigest got{};
+      crypto_generichash(got.data(), got.size(),
+                         reinterpret_cast<const unsigned char*>(read.data() + (b - first)),
+                         (e - b) * sizeof(Elem), nullptr, 0);
+      if (sodium_memcmp(got.data(), stored[r - r0].data(), got.size()) != 0) {
+        return Status::Damaged(what + " is damaged on this server's disk: elements [" +
+                               std::to_string(b) + ", " + std::to_string(e) + ") of " + path +
+                               " do not match their digest; restore uses the other servers' "
+                               "shares, and the next backup replaces it");
+      }
+    }
+  }
+  std::vector<Elem> out(read.begin() + static_cast<std::ptrdiff_t>(offset - first),
+                        read.begin() + static_cast<std::ptrdiff_t>(offset - first + n));
   for (std::size_t i = 0; i < out.size(); ++i) {
     if (out[i] >= field::kPrime) {
       return Status::Corruption(what + " is damaged on this server: element " +

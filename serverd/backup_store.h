@@ -7,11 +7,15 @@
 //
 // Files in the data directory, beside shares.bin (which this never touches):
 //   backup-<generation>.bin   a complete generation: a 32-byte header
-//                             (magic 'S3BK', version 1, generation, element
-//                             count, all little-endian) then the elements as
-//                             u32 LE. The name's generation must match the
-//                             header's and the size must match the count, or
-//                             the file is ignored (and reported in the log).
+//                             (magic 'S3BK', version 2, generation, element
+//                             count, all little-endian), the elements as u32
+//                             LE, then one 16-byte BLAKE2b digest per record
+//                             of 4096 elements. The name's generation must
+//                             match the header's and the size must match the
+//                             count, or the file is ignored (and reported in
+//                             the log). Get checks every record it reads and
+//                             answers Damaged if one changed on disk. Version
+//                             1 files (no digests) are served unchecked.
 //   backup-upload.tmp         the upload in progress, if any.
 //
 // Crash safety: an upload is appended to backup-upload.tmp in order (offset 0
@@ -64,8 +68,8 @@ class BackupStore {
   std::vector<wire::BackupInfo> List() const;
   // Up to `count` elements of `generation` from `offset` (fewer at the end);
   // *total receives the generation's size. NotFound for an unknown
-  // generation; Corruption if the file is damaged (short, or an element not
-  // below p).
+  // generation; Damaged if a record it reads does not match its digest;
+  // Corruption if the file is short or holds an element not below p.
   Result<std::vector<field::Elem>> Get(std::uint64_t generation, std::uint64_t offset,
                                        std::uint32_t count, std::uint64_t* total) const;
   // Deletes every generation and any upload (a new filesystem replaced the old).

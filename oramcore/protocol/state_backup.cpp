@@ -978,6 +978,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     for (const auto& [i, elems] : holders[g]) size = std::max(size, elems);
     const std::uint64_t total_bytes = size * holders[g].size() * sizeof(Elem);
     std::uint64_t done_bytes = 0;
+    std::string unreadable;  // why each server's share could not be read
     for (const auto& [i, elems] : holders[g]) {
       std::vector<Elem> share;
       share.reserve(elems);
@@ -1005,6 +1006,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
       if (!fetch.ok()) {
         report.warnings.push_back("cannot read backup generation " + std::to_string(g) + " from " +
                                   ServerName(i, o.servers[i]) + ": " + fetch.ToString());
+        unreadable += "; " + ServerName(i, o.servers[i]) + ": " + fetch.ToString();
         continue;
       }
       if (!shares.empty() && shares.begin()->second.size() != share.size()) {
@@ -1017,7 +1019,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     if (shares.size() < t + 1) {
       last_error = Status::Unavailable("backup generation " + std::to_string(g) +
                                        " could be read from only " +
-                                       std::to_string(shares.size()) + " server(s)");
+                                       std::to_string(shares.size()) + " server(s)" + unreadable);
       report.warnings.push_back(last_error.message());
       continue;
     }
