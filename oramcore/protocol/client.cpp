@@ -828,6 +828,13 @@ Status OramClient::FinishPendingEviction() {
 }
 
 Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t first_attempt) {
+  // A server refused this eviction for damaged storage a moment ago: it will
+  // again until it is repaired, and every attempt costs the other servers'
+  // SMP timeout. Accesses that need the eviction fail at once meanwhile (the
+  // tree is unchanged; nothing is lost), then it is tried again.
+  if (eviction_refused_ && std::chrono::steady_clock::now() < eviction_retry_at_) {
+    return *eviction_refused_;
+  }
   const OramParams& p = params();
   const std::size_t Z = p.bucket_size;
   const std::size_t step_elems = 2 * Z * Z;
@@ -897,7 +904,15 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
       if (last.code() == Status::Code::kDamaged) break;
       ++stats_.eviction_retries;
     }
+    if (last.code() == Status::Code::kDamaged) {
+      eviction_refused_ = last.WithContext("eviction " + std::to_string(plan.eviction) +
+                                           " cannot run until the damaged server is repaired");
+      eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
+      spdlog::error("{}", eviction_refused_->message());
+      return *eviction_refused_;
+    }
     if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
+    eviction_refused_.reset();
   }
 
   FaultPoint("client.evict.after_prepare");

@@ -51,6 +51,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <chrono>
 #include <optional>
 #include <span>
 #include <string>
@@ -266,6 +267,11 @@ class OramClient {
 
   ClientOptions options_;
   bool read_only_ = false;
+  // Set when a server refused an eviction for damaged storage: PrepareAndCommit
+  // returns it without asking again until eviction_retry_at_.
+  static constexpr std::chrono::seconds kDamagedEvictionRetry{60};
+  std::optional<Status> eviction_refused_;
+  std::chrono::steady_clock::time_point eviction_retry_at_{};
   std::unique_ptr<ClientStateStore> store_;
   std::unique_ptr<BlockSealer> sealer_;  // null when read-only
   std::unique_ptr<PositionMap> pm_;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <string>
 
 namespace s3oram {
@@ -383,11 +384,25 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     impl_->seconds_per_byte =
         smooth(impl_->seconds_per_byte, std::max(0.0, took - impl_->round_trip_s) / exchanged);
   }
+  // The first error by server order, except that a server reporting damaged
+  // storage wins: it is the cause, and the others' errors are often its
+  // consequence (peers time out waiting for the SMP shares of a server that
+  // refused an eviction), which a caller would otherwise retry.
+  std::optional<std::size_t> first_error;
   for (std::size_t k = 0; k < n; ++k) {
-    if (auto* err = std::get_if<wire::ErrorReply>(&replies[k].body)) {
-      return wire::StatusFromError(*err).WithContext("server " + std::to_string(servers[k]) + " (" +
-                                                     impl_->endpoints[servers[k]] + ")");
+    const auto* err = std::get_if<wire::ErrorReply>(&replies[k].body);
+    if (err == nullptr) continue;
+    if (!first_error) first_error = k;
+    if (err->code == static_cast<std::uint32_t>(Status::Code::kDamaged)) {
+      first_error = k;
+      break;
     }
+  }
+  if (first_error) {
+    const std::size_t k = *first_error;
+    return wire::StatusFromError(std::get<wire::ErrorReply>(replies[k].body))
+        .WithContext("server " + std::to_string(servers[k]) + " (" +
+                     impl_->endpoints[servers[k]] + ")");
   }
   return replies;
 }

@@ -17,7 +17,9 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/math/field.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/tree/geometry.h"
 #include "oramcore/wire/transport.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_scale.h"
@@ -119,6 +121,80 @@ void LoseServer(cluster::LocalCluster& c, std::size_t k, const std::string& copy
   ASSERT_FALSE(std::filesystem::exists(DataDir(c, k)));
   Status st = c.Restart(k);
   ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+// A bucket on the next eviction's path changed on one server's disk: the
+// eviction is refused by that server (its digests), the client names it and
+// stops (a second access that needs the eviction fails at once, without
+// another round of peer timeouts), no server commits anything, and after
+// `rebuild` of the damaged server (no --force: the scrub finds the damage)
+// a new client finishes the eviction and every block reads back.
+TEST(RebuildTest, DamagedEvictionInputStopsEvictionsUntilTheServerIsRebuilt) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/1500);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = 1 + seed % 2;
+  std::map<BlockId, std::vector<std::uint8_t>> model;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (BlockId id = 0; id < 2 * params.evict_rate; ++id) {
+      model[id] = testing::Content((*c)->block_bytes(), id, seed);
+      ASSERT_TRUE((*c)->Write(id, model[id]).ok());
+    }
+    // The leaf sibling the next eviction reads (its last round): a
+    // retrieval crosses it only on a path to that leaf, so the eviction is
+    // almost always what meets the damage first.
+    const std::uint64_t ne = (*c)->counters().ne;
+    const TreeGeometry geo = params.geometry();
+    const std::uint64_t b =
+        TreeGeometry::Sibling(geo.BucketOnPath(geo.EvictionLeaf(ne), geo.height));
+    std::printf("damaging bucket %llu (the leaf sibling of eviction %llu) on server %zu\n",
+                static_cast<unsigned long long>(b), static_cast<unsigned long long>(ne), bad);
+    ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
+    {
+      const std::string path = DataDir(*fs->cluster, bad) + "/shares.bin";
+      const std::uint64_t slot_bytes = params.slot_bytes();
+      const auto off = static_cast<std::streamoff>(kHeaderRegion + (b - 1) * params.bucket_size * slot_bytes + 8);
+      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+      Elem e = 0;
+      f.seekg(off);
+      f.read(reinterpret_cast<char*>(&e), 4);
+      e = field::Add(e, 1);  // still a field element: only the digest can tell
+      f.seekp(off);
+      f.write(reinterpret_cast<const char*>(&e), 4);
+    }
+    ASSERT_TRUE(fs->cluster->Restart(bad).ok());
+    // Accesses go on until one meets the damage (the eviction, at the
+    // latest A accesses on).
+    Status st;
+    for (std::uint32_t k = 0; k <= params.evict_rate && st.ok(); ++k) {
+      st = (*c)->Write(k, model[k]);
+    }
+    ASSERT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
+    EXPECT_NE(st.message().find("server " + std::to_string(bad) + " has damaged storage: bucket " +
+                                std::to_string(b)),
+              std::string::npos)
+        << st.message();
+    const bool by_eviction = st.message().find("eviction " + std::to_string(ne)) != std::string::npos;
+    std::printf("the damage was met by %s\n", by_eviction ? "the eviction" : "a retrieval");
+    if (by_eviction) {
+      // Refused again at once: the same eviction is due.
+      Status again = (*c)->Write(1, model[1]);
+      EXPECT_EQ(again.code(), Status::Code::kDamaged) << again.ToString();
+      EXPECT_NE(again.message().find("until the damaged server is repaired"), std::string::npos)
+          << again.message();
+    }
+    for (const auto& r : (*c)->QueryServers(std::chrono::seconds(5))) {
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      EXPECT_EQ(r.reply.applied_evictions, ne) << r.endpoint << " committed a refused eviction";
+    }
+  }
+  CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(bad) +
+                    " --passfile " + fs->passfile + " --plain-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectBlocks(fs->state, model);
 }
 
 // 1. The CLI rebuilds a server whose data directory was deleted: the share
