@@ -308,8 +308,13 @@ TEST_F(FsFsckTest, DamagedShareIsReportedWithItsFile) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("s3oram rebuild --server 1"), std::string::npos) << r.output;
+  // Exit 4 (problems left) when the blocks can be read past the damage, or 8
+  // when opening the filesystem must first finish an eviction that the
+  // damaged server refuses (the first fsck's reads may have made one due);
+  // either way nothing is zeroed and the repair is named.
   r = Fsck({"-y", "--zero-damaged"});
-  EXPECT_EQ(r.exit_code, 4) << r.output;
+  EXPECT_TRUE(r.exit_code == 4 || r.exit_code == 8) << r.exit_code << ": " << r.output;
+  EXPECT_NE(r.output.find("s3oram rebuild --server 1"), std::string::npos) << r.output;
   // The metadata are fine: without the block phase nothing is found.
   r = Fsck({"-n", "--no-blocks"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
