@@ -4,6 +4,10 @@
 // restored on a machine that has only the server addresses and keys, a client
 // key and the passphrase (attach: as a second device, with the mount command),
 // and fetched again over a state another device has made stale.
+#include <fcntl.h>
+#include <sys/file.h>
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -63,6 +67,18 @@ void RegisterBackupState(CLI::App& app, int* exit_code) {
     // Read-only: no new epoch, so a daemon that has the filesystem mounted
     // is not fenced off (its uploads and this one use the same epoch). The
     // backup key comes from the passphrase here instead of from Open.
+    // When no process writes the state (its lock is free, and held here
+    // until the end), the state equals the uploaded generation afterwards,
+    // and says so (its backup mark, for freshness). A mounted filesystem
+    // records its own at unmount.
+    const int lock_fd = ::open(a->state.c_str(), O_RDONLY | O_CLOEXEC);
+    const bool exclusive = lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) == 0;
+    struct Closer {
+      int fd;
+      ~Closer() {
+        if (fd >= 0) ::close(fd);
+      }
+    } closer{lock_fd};
     auto client = OramClient::OpenReadOnly(a->state, *pass);
     if (!client.ok()) return fail(client.status());
     const Secret key = DeriveBackupKey((*client)->unlocked_state()->master());
@@ -70,6 +86,12 @@ void RegisterBackupState(CLI::App& app, int* exit_code) {
     auto r = BackupStateWithKey(**client, key, MakeProgress("backup", progress));
     if (progress) progress->Finish();
     if (!r.ok()) return fail(r.status());
+    if (exclusive) {
+      if (Status m = (*client)->RecordBackup(r->generation, r->epoch); !m.ok()) {
+        return fail(m.WithContext("generation " + std::to_string(r->generation) +
+                                  " is on the servers, but recording it in the state failed"));
+      }
+    }
     std::printf("backed up %s as generation %llu: %s of state padded to %s, %s per server\n",
                 a->state.c_str(), static_cast<unsigned long long>(r->generation),
                 HumanBytes(double(r->state_bytes)).c_str(),
@@ -255,11 +277,15 @@ void RegisterRefreshState(CLI::App& app, int* exit_code) {
     std::string state;
     std::string passfile;
     int timeout_ms = 30000;
+    bool discard_local_changes = false;
   };
   auto a = std::make_shared<Args>();
   cmd->add_option("-s,--state", a->state, "client state file")->required();
   AddPassfileOption(cmd, a->passfile);
   cmd->add_option("--timeout-ms", a->timeout_ms, "per-request timeout")->capture_default_str();
+  cmd->add_flag("--discard-local-changes", a->discard_local_changes,
+                "replace the state even if it holds changes no backup has (its last session "
+                "ended without uploading it); the old file is kept as STATE.discarded-<time>");
   cmd->callback([a, exit_code] {
     auto pass = ReadPassphrase(PassphraseSource{a->passfile}, "Passphrase for " + a->state + ": ");
     if (!pass.ok()) {
@@ -270,7 +296,7 @@ void RegisterRefreshState(CLI::App& app, int* exit_code) {
     std::unique_ptr<Progress> progress;
     auto r = RefreshState(std::filesystem::absolute(a->state).string(), *pass,
                           std::chrono::milliseconds(a->timeout_ms),
-                          MakeProgress("refresh-state", progress));
+                          MakeProgress("refresh-state", progress), a->discard_local_changes);
     if (progress) progress->Finish();
     if (!r.ok()) {
       std::fprintf(stderr, "s3oram refresh-state: %s\n", r.status().ToString().c_str());
@@ -278,6 +304,10 @@ void RegisterRefreshState(CLI::App& app, int* exit_code) {
       return;
     }
     PrintRestoreWarnings("refresh-state", *r);
+    if (!r->discarded_copy.empty()) {
+      std::printf("the replaced state, with its changes that were in no backup, is kept as %s\n",
+                  r->discarded_copy.c_str());
+    }
     std::printf("refreshed %s\n", RestoredText(a->state, *r).c_str());
   });
 }

@@ -117,6 +117,7 @@ Breakdown ClientBreakdown(const AccessTimings& before, const AccessTimings& afte
                    ms(before.eviction_commit_wait_ns, after.eviction_commit_wait_ns));
   out.emplace_back("eviction.state_commit",
                    ms(before.eviction_state_commit_ns, after.eviction_state_commit_ns));
+  out.emplace_back("eviction.check", ms(before.eviction_check_ns, after.eviction_check_ns));
   return out;
 }
 

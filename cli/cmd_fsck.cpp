@@ -40,6 +40,7 @@
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
+#include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/state/state_file.h"
 
@@ -273,6 +274,22 @@ int Run(const Args& a) {
     Print("Phase 3: blocks (read through the ORAM: AEAD tag and version)", p3problems, p3notes,
           repair);
     Count(tally, p3problems, repair);
+  }
+
+  // Reading blocks moved them, and repairs changed the metadata: upload the
+  // state as a clean unmount does, so another device refreshing later finds
+  // a backup as new as the servers (and this state records that it has one).
+  if (client) {
+    auto b = BackupState(*client);
+    Status recorded = b.ok() ? client->RecordBackup(b->generation, b->epoch) : b.status();
+    if (recorded.ok()) {
+      std::printf("client state backed up to the servers as generation %llu\n",
+                  static_cast<unsigned long long>(b->generation));
+    } else {
+      std::printf("warning: backing up the client state failed: %s; run s3oram backup-state -s "
+                  "%s\n",
+                  recorded.ToString().c_str(), a.state.c_str());
+    }
   }
 
   const std::uint64_t uncorrected = tally.errors - tally.corrected;

@@ -1,6 +1,7 @@
 // s3oram scrub: every server checks every slot of its share file against the
-// digest stored with it (oramcore/protocol/scrub.h), so that a damaged disk is
-// found and named before a read needs the damaged data.
+// digest stored with it, so that a damaged disk is found and named before a
+// read needs the damaged data; and the servers' sharings are checked against
+// each other (oramcore/protocol/scrub.h ScrubAndCompare).
 #include <unistd.h>
 
 #include <cstdio>
@@ -46,38 +47,61 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
     auto client = OramClient::OpenReadOnly(a->state, *pass, options);
     if (!client.ok()) return fail(client.status(), 1);
     const OramParams& p = (*client)->params();
+    std::unique_ptr<Progress> bar;
+    auto findings = ScrubAndCompare(
+        p, (*client)->parity_rows(),
+        [&](std::uint64_t first, std::uint32_t count, const wire::ParitySeed& seed) {
+          return (*client)->ParityAll(first, count, seed, std::chrono::milliseconds(a->timeout_ms));
+        },
+        [&](std::uint64_t done, std::uint64_t total) {
+          if (!bar) {
+            bar = std::make_unique<Progress>("scrub", total, Progress::Unit::kItems, stderr,
+                                             a->plain);
+          }
+          bar->Update(done);
+        });
+    if (bar) bar->Finish();
+    if (!findings.ok()) return fail(findings.status(), 1);
     int damaged_servers = 0;
-    for (std::size_t i = 0; i < p.parties; ++i) {
-      std::unique_ptr<Progress> bar;
-      auto findings = ScrubWholeStore(
-          p,
-          [&](std::uint64_t first, std::uint32_t count) {
-            return (*client)->ScrubServer(i, first, count,
-                                          std::chrono::milliseconds(a->timeout_ms));
-          },
-          [&](std::uint64_t done, std::uint64_t total) {
-            if (!bar) {
-              bar = std::make_unique<Progress>("scrub server " + std::to_string(i), total,
-                                               Progress::Unit::kItems, stderr, a->plain);
-            }
-            bar->Update(done);
-          });
-      if (bar) bar->Finish();
-      if (!findings.ok())
-        return fail(findings.status().WithContext("server " + std::to_string(i)), 1);
-      if (findings->damaged == 0) {
+    for (std::size_t i = 0; i < findings->servers.size(); ++i) {
+      const ScrubFindings& f = findings->servers[i];
+      if (f.damaged == 0) {
         std::printf("server %zu: %llu buckets, every slot verifies\n", i,
-                    static_cast<unsigned long long>(findings->buckets));
+                    static_cast<unsigned long long>(f.buckets));
         continue;
       }
       ++damaged_servers;
       std::printf(
           "server %zu: DAMAGED: %llu slots do not match their digests (%s); repair it "
           "from the others: s3oram rebuild -s %s --server %zu\n",
-          i, static_cast<unsigned long long>(findings->damaged), DescribeDamage(*findings).c_str(),
+          i, static_cast<unsigned long long>(f.damaged), DescribeDamage(f).c_str(),
           a->state.c_str(), i);
     }
-    *exit_code = damaged_servers > 0 ? 4 : 0;
+    const ScrubFindings& bad = findings->inconsistent;
+    if (bad.damaged == 0) {
+      std::printf("servers: every slot that verifies is one consistent sharing across all %zu "
+                  "servers\n",
+                  findings->servers.size());
+    } else {
+      // Which of them hold a block the filesystem uses: reading those fails
+      // authentication until the slot is repaired; the others hold no data
+      // (an eviction drops them).
+      const PositionMap& pm = (*client)->position_map();
+      std::size_t live = 0;
+      for (const auto& d : bad.listed) {
+        const auto ids = pm.BucketSlots(d.bucket);
+        live += d.slot < ids.size() && ids[d.slot] != kNoBlock;
+      }
+      std::printf(
+          "servers: INCONSISTENT: %llu slots are not one sharing across the servers although "
+          "every server's digests verify (%s; %zu of the first %zu hold a live block): a "
+          "server's memory or an eviction produced wrong shares, or a server lies. Which server "
+          "cannot be told from three shares; the data of a live block there cannot be read "
+          "until the slot is rewritten\n",
+          static_cast<unsigned long long>(bad.damaged), DescribeDamage(bad).c_str(), live,
+          bad.listed.size());
+    }
+    *exit_code = damaged_servers > 0 || bad.damaged > 0 ? 4 : 0;
   });
 }
 

@@ -100,18 +100,26 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   HumanBytes(double(r.reply.share_file_bytes)).c_str(),
                   HumanBytes(double(r.reply.allocated_bytes)).c_str());
     }
-    // The rule OramClient::Open applies (kStaleState), said before a mount
-    // trips over it.
-    for (const auto& r : reports) {
-      if (!r.status.ok()) continue;
-      if (r.reply.epoch > c.epoch || r.reply.applied_evictions > c.ne + 1) {
-        std::printf("state       STALE: another device has used the filesystem since this state "
-                    "was last used (server epoch %llu, state epoch %llu); fetch the newer state "
-                    "with `s3oram refresh-state -s %s` or mount with -o refresh_state\n",
-                    static_cast<unsigned long long>(r.reply.epoch),
-                    static_cast<unsigned long long>(c.epoch), state->c_str());
-        break;
-      }
+    // The rule OramClient::Open applies (kStaleState, freshness.h), said
+    // before a mount trips over it.
+    const FreshnessVerdict& fresh = (*client)->freshness();
+    if (!fresh.inconsistent.empty()) {
+      std::printf("state       SERVER INCONSISTENT: %s; check it with `s3oram scrub -s %s`\n",
+                  fresh.inconsistent.c_str(), state->c_str());
+    }
+    if (fresh.stale) {
+      std::printf("state       STALE: another device has used the filesystem since this state "
+                  "was last used (%s); fetch the newer state with `s3oram refresh-state -s %s` "
+                  "or mount with -o refresh_state\n",
+                  fresh.why.c_str(), state->c_str());
+    }
+    for (const auto& w : fresh.warnings) std::printf("state       warning: %s\n", w.c_str());
+    if (const auto& mark = (*client)->backup_mark()) {
+      std::printf("state       last uploaded as backup generation %llu%s\n",
+                  static_cast<unsigned long long>(mark->generation),
+                  mark->epoch == c.epoch ? ""
+                                         : "; changed since (its last session ended without "
+                                           "an upload)");
     }
     // The single-writer lease (the holder's description is sealed: only the
     // epoch and the times are shown without the passphrase).

@@ -227,8 +227,10 @@ Result<std::unique_ptr<LocalCluster>> LocalCluster::StartOnce(const LocalCluster
   return c;
 }
 
-Status LocalCluster::Spawn(std::size_t i, const std::vector<std::string>& extra_env) {
+Status LocalCluster::Spawn(std::size_t i, const std::vector<std::string>& extra_env,
+                           const std::string& binary) {
   const std::string config = config_path(i);
+  const std::string program = binary.empty() ? options_.serverd_path : binary;
   const std::string log = log_path(i);
   // The environment, built before fork (the child may only make
   // async-signal-safe calls).
@@ -257,7 +259,7 @@ Status LocalCluster::Spawn(std::size_t i, const std::vector<std::string>& extra_
     }
     if (devnull >= 0) ::dup2(devnull, STDIN_FILENO);
     const char* argv[] = {"s3oram-serverd", "--config", config.c_str(), nullptr};
-    ::execve(options_.serverd_path.c_str(), const_cast<char* const*>(argv), envp.data());
+    ::execve(program.c_str(), const_cast<char* const*>(argv), envp.data());
     ::_exit(127);
   }
   pids_[i] = pid;
@@ -299,9 +301,10 @@ Status LocalCluster::Kill(std::size_t i, int sig) {
   return Status::Ok();
 }
 
-Status LocalCluster::Restart(std::size_t i, const std::vector<std::string>& extra_env) {
+Status LocalCluster::Restart(std::size_t i, const std::vector<std::string>& extra_env,
+                             const std::string& binary) {
   if (pids_.at(i) > 0) return Status::FailedPrecondition("server " + std::to_string(i) + " is running");
-  S3ORAM_RETURN_IF_ERROR(Spawn(i, extra_env));
+  S3ORAM_RETURN_IF_ERROR(Spawn(i, extra_env, binary));
   return WaitReady(i);
 }
 

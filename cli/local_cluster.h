@@ -64,8 +64,10 @@ class LocalCluster {
   Status Kill(std::size_t i, int sig);
   int last_wait_status() const { return last_wait_status_; }
   // Starts server i again (after Kill) with the same config and data;
-  // extra_env ("NAME=value") is added to its environment (fault injection).
-  Status Restart(std::size_t i, const std::vector<std::string>& extra_env = {});
+  // extra_env ("NAME=value") is added to its environment (fault injection);
+  // `binary`, if given, runs instead of the cluster's serverd (a test build).
+  Status Restart(std::size_t i, const std::vector<std::string>& extra_env = {},
+                 const std::string& binary = "");
   // True (and reaped) if server i is not running: it exited, crashed or was
   // killed. Restart brings it back.
   bool Exited(std::size_t i);
@@ -80,7 +82,8 @@ class LocalCluster {
  private:
   LocalCluster() = default;
   static Result<std::unique_ptr<LocalCluster>> StartOnce(const LocalClusterOptions& options);
-  Status Spawn(std::size_t i, const std::vector<std::string>& extra_env = {});
+  Status Spawn(std::size_t i, const std::vector<std::string>& extra_env = {},
+               const std::string& binary = "");
   Status WaitReady(std::size_t i);
 
   LocalClusterOptions options_;

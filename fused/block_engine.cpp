@@ -75,7 +75,13 @@ Status OramBlockEngine::Close() {
 
 Result<BackupResult> OramBlockEngine::BackupState() {
   std::lock_guard<std::mutex> lock(mu_);
-  return s3oram::BackupState(*client_);
+  S3ORAM_ASSIGN_OR_RETURN(BackupResult r, s3oram::BackupState(*client_));
+  // The mount holds the state: nothing changed it since the snapshot, so it
+  // now equals this generation (what a later refresh elsewhere relies on).
+  S3ORAM_RETURN_IF_ERROR(client_->RecordBackup(r.generation, r.epoch)
+                             .WithContext("recording backup generation " +
+                                          std::to_string(r.generation) + " in the state"));
+  return r;
 }
 
 OramBlockEngine::Stats OramBlockEngine::stats() const {

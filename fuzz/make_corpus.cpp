@@ -93,6 +93,12 @@ void WireCorpus(const fs::path& root) {
         wire::Encode(h, wire::RetrieveWriteRootRequest{3, Elems(20, 3), 11, Elems(16, 1)}));
   w.Add("scrub_request", wire::Encode(h, wire::ScrubRequest{2, 5}));
   w.Add("scrub_reply", wire::Encode(h, wire::ScrubReply{2, {0, 1, 0, 0}}));
+  wire::ParitySeed seed{};
+  for (std::size_t i = 0; i < seed.size(); ++i) seed[i] = static_cast<std::uint8_t>(7 * i + 1);
+  w.Add("parity_request", wire::Encode(h, wire::ParityRequest{2, 5, seed}));
+  w.Add("parity_reply", wire::Encode(h, wire::ParityReply{2, {0, 1, 0, 0}, Elems(8, 6)}));
+  w.Add("evict_check_request", wire::Encode(h, wire::EvictCheckRequest{5, 2, seed}));
+  w.Add("evict_check_reply", wire::Encode(h, wire::EvictCheckReply{5, Elems(8, 7)}));
   w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));
@@ -203,11 +209,17 @@ void HandlerCorpus(const fs::path& root) {
                                      .Send(Hdr(5), med.RetrieveWriteRoot(1, 0, 3))
                                      .bytes());
   }
+  wire::ParitySeed check_seed{};
+  check_seed[0] = 1;
   w.Add("evict", Session(fz::kStartMedium).Lease()
                      .Send(Hdr(1), med.WriteRoot(0, 4))
                      .Send(Hdr(2), med.Prepare(0, 0))
+                     .Send(Hdr(3), wire::EvictCheckRequest{0, 1, check_seed})  // wrong attempt
+                     .Send(Hdr(3), wire::EvictCheckRequest{0, 0, check_seed})
                      .Send(Hdr(3), wire::EvictCommitRequest{0})
                      .Send(Hdr(4), wire::StatusRequest{})
+                     .Send(Hdr(5, 0), wire::ParityRequest{1, 3, check_seed})
+                     .Send(Hdr(6, 0), wire::ParityRequest{0, 1, check_seed})  // out of range
                      .bytes());
   w.Add("evict_retry", Session(fz::kStartMedium).Lease()
                            .Send(Hdr(1), med.Prepare(0, 0), Mode(M::kTimeout))

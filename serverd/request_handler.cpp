@@ -29,6 +29,7 @@
 #include "oramcore/wire/wire.h"
 #include "serverd/backup_store.h"
 #include "serverd/lease_file.h"
+#include "serverd/lie.h"
 #include "serverd/rebuild_masks.h"
 
 namespace s3oram::serverd {
@@ -190,6 +191,7 @@ struct RequestHandler::Impl {
     r.holder_epoch = lease.holder_epoch;
     r.holder = lease.holder;
     r.highest_epoch = std::max(lease.highest_epoch, max_epoch);
+    if (Lies("counters")) r.highest_epoch = UINT64_MAX;
     if (lease.held()) {
       const auto now_ms = static_cast<std::uint64_t>(
           std::chrono::duration_cast<std::chrono::milliseconds>(
@@ -305,6 +307,7 @@ struct RequestHandler::Impl {
       r.share_file_bytes = store->file_bytes();
       r.allocated_bytes = store->allocated_bytes();
       r.peer_bytes_sent = peers->bytes_sent();
+      if (Lies("counters")) r.epoch = r.applied_evictions = UINT64_MAX;
     }
     return r;
   }
@@ -444,6 +447,9 @@ struct RequestHandler::Impl {
         kernels::PathInnerProduct(buckets, Z, m, sel, reply.answer.data(), r);
       });
       S3ORAM_RETURN_IF_ERROR(CheckAnswer(written, buckets, sel, reply.answer));
+      if (Lies("retrieve") && !reply.answer.empty()) {
+        reply.answer[0] = field::Add(reply.answer[0], 1);
+      }
     }
     const auto t_end = Clock::now();
     ++stats.retrieves;
@@ -605,7 +611,11 @@ struct RequestHandler::Impl {
         o.resize(product.size());
         ptrs.push_back(o.data());
       }
+      if (Lies("smp-consistent") && !product.empty()) product[0] = field::Add(product[0], 1);
       shamir::SmpSplit(product, lambda[me], threshold, coeffs, ptrs);
+      if (Lies("smp-inconsistent") && !peer_indices.empty() && !product.empty()) {
+        outs[peer_indices[0]][0] = field::Add(outs[peer_indices[0]][0], 1);
+      }
       std::vector<Elem> mine = std::move(outs[me]);
       const SmpRound smp_round{req.eviction, req.attempt, round};
       S3ORAM_RETURN_IF_ERROR(peers->Send(h, smp_round, outs));
@@ -636,6 +646,7 @@ struct RequestHandler::Impl {
       }
       combined.resize(product.size());
       shamir::SmpCombine(received, product.size(), combined.data());
+      if (Lies("shadow") && !combined.empty()) combined[0] = field::Add(combined[0], 1);
       peers->Release(smp_round);
       t_smp += since(t0);
       t0 = Clock::now();
@@ -1066,6 +1077,47 @@ struct RequestHandler::Impl {
     return wire::Body{std::move(reply)};
   }
 
+  // Digests as the wire carries them: kParityElemsPerSlot elements per slot.
+  static std::vector<Elem> Flatten(const std::vector<digest::SlotDigest>& d) {
+    static_assert(wire::kParityElemsPerSlot == digest::kDigestElems);
+    std::vector<Elem> out;
+    out.reserve(d.size() * digest::kDigestElems);
+    for (const auto& x : d) out.insert(out.end(), x.begin(), x.end());
+    return out;
+  }
+
+  Result<wire::Body> HandleParity(const wire::ParityRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "parity"));
+    const std::uint64_t bytes = std::uint64_t{req.count} * store->bucket_elems() * sizeof(Elem);
+    if (req.count > 1 && bytes > wire::kMaxScrubBytes) {
+      return Status::InvalidArgument("parity: " + std::to_string(req.count) + " buckets are " +
+                                     std::to_string(bytes) + " bytes, more than one request may read (" +
+                                     std::to_string(wire::kMaxScrubBytes) + ")");
+    }
+    const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
+    std::vector<digest::SlotDigest> digests;
+    wire::ParityReply reply;
+    reply.first_bucket = req.first_bucket;
+    S3ORAM_ASSIGN_OR_RETURN(reply.damaged,
+                            store->Scrub(req.first_bucket, req.count, key, &digests));
+    reply.digests = Flatten(digests);
+    std::size_t bad = 0;
+    for (std::uint8_t f : reply.damaged) bad += f;
+    if (bad > 0) {
+      spdlog::error("scrub: {} damaged slots in buckets {}..{} of server {}'s share file; "
+                    "repair: s3oram rebuild --server {}",
+                    bad, req.first_bucket, req.first_bucket + req.count - 1, config.index,
+                    config.index);
+    }
+    return wire::Body{std::move(reply)};
+  }
+
+  Result<wire::Body> HandleEvictCheck(const wire::EvictCheckRequest& req) {
+    const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
+    S3ORAM_ASSIGN_OR_RETURN(auto digests, store->ShadowDigests(req.eviction, req.attempt, key));
+    return wire::Body{wire::EvictCheckReply{req.eviction, Flatten(digests)}};
+  }
+
   Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
     S3ORAM_ASSIGN_OR_RETURN(std::uint64_t received,
                             backups->Put(req.generation, req.offset, req.total, req.last,
@@ -1097,6 +1149,13 @@ struct RequestHandler::Impl {
             // scrub can run beside a mount (s3oram scrub, its timer).
             S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
             return HandleScrub(body);
+          } else if constexpr (std::is_same_v<T, wire::ParityRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            return HandleParity(body);
+          } else if constexpr (std::is_same_v<T, wire::EvictCheckRequest>) {
+            // Reads the holder's prepared eviction; changes nothing.
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
+            return HandleEvictCheck(body);
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);
           } else if constexpr (std::is_same_v<T, wire::LeaseAcquireRequest>) {
@@ -1138,7 +1197,9 @@ struct RequestHandler::Impl {
             return HandleBackupPut(body);
           } else if constexpr (std::is_same_v<T, wire::BackupListRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckBackupRead(h));
-            return wire::Body{wire::BackupListReply{backups->List()}};
+            auto list = backups->List();
+            if (Lies("counters")) list.push_back(wire::BackupInfo{UINT64_MAX, 1});
+            return wire::Body{wire::BackupListReply{std::move(list)}};
           } else if constexpr (std::is_same_v<T, wire::BackupGetRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckBackupRead(h));
             return HandleBackupGet(body);

@@ -999,7 +999,16 @@ Status ShareStore::VerifyBuckets(std::uint64_t first, std::span<const Elem> data
 
 Result<std::vector<std::uint8_t>> ShareStore::Scrub(std::uint64_t first,
                                                      std::uint64_t count) const {
+  return Scrub(first, count, *impl_->key, nullptr);
+}
+
+Result<std::vector<std::uint8_t>> ShareStore::Scrub(
+    std::uint64_t first, std::uint64_t count, const digest::DigestKey& public_key,
+    std::vector<digest::SlotDigest>* out_digests) const {
   const Impl& im = *impl_;
+  if (out_digests && public_key.slot_elems() != slot_elems()) {
+    return Status::InvalidArgument("Scrub: public key for slots of another size");
+  }
   const std::uint64_t n = im.geo.num_buckets;
   if (first < 1 || count == 0 || first > n || count > n - first + 1) {
     return Status::InvalidArgument("Scrub: range out of range");
@@ -1007,6 +1016,7 @@ Result<std::vector<std::uint8_t>> ShareStore::Scrub(std::uint64_t first,
   S3ORAM_ASSIGN_OR_RETURN(std::vector<bool> hole, im.Holes(first, count));
   const std::size_t m = slot_elems();
   std::vector<std::uint8_t> damaged(count * im.geo.z, 0);
+  if (out_digests) out_digests->assign(count * im.geo.z, digest::SlotDigest{});
   std::vector<Elem> bucket(bucket_elems());
   for (std::uint64_t i = 0; i < count; ++i) {
     const std::uint64_t b = first + i;
@@ -1019,12 +1029,56 @@ Result<std::vector<std::uint8_t>> ShareStore::Scrub(std::uint64_t first,
     }
     S3ORAM_RETURN_IF_ERROR(ReadBucket(b, bucket));
     for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+      const std::span<const Elem> x{bucket.data() + slot * m, m};
       digest::SlotDigest got{};
-      const bool ok = im.key->Digest({bucket.data() + slot * m, m}, &got) && got == want[slot];
+      const bool ok = im.key->Digest(x, &got) && got == want[slot];
       damaged[i * im.geo.z + slot] = ok ? 0 : 1;
+      // A slot with a non-canonical element is damaged; its public digest
+      // stays zero (the client skips damaged slots).
+      if (out_digests && ok) (void)public_key.Digest(x, &(*out_digests)[i * im.geo.z + slot]);
     }
   }
   return damaged;
+}
+
+Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
+    std::uint64_t eviction, std::uint32_t attempt, const digest::DigestKey& public_key) const {
+  const Impl& im = *impl_;
+  if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction ||
+      im.shadow.attempt != attempt) {
+    return Status::FailedPrecondition(
+        "no sealed shadow of eviction " + std::to_string(eviction) + " attempt " +
+        std::to_string(attempt) + " to check" +
+        (im.shadow_state == Impl::ShadowState::kSealed
+             ? " (the sealed one is eviction " + std::to_string(im.shadow.eviction) +
+                   " attempt " + std::to_string(im.shadow.attempt) + ")"
+             : std::string()));
+  }
+  if (public_key.slot_elems() != slot_elems()) {
+    return Status::InvalidArgument("ShadowDigests: public key for slots of another size");
+  }
+  const std::size_t m = slot_elems();
+  std::vector<Elem> bucket(bucket_elems());
+  std::vector<digest::SlotDigest> out(im.shadow.buckets.size() * im.geo.z);
+  for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
+    S3ORAM_RETURN_IF_ERROR(PreadAll(im.shadow_fd.get(), bucket.data(), im.geo.bucket_bytes,
+                                    im.shadow.data_offset + i * im.geo.bucket_bytes,
+                                    im.shadow_path));
+    const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z;
+    for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+      const std::span<const Elem> x{bucket.data() + slot * m, m};
+      digest::SlotDigest got{};
+      if (!im.key->Digest(x, &got) || got != want[slot]) {
+        return Status::Damaged("server " + std::to_string(meta_.server_index) +
+                               ": the prepared eviction " + std::to_string(eviction) + " in " +
+                               im.shadow_path + " is damaged (bucket " +
+                               std::to_string(im.shadow.buckets[i]) + " slot " +
+                               std::to_string(slot) + " differs from what was written)");
+      }
+      (void)public_key.Digest(x, &out[i * im.geo.z + slot]);
+    }
+  }
+  return out;
 }
 
 std::span<const digest::SlotDigest> ShareStore::Digests(std::uint64_t b) const {

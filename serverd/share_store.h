@@ -121,6 +121,19 @@ class ShareStore {
   // flags, bucket-major, 1 for each damaged slot; finding damage is not an
   // error (the caller reports it).
   Result<std::vector<std::uint8_t>> Scrub(std::uint64_t first, std::uint64_t count) const;
+  // The same, and for each slot its digest under a public key (wire.h
+  // PARITY): out_digests gets count * Z digests, bucket-major (zero for a
+  // hole bucket, which holds zeros).
+  Result<std::vector<std::uint8_t>> Scrub(std::uint64_t first, std::uint64_t count,
+                                          const digest::DigestKey& public_key,
+                                          std::vector<digest::SlotDigest>* out_digests) const;
+  // The digests under a public key of every slot of the sealed shadow of
+  // `eviction` (attempt `attempt`), bucket by bucket in BeginShadow's order,
+  // each slot first checked against the digest stored with it (Damaged if
+  // it fails). FailedPrecondition if that shadow is not the sealed one.
+  Result<std::vector<digest::SlotDigest>> ShadowDigests(std::uint64_t eviction,
+                                                        std::uint32_t attempt,
+                                                        const digest::DigestKey& public_key) const;
   // The Damaged status for slot `slot` of bucket b: names the server, the
   // file, the bucket and slot, and what repairs it. `what` says how it was
   // found.

@@ -147,6 +147,30 @@ void Create(std::span<const Elem> secrets, std::size_t t, std::span<const Elem> 
   ShareInto<false>(secrets, 1, t, coeffs, out);
 }
 
+Result<std::vector<std::vector<Elem>>> ParityChecks(std::span<const Elem> xs, std::size_t t) {
+  S3ORAM_RETURN_IF_ERROR(ValidatePoints(xs));
+  const std::size_t n = xs.size();
+  std::vector<std::vector<Elem>> rows;
+  if (t + 1 >= n) return rows;
+  // sum_i f(x_i) / prod_{j != i}(x_i - x_j) is the coefficient of x^(n-1) of
+  // the polynomial interpolating f at the n points, zero when deg f <= n - 2;
+  // weighting by x_i^k keeps deg(x^k f) <= n - 2 for k <= n - t - 2.
+  std::vector<Elem> c(n);
+  for (std::size_t i = 0; i < n; ++i) {
+    Elem den = 1;
+    for (std::size_t j = 0; j < n; ++j) {
+      if (j != i) den = field::Mul(den, field::Sub(xs[i], xs[j]));
+    }
+    c[i] = field::Inv(den);
+  }
+  for (std::size_t k = 0; k + t + 1 < n; ++k) {
+    std::vector<Elem> row(n);
+    for (std::size_t i = 0; i < n; ++i) row[i] = field::Mul(c[i], field::Pow(xs[i], k));
+    rows.push_back(std::move(row));
+  }
+  return rows;
+}
+
 Result<std::vector<Elem>> LagrangeAtZero(std::span<const Elem> xs) {
   S3ORAM_RETURN_IF_ERROR(ValidatePoints(xs));
   try {

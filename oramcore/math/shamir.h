@@ -49,6 +49,14 @@ Result<std::vector<Elem>> LagrangeAtZero(std::span<const Elem> xs);
 // survivors' shares determine a lost server's share at its own x.
 Result<std::vector<Elem>> LagrangeAt(std::span<const Elem> xs, Elem x);
 
+// Parity checks of degree-t sharings at the points xs (distinct, non-zero):
+// n - t - 1 rows of n coefficients, row k being c_i * xs[i]^k with
+// c_i = 1 / prod_{j != i} (x_i - x_j), so that sum_i row[i] * f(x_i) = 0 for
+// every f of degree <= t, and a change to one share alone makes every row's sum
+// nonzero (c_i and x_i are nonzero). Empty if t + 1 >= n (no redundancy).
+// Used to check the servers' sharings against each other (wire.h PARITY).
+Result<std::vector<std::vector<Elem>>> ParityChecks(std::span<const Elem> xs, std::size_t t);
+
 // Inverse of the Vandermonde matrix V[i][j] = xs[i]^j (row-major, n x n). Row 0 of
 // the inverse equals LagrangeAtZero(xs). Computed with NTL.
 Result<std::vector<Elem>> VandermondeInverse(std::span<const Elem> xs);

@@ -18,6 +18,7 @@
 #include "oramcore/math/field.h"
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/lease_holder.h"
 
 namespace s3oram {
@@ -244,6 +245,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
   S3ORAM_ASSIGN_OR_RETURN(client->lambda_, shamir::LagrangeAtZero(xs));
+  S3ORAM_ASSIGN_OR_RETURN(client->parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
 
   // Every server must serve this filesystem with this shape.
   auto reports = client->QueryServers(options.requests.deadline);
@@ -273,30 +275,35 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           std::to_string(r.reply.applied_evictions) + " evictions but the client state records " +
           std::to_string(client->counters_.ne) + ": the server lost data");
     }
-    if (r.reply.applied_evictions > client->counters_.ne + 1 && !allow_stale) {
-      return Status::StaleState(
-          "server " + std::to_string(i) + " has applied " +
-          std::to_string(r.reply.applied_evictions) + " evictions but this client state knows " +
-          std::to_string(client->counters_.ne) + ": the state file is older than the servers. " +
-          StaleStateFix(state_path));
-    }
     max_seq = std::max(max_seq, r.reply.applied_seq);
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
-  // A server that has seen a newer epoch than this state's last one served
-  // another client since (a copy of this state, a restored backup, a forced
-  // takeover, another device): this state's positions and root slot counter
-  // may be stale, and using them would overwrite that client's blocks, or
-  // (backup-state) publish them as the newest state.
-  for (std::size_t i = 0; i < reports.size() && !allow_stale; ++i) {
-    if (reports[i].reply.epoch > client->counters_.epoch) {
-      return Status::StaleState(
-          "server " + std::to_string(i) + " (" + reports[i].endpoint +
-          ") has served another client (epoch " + std::to_string(reports[i].reply.epoch) +
-          ") since this state file was last used (epoch " +
-          std::to_string(client->counters_.epoch) +
-          "): the state is stale, and writing with it would destroy that client's data. " +
-          StaleStateFix(state_path));
+  // Freshness, agreed by t + 1 servers (oramcore/protocol/freshness.h): a
+  // state another client has moved past (a copy of this state, a restored
+  // backup, a forced takeover, another device, also one that only renamed
+  // or created files and uploaded its state) must not be written with, nor
+  // published as the newest backup.
+  {
+    std::vector<ServerFreshness> views(reports.size());
+    std::vector<std::string> names;
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      views[i].store_epoch = reports[i].reply.epoch;
+      views[i].applied_evictions = reports[i].reply.applied_evictions;
+      names.push_back("server " + std::to_string(i) + " (" + reports[i].endpoint + ")");
+      S3ORAM_ASSIGN_OR_RETURN(auto backups, client->QueryBackupList(i));
+      for (const auto& b : backups) views[i].generations.push_back(b.generation);
+    }
+    client->freshness_ = JudgeFreshness(client->counters_, client->store_->backup_mark(), views,
+                                        names, config.params.threshold);
+    const FreshnessVerdict& f = client->freshness_;
+    for (const auto& w : f.warnings) spdlog::warn("{}", w);
+    if (!f.inconsistent.empty() && !allow_stale) {
+      return Status::FailedPrecondition(f.inconsistent + "; check it with `s3oram scrub -s " +
+                                        state_path + "` and repair it with s3oram rebuild");
+    }
+    if (f.stale && !allow_stale) {
+      return Status::StaleState(f.why + ": the state is stale, and writing with it would "
+                                "destroy that client's data. " + StaleStateFix(state_path));
     }
   }
   if (client->read_only_) return client;
@@ -304,11 +311,22 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   // A new epoch for this client incarnation, above every epoch any server has
   // seen (a copy of this state may have run elsewhere), durable before any
   // request uses it; then the lease under that epoch.
-  std::uint64_t epoch = client->counters_.epoch;
+  // Every server must accept the new epoch, so it goes above the highest any
+  // of them reports, even one no other server confirms; one that reports the
+  // largest epoch there is cannot be answered and is named.
+  const std::uint64_t opened_epoch = client->counters_.epoch;
+  std::uint64_t epoch = opened_epoch;
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    epoch = std::max(epoch, reports[i].reply.epoch);
     S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
-    epoch = std::max(epoch, lease.highest_epoch);
+    const std::uint64_t seen = std::max(reports[i].reply.epoch, lease.highest_epoch);
+    if (seen == UINT64_MAX) {
+      return Status::FailedPrecondition(
+          "server " + std::to_string(i) + " (" + reports[i].endpoint +
+          ") reports epoch 2^64-1, after which no client can write: its lease or store "
+          "header is damaged or forged; repair it with s3oram rebuild --server " +
+          std::to_string(i));
+    }
+    epoch = std::max(epoch, seen);
   }
   client->counters_.epoch = epoch + 1;
   {
@@ -316,7 +334,14 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     batch.SetCounters(client->counters_);
     S3ORAM_RETURN_IF_ERROR(client->store_->Commit(batch, /*durable=*/true));
   }
-  S3ORAM_RETURN_IF_ERROR(client->AcquireLease(state_path));
+  client->opened_epoch_ = opened_epoch;
+  if (Status lease = client->AcquireLease(state_path); !lease.ok()) {
+    // Nothing was changed under the new epoch: a state that equalled its
+    // last backup still does (its mark follows the epoch), so a refused
+    // mount does not later read as unsaved work.
+    (void)client->KeepBackupMark();
+    return lease;
+  }
   // A server ahead by one eviction is only possible while that eviction is
   // pending in the state (it committed there before the client recorded it).
   bool ahead = false;
@@ -896,6 +921,12 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
                  wire::MessageType::kEvictPrepareReply, budget,
                  stats_.timings.eviction_client_ns, stats_.timings.eviction_prepare_wait_ns)
                  .status();
+      // Verified before anything commits: the prepared buckets must be
+      // consistent sharings on every server. A failure (a fault in a
+      // server's memory or computation, or wrong shares dealt in the
+      // exchange) leaves every server's live tree as it was; a new attempt
+      // recomputes the eviction with fresh randomness.
+      if (last.ok()) last = CheckPreparedEviction(plan.eviction, attempt);
       if (last.ok()) break;
       spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());
       // A server whose stored shares failed their digests refuses every
@@ -904,9 +935,12 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
       if (last.code() == Status::Code::kDamaged) break;
       ++stats_.eviction_retries;
     }
-    if (last.code() == Status::Code::kDamaged) {
-      eviction_refused_ = last.WithContext("eviction " + std::to_string(plan.eviction) +
-                                           " cannot run until the damaged server is repaired");
+    if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {
+      eviction_refused_ = last.WithContext(
+          "eviction " + std::to_string(plan.eviction) +
+          (last.code() == Status::Code::kDamaged
+               ? " cannot run until the damaged server is repaired"
+               : " was refused: its result was inconsistent on every attempt; run s3oram scrub"));
       eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
       spdlog::error("{}", eviction_refused_->message());
       return *eviction_refused_;
@@ -1012,7 +1046,14 @@ Status OramClient::AcquireLease(const std::string& state_path) {
     if (!failure.ok()) return failure.WithContext("acquiring the filesystem's lease");
 
     const auto holder = OpenHolder(*sealer_, refusal->holder_epoch, refusal->holder);
-    if (!force && holder && HolderIsDeadLocalTwin(*holder, state_path)) {
+    // A crashed process of this very state file left the lease held: its
+    // epoch is the one this state had when it was opened (that process made
+    // it durable here before acquiring), and t + 1 servers must say so, so
+    // that neither an older record one server replays nor one server's word
+    // takes a lease over.
+    if (!force && holder && refusal->holder_epoch == opened_epoch_ &&
+        HolderIsDeadLocalTwin(*holder, state_path) &&
+        ServersNamingHolder(refusal->holder_epoch) >= params().threshold + 1) {
       spdlog::warn("taking over the lease of a crashed client of this state file on this "
                    "machine: {}",
                    DescribeHolder(*holder));
@@ -1031,6 +1072,95 @@ Status OramClient::AcquireLease(const std::string& state_path) {
         "over with --force: it is then fenced off and can change nothing");
   }
   return Status::LeaseHeld("could not take the lease over");
+}
+
+std::size_t OramClient::ServersNamingHolder(std::uint64_t holder_epoch) {
+  std::size_t n = 0;
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    auto r = QueryLease(i);
+    n += r.ok() && r->holder_epoch == holder_epoch;
+  }
+  return n;
+}
+
+Result<std::vector<wire::BackupInfo>> OramClient::QueryBackupList(std::size_t server) {
+  TransportOptions opts{std::min(options_.requests.deadline, options_.requests.resend_after),
+                        options_.requests.deadline};
+  wire::Header h = NextHeader();
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies, servers_->ExchangeWith({server}, {wire::Encode(h, wire::BackupListRequest{})},
+                                           h, wire::MessageType::kBackupListReply, opts));
+  return std::get<wire::BackupListReply>(replies[0].body).backups;
+}
+
+Status OramClient::RecordBackup(std::uint64_t generation, std::uint64_t snapshot_epoch) {
+  if (snapshot_epoch != counters_.epoch) {
+    return Status::FailedPrecondition("the backup was taken under epoch " +
+                                      std::to_string(snapshot_epoch) + ", not this client's " +
+                                      std::to_string(counters_.epoch));
+  }
+  ClientStateStore::Batch batch;
+  batch.SetBackupMark(BackupMark{generation, snapshot_epoch});
+  return store_->Commit(batch, /*durable=*/true);
+}
+
+Status OramClient::KeepBackupMark() {
+  const auto& mark = store_->backup_mark();
+  if (!mark || mark->epoch != opened_epoch_ || mark->epoch == counters_.epoch) return Status::Ok();
+  ClientStateStore::Batch batch;
+  batch.SetBackupMark(BackupMark{mark->generation, counters_.epoch});
+  return store_->Commit(batch, /*durable=*/true);
+}
+
+Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first,
+                                                             std::uint32_t count,
+                                                             const wire::ParitySeed& seed,
+                                                             std::chrono::milliseconds timeout) {
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  wire::Header h = NextHeader();
+  const auto frame = wire::Encode(h, wire::ParityRequest{first, count, seed});
+  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(auto replies,
+                          servers_->Exchange(frames, h, wire::MessageType::kParityReply, opts));
+  std::vector<wire::ParityReply> out;
+  for (auto& m : replies) out.push_back(std::move(std::get<wire::ParityReply>(m.body)));
+  return out;
+}
+
+Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt) {
+  if (parity_rows_.empty()) return Status::Ok();  // no redundancy to check with
+  const TimeInto timer(stats_.timings.eviction_check_ns);
+  wire::ParitySeed seed;
+  random::Bytes(seed);
+  wire::Header h = NextHeader();
+  const auto frame = wire::Encode(h, wire::EvictCheckRequest{eviction, attempt, seed});
+  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies,
+      servers_->Exchange(frames, h, wire::MessageType::kEvictCheckReply, options_.requests));
+  std::vector<std::vector<Elem>> digests;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    auto& r = std::get<wire::EvictCheckReply>(replies[i].body);
+    if (r.eviction != eviction) {
+      return Status::Protocol("server " + std::to_string(i) + " checked eviction " +
+                              std::to_string(r.eviction) + " instead of " +
+                              std::to_string(eviction));
+    }
+    digests.push_back(std::move(r.digests));
+  }
+  const auto bad = InconsistentSlots(parity_rows_, digests);
+  if (bad.empty()) return Status::Ok();
+  const std::size_t Z = params().bucket_size;
+  const std::string where = "bucket index " + std::to_string(bad[0] / Z) + " slot " +
+                            std::to_string(bad[0] % Z);
+  spdlog::error("eviction {} attempt {}: {} prepared slots are not consistent sharings across "
+                "the servers (first: {} of the eviction's bucket list); not committed",
+                eviction, attempt, bad.size(), where);
+  return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
+                           std::to_string(attempt) + ": " + std::to_string(bad.size()) +
+                           " prepared slots are inconsistent across the servers " + ServerSetName() +
+                           " (first: " + where +
+                           "); a server computed or dealt wrong shares; nothing was committed");
 }
 
 Result<wire::LeaseReply> OramClient::QueryLease(std::size_t server) {

@@ -60,6 +60,7 @@
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/protocol/freshness.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/tree/planner.h"
 #include "oramcore/wire/transport.h"
@@ -97,6 +98,7 @@ struct AccessTimings {
   std::uint64_t eviction_prepare_wait_ns = 0;
   std::uint64_t eviction_commit_wait_ns = 0;
   std::uint64_t eviction_state_commit_ns = 0;  // intent and result records (durable)
+  std::uint64_t eviction_check_ns = 0;  // EVICT_CHECK: prepared buckets consistent everywhere
 };
 
 struct ClientStats {
@@ -183,8 +185,33 @@ class OramClient {
   Result<wire::ScrubReply> ScrubServer(std::size_t server, std::uint64_t first,
                                        std::uint32_t count, std::chrono::milliseconds timeout);
 
+  // PARITY on every server, the same request to each (s3oram scrub; no
+  // lease needed, changes nothing): the replies in party order.
+  Result<std::vector<wire::ParityReply>> ParityAll(std::uint64_t first, std::uint32_t count,
+                                                   const wire::ParitySeed& seed,
+                                                   std::chrono::milliseconds timeout);
+  // The parity checks of the parties' sharings (shamir::ParityChecks).
+  const std::vector<std::vector<field::Elem>>& parity_rows() const { return parity_rows_; }
+
   // The lease as server i sees it (LEASE_QUERY; changes nothing).
   Result<wire::LeaseReply> QueryLease(std::size_t server);
+  // The complete state backup generations server i holds (BACKUP_LIST).
+  Result<std::vector<wire::BackupInfo>> QueryBackupList(std::size_t server);
+
+  // Freshness as judged at Open (oramcore/protocol/freshness.h); a client
+  // opened without allow_stale is never stale.
+  const FreshnessVerdict& freshness() const { return freshness_; }
+  // The state's backup mark (client_state.h BackupMark), if it has one.
+  const std::optional<BackupMark>& backup_mark() const { return store_->backup_mark(); }
+  // Records that this client's state, as of `snapshot_epoch`, was uploaded
+  // as backup generation `generation` (after the upload succeeded). Refused
+  // unless snapshot_epoch is this client's epoch: the caller must hold the
+  // state so that nothing changed it since the snapshot (a writable client,
+  // or a read-only one whose caller holds the state's lock).
+  Status RecordBackup(std::uint64_t generation, std::uint64_t snapshot_epoch);
+  // Declares that this writable session changed nothing a backup holds (a
+  // rebuild): a state that equalled its last backup when opened still does.
+  Status KeepBackupMark();
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
@@ -220,6 +247,9 @@ class OramClient {
   Status RunEviction();
   Status FinishPendingEviction();
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
+  // EVICT_CHECK on every server: Integrity if the prepared buckets of this
+  // attempt are not consistent sharings (oramcore/protocol/consistency.h).
+  Status CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt);
   // Shares `secret` afresh among the servers and sends server i the request
   // make_request(its shares), all under one new header; returns the replies.
   // `compute_ns` and `wait_ns` accumulate the time spent sharing and encoding,
@@ -257,6 +287,8 @@ class OramClient {
   Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
                                                    std::span<const std::uint8_t> data,
                                                    const BlockModifier* modify = nullptr);
+  // How many servers report `holder_epoch` as the lease's holder.
+  std::size_t ServersNamingHolder(std::uint64_t holder_epoch);
   // Acquires the lease on every server with the current epoch (see class
   // comment); on refusal releases what it got and names the holder.
   Status AcquireLease(const std::string& state_path);
@@ -285,6 +317,9 @@ class OramClient {
   int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
   std::string lease_sealed_;  // this client's sealed description, as acquired
   bool fenced_ = false;
+  FreshnessVerdict freshness_;
+  std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
+  std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
   Secret backup_key_;            // empty when read-only
 };
 

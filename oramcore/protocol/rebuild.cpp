@@ -16,6 +16,7 @@
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/protocol/lease_holder.h"
 #include "oramcore/protocol/scrub.h"
+#include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/transport.h"
@@ -300,6 +301,10 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   // ---- 2. A new epoch, durable before any request uses it: any other client
   // of this filesystem is fenced off from here on (a write during the rebuild
   // would leave K's copy stale).
+  if (max_epoch == UINT64_MAX) {
+    return Status::FailedPrecondition("a survivor reports epoch 2^64-1, after which no client "
+                                      "can write: its lease or store header is damaged or forged");
+  }
   s.epoch = max_epoch + 1;
   s.seq = std::max(s.seq, max_seq);
   {
@@ -308,6 +313,11 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     c.seq = s.seq;
     ClientStateStore::Batch batch;
     batch.SetCounters(c);
+    // A rebuild changes neither the filesystem's metadata nor any block's
+    // position: a state that equalled its last backup still does.
+    if (const auto& mark = store->backup_mark(); mark && mark->epoch == store->counters().epoch) {
+      batch.SetBackupMark(BackupMark{mark->generation, s.epoch});
+    }
     S3ORAM_RETURN_IF_ERROR(store->Commit(batch, /*durable=*/true));
   }
 
@@ -467,6 +477,15 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     if (options.progress) options.progress("verify", report.blocks_verified, live.size());
   }
   S3ORAM_RETURN_IF_ERROR(client->Sync());
+  // The reads moved every block: upload the state, so that another device
+  // refreshing after this rebuild finds a backup as new as the servers.
+  if (auto b = BackupState(*client); b.ok() && client->RecordBackup(b->generation, b->epoch).ok()) {
+    report.backup_generation = b->generation;
+  } else {
+    spdlog::warn("rebuild: backing up the client state after the verification failed ({}); run "
+                 "`s3oram backup-state -s {}`",
+                 b.ok() ? "recording it in the state" : b.status().ToString(), state_path);
+  }
   return report;
 }
 

@@ -63,6 +63,7 @@ struct RebuildReport {
   std::uint64_t bytes_received = 0;       // contributions received from S
   std::uint64_t evictions_committed = 0;  // laggard survivors brought forward
   std::uint64_t blocks_verified = 0;
+  std::uint64_t backup_generation = 0;    // the state uploaded after verifying (0: not)
 };
 
 Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,

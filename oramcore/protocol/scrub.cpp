@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <string>
 
+#include "oramcore/base/random.h"
+#include "oramcore/protocol/consistency.h"
+
 namespace s3oram {
 
 Result<ScrubFindings> ScrubWholeStore(
@@ -35,6 +38,63 @@ Result<ScrubFindings> ScrubWholeStore(
     first += count;
     f.buckets += count;
     if (progress) progress(f.buckets, buckets);
+  }
+  return f;
+}
+
+Result<ConsistencyFindings> ScrubAndCompare(
+    const OramParams& p, const std::vector<std::vector<field::Elem>>& parity_rows,
+    const ParityAsk& ask, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  const std::uint64_t buckets = p.geometry().num_buckets();
+  const std::uint64_t bucket_bytes =
+      std::uint64_t{p.bucket_size} * p.elems_per_slot() * sizeof(field::Elem);
+  const std::uint64_t per_request =
+      std::clamp<std::uint64_t>(wire::kMaxScrubBytes / bucket_bytes, 1, buckets);
+  const std::size_t Z = p.bucket_size;
+  ConsistencyFindings f;
+  f.servers.resize(p.parties);
+  auto note = [](ScrubFindings& into, std::uint64_t bucket, std::uint32_t slot) {
+    ++into.damaged;
+    if (into.listed.size() < kScrubListed) into.listed.push_back({bucket, slot});
+  };
+  if (progress) progress(0, buckets);
+  for (std::uint64_t first = 1; first <= buckets;) {
+    const auto count = static_cast<std::uint32_t>(std::min(per_request, buckets - first + 1));
+    // Drawn only now, after every share of the range exists: an error cannot
+    // have been aimed at this key.
+    wire::ParitySeed seed;
+    random::Bytes(seed);
+    S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::ParityReply> replies, ask(first, count, seed));
+    if (replies.size() != p.parties) {
+      return Status::Protocol("parity of buckets " + std::to_string(first) + " answered by " +
+                              std::to_string(replies.size()) + " servers, not " +
+                              std::to_string(p.parties));
+    }
+    std::vector<std::vector<field::Elem>> digests;
+    std::vector<std::vector<std::uint8_t>> damaged;
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      auto& r = replies[i];
+      if (r.first_bucket != first || r.damaged.size() != std::uint64_t{count} * Z ||
+          r.digests.size() != std::uint64_t{count} * Z * wire::kParityElemsPerSlot) {
+        return Status::Protocol("server " + std::to_string(i) + " answered the parity of buckets " +
+                                std::to_string(first) + "+" + std::to_string(count) +
+                                " with another range or size");
+      }
+      for (std::size_t k = 0; k < r.damaged.size(); ++k) {
+        if (r.damaged[k] != 0) {
+          note(f.servers[i], first + k / Z, static_cast<std::uint32_t>(k % Z));
+        }
+      }
+      f.servers[i].buckets += count;
+      digests.push_back(std::move(r.digests));
+      damaged.push_back(std::move(r.damaged));
+    }
+    for (std::size_t k : InconsistentSlots(parity_rows, digests, damaged)) {
+      note(f.inconsistent, first + k / Z, static_cast<std::uint32_t>(k % Z));
+    }
+    f.inconsistent.buckets += count;
+    first += count;
+    if (progress) progress(f.inconsistent.buckets, buckets);
   }
   return f;
 }

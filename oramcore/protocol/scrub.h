@@ -45,4 +45,24 @@ Result<ScrubFindings> ScrubWholeStore(
 // "bucket 41 slot 1, bucket 97 slot 0 and 3 more" for a report line.
 std::string DescribeDamage(const ScrubFindings& f);
 
+// One PARITY exchange (wire.h) with every server, the same request to each:
+// the replies in party order.
+using ParityAsk = std::function<Result<std::vector<wire::ParityReply>>(
+    std::uint64_t first, std::uint32_t count, const wire::ParitySeed& seed)>;
+
+struct ConsistencyFindings {
+  std::vector<ScrubFindings> servers;  // each server's own digest check
+  // Slots no server flags as damaged whose shares are not one sharing
+  // (oramcore/protocol/consistency.h): not attributable to a server.
+  ScrubFindings inconsistent;
+};
+
+// Scrubs every server's whole share file as ScrubWholeStore does and, range
+// by range with a fresh public seed, checks the servers' sharings against
+// each other with the code's parity checks (shamir::ParityChecks). progress
+// counts buckets, as ScrubWholeStore.
+Result<ConsistencyFindings> ScrubAndCompare(
+    const OramParams& p, const std::vector<std::vector<field::Elem>>& parity_rows,
+    const ParityAsk& ask, const std::function<void(std::uint64_t, std::uint64_t)>& progress);
+
 }  // namespace s3oram

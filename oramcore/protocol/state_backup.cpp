@@ -761,6 +761,9 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   }
 
   // 3. The generation: one above the newest any server holds.
+  //    Every server must accept it, so it goes above even a generation only
+  //    one server lists; one that lists the largest generation there is
+  //    cannot be answered and is named.
   std::uint64_t generation = 1;
   auto lists = ListBackups(client, std::chrono::milliseconds(30000));
   for (std::size_t i = 0; i < lists.size(); ++i) {
@@ -768,7 +771,16 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
       return lists[i].status().WithContext("listing the backups of " +
                                            ServerName(i, client.server_set().endpoint(i)));
     }
-    for (const auto& b : lists[i].value()) generation = std::max(generation, b.generation + 1);
+    for (const auto& b : lists[i].value()) {
+      if (b.generation == UINT64_MAX) {
+        return Status::FailedPrecondition(
+            ServerName(i, client.server_set().endpoint(i)) +
+            " lists backup generation 2^64-1, after which no backup can be made: its backup "
+            "list is damaged or forged; repair it with s3oram rebuild --server " +
+            std::to_string(i));
+      }
+      generation = std::max(generation, b.generation + 1);
+    }
   }
 
   Header h;
@@ -843,6 +855,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   result.padded_bytes = padded_bytes;
   result.share_elems = total;
   result.state_bytes = state_bytes;
+  result.epoch = counters.epoch;
   return result;
 }
 
@@ -911,22 +924,6 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                                         " serve another filesystem than the state: nothing was "
                                         "written");
     }
-    // Only a state the servers have moved past may be thrown away: metadata
-    // changes (a rename, a chmod) live only in the state until its next
-    // backup, and a newer state has them.
-    const Counters& mine = o.replace->counters;
-    bool stale = false;
-    for (const auto& r : status) {
-      stale |= r.epoch > mine.epoch || r.applied_evictions > mine.ne + 1;
-    }
-    if (!stale) {
-      return Status::FailedPrecondition(
-          o.state_path +
-          " is not stale: no other client has used the filesystem since it was "
-          "last used (epoch " +
-          std::to_string(mine.epoch) +
-          "), so there is nothing newer to fetch; nothing was written");
-    }
   }
   std::map<std::uint64_t, std::vector<std::pair<std::size_t, std::uint64_t>>> holders;
   RestoreReport report;
@@ -941,6 +938,48 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     }
     for (const auto& b : std::get<wire::BackupListReply>(r.value()[0].body).backups) {
       holders[b.generation].emplace_back(i, b.elems);
+    }
+  }
+
+  // Freshness as OramClient::Open judges it (freshness.h), agreed by t + 1.
+  std::vector<ServerFreshness> views(parties);
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < parties; ++i) {
+    views[i].store_epoch = status[i].epoch;
+    views[i].applied_evictions = status[i].applied_evictions;
+    names.push_back(ServerName(i, o.servers[i]));
+  }
+  for (const auto& [g, who] : holders) {
+    for (const auto& [i, elems] : who) views[i].generations.push_back(g);
+  }
+  const std::uint64_t newest_agreed = NewestAgreedGeneration(views, t + 1);
+  if (o.replace) {
+    // Only a state the servers have moved past may be thrown away, and only
+    // if everything in it is in a backup: metadata changes (a rename, a
+    // chmod) live only in the state until its next backup.
+    const Counters& mine = o.replace->counters;
+    const FreshnessVerdict f = JudgeFreshness(mine, o.replace->mark, views, names, t);
+    if (!f.stale) {
+      return Status::FailedPrecondition(
+          o.state_path +
+          " is not stale: no other client has used the filesystem since it was "
+          "last used (epoch " +
+          std::to_string(mine.epoch) +
+          "), so there is nothing newer to fetch; nothing was written");
+    }
+    const bool clean = o.replace->mark && o.replace->mark->epoch == mine.epoch;
+    if (!clean && !o.discard_local_changes) {
+      return Status::FailedPrecondition(
+          o.state_path + " holds changes that are in no backup: its last session (epoch " +
+          std::to_string(mine.epoch) + ") ended without uploading the state (it was killed, "
+          "or its upload failed)" +
+          (o.replace->mark ? ", and its last upload was generation " +
+                                 std::to_string(o.replace->mark->generation)
+                           : std::string()) +
+          "; meanwhile " + f.why + ". The two devices' changes have diverged and cannot be "
+          "merged. To take the newest backup anyway, run `s3oram refresh-state "
+          "--discard-local-changes -s " + o.state_path + "`: the old state is kept beside it "
+          "as " + o.state_path + ".discarded-<unix time>; nothing was written");
     }
   }
 
@@ -1043,7 +1082,16 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   report.servers_used = decoded->used;
 
   // 4. The backup against every server.
-  std::uint64_t max_epoch = hd.counters.epoch, max_seq = hd.counters.seq,
+  // The epoch t + 1 servers agree on (one server alone cannot push the
+  // restored state's epoch anywhere: the first Open goes above every
+  // server's anyway).
+  const std::uint64_t max_epoch =
+      std::max(hd.counters.epoch, [&] {
+        std::vector<std::uint64_t> e;
+        for (const auto& r : status) e.push_back(r.epoch);
+        return AgreedAtLeast(e, t + 1);
+      }());
+  std::uint64_t max_seq = hd.counters.seq,
                 max_evictions = hd.counters.ne;
   bool older = false;
   for (std::size_t i = 0; i < parties; ++i) {
@@ -1060,7 +1108,6 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
       if (!older) report.warnings.push_back("forced: " + OlderMessage(hd, i, o.servers[i], r));
       older = true;
     }
-    max_epoch = std::max(max_epoch, r.epoch);
     max_seq = std::max(max_seq, r.applied_seq);
     max_evictions = std::max(max_evictions, r.applied_evictions);
   }
@@ -1117,6 +1164,10 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                                 std::to_string(max_evictions) + ")");
     }
     batch.SetCounters(c);
+    // The restored state equals this generation. A generation chosen older
+    // than the newest (--generation) deliberately supersedes the newer ones:
+    // marked with the newest, it is not stale by generation.
+    batch.SetBackupMark(BackupMark{std::max(hd.generation, newest_agreed), c.epoch});
     S3ORAM_RETURN_IF_ERROR((*store)->Commit(batch, /*durable=*/true));
   }
   {
@@ -1144,6 +1195,15 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                                           " appeared during the refresh; nothing was replaced");
       }
     }
+    if (o.discard_local_changes) {
+      // The replaced state, kept: it holds the changes no backup has.
+      report.discarded_copy =
+          o.state_path + ".discarded-" + std::to_string(static_cast<long long>(std::time(nullptr)));
+      if (::link(o.state_path.c_str(), report.discarded_copy.c_str()) != 0) {
+        return Status::IoError(Errno("cannot keep the old state as", report.discarded_copy) +
+                               "; nothing was replaced");
+      }
+    }
     FaultPoint("refresh.before_rename");
     if (::rename(tmp.c_str(), o.state_path.c_str()) != 0) {
       return Status::IoError(Errno("cannot replace", o.state_path));
@@ -1165,7 +1225,8 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
 
 Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& passphrase,
                                    std::chrono::milliseconds timeout,
-                                   const BackupProgressFn& progress) {
+                                   const BackupProgressFn& progress,
+                                   bool discard_local_changes) {
   // Held until the new file is in place, as OramClient::Open holds it: a
   // mount or fsck of this state waits for the refresh, not the other way.
   const int lock_fd = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
@@ -1193,7 +1254,8 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
     o.servers = config.servers;
     o.server_keys = config.server_keys;
     o.client_key_file = config.client_key_file;
-    o.replace = RestoreOptions::Replace{config.fs_id, store->counters()};
+    o.replace = RestoreOptions::Replace{config.fs_id, store->counters(), store->backup_mark()};
+    o.discard_local_changes = discard_local_changes;
   }
   struct stat wal {};
   if (::stat((state_path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {

@@ -57,6 +57,7 @@ struct BackupResult {
   std::uint64_t state_bytes = 0;   // the SQLite snapshot
   std::uint64_t padded_bytes = 0;  // what its size rounds to
   std::uint64_t share_elems = 0;   // elements each server stores
+  std::uint64_t epoch = 0;         // the snapshot's epoch (OramClient::RecordBackup)
 };
 
 // Snapshots the state of `client` (opened with the passphrase, so it holds
@@ -79,6 +80,10 @@ struct RestoreOptions {
   std::string client_key_file;           // this machine's CURVE secret key file
   std::uint64_t generation = 0;          // 0: the newest usable one
   bool force = false;                    // accept a backup older than the servers
+  // Refresh only: replace a state that holds changes no backup has (its last
+  // session ended without an upload); the old file is kept beside it as
+  // STATE.discarded-<unix time>.
+  bool discard_local_changes = false;
   std::chrono::milliseconds timeout{30000};
   // Set by RefreshState: state_path is this filesystem's state (fs_id), left
   // stale (counters) by another client's use of the servers. It is replaced
@@ -87,6 +92,7 @@ struct RestoreOptions {
   struct Replace {
     wire::FsId fs_id{};
     Counters counters;
+    std::optional<BackupMark> mark;
   };
   std::optional<Replace> replace;
 };
@@ -97,6 +103,7 @@ struct RestoreReport {
   Counters counters;                     // as in the backup
   std::uint64_t state_bytes = 0;
   std::vector<std::size_t> servers_used;  // the t+1 shares that authenticated
+  std::string discarded_copy;             // refresh --discard-local-changes: the old state
   // Things the user must know although the restore succeeded: a server whose
   // share is damaged or missing, a newer generation that failed to
   // authenticate, what --force gave up.
@@ -113,16 +120,20 @@ Result<RestoreReport> RestoreState(const RestoreOptions& options, const Secret& 
                                    const BackupProgressFn& progress = {});
 
 // Replaces a stale state (OramClient::Open refused it with kStaleState:
-// another device used the filesystem since) with the newest backup on its
-// servers, for the same machine configuration (endpoints, server keys, client
-// key file). Locks the state as OramClient::Open does; FailedPrecondition if
-// the state is not stale (nothing it knows may be thrown away), or if the
+// another device used the filesystem since; oramcore/protocol/freshness.h)
+// with the newest backup on its servers, for the same machine configuration
+// (endpoints, server keys, client key file). Locks the state as
+// OramClient::Open does. FailedPrecondition, nothing written: if the state is
+// not stale (nothing it knows may be thrown away); if it holds changes no
+// backup has (its last session ended without uploading it: a crash, fsck -y)
+// unless discard_local_changes, which keeps the old file beside it; or if the
 // newest backup is older than the servers (the other device did not unmount
 // cleanly: `s3oram restore --force` is the deliberate way). At every instant
 // the state file is either the old one or the complete new one.
 Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& passphrase,
                                    std::chrono::milliseconds timeout,
-                                   const BackupProgressFn& progress = {});
+                                   const BackupProgressFn& progress = {},
+                                   bool discard_local_changes = false);
 
 // The complete backup generations of each server (s3oram status); an
 // unreachable server carries its error.

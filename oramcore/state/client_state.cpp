@@ -15,7 +15,9 @@
 //                                       every OramParams field, allow_unsafe,
 //                                       kdf_ops, kdf_mem, key_salt (16-byte
 //                                       BLOB), key_nonce (24), key_sealed (48),
-//                                       client_key_file (TEXT)
+//                                       client_key_file (TEXT); optional
+//                                       backup_generation, backup_epoch
+//                                       (the BackupMark: both or neither)
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
 //                                       idx = party index 0..n-1; public_key
 //                                       is the server's CURVE key (Z85)
@@ -218,7 +220,7 @@ Status SyncParentDir(const std::string& path) {
 
 bool ClientStateStore::Batch::empty() const {
   return !counters_ && puts_.empty() && erases_.empty() && add_pending_.empty() &&
-         remove_pending_.empty();
+         remove_pending_.empty() && !backup_mark_;
 }
 
 Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::string& path,
@@ -489,6 +491,29 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
     if (!more.ok()) return fail(more.status());
     if (*more) return fail(Status::Corruption("more than one counters row"));
   }
+  // The backup mark: both rows or neither (a state from before marks).
+  {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(fail(st.Prepare(
+        db, "SELECT key, value FROM meta WHERE key IN ('backup_generation', 'backup_epoch')")));
+    std::optional<std::uint64_t> generation, epoch;
+    for (;;) {
+      auto row = st.Step("reading the backup mark");
+      if (!row.ok()) return fail(row.status());
+      if (!*row) break;
+      if (sqlite3_column_type(st.get(), 1) != SQLITE_INTEGER) {
+        return fail(Status::Corruption("meta backup mark row is not an integer"));
+      }
+      const std::uint64_t v = FromSql(sqlite3_column_int64(st.get(), 1));
+      const unsigned char* key = sqlite3_column_text(st.get(), 0);
+      (key && std::strcmp(reinterpret_cast<const char*>(key), "backup_epoch") == 0 ? epoch
+                                                                                    : generation) = v;
+    }
+    if (generation.has_value() != epoch.has_value()) {
+      return fail(Status::Corruption("meta holds half a backup mark"));
+    }
+    if (generation) store->backup_mark_ = BackupMark{*generation, *epoch};
+  }
   // Touch the remaining tables so that a missing table fails Open, not a later
   // load. (Rows are validated when they are loaded.)
   for (const char* sql : {"SELECT 1 FROM positions LIMIT 1", "SELECT 1 FROM pending LIMIT 1"}) {
@@ -708,6 +733,15 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       S3ORAM_RETURN_IF_ERROR(st.Exec("writing counters"));
       if (sqlite3_changes(db_) != 1) return Status::Corruption("counters row missing");
     }
+    if (batch.backup_mark_) {
+      Stmt st;
+      S3ORAM_RETURN_IF_ERROR(st.Prepare(
+          db_, "INSERT OR REPLACE INTO meta(key, value) VALUES ('backup_generation', ?1), "
+               "('backup_epoch', ?2)"));
+      st.U64(1, batch.backup_mark_->generation);
+      st.U64(2, batch.backup_mark_->epoch);
+      S3ORAM_RETURN_IF_ERROR(st.Exec("writing the backup mark"));
+    }
     FaultPoint("state.commit.before");
     S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "COMMIT"));
     FaultPoint("state.commit.after");
@@ -729,6 +763,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   // Only a committed batch moves the in-memory counters, so they always equal
   // what a fresh Open would read.
   if (batch.counters_) counters_ = *batch.counters_;
+  if (batch.backup_mark_) backup_mark_ = batch.backup_mark_;
   return Status::Ok();
 }
 

@@ -54,6 +54,17 @@ struct Counters {
   bool operator==(const Counters&) const = default;
 };
 
+// The newest backup generation this state is known to equal: the one its
+// last session uploaded when it ended (`epoch` = that session's epoch), or
+// the one it was restored from. The state holds changes no backup has exactly
+// when counters.epoch != epoch (a session that ended without an upload: a
+// crash, fsck -y, a failed unmount backup). Absent in states older than it.
+struct BackupMark {
+  std::uint64_t generation = 0;
+  std::uint64_t epoch = 0;
+  bool operator==(const BackupMark&) const = default;
+};
+
 struct PendingOp {
   std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
   std::string kind;                   // kPendingEvictKind or kPendingRootKind
@@ -92,6 +103,7 @@ class ClientStateStore {
   // filesystem's metadata, fsck, backups). Outlives this store if shared.
   const std::shared_ptr<UnlockedState>& unlocked() const { return state_; }
   const Counters& counters() const { return counters_; }
+  const std::optional<BackupMark>& backup_mark() const { return backup_mark_; }
 
   // Reads every position row into a fresh map (validating each row).
   Result<PositionMap> LoadPositionMap() const;
@@ -105,6 +117,7 @@ class ClientStateStore {
     void ErasePosition(BlockId id) { erases_.push_back(id); }
     void AddPending(PendingOp op) { add_pending_.push_back(std::move(op)); }
     void RemovePending(std::uint64_t seq) { remove_pending_.push_back(seq); }
+    void SetBackupMark(const BackupMark& m) { backup_mark_ = m; }
     bool empty() const;
 
    private:
@@ -114,6 +127,7 @@ class ClientStateStore {
     std::vector<BlockId> erases_;
     std::vector<PendingOp> add_pending_;
     std::vector<std::uint64_t> remove_pending_;
+    std::optional<BackupMark> backup_mark_;
   };
 
   // Replaces the wrapped master key (passphrase change) durably, in place in
@@ -141,6 +155,7 @@ class ClientStateStore {
   sqlite3* db_ = nullptr;
   FsConfig config_;
   Counters counters_;
+  std::optional<BackupMark> backup_mark_;
 };
 
 }  // namespace s3oram

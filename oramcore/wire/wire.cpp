@@ -538,6 +538,29 @@ void Fields(Io& io, Ref<Io, ScrubReply> m) {
   io.Flags(m.damaged, "damaged");
 }
 template <class Io>
+void Fields(Io& io, Ref<Io, ParityRequest> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.U32(m.count, "count");
+  io.Fixed(m.seed, "seed");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, ParityReply> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.Flags(m.damaged, "damaged");
+  io.Elems(m.digests, "digests");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictCheckRequest> m) {
+  io.U64(m.eviction, "eviction");
+  io.U32(m.attempt, "attempt");
+  io.Fixed(m.seed, "seed");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictCheckReply> m) {
+  io.U64(m.eviction, "eviction");
+  io.Elems(m.digests, "digests");
+}
+template <class Io>
 void Fields(Io&, Ref<Io, StatsRequest>) {}
 template <class Io>
 void Fields(Io& io, Ref<Io, StatsReply> m) {
@@ -626,6 +649,10 @@ S3ORAM_WIRE_TAG(StatsReply, kStatsReply, 15);
 S3ORAM_WIRE_TAG(RetrieveWriteRootRequest, kRetrieveWriteRootRequest, 4);
 S3ORAM_WIRE_TAG(ScrubRequest, kScrubRequest, 2);
 S3ORAM_WIRE_TAG(ScrubReply, kScrubReply, 2);
+S3ORAM_WIRE_TAG(ParityRequest, kParityRequest, 3);
+S3ORAM_WIRE_TAG(ParityReply, kParityReply, 3);
+S3ORAM_WIRE_TAG(EvictCheckRequest, kEvictCheckRequest, 3);
+S3ORAM_WIRE_TAG(EvictCheckReply, kEvictCheckReply, 2);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -718,6 +745,10 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kRetrieveWriteRootRequest: return "RETRIEVE_WRITE_ROOT_REQUEST";
     case MessageType::kScrubRequest: return "SCRUB_REQUEST";
     case MessageType::kScrubReply: return "SCRUB_REPLY";
+    case MessageType::kParityRequest: return "PARITY_REQUEST";
+    case MessageType::kParityReply: return "PARITY_REPLY";
+    case MessageType::kEvictCheckRequest: return "EVICT_CHECK_REQUEST";
+    case MessageType::kEvictCheckReply: return "EVICT_CHECK_REPLY";
   }
   return "UNKNOWN";
 }

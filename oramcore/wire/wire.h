@@ -90,6 +90,12 @@ enum class MessageType : std::uint16_t {
   // Verifying a server's stored shares against their digests (s3oram scrub).
   kScrubRequest = 44,
   kScrubReply = 45,
+  // Checking the three servers' sharings against each other (s3oram scrub,
+  // and every eviction before it commits): public random digests of shares.
+  kParityRequest = 46,
+  kParityReply = 47,
+  kEvictCheckRequest = 48,
+  kEvictCheckReply = 49,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -360,6 +366,45 @@ struct ScrubReply {
 // The most share data one SCRUB may make a server read.
 inline constexpr std::uint64_t kMaxScrubBytes = std::uint64_t{256} << 20;
 
+// Cross-server consistency (docs/ARCHITECTURE.md §9, "Consistency across
+// servers"). The client draws a fresh 32-byte seed; every server expands it
+// into the same public digest key (oramcore/math/slot_digest.h, a 2 x m
+// matrix of field elements) and returns, for each slot, the public digest of
+// its share of that slot. Digests are linear, so for the code's parity-check
+// coefficients c_i, sum_i c_i * digest_i = digest(sum_i c_i * share_i), which
+// is zero when the shares lie on one polynomial of degree t and nonzero with
+// probability 1 - p^-2 per inconsistent slot. A server learns nothing: it
+// sees only a random public key and its own shares; the client learns
+// digests of its own data. The seed is drawn only after the shares exist, so
+// a faulty server cannot have aimed its error at the key's kernel; a
+// malicious one can still answer about other shares than it keeps (see
+// docs/SECURITY.md).
+inline constexpr std::size_t kParitySeedBytes = 32;
+using ParitySeed = std::array<std::uint8_t, kParitySeedBytes>;
+inline constexpr std::size_t kParityElemsPerSlot = 2;  // digest::kDigestElems
+// PARITY: SCRUB's check plus the public digests, over the same range limit.
+struct ParityRequest {
+  std::uint64_t first_bucket = 0;  // 1-based
+  std::uint32_t count = 0;
+  ParitySeed seed{};
+};
+struct ParityReply {
+  std::uint64_t first_bucket = 0;     // echoes the request
+  std::vector<std::uint8_t> damaged;  // count * Z flags, as in ScrubReply
+  std::vector<Elem> digests;          // count * Z * 2, bucket-major (zeros for a hole)
+};
+// EVICT_CHECK: the public digests of a prepared (sealed, uncommitted)
+// eviction's shadow buckets, in the order of the eviction's bucket list.
+struct EvictCheckRequest {
+  std::uint64_t eviction = 0;
+  std::uint32_t attempt = 0;
+  ParitySeed seed{};
+};
+struct EvictCheckReply {
+  std::uint64_t eviction = 0;
+  std::vector<Elem> digests;  // buckets * Z * 2
+};
+
 // Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
@@ -371,7 +416,8 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           RebuildFinishReply, BackupPutRequest, BackupPutReply,
                           BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
                           StatsRequest, StatsReply, RetrieveWriteRootRequest, ScrubRequest,
-                          ScrubReply>;
+                          ScrubReply, ParityRequest, ParityReply, EvictCheckRequest,
+                          EvictCheckReply>;
 
 struct Message {
   Header header;

@@ -5,6 +5,7 @@
 // recreates it under a new name; mounting that shows every file byte for byte
 // and the same tree.
 #include <errno.h>
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <sys/xattr.h>
@@ -318,6 +319,103 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   fs->test_fs()->state = state_b;
   ASSERT_TRUE(fs->Mount());
   EXPECT_TRUE(Snapshot(fs->root()) == by_a_again) << "device B does not see A's later writes";
+  ASSERT_TRUE(fs->Unmount());
+
+  // Issue 22: a metadata-only session on B (rename, mkdir, touch, chmod, rm:
+  // no file content read or written) must make A stale, and A must then see
+  // every change. A is brought up to date first.
+  fs->test_fs()->state = state_a;
+  fs->set_mount_opts("refresh_state");
+  ASSERT_TRUE(fs->Mount());
+  ASSERT_TRUE(fs->Unmount());
+  fs->set_mount_opts("");
+  fs->test_fs()->state = state_b;
+  fs->set_mount_opts("refresh_state");
+  ASSERT_TRUE(fs->Mount());
+  ASSERT_EQ(::rename(fs->Path("a/from-a-3").c_str(), fs->Path("renamed-by-b").c_str()), 0);
+  ASSERT_EQ(::mkdir(fs->Path("dir-by-b").c_str(), 0750), 0);
+  {
+    const int fd = ::open(fs->Path("dir-by-b/touched").c_str(), O_CREAT | O_WRONLY, 0600);
+    ASSERT_GE(fd, 0);
+    ::close(fd);
+  }
+  ASSERT_EQ(::chmod(fs->Path("a/from-a-4").c_str(), 0604), 0);
+  ASSERT_EQ(::unlink(fs->Path("a/from-a-5").c_str()), 0);
+  ASSERT_TRUE(fs->Unmount());
+  fs->set_mount_opts("");
+  auto status_meta = RunCmd({Cli(), "status", "-s", state_a, "--passfile", fs->passfile()},
+                            std::chrono::seconds(60));
+  std::printf("status after B's metadata-only session:\n%s\n", status_meta.output.c_str());
+  EXPECT_NE(status_meta.output.find("STALE"), std::string::npos) << status_meta.output;
+  EXPECT_NE(status_meta.output.find("generation"), std::string::npos) << status_meta.output;
+  fs->test_fs()->state = state_a;
+  auto stale_meta = fs->Mount();
+  ASSERT_FALSE(stale_meta) << "A mounted over B's metadata-only session";
+  EXPECT_NE(std::string(stale_meta.message()).find("refresh"), std::string::npos)
+      << stale_meta.message();
+  fs->set_mount_opts("refresh_state");
+  ASSERT_TRUE(fs->Mount());
+  fs->set_mount_opts("");
+  EXPECT_TRUE(stdfs::exists(fs->Path("renamed-by-b")));
+  EXPECT_FALSE(stdfs::exists(fs->Path("a/from-a-3")));
+  EXPECT_FALSE(stdfs::exists(fs->Path("a/from-a-5")));
+  ASSERT_EQ(::stat(fs->Path("dir-by-b").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0750u);
+  EXPECT_TRUE(stdfs::exists(fs->Path("dir-by-b/touched")));
+  ASSERT_EQ(::stat(fs->Path("a/from-a-4").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0604u);
+  const auto after_meta = Snapshot(fs->root());
+  ASSERT_TRUE(fs->Unmount());
+
+  // Divergence: A's next session is killed before it can upload its state
+  // (a directory made, then SIGKILL); B, refreshed, makes another and
+  // unmounts cleanly. A refresh of A would lose A's unsaved change: refused,
+  // saying why, until the user discards it; the old file is kept.
+  ASSERT_TRUE(fs->Mount());
+  ASSERT_EQ(::mkdir(fs->Path("unsaved-by-a").c_str(), 0755), 0);
+  ASSERT_TRUE(fs->Kill9());
+  fs->test_fs()->state = state_b;
+  fs->set_mount_opts("refresh_state,force");  // A's killed daemon still holds the lease
+  ASSERT_TRUE(fs->Mount());
+  fs->set_mount_opts("");
+  EXPECT_FALSE(stdfs::exists(fs->Path("unsaved-by-a")));
+  ASSERT_EQ(::mkdir(fs->Path("saved-by-b").c_str(), 0755), 0);
+  ASSERT_TRUE(fs->Unmount());
+  fs->test_fs()->state = state_a;
+  fs->set_mount_opts("refresh_state");
+  auto diverged = fs->Mount();
+  fs->set_mount_opts("");
+  ASSERT_FALSE(diverged) << "A's unsaved change was thrown away silently";
+  std::printf("diverged refresh: %s\n", diverged.message());
+  EXPECT_NE(std::string(diverged.message()).find("in no backup"), std::string::npos)
+      << diverged.message();
+  EXPECT_NE(std::string(diverged.message()).find("--discard-local-changes"), std::string::npos)
+      << diverged.message();
+  // (The refused refresh folded the killed session's log into the file.)
+  const std::string diverged_bytes = testing::ReadWholeFile(state_a);
+  auto discard = RunCmd({Cli(), "refresh-state", "-s", state_a, "--passfile", fs->passfile(),
+                         "--discard-local-changes"},
+                        std::chrono::seconds(120));
+  ASSERT_EQ(discard.exit_code, 0) << discard.output;
+  EXPECT_NE(discard.output.find("kept as " + state_a + ".discarded-"), std::string::npos)
+      << discard.output;
+  int kept = 0;
+  for (const auto& e : stdfs::directory_iterator(stdfs::path(state_a).parent_path())) {
+    if (e.path().filename().string().rfind(stdfs::path(state_a).filename().string() +
+                                               ".discarded-",
+                                           0) == 0) {
+      ++kept;
+      EXPECT_TRUE(testing::ReadWholeFile(e.path().string()) == diverged_bytes)
+          << "the kept copy is not the replaced state";
+    }
+  }
+  EXPECT_EQ(kept, 1);
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_TRUE(stdfs::exists(fs->Path("saved-by-b")));
+  EXPECT_FALSE(stdfs::exists(fs->Path("unsaved-by-a")));
+  auto expect = after_meta;
+  expect["saved-by-b"] = "d";
+  EXPECT_TRUE(Snapshot(fs->root()) == expect) << "A does not see exactly B's tree";
   ASSERT_TRUE(fs->Unmount());
 }
 

@@ -241,6 +241,56 @@ TEST(ShamirTest, LagrangeAtMatchesNaiveReferenceAndInterpolates) {
   }
 }
 
+// The reference for ParityChecks: a vector c is a parity check of degree-t
+// sharings exactly when sum_i c_i * x_i^d = 0 for every d <= t (the sharings
+// of the monomials span them all).
+TEST(ShamirTest, ParityChecksAnnihilateEverySharingAndCatchEveryOneShareChange) {
+  auto rng = testing::SeededRng();
+  std::uniform_int_distribution<Elem> dist(1, kPrime - 1);
+  // The known case n = 3, t = 1 at x = 1, 2, 3: c = (1/2, -1, 1/2), i.e. f(1) - 2 f(2) + f(3) = 0.
+  auto known = ParityChecks(std::vector<Elem>{1, 2, 3}, 1);
+  ASSERT_TRUE(known.ok());
+  ASSERT_EQ(known->size(), 1u);
+  const Elem half = field::Inv(2);
+  EXPECT_EQ((*known)[0], (std::vector<Elem>{half, kPrime - 1, half}));
+  for (int round = 0; round < 300; ++round) {
+    const std::size_t n = 1 + rng() % 7;
+    const std::size_t t = rng() % n;
+    std::vector<Elem> xs;
+    while (xs.size() < n) {
+      const Elem x = (round % 2) ? dist(rng) : static_cast<Elem>(1 + rng() % 12);
+      if (std::find(xs.begin(), xs.end(), x) == xs.end()) xs.push_back(x);
+    }
+    auto rows = ParityChecks(xs, t);
+    ASSERT_TRUE(rows.ok()) << rows.status().ToString();
+    ASSERT_EQ(rows->size(), t + 1 >= n ? 0 : n - t - 1) << "n " << n << " t " << t;
+    for (const auto& row : *rows) {
+      ASSERT_EQ(row.size(), n);
+      for (std::size_t d = 0; d <= t; ++d) {
+        Elem sum = 0;
+        for (std::size_t i = 0; i < n; ++i) {
+          sum = field::Add(sum, field::Mul(row[i], field::Pow(xs[i], d)));
+        }
+        EXPECT_EQ(sum, 0u) << "round " << round << " degree " << d;
+      }
+      // A random sharing passes; the same with one share changed does not.
+      const std::vector<Elem> poly = UniformElems(rng, t + 1);
+      std::vector<Elem> y(n);
+      for (std::size_t i = 0; i < n; ++i) y[i] = EvalPoly(poly, xs[i]);
+      auto check = [&] {
+        Elem sum = 0;
+        for (std::size_t i = 0; i < n; ++i) sum = field::Add(sum, field::Mul(row[i], y[i]));
+        return sum;
+      };
+      EXPECT_EQ(check(), 0u);
+      const std::size_t bad = rng() % n;
+      y[bad] = field::Add(y[bad], dist(rng));
+      EXPECT_NE(check(), 0u) << "round " << round << " share " << bad;
+    }
+  }
+  EXPECT_FALSE(ParityChecks(std::vector<Elem>{1, 1, 2}, 1).ok());
+}
+
 TEST(ShamirTest, LagrangeAtKnownValuesAndErrors) {
   // Shares of parties 0 and 1 (x = 1, 2) give party 2's share (x = 3):
   // f(3) = -1 f(1) + 2 f(2) for any line.

@@ -146,6 +146,19 @@ bool Same(const ScrubRequest& a, const ScrubRequest& b) {
 bool Same(const ScrubReply& a, const ScrubReply& b) {
   return a.first_bucket == b.first_bucket && a.damaged == b.damaged;
 }
+bool Same(const ParityRequest& a, const ParityRequest& b) {
+  return std::tie(a.first_bucket, a.count, a.seed) == std::tie(b.first_bucket, b.count, b.seed);
+}
+bool Same(const ParityReply& a, const ParityReply& b) {
+  return std::tie(a.first_bucket, a.damaged, a.digests) ==
+         std::tie(b.first_bucket, b.damaged, b.digests);
+}
+bool Same(const EvictCheckRequest& a, const EvictCheckRequest& b) {
+  return std::tie(a.eviction, a.attempt, a.seed) == std::tie(b.eviction, b.attempt, b.seed);
+}
+bool Same(const EvictCheckReply& a, const EvictCheckReply& b) {
+  return a.eviction == b.eviction && a.digests == b.digests;
+}
 bool Same(const StatsRequest&, const StatsRequest&) { return true; }
 bool Same(const StatsReply& a, const StatsReply& b) {
   return std::tie(a.requests, a.busy_us, a.retrieves, a.retrieve_read_us, a.retrieve_kernel_us,
@@ -171,6 +184,11 @@ class Gen {
   std::uint64_t U64() { return rng_(); }
   std::uint32_t U32() { return static_cast<std::uint32_t>(rng_()); }
   bool Bool() { return (rng_() & 1) != 0; }
+  ParitySeed Seed() {
+    ParitySeed s;
+    for (auto& b : s) b = static_cast<std::uint8_t>(rng_());
+    return s;
+  }
   std::vector<Elem> Elems(std::size_t max_len = 300) {
     std::vector<Elem> v(rng_() % (max_len + 1));
     for (auto& e : v) e = static_cast<Elem>(rng_() % field::kPrime);
@@ -270,6 +288,10 @@ class Gen {
       case 34: return RetrieveWriteRootRequest{U32(), Elems(), U64(), Elems()};
       case 35: return ScrubRequest{U64(), U32()};
       case 36: return ScrubReply{U64(), Flags()};
+      case 37: return ParityRequest{U64(), U32(), Seed()};
+      case 38: return ParityReply{U64(), Flags(), Elems()};
+      case 39: return EvictCheckRequest{U64(), U32(), Seed()};
+      case 40: return EvictCheckReply{U64(), Elems()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};

@@ -1,0 +1,42 @@
+#include "oramcore/protocol/consistency.h"
+
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+std::vector<std::size_t> InconsistentSlots(
+    const std::vector<std::vector<field::Elem>>& parity_rows,
+    std::span<const std::vector<field::Elem>> digests,
+    std::span<const std::vector<std::uint8_t>> skip) {
+  constexpr std::size_t kE = wire::kParityElemsPerSlot;
+  std::vector<std::size_t> out;
+  if (digests.empty()) return out;
+  const std::size_t slots = digests[0].size() / kE;
+  bool shapes_agree = digests[0].size() % kE == 0;
+  for (const auto& d : digests) shapes_agree &= d.size() == digests[0].size();
+  for (const auto& s : skip) shapes_agree &= s.size() == slots;
+  for (const auto& row : parity_rows) shapes_agree &= row.size() == digests.size();
+  if (!shapes_agree) {
+    for (std::size_t k = 0; k < slots; ++k) out.push_back(k);
+    return out;
+  }
+  for (std::size_t k = 0; k < slots; ++k) {
+    bool skipped = false;
+    for (const auto& s : skip) skipped |= s[k] != 0;
+    if (skipped) continue;
+    bool bad = false;
+    for (const auto& row : parity_rows) {
+      for (std::size_t e = 0; e < kE && !bad; ++e) {
+        field::Elem sum = 0;
+        for (std::size_t i = 0; i < digests.size(); ++i) {
+          sum = field::Add(sum, field::Mul(row[i], digests[i][k * kE + e]));
+        }
+        bad = sum != 0;
+      }
+    }
+    if (bad) out.push_back(k);
+  }
+  return out;
+}
+
+}  // namespace s3oram

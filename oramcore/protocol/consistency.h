@@ -1,0 +1,35 @@
+// Consistency of the servers' sharings, checked without revealing anything
+// (wire.h PARITY and EVICT_CHECK): each server returns, per slot, the digest
+// of its share under a public key the client drew afterwards; digests are
+// linear, so the parity checks of the code (shamir::ParityChecks) applied to
+// the servers' digests of one slot are zero when its shares lie on one
+// polynomial of degree t, and nonzero with probability 1 - p^-2 otherwise.
+//
+// What it guarantees: a slot whose shares are inconsistent (one server's disk
+// or memory changed it after the digests it stores were computed, or an
+// eviction computed or dealt it wrongly) is found, unless a server answers
+// about other shares than it keeps, which only a server that lies on purpose
+// does (docs/SECURITY.md). It cannot say which server is wrong: with three
+// servers and t = 1, any one share may be the odd one out.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "oramcore/math/field.h"
+
+namespace s3oram {
+
+// Slot indices (into each server's digest list, kParityElemsPerSlot elements
+// per slot) whose parity checks fail. A slot that some server flags in
+// `skip` (its damaged flags; may be empty, or hold one list per server) is
+// left out: its damage is already named. Lists of different lengths (a
+// malformed reply) must not pass: every slot is then reported.
+std::vector<std::size_t> InconsistentSlots(
+    const std::vector<std::vector<field::Elem>>& parity_rows,
+    std::span<const std::vector<field::Elem>> digests,
+    std::span<const std::vector<std::uint8_t>> skip = {});
+
+}  // namespace s3oram

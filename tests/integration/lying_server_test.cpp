@@ -1,0 +1,347 @@
+// A server that lies on purpose (the s3oram-serverd-liar test build,
+// serverd/lie.h), and one whose stored shares are wrong although their
+// digests verify, against real servers. Each case states what the system
+// promises (docs/SECURITY.md, "A server that lies"): no wrong data is ever
+// returned, and what is detected before it can destroy data, or only when
+// the data are read.
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <stdio.h>
+#include <sys/wait.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "oramcore/math/field.h"
+#include "oramcore/math/slot_digest.h"
+#include "oramcore/tree/geometry.h"
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using field::Elem;
+using Model = std::map<BlockId, std::vector<std::uint8_t>>;
+
+constexpr std::uint64_t kHeaderRegion = 4096;  // share file header (share_store.cpp)
+constexpr std::uint64_t kSeedOffset = 80;      // digest seed in a meta record
+
+std::string Liar() {
+  const char* env = std::getenv("S3ORAM_SERVERD_LIAR");
+  return env && *env ? env : S3ORAM_TEST_SERVERD_LIAR;
+}
+
+std::string DataDir(const cluster::LocalCluster& c, std::size_t i) {
+  return c.dir() + "/data-" + std::to_string(i);
+}
+
+struct CliRun {
+  int exit_code = -1;
+  std::string output;
+};
+
+CliRun RunCli(const std::string& args) {
+  const char* cli = std::getenv("S3ORAM_CLI");
+  const std::string cmd =
+      std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1 </dev/null";
+  CliRun r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  if (!p) return r;
+  char buf[4096];
+  std::size_t n;
+  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
+  const int status = ::pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  return r;
+}
+
+// Server i runs the liar build practising `kinds` (or, empty, the honest
+// server again), with the same data.
+void Become(cluster::LocalCluster& c, std::size_t i, const std::string& kinds) {
+  ASSERT_TRUE(c.Kill(i, SIGTERM).ok());
+  const Status st = kinds.empty() ? c.Restart(i) : c.Restart(i, {"S3ORAM_LIE=" + kinds}, Liar());
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
+Model WriteBlocks(OramClient& c, std::uint64_t blocks, std::uint64_t tag) {
+  Model model;
+  for (BlockId id = 0; id < blocks; ++id) {
+    model[id] = testing::Content(c.block_bytes(), id, tag);
+    const Status st = c.Write(id, model[id]);
+    EXPECT_TRUE(st.ok()) << "block " << id << ": " << st.ToString();
+  }
+  return model;
+}
+
+// Every block reads back exactly (a new client: no memo of earlier refusals).
+void ExpectBlocks(const std::string& state, const Model& model) {
+  auto c = testing::TestOpen(state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  for (const auto& [id, want] : model) {
+    auto got = (*c)->Read(id);
+    ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+    ASSERT_EQ(*got, want) << "block " << id;
+  }
+}
+
+std::vector<std::uint64_t> AppliedEvictions(OramClient& c) {
+  std::vector<std::uint64_t> out;
+  for (const auto& r : c.QueryServers(std::chrono::seconds(10))) {
+    EXPECT_TRUE(r.status.ok()) << r.status.ToString();
+    out.push_back(r.reply.applied_evictions);
+  }
+  return out;
+}
+
+// (a) Wrong retrieval answers: every read through the liar fails
+// authentication, none returns other bytes than were written; with the
+// server honest again every block is there.
+TEST(LyingServerTest, WrongRetrievalAnswersFailReadsAndLoseNothing) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t liar = seed % 3;
+  std::printf("[ seed     ] %llu: server %zu lies about retrievals\n",
+              static_cast<unsigned long long>(seed), liar);
+  Model model;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    model = WriteBlocks(**c, 6, seed);
+  }
+  Become(*fs->cluster, liar, "retrieve");
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (const auto& [id, want] : model) {
+      auto got = (*c)->Read(id);
+      ASSERT_FALSE(got.ok()) << "block " << id << " was read through a lying server";
+      EXPECT_EQ(got.status().code(), Status::Code::kIntegrity) << got.status().ToString();
+    }
+  }
+  Become(*fs->cluster, liar, "");
+  ExpectBlocks(fs->state, model);
+}
+
+// The eviction of a client driven until it is due; returns the status of
+// the access that ran it (the eviction runs after access A, r * A).
+Status DriveEviction(OramClient& c, const Model& model) {
+  Status st;
+  for (std::uint32_t k = 0; k <= c.params().evict_rate && st.ok(); ++k) {
+    const BlockId id = k % model.size();
+    st = c.Write(id, model.at(id));
+  }
+  return st;
+}
+
+// (c) and a memory fault: prepared buckets that are not one sharing are
+// refused before COMMIT on every attempt; no server commits; with the server
+// honest again the eviction commits and every block reads back.
+void ExpectInconsistentEvictionRefused(const std::string& kind) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t liar = seed % 3;
+  std::printf("[ seed     ] %llu: server %zu lies (%s)\n", static_cast<unsigned long long>(seed),
+              liar, kind.c_str());
+  Model model;
+  std::vector<std::uint64_t> before;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    model = WriteBlocks(**c, 3, seed);
+    before = AppliedEvictions(**c);
+  }
+  Become(*fs->cluster, liar, kind);
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const Status st = DriveEviction(**c, model);
+    ASSERT_EQ(st.code(), Status::Code::kIntegrity) << st.ToString();
+    EXPECT_NE(st.message().find("inconsistent across the servers"), std::string::npos)
+        << st.message();
+    EXPECT_NE(st.message().find("nothing was committed"), std::string::npos) << st.message();
+    EXPECT_EQ(AppliedEvictions(**c), before) << "a server committed a refused eviction";
+    // Refused again at once: the memo keeps the peers' time.
+    const Status again = (*c)->Write(0, model.at(0));
+    EXPECT_EQ(again.code(), Status::Code::kIntegrity) << again.ToString();
+  }
+  Become(*fs->cluster, liar, "");
+  ExpectBlocks(fs->state, model);
+  auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  EXPECT_GT(AppliedEvictions(**c)[0], before[0]) << "the eviction never committed";
+  c->reset();
+  const CliRun scrub = RunCli("scrub -s " + fs->state + " --passfile " + fs->passfile +
+                              " --plain-progress");
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
+}
+
+TEST(LyingServerTest, InconsistentSmpSharesAreRefusedBeforeCommit) {
+  ExpectInconsistentEvictionRefused("smp-inconsistent");
+}
+
+TEST(LyingServerTest, AWrongOutputWithAMatchingDigestIsRefusedBeforeCommit) {
+  ExpectInconsistentEvictionRefused("shadow");
+}
+
+// (b) The limit of the consistency check: a server that re-shares a wrong
+// value deals every server a consistent sharing of it, which no parity check
+// can see. The eviction commits; what it moved is destroyed. The promise that
+// holds is the weaker one: no read returns wrong data (each fails
+// authentication). docs/SECURITY.md states this.
+TEST(LyingServerTest, ConsistentWrongSharesAreCaughtOnlyWhenRead) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t liar = seed % 3;
+  std::printf("[ seed     ] %llu: server %zu deals consistent wrong shares\n",
+              static_cast<unsigned long long>(seed), liar);
+  Model model;
+  std::vector<std::uint64_t> before;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    model = WriteBlocks(**c, 3, seed);
+    before = AppliedEvictions(**c);
+  }
+  Become(*fs->cluster, liar, "smp-consistent");
+  auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  // The accesses after the eviction may already meet what it destroyed (a
+  // whole-block write reads the old version first).
+  const Status st = DriveEviction(**c, model);
+  EXPECT_TRUE(st.ok() || st.code() == Status::Code::kIntegrity) << st.ToString();
+  EXPECT_GT(AppliedEvictions(**c)[0], before[0]) << "the eviction was refused after all";
+  std::size_t failed = 0;
+  for (const auto& [id, want] : model) {
+    auto got = (*c)->Read(id);
+    if (got.ok()) {
+      ASSERT_EQ(*got, want) << "block " << id << ": wrong data returned";
+    } else {
+      EXPECT_EQ(got.status().code(), Status::Code::kIntegrity) << got.status().ToString();
+      ++failed;
+    }
+  }
+  std::printf("%zu of %zu blocks unreadable after the wrong eviction\n", failed, model.size());
+}
+
+// (d) Forged counters: one server reporting 2^64-1 as its epoch, eviction
+// count and newest backup generation is named and refused, never obeyed
+// (no epoch wraps, no state is judged stale by it alone); honest again,
+// everything opens and reads.
+TEST(LyingServerTest, ForgedCountersAreNamedAndRefused) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t liar = seed % 3;
+  std::printf("[ seed     ] %llu: server %zu forges counters\n",
+              static_cast<unsigned long long>(seed), liar);
+  Model model;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    model = WriteBlocks(**c, 3, seed);
+  }
+  Become(*fs->cluster, liar, "counters");
+  const std::string who = "server " + std::to_string(liar) + " (";
+  auto refused = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kFailedPrecondition)
+      << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find(who), std::string::npos) << refused.status().ToString();
+  const CliRun status = RunCli("status -s " + fs->state + " --passfile " + fs->passfile);
+  std::printf("%s\n", status.output.c_str());
+  EXPECT_NE(status.output.find("SERVER INCONSISTENT: " + who), std::string::npos) << status.output;
+  EXPECT_EQ(status.output.find("STALE"), std::string::npos) << status.output;
+  Become(*fs->cluster, liar, "");
+  ExpectBlocks(fs->state, model);
+}
+
+// Shares changed on one server's disk together with their digests (what a
+// memory fault before the digest, or a server rewriting its file, leaves):
+// no digest check can see it; the scrub's cross-server check does, names the
+// slot and says it holds a live block; other slots stay clean.
+TEST(ConsistencyTest, ScrubFindsSharesThatVerifyButDisagree) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = seed % 3;
+  std::uint64_t bucket = 0;
+  std::uint32_t slot = 0;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    // Past one eviction, so blocks live below the root too.
+    (void)WriteBlocks(**c, params.evict_rate + 2, seed);
+    const PositionMap& pm = (*c)->position_map();
+    for (BlockId id = 0; id < pm.capacity() && bucket == 0; ++id) {
+      if (const PositionEntry* e = pm.Find(id)) {
+        const TreeGeometry geo = params.geometry();
+        bucket = geo.BucketOnPath(e->pos.leaf, e->pos.level);
+        slot = e->pos.slot;
+      }
+    }
+  }
+  ASSERT_NE(bucket, 0u);
+  const CliRun clean = RunCli("scrub -s " + fs->state + " --passfile " + fs->passfile +
+                              " --plain-progress");
+  ASSERT_EQ(clean.exit_code, 0) << clean.output;
+  EXPECT_NE(clean.output.find("one consistent sharing"), std::string::npos) << clean.output;
+
+  std::printf("[ seed     ] %llu: bucket %llu slot %u rewritten on server %zu with its digest\n",
+              static_cast<unsigned long long>(seed), static_cast<unsigned long long>(bucket), slot,
+              bad);
+  ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
+  {
+    const std::string path = DataDir(*fs->cluster, bad) + "/shares.bin";
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    digest::Seed key_seed{};
+    f.seekg(static_cast<std::streamoff>(kSeedOffset));
+    f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
+    const std::size_t m = params.elems_per_slot();
+    const std::uint64_t index = (bucket - 1) * params.bucket_size + slot;
+    const auto data_at = static_cast<std::streamoff>(kHeaderRegion + index * m * sizeof(Elem));
+    std::vector<Elem> x(m);
+    f.seekg(data_at);
+    f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
+    x[seed % m] = field::Add(x[seed % m], 1 + static_cast<Elem>(seed % 1000));
+    digest::SlotDigest d{};
+    ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
+    const std::uint64_t data_end = kHeaderRegion + params.geometry().num_buckets() *
+                                                       params.bucket_size * m * sizeof(Elem);
+    const std::uint64_t digests_at = (data_end + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
+    f.seekp(data_at);
+    f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
+    f.seekp(static_cast<std::streamoff>(digests_at + index * sizeof(d)));
+    f.write(reinterpret_cast<const char*>(d.data()), sizeof(d));
+    ASSERT_TRUE(f.good());
+  }
+  ASSERT_TRUE(fs->cluster->Restart(bad).ok());
+  const CliRun found = RunCli("scrub -s " + fs->state + " --passfile " + fs->passfile +
+                              " --plain-progress");
+  std::printf("%s\n", found.output.c_str());
+  EXPECT_EQ(found.exit_code, 4) << found.output;
+  EXPECT_NE(found.output.find("INCONSISTENT: 1 slots"), std::string::npos) << found.output;
+  EXPECT_NE(found.output.find("bucket " + std::to_string(bucket) + " slot " + std::to_string(slot)),
+            std::string::npos)
+      << found.output;
+  EXPECT_NE(found.output.find("1 of the first 1 hold a live block"), std::string::npos)
+      << found.output;
+  EXPECT_EQ(found.output.find("DAMAGED"), std::string::npos) << "the digests verify: " << found.output;
+}
+
+}  // namespace
+}  // namespace s3oram
