@@ -17,10 +17,12 @@
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/progress.h"
+#include "fused/fsck.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/state_backup.h"
+#include "oramcore/state/state_file.h"
 #include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::cli {
@@ -163,6 +165,29 @@ void PrintRestoreWarnings(const char* command, const RestoreReport& r) {
     std::fprintf(stderr, "s3oram %s: warning: %s\n", command, w.c_str());
 }
 
+// A forced restore forgot blocks (RestoreReport::lost_blocks): name the file
+// and the part of it each one held, as fsck does, so that nothing reads back
+// as zeros unannounced (the filesystem answers EIO for them until `fsck -y
+// --zero-damaged`).
+void PrintLostFiles(const char* command, const std::string& state, const Secret& passphrase,
+                    const RestoreReport& r) {
+  auto unlocked = UnlockedState::Unlock(state, passphrase);
+  auto snap = unlocked.ok() ? fs::FsckSnapshot::Load(**unlocked)
+                            : Result<fs::FsckSnapshot>(unlocked.status());
+  if (!snap.ok()) {
+    std::fprintf(stderr, "s3oram %s: %zu blocks were lost; naming their files failed: %s\n",
+                 command, r.lost_blocks.size(), snap.status().ToString().c_str());
+    return;
+  }
+  const auto owners = fs::DescribeBlockOwners(*snap, r.lost_blocks);
+  std::fprintf(stderr,
+               "s3oram %s: %zu ORAM blocks could not be restored; %zu parts of files are lost "
+               "and read as errors (EIO) until `s3oram fsck -y --zero-damaged -s %s` lets them "
+               "read as zeros:\n",
+               command, r.lost_blocks.size(), owners.size(), state.c_str());
+  for (const auto& o : owners) std::fprintf(stderr, "  lost: %s\n", o.c_str());
+}
+
 std::string RestoredText(const std::string& state, const RestoreReport& r) {
   std::string used;
   for (std::size_t i : r.servers_used) used += (used.empty() ? "" : ", ") + std::to_string(i);
@@ -194,6 +219,7 @@ std::optional<RestoreReport> RunRestore(const char* command, const RestoreArgs& 
     return std::nullopt;
   }
   PrintRestoreWarnings(command, *r);
+  if (!r->lost_blocks.empty()) PrintLostFiles(command, options->state_path, *pass, *r);
   return std::move(r).value();
 }
 

@@ -40,6 +40,7 @@
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
+#include "oramcore/protocol/scrub.h"
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/state/state_file.h"
@@ -264,6 +265,49 @@ int Run(const Args& a) {
         return fail("cancelled after " + std::to_string(r3.blocks_read) + " blocks", kCancelled);
       }
       if (!r3.fatal.ok()) return fail(r3.fatal.ToString(), kOperational);
+      // A block may fail authentication only because another slot of its
+      // path is inconsistent across the servers (a retrieval combines them
+      // all): zeroing it would throw away data that a server's rebuild
+      // recovers. Zero only what fails while every sharing is consistent.
+      if (repair && !r3.repairs.empty()) {
+        std::optional<Progress> scrub_progress;
+        auto checked = ScrubAndCompare(
+            client->params(), client->parity_rows(),
+            [&](std::uint64_t first, std::uint32_t count, const wire::ParitySeed& seed) {
+              return client->ParityAll(first, count, seed, std::chrono::minutes(10));
+            },
+            [&](std::uint64_t done, std::uint64_t total) {
+              if (!scrub_progress) {
+                scrub_progress.emplace("fsck: checking the servers' shares", total,
+                                       Progress::Unit::kItems);
+              }
+              scrub_progress->Update(done);
+            });
+        if (scrub_progress) scrub_progress->Finish();
+        std::string why;
+        if (!checked.ok()) {
+          why = "the servers' shares could not be checked: " + checked.status().ToString();
+        } else {
+          std::uint64_t bad = checked->inconsistent.damaged;
+          for (const auto& sf : checked->servers) bad += sf.damaged;
+          if (bad > 0) {
+            why = std::to_string(bad) + " slots are damaged or inconsistent across the servers (" +
+                  (checked->inconsistent.damaged > 0 ? DescribeDamage(checked->inconsistent)
+                                                     : std::string("see s3oram scrub")) +
+                  "), which alone makes reads through their buckets fail";
+          }
+        }
+        if (!why.empty()) {
+          r3.repairs.clear();
+          for (auto& pr : r3.problems) {
+            if (pr.repairable) {
+              pr.repairable = false;
+              pr.message += " (not zeroed: " + why + "; run s3oram scrub and repair the server "
+                            "first)";
+            }
+          }
+        }
+      }
       if (repair && !r3.repairs.empty()) {
         if (Status s = fs::ApplyFsckRepairs(*unlocked, r3.repairs); !s.ok()) {
           return fail(s.ToString(), kOperational);

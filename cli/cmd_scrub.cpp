@@ -83,9 +83,11 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
                   "servers\n",
                   findings->servers.size());
     } else {
-      // Which of them hold a block the filesystem uses: reading those fails
-      // authentication until the slot is repaired; the others hold no data
-      // (an eviction drops them).
+      // Which of them hold a block the filesystem uses. Either way every
+      // retrieval through such a bucket fails (a retrieval answer combines
+      // every slot of the path with a share of zero or one, which only
+      // cancels for consistent sharings), and evictions through it are
+      // refused before they commit.
       const PositionMap& pm = (*client)->position_map();
       std::size_t live = 0;
       for (const auto& d : bad.listed) {
@@ -95,13 +97,26 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
       std::printf(
           "servers: INCONSISTENT: %llu slots are not one sharing across the servers although "
           "every server's digests verify (%s; %zu of the first %zu hold a live block): a "
-          "server's memory or an eviction produced wrong shares, or a server lies. Which server "
-          "cannot be told from three shares; the data of a live block there cannot be read "
-          "until the slot is rewritten\n",
+          "server's memory or an eviction produced wrong shares, or a server lies. Reads "
+          "through these buckets fail and evictions through them are refused until one "
+          "server is rebuilt from the other two (s3oram rebuild --server K --force); which "
+          "server is wrong cannot be told from three shares, and a live block survives only "
+          "the rebuild of the wrong one\n",
           static_cast<unsigned long long>(bad.damaged), DescribeDamage(bad).c_str(), live,
           bad.listed.size());
     }
     *exit_code = damaged_servers > 0 || bad.damaged > 0 ? 4 : 0;
+    // Every slot verified and agrees: a problem a mount recorded earlier
+    // (s3oram status) has been repaired.
+    if (*exit_code == 0 && (*client)->problem_note()) {
+      if (Status c = (*client)->ClearProblemNote(); c.ok()) {
+        std::printf("the problem recorded earlier is repaired: %s\n",
+                    "every server verifies again");
+      } else {
+        std::fprintf(stderr, "s3oram scrub: clearing the recorded problem: %s\n",
+                     c.ToString().c_str());
+      }
+    }
   });
 }
 

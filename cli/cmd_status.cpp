@@ -2,6 +2,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <ctime>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
@@ -114,6 +115,15 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   fresh.why.c_str(), state->c_str());
     }
     for (const auto& w : fresh.warnings) std::printf("state       warning: %s\n", w.c_str());
+    if (const auto& note = (*client)->problem_note()) {
+      char when[32] = "?";
+      const std::time_t t = static_cast<std::time_t>(note->unix_seconds);
+      std::tm tm{};
+      if (::gmtime_r(&t, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+      std::printf("problem     %s (last met %s; cleared by a clean `s3oram scrub` or the rebuild "
+                  "it names)\n",
+                  note->text.c_str(), when);
+    }
     if (const auto& mark = (*client)->backup_mark()) {
       std::printf("state       last uploaded as backup generation %llu%s\n",
                   static_cast<unsigned long long>(mark->generation),

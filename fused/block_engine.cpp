@@ -14,7 +14,19 @@ std::uint64_t OramBlockEngine::capacity_blocks() const { return client_->params(
 
 Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
   std::lock_guard<std::mutex> lock(mu_);
+  // The cache reads only blocks that hold file data, and such a block always
+  // has a position (valid rises only after its write-back recorded one). One
+  // without is data the ORAM no longer knows (a forced restore from a backup
+  // older than the servers): an error, never zeros. The access still runs
+  // (as a dummy), so the servers see an ordinary access.
+  const bool held = client_->Holds(id);
   auto r = client_->Read(id);
+  if (r.ok() && !held) {
+    r = Status::Integrity("block " + std::to_string(id) +
+                          " holds file data but the ORAM has no position for it: its data are "
+                          "lost (s3oram fsck names the file; fsck -y --zero-damaged lets it read "
+                          "as zeros)");
+  }
   last_contact_ = std::chrono::steady_clock::now();
   ++stats_.reads;
   if (!r.ok()) {

@@ -111,6 +111,12 @@ struct FsckSnapshot {
   static Result<FsckSnapshot> Load(UnlockedState& state);
 };
 
+// For each file part that holds data (valid > 0) in one of `ids`:
+// "inode 12 (/a/b) block 3 (bytes 12288..16383, ORAM block 40)", in (inode,
+// block) order. Used to name what a forced restore lost.
+std::vector<std::string> DescribeBlockOwners(const FsckSnapshot& snap,
+                                             const std::vector<BlockId>& ids);
+
 // One change to the state file. Repairs are computed against a snapshot and
 // applied in one transaction per phase.
 struct FsckRepair {

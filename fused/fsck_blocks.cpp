@@ -23,6 +23,17 @@ using namespace fsck_detail;
 using sql::FromSql;
 using sql::ToSql;
 
+std::vector<std::string> DescribeBlockOwners(const FsckSnapshot& snap,
+                                             const std::vector<BlockId>& ids) {
+  const std::set<BlockId> wanted(ids.begin(), ids.end());
+  const PathNamer names(snap);
+  std::vector<std::string> out;
+  for (const auto& b : snap.blocks) {
+    if (b.valid > 0 && wanted.count(b.id) != 0) out.push_back(BlockOwner(snap, names, b));
+  }
+  return out;
+}
+
 // --- phase 3: the blocks ------------------------------------------------------------
 
 FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
@@ -82,6 +93,12 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
           r.problems.push_back({3, m + " (--zero-damaged makes it read as zeros)", false});
         }
       }
+      // Zeroed for good: the ORAM forgets the copy that no longer
+      // authenticates, so the id reads as zeros without an access's
+      // authentication and any later write to it (a partial one, or a
+      // fragment of another file placed in it) starts from zeros instead of
+      // failing on the damaged copy.
+      if (options.zero_damaged) r.repairs.push_back({FsckRepair::Kind::kDeletePosition, id});
     }
     ++r.blocks_read;
     if (progress) progress(r.blocks_read, total);

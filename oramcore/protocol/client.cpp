@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <ctime>
 #include <optional>
 #include <string>
 
@@ -373,7 +374,10 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     }
     if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot(/*durable=*/false));
   }
-  S3ORAM_RETURN_IF_ERROR(client->FinishPendingEviction());
+  if (Status finished = client->FinishPendingEviction(); !finished.ok()) {
+    client->NoteProblem(finished);
+    return finished;
+  }
   return client;
 }
 
@@ -725,21 +729,31 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   // The block as it was: sealed under (id, old.version); zeros if unmapped.
   std::vector<std::uint8_t> previous(p.block_bytes, 0);
   std::vector<std::uint8_t> sealed(p.sealed_bytes());
-  if (where) {
+  // A write of the whole block does not need the old content: one that does
+  // not authenticate (a block destroyed by a fault or a lying server) is
+  // replaced by a fresh version all the same. The retrieval ran as for any
+  // access, so the servers see the same access either way.
+  const bool whole_write = op == AccessOp::kWrite && !modify;
+  const bool authentic =
+      !where || (field::Unpack(elems, sealed) && sealer_->Open(id, old.version, sealed, previous));
+  if (!authentic && whole_write) {
+    spdlog::warn("block {} (version {}) did not authenticate; it is overwritten whole with "
+                 "version {}",
+                 id, old.version, old.version + 1);
+    std::fill(previous.begin(), previous.end(), 0);
+  } else if (!authentic) {
+    // Nothing of this access was written or logged: the block stays where
+    // it is, and the next access to it retries the same path.
     const bool packed = field::Unpack(elems, sealed);
-    if (!packed || !sealer_->Open(id, old.version, sealed, previous)) {
-      // Nothing of this access was written or logged: the block stays where
-      // it is, and the next access to it retries the same path.
-      Status bad = Status::Integrity(
-          "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
-          ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
-          ": one of the servers " + ServerSetName() +
-          " returned tampered, swapped or stale data, or the client state does not match them");
-      spdlog::error("{}", bad.message());
-      compute.Stop();
-      S3ORAM_RETURN_IF_ERROR(record_previous());
-      return bad;
-    }
+    Status bad = Status::Integrity(
+        "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
+        ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
+        ": one of the servers " + ServerSetName() +
+        " returned tampered, swapped or stale data, or the client state does not match them");
+    spdlog::error("{}", bad.message());
+    compute.Stop();
+    S3ORAM_RETURN_IF_ERROR(record_previous());
+    return bad;
   }
   // What goes to the root: the new data (write), the old data changed by
   // `modify` (update) or the old (read), sealed under the next version with
@@ -1210,7 +1224,32 @@ Status OramClient::Close() {
   return flushed;
 }
 
+void OramClient::NoteProblem(const Status& st) {
+  const bool damaged = st.code() == Status::Code::kDamaged;
+  const bool inconsistent = st.code() == Status::Code::kIntegrity &&
+                            st.message().find("inconsistent across the servers") != std::string::npos;
+  if (!damaged && !inconsistent) return;
+  std::string text = st.message();
+  if (text.size() > 2000) text.resize(2000);
+  if (noted_problem_ == text) return;  // one write per new problem, not per access
+  noted_problem_ = text;
+  ClientStateStore::Batch b;
+  b.SetProblemNote(ProblemNote{text, static_cast<std::uint64_t>(std::time(nullptr))});
+  if (Status c = store_->Commit(b); !c.ok()) {
+    spdlog::warn("recording the problem in the client state: {}", c.ToString());
+  }
+}
+
+Status OramClient::ClearProblemNote() {
+  if (!store_->problem_note()) return Status::Ok();
+  ClientStateStore::Batch b;
+  b.SetProblemNote(std::nullopt);
+  noted_problem_.clear();
+  return store_->Commit(b, /*durable=*/true);
+}
+
 Status OramClient::NoteFencing(Status st) {
+  NoteProblem(st);
   if (st.code() == Status::Code::kLeaseHeld && !fenced_) {
     fenced_ = true;
     spdlog::error("fenced off: {}. This client can no longer read or change the filesystem; "

@@ -147,9 +147,18 @@ class OramClient {
   std::uint64_t block_bytes() const { return params().block_bytes; }
   const Counters& counters() const;
   const PositionMap& position_map() const { return *pm_; }
+  // Whether block `id` has a copy in the tree: a position, or the last
+  // access's root write (deferred) that gives it one.
+  bool Holds(BlockId id) const {
+    return pm_->Find(id) != nullptr || (pending_root_ && pending_root_->id == id &&
+                                        pending_root_->mapped);
+  }
 
   // One ORAM access. For kWrite, data.size() must equal block_bytes(); for kRead
-  // data is ignored. Returns the block's content before the access.
+  // data is ignored. Returns the block's content before the access (zeros for
+  // a kWrite whose old copy did not authenticate: a whole-block write needs
+  // nothing of it, so it replaces a destroyed block instead of failing; a
+  // read or an update fails with kIntegrity).
   Result<std::vector<std::uint8_t>> Access(AccessOp op, BlockId id,
                                            std::span<const std::uint8_t> data);
   Result<std::vector<std::uint8_t>> Read(BlockId id) { return Access(AccessOp::kRead, id, {}); }
@@ -212,6 +221,11 @@ class OramClient {
   // Declares that this writable session changed nothing a backup holds (a
   // rebuild): a state that equalled its last backup when opened still does.
   Status KeepBackupMark();
+  // The last problem only a server's repair ends (client_state.h
+  // ProblemNote), as recorded by the client that met it; ClearProblemNote
+  // forgets it (a clean scrub, a rebuild).
+  const std::optional<ProblemNote>& problem_note() const { return store_->problem_note(); }
+  Status ClearProblemNote();
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
@@ -287,6 +301,9 @@ class OramClient {
   Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
                                                    std::span<const std::uint8_t> data,
                                                    const BlockModifier* modify = nullptr);
+  // Records a damaged-storage or inconsistency error in the state (once per
+  // distinct message) for `s3oram status`.
+  void NoteProblem(const Status& st);
   // How many servers report `holder_epoch` as the lease's holder.
   std::size_t ServersNamingHolder(std::uint64_t holder_epoch);
   // Acquires the lease on every server with the current epoch (see class
@@ -319,7 +336,8 @@ class OramClient {
   bool fenced_ = false;
   FreshnessVerdict freshness_;
   std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
-  std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
+  std::uint64_t opened_epoch_ = 0;
+  std::string noted_problem_;  // the ProblemNote text this client last wrote  // the state's epoch before this Open raised it
   Secret backup_key_;            // empty when read-only
 };
 

@@ -448,6 +448,9 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     c.seq = std::max(c.seq, s.seq);
     ClientStateStore::Batch batch;
     batch.SetCounters(c);
+    // A problem a mount recorded (s3oram status) is taken as repaired; if
+    // it was another server's, the next access meets and records it again.
+    if (store->problem_note()) batch.SetProblemNote(std::nullopt);
     S3ORAM_RETURN_IF_ERROR(store->Commit(batch, /*durable=*/true));
   }
   spdlog::info("server {} rebuilt: {} of {} buckets written", K, report.buckets_written, buckets);

@@ -1144,24 +1144,41 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
       // Salvage: the servers' tree is what it is; take its eviction count so
       // the client plans the next eviction the servers expect. Root slots and
       // any pending eviction of the backup are stale.
-      c.ne = max_evictions;
       c.nr = 0;
       S3ORAM_ASSIGN_OR_RETURN(auto pending, (*store)->LoadPending());
       for (const auto& p : pending) batch.RemovePending(p.seq);
-      // The root (bucket 1) is emptied by every eviction, so the blocks the backup has
-      // there were moved by an eviction it does not know: forget them, or
-      // the next root write (slot 0 onwards) would collide with them.
+      // Every bucket an eviction the backup does not know has rewritten
+      // (the path to its leaf, root included, and the leaf's sibling) may
+      // hold other blocks now: the backup's positions there are wrong, and
+      // keeping them would make the planner's view of the tree false (the
+      // next eviction refused) or later accesses overwrite live blocks.
+      // Forget those blocks; their loss is reported block by block
+      // (RestoreReport::lost_blocks), never read back as zeros.
       S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, (*store)->LoadPositionMap());
-      std::uint64_t dropped = 0;
-      for (BlockId id : pm.BucketSlots(BucketId{1})) {
-        if (id == kNoBlock) continue;
-        batch.ErasePosition(id);
-        ++dropped;
+      const TreeGeometry geo = (*store)->config().params.geometry();
+      std::set<BucketId> touched;
+      const std::uint64_t unknown = max_evictions - c.ne;
+      for (std::uint64_t k = 0; k < std::min(unknown, geo.num_leaves()); ++k) {
+        const LeafId leaf = geo.EvictionLeaf(c.ne + k);
+        for (std::uint32_t level = 0; level <= geo.height; ++level) {
+          touched.insert(geo.BucketOnPath(leaf, level));
+        }
+        touched.insert(TreeGeometry::Sibling(leaf));
       }
-      report.warnings.push_back("forced: " + std::to_string(dropped) +
-                                " blocks that were in the root at backup time are forgotten; "
-                                "the eviction counter is set to the servers' (" +
-                                std::to_string(max_evictions) + ")");
+      for (BucketId b : touched) {
+        for (BlockId id : pm.BucketSlots(b)) {
+          if (id == kNoBlock) continue;
+          batch.ErasePosition(id);
+          report.lost_blocks.push_back(id);
+        }
+      }
+      std::sort(report.lost_blocks.begin(), report.lost_blocks.end());
+      c.ne = max_evictions;
+      report.warnings.push_back(
+          "forced: " + std::to_string(report.lost_blocks.size()) +
+          " blocks in the buckets rewritten by the " + std::to_string(unknown) +
+          " evictions the backup does not know are lost; the eviction counter is set to the "
+          "servers' (" + std::to_string(max_evictions) + ")");
     }
     batch.SetCounters(c);
     // The restored state equals this generation. A generation chosen older

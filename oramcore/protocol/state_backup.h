@@ -104,6 +104,10 @@ struct RestoreReport {
   std::uint64_t state_bytes = 0;
   std::vector<std::size_t> servers_used;  // the t+1 shares that authenticated
   std::string discarded_copy;             // refresh --discard-local-changes: the old state
+  // --force over a backup older than the servers: the blocks whose data the
+  // restored state cannot locate any more (ascending ids). The restored state
+  // has no position for them; the filesystem reports them unreadable.
+  std::vector<BlockId> lost_blocks;
   // Things the user must know although the restore succeeded: a server whose
   // share is damaged or missing, a newer generation that failed to
   // authenticate, what --force gave up.

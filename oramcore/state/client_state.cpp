@@ -17,7 +17,9 @@
 //                                       BLOB), key_nonce (24), key_sealed (48),
 //                                       client_key_file (TEXT); optional
 //                                       backup_generation, backup_epoch
-//                                       (the BackupMark: both or neither)
+//                                       (the BackupMark: both or neither);
+//                                       optional problem_text (TEXT),
+//                                       problem_unix (the ProblemNote)
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
 //                                       idx = party index 0..n-1; public_key
 //                                       is the server's CURVE key (Z85)
@@ -220,7 +222,7 @@ Status SyncParentDir(const std::string& path) {
 
 bool ClientStateStore::Batch::empty() const {
   return !counters_ && puts_.empty() && erases_.empty() && add_pending_.empty() &&
-         remove_pending_.empty() && !backup_mark_;
+         remove_pending_.empty() && !backup_mark_ && !problem_note_;
 }
 
 Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::string& path,
@@ -514,6 +516,23 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
     }
     if (generation) store->backup_mark_ = BackupMark{*generation, *epoch};
   }
+  // The problem note (optional; the text is shown as it is).
+  {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(fail(st.Prepare(
+        db, "SELECT (SELECT value FROM meta WHERE key = 'problem_text'), "
+            "(SELECT value FROM meta WHERE key = 'problem_unix')")));
+    auto row = st.Step("reading the problem note");
+    if (!row.ok()) return fail(row.status());
+    if (*row && sqlite3_column_type(st.get(), 0) == SQLITE_TEXT &&
+        sqlite3_column_type(st.get(), 1) == SQLITE_INTEGER) {
+      ProblemNote n;
+      n.text.assign(reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)),
+                    static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 0)));
+      n.unix_seconds = FromSql(sqlite3_column_int64(st.get(), 1));
+      store->problem_note_ = std::move(n);
+    }
+  }
   // Touch the remaining tables so that a missing table fails Open, not a later
   // load. (Rows are validated when they are loaded.)
   for (const char* sql : {"SELECT 1 FROM positions LIMIT 1", "SELECT 1 FROM pending LIMIT 1"}) {
@@ -742,6 +761,18 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       st.U64(2, batch.backup_mark_->epoch);
       S3ORAM_RETURN_IF_ERROR(st.Exec("writing the backup mark"));
     }
+    if (batch.problem_note_) {
+      S3ORAM_RETURN_IF_ERROR(sql::Exec(
+          db_, "DELETE FROM meta WHERE key IN ('problem_text', 'problem_unix')"));
+      if (const auto& n = *batch.problem_note_) {
+        Stmt st;
+        S3ORAM_RETURN_IF_ERROR(st.Prepare(
+            db_, "INSERT INTO meta(key, value) VALUES ('problem_text', ?1), ('problem_unix', ?2)"));
+        st.Text(1, n->text);
+        st.U64(2, n->unix_seconds);
+        S3ORAM_RETURN_IF_ERROR(st.Exec("writing the problem note"));
+      }
+    }
     FaultPoint("state.commit.before");
     S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "COMMIT"));
     FaultPoint("state.commit.after");
@@ -764,6 +795,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   // what a fresh Open would read.
   if (batch.counters_) counters_ = *batch.counters_;
   if (batch.backup_mark_) backup_mark_ = batch.backup_mark_;
+  if (batch.problem_note_) problem_note_ = *batch.problem_note_;
   return Status::Ok();
 }
 

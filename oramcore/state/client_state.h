@@ -65,6 +65,16 @@ struct BackupMark {
   bool operator==(const BackupMark&) const = default;
 };
 
+// The last problem a client met that only a repair of a server ends (a
+// server reporting damaged storage, an eviction whose result was inconsistent
+// across the servers), kept so that `s3oram status` can name it after the
+// mount that met it has gone. Cleared by a rebuild and by a clean scrub.
+struct ProblemNote {
+  std::string text;
+  std::uint64_t unix_seconds = 0;
+  bool operator==(const ProblemNote&) const = default;
+};
+
 struct PendingOp {
   std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
   std::string kind;                   // kPendingEvictKind or kPendingRootKind
@@ -104,6 +114,7 @@ class ClientStateStore {
   const std::shared_ptr<UnlockedState>& unlocked() const { return state_; }
   const Counters& counters() const { return counters_; }
   const std::optional<BackupMark>& backup_mark() const { return backup_mark_; }
+  const std::optional<ProblemNote>& problem_note() const { return problem_note_; }
 
   // Reads every position row into a fresh map (validating each row).
   Result<PositionMap> LoadPositionMap() const;
@@ -118,6 +129,8 @@ class ClientStateStore {
     void AddPending(PendingOp op) { add_pending_.push_back(std::move(op)); }
     void RemovePending(std::uint64_t seq) { remove_pending_.push_back(seq); }
     void SetBackupMark(const BackupMark& m) { backup_mark_ = m; }
+    // Sets (a value) or clears (nullopt) the problem note.
+    void SetProblemNote(std::optional<ProblemNote> n) { problem_note_ = std::move(n); }
     bool empty() const;
 
    private:
@@ -128,6 +141,7 @@ class ClientStateStore {
     std::vector<PendingOp> add_pending_;
     std::vector<std::uint64_t> remove_pending_;
     std::optional<BackupMark> backup_mark_;
+    std::optional<std::optional<ProblemNote>> problem_note_;
   };
 
   // Replaces the wrapped master key (passphrase change) durably, in place in
@@ -156,6 +170,7 @@ class ClientStateStore {
   FsConfig config_;
   Counters counters_;
   std::optional<BackupMark> backup_mark_;
+  std::optional<ProblemNote> problem_note_;
 };
 
 }  // namespace s3oram
