@@ -10,6 +10,7 @@
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/progress.h"
+#include "fused/client_config.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/scrub.h"
@@ -21,12 +22,18 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
       "scrub", "have every server verify every stored slot against its digest (exit 4: damage)");
   struct Args {
     std::string state;
+    std::string config;
     std::string passfile;
     int timeout_ms = 600000;
     bool plain = false;
   };
   auto a = std::make_shared<Args>();
-  cmd->add_option("-s,--state", a->state, "client state file")->required();
+  auto* state_opt = cmd->add_option("-s,--state", a->state, "client state file");
+  auto* config_opt = cmd->add_option(
+      "--config", a->config,
+      "take the state file and passfile from this mount configuration (man 5 s3oramfs.toml; "
+      "what the s3oram-scrub@NAME timer uses)");
+  state_opt->excludes(config_opt);
   cmd->add_option("--timeout-ms", a->timeout_ms,
                   "per request (one request reads up to 256 MiB of a server's share file)")
       ->capture_default_str();
@@ -37,6 +44,13 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
       std::fprintf(stderr, "s3oram scrub: %s\n", s.ToString().c_str());
       *exit_code = code;
     };
+    if (!a->config.empty()) {
+      auto cfg = fs::LoadClientConfig(a->config);
+      if (!cfg.ok()) return fail(cfg.status(), 2);
+      a->state = cfg->state;
+      if (a->passfile.empty()) a->passfile = cfg->passfile;
+    }
+    if (a->state.empty()) return fail(Status::InvalidArgument("give --state or --config"), 2);
     PassphraseSource source{a->passfile, kPassphraseEnv, ::isatty(STDIN_FILENO) == 1};
     auto pass = ReadPassphrase(source, "Passphrase for " + a->state + ": ");
     if (!pass.ok()) return fail(pass.status(), 2);

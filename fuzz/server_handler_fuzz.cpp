@@ -234,6 +234,9 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kBackupGetRequest: return T::kBackupGetReply;
     case T::kStatsRequest: return T::kStatsReply;
     case T::kRetrieveWriteRootRequest: return T::kRetrieveReply;
+    case T::kScrubRequest: return T::kScrubReply;
+    case T::kParityRequest: return T::kParityReply;
+    case T::kEvictCheckRequest: return T::kEvictCheckReply;
     default: return std::nullopt;
   }
 }
@@ -280,6 +283,22 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
     if (peers.sends > 0 && peers.mode != fz::PeerMode::kEcho &&
         static_cast<std::uint8_t>(peers.mode) <= static_cast<std::uint8_t>(fz::PeerMode::kLongShares)) {
       Fail("a PREPARE succeeded although its SMP round failed or peers sent bad shares");
+    }
+  }
+  if (const auto* pr = std::get_if<wire::ParityReply>(&r->body)) {
+    const auto& q = std::get<wire::ParityRequest>(req->body);
+    const std::uint64_t z = handler.store() ? handler.store()->meta().shape.bucket_size : 0;
+    if (pr->first_bucket != q.first_bucket || pr->damaged.size() != q.count * z ||
+        pr->digests.size() != q.count * z * wire::kParityElemsPerSlot) {
+      Fail("a PARITY reply does not cover exactly the range asked for");
+    }
+  }
+  if (const auto* cr = std::get_if<wire::EvictCheckReply>(&r->body)) {
+    if (handler.store() == nullptr) Fail("an EVICT_CHECK was answered without a store");
+    const auto& shape = handler.store()->meta().shape;
+    if (cr->eviction != std::get<wire::EvictCheckRequest>(req->body).eviction ||
+        cr->digests.size() != 2ull * shape.height * shape.bucket_size * wire::kParityElemsPerSlot) {
+      Fail("an EVICT_CHECK reply is not the digests of one eviction's 2H buckets");
     }
   }
   if (std::holds_alternative<wire::EvictCommitReply>(r->body) && handler.store() == nullptr) {
