@@ -21,6 +21,7 @@
 #include "oramcore/math/slot_digest.h"
 #include "oramcore/tree/geometry.h"
 #include "tests/integration/cluster_fixture.h"
+#include "tests/integration/run_cli.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -41,25 +42,8 @@ std::string DataDir(const cluster::LocalCluster& c, std::size_t i) {
   return c.dir() + "/data-" + std::to_string(i);
 }
 
-struct CliRun {
-  int exit_code = -1;
-  std::string output;
-};
-
-CliRun RunCli(const std::string& args) {
-  const char* cli = std::getenv("S3ORAM_CLI");
-  const std::string cmd =
-      std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1 </dev/null";
-  CliRun r;
-  FILE* p = ::popen(cmd.c_str(), "r");
-  if (!p) return r;
-  char buf[4096];
-  std::size_t n;
-  while ((n = std::fread(buf, 1, sizeof buf, p)) > 0) r.output.append(buf, n);
-  const int status = ::pclose(p);
-  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return r;
-}
+using testing::CliRun;
+using testing::RunCli;
 
 // Server i runs the liar build practising `kinds` (or, empty, the honest
 // server again), with the same data.
