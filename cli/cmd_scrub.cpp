@@ -112,12 +112,48 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
           "servers: INCONSISTENT: %llu slots are not one sharing across the servers although "
           "every server's digests verify (%s; %zu of the first %zu hold a live block): a "
           "server's memory or an eviction produced wrong shares, or a server lies. Reads "
-          "through these buckets fail and evictions through them are refused until one "
-          "server is rebuilt from the other two (s3oram rebuild --server K --force); which "
-          "server is wrong cannot be told from three shares, and a live block survives only "
-          "the rebuild of the wrong one\n",
+          "through these buckets fail and evictions through them are refused until the "
+          "wrong server is rebuilt from the other two; a live block survives only the "
+          "rebuild of the wrong one\n",
           static_cast<unsigned long long>(bad.damaged), DescribeDamage(bad).c_str(), live,
           bad.listed.size());
+      // Which server: the one whose share is left out when the other two
+      // open to a value carrying the share MAC (OddShareOut).
+      std::vector<std::size_t> named(findings->servers.size(), 0);
+      std::size_t unattributed = 0;
+      for (const auto& d : bad.listed) {
+        auto odd = (*client)->OddServerOf(d.bucket, d.slot, std::chrono::milliseconds(a->timeout_ms));
+        if (!odd.ok()) return fail(odd.status().WithContext("naming the wrong server"), 1);
+        if (*odd) {
+          ++named[**odd];
+        } else {
+          ++unattributed;
+        }
+      }
+      std::size_t culprits = 0, culprit = 0;
+      for (std::size_t i = 0; i < named.size(); ++i) {
+        if (named[i] > 0) {
+          ++culprits;
+          culprit = i;
+        }
+      }
+      if (culprits == 1 && unattributed == 0) {
+        std::printf("servers: server %zu holds the odd share of all %zu slots checked (the other "
+                    "two agree on values that carry the share MAC); repair it: s3oram rebuild -s "
+                    "%s --server %zu --force\n",
+                    culprit, bad.listed.size(), a->state.c_str(), culprit);
+      } else if (p.mac_elems == 0) {
+        std::printf("servers: which server is wrong cannot be told: this filesystem was made "
+                    "before share MACs; a live block survives only the rebuild of the wrong "
+                    "server\n");
+      } else {
+        std::printf("servers: the wrong server cannot be named:");
+        for (std::size_t i = 0; i < named.size(); ++i) {
+          if (named[i] > 0) std::printf(" server %zu holds the odd share of %zu slots;", i, named[i]);
+        }
+        std::printf(" %zu slots have no two servers agreeing on an authentic value\n",
+                    unattributed);
+      }
     }
     *exit_code = damaged_servers > 0 || bad.damaged > 0 ? 4 : 0;
     // Every slot verified and agrees: a problem a mount recorded earlier

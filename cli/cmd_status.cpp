@@ -78,6 +78,10 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                 static_cast<unsigned long long>(p.capacity_blocks),
                 HumanBytes(double(pm.live_blocks()) * p.block_bytes).c_str(),
                 HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str());
+    std::printf("evictions   checked for consistency%s\n",
+                p.mac_elems > 0 ? " and by share MAC"
+                                : " only (made before share MACs: a lying server can destroy "
+                                  "what an eviction moves; docs/SECURITY.md)");
     std::printf("client      epoch %llu, seq %llu, evictions %llu, accesses since eviction %llu/%u\n",
                 static_cast<unsigned long long>(c.epoch), static_cast<unsigned long long>(c.seq),
                 static_cast<unsigned long long>(c.ne), static_cast<unsigned long long>(c.nr),

@@ -61,8 +61,10 @@ std::string DescribeParams(const OramParams& p, bool allow_unsafe) {
   const std::uint32_t safe = MinSafeBucketSize(p.evict_rate, p.height, p.lambda, p.capacity_blocks);
   std::ostringstream out;
   char buf[256];
-  std::snprintf(buf, sizeof buf, "  block size B        %u bytes (%llu field elements per slot)\n",
-                p.block_bytes, static_cast<unsigned long long>(p.elems_per_slot()));
+  std::snprintf(buf, sizeof buf,
+                "  block size B        %u bytes (%llu field elements per slot, %u of them the "
+                "share MAC)\n",
+                p.block_bytes, static_cast<unsigned long long>(p.elems_per_slot()), p.mac_elems);
   out << buf;
   std::snprintf(buf, sizeof buf, "  capacity N          %llu blocks (%s); at most A*2^(H-1) = %llu\n",
                 static_cast<unsigned long long>(p.capacity_blocks),

@@ -44,6 +44,7 @@ Result<FsckSnapshot> FsckSnapshot::Load(UnlockedState& state) {
   // One read transaction: every row below comes from the same commit.
   S3ORAM_RETURN_IF_ERROR(sql::Exec(db, "BEGIN").WithContext(state_path));
   FsckSnapshot s;
+  s.params.mac_elems = 0;  // a state made before share MACs has no mac_elems row
   Status err;
   auto fail = [&](Status e) { return e.WithContext(state_path); };
   {
@@ -59,11 +60,12 @@ Result<FsckSnapshot> FsckSnapshot::Load(UnlockedState& state) {
       if (key == "capacity_blocks") s.params.capacity_blocks = v;
       if (key == "parties") s.params.parties = static_cast<std::uint32_t>(v);
       if (key == "threshold") s.params.threshold = static_cast<std::uint32_t>(v);
+      if (key == "mac_elems") s.params.mac_elems = static_cast<std::uint32_t>(v);
     }
     S3ORAM_RETURN_IF_ERROR(fail(err));
   }
   if (s.params.height < 1 || s.params.height > 62 || s.params.bucket_size == 0 ||
-      s.params.block_bytes == 0) {
+      s.params.block_bytes == 0 || s.params.mac_elems > 16) {
     return fail(Status::Corruption("stored ORAM parameters are invalid"));
   }
   {

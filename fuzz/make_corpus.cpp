@@ -98,7 +98,11 @@ void WireCorpus(const fs::path& root) {
   w.Add("parity_request", wire::Encode(h, wire::ParityRequest{2, 5, seed}));
   w.Add("parity_reply", wire::Encode(h, wire::ParityReply{2, {0, 1, 0, 0}, Elems(8, 6)}));
   w.Add("evict_check_request", wire::Encode(h, wire::EvictCheckRequest{5, 2, seed}));
-  w.Add("evict_check_reply", wire::Encode(h, wire::EvictCheckReply{5, Elems(8, 7)}));
+  w.Add("evict_check_reply", wire::Encode(h, wire::EvictCheckReply{5, Elems(8, 7), Elems(6, 9)}));
+  w.Add("mac_open_request", wire::Encode(h, wire::MacOpenRequest{5, seed}));
+  w.Add("mac_open_reply", wire::Encode(h, wire::MacOpenReply{5, Elems(6, 9)}));
+  w.Add("slot_share_request", wire::Encode(h, wire::SlotShareRequest{2, 1}));
+  w.Add("slot_share_reply", wire::Encode(h, wire::SlotShareReply{2, 1, Elems(6, 9)}));
   w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));
@@ -216,10 +220,13 @@ void HandlerCorpus(const fs::path& root) {
                      .Send(Hdr(2), med.Prepare(0, 0))
                      .Send(Hdr(3), wire::EvictCheckRequest{0, 1, check_seed})  // wrong attempt
                      .Send(Hdr(3), wire::EvictCheckRequest{0, 0, check_seed})
+                     .Send(Hdr(3), wire::MacOpenRequest{0, check_seed})
                      .Send(Hdr(3), wire::EvictCommitRequest{0})
                      .Send(Hdr(4), wire::StatusRequest{})
                      .Send(Hdr(5, 0), wire::ParityRequest{1, 3, check_seed})
                      .Send(Hdr(6, 0), wire::ParityRequest{0, 1, check_seed})  // out of range
+                     .Send(Hdr(7, 0), wire::SlotShareRequest{1, 0})
+                     .Send(Hdr(8, 0), wire::SlotShareRequest{1, 1u << 20})  // no such slot
                      .bytes());
   w.Add("evict_retry", Session(fz::kStartMedium).Lease()
                            .Send(Hdr(1), med.Prepare(0, 0), Mode(M::kTimeout))

@@ -237,6 +237,8 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kScrubRequest: return T::kScrubReply;
     case T::kParityRequest: return T::kParityReply;
     case T::kEvictCheckRequest: return T::kEvictCheckReply;
+    case T::kMacOpenRequest: return T::kMacOpenReply;
+    case T::kSlotShareRequest: return T::kSlotShareReply;
     default: return std::nullopt;
   }
 }
@@ -299,6 +301,28 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
     if (cr->eviction != std::get<wire::EvictCheckRequest>(req->body).eviction ||
         cr->digests.size() != 2ull * shape.height * shape.bucket_size * wire::kParityElemsPerSlot) {
       Fail("an EVICT_CHECK reply is not the digests of one eviction's 2H buckets");
+    }
+    if (cr->combination.size() != wire::kEvictCheckCombinations * shape.elems_per_slot) {
+      Fail("an EVICT_CHECK reply does not hold its combinations of one slot each");
+    }
+    for (Elem e : cr->combination) {
+      if (e >= field::kPrime) Fail("an EVICT_CHECK combination holds a non-canonical element");
+    }
+  }
+  if (const auto* mr = std::get_if<wire::MacOpenReply>(&r->body)) {
+    if (handler.store() == nullptr) Fail("a MAC_OPEN was answered without a store");
+    if (mr->eviction != std::get<wire::MacOpenRequest>(req->body).eviction ||
+        mr->combination.size() !=
+            wire::kEvictCheckCombinations * handler.store()->meta().shape.elems_per_slot) {
+      Fail("a MAC_OPEN reply is not the combinations of the eviction asked for");
+    }
+  }
+  if (const auto* sr = std::get_if<wire::SlotShareReply>(&r->body)) {
+    if (handler.store() == nullptr) Fail("a SLOT_SHARE was answered without a store");
+    const auto& q = std::get<wire::SlotShareRequest>(req->body);
+    if (sr->bucket != q.bucket || sr->slot != q.slot ||
+        sr->share.size() != handler.store()->meta().shape.elems_per_slot) {
+      Fail("a SLOT_SHARE reply is not one share of the slot asked for");
     }
   }
   if (std::holds_alternative<wire::EvictCommitReply>(r->body) && handler.store() == nullptr) {

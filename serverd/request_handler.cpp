@@ -1055,14 +1055,22 @@ struct RequestHandler::Impl {
     return Status::Ok();
   }
 
-  Result<wire::Body> HandleScrub(const wire::ScrubRequest& req) {
-    S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "scrub"));
-    const std::uint64_t bytes = std::uint64_t{req.count} * store->bucket_elems() * sizeof(Elem);
-    if (req.count > 1 && bytes > wire::kMaxScrubBytes) {
-      return Status::InvalidArgument("scrub: " + std::to_string(req.count) + " buckets are " +
-                                     std::to_string(bytes) + " bytes, more than one request may read (" +
+  // A SCRUB or PARITY range: in the tree, and at most kMaxScrubBytes of
+  // share file to read unless it is one bucket.
+  Status CheckScrubRange(std::uint64_t first, std::uint32_t count, const char* what) const {
+    S3ORAM_RETURN_IF_ERROR(CheckRange(first, count, what));
+    const std::uint64_t bytes = std::uint64_t{count} * store->bucket_elems() * sizeof(Elem);
+    if (count > 1 && bytes > wire::kMaxScrubBytes) {
+      return Status::InvalidArgument(std::string(what) + ": " + std::to_string(count) +
+                                     " buckets are " + std::to_string(bytes) +
+                                     " bytes, more than one request may read (" +
                                      std::to_string(wire::kMaxScrubBytes) + ")");
     }
+    return Status::Ok();
+  }
+
+  Result<wire::Body> HandleScrub(const wire::ScrubRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "scrub"));
     wire::ScrubReply reply;
     reply.first_bucket = req.first_bucket;
     S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->Scrub(req.first_bucket, req.count));
@@ -1087,13 +1095,7 @@ struct RequestHandler::Impl {
   }
 
   Result<wire::Body> HandleParity(const wire::ParityRequest& req) {
-    S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "parity"));
-    const std::uint64_t bytes = std::uint64_t{req.count} * store->bucket_elems() * sizeof(Elem);
-    if (req.count > 1 && bytes > wire::kMaxScrubBytes) {
-      return Status::InvalidArgument("parity: " + std::to_string(req.count) + " buckets are " +
-                                     std::to_string(bytes) + " bytes, more than one request may read (" +
-                                     std::to_string(wire::kMaxScrubBytes) + ")");
-    }
+    S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "parity"));
     const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
     std::vector<digest::SlotDigest> digests;
     wire::ParityReply reply;
@@ -1114,8 +1116,53 @@ struct RequestHandler::Impl {
 
   Result<wire::Body> HandleEvictCheck(const wire::EvictCheckRequest& req) {
     const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
-    S3ORAM_ASSIGN_OR_RETURN(auto digests, store->ShadowDigests(req.eviction, req.attempt, key));
-    return wire::Body{wire::EvictCheckReply{req.eviction, Flatten(digests)}};
+    std::vector<Elem> combination;
+    S3ORAM_ASSIGN_OR_RETURN(auto digests,
+                            store->ShadowDigests(req.eviction, req.attempt, key, req.seed,
+                                                 wire::kEvictCheckCombinations, &combination));
+    return wire::Body{
+        wire::EvictCheckReply{req.eviction, Flatten(digests), std::move(combination)}};
+  }
+
+  Result<wire::Body> HandleMacOpen(const wire::MacOpenRequest& req) {
+    const ServerMeta& meta = store->meta();
+    const TreeGeometry geo{meta.shape.height, meta.shape.bucket_size};
+    const LeafId leaf = geo.EvictionLeaf(req.eviction);
+    std::vector<BucketId> buckets;
+    for (std::uint32_t k = 0; k <= geo.height; ++k) buckets.push_back(geo.BucketOnPath(leaf, k));
+    buckets.push_back(TreeGeometry::Sibling(leaf));
+    const std::size_t Z = geo.bucket_size, m = static_cast<std::size_t>(store->slot_elems());
+    const std::size_t rows = wire::kEvictCheckCombinations;
+    const std::vector<Elem> weights =
+        digest::CombinationWeights(req.seed, rows, buckets.size() * Z);
+    wire::MacOpenReply reply{req.eviction, std::vector<Elem>(rows * m, 0)};
+    std::vector<Elem> bucket(store->bucket_elems());
+    for (std::size_t i = 0; i < buckets.size(); ++i) {
+      S3ORAM_RETURN_IF_ERROR(store->ReadBucket(buckets[i], bucket));
+      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(buckets[i], bucket));
+      for (std::size_t r = 0; r < rows; ++r) {
+        digest::AddCombination(bucket, m,
+                               std::span<const Elem>(weights).subspan(r * buckets.size() * Z + i * Z, Z),
+                               std::span<Elem>(reply.combination).subspan(r * m, m));
+      }
+    }
+    return wire::Body{std::move(reply)};
+  }
+
+  Result<wire::Body> HandleSlotShare(const wire::SlotShareRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckRange(req.bucket, 1, "slot share"));
+    const std::uint64_t z = store->meta().shape.bucket_size;
+    if (req.slot >= z) {
+      return Status::InvalidArgument("slot share: slot " + std::to_string(req.slot) +
+                                     " >= bucket size " + std::to_string(z));
+    }
+    std::vector<Elem> bucket(store->bucket_elems());
+    S3ORAM_RETURN_IF_ERROR(store->ReadBucket(req.bucket, bucket));
+    S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(req.bucket, bucket));
+    const std::size_t m = static_cast<std::size_t>(store->slot_elems());
+    const auto first = bucket.begin() + static_cast<std::ptrdiff_t>(req.slot * m);
+    return wire::Body{wire::SlotShareReply{req.bucket, req.slot,
+                                           std::vector<Elem>(first, first + static_cast<std::ptrdiff_t>(m))}};
   }
 
   Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
@@ -1156,6 +1203,15 @@ struct RequestHandler::Impl {
             // Reads the holder's prepared eviction; changes nothing.
             S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleEvictCheck(body);
+          } else if constexpr (std::is_same_v<T, wire::MacOpenRequest>) {
+            // Reads the holder's committed tree; changes nothing.
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
+            if (!store) return Status::FailedPrecondition("server holds no filesystem");
+            return HandleMacOpen(body);
+          } else if constexpr (std::is_same_v<T, wire::SlotShareRequest>) {
+            // Read-only, no lease: scrub runs beside a mount.
+            S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
+            return HandleSlotShare(body);
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);
           } else if constexpr (std::is_same_v<T, wire::LeaseAcquireRequest>) {

@@ -1042,7 +1042,9 @@ Result<std::vector<std::uint8_t>> ShareStore::Scrub(
 }
 
 Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
-    std::uint64_t eviction, std::uint32_t attempt, const digest::DigestKey& public_key) const {
+    std::uint64_t eviction, std::uint32_t attempt, const digest::DigestKey& public_key,
+    const digest::Seed& combination_seed, std::size_t combination_rows,
+    std::vector<Elem>* combination) const {
   const Impl& im = *impl_;
   if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction ||
       im.shadow.attempt != attempt) {
@@ -1059,7 +1061,13 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
   }
   const std::size_t m = slot_elems();
   std::vector<Elem> bucket(bucket_elems());
-  std::vector<digest::SlotDigest> out(im.shadow.buckets.size() * im.geo.z);
+  const std::size_t slots = im.shadow.buckets.size() * im.geo.z;
+  std::vector<digest::SlotDigest> out(slots);
+  std::vector<Elem> weights;
+  if (combination != nullptr) {
+    weights = digest::CombinationWeights(combination_seed, combination_rows, slots);
+    combination->assign(combination_rows * m, 0);
+  }
   for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
     S3ORAM_RETURN_IF_ERROR(PreadAll(im.shadow_fd.get(), bucket.data(), im.geo.bucket_bytes,
                                     im.shadow.data_offset + i * im.geo.bucket_bytes,
@@ -1076,6 +1084,13 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
                                std::to_string(slot) + " differs from what was written)");
       }
       (void)public_key.Digest(x, &out[i * im.geo.z + slot]);
+    }
+    // Every slot is canonical now (its stored digest matched), as the
+    // kernel requires.
+    for (std::size_t r = 0; r < combination_rows && combination != nullptr; ++r) {
+      digest::AddCombination(bucket, m,
+                             std::span<const Elem>(weights).subspan(r * slots + i * im.geo.z, im.geo.z),
+                             std::span<Elem>(*combination).subspan(r * m, m));
     }
   }
   return out;

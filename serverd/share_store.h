@@ -131,9 +131,13 @@ class ShareStore {
   // `eviction` (attempt `attempt`), bucket by bucket in BeginShadow's order,
   // each slot first checked against the digest stored with it (Damaged if
   // it fails). FailedPrecondition if that shadow is not the sealed one.
-  Result<std::vector<digest::SlotDigest>> ShadowDigests(std::uint64_t eviction,
-                                                        std::uint32_t attempt,
-                                                        const digest::DigestKey& public_key) const;
+  // With `combination` set, also writes there `combination_rows` linear
+  // combinations of all those slots (row r: sum_q w[r][q] * slot_q, w =
+  // digest::CombinationWeights(combination_seed, rows, slots)), m elements each.
+  Result<std::vector<digest::SlotDigest>> ShadowDigests(
+      std::uint64_t eviction, std::uint32_t attempt, const digest::DigestKey& public_key,
+      const digest::Seed& combination_seed = {}, std::size_t combination_rows = 0,
+      std::vector<Elem>* combination = nullptr) const;
   // The Damaged status for slot `slot` of bucket b: names the server, the
   // file, the bucket and slot, and what repairs it. `what` says how it was
   // found.

@@ -26,11 +26,13 @@ Secret Derive(const Secret& master, const Context& context, std::uint64_t id) {
 constexpr Context kBlockContext = "s3oblock";
 constexpr Context kStateContext = "s3ostate";
 constexpr Context kBackupContext = "s3obakup";
+constexpr Context kShareMacContext = "s3osmac_";
 
 }  // namespace
 
 Secret DeriveBlockKey(const Secret& master) { return Derive(master, kBlockContext, 1); }
 Secret DeriveStateKey(const Secret& master) { return Derive(master, kStateContext, 1); }
 Secret DeriveBackupKey(const Secret& master) { return Derive(master, kBackupContext, 1); }
+Secret DeriveShareMacKey(const Secret& master) { return Derive(master, kShareMacContext, 1); }
 
 }  // namespace s3oram

@@ -5,6 +5,8 @@
 #include <cassert>
 #include <cstring>
 
+#include "oramcore/math/kernels.h"
+
 namespace s3oram::digest {
 
 namespace {
@@ -86,6 +88,31 @@ std::size_t DigestKey::DigestBucket(std::span<const Elem> bucket, std::span<Slot
     if (!Digest(bucket.subspan(s * m_, m_), &out[s])) return s;
   }
   return out.size();
+}
+
+std::vector<Elem> CombinationWeights(const Seed& seed, std::size_t rows, std::size_t count) {
+  // A seed of its own for the weights (BLAKE2b keyed by the request's seed),
+  // so they are not the digest key's stream.
+  static constexpr char kLabel[] = "s3oram evict-check combination weights";
+  Seed derived{};
+  crypto_generichash(derived.data(), derived.size(), reinterpret_cast<const unsigned char*>(kLabel),
+                     sizeof kLabel - 1, seed.data(), seed.size());
+  std::vector<Elem> w(rows * count);
+  randombytes_buf_deterministic(w.data(), w.size() * sizeof(Elem), derived.data());
+  for (Elem& x : w) {
+    x &= field::kPrime;
+    if (x == field::kPrime) x = 0;
+  }
+  return w;
+}
+
+void AddCombination(std::span<const Elem> slots, std::size_t m, std::span<const Elem> weights,
+                    std::span<Elem> acc) {
+  assert(slots.size() == weights.size() * m && acc.size() == m);
+  std::vector<Elem> part(m);
+  const Elem* rows[] = {slots.data()};
+  kernels::PathInnerProduct(rows, weights.size(), m, weights, part.data(), {0, m});
+  for (std::size_t c = 0; c < m; ++c) acc[c] = field::Add(acc[c], part[c]);
 }
 
 SlotDigest Combine(std::span<const Elem> coefs, std::span<const SlotDigest> digests) {

@@ -59,6 +59,20 @@ class DigestKey {
   std::vector<Elem> weights_;  // kDigestElems rows of m, row-major
 };
 
+// Public weights for `rows` random linear combinations of `count` slots
+// (rows x count, row-major), deterministic in the seed and independent of the
+// DigestKey of the same seed: EVICT_CHECK opens sum_q w[r][q] * slot_q of an
+// eviction's prepared slots so the client can verify its share MAC
+// (math/share_mac.h). Every server derives the same weights from the seed the
+// client sends after the shares exist.
+std::vector<Elem> CombinationWeights(const Seed& seed, std::size_t rows, std::size_t count);
+
+// acc[c] += sum_s weights[s] * slots[s * m + c] (mod p) for c < m: one
+// bucket's (or any run of slots') part of such a combination. slots holds
+// weights.size() canonical slots of m elements; acc has m elements.
+void AddCombination(std::span<const Elem> slots, std::size_t m, std::span<const Elem> weights,
+                    std::span<Elem> acc);
+
 // sum_q coefs[q] * digests[q] (mod p): what the digest of the combination of
 // the slots must be.
 SlotDigest Combine(std::span<const Elem> coefs, std::span<const SlotDigest> digests);

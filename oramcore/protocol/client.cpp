@@ -19,6 +19,7 @@
 #include "oramcore/math/field.h"
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/math/share_mac.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/lease_holder.h"
 
@@ -68,6 +69,26 @@ void ShareVector(std::span<const Elem> secret, std::size_t t,
     ptrs.push_back(o.data());
   }
   shamir::Create(secret, t, coeffs, ptrs);
+}
+
+// Opens a degree-t sharing of m elements (one pointer per party) into out,
+// after checking every element's shares against the code's parity checks.
+// False, out unspecified, if some element's shares do not lie on one
+// polynomial of degree t.
+bool OpenChecked(std::span<const Elem* const> shares,
+                 const std::vector<std::vector<Elem>>& parity_rows,
+                 const std::vector<Elem>& lambda, std::size_t m, Elem* out) {
+  for (const auto& row : parity_rows) {
+    for (std::size_t c = 0; c < m; ++c) {
+      Elem acc = 0;
+      for (std::size_t i = 0; i < shares.size(); ++i) {
+        acc = field::Add(acc, field::Mul(row[i], shares[i][c]));
+      }
+      if (acc != 0) return false;
+    }
+  }
+  shamir::Recover(shares, lambda, m, out);
+  return true;
 }
 
 using Clock = std::chrono::steady_clock;
@@ -228,10 +249,16 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::shared_ptr<UnlockedState> shared(std::move(unlocked));
   client->sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
   client->backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
+  const Secret mac_secret = DeriveShareMacKey(shared->master());
   S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(std::move(shared)));
   const FsConfig& config = client->store_->config();
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
                              .WithContext("parameters in " + state_path));
+  if (config.params.mac_elems > 0) {
+    client->mac_ = std::make_unique<share_mac::ShareMacKey>(
+        std::span<const std::uint8_t, share_mac::kKeyBytes>(mac_secret.data(), share_mac::kKeyBytes),
+        static_cast<std::size_t>(config.params.data_elems_per_slot()));
+  }
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
@@ -734,8 +761,13 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   // replaced by a fresh version all the same. The retrieval ran as for any
   // access, so the servers see the same access either way.
   const bool whole_write = op == AccessOp::kWrite && !modify;
+  const std::span<const Elem> data_part =
+      std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
+  // The tags are checked too, so that no changed element of an answer goes
+  // unnoticed (the seal covers only the data part).
   const bool authentic =
-      !where || (field::Unpack(elems, sealed) && sealer_->Open(id, old.version, sealed, previous));
+      !where || (field::Unpack(data_part, sealed) && (!mac_ || mac_->Verify(elems)) &&
+                 sealer_->Open(id, old.version, sealed, previous));
   if (!authentic && whole_write) {
     spdlog::warn("block {} (version {}) did not authenticate; it is overwritten whole with "
                  "version {}",
@@ -744,7 +776,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   } else if (!authentic) {
     // Nothing of this access was written or logged: the block stays where
     // it is, and the next access to it retries the same path.
-    const bool packed = field::Unpack(elems, sealed);
+    const bool packed = field::Unpack(data_part, sealed);
     Status bad = Status::Integrity(
         "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
         ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
@@ -767,7 +799,9 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   }
   if (where || op == AccessOp::kWrite) {
     sealer_->Seal(id, old.version + 1, op == AccessOp::kWrite ? data : previous, sealed);
-    field::Pack(sealed, elems);
+    std::fill(elems.begin(), elems.end(), 0);
+    field::Pack(sealed, std::span<Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot())));
+    if (mac_) mac_->Tag(elems);
   } else {
     std::fill(elems.begin(), elems.end(), 0);
   }
@@ -1126,6 +1160,27 @@ Status OramClient::KeepBackupMark() {
   return store_->Commit(batch, /*durable=*/true);
 }
 
+Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
+                                                            std::uint32_t slot,
+                                                            std::chrono::milliseconds timeout) {
+  if (!mac_) return std::optional<std::size_t>();
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  wire::Header h = NextHeader();
+  const auto frame = wire::Encode(h, wire::SlotShareRequest{bucket, slot});
+  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(auto replies,
+                          servers_->Exchange(frames, h, wire::MessageType::kSlotShareReply, opts));
+  std::vector<std::vector<Elem>> shares;
+  for (auto& r : replies) {
+    auto& reply = std::get<wire::SlotShareReply>(r.body);
+    if (reply.bucket != bucket || reply.slot != slot) {
+      return Status::Protocol("a server answered SLOT_SHARE for another slot");
+    }
+    shares.push_back(std::move(reply.share));
+  }
+  return OddShareOut(shares, *mac_);
+}
+
 Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first,
                                                              std::uint32_t count,
                                                              const wire::ParitySeed& seed,
@@ -1152,7 +1207,10 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
   S3ORAM_ASSIGN_OR_RETURN(
       auto replies,
       servers_->Exchange(frames, h, wire::MessageType::kEvictCheckReply, options_.requests));
+  const std::size_t m = params().elems_per_slot();
+  const std::size_t combined_elems = wire::kEvictCheckCombinations * m;
   std::vector<std::vector<Elem>> digests;
+  std::vector<std::vector<Elem>> combinations;
   for (std::size_t i = 0; i < replies.size(); ++i) {
     auto& r = std::get<wire::EvictCheckReply>(replies[i].body);
     if (r.eviction != eviction) {
@@ -1160,10 +1218,17 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
                               std::to_string(r.eviction) + " instead of " +
                               std::to_string(eviction));
     }
+    if (r.combination.size() != combined_elems) {
+      return Status::Protocol("server " + std::to_string(i) + " sent " +
+                              std::to_string(r.combination.size()) +
+                              " combination elements for eviction " + std::to_string(eviction) +
+                              ", expected " + std::to_string(combined_elems));
+    }
     digests.push_back(std::move(r.digests));
+    combinations.push_back(std::move(r.combination));
   }
   const auto bad = InconsistentSlots(parity_rows_, digests);
-  if (bad.empty()) return Status::Ok();
+  if (bad.empty()) return CheckEvictionMac(eviction, attempt, combinations);
   const std::size_t Z = params().bucket_size;
   const std::string where = "bucket index " + std::to_string(bad[0] / Z) + " slot " +
                             std::to_string(bad[0] % Z);
@@ -1175,6 +1240,92 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
                            " prepared slots are inconsistent across the servers " + ServerSetName() +
                            " (first: " + where +
                            "); a server computed or dealt wrong shares; nothing was committed");
+}
+
+Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attempt,
+                                    const std::vector<std::vector<Elem>>& combinations) {
+  if (!mac_) return Status::Ok();  // a filesystem made before share MACs
+  const std::size_t m = params().elems_per_slot();
+  const std::size_t n = combinations.size();
+  // Each combination is a degree-t sharing like any slot: its shares must
+  // satisfy the parity checks (the per-slot digests already passed, so a
+  // failure here means a server answered about other shares than it holds),
+  // then the opened value must carry a valid tag.
+  auto refused = [&](const std::string& what) {
+    spdlog::error("eviction {} attempt {}: {}; not committed", eviction, attempt, what);
+    return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
+                             std::to_string(attempt) + ": " + what + " (servers " +
+                             ServerSetName() + "); nothing was committed");
+  };
+  std::vector<Elem> opened(m);
+  std::vector<const Elem*> ptrs(n);
+  for (std::size_t r = 0; r < wire::kEvictCheckCombinations; ++r) {
+    for (std::size_t i = 0; i < n; ++i) ptrs[i] = combinations[i].data() + r * m;
+    if (!OpenChecked(ptrs, parity_rows_, lambda_, m, opened.data())) {
+      return refused("the servers' shares of a check combination are inconsistent across "
+                     "the servers (a server answered the check about other shares than "
+                     "it holds)");
+    }
+    if (mac_->Verify(opened)) continue;
+    // The output does not authenticate. Either a server dealt wrong shares
+    // in this eviction, or a value that was already wrong at rest (all
+    // servers agreeing on it: a server rebuilt from a damaged peer) was
+    // moved. Only the first is refused: refusing the second would stop every
+    // eviction through that bucket for good, and the value is lost either way.
+    S3ORAM_ASSIGN_OR_RETURN(const bool inputs_authentic, EvictionInputsAuthentic(eviction));
+    if (inputs_authentic) {
+      return refused("the prepared buckets are consistent across the servers but do not "
+                     "authenticate (share MAC) while the buckets they were computed from do: "
+                     "a server dealt a consistent sharing of wrong values during the eviction");
+    }
+    const Status at_rest = Status::Integrity(
+        "the buckets eviction " + std::to_string(eviction) +
+        " reads already hold a value that is consistent across the servers but does not "
+        "authenticate (share MAC): a block stored there is lost (e.g. a server was rebuilt "
+        "from a damaged peer). The eviction goes ahead checked for consistency only; "
+        "s3oram fsck -y --zero-damaged finds and frees the lost block");
+    spdlog::error("{}", at_rest.message());
+    NoteProblem(at_rest);
+    return Status::Ok();
+  }
+  return Status::Ok();
+}
+
+Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
+  const std::size_t m = params().elems_per_slot();
+  const std::size_t rows = wire::kEvictCheckCombinations;
+  wire::ParitySeed seed;
+  random::Bytes(seed);
+  wire::Header h = NextHeader();
+  const auto frame = wire::Encode(h, wire::MacOpenRequest{eviction, seed});
+  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies, servers_->Exchange(frames, h, wire::MessageType::kMacOpenReply,
+                                       options_.evictions));
+  std::vector<const Elem*> ptrs;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& r = std::get<wire::MacOpenReply>(replies[i].body);
+    if (r.eviction != eviction || r.combination.size() != rows * m) {
+      return Status::Protocol("server " + std::to_string(i) +
+                              " answered MAC_OPEN for another eviction or with " +
+                              std::to_string(r.combination.size()) + " elements, expected " +
+                              std::to_string(rows * m));
+    }
+    ptrs.push_back(r.combination.data());
+  }
+  std::vector<Elem> opened(m);
+  std::vector<const Elem*> row_ptrs(ptrs.size());
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t i = 0; i < ptrs.size(); ++i) row_ptrs[i] = ptrs[i] + r * m;
+    if (!OpenChecked(row_ptrs, parity_rows_, lambda_, m, opened.data())) {
+      return Status::Integrity("eviction " + std::to_string(eviction) +
+                               ": the servers' shares of the committed buckets' check "
+                               "combination are inconsistent across the servers " +
+                               ServerSetName());
+    }
+    if (!mac_->Verify(opened)) return false;
+  }
+  return true;
 }
 
 Result<wire::LeaseReply> OramClient::QueryLease(std::size_t server) {
@@ -1226,8 +1377,10 @@ Status OramClient::Close() {
 
 void OramClient::NoteProblem(const Status& st) {
   const bool damaged = st.code() == Status::Code::kDamaged;
-  const bool inconsistent = st.code() == Status::Code::kIntegrity &&
-                            st.message().find("inconsistent across the servers") != std::string::npos;
+  const bool inconsistent =
+      st.code() == Status::Code::kIntegrity &&
+      (st.message().find("inconsistent across the servers") != std::string::npos ||
+       st.message().find("authenticate (share MAC)") != std::string::npos);
   if (!damaged && !inconsistent) return;
   std::string text = st.message();
   if (text.size() > 2000) text.resize(2000);

@@ -68,6 +68,10 @@
 
 namespace s3oram {
 
+namespace share_mac {
+class ShareMacKey;
+}  // namespace share_mac
+
 enum class AccessOp { kRead, kWrite };
 
 struct ClientOptions {
@@ -201,6 +205,12 @@ class OramClient {
                                                    std::chrono::milliseconds timeout);
   // The parity checks of the parties' sharings (shamir::ParityChecks).
   const std::vector<std::vector<field::Elem>>& parity_rows() const { return parity_rows_; }
+  // Which server holds the odd share of committed slot (bucket, slot), read
+  // with SLOT_SHARE from every server and judged by OddShareOut
+  // (protocol/consistency.h); nullopt if not attributable, or on a
+  // filesystem without share MACs.
+  Result<std::optional<std::size_t>> OddServerOf(std::uint64_t bucket, std::uint32_t slot,
+                                                 std::chrono::milliseconds timeout);
 
   // The lease as server i sees it (LEASE_QUERY; changes nothing).
   Result<wire::LeaseReply> QueryLease(std::size_t server);
@@ -262,8 +272,18 @@ class OramClient {
   Status FinishPendingEviction();
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
   // EVICT_CHECK on every server: Integrity if the prepared buckets of this
-  // attempt are not consistent sharings (oramcore/protocol/consistency.h).
+  // attempt are not consistent sharings (oramcore/protocol/consistency.h) or,
+  // with share MACs, if random combinations of them do not authenticate.
   Status CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt);
+  // The share-MAC half of that check on the servers' combination shares
+  // (kEvictCheckCombinations * m elements from each server, sizes checked).
+  // A failure whose inputs do not authenticate either is logged and noted
+  // but not refused (see the comment in the definition).
+  Status CheckEvictionMac(std::uint64_t eviction, std::uint32_t attempt,
+                          const std::vector<std::vector<field::Elem>>& combinations);
+  // MAC_OPEN: whether random combinations of the committed buckets eviction
+  // `eviction` reads carry valid share MACs.
+  Result<bool> EvictionInputsAuthentic(std::uint64_t eviction);
   // Shares `secret` afresh among the servers and sends server i the request
   // make_request(its shares), all under one new header; returns the replies.
   // `compute_ns` and `wait_ns` accumulate the time spent sharing and encoding,
@@ -323,6 +343,9 @@ class OramClient {
   std::chrono::steady_clock::time_point eviction_retry_at_{};
   std::unique_ptr<ClientStateStore> store_;
   std::unique_ptr<BlockSealer> sealer_;  // null when read-only
+  // The share MAC (math/share_mac.h) of every slot this client writes and of
+  // every eviction it commits; null for a filesystem made before share MACs.
+  std::unique_ptr<share_mac::ShareMacKey> mac_;
   std::unique_ptr<PositionMap> pm_;
   std::unique_ptr<ServerSet> servers_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
@@ -336,8 +359,8 @@ class OramClient {
   bool fenced_ = false;
   FreshnessVerdict freshness_;
   std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
-  std::uint64_t opened_epoch_ = 0;
-  std::string noted_problem_;  // the ProblemNote text this client last wrote  // the state's epoch before this Open raised it
+  std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
+  std::string noted_problem_;       // the ProblemNote text this client last wrote
   Secret backup_key_;            // empty when read-only
 };
 

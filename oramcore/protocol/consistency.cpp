@@ -1,5 +1,6 @@
 #include "oramcore/protocol/consistency.h"
 
+#include "oramcore/math/shamir.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {
@@ -37,6 +38,34 @@ std::vector<std::size_t> InconsistentSlots(
     if (bad) out.push_back(k);
   }
   return out;
+}
+
+std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>> shares,
+                                       const share_mac::ShareMacKey& key) {
+  const std::size_t n = shares.size();
+  const std::size_t m = key.slot_elems();
+  if (n < 3) return std::nullopt;
+  for (const auto& s : shares) {
+    if (s.size() != m) return std::nullopt;
+  }
+  std::optional<std::size_t> odd;
+  std::vector<field::Elem> opened(m);
+  for (std::size_t k = 0; k < n; ++k) {
+    std::vector<field::Elem> xs;
+    std::vector<const field::Elem*> ptrs;
+    for (std::size_t i = 0; i < n; ++i) {
+      if (i == k) continue;
+      xs.push_back(shamir::PartyX(i));
+      ptrs.push_back(shares[i].data());
+    }
+    auto lambda = shamir::LagrangeAtZero(xs);
+    if (!lambda.ok()) return std::nullopt;
+    shamir::Recover(ptrs, *lambda, m, opened.data());
+    if (!key.Verify(opened)) continue;
+    if (odd) return std::nullopt;  // two candidates: not attributable
+    odd = k;
+  }
+  return odd;
 }
 
 }  // namespace s3oram

@@ -15,10 +15,12 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
 #include "oramcore/math/field.h"
+#include "oramcore/math/share_mac.h"
 
 namespace s3oram {
 
@@ -31,5 +33,17 @@ std::vector<std::size_t> InconsistentSlots(
     const std::vector<std::vector<field::Elem>>& parity_rows,
     std::span<const std::vector<field::Elem>> digests,
     std::span<const std::vector<std::uint8_t>> skip = {});
+
+// Which server holds the odd share of one slot whose shares are inconsistent
+// (shares[i] is party i's share, all of one length): the k for which the
+// shares of every other party, interpolated at zero, open to a value that
+// carries a valid share MAC (math/share_mac.h), if exactly one k does. With
+// three parties and t = 1 that is the pair of servers that agree on an
+// authentic value; the third is wrong. nullopt when no such k or more than one
+// exists (two servers wrong, or shares of other lengths): not attributable.
+// The honest value of a dummy slot is zero, which is authentic, so dummy
+// slots are attributed like live ones.
+std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>> shares,
+                                       const share_mac::ShareMacKey& key);
 
 }  // namespace s3oram

@@ -14,6 +14,10 @@
 #include "oramcore/base/random.h"
 #include "oramcore/crypto/block_seal.h"
 #include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/subkeys.h"
+#include "oramcore/math/shamir.h"
+#include "oramcore/math/share_mac.h"
+#include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/lease_holder.h"
 #include "oramcore/protocol/scrub.h"
 #include "oramcore/protocol/state_backup.h"
@@ -130,6 +134,48 @@ Status ReconcileSurvivors(Session& s, const std::vector<std::size_t>& survivors,
   return Status::Ok();
 }
 
+// For a forced rebuild of a server whose share file verifies: the slots whose
+// shares disagree across the servers, and for each the server the share MAC
+// names as holding the odd share (OddShareOut). Replacing any other server
+// would fold the error into a consistent wrong sharing. Returns the named
+// servers' counts, one entry per party.
+Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(Session& s, const OramParams& p,
+                                                               const share_mac::ShareMacKey& key) {
+  const std::size_t n = s.config.servers.size();
+  std::vector<field::Elem> xs;
+  for (std::size_t i = 0; i < n; ++i) xs.push_back(shamir::PartyX(i));
+  S3ORAM_ASSIGN_OR_RETURN(auto parity_rows, shamir::ParityChecks(xs, p.threshold));
+  S3ORAM_ASSIGN_OR_RETURN(
+      ConsistencyFindings found,
+      ScrubAndCompare(
+          p, parity_rows,
+          [&](std::uint64_t first, std::uint32_t count,
+              const wire::ParitySeed& seed) -> Result<std::vector<wire::ParityReply>> {
+            std::vector<wire::ParityReply> out;
+            for (std::size_t i = 0; i < n; ++i) {
+              S3ORAM_ASSIGN_OR_RETURN(wire::Message m,
+                                      s.Ask(i, wire::ParityRequest{first, count, seed},
+                                            wire::MessageType::kParityReply,
+                                            s.options.client.requests));
+              out.push_back(std::get<wire::ParityReply>(std::move(m.body)));
+            }
+            return out;
+          },
+          {}));
+  std::vector<std::size_t> named(n, 0);
+  for (const DamagedSlot& d : found.inconsistent.listed) {
+    std::vector<std::vector<field::Elem>> shares;
+    for (std::size_t i = 0; i < n; ++i) {
+      S3ORAM_ASSIGN_OR_RETURN(wire::Message m, s.Ask(i, wire::SlotShareRequest{d.bucket, d.slot},
+                                                     wire::MessageType::kSlotShareReply,
+                                                     s.options.client.requests));
+      shares.push_back(std::get<wire::SlotShareReply>(std::move(m.body)).share);
+    }
+    if (const auto odd = OddShareOut(shares, key)) ++named[*odd];
+  }
+  return named;
+}
+
 }  // namespace
 
 Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,
@@ -142,6 +188,7 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                           UnlockedState::Unlock(state_path, passphrase));
   // Seals this run's lease description.
   auto sealer = std::make_unique<BlockSealer>(unlocked->master(), unlocked->header().fs_id);
+  const Secret mac_secret = DeriveShareMacKey(unlocked->master());
   S3ORAM_ASSIGN_OR_RETURN(auto store,
                           ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
   const FsConfig& config = store->config();
@@ -250,6 +297,26 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
             Name(j, *s.servers) + " has " + std::to_string(f.damaged) + " damaged slots (" +
             DescribeDamage(f) + "); rebuild that server instead: s3oram rebuild --server " +
             std::to_string(j));
+      }
+    }
+    if (k_findings.damaged == 0 && options.force && p.mac_elems > 0) {
+      const share_mac::ShareMacKey key(
+          std::span<const std::uint8_t, share_mac::kKeyBytes>(mac_secret.data(),
+                                                              share_mac::kKeyBytes),
+          static_cast<std::size_t>(p.data_elems_per_slot()));
+      S3ORAM_ASSIGN_OR_RETURN(auto named, OddServersOfInconsistentSlots(s, p, key));
+      for (std::size_t j = 0; j < named.size(); ++j) {
+        if (j == K || named[j] == 0) continue;
+        return Status::FailedPrecondition(
+            "refusing to rebuild " + Name(K, *s.servers) + ": the servers' shares disagree in " +
+            std::to_string(named[j]) + " slots and the share MAC names " + Name(j, *s.servers) +
+            " as holding the odd share (the other two agree on authentic values); rebuilding " +
+            "server " + std::to_string(K) + " would make the wrong values permanent. Rebuild "
+            "that server instead: s3oram rebuild --server " + std::to_string(j) + " --force");
+      }
+      if (named[K] > 0) {
+        spdlog::info("{} holds the odd share of {} inconsistent slots; replacing its share",
+                     Name(K, *s.servers), named[K]);
       }
     }
     if (k_findings.damaged == 0 && !options.force) {

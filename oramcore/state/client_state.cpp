@@ -15,7 +15,8 @@
 //                                       every OramParams field, allow_unsafe,
 //                                       kdf_ops, kdf_mem, key_salt (16-byte
 //                                       BLOB), key_nonce (24), key_sealed (48),
-//                                       client_key_file (TEXT); optional
+//                                       client_key_file (TEXT), mac_elems
+//                                       (absent before share MACs: 0); optional
 //                                       backup_generation, backup_epoch
 //                                       (the BackupMark: both or neither);
 //                                       optional problem_text (TEXT),
@@ -44,6 +45,7 @@
 #include <utility>
 
 #include "oramcore/base/fault_point.h"
+#include "oramcore/math/share_mac.h"
 #include "oramcore/wire/curve_keys.h"
 #include "oramcore/state/sql.h"
 
@@ -297,6 +299,7 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
       std::int64_t v = f.u32 ? std::int64_t{config.params.*f.u32} : ToSql(config.params.*f.u64);
       S3ORAM_RETURN_IF_ERROR(put_int(f.key, v));
     }
+    S3ORAM_RETURN_IF_ERROR(put_int("mac_elems", config.params.mac_elems));
     S3ORAM_RETURN_IF_ERROR(put_int("allow_unsafe", config.allow_unsafe ? 1 : 0));
     meta.Text(1, "client_key_file");
     meta.Text(2, config.client_key_file);
@@ -410,6 +413,17 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
       } else {
         cfg.params.*f.u64 = FromSql(*v);
       }
+    }
+    // Optional: a state made before share MACs has no row and no tags.
+    cfg.params.mac_elems = 0;
+    if (auto mac = get_int("mac_elems"); mac.ok()) {
+      if (*mac != 0 && *mac != std::int64_t{share_mac::kShareMacElems}) {
+        return fail(Status::Corruption("meta row 'mac_elems' is " + std::to_string(*mac) +
+                                       ", not 0 or " + std::to_string(share_mac::kShareMacElems)));
+      }
+      cfg.params.mac_elems = static_cast<std::uint32_t>(*mac);
+    } else if (mac.status().message().find("missing") == std::string::npos) {
+      return fail(mac.status());
     }
     auto unsafe = get_int("allow_unsafe");
     if (!unsafe.ok()) return fail(unsafe.status());

@@ -23,6 +23,7 @@
 #include "oramcore/crypto/seal_format.h"
 #include "oramcore/math/elem_packing.h"
 #include "oramcore/math/field.h"
+#include "oramcore/math/share_mac.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {
@@ -200,7 +201,11 @@ std::uint64_t OramParams::sealed_bytes() const {
   return std::uint64_t{block_bytes} + kSealOverhead;
 }
 
-std::uint64_t OramParams::elems_per_slot() const { return field::ElemsForBytes(sealed_bytes()); }
+std::uint64_t OramParams::data_elems_per_slot() const {
+  return field::ElemsForBytes(sealed_bytes());
+}
+
+std::uint64_t OramParams::elems_per_slot() const { return data_elems_per_slot() + mac_elems; }
 
 std::uint64_t OramParams::slot_bytes() const { return elems_per_slot() * field::kElemBytes; }
 
@@ -232,6 +237,10 @@ Status ValidateParams(const OramParams& p, bool allow_unsafe) {
     return bad("height H must be in [1, " + std::to_string(kMaxHeight) + "]");
   }
   if (p.evict_rate < 1) return bad("eviction rate A must be >= 1");
+  if (p.mac_elems != 0 && p.mac_elems != share_mac::kShareMacElems) {
+    return bad("share MAC elements must be 0 (a filesystem made before share MACs) or " +
+               std::to_string(share_mac::kShareMacElems));
+  }
   if (p.bucket_size < p.evict_rate) {
     return bad("bucket size Z must be >= A (the root takes A blocks between evictions)");
   }

@@ -35,11 +35,18 @@ struct OramParams {
   std::uint32_t lambda = 80;      // target: P(overflow per eviction) <= 2^-lambda
   std::uint32_t parties = 3;      // ℓ
   std::uint32_t threshold = 1;    // t
+  // Tag elements of the linear share MAC after each slot's data
+  // (math/share_mac.h): kShareMacElems for every filesystem made since the
+  // MAC exists, 0 for older ones (their state has no "mac_elems" row), whose
+  // evictions are checked for consistency but not for consistent wrong values.
+  std::uint32_t mac_elems = 4;
 
   TreeGeometry geometry() const { return TreeGeometry{height, bucket_size}; }
   // Bytes of a sealed block: B + nonce + tag (seal_format.h).
   std::uint64_t sealed_bytes() const;
-  // Field elements per slot (m): enough to pack sealed_bytes().
+  // Field elements that pack sealed_bytes() (d).
+  std::uint64_t data_elems_per_slot() const;
+  // Field elements per slot (m = d + mac_elems).
   std::uint64_t elems_per_slot() const;
   std::uint64_t slot_bytes() const;  // m * sizeof(Elem): bytes of one slot in a share file
   std::uint64_t max_capacity_blocks() const;  // A * 2^(H-1)

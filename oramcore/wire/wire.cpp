@@ -559,6 +559,28 @@ template <class Io>
 void Fields(Io& io, Ref<Io, EvictCheckReply> m) {
   io.U64(m.eviction, "eviction");
   io.Elems(m.digests, "digests");
+  io.Elems(m.combination, "combination");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, MacOpenRequest> m) {
+  io.U64(m.eviction, "eviction");
+  io.Fixed(m.seed, "seed");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, MacOpenReply> m) {
+  io.U64(m.eviction, "eviction");
+  io.Elems(m.combination, "combination");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, SlotShareRequest> m) {
+  io.U64(m.bucket, "bucket");
+  io.U32(m.slot, "slot");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, SlotShareReply> m) {
+  io.U64(m.bucket, "bucket");
+  io.U32(m.slot, "slot");
+  io.Elems(m.share, "share");
 }
 template <class Io>
 void Fields(Io&, Ref<Io, StatsRequest>) {}
@@ -652,7 +674,11 @@ S3ORAM_WIRE_TAG(ScrubReply, kScrubReply, 2);
 S3ORAM_WIRE_TAG(ParityRequest, kParityRequest, 3);
 S3ORAM_WIRE_TAG(ParityReply, kParityReply, 3);
 S3ORAM_WIRE_TAG(EvictCheckRequest, kEvictCheckRequest, 3);
-S3ORAM_WIRE_TAG(EvictCheckReply, kEvictCheckReply, 2);
+S3ORAM_WIRE_TAG(EvictCheckReply, kEvictCheckReply, 3);
+S3ORAM_WIRE_TAG(MacOpenRequest, kMacOpenRequest, 2);
+S3ORAM_WIRE_TAG(MacOpenReply, kMacOpenReply, 2);
+S3ORAM_WIRE_TAG(SlotShareRequest, kSlotShareRequest, 2);
+S3ORAM_WIRE_TAG(SlotShareReply, kSlotShareReply, 3);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -749,6 +775,10 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kParityReply: return "PARITY_REPLY";
     case MessageType::kEvictCheckRequest: return "EVICT_CHECK_REQUEST";
     case MessageType::kEvictCheckReply: return "EVICT_CHECK_REPLY";
+    case MessageType::kMacOpenRequest: return "MAC_OPEN_REQUEST";
+    case MessageType::kMacOpenReply: return "MAC_OPEN_REPLY";
+    case MessageType::kSlotShareRequest: return "SLOT_SHARE_REQUEST";
+    case MessageType::kSlotShareReply: return "SLOT_SHARE_REPLY";
   }
   return "UNKNOWN";
 }

@@ -36,7 +36,8 @@ using FsId = std::array<std::uint8_t, 16>;
 
 inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 2: element vectors packed at 31 bits (1 sent each as a u32).
-inline constexpr std::uint16_t kWireVersion = 2;
+// 3: PARITY and EVICT_CHECK; EVICT_CHECK_REPLY carries the MAC combinations.
+inline constexpr std::uint16_t kWireVersion = 3;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Largest element vector a decoder accepts (1 GiB of elements).
 inline constexpr std::uint32_t kMaxElems = (1u << 28);
@@ -96,6 +97,14 @@ enum class MessageType : std::uint16_t {
   kParityReply = 47,
   kEvictCheckRequest = 48,
   kEvictCheckReply = 49,
+  // Opening share-MAC combinations of an eviction's committed inputs, to
+  // tell a lying server from a value that was already wrong at rest.
+  kMacOpenRequest = 50,
+  kMacOpenReply = 51,
+  // One slot's raw share, to name the server whose share of an inconsistent
+  // slot is the odd one (s3oram scrub, rebuild's choice of target).
+  kSlotShareRequest = 52,
+  kSlotShareReply = 53,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -394,15 +403,43 @@ struct ParityReply {
   std::vector<Elem> digests;          // count * Z * 2, bucket-major (zeros for a hole)
 };
 // EVICT_CHECK: the public digests of a prepared (sealed, uncommitted)
-// eviction's shadow buckets, in the order of the eviction's bucket list.
+// eviction's shadow buckets, in the order of the eviction's bucket list,
 struct EvictCheckRequest {
   std::uint64_t eviction = 0;
   std::uint32_t attempt = 0;
   ParitySeed seed{};
 };
+// and kEvictCheckCombinations random linear combinations of all those slots
+// (digest::CombinationWeights of the seed), each m elements: the client opens
+// them and verifies their share MAC (math/share_mac.h).
+inline constexpr std::size_t kEvictCheckCombinations = 2;
 struct EvictCheckReply {
   std::uint64_t eviction = 0;
-  std::vector<Elem> digests;  // buckets * Z * 2
+  std::vector<Elem> digests;      // buckets * Z * 2
+  std::vector<Elem> combination;  // kEvictCheckCombinations * m, row-major
+};
+// MAC_OPEN: the same kEvictCheckCombinations combinations, over the
+// committed (live) buckets an eviction reads: u_0..u_H on its path, then the
+// sibling leaf s_H (tree/planner.h), each slot checked against its digest.
+struct MacOpenRequest {
+  std::uint64_t eviction = 0;
+  ParitySeed seed{};
+};
+struct MacOpenReply {
+  std::uint64_t eviction = 0;
+  std::vector<Elem> combination;  // kEvictCheckCombinations * m, row-major
+};
+// SLOT_SHARE: the server's share of one committed slot, checked against its
+// digest. One share reveals nothing of the value (t >= 1); any authorized
+// client key can already read every server's shares (docs/SECURITY.md).
+struct SlotShareRequest {
+  std::uint64_t bucket = 0;  // 1-based
+  std::uint32_t slot = 0;
+};
+struct SlotShareReply {
+  std::uint64_t bucket = 0;
+  std::uint32_t slot = 0;
+  std::vector<Elem> share;  // m elements
 };
 
 // Alternatives in ascending MessageType order (checked in wire.cpp).
@@ -417,7 +454,8 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
                           StatsRequest, StatsReply, RetrieveWriteRootRequest, ScrubRequest,
                           ScrubReply, ParityRequest, ParityReply, EvictCheckRequest,
-                          EvictCheckReply>;
+                          EvictCheckReply, MacOpenRequest, MacOpenReply,
+                          SlotShareRequest, SlotShareReply>;
 
 struct Message {
   Header header;

@@ -352,17 +352,28 @@ TEST_F(FsFsckTest, DamagedBlocksAreRepairedOverwrittenZeroedAndReused) {
   CmdResult scrub = cli({"scrub"});
   EXPECT_EQ(scrub.exit_code, 4) << scrub.output;
   EXPECT_NE(scrub.output.find("INCONSISTENT: 1 slots"), std::string::npos) << scrub.output;
+  EXPECT_NE(scrub.output.find("server " + std::to_string(server) + " holds the odd share"),
+            std::string::npos)
+      << scrub.output;
   r = rebuild(server, /*verify=*/true);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_EQ(cli({"scrub"}).exit_code, 0);
   r = Fsck({"-n"});
   EXPECT_EQ(r.exit_code, 0) << r.output;
 
-  // 2. Another server is rebuilt instead: block 0 of `a` is destroyed (a
-  //    consistent sharing of a wrong value); it is overwritten in place.
+  // 2. Rebuilding another server instead is refused: the share MAC names
+  //    the wrong one. With a second server damaged too nothing can be named,
+  //    and the rebuild of the third destroys block 0 of `a` (a consistent
+  //    sharing of a wrong value); it is overwritten in place.
   const std::int64_t a0 = block_of("a", 0);
   ASSERT_GE(a0, 0);
   DamageBlockBehindItsDigest(*fs_, a0, server, seed_ + 1);
+  r = rebuild((server + 1) % 3, /*verify=*/false);
+  EXPECT_EQ(r.exit_code, 2) << r.output;  // a failed precondition
+  EXPECT_NE(r.output.find("refusing to rebuild"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("--server " + std::to_string(server) + " --force"), std::string::npos)
+      << r.output;
+  DamageBlockBehindItsDigest(*fs_, a0, (server + 2) % 3, seed_ + 11);
   ASSERT_EQ(rebuild((server + 1) % 3, /*verify=*/false).exit_code, 0);
   EXPECT_EQ(cli({"scrub"}).exit_code, 0) << "the servers agree again";
   ASSERT_TRUE(fs_->Mount());
@@ -392,6 +403,7 @@ TEST_F(FsFsckTest, DamagedBlocksAreRepairedOverwrittenZeroedAndReused) {
   const std::int64_t c1 = block_of("dir/sub/c", 1);
   ASSERT_GE(c1, 0);
   DamageBlockBehindItsDigest(*fs_, c1, server, seed_ + 2);
+  DamageBlockBehindItsDigest(*fs_, c1, (server + 1) % 3, seed_ + 12);
   ASSERT_EQ(rebuild((server + 2) % 3, /*verify=*/false).exit_code, 0);
   r = Fsck({"-n"});
   EXPECT_EQ(r.exit_code, 4) << r.output;

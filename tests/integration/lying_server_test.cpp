@@ -125,10 +125,11 @@ Status DriveEviction(OramClient& c, const Model& model) {
   return st;
 }
 
-// (c) and a memory fault: prepared buckets that are not one sharing are
+// (b), (c) and a memory fault: prepared buckets that are not one sharing,
+// or one sharing of values that do not carry the client's share MAC, are
 // refused before COMMIT on every attempt; no server commits; with the server
 // honest again the eviction commits and every block reads back.
-void ExpectInconsistentEvictionRefused(const std::string& kind) {
+void ExpectEvictionRefused(const std::string& kind, const std::string& why) {
   const std::uint64_t seed = testing::TestSeed();
   const OramParams params = testing::SmallParams(256, 4, 4);
   auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
@@ -150,8 +151,7 @@ void ExpectInconsistentEvictionRefused(const std::string& kind) {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     const Status st = DriveEviction(**c, model);
     ASSERT_EQ(st.code(), Status::Code::kIntegrity) << st.ToString();
-    EXPECT_NE(st.message().find("inconsistent across the servers"), std::string::npos)
-        << st.message();
+    EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
     EXPECT_NE(st.message().find("nothing was committed"), std::string::npos) << st.message();
     EXPECT_EQ(AppliedEvictions(**c), before) << "a server committed a refused eviction";
     // Refused again at once: the memo keeps the peers' time.
@@ -170,21 +170,27 @@ void ExpectInconsistentEvictionRefused(const std::string& kind) {
 }
 
 TEST(LyingServerTest, InconsistentSmpSharesAreRefusedBeforeCommit) {
-  ExpectInconsistentEvictionRefused("smp-inconsistent");
+  ExpectEvictionRefused("smp-inconsistent", "inconsistent across the servers");
 }
 
 TEST(LyingServerTest, AWrongOutputWithAMatchingDigestIsRefusedBeforeCommit) {
-  ExpectInconsistentEvictionRefused("shadow");
+  ExpectEvictionRefused("shadow", "inconsistent across the servers");
 }
 
-// (b) The limit of the consistency check: a server that re-shares a wrong
-// value deals every server a consistent sharing of it, which no parity check
-// can see. The eviction commits; what it moved is destroyed. The promise that
-// holds is the weaker one: no read returns wrong data (each fails
-// authentication). docs/SECURITY.md states this.
-TEST(LyingServerTest, ConsistentWrongSharesAreCaughtOnlyWhenRead) {
+// (b) A server that re-shares a wrong value deals every server a consistent
+// sharing of it, which no parity check can see; the share MAC does.
+TEST(LyingServerTest, ConsistentWrongSharesAreRefusedBeforeCommit) {
+  ExpectEvictionRefused("smp-consistent", "do not authenticate (share MAC)");
+}
+
+// (b) on a filesystem made before share MACs (mac_elems = 0): the limit of
+// the consistency check. The eviction commits; what it moved is destroyed.
+// The promise that holds is the weaker one: no read returns wrong data (each
+// fails authentication). docs/SECURITY.md states this.
+TEST(LyingServerTest, ConsistentWrongSharesWithoutShareMacsAreCaughtOnlyWhenRead) {
   const std::uint64_t seed = testing::TestSeed();
-  const OramParams params = testing::SmallParams(256, 4, 4);
+  OramParams params = testing::SmallParams(256, 4, 4);
+  params.mac_elems = 0;
   auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
   ASSERT_TRUE(fs);
   const std::size_t liar = seed % 3;
@@ -252,6 +258,40 @@ TEST(LyingServerTest, ForgedCountersAreNamedAndRefused) {
   ExpectBlocks(fs->state, model);
 }
 
+// Changes one element of server `server`'s share of (bucket, slot) and
+// writes the slot's digest to match, the server stopped meanwhile: what a
+// memory fault before the digest, or a server rewriting its file, leaves.
+void RewriteSlotWithItsDigest(testing::TestFs& fs, const OramParams& params, std::size_t server,
+                              std::uint64_t bucket, std::uint32_t slot, std::uint64_t seed) {
+  ASSERT_TRUE(fs.cluster->Kill(server, SIGTERM).ok());
+  {
+    const std::string path = DataDir(*fs.cluster, server) + "/shares.bin";
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    ASSERT_TRUE(f.good()) << path;
+    digest::Seed key_seed{};
+    f.seekg(static_cast<std::streamoff>(kSeedOffset));
+    f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
+    const std::size_t m = params.elems_per_slot();
+    const std::uint64_t index = (bucket - 1) * params.bucket_size + slot;
+    const auto data_at = static_cast<std::streamoff>(kHeaderRegion + index * m * sizeof(Elem));
+    std::vector<Elem> x(m);
+    f.seekg(data_at);
+    f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
+    x[seed % m] = field::Add(x[seed % m], 1 + static_cast<Elem>(seed % 1000));
+    digest::SlotDigest d{};
+    ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
+    const std::uint64_t data_end = kHeaderRegion + params.geometry().num_buckets() *
+                                                       params.bucket_size * m * sizeof(Elem);
+    const std::uint64_t digests_at = (data_end + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
+    f.seekp(data_at);
+    f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
+    f.seekp(static_cast<std::streamoff>(digests_at + index * sizeof(d)));
+    f.write(reinterpret_cast<const char*>(d.data()), sizeof(d));
+    ASSERT_TRUE(f.good());
+  }
+  ASSERT_TRUE(fs.cluster->Restart(server).ok());
+}
+
 // Shares changed on one server's disk together with their digests (what a
 // memory fault before the digest, or a server rewriting its file, leaves):
 // no digest check can see it; the scrub's cross-server check does, names the
@@ -287,33 +327,7 @@ TEST(ConsistencyTest, ScrubFindsSharesThatVerifyButDisagree) {
   std::printf("[ seed     ] %llu: bucket %llu slot %u rewritten on server %zu with its digest\n",
               static_cast<unsigned long long>(seed), static_cast<unsigned long long>(bucket), slot,
               bad);
-  ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
-  {
-    const std::string path = DataDir(*fs->cluster, bad) + "/shares.bin";
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << path;
-    digest::Seed key_seed{};
-    f.seekg(static_cast<std::streamoff>(kSeedOffset));
-    f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
-    const std::size_t m = params.elems_per_slot();
-    const std::uint64_t index = (bucket - 1) * params.bucket_size + slot;
-    const auto data_at = static_cast<std::streamoff>(kHeaderRegion + index * m * sizeof(Elem));
-    std::vector<Elem> x(m);
-    f.seekg(data_at);
-    f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
-    x[seed % m] = field::Add(x[seed % m], 1 + static_cast<Elem>(seed % 1000));
-    digest::SlotDigest d{};
-    ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
-    const std::uint64_t data_end = kHeaderRegion + params.geometry().num_buckets() *
-                                                       params.bucket_size * m * sizeof(Elem);
-    const std::uint64_t digests_at = (data_end + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
-    f.seekp(data_at);
-    f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
-    f.seekp(static_cast<std::streamoff>(digests_at + index * sizeof(d)));
-    f.write(reinterpret_cast<const char*>(d.data()), sizeof(d));
-    ASSERT_TRUE(f.good());
-  }
-  ASSERT_TRUE(fs->cluster->Restart(bad).ok());
+  RewriteSlotWithItsDigest(*fs, params, bad, bucket, slot, seed);
   const CliRun found = RunCli("scrub -s " + fs->state + " --passfile " + fs->passfile +
                               " --plain-progress");
   std::printf("%s\n", found.output.c_str());
@@ -325,6 +339,84 @@ TEST(ConsistencyTest, ScrubFindsSharesThatVerifyButDisagree) {
   EXPECT_NE(found.output.find("1 of the first 1 hold a live block"), std::string::npos)
       << found.output;
   EXPECT_EQ(found.output.find("DAMAGED"), std::string::npos) << "the digests verify: " << found.output;
+  // The share MAC names the server: the other two open to an authentic value.
+  EXPECT_NE(found.output.find("server " + std::to_string(bad) + " holds the odd share of all 1 "
+                              "slots checked"),
+            std::string::npos)
+      << found.output;
+  EXPECT_NE(found.output.find("--server " + std::to_string(bad) + " --force"), std::string::npos)
+      << found.output;
+}
+
+// A value that is wrong at rest on every server (two servers' shares
+// rewritten, then the third rebuilt from them: the servers agree again, on a
+// wrong value) is lost, but it must not stop evictions: the share-MAC check of an
+// eviction that moves it finds the committed inputs unauthentic too, so the
+// eviction commits (checked for consistency) and the loss is noted for
+// `s3oram status`. Every other block reads back.
+TEST(ConsistencyTest, AValueWrongAtRestIsLostButEvictionsGoOn) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = seed % 3;
+  Model model;
+  BlockId lost = 0;
+  std::uint64_t bucket = 0;
+  std::uint32_t slot = 0;
+  std::vector<std::uint64_t> before;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    // Past one eviction, and the last block written sits in the root, which
+    // the next eviction reads (and copies to the root's sibling child).
+    model = WriteBlocks(**c, params.evict_rate + 2, seed);
+    lost = params.evict_rate + 1;
+    // Its root write is deferred to the next access: make it land.
+    ASSERT_TRUE((*c)->Read(0).ok());
+    const PositionEntry* e = (*c)->position_map().Find(lost);
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->pos.level, 0u) << "the last block written is not in the root";
+    bucket = 1;
+    slot = e->pos.slot;
+    before = AppliedEvictions(**c);
+  }
+  std::printf("[ seed     ] %llu: root slot %u rewritten on servers %zu and %zu, then server %zu "
+              "rebuilt\n",
+              static_cast<unsigned long long>(seed), slot, bad, (bad + 2) % 3, (bad + 1) % 3);
+  RewriteSlotWithItsDigest(*fs, params, bad, bucket, slot, seed);
+  // With one server's share changed the share MAC names it, and rebuilding
+  // another one is refused; two changed shares cannot be attributed.
+  const CliRun refused = RunCli("rebuild -s " + fs->state + " --passfile " + fs->passfile +
+                                " --server " + std::to_string((bad + 1) % 3) +
+                                " --force --no-verify");
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("refusing to rebuild"), std::string::npos) << refused.output;
+  RewriteSlotWithItsDigest(*fs, params, (bad + 2) % 3, bucket, slot, seed + 1);
+  const CliRun rebuilt = RunCli("rebuild -s " + fs->state + " --passfile " + fs->passfile +
+                                " --server " + std::to_string((bad + 1) % 3) +
+                                " --force --no-verify");
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    // Drive two evictions with writes to other blocks.
+    for (std::uint32_t k = 0; k < 2 * params.evict_rate + 1; ++k) {
+      const BlockId id = k % lost;
+      const Status st = (*c)->Write(id, model.at(id));
+      ASSERT_TRUE(st.ok()) << "write " << k << " of block " << id << ": " << st.ToString();
+    }
+    const auto after = AppliedEvictions(**c);
+    EXPECT_GE(after[0], before[0] + 2) << "evictions stopped behind a value wrong at rest";
+    auto got = (*c)->Read(lost);
+    ASSERT_FALSE(got.ok()) << "a block whose every share was changed read back";
+    EXPECT_EQ(got.status().code(), Status::Code::kIntegrity) << got.status().ToString();
+  }
+  const CliRun status = RunCli("status -s " + fs->state + " --passfile " + fs->passfile);
+  EXPECT_NE(status.output.find("does not authenticate (share MAC)"), std::string::npos)
+      << status.output;
+  model.erase(lost);
+  ExpectBlocks(fs->state, model);
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <array>
 #include <random>
 #include <vector>
 
@@ -83,6 +84,55 @@ TEST(ConsistencyUnitTest, MalformedRepliesNeverPass) {
   auto e = Digests(s, key);
   e.pop_back();  // a server missing
   EXPECT_EQ(InconsistentSlots(s.rows, e).size(), s.slots);
+}
+
+// OddShareOut against a tagged value shared here: the server whose share
+// was changed is named, for live values and for the zero of a dummy slot;
+// nothing is named when two shares are wrong or without a consistent pair.
+TEST(OddShareOutTest, NamesTheServerWhoseShareWasChanged) {
+  auto rng = testing::SeededRng();
+  std::array<std::uint8_t, share_mac::kKeyBytes> secret{};
+  for (auto& b : secret) b = static_cast<std::uint8_t>(rng());
+  const std::size_t d = 40;
+  const share_mac::ShareMacKey key(secret, d);
+  const std::size_t m = key.slot_elems();
+  std::vector<Elem> xs;
+  for (std::size_t i = 0; i < 3; ++i) xs.push_back(shamir::PartyX(i));
+  auto share = [&](const std::vector<Elem>& value) {
+    std::vector<std::vector<Elem>> out(3, std::vector<Elem>(m));
+    for (std::size_t c = 0; c < m; ++c) {
+      const Elem slope = static_cast<Elem>(rng() % field::kPrime);
+      for (std::size_t i = 0; i < 3; ++i) out[i][c] = field::Add(value[c], field::Mul(slope, xs[i]));
+    }
+    return out;
+  };
+  for (const bool dummy : {false, true}) {
+    std::vector<Elem> value(m, 0);
+    if (!dummy) {
+      for (std::size_t c = 0; c < d; ++c) value[c] = static_cast<Elem>(rng() % field::kPrime);
+      key.Tag(value);
+    }
+    for (std::size_t bad = 0; bad < 3; ++bad) {
+      auto shares = share(value);
+      const std::size_t at = rng() % m;
+      shares[bad][at] = field::Add(shares[bad][at], 1 + static_cast<Elem>(rng() % 1000));
+      const auto odd = OddShareOut(shares, key);
+      ASSERT_TRUE(odd.has_value()) << "dummy=" << dummy << " bad=" << bad;
+      EXPECT_EQ(*odd, bad);
+      // A second wrong share: no pair agrees on an authentic value.
+      const std::size_t other = (bad + 1) % 3;
+      shares[other][0] = field::Add(shares[other][0], 7);
+      EXPECT_FALSE(OddShareOut(shares, key).has_value()) << "two wrong shares were attributed";
+    }
+  }
+  // Consistent shares: every pair opens the same authentic value, so more
+  // than one candidate; not a case to attribute.
+  std::vector<Elem> zero(m, 0);
+  EXPECT_FALSE(OddShareOut(share(zero), key).has_value());
+  // Malformed: a share of another length.
+  auto shares = share(zero);
+  shares[1].pop_back();
+  EXPECT_FALSE(OddShareOut(shares, key).has_value());
 }
 
 }  // namespace

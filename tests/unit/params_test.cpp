@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "oramcore/math/field.h"
+#include "oramcore/math/share_mac.h"
 
 namespace s3oram {
 namespace {
@@ -341,14 +342,23 @@ TEST(ParamsTest, DerivedSizes) {
   OramParams p = SafeParams();
   // A slot carries the sealed block: B + 24-byte nonce + 16-byte tag.
   EXPECT_EQ(p.sealed_bytes(), 4096u + 40);
-  EXPECT_EQ(p.elems_per_slot(), field::ElemsForBytes(4096 + 40));
-  EXPECT_EQ(p.elems_per_slot(), 1104u);  // ceil(4136 / 15) * 4
-  EXPECT_EQ(p.slot_bytes(), 1104u * 4);
+  EXPECT_EQ(p.data_elems_per_slot(), field::ElemsForBytes(4096 + 40));
+  EXPECT_EQ(p.data_elems_per_slot(), 1104u);  // ceil(4136 / 15) * 4
+  // ... and the four share-MAC tags (math/share_mac.h).
+  EXPECT_EQ(p.mac_elems, share_mac::kShareMacElems);
+  EXPECT_EQ(p.elems_per_slot(), 1108u);
+  EXPECT_EQ(p.slot_bytes(), 1108u * 4);
   EXPECT_EQ(p.max_capacity_blocks(), std::uint64_t{64} << 13);
   p.block_bytes = 5;  // 45 sealed bytes: 3 groups of 15
-  EXPECT_EQ(p.elems_per_slot(), 12u);
+  EXPECT_EQ(p.elems_per_slot(), 12u + 4);
   p.block_bytes = 6;  // 46: a fourth group
+  EXPECT_EQ(p.elems_per_slot(), 16u + 4);
+  p.mac_elems = 0;  // a filesystem made before share MACs
   EXPECT_EQ(p.elems_per_slot(), 16u);
+  EXPECT_TRUE(ValidateParams(SafeParams(), false).ok());
+  OramParams odd = SafeParams();
+  odd.mac_elems = 3;
+  EXPECT_FALSE(ValidateParams(odd, false).ok()) << "share MAC elements are 0 or 4";
   p.height = 1;
   EXPECT_EQ(p.max_capacity_blocks(), 64u);
   p.height = 0;
@@ -396,7 +406,7 @@ TEST(ParamsTest, ChooseParams) {
 TEST(ParamsTest, EstimateCost) {
   const OramParams p = SafeParams();
   const CostModel c = EstimateCost(p);
-  const double H1 = 15, Z = p.bucket_size, A = 64, m = 1104, l = 3;
+  const double H1 = 15, Z = p.bucket_size, A = 64, m = 1108, l = 3;
   EXPECT_DOUBLE_EQ(c.slots_streamed, Z * H1);
   EXPECT_DOUBLE_EQ(c.slot_multiplications, Z * H1 + 2 * Z * Z * H1 / A);
   EXPECT_DOUBLE_EQ(c.field_mults, c.slot_multiplications * m);

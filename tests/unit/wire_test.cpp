@@ -157,7 +157,19 @@ bool Same(const EvictCheckRequest& a, const EvictCheckRequest& b) {
   return std::tie(a.eviction, a.attempt, a.seed) == std::tie(b.eviction, b.attempt, b.seed);
 }
 bool Same(const EvictCheckReply& a, const EvictCheckReply& b) {
-  return a.eviction == b.eviction && a.digests == b.digests;
+  return a.eviction == b.eviction && a.digests == b.digests && a.combination == b.combination;
+}
+bool Same(const MacOpenRequest& a, const MacOpenRequest& b) {
+  return a.eviction == b.eviction && a.seed == b.seed;
+}
+bool Same(const MacOpenReply& a, const MacOpenReply& b) {
+  return a.eviction == b.eviction && a.combination == b.combination;
+}
+bool Same(const SlotShareRequest& a, const SlotShareRequest& b) {
+  return a.bucket == b.bucket && a.slot == b.slot;
+}
+bool Same(const SlotShareReply& a, const SlotShareReply& b) {
+  return a.bucket == b.bucket && a.slot == b.slot && a.share == b.share;
 }
 bool Same(const StatsRequest&, const StatsRequest&) { return true; }
 bool Same(const StatsReply& a, const StatsReply& b) {
@@ -291,7 +303,11 @@ class Gen {
       case 37: return ParityRequest{U64(), U32(), Seed()};
       case 38: return ParityReply{U64(), Flags(), Elems()};
       case 39: return EvictCheckRequest{U64(), U32(), Seed()};
-      case 40: return EvictCheckReply{U64(), Elems()};
+      case 40: return EvictCheckReply{U64(), Elems(), Elems()};
+      case 41: return MacOpenRequest{U64(), Seed()};
+      case 42: return MacOpenReply{U64(), Elems()};
+      case 43: return SlotShareRequest{U64(), U32()};
+      case 44: return SlotShareReply{U64(), U32(), Elems()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
@@ -439,7 +455,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x02, 0x00,              // version 2
+      0x03, 0x00,              // version 3
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -466,7 +482,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x02, 0x00,              // version 2
+      0x03, 0x00,              // version 3
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,

@@ -1,0 +1,106 @@
+#include "oramcore/math/share_mac.h"
+
+#include <sodium.h>
+
+#include <cassert>
+
+namespace s3oram::share_mac {
+
+namespace {
+
+constexpr std::uint64_t kP = field::kPrime;
+// As in slot_digest.cpp: a folded accumulator plus four products of canonical
+// elements stays below 2^64.
+constexpr std::size_t kProductsPerFold = 4;
+static_assert((kP + (~std::uint64_t{0} >> 31)) <=
+              ~std::uint64_t{0} - kProductsPerFold * (kP - 1) * (kP - 1));
+
+inline std::uint64_t Fold(std::uint64_t x) { return (x & kP) + (x >> 31); }
+
+}  // namespace
+
+ShareMacKey::ShareMacKey(std::span<const std::uint8_t, kKeyBytes> secret, std::size_t data_elems)
+    : d_(data_elems), weights_(kShareMacElems * data_elems) {
+  assert(d_ > 0);
+  static_assert(randombytes_SEEDBYTES == kKeyBytes);
+  // ChaCha20 under the secret with a fixed nonce: the same weights in every
+  // libsodium version (ShareMacTest.KnownAnswer pins them), which the tags
+  // stored on the servers depend on.
+  randombytes_buf_deterministic(weights_.data(), weights_.size() * sizeof(Elem), secret.data());
+  for (Elem& w : weights_) {
+    w &= field::kPrime;
+    if (w == field::kPrime) w = 0;  // 0 twice as likely as any other value: 2^-30 per element
+  }
+}
+
+ShareMacKey::~ShareMacKey() { sodium_memzero(weights_.data(), weights_.size() * sizeof(Elem)); }
+
+void ShareMacKey::Compute(std::span<const Elem> data, Elem* tags) const {
+  assert(data.size() == d_);
+  static_assert(kShareMacElems == 4, "the loop below computes four tag elements");
+  const Elem* x = data.data();
+  const Elem* w0 = weights_.data();
+  const Elem* w1 = w0 + d_;
+  const Elem* w2 = w1 + d_;
+  const Elem* w3 = w2 + d_;
+  std::uint64_t a0 = 0, a1 = 0, a2 = 0, a3 = 0;
+  std::size_t c = 0;
+  for (; c + kProductsPerFold <= d_; c += kProductsPerFold) {
+    a0 = Fold(a0);
+    a1 = Fold(a1);
+    a2 = Fold(a2);
+    a3 = Fold(a3);
+    for (std::size_t k = 0; k < kProductsPerFold; ++k) {
+      const std::uint64_t v = x[c + k];
+      a0 += w0[c + k] * v;
+      a1 += w1[c + k] * v;
+      a2 += w2[c + k] * v;
+      a3 += w3[c + k] * v;
+    }
+  }
+  a0 = Fold(a0);
+  a1 = Fold(a1);
+  a2 = Fold(a2);
+  a3 = Fold(a3);
+  for (; c < d_; ++c) {
+    const std::uint64_t v = x[c];
+    a0 += w0[c] * v;
+    a1 += w1[c] * v;
+    a2 += w2[c] * v;
+    a3 += w3[c] * v;
+  }
+  tags[0] = field::Reduce(a0);
+  tags[1] = field::Reduce(a1);
+  tags[2] = field::Reduce(a2);
+  tags[3] = field::Reduce(a3);
+}
+
+void ShareMacKey::Tag(std::span<Elem> slot) const {
+  assert(slot.size() == slot_elems());
+  Compute(slot.first(d_), slot.data() + d_);
+}
+
+bool ShareMacKey::Verify(std::span<const Elem> slot) const {
+  if (slot.size() != slot_elems()) return false;
+  for (Elem e : slot) {
+    if (e >= field::kPrime) return false;
+  }
+  Elem want[kShareMacElems];
+  Compute(slot.first(d_), want);
+  // The tags are secret-dependent: compare without an early exit.
+  Elem diff = 0;
+  for (std::size_t r = 0; r < kShareMacElems; ++r) diff |= want[r] ^ slot[d_ + r];
+  sodium_memzero(want, sizeof want);
+  return diff == 0;
+}
+
+void ShareMacKey::TagNaive(std::span<Elem> slot) const {
+  assert(slot.size() == slot_elems());
+  for (std::size_t r = 0; r < kShareMacElems; ++r) {
+    Elem t = 0;
+    for (std::size_t c = 0; c < d_; ++c) t = field::Add(t, field::Mul(weights_[r * d_ + c], slot[c]));
+    slot[d_ + r] = t;
+  }
+}
+
+}  // namespace s3oram::share_mac
