@@ -306,7 +306,7 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
       Fail("an EVICT_CHECK reply does not hold its combinations of one slot each");
     }
     for (Elem e : cr->combination) {
-      if (e >= field::kPrime) Fail("an EVICT_CHECK combination holds a non-canonical element");
+      if (e >= s3oram::field::kPrime) Fail("an EVICT_CHECK combination holds a non-canonical element");
     }
   }
   if (const auto* mr = std::get_if<wire::MacOpenReply>(&r->body)) {
