@@ -4,20 +4,12 @@
 
 #include <cassert>
 
+#include "oramcore/math/lazy_sum.h"
+
 namespace s3oram::share_mac {
 
-namespace {
-
-constexpr std::uint64_t kP = field::kPrime;
-// As in slot_digest.cpp: a folded accumulator plus four products of canonical
-// elements stays below 2^64.
-constexpr std::size_t kProductsPerFold = 4;
-static_assert((kP + (~std::uint64_t{0} >> 31)) <=
-              ~std::uint64_t{0} - kProductsPerFold * (kP - 1) * (kP - 1));
-
-inline std::uint64_t Fold(std::uint64_t x) { return (x & kP) + (x >> 31); }
-
-}  // namespace
+using field::lazy::Fold;
+using field::lazy::kProductsPerFold;
 
 ShareMacKey::ShareMacKey(std::span<const std::uint8_t, kKeyBytes> secret, std::size_t data_elems)
     : d_(data_elems), weights_(kShareMacElems * data_elems) {

@@ -6,21 +6,12 @@
 #include <cstring>
 
 #include "oramcore/math/kernels.h"
+#include "oramcore/math/lazy_sum.h"
 
 namespace s3oram::digest {
 
-namespace {
-
-constexpr std::uint64_t kP = field::kPrime;
-// A folded accumulator plus four products of canonical elements stays below
-// 2^64: Fold leaves < 2^31 + 2^33, and 4 (p - 1)^2 < 2^64 - 2^35.
-constexpr std::size_t kProductsPerFold = 4;
-static_assert((kP + (~std::uint64_t{0} >> 31)) <=
-              ~std::uint64_t{0} - kProductsPerFold * (kP - 1) * (kP - 1));
-
-inline std::uint64_t Fold(std::uint64_t x) { return (x & kP) + (x >> 31); }
-
-}  // namespace
+using field::lazy::Fold;
+using field::lazy::kProductsPerFold;
 
 DigestKey::DigestKey(const Seed& seed, std::size_t m) : m_(m), weights_(kDigestElems * m) {
   // randombytes_buf_deterministic is ChaCha20 keyed by the seed with a fixed
