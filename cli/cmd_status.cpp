@@ -44,7 +44,7 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
       std::printf("fs id       %s\n", id.c_str());
       std::printf("state       sealed (format %u), passphrase changed %llu times%s; "
                   "Argon2id %llu passes, %s\n",
-                  kStateFormat, static_cast<unsigned long long>(h.generation),
+                  h.format, static_cast<unsigned long long>(h.generation),
                   headers->size() > 1 ? " (a change was cut short)" : "",
                   static_cast<unsigned long long>(h.wrap.kdf.ops),
                   HumanBytes(double(h.wrap.kdf.mem_bytes)).c_str());

@@ -123,7 +123,7 @@ wire::StoreShape ShapeOf(const OramParams& p) {
 OramClient::~OramClient() {
   // As Close(): a failed flush stays logged for the next Open.
   if (pending_root_ && lease_held_ && !fenced_) {
-    if (Status st = FlushPendingRoot(/*durable=*/true); !st.ok()) {
+    if (Status st = FlushPendingRoot(); !st.ok()) {
       spdlog::warn("the last access's root write stays pending in the state: {}", st.ToString());
     }
   }
@@ -142,6 +142,22 @@ std::string OramClient::ServerSetName() const {
     out += (i ? ", " : "") + std::to_string(i) + "=" + servers_->endpoint(i);
   }
   return out + "}";
+}
+
+Result<wire::Header> OramClient::NextMutationHeader() {
+  // The rollback rule (OpenImpl): no server may apply a request more than
+  // one seq beyond what the state holds on disk. Every access commits
+  // durably, so this commits only where several requests go between two
+  // commits (an eviction's checks before its COMMIT, a retry after a
+  // failure).
+  if (!read_only_ && counters_.seq > store_->durable_seq()) {
+    Counters c = store_->counters();
+    c.seq = counters_.seq;
+    ClientStateStore::Batch b;
+    b.SetCounters(c);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+  }
+  return NextHeader();
 }
 
 wire::Header OramClient::NextHeader() {
@@ -246,6 +262,16 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   // Before anything changes (the epoch): a wrong passphrase leaves no trace.
   S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
                           UnlockedState::Unlock(state_path, passphrase));
+  if (!read_only && !unlocked->current_format()) {
+    // A state of format 1 authenticates its pages but not its log's frame
+    // headers, under a key shared by every copy: rewrite it once.
+    S3ORAM_RETURN_IF_ERROR(unlocked->Rebind(&client->state_lock_fd_)
+                               .WithContext("converting " + state_path + " to state format " +
+                                            std::to_string(kStateFormat)));
+    spdlog::info("{}: converted to state format {} (every log frame authenticated, a key of "
+                 "its own)",
+                 state_path, kStateFormat);
+  }
   std::shared_ptr<UnlockedState> shared(std::move(unlocked));
   client->sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
   client->backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
@@ -304,6 +330,37 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           std::to_string(client->counters_.ne) + ": the server lost data");
     }
     max_seq = std::max(max_seq, r.reply.applied_seq);
+  }
+  // Rolled back: every request's seq is at most one beyond what the state
+  // held durably when it was sent (NextMutationHeader), so t + 1 servers
+  // that applied more than that under this state's own epoch prove the state
+  // lost commits it had made: an older copy of the file or its log cut at an
+  // earlier commit (both still authenticate), or a disk that lost synced
+  // writes. Servers at a later epoch were written by another client (the
+  // freshness check below judges that); one server alone cannot make a
+  // state look rolled back.
+  {
+    std::vector<std::uint64_t> applied;
+    for (const auto& r : reports) {
+      applied.push_back(r.reply.epoch == client->counters_.epoch ? r.reply.applied_seq : 0);
+    }
+    const std::uint64_t agreed = AgreedAtLeast(applied, config.params.threshold + 1);
+    const std::uint64_t held = client->counters_.seq;
+    if (agreed > held + 1) {
+      const std::string why =
+          std::to_string(config.params.threshold + 1) + " servers have applied request " +
+          std::to_string(agreed) + " but the client state " + state_path + " records only " +
+          std::to_string(held) + ": the state was rolled back (an older copy of it, or its log "
+          "cut short, was put in place, or the disk lost writes it had synced)";
+      if (!allow_stale) {
+        return Status::StaleState(
+            why + ". Writing with it would destroy what was written since. Put the newer copy "
+                  "back if there is one; otherwise move this one aside and restore the newest "
+                  "backup with `s3oram restore -s " + state_path +
+                  " --force` (what was written after that backup is lost)");
+      }
+      spdlog::warn("{}; opened read-only as asked", why);
+    }
   }
   client->counters_.seq = std::max(client->counters_.seq, max_seq);
   // Freshness, agreed by t + 1 servers (oramcore/protocol/freshness.h): a
@@ -399,7 +456,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
       S3ORAM_ASSIGN_OR_RETURN(PendingRoot root, client->DecodeRootPayload(op.payload));
       client->pending_root_ = std::move(root);
     }
-    if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot(/*durable=*/false));
+    if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot());
   }
   if (Status finished = client->FinishPendingEviction(); !finished.ok()) {
     client->NoteProblem(finished);
@@ -533,7 +590,7 @@ Result<std::vector<wire::Message>> OramClient::ExchangeShared(
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
     std::uint64_t& wait_ns) {
   const OramParams& p = params();
-  wire::Header h = NextHeader();
+  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
   {
     TimeInto timer(compute_ns);
@@ -561,7 +618,7 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
 
 Status OramClient::Sync() {
   if (read_only_) return Status::Ok();
-  if (pending_root_) return FlushPendingRoot(/*durable=*/true);
+  if (pending_root_) return FlushPendingRoot();
   ClientStateStore::Batch batch;
   batch.SetCounters(counters_);
   return store_->Commit(batch, /*durable=*/true);
@@ -647,7 +704,7 @@ Status OramClient::RootWrittenCommitted(const Counters& next) {
   return Status::Ok();
 }
 
-Status OramClient::FlushPendingRoot(bool durable) {
+Status OramClient::FlushPendingRoot() {
   if (!pending_root_) return Status::Ok();
   // A complete write of slot nr on every server also repairs it.
   if (Status st = WriteRoot(pending_root_->slot, pending_root_->elems); !st.ok()) {
@@ -661,7 +718,7 @@ Status OramClient::FlushPendingRoot(bool durable) {
   RecordRootWritten(*pending_root_, batch, next);
   {
     TimeInto timer(stats_.timings.state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, durable));
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
   }
   return RootWrittenCommitted(next);
 }
@@ -706,7 +763,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   // flush before the eviction failed), and an eviction left pending by an
   // earlier failure must finish first: the root has no free slot until then.
   if (pending_root_ && pending_root_->slot + 1 >= p.evict_rate) {
-    S3ORAM_RETURN_IF_ERROR(FlushPendingRoot(/*durable=*/false));
+    S3ORAM_RETURN_IF_ERROR(FlushPendingRoot());
   }
   if (counters_.nr >= p.evict_rate) {
     TimeInto timer(stats_.timings.eviction_ns);
@@ -747,7 +804,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     if (!pending_root_) return Status::Ok();
     {
       TimeInto timer(stats_.timings.state_commit_ns);
-      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
     }
     return RootWrittenCommitted(next);
   };
@@ -822,7 +879,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   batch.AddPending(PendingOp{kRootPendingKey, kRootKind, EncodeRootPayload(root)});
   {
     TimeInto timer(stats_.timings.state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch));
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
   }
   if (pending_root_) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
   counters_ = next;
@@ -837,7 +894,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     // goes now, then the eviction. The access itself is recorded: report its
     // result. A failed flush or eviction stays due and is retried (or
     // reported) at the start of the next access.
-    Status st = FlushPendingRoot(/*durable=*/false);
+    Status st = FlushPendingRoot();
     if (st.ok()) {
       TimeInto timer(stats_.timings.eviction_ns);
       st = RunEviction();
@@ -998,7 +1055,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
   }
 
   FaultPoint("client.evict.after_prepare");
-  wire::Header h = NextHeader();
+  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
   for (std::size_t i = 0; i < p.parties; ++i) {
     frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
@@ -1369,7 +1426,7 @@ Status OramClient::Close() {
   // The last access's root write goes before the lease: a failure leaves it
   // logged in the state, and the next Open sends it.
   Status flushed = Status::Ok();
-  if (pending_root_ && lease_held_ && !fenced_) flushed = FlushPendingRoot(/*durable=*/true);
+  if (pending_root_ && lease_held_ && !fenced_) flushed = FlushPendingRoot();
   if (lease_held_ && !fenced_) ReleaseLease();
   lease_held_ = false;
   return flushed;

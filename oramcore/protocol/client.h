@@ -268,6 +268,11 @@ class OramClient {
                                                       ClientOptions options);
   std::string ServerSetName() const;
   wire::Header NextHeader();
+  // The header of a request that may raise the servers' applied_seq (a
+  // retrieval carrying a root write, an eviction's PREPARE or COMMIT): the
+  // state's seq is made durable first if requests went since the last
+  // durable commit.
+  Result<wire::Header> NextMutationHeader();
   Status RunEviction();
   Status FinishPendingEviction();
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
@@ -317,7 +322,7 @@ class OramClient {
   // Applies a committed RecordRootWritten to the in-memory state.
   Status RootWrittenCommitted(const Counters& next);
   // Sends the deferred root write alone (WRITE_ROOT) and records it.
-  Status FlushPendingRoot(bool durable);
+  Status FlushPendingRoot();
   Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
                                                    std::span<const std::uint8_t> data,
                                                    const BlockModifier* modify = nullptr);

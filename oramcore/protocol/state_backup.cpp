@@ -410,37 +410,15 @@ Result<StateSnapshot> Snapshot(UnlockedState& state) {
   S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp,
                           TempBeside::Create(state_path, "snapshot"));
   const std::string& tmp = temp->path();
-  state.vfs().SetNewFileHeader(EncodeStateHeader(headers.front()));
-  auto dest = OpenSealedDatabase(tmp, state.vfs(), /*create=*/true);
-  state.vfs().SetNewFileHeader({});
-  if (!dest.ok()) return dest.status().WithContext("making the snapshot of " + state_path);
-  sqlite3* out = *dest;
-  auto src = state.OpenDatabase();
-  if (!src.ok()) {
-    sqlite3_close_v2(out);
-    return src.status().WithContext("opening " + state_path + " for the snapshot");
+  S3ORAM_RETURN_IF_ERROR(WriteSealedCopy(state, headers.front(), tmp)
+                             .WithContext("making the snapshot of " + state_path));
+  {
+    auto copy = OpenSealedDatabase(tmp, state.vfs(), /*create=*/false);
+    if (!copy.ok()) return copy.status().WithContext("reading the snapshot of " + state_path);
+    const Status counters = ReadCounters(*copy, snap);
+    sqlite3_close_v2(*copy);
+    S3ORAM_RETURN_IF_ERROR(counters);
   }
-  sqlite3_busy_timeout(*src, 5000);
-  Status result = Status::Ok();
-  sqlite3_backup* b = sqlite3_backup_init(out, "main", *src, "main");
-  if (b == nullptr) {
-    result = Status::IoError("snapshotting " + state_path + ": " + sqlite3_errmsg(out));
-  } else {
-    const int rc = sqlite3_backup_step(b, -1);
-    const int finish = sqlite3_backup_finish(b);
-    if (rc != SQLITE_DONE || finish != SQLITE_OK) {
-      std::string why = state.vfs().last_error();
-      if (why.empty()) why = sqlite3_errstr(rc != SQLITE_DONE ? rc : finish);
-      result = Status::IoError("snapshotting " + state_path + ": " + why);
-    }
-  }
-  sqlite3_close_v2(*src);
-  if (result.ok()) result = ReadCounters(out, snap);
-  // The last connection's close checkpoints the copy's log into it.
-  if (sqlite3_close_v2(out) != SQLITE_OK && result.ok()) {
-    result = Status::IoError("closing the snapshot of " + state_path);
-  }
-  S3ORAM_RETURN_IF_ERROR(result);
   S3ORAM_ASSIGN_OR_RETURN(snap.bytes, ReadWhole(tmp));
   return snap;
 }
@@ -1117,10 +1095,28 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
   S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp,
                           TempBeside::Create(o.state_path, "restore"));
   const std::string& tmp = temp->path();
-  S3ORAM_RETURN_IF_ERROR(WriteWholeAndSync(tmp, decoded->snapshot.bytes()));
-  decoded->snapshot = Secret();
+  Secret master;
   {
-    auto unlocked = UnlockedState::Unlock(tmp, passphrase);
+    // The copy as received carries the binding nonce of the device that
+    // uploaded it (and of every other device that restores it): this
+    // device's state gets one of its own, so no page or log of another copy
+    // ever authenticates in it.
+    S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> received,
+                            TempBeside::Create(o.state_path, "restore"));
+    S3ORAM_RETURN_IF_ERROR(WriteWholeAndSync(received->path(), decoded->snapshot.bytes()));
+    decoded->snapshot = Secret();
+    auto as_received = UnlockedState::Unlock(received->path(), passphrase);
+    if (!as_received.ok()) {
+      return as_received.status().WithContext("backup generation " +
+                                              std::to_string(hd.generation) +
+                                              " authenticates but its state does not open");
+    }
+    S3ORAM_RETURN_IF_ERROR(WriteSealedCopy(**as_received, (*as_received)->header(), tmp)
+                               .WithContext("backup generation " + std::to_string(hd.generation)));
+    master = Secret::CopyOf((*as_received)->master().bytes());
+  }
+  {
+    auto unlocked = UnlockedState::UnlockWithMaster(tmp, std::move(master));
     if (!unlocked.ok()) {
       return unlocked.status().WithContext("backup generation " + std::to_string(hd.generation) +
                                            " authenticates but its state does not open");

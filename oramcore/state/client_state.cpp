@@ -503,6 +503,7 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
     c.ne = FromSql(sqlite3_column_int64(st.get(), 1));
     c.seq = FromSql(sqlite3_column_int64(st.get(), 2));
     c.epoch = FromSql(sqlite3_column_int64(st.get(), 3));
+    store->durable_seq_ = c.seq;
     auto more = st.Step("reading counters");
     if (!more.ok()) return fail(more.status());
     if (*more) return fail(Status::Corruption("more than one counters row"));
@@ -808,6 +809,8 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   // Only a committed batch moves the in-memory counters, so they always equal
   // what a fresh Open would read.
   if (batch.counters_) counters_ = *batch.counters_;
+  // A FULL commit syncs the log, and with it every commit before it.
+  if (durable) durable_seq_ = counters_.seq;
   if (batch.backup_mark_) backup_mark_ = batch.backup_mark_;
   if (batch.problem_note_) problem_note_ = *batch.problem_note_;
   return Status::Ok();

@@ -113,6 +113,9 @@ class ClientStateStore {
   // filesystem's metadata, fsck, backups). Outlives this store if shared.
   const std::shared_ptr<UnlockedState>& unlocked() const { return state_; }
   const Counters& counters() const { return counters_; }
+  // The seq of the newest durable commit (of the state as opened, at first):
+  // what a power loss cannot take back.
+  std::uint64_t durable_seq() const { return durable_seq_; }
   const std::optional<BackupMark>& backup_mark() const { return backup_mark_; }
   const std::optional<ProblemNote>& problem_note() const { return problem_note_; }
 
@@ -169,6 +172,7 @@ class ClientStateStore {
   sqlite3* db_ = nullptr;
   FsConfig config_;
   Counters counters_;
+  std::uint64_t durable_seq_ = 0;
   std::optional<BackupMark> backup_mark_;
   std::optional<ProblemNote> problem_note_;
 };

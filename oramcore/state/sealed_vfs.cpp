@@ -37,14 +37,25 @@ enum class Kind : std::uint8_t { kDatabase = 1, kWal = 2 };
 // SQLite.
 constexpr int kNotAuthentic = -1;
 
-using Ad = std::array<std::uint8_t, 16>;
-// "s3oram db\0" or "s3oram wal" (8 bytes) then the page's position: its
-// number in a database, the offset of its data in a log.
-Ad MakeAd(Kind kind, std::uint64_t position) {
-  Ad ad{};
+// Associated data: "s3st-db " or "s3st-wal" (8 bytes), then the page's
+// position (its number in a database, the offset of its data in a log),
+// then, for a log page of a bound file, bytes 0-15 of its frame header (page
+// number, commit size, both salts: everything SQLite uses from a frame
+// header but its checksum), so a frame cannot be relabelled, turned into a
+// commit or moved into another log generation.
+struct Ad {
+  std::array<std::uint8_t, 32> bytes{};
+  std::size_t size = 16;
+};
+Ad MakeAd(Kind kind, std::uint64_t position, const std::uint8_t* frame_header) {
+  Ad ad;
   const char* label = kind == Kind::kDatabase ? "s3st-db " : "s3st-wal";
-  std::memcpy(ad.data(), label, 8);
-  for (int i = 0; i < 8; ++i) ad[8 + i] = static_cast<std::uint8_t>(position >> (8 * i));
+  std::memcpy(ad.bytes.data(), label, 8);
+  for (int i = 0; i < 8; ++i) ad.bytes[8 + i] = static_cast<std::uint8_t>(position >> (8 * i));
+  if (frame_header != nullptr) {
+    std::memcpy(ad.bytes.data() + 16, frame_header, 16);
+    ad.size = 32;
+  }
   return ad;
 }
 
@@ -61,27 +72,16 @@ struct SealedVfsState {
     std::lock_guard<std::mutex> lock(mu);
     last_error = std::move(message);
   }
-
-  // Seals kPayload bytes of `plain` into the kP bytes of `out`.
-  void Seal(Kind kind, std::uint64_t position, const std::uint8_t* plain, std::uint8_t* out) const {
-    const Ad ad = MakeAd(kind, position);
-    std::uint8_t* nonce = out + kPayload;
-    std::uint8_t* tag = out + kPayload + kNonce;
-    random::Bytes(std::span<std::uint8_t>(nonce, kNonce));
-    crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
-        out, tag, nullptr, plain, kPayload, ad.data(), ad.size(), nullptr, nonce, key.data());
-  }
-  // Opens a sealed page in place; the reserved bytes are zeroed on success.
-  bool Open(Kind kind, std::uint64_t position, std::uint8_t* page) const {
-    const Ad ad = MakeAd(kind, position);
-    const std::uint8_t* nonce = page + kPayload;
-    const std::uint8_t* tag = page + kPayload + kNonce;
-    if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
-            page, nullptr, page, kPayload, tag, ad.data(), ad.size(), nonce, key.data()) != 0) {
-      return false;
-    }
-    std::memset(page + kPayload, 0, kSealedReserveBytes);
-    return true;
+  // The key of a bound file: keyed BLAKE2b of its binding nonce under the
+  // VFS's key, so no two files share a page key.
+  void FileKey(const std::uint8_t* binding, std::uint8_t* out) const {
+    static constexpr char kLabel[] = "s3oram sealed file v2";
+    crypto_generichash_state st;
+    crypto_generichash_init(&st, key.data(), key.size(), kSealedKeyBytes);
+    crypto_generichash_update(&st, reinterpret_cast<const std::uint8_t*>(kLabel), sizeof kLabel);
+    crypto_generichash_update(&st, binding, kSealedBindingBytes);
+    crypto_generichash_final(&st, out, kSealedKeyBytes);
+    sodium_memzero(&st, sizeof st);
   }
 };
 
@@ -91,7 +91,34 @@ struct SealedFile {
   sqlite3_file base;  // first: SQLite sees this
   SealedVfsState* impl;
   Kind kind;
+  // A bound file (format 2) has a key of its own and authenticates its log's
+  // frame headers; a legacy one (format 1) uses the VFS's key as it is.
+  bool bound;
+  std::uint8_t key[kSealedKeyBytes];
   sqlite3_file* real;  // the underlying VFS's file, right after this struct
+
+  // Seals kPayload bytes of `plain` into the kP bytes of `out`.
+  void Seal(std::uint64_t position, const std::uint8_t* frame_header, const std::uint8_t* plain,
+            std::uint8_t* out) const {
+    const Ad ad = MakeAd(kind, position, bound ? frame_header : nullptr);
+    std::uint8_t* nonce = out + kPayload;
+    std::uint8_t* tag = out + kPayload + kNonce;
+    random::Bytes(std::span<std::uint8_t>(nonce, kNonce));
+    crypto_aead_xchacha20poly1305_ietf_encrypt_detached(
+        out, tag, nullptr, plain, kPayload, ad.bytes.data(), ad.size, nullptr, nonce, key);
+  }
+  // Opens a sealed page in place; the reserved bytes are zeroed on success.
+  bool Open(std::uint64_t position, const std::uint8_t* frame_header, std::uint8_t* page) const {
+    const Ad ad = MakeAd(kind, position, bound ? frame_header : nullptr);
+    const std::uint8_t* nonce = page + kPayload;
+    const std::uint8_t* tag = page + kPayload + kNonce;
+    if (crypto_aead_xchacha20poly1305_ietf_decrypt_detached(
+            page, nullptr, page, kPayload, tag, ad.bytes.data(), ad.size, nonce, key) != 0) {
+      return false;
+    }
+    std::memset(page + kPayload, 0, kSealedReserveBytes);
+    return true;
+  }
 };
 
 SealedVfsState* ImplOf(sqlite3_file* file) { return reinterpret_cast<SealedFile*>(file)->impl; }
@@ -101,6 +128,19 @@ std::string FileName(const SealedFile* f) {
 }
 
 // ---- one page region of a file -------------------------------------------
+
+// Bytes 0-15 of the header of the log frame whose page starts at real
+// offset `page_at` (SQLite writes a frame's header before its page, and
+// rewrites only the checksum, bytes 16-23, in place); nullptr for a
+// database page or a legacy file, whose associated data has none.
+int FrameHeaderFor(SealedFile* f, sqlite3_int64 page_at, std::uint8_t* out, bool* have) {
+  *have = false;
+  if (f->kind != Kind::kWal || !f->bound) return SQLITE_OK;
+  const int rc = f->real->pMethods->xRead(f->real, out, 16, page_at - kFrameHeader);
+  if (rc != SQLITE_OK) return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_DATA : rc;
+  *have = true;
+  return SQLITE_OK;
+}
 
 // Reads the sealed page at real offset `at` into `page` (kP bytes) and opens
 // it. Returns SQLITE_OK, SQLITE_IOERR_SHORT_READ (no byte of it exists: the
@@ -121,7 +161,10 @@ int ReadPage(SealedFile* f, sqlite3_int64 at, std::uint64_t position, std::uint8
     return SQLITE_IOERR_DATA;
   }
   if (rc != SQLITE_OK) return rc;
-  if (!impl->Open(f->kind, position, page)) return kNotAuthentic;
+  std::uint8_t frame_header[16];
+  bool have = false;
+  if (FrameHeaderFor(f, at, frame_header, &have) != SQLITE_OK) return kNotAuthentic;
+  if (!f->Open(position, have ? frame_header : nullptr, page)) return kNotAuthentic;
   return SQLITE_OK;
 }
 
@@ -227,6 +270,7 @@ int SealedClose(sqlite3_file* file) {
   auto* f = reinterpret_cast<SealedFile*>(file);
   int rc = SQLITE_OK;
   if (f->real->pMethods != nullptr) rc = f->real->pMethods->xClose(f->real);
+  sodium_memzero(f->key, sizeof f->key);
   return rc;
 }
 
@@ -309,7 +353,14 @@ int SealedWrite(sqlite3_file* file, const void* in, int amount, sqlite3_int64 of
                    " bytes per page for sealing; refusing to write it");
         return SQLITE_IOERR_WRITE;
       }
-      impl->Seal(f->kind, r.position, plain, sealed.data());
+      std::uint8_t frame_header[16];
+      bool have = false;
+      if (const int rc = FrameHeaderFor(f, r.real_start, frame_header, &have); rc != SQLITE_OK) {
+        impl->Fail(FileName(f) + ": a page written before its frame header (offset " +
+                   std::to_string(off) + ") cannot be sealed");
+        return SQLITE_IOERR_WRITE;
+      }
+      f->Seal(r.position, have ? frame_header : nullptr, plain, sealed.data());
       const int rc =
           f->real->pMethods->xWrite(f->real, sealed.data(), static_cast<int>(kP), r.real_start);
       if (rc != SQLITE_OK) return rc;
@@ -438,6 +489,30 @@ const sqlite3_io_methods kSealedMethods = {
 
 SealedVfsState* ImplOfVfs(sqlite3_vfs* vfs) { return static_cast<SealedVfsState*>(vfs->pAppData); }
 
+std::uint32_t LittleEndian32(const std::uint8_t* p) {
+  return std::uint32_t{p[0]} | (std::uint32_t{p[1]} << 8) | (std::uint32_t{p[2]} << 16) |
+         (std::uint32_t{p[3]} << 24);
+}
+
+// How the database file with this header (at least its first
+// kSealedBindingOffset + kSealedBindingBytes bytes) is sealed.
+int Bind(SealedFile* f, const std::vector<std::uint8_t>& header) {
+  const std::uint32_t format = LittleEndian32(header.data() + kSealedFormatOffset);
+  if (format == kSealedLegacyFormat) {
+    f->bound = false;
+    std::memcpy(f->key, f->impl->key.data(), sizeof f->key);
+    return SQLITE_OK;
+  }
+  if (format == kSealedBoundFormat) {
+    f->bound = true;
+    f->impl->FileKey(header.data() + kSealedBindingOffset, f->key);
+    return SQLITE_OK;
+  }
+  f->impl->Fail("the state file's header names format " + std::to_string(format) +
+                ", which this build does not seal");
+  return SQLITE_CANTOPEN;
+}
+
 int SealedOpen(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags, int* out_flags) {
   SealedVfsState* impl = ImplOfVfs(vfs);
   auto* f = reinterpret_cast<SealedFile*>(file);
@@ -462,6 +537,8 @@ int SealedOpen(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags
   }
   f->impl = impl;
   f->kind = kind;
+  f->bound = false;
+  sodium_memzero(f->key, sizeof f->key);
   f->real =
       reinterpret_cast<sqlite3_file*>(reinterpret_cast<std::uint8_t*>(f) + sizeof(SealedFile));
   f->real->pMethods = nullptr;
@@ -473,9 +550,9 @@ int SealedOpen(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags
   }
   if (kind == Kind::kDatabase) {
     sqlite3_int64 size = 0;
+    std::vector<std::uint8_t> header;
     rc = f->real->pMethods->xFileSize(f->real, &size);
     if (rc == SQLITE_OK && size == 0 && !(flags & SQLITE_OPEN_READONLY)) {
-      std::vector<std::uint8_t> header;
       {
         std::lock_guard<std::mutex> lock(impl->mu);
         header = impl->new_file_header;
@@ -490,12 +567,29 @@ int SealedOpen(sqlite3_vfs* vfs, const char* name, sqlite3_file* file, int flags
       impl->Fail("the state file is shorter than its header (" + std::to_string(size) +
                  " bytes): it was truncated");
       rc = SQLITE_CANTOPEN;
+    } else if (rc == SQLITE_OK) {
+      header.resize(kSealedBindingOffset + kSealedBindingBytes);
+      rc = f->real->pMethods->xRead(f->real, header.data(), static_cast<int>(header.size()), 0);
     }
+    if (rc == SQLITE_OK) rc = Bind(f, header);
     if (rc != SQLITE_OK) {
       f->real->pMethods->xClose(f->real);
       f->real->pMethods = nullptr;
       return rc;
     }
+  } else {
+    // A log belongs to its database, opened first through this VFS: it is
+    // sealed under that file's key and binding.
+    sqlite3_file* db = sqlite3_database_file_object(name);
+    if (db == nullptr || db->pMethods != &kSealedMethods) {
+      impl->Fail("refusing a write-ahead log whose database was not opened through this VFS");
+      f->real->pMethods->xClose(f->real);
+      f->real->pMethods = nullptr;
+      return SQLITE_CANTOPEN;
+    }
+    const auto* owner = reinterpret_cast<const SealedFile*>(db);
+    f->bound = owner->bound;
+    std::memcpy(f->key, owner->key, sizeof f->key);
   }
   f->base.pMethods = &kSealedMethods;
   return SQLITE_OK;

@@ -2,19 +2,30 @@
 // encrypted and authenticated on disk.
 //
 // File layout (docs/ARCHITECTURE.md, "The state at rest"):
-//   database file: a kSealedHeaderBytes header that this VFS never reads or
-//     writes after creating it (the state header: format, fs id, wrapped key;
-//     oramcore/state/state_header.h), then the database's pages, each of
-//     kSealedPageBytes on disk and in SQLite's view alike;
+//   database file: a kSealedHeaderBytes header (the state header: format,
+//     fs id, wrapped key, binding nonce; oramcore/state/state_header.h) that
+//     this VFS writes only when it creates the file and reads only for the
+//     two fields below, then the database's pages, each of kSealedPageBytes
+//     on disk and in SQLite's view alike;
 //   WAL (<db>-wal): SQLite's own 32-byte header and 24-byte frame headers in
 //     clear (page numbers, salts, checksums; no content), each frame's page
 //     sealed like a database page.
 // A page is [ciphertext of its first kSealedPageBytes - kSealedReserveBytes
-// bytes][24-byte random nonce][16-byte tag], XChaCha20-Poly1305 under the
-// VFS's key with the file kind and the page's position as associated data,
-// so a page copied to another position or another file fails too. SQLite is
+// bytes][24-byte random nonce][16-byte tag], XChaCha20-Poly1305. SQLite is
 // told to keep the last kSealedReserveBytes of every page unused (the
 // database header's "reserved bytes"), which is where nonce and tag live.
+//
+// Two formats, named by the u32 at kSealedFormatOffset of the header:
+//  * bound (kSealedBoundFormat, every file made now): the file's key is a
+//    keyed hash of the VFS's key and the header's binding nonce (random per
+//    file), and a log page's associated data holds its offset and bytes 0-15
+//    of its frame header (page number, commit size, salts). So a page moved
+//    to another position, a frame relabelled, turned into a commit or carried
+//    into another log generation, and a page or log of another file all fail;
+//    a header relabelled as legacy opens nothing.
+//  * legacy (kSealedLegacyFormat, files made before): the VFS's key itself,
+//    the file kind and the page's position as associated data. Frame headers
+//    are not authenticated; such a file is converted (state_file.h).
 //
 // Guarantees:
 //  * No byte of database or log content reaches the disk in clear. Every
@@ -26,6 +37,10 @@
 //    SQLITE_IOERR_DATA and last_error() names the file and the page.
 //  * A write that would overwrite the reserved bytes (a database without
 //    the reservation) is refused rather than corrupting data.
+// Not covered: an older version of the same file (a byte copy taken
+// earlier, or the log cut at an earlier commit) authenticates; the client
+// compares the state's counters with the servers' to refuse that
+// (protocol/client.h).
 // The page size is fixed (kSealedPageBytes) so pages can be located before
 // the database header, itself encrypted, has been read.
 #pragma once
@@ -50,6 +65,12 @@ inline constexpr std::size_t kSealedHeaderBytes = 4096;
 inline constexpr std::size_t kSealedPageBytes = 4096;
 inline constexpr std::size_t kSealedReserveBytes = 24 + 16;  // nonce, tag
 inline constexpr std::size_t kSealedKeyBytes = 32;
+// Where in the header the format and the binding nonce are.
+inline constexpr std::size_t kSealedFormatOffset = 8;  // u32, little-endian
+inline constexpr std::size_t kSealedBindingOffset = 144;
+inline constexpr std::size_t kSealedBindingBytes = 16;
+inline constexpr std::uint32_t kSealedLegacyFormat = 1;
+inline constexpr std::uint32_t kSealedBoundFormat = 2;
 
 struct SealedVfsState;  // the registered sqlite3_vfs, key and messages
 

@@ -3,12 +3,15 @@
 #include <fcntl.h>
 #include <sodium.h>
 #include <sqlite3.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 
+#include "oramcore/base/fault_point.h"
+#include "oramcore/base/random.h"
 #include "oramcore/crypto/subkeys.h"
 
 namespace s3oram {
@@ -45,7 +48,112 @@ Status WriteBothCopies(const std::string& path, const StateHeader& h) {
   return s;
 }
 
+Status SyncPath(const std::string& path, int flags) {
+  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
+  if (fd < 0) return Status::IoError(Errno("opening " + path));
+  const int rc = ::fsync(fd);
+  const int err = errno;
+  ::close(fd);
+  if (rc != 0) return Status::IoError(path + ": fsync: " + std::strerror(err));
+  return Status::Ok();
+}
+
+std::string DirOf(const std::string& path) {
+  const std::size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+}
+
+struct DbCloser {
+  sqlite3* db = nullptr;
+  ~DbCloser() {
+    if (db != nullptr) sqlite3_close_v2(db);
+  }
+};
+
 }  // namespace
+
+Status WriteSealedCopy(UnlockedState& from, StateHeader header, const std::string& to) {
+  header.format = kStateFormat;
+  random::Bytes(header.binding);
+  from.vfs().SetNewFileHeader(EncodeStateHeader(header));
+  auto dest = OpenSealedDatabase(to, from.vfs(), /*create=*/true);
+  from.vfs().SetNewFileHeader({});
+  if (!dest.ok()) return dest.status().WithContext("making a copy of " + from.path());
+  DbCloser out{*dest};
+  auto src = from.OpenDatabase();
+  if (!src.ok()) return src.status().WithContext("opening " + from.path() + " to copy it");
+  DbCloser in{*src};
+  sqlite3_backup* b = sqlite3_backup_init(out.db, "main", in.db, "main");
+  if (b == nullptr) return Status::IoError("copying " + from.path() + ": " + sqlite3_errmsg(out.db));
+  const int rc = sqlite3_backup_step(b, -1);
+  const int finish = sqlite3_backup_finish(b);
+  if (rc != SQLITE_DONE || finish != SQLITE_OK) {
+    std::string why = from.vfs().last_error();
+    if (why.empty()) why = sqlite3_errstr(rc != SQLITE_DONE ? rc : finish);
+    return Status::IoError("copying " + from.path() + ": " + why);
+  }
+  sqlite3_close_v2(in.db);
+  in.db = nullptr;
+  // The last connection's close checkpoints the copy's log into it.
+  const int closed = sqlite3_close_v2(out.db);
+  out.db = nullptr;
+  if (closed != SQLITE_OK) return Status::IoError("closing the copy of " + from.path());
+  struct stat wal {};
+  if (::stat((to + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    return Status::IoError("SQLite left a write-ahead log beside " + to);
+  }
+  return Status::Ok();
+}
+
+Status UnlockedState::Rebind(int* lock_fd) {
+  const std::string tmp = path_ + ".converting";
+  for (const char* suffix : {"", "-wal", "-shm"}) ::unlink((tmp + suffix).c_str());
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+  if (fd < 0) return Status::IoError(Errno("creating " + tmp));
+  ::close(fd);
+  auto fail = [&](Status s) {
+    for (const char* suffix : {"", "-wal", "-shm"}) ::unlink((tmp + suffix).c_str());
+    return s;
+  };
+  // The header as on disk now (a passwd in another process is in it).
+  auto headers = ReadStateHeader(path_);
+  if (!headers.ok()) return fail(headers.status());
+  if (Status s = WriteSealedCopy(*this, headers->front(), tmp); !s.ok()) return fail(s);
+  if (Status s = SyncPath(tmp, O_RDONLY); !s.ok()) return fail(s);
+  auto fresh = ReadStateHeader(tmp);
+  if (!fresh.ok()) return fail(fresh.status());
+  int new_lock = -1;
+  if (lock_fd != nullptr && *lock_fd >= 0) {
+    new_lock = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
+    if (new_lock < 0 || ::flock(new_lock, LOCK_EX | LOCK_NB) != 0) {
+      if (new_lock >= 0) ::close(new_lock);
+      return fail(Status::IoError(Errno("locking " + tmp)));
+    }
+  }
+  FaultPoint("state.convert.before_rename");
+  // The old file's log was folded into it when its last connection closed;
+  // none may be paired with the new file.
+  ::unlink((path_ + "-shm").c_str());
+  struct stat wal {};
+  if (::stat((path_ + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+    if (new_lock >= 0) ::close(new_lock);
+    return fail(Status::FailedPrecondition(path_ + "-wal is not empty (is the state open in "
+                                           "another process?); nothing converted"));
+  }
+  ::unlink((path_ + "-wal").c_str());
+  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+    if (new_lock >= 0) ::close(new_lock);
+    return fail(Status::IoError(Errno("renaming " + tmp)));
+  }
+  if (new_lock >= 0) {
+    ::close(*lock_fd);
+    *lock_fd = new_lock;
+  }
+  FaultPoint("state.convert.after_rename");
+  S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(path_), O_RDONLY | O_DIRECTORY));
+  header_ = fresh->front();
+  return Status::Ok();
+}
 
 Result<std::vector<StateHeader>> ReadStateHeader(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
@@ -130,8 +238,11 @@ Result<std::unique_ptr<UnlockedState>> UnlockedState::Create(const std::string& 
   std::unique_ptr<UnlockedState> u(new UnlockedState());
   u->path_ = path;
   u->header_ = header;
+  // Every file has a binding of its own (a legacy file, made only by tests
+  // of the conversion, has none).
+  if (u->header_.format == kStateFormat) random::Bytes(u->header_.binding);
   u->master_ = std::move(master);
-  auto vfs = SealedVfs::Create(DeriveStateKey(u->master_), EncodeStateHeader(header));
+  auto vfs = SealedVfs::Create(DeriveStateKey(u->master_), EncodeStateHeader(u->header_));
   if (!vfs.ok()) {
     ::unlink(path.c_str());
     return vfs.status();

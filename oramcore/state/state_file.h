@@ -57,6 +57,18 @@ class UnlockedState {
   // + 1, written to copy 1, synced, then to copy 0, synced.
   Status ReplaceKeyWrap(const KeyWrap& wrap);
 
+  // Whether the file is of the current format (kStateFormat): sealed under a
+  // key of its own, its log's frame headers authenticated.
+  bool current_format() const { return header_.format == kStateFormat; }
+  // Rewrites the state into a new file of the current format with a fresh
+  // binding nonce, built beside it (`<path>.converting`), synced and renamed
+  // over it: a kill at any point leaves the old file or the new one, each
+  // whole. No connection to the database may be open. If `lock_fd` points
+  // at a descriptor holding the caller's flock on the state, the new file
+  // is locked through a new descriptor before the rename and *lock_fd is
+  // replaced by it (the old one closed), so the lock never lapses.
+  Status Rebind(int* lock_fd = nullptr);
+
  private:
   UnlockedState() = default;
   std::string path_;
@@ -64,5 +76,11 @@ class UnlockedState {
   Secret master_;
   std::unique_ptr<SealedVfs> vfs_;
 };
+
+// A consistent copy of `from`'s database (SQLite's backup API, inside one
+// read transaction) in the file `to`, which must be absent or empty: a file
+// of the current format under `header` with a fresh binding nonce, its log
+// folded into it when the copy is closed. Not synced.
+Status WriteSealedCopy(UnlockedState& from, StateHeader header, const std::string& to);
 
 }  // namespace s3oram

@@ -11,10 +11,19 @@ namespace s3oram {
 namespace {
 
 constexpr std::array<std::uint8_t, 8> kMagic = {'S', '3', 'O', 'R', 'S', 'T', 'A', 'T'};
-constexpr std::size_t kFieldBytes = 144;
+constexpr std::size_t kLegacyFieldBytes = 144;
+constexpr std::size_t kFieldBytes = kLegacyFieldBytes + 16;  // and the binding nonce
 constexpr std::size_t kChecksumBytes = 32;
 static_assert(kFieldBytes + kChecksumBytes == kStateHeaderUsedBytes);
 static_assert(2 * kStateHeaderCopyBytes == kSealedHeaderBytes);
+// Where the sealed VFS looks for them in copy 0.
+static_assert(kSealedFormatOffset == 8 && kSealedBindingOffset == kLegacyFieldBytes &&
+              kSealedBindingBytes == 16);
+static_assert(kSealedLegacyFormat == kStateLegacyFormat && kSealedBoundFormat == kStateFormat);
+
+std::size_t FieldBytes(std::uint32_t format) {
+  return format == kStateLegacyFormat ? kLegacyFieldBytes : kFieldBytes;
+}
 
 class Out {
  public:
@@ -63,29 +72,32 @@ Result<StateHeader> ParseCopy(std::span<const std::uint8_t> copy) {
   if (!std::equal(kMagic.begin(), kMagic.end(), copy.begin())) {
     return Status::Corruption("no state header magic");
   }
-  const auto sum = Checksum(copy.first(kFieldBytes));
-  if (sodium_memcmp(sum.data(), copy.data() + kFieldBytes, kChecksumBytes) != 0) {
-    return Status::Corruption("checksum mismatch in bytes 0-" + std::to_string(kFieldBytes - 1));
+  In in(copy.subspan(kMagic.size()));
+  const auto format = static_cast<std::uint32_t>(in.Le(4));
+  if (format != kStateFormat && format != kStateLegacyFormat) {
+    return Status::Corruption("state format " + std::to_string(format) + ", this build reads " +
+                              std::to_string(kStateLegacyFormat) + " and " +
+                              std::to_string(kStateFormat));
   }
-  const auto tail = copy.subspan(kStateHeaderUsedBytes);
+  const std::size_t fields = FieldBytes(format);
+  const std::size_t used = fields + kChecksumBytes;
+  const auto sum = Checksum(copy.first(fields));
+  if (sodium_memcmp(sum.data(), copy.data() + fields, kChecksumBytes) != 0) {
+    return Status::Corruption("checksum mismatch in bytes 0-" + std::to_string(fields - 1));
+  }
+  const auto tail = copy.subspan(used);
   if (auto nz = std::find_if(tail.begin(), tail.end(), [](std::uint8_t b) { return b != 0; });
       nz != tail.end()) {
     return Status::Corruption("nonzero byte at offset " +
-                              std::to_string(kStateHeaderUsedBytes + (nz - tail.begin())) +
-                              " of the padding");
+                              std::to_string(used + (nz - tail.begin())) + " of the padding");
   }
-  In in(copy.subspan(kMagic.size()));
-  const auto format = static_cast<std::uint32_t>(in.Le(4));
   const auto page = static_cast<std::uint32_t>(in.Le(4));
-  if (format != kStateFormat) {
-    return Status::Corruption("state format " + std::to_string(format) + ", this build reads " +
-                              std::to_string(kStateFormat));
-  }
   if (page != kSealedPageBytes) {
     return Status::Corruption("page size " + std::to_string(page) + ", expected " +
                               std::to_string(kSealedPageBytes));
   }
   StateHeader h;
+  h.format = format;
   h.generation = in.Le(8);
   in.Raw(h.fs_id);
   h.wrap.kdf.ops = in.Le(8);
@@ -93,6 +105,7 @@ Result<StateHeader> ParseCopy(std::span<const std::uint8_t> copy) {
   in.Raw(h.wrap.salt);
   in.Raw(h.wrap.nonce);
   in.Raw(h.wrap.sealed);
+  if (format == kStateFormat) in.Raw(h.binding);
   return h;
 }
 
@@ -103,7 +116,7 @@ std::vector<std::uint8_t> EncodeStateHeaderCopy(const StateHeader& h) {
   v.reserve(kStateHeaderCopyBytes);
   Out out(v);
   out.Raw(kMagic);
-  out.Le(kStateFormat, 4);
+  out.Le(h.format, 4);
   out.Le(kSealedPageBytes, 4);
   out.Le(h.generation, 8);
   out.Raw(h.fs_id);
@@ -112,6 +125,7 @@ std::vector<std::uint8_t> EncodeStateHeaderCopy(const StateHeader& h) {
   out.Raw(h.wrap.salt);
   out.Raw(h.wrap.nonce);
   out.Raw(h.wrap.sealed);
+  if (h.format != kStateLegacyFormat) out.Raw(h.binding);
   out.Raw(Checksum(v));
   v.resize(kStateHeaderCopyBytes, 0);
   return v;

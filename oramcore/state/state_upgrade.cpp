@@ -99,6 +99,33 @@ bool NonEmpty(const std::string& path) {
   return ::stat(path.c_str(), &st) == 0 && st.st_size > 0;
 }
 
+// A sealed state of format 1 rewritten in the current format (as a mount
+// would do at open), under the same lock discipline.
+Result<UpgradeReport> RebindLegacy(const std::string& path, const Secret& passphrase) {
+  int lock_fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (lock_fd < 0) return Status::IoError(Errno("opening " + path));
+  struct LockCloser {
+    int* fd;
+    ~LockCloser() { ::close(*fd); }
+  } lock_closer{&lock_fd};
+  if (::flock(lock_fd, LOCK_EX | LOCK_NB) != 0) {
+    return Status::FailedPrecondition(path +
+                                      " is in use by another process (a mounted "
+                                      "filesystem?): unmount it first");
+  }
+  S3ORAM_ASSIGN_OR_RETURN(auto unlocked, UnlockedState::Unlock(path, passphrase));
+  const std::uint32_t from = unlocked->header().format;
+  S3ORAM_RETURN_IF_ERROR(unlocked->Rebind(&lock_fd));
+  UpgradeReport report;
+  report.from_format = from;
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0 && st.st_size > static_cast<off_t>(kSealedHeaderBytes)) {
+    report.pages = static_cast<std::uint64_t>(st.st_size - static_cast<off_t>(kSealedHeaderBytes)) /
+                   kSealedPageBytes;
+  }
+  return report;
+}
+
 }  // namespace
 
 Result<UpgradeReport> UpgradeState(const std::string& path, const Secret& passphrase) {
@@ -110,10 +137,12 @@ Result<UpgradeReport> UpgradeState(const std::string& path, const Secret& passph
     prefix.resize(static_cast<std::size_t>(in.gcount()));
     if (!LooksLikePlainSqlite(prefix)) {
       auto sealed = ReadStateHeader(path);
-      if (sealed.ok()) {
-        return Status::FailedPrecondition(path + " is already encrypted; nothing to upgrade");
+      if (!sealed.ok()) return sealed.status();
+      if (sealed->front().format == kStateFormat) {
+        return Status::FailedPrecondition(path + " is already encrypted in the current format (" +
+                                          std::to_string(kStateFormat) + "); nothing to upgrade");
       }
-      return sealed.status();
+      return RebindLegacy(path, passphrase);
     }
   }
   // One process at a time, as OramClient::Open: a mounted filesystem (of an

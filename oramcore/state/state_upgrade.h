@@ -1,6 +1,7 @@
 // Upgrading a client state from before encryption at rest (a plain SQLite
-// file holding the wrapped master key in its meta rows) to the sealed format
-// of oramcore/state/state_file.h, in place.
+// file holding the wrapped master key in its meta rows), or a sealed state of
+// format 1 (state_header.h), to the current sealed format of
+// oramcore/state/state_file.h, in place.
 //
 // Crash rule: a kill at any point leaves either the old file or the new one
 // at `path`, each usable. The sealed copy is built beside the state under
@@ -18,10 +19,12 @@
 namespace s3oram {
 
 struct UpgradeReport {
-  std::uint64_t pages = 0;  // of the sealed database
+  std::uint64_t pages = 0;        // of the sealed database
+  std::uint32_t from_format = 0;  // 0: plain SQLite; else the sealed format converted
 };
 
-// FailedPrecondition if `path` is already sealed (nothing to do) or in use by
+// FailedPrecondition if `path` is already in the current format (nothing to
+// do) or in use by
 // another process; PermissionDenied for a wrong passphrase (nothing
 // changed); Corruption if the old file is not a readable s3oram state.
 Result<UpgradeReport> UpgradeState(const std::string& path, const Secret& passphrase);

@@ -29,10 +29,15 @@ Secret RandomKey() {
   return k;
 }
 
-std::vector<std::uint8_t> Header() {
+// A header the VFS reads as `format` (bound: a fresh binding nonce).
+std::vector<std::uint8_t> Header(std::uint32_t format = kSealedBoundFormat) {
   std::vector<std::uint8_t> h(kSealedHeaderBytes, 0);
-  const char magic[] = "test header";
-  std::copy(magic, magic + sizeof magic, h.begin());
+  const char magic[] = "test hdr";
+  std::copy(magic, magic + 8, h.begin());
+  for (int i = 0; i < 4; ++i) h[kSealedFormatOffset + i] = static_cast<std::uint8_t>(format >> (8 * i));
+  if (format == kSealedBoundFormat) {
+    random::Bytes(std::span<std::uint8_t>(h.data() + kSealedBindingOffset, kSealedBindingBytes));
+  }
   return h;
 }
 
@@ -76,7 +81,8 @@ std::string Name(int i) { return "tax-return-2026-" + std::to_string(i) + std::s
 class SealedVfsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    auto v = SealedVfs::Create(RandomKey(), Header());
+    header_ = Header();
+    auto v = SealedVfs::Create(RandomKey(), header_);
     ASSERT_TRUE(v.ok()) << v.status().ToString();
     vfs_ = std::move(*v);
     path_ = dir_.Sub("state");
@@ -129,6 +135,7 @@ class SealedVfsTest : public ::testing::Test {
   }
 
   testing::TempDir dir_;
+  std::vector<std::uint8_t> header_;
   std::unique_ptr<SealedVfs> vfs_;
   std::string path_;
 };
@@ -138,8 +145,7 @@ TEST_F(SealedVfsTest, RoundTripsAndNoContentReachesTheDisk) {
   const std::string bytes = ReadAll(path_);
   ASSERT_GE(bytes.size(), kSealedHeaderBytes + 5 * kSealedPageBytes);
   EXPECT_EQ((bytes.size() - kSealedHeaderBytes) % kSealedPageBytes, 0u);
-  const std::vector<std::uint8_t> header = Header();
-  EXPECT_EQ(bytes.substr(0, kSealedHeaderBytes), std::string(header.begin(), header.end()));
+  EXPECT_TRUE(bytes.substr(0, kSealedHeaderBytes) == std::string(header_.begin(), header_.end()));
   EXPECT_EQ(bytes.find("tax-return"), std::string::npos);
   EXPECT_EQ(bytes.find("qqqq"), std::string::npos);
   EXPECT_EQ(bytes.find("SQLite format"), std::string::npos);

@@ -2,7 +2,13 @@
 
 #include <gtest/gtest.h>
 #include <sqlite3.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <filesystem>
 
 #include <fstream>
 #include <iterator>
@@ -169,6 +175,64 @@ TEST_F(StateFileTest, EveryDamagedHeaderByteIsRefusedBeforeThePassphrase) {
   }
   WriteAll(path_, original);
   EXPECT_TRUE(UnlockedState::Unlock(path_, Pass("old passphrase")).ok());
+}
+
+// A state of format 1 (one key for every copy, frame headers not
+// authenticated) is rewritten once into the current format: same content,
+// a binding of its own, and the caller's lock carried over to the new file.
+TEST_F(StateFileTest, ALegacyStateIsReboundWithItsContentAndLock) {
+  const std::string legacy = dir_.Sub("legacy.s3oram");
+  Secret master = NewMasterKey();
+  auto wrap = WrapMasterKey(master, Pass("p"), fs_id_, MinimalKdfParams());
+  ASSERT_TRUE(wrap.ok());
+  StateHeader h;
+  h.format = kStateLegacyFormat;
+  h.fs_id = fs_id_;
+  h.wrap = *wrap;
+  {
+    auto u = UnlockedState::Create(legacy, h, std::move(master));
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    auto db = (*u)->OpenDatabase();
+    ASSERT_TRUE(db.ok());
+    ASSERT_EQ(sqlite3_exec(*db, "CREATE TABLE fs_dirents(name TEXT); INSERT INTO fs_dirents "
+                                "VALUES('will.odt')",
+                           nullptr, nullptr, nullptr),
+              SQLITE_OK);
+    sqlite3_close_v2(*db);
+  }
+  auto before = ReadStateHeader(legacy);
+  ASSERT_TRUE(before.ok()) << before.status().ToString();
+  EXPECT_EQ(before->front().format, kStateLegacyFormat);
+
+  auto u = UnlockedState::Unlock(legacy, Pass("p"));
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  EXPECT_FALSE((*u)->current_format());
+  int lock = ::open(legacy.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(lock, 0);
+  ASSERT_EQ(::flock(lock, LOCK_EX | LOCK_NB), 0);
+  ASSERT_TRUE((*u)->Rebind(&lock).ok());
+  EXPECT_TRUE((*u)->current_format());
+  EXPECT_EQ(Names(**u), "will.odt");
+  auto after = ReadStateHeader(legacy);
+  ASSERT_TRUE(after.ok());
+  EXPECT_EQ(after->front().format, kStateFormat);
+  EXPECT_NE(after->front().binding, (std::array<std::uint8_t, 16>{}));
+  EXPECT_EQ(after->front().wrap, before->front().wrap);
+  // The lock is on the new file.
+  const int other = ::open(legacy.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(other, 0);
+  EXPECT_NE(::flock(other, LOCK_EX | LOCK_NB), 0);
+  ::close(other);
+  ::close(lock);
+  EXPECT_FALSE(std::filesystem::exists(legacy + ".converting"));
+  // Opened afresh with the passphrase, as a mount would.
+  auto again = UnlockedState::Unlock(legacy, Pass("p"));
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(Names(**again), "will.odt");
+  // Every new file gets a binding of its own.
+  auto mine = ReadStateHeader(path_);
+  ASSERT_TRUE(mine.ok());
+  EXPECT_NE(mine->front().binding, after->front().binding);
 }
 
 TEST_F(StateFileTest, PlainAndForeignFilesAreNamedForWhatTheyAre) {

@@ -5,6 +5,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <iterator>
@@ -13,6 +14,7 @@
 
 #include "oramcore/base/random.h"
 #include "oramcore/state/client_state.h"
+#include "oramcore/state/state_file.h"
 #include "oramcore/wire/curve_keys.h"
 #include "tests/support/temp_dir.h"
 
@@ -203,6 +205,65 @@ TEST_F(StateUpgradeTest, AKillAtAnyPointLeavesTheOldOrTheNewFile) {
     }
     ExpectUpgraded();
   }
+}
+
+// A sealed state of format 1 is rewritten in the current format (as the
+// next mount would do), and a kill before or after the rename leaves the
+// old file or the new one, each with its content.
+TEST_F(StateUpgradeTest, ASealedFormatOneStateIsConvertedAndAKillLeavesEitherFile) {
+  auto make_legacy = [&] {
+    std::remove(old_.c_str());
+    Secret master = NewMasterKey();
+    StateHeader h;
+    h.format = kStateLegacyFormat;
+    random::Bytes(h.fs_id);
+    auto wrap = WrapMasterKey(master, Pass(), h.fs_id, MinimalKdfParams());
+    ASSERT_TRUE(wrap.ok());
+    h.wrap = *wrap;
+    auto u = UnlockedState::Create(old_, h, std::move(master));
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    auto db = (*u)->OpenDatabase();
+    ASSERT_TRUE(db.ok());
+    Exec(*db, "CREATE TABLE notes(v TEXT); INSERT INTO notes VALUES('kept')");
+    sqlite3_close_v2(*db);
+  };
+  auto format_and_content = [&]() -> std::string {
+    auto header = ReadStateHeader(old_);
+    if (!header.ok()) return header.status().ToString();
+    auto u = UnlockedState::Unlock(old_, Pass());
+    if (!u.ok()) return u.status().ToString();
+    auto db = (*u)->OpenDatabase();
+    if (!db.ok()) return db.status().ToString();
+    sqlite3_stmt* st = nullptr;
+    std::string v = "none";
+    if (sqlite3_prepare_v2(*db, "SELECT v FROM notes", -1, &st, nullptr) == SQLITE_OK &&
+        sqlite3_step(st) == SQLITE_ROW) {
+      v = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    }
+    sqlite3_finalize(st);
+    sqlite3_close_v2(*db);
+    return std::to_string(header->front().format) + ":" + v;
+  };
+  for (const std::string point : {"state.convert.before_rename", "state.convert.after_rename"}) {
+    SCOPED_TRACE(point);
+    make_legacy();
+    if (HasFatalFailure()) return;
+    ASSERT_EQ(format_and_content(), "1:kept");
+    const int status = RunCliKilledAt(point);
+    ASSERT_TRUE(WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL) << status;
+    EXPECT_EQ(format_and_content(), point == "state.convert.before_rename" ? "1:kept" : "2:kept");
+  }
+  auto r = UpgradeState(old_, Pass());
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("already encrypted in the current format"),
+            std::string::npos)
+      << r.status().ToString();
+  make_legacy();
+  r = UpgradeState(old_, Pass());
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->from_format, kStateLegacyFormat);
+  EXPECT_EQ(format_and_content(), "2:kept");
+  EXPECT_FALSE(::access((old_ + ".converting").c_str(), F_OK) == 0);
 }
 
 }  // namespace

@@ -1,0 +1,102 @@
+// A state file put back to an earlier point of its own history: the same
+// file's older bytes, or its log cut at an earlier commit. Every piece still
+// authenticates (the sealed VFS cannot know which version is the newest);
+// the servers do, and t + 1 of them having applied more requests than the
+// state holds (beyond the one that may be in flight) makes Open refuse it
+// as rolled back, before anything is written. Also: a kill at any point
+// leaves a state that opens (the one-request rule is kept on every path).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <string>
+
+#include "tests/integration/cluster_fixture.h"
+
+namespace s3oram {
+namespace {
+
+namespace stdfs = std::filesystem;
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+void WriteAll(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+struct Copy {
+  std::string db, wal;
+};
+Copy Take(const std::string& state) { return {ReadAll(state), ReadAll(state + "-wal")}; }
+void Put(const std::string& state, const Copy& c) {
+  WriteAll(state, c.db);
+  WriteAll(state + "-wal", c.wal);
+  stdfs::remove(state + "-shm");
+}
+
+TEST(StateRollbackTest, AnOlderCopyOrALogCutWithinTheSessionIsRefused) {
+  auto fs = testing::MakeFs(testing::SmallParams(4096, 4, 3));
+  ASSERT_TRUE(fs);
+  const std::string& state = fs->state;
+  const std::size_t bytes = fs->config.params.block_bytes;
+  Copy early, late;
+  {
+    auto client = testing::TestOpen(state);
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    for (BlockId id = 0; id < 4; ++id) {
+      ASSERT_TRUE((*client)->Write(id, testing::Content(bytes, id, 1)).ok());
+    }
+    early = Take(state);
+    // Twelve more accesses, three evictions among them.
+    for (BlockId id = 4; id < 16; ++id) {
+      ASSERT_TRUE((*client)->Write(id, testing::Content(bytes, id, 1)).ok());
+    }
+    late = Take(state);
+    // The process dies here (the client is dropped without Close, so the
+    // copies are what a kill would leave; the drop itself folds the log in).
+  }
+  ASSERT_FALSE(early.wal.empty());
+  ASSERT_GT(late.wal.size(), early.wal.size());
+  ASSERT_EQ(late.wal.compare(0, early.wal.size(), early.wal), 0)
+      << "no checkpoint between the copies: the early log is a prefix of the late one";
+
+  auto expect_rolled_back = [&](const Copy& c, const std::string& what) {
+    Put(state, c);
+    auto client = testing::TestOpen(state);
+    ASSERT_FALSE(client.ok()) << what << " opened";
+    EXPECT_EQ(client.status().code(), Status::Code::kStaleState) << client.status().ToString();
+    EXPECT_NE(client.status().message().find("rolled back"), std::string::npos)
+        << what << ": " << client.status().ToString();
+    EXPECT_NE(client.status().message().find("s3oram restore"), std::string::npos)
+        << client.status().ToString();
+  };
+  // The whole file as it was four accesses in.
+  expect_rolled_back(early, "the early copy");
+  // The late file with its log cut at the early copy's last commit.
+  expect_rolled_back(Copy{late.db, late.wal.substr(0, early.wal.size())}, "the cut log");
+  // Read-only opens that ask for it still work, for salvage.
+  {
+    Put(state, early);
+    ClientOptions o;
+    o.allow_stale = true;
+    auto ro = OramClient::OpenReadOnly(state, testing::TestPassphrase(), o);
+    EXPECT_TRUE(ro.ok()) << ro.status().ToString();
+  }
+  // The newest copy opens, and every block reads back: nothing was written
+  // by the refused opens.
+  Put(state, late);
+  auto client = testing::TestOpen(state);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  for (BlockId id = 0; id < 16; ++id) {
+    auto r = (*client)->Read(id);
+    ASSERT_TRUE(r.ok()) << id << ": " << r.status().ToString();
+    EXPECT_TRUE(*r == testing::Content(bytes, id, 1)) << id;
+  }
+}
+
+}  // namespace
+}  // namespace s3oram
