@@ -1081,7 +1081,9 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
                                ": the prepared eviction " + std::to_string(eviction) + " in " +
                                im.shadow_path + " is damaged (bucket " +
                                std::to_string(im.shadow.buckets[i]) + " slot " +
-                               std::to_string(slot) + " differs from what was written)");
+                               std::to_string(slot) + " differs from what was written); if "
+                               "it stays, repair this server from the others: s3oram rebuild "
+                               "--server " + std::to_string(meta_.server_index));
       }
       (void)public_key.Digest(x, &out[i * im.geo.z + slot]);
     }
@@ -1402,7 +1404,9 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
             "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
             std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
             std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(first + k) +
-            " differs from what was written); nothing of it was committed");
+            " differs from what was written); nothing of it was committed here. This "
+            "server must be repaired from the others: s3oram rebuild --server " +
+            std::to_string(meta_.server_index));
       }
     }
     return Status::Ok();

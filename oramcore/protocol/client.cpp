@@ -1122,70 +1122,87 @@ std::string Ago(std::uint64_t ms) {
 Status OramClient::AcquireLease(const std::string& state_path) {
   const LeaseHolder me = CurrentLeaseHolder(state_path, options_.lease_purpose);
   const std::string sealed = SealHolder(*sealer_, counters_.epoch, me);
-  bool force = options_.force_lease;
-  for (int round = 0; round < 2; ++round) {
-    std::vector<std::size_t> granted;
-    std::size_t refused_by = 0;
-    std::optional<wire::LeaseReply> refusal;
-    Status failure;
-    for (std::size_t i = 0; i < servers_->size() && failure.ok() && !refusal; ++i) {
-      wire::LeaseReply r;
-      failure = SendLease(i, wire::LeaseAcquireRequest{force, sealed}, &r);
-      if (!failure.ok()) break;
-      if (r.granted) {
-        granted.push_back(i);
-      } else {
-        refusal = r;
-        refused_by = i;
-      }
-    }
-    if (failure.ok() && !refusal) {
-      lease_held_ = true;
-      lease_sealed_ = sealed;
-      if (force) spdlog::warn("took the filesystem's lease over as epoch {}", counters_.epoch);
-      spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
-      return Status::Ok();
-    }
-    // Give back what this attempt got, so a failed open leaves nothing held.
+  const bool force = options_.force_lease;
+  std::vector<std::size_t> granted;
+  std::vector<std::pair<std::size_t, wire::LeaseReply>> refusals;
+  auto give_back = [&] {
+    // A failed open leaves nothing held.
     for (std::size_t i : granted) (void)SendLease(i, wire::LeaseReleaseRequest{}, nullptr);
-    if (!failure.ok()) return failure.WithContext("acquiring the filesystem's lease");
-
-    const auto holder = OpenHolder(*sealer_, refusal->holder_epoch, refusal->holder);
-    // A crashed process of this very state file left the lease held: its
-    // epoch is the one this state had when it was opened (that process made
-    // it durable here before acquiring), and t + 1 servers must say so, so
-    // that neither an older record one server replays nor one server's word
-    // takes a lease over.
-    if (!force && holder && refusal->holder_epoch == opened_epoch_ &&
-        HolderIsDeadLocalTwin(*holder, state_path) &&
-        ServersNamingHolder(refusal->holder_epoch) >= params().threshold + 1) {
-      spdlog::warn("taking over the lease of a crashed client of this state file on this "
-                   "machine: {}",
-                   DescribeHolder(*holder));
-      force = true;
+  };
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    wire::LeaseReply r;
+    if (Status failure = SendLease(i, wire::LeaseAcquireRequest{force, sealed}, &r); !failure.ok()) {
+      give_back();
+      return failure.WithContext("acquiring the filesystem's lease");
+    }
+    if (r.granted) {
+      granted.push_back(i);
+    } else {
+      refusals.emplace_back(i, std::move(r));
+    }
+  }
+  // A crashed process of this very state file may have left the lease held
+  // on some servers (all, or only those it could not release it on: a
+  // server that was down at its unmount). Its epoch is the one this state
+  // had when it was opened (that process made it durable here before
+  // acquiring). Only such records are taken over without --force, each on
+  // the server that holds it: a refusal naming anyone else, or an older
+  // record a server replays, stands, so no server's word displaces a live
+  // client.
+  std::optional<LeaseHolder> first_other;
+  std::size_t first_other_server = 0;
+  const wire::LeaseReply* first_other_reply = nullptr;
+  std::vector<std::size_t> dead_twin;
+  for (const auto& [i, r] : refusals) {
+    const auto holder = OpenHolder(*sealer_, r.holder_epoch, r.holder);
+    if (!force && holder && r.holder_epoch == opened_epoch_ &&
+        HolderIsDeadLocalTwin(*holder, state_path)) {
+      dead_twin.push_back(i);
       continue;
     }
-    const std::string who =
-        holder ? DescribeHolder(*holder)
-               : "a client with epoch " + std::to_string(refusal->holder_epoch) +
-                     " whose description does not authenticate with this key";
-    return Status::LeaseHeld(
-        "the filesystem is in use by " + who + " (server " + std::to_string(refused_by) +
-        ": lease held for " + Ago(refusal->held_ms) + ", holder last active " +
-        Ago(refusal->idle_ms) +
-        " ago). Only one client may write it. If that client is gone for good, take the lease "
-        "over with --force: it is then fenced off and can change nothing");
+    if (first_other_reply == nullptr) {
+      first_other = holder;
+      first_other_server = i;
+      first_other_reply = &r;
+    }
   }
-  return Status::LeaseHeld("could not take the lease over");
-}
-
-std::size_t OramClient::ServersNamingHolder(std::uint64_t holder_epoch) {
-  std::size_t n = 0;
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    auto r = QueryLease(i);
-    n += r.ok() && r->holder_epoch == holder_epoch;
+  if (first_other_reply == nullptr && !dead_twin.empty()) {
+    const auto& r = refusals.front().second;
+    spdlog::warn("taking over the lease of a crashed client of this state file on this machine "
+                 "({} of {} servers held it): {}",
+                 dead_twin.size(), servers_->size(),
+                 DescribeHolder(*OpenHolder(*sealer_, r.holder_epoch, r.holder)));
+    for (std::size_t i : dead_twin) {
+      wire::LeaseReply r2;
+      Status st = SendLease(i, wire::LeaseAcquireRequest{true, sealed}, &r2);
+      if (st.ok() && !r2.granted) st = Status::LeaseHeld("server " + std::to_string(i) +
+                                                         " refused the takeover");
+      if (!st.ok()) {
+        give_back();
+        return st.WithContext("taking over the lease of a crashed client");
+      }
+      granted.push_back(i);
+    }
+    refusals.clear();
   }
-  return n;
+  if (refusals.empty()) {
+    lease_held_ = true;
+    lease_sealed_ = sealed;
+    if (force) spdlog::warn("took the filesystem's lease over as epoch {}", counters_.epoch);
+    spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
+    return Status::Ok();
+  }
+  give_back();
+  const wire::LeaseReply& refusal = *first_other_reply;
+  const std::string who =
+      first_other ? DescribeHolder(*first_other)
+                  : "a client with epoch " + std::to_string(refusal.holder_epoch) +
+                        " whose description does not authenticate with this key";
+  return Status::LeaseHeld(
+      "the filesystem is in use by " + who + " (server " + std::to_string(first_other_server) +
+      ": lease held for " + Ago(refusal.held_ms) + ", holder last active " + Ago(refusal.idle_ms) +
+      " ago). Only one client may write it. If that client is gone for good, take the lease "
+      "over with --force: it is then fenced off and can change nothing");
 }
 
 Result<std::vector<wire::BackupInfo>> OramClient::QueryBackupList(std::size_t server) {

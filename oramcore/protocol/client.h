@@ -329,8 +329,6 @@ class OramClient {
   // Records a damaged-storage or inconsistency error in the state (once per
   // distinct message) for `s3oram status`.
   void NoteProblem(const Status& st);
-  // How many servers report `holder_epoch` as the lease's holder.
-  std::size_t ServersNamingHolder(std::uint64_t holder_epoch);
   // Acquires the lease on every server with the current epoch (see class
   // comment); on refusal releases what it got and names the holder.
   Status AcquireLease(const std::string& state_path);

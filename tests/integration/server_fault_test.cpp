@@ -30,6 +30,7 @@
 #include "oramcore/tree/geometry.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/integration/run_cli.h"
+#include "tests/integration/share_damage.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -38,7 +39,6 @@ namespace {
 namespace stdfs = std::filesystem;
 using Model = std::map<BlockId, std::vector<std::uint8_t>>;
 
-constexpr std::uint64_t kHeaderRegion = 4096;
 constexpr int kSeeds = 10;
 
 enum class Damage { kDataSlot, kUnusedRootSlot, kDigest, kHeaderCopy, kBackupRecord };
@@ -55,32 +55,6 @@ const char* Name(Damage d) {
 
 using testing::CliRun;
 using testing::RunCli;
-
-// XORs `n` random nonzero bytes into `path` at `offset`.
-void Flip(const std::string& path, std::uint64_t offset, std::size_t n, std::mt19937_64& rng) {
-  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-  ASSERT_TRUE(f.good()) << path;
-  std::vector<char> b(n);
-  f.seekg(static_cast<std::streamoff>(offset));
-  f.read(b.data(), static_cast<std::streamsize>(n));
-  ASSERT_EQ(f.gcount(), static_cast<std::streamsize>(n)) << path << " at " << offset;
-  for (char& c : b) c = static_cast<char>(c ^ static_cast<char>(1 + rng() % 255));
-  f.seekp(static_cast<std::streamoff>(offset));
-  f.write(b.data(), static_cast<std::streamsize>(n));
-  ASSERT_TRUE(f.good());
-}
-
-// Every server named in `text` ("server N") other than `bad`.
-std::vector<std::size_t> OthersNamed(const std::string& text, std::size_t bad) {
-  std::vector<std::size_t> out;
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (i == bad) continue;
-    for (const char* what : {" has damaged storage", ": the prepared eviction", ": DAMAGED"}) {
-      if (text.find("server " + std::to_string(i) + what) != std::string::npos) out.push_back(i);
-    }
-  }
-  return out;
-}
 
 void RunOneSeed(std::uint64_t seed, Damage kind) {
   std::mt19937_64 rng(seed);
@@ -109,59 +83,24 @@ void RunOneSeed(std::uint64_t seed, Damage kind) {
   // The damage, while the server is stopped.
   ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
   const std::string shares = dir + "/shares.bin";
-  const TreeGeometry geo = params.geometry();
-  const std::uint64_t slot_bytes = params.slot_bytes();
   std::string where;
   switch (kind) {
-    case Damage::kDataSlot: {
-      // A slot of a bucket that holds data (the root or a bucket an
-      // eviction wrote), somewhere inside the slot.
-      std::vector<std::uint64_t> written = {1};
-      for (std::uint64_t b = 2; b <= geo.num_buckets(); ++b) {
-        std::ifstream f(shares, std::ios::binary);
-        std::vector<char> x(slot_bytes * params.bucket_size);
-        f.seekg(static_cast<std::streamoff>(kHeaderRegion + (b - 1) * x.size()));
-        f.read(x.data(), static_cast<std::streamsize>(x.size()));
-        for (char ch : x) {
-          if (ch != 0) {
-            written.push_back(b);
-            break;
-          }
-        }
-      }
-      const std::uint64_t b = written[rng() % written.size()];
-      const std::uint64_t slot = rng() % params.bucket_size;
-      const std::uint64_t at = kHeaderRegion + ((b - 1) * params.bucket_size + slot) * slot_bytes +
-                               rng() % (slot_bytes - 16);
-      Flip(shares, at, 16, rng);
-      where = "bucket " + std::to_string(b) + " slot " + std::to_string(slot);
+    case Damage::kDataSlot:
+      where = testing::DamageShareFile(shares, params, testing::ShareDamage::kDataSlot, rng);
       break;
-    }
-    case Damage::kUnusedRootSlot: {
-      const std::uint64_t slot = params.evict_rate + rng() % (params.bucket_size - params.evict_rate);
-      Flip(shares, kHeaderRegion + slot * slot_bytes + rng() % (slot_bytes - 16), 16, rng);
-      where = "root slot " + std::to_string(slot);
+    case Damage::kUnusedRootSlot:
+      where = testing::DamageShareFile(shares, params, testing::ShareDamage::kUnusedRootSlot, rng);
       break;
-    }
-    case Damage::kDigest: {
-      const std::uint64_t data_end =
-          kHeaderRegion + geo.num_buckets() * params.bucket_size * slot_bytes;
-      const std::uint64_t digests = (data_end + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
-      const std::uint64_t slot = rng() % params.evict_rate;  // a root slot that was written
-      Flip(shares, digests + slot * 8, 8, rng);
-      where = "the digest of root slot " + std::to_string(slot);
+    case Damage::kDigest:
+      where = testing::DamageShareFile(shares, params, testing::ShareDamage::kDigest, rng);
       break;
-    }
-    case Damage::kHeaderCopy: {
-      const std::uint64_t copy = rng() % 2;
-      Flip(shares, copy * 512 + 16 + rng() % 90, 4, rng);
-      where = "meta record copy " + std::to_string(copy);
+    case Damage::kHeaderCopy:
+      where = testing::DamageShareFile(shares, params, testing::ShareDamage::kHeaderCopy, rng);
       break;
-    }
     case Damage::kBackupRecord: {
       const std::string file = dir + "/backup-" + std::to_string(backup_generation) + ".bin";
       const auto size = stdfs::file_size(file);
-      Flip(file, 32 + rng() % (size / 2), 16, rng);
+      testing::FlipBytes(file, 32 + rng() % (size / 2), 16, rng);
       where = "backup generation " + std::to_string(backup_generation);
       break;
     }
@@ -209,11 +148,11 @@ void RunOneSeed(std::uint64_t seed, Damage kind) {
   }
   EXPECT_EQ(wrong, 0u) << "a read returned other bytes than were written";
   std::printf("  while damaged: %zu accesses failed\n", failed);
-  EXPECT_TRUE(OthersNamed(errors, bad).empty()) << "an honest server was named:\n" << errors;
+  EXPECT_TRUE(testing::OtherServersNamed(errors, bad).empty()) << "an honest server was named:\n" << errors;
 
   const std::string common = " -s " + fs->state + " --passfile " + fs->passfile;
   const CliRun scrub = RunCli("scrub" + common + " --plain-progress");
-  EXPECT_TRUE(OthersNamed(scrub.output, bad).empty()) << scrub.output;
+  EXPECT_TRUE(testing::OtherServersNamed(scrub.output, bad).empty()) << scrub.output;
   if (scrub.exit_code == 4 && kind != Damage::kBackupRecord) {
     EXPECT_NE(scrub.output.find("server " + std::to_string(bad) + ": DAMAGED"), std::string::npos)
         << scrub.output;
