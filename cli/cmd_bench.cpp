@@ -1,5 +1,6 @@
-// s3oram bench: random read/write accesses over a fresh filesystem on a
-// temporary local cluster, every read verified against an in-memory model.
+// s3oram bench: random read/write accesses over a fresh (or, with --age, aged)
+// filesystem on a temporary local cluster, every read verified against an
+// in-memory model.
 #include <sys/resource.h>
 #include <unistd.h>
 
@@ -32,6 +33,7 @@ struct BenchArgs {
   bool no_sync = false;
   bool json = false;
   bool keep = false;
+  bool age = false;
   std::string dir;
   std::string server_log_level = "warn";
 };
@@ -216,32 +218,24 @@ int RunBench(const BenchArgs& a) {
   std::mt19937_64 rng((std::uint64_t{rd()} << 32) ^ rd());
   std::unordered_map<std::uint64_t, std::uint64_t> model;  // id -> content tag
   std::vector<std::uint8_t> data(p->block_bytes), expect(p->block_bytes);
-  std::vector<double> latencies_ms;
-  latencies_ms.reserve(accesses);
-  const std::uint64_t peer_before = SumPeerBytes(c);
-  const StatsSum server_before = SumServerStats(c);
-  const AccessTimings client_before = c.stats().timings;
-  const auto sent0 = c.transport_stats().bytes_sent, recv0 = c.transport_stats().bytes_received;
-  const auto start = Clock::now();
   std::uint64_t reads_verified = 0;
-  // On stderr: stdout carries the results (and --json must stay parseable).
-  Progress progress("bench: accesses", accesses, Progress::Unit::kItems);
-  for (std::uint64_t i = 0; i < accesses; ++i) {
-    const std::uint64_t id = rng() % p->capacity_blocks;
-    const bool write = std::uniform_real_distribution<double>(0, 1)(rng) < a.write_fraction;
-    const auto t0 = Clock::now();
+  double last_access_ms = 0;  // the access alone, without filling or checking data
+  // One access to `id`, its answer checked against the model; false (after
+  // saying why on stderr) if the access failed or returned wrong data.
+  auto verified_access = [&](std::uint64_t id, bool write, std::uint64_t i) {
     std::uint64_t tag = 0;
     if (write) {
       tag = rng();
       FillBlock(id, tag, data);
     }
+    const auto t0 = Clock::now();
     auto r = c.Access(write ? AccessOp::kWrite : AccessOp::kRead, id,
                       write ? std::span<const std::uint8_t>(data) : std::span<const std::uint8_t>());
-    latencies_ms.push_back(std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+    last_access_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
     if (!r.ok()) {
       std::fprintf(stderr, "s3oram bench: access %llu failed: %s\n",
                    static_cast<unsigned long long>(i), r.status().ToString().c_str());
-      return 1;
+      return false;
     }
     // The access returns the content before it; check it against the model.
     auto it = model.find(id);
@@ -253,10 +247,56 @@ int RunBench(const BenchArgs& a) {
     if (r.value() != expect) {
       std::fprintf(stderr, "s3oram bench: block %llu read back wrong data at access %llu\n",
                    static_cast<unsigned long long>(id), static_cast<unsigned long long>(i));
-      return 1;
+      return false;
     }
     ++reads_verified;
     if (write) model[id] = tag;
+    return true;
+  };
+
+  // Aging: a young tree is mostly sparse holes, cheap to read; a filesystem
+  // used for months has every bucket written. Write every block once, then go
+  // on writing random blocks until 2^(H-1) evictions have run: eviction paths
+  // follow reverse-lexicographic order and each also writes its leaf's
+  // sibling, so those evictions have written every bucket of the tree. Only
+  // the accesses after this are measured.
+  std::uint64_t aging_accesses = 0;
+  double aging_seconds = 0;
+  if (a.age) {
+    const std::uint64_t target_evictions = std::uint64_t{1} << (p->height - 1);
+    const std::uint64_t estimate =
+        std::max(p->capacity_blocks, target_evictions * std::uint64_t{p->evict_rate});
+    std::vector<std::uint64_t> order(p->capacity_blocks);
+    for (std::uint64_t id = 0; id < order.size(); ++id) order[id] = id;
+    std::shuffle(order.begin(), order.end(), rng);
+    const auto age_start = Clock::now();
+    Progress aging("bench: aging (every block, then every bucket written)", estimate,
+                   Progress::Unit::kItems);
+    for (std::uint64_t i = 0; i < order.size() || c.stats().evictions < target_evictions; ++i) {
+      const std::uint64_t id = i < order.size() ? order[i] : rng() % p->capacity_blocks;
+      if (!verified_access(id, true, i)) return 1;
+      aging_accesses = i + 1;
+      aging.Update(std::min(aging_accesses, estimate));
+    }
+    aging.Finish();
+    aging_seconds = std::chrono::duration<double>(Clock::now() - age_start).count();
+  }
+  const std::uint64_t evictions_before = c.stats().evictions;
+
+  std::vector<double> latencies_ms;
+  latencies_ms.reserve(accesses);
+  const std::uint64_t peer_before = SumPeerBytes(c);
+  const StatsSum server_before = SumServerStats(c);
+  const AccessTimings client_before = c.stats().timings;
+  const auto sent0 = c.transport_stats().bytes_sent, recv0 = c.transport_stats().bytes_received;
+  const auto start = Clock::now();
+  // On stderr: stdout carries the results (and --json must stay parseable).
+  Progress progress("bench: accesses", accesses, Progress::Unit::kItems);
+  for (std::uint64_t i = 0; i < accesses; ++i) {
+    const std::uint64_t id = rng() % p->capacity_blocks;
+    const bool write = std::uniform_real_distribution<double>(0, 1)(rng) < a.write_fraction;
+    if (!verified_access(id, write, aging_accesses + i)) return 1;
+    latencies_ms.push_back(last_access_ms);
     progress.Update(i + 1);
   }
   progress.Finish();
@@ -271,22 +311,30 @@ int RunBench(const BenchArgs& a) {
   const Breakdown client_ms = ClientBreakdown(client_before, c.stats().timings, double(accesses), mean);
   const Breakdown server_ms = ServerBreakdown(server_before, SumServerStats(c), double(accesses));
   if (a.json) {
-    std::printf("{\"params\": %s, \"accesses\": %llu, \"evictions\": %llu, \"verified\": %llu, "
-                "\"seconds\": %.3f, \"mean_ms\": %.3f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
-                "\"max_ms\": %.3f, \"accesses_per_s\": %.2f, \"client_server_bytes_per_access\": %.0f, "
-                "\"server_server_bytes_per_access\": %.0f, \"kernels\": \"%s\", \"sync\": %s, "
-                "\"client_ms_per_access\": %s, \"server_ms_per_access\": %s}\n",
-                ParamsJson(*p).c_str(), static_cast<unsigned long long>(accesses),
-                static_cast<unsigned long long>(c.stats().evictions),
-                static_cast<unsigned long long>(reads_verified), seconds, mean, p50, p99, worst,
-                double(accesses) / seconds, client_bytes, peer_bytes, kernels::FastKernelName(),
-                a.no_sync ? "false" : "true", BreakdownJson(client_ms).c_str(),
-                BreakdownJson(server_ms).c_str());
+    std::printf(
+        "{\"params\": %s, \"accesses\": %llu, \"evictions\": %llu, \"verified\": %llu, "
+        "\"seconds\": %.3f, \"mean_ms\": %.3f, \"p50_ms\": %.3f, \"p99_ms\": %.3f, "
+        "\"max_ms\": %.3f, \"accesses_per_s\": %.2f, \"client_server_bytes_per_access\": %.0f, "
+        "\"server_server_bytes_per_access\": %.0f, \"kernels\": \"%s\", \"sync\": %s, "
+        "\"aged\": %s, \"aging_accesses\": %llu, \"aging_seconds\": %.1f, "
+        "\"client_ms_per_access\": %s, \"server_ms_per_access\": %s}\n",
+        ParamsJson(*p).c_str(), static_cast<unsigned long long>(accesses),
+        static_cast<unsigned long long>(c.stats().evictions - evictions_before),
+        static_cast<unsigned long long>(reads_verified), seconds, mean, p50, p99, worst,
+        double(accesses) / seconds, client_bytes, peer_bytes, kernels::FastKernelName(),
+        a.no_sync ? "false" : "true", a.age ? "true" : "false",
+        static_cast<unsigned long long>(aging_accesses), aging_seconds,
+        BreakdownJson(client_ms).c_str(), BreakdownJson(server_ms).c_str());
   } else {
     std::printf("results:\n");
+    if (a.age) {
+      std::printf(
+          "  aged first         %llu writes in %.1f s (every block, then every bucket written)\n",
+          static_cast<unsigned long long>(aging_accesses), aging_seconds);
+    }
     std::printf("  accesses           %llu (%llu evictions), every result verified\n",
                 static_cast<unsigned long long>(accesses),
-                static_cast<unsigned long long>(c.stats().evictions));
+                static_cast<unsigned long long>(c.stats().evictions - evictions_before));
     std::printf("  latency            mean %.2f ms (amortised eviction included), p50 %.2f ms, "
                 "p99 %.2f ms, max %.2f ms\n",
                 mean, p50, p99, worst);
@@ -309,8 +357,9 @@ int RunBench(const BenchArgs& a) {
 }  // namespace
 
 void RegisterBench(CLI::App& app, int* exit_code) {
-  auto* cmd = app.add_subcommand(
-      "bench", "random verified accesses on a fresh filesystem over 3 temporary local servers");
+  auto* cmd = app.add_subcommand("bench",
+                                 "random verified accesses on a fresh (or --age: aged) filesystem "
+                                 "over 3 temporary local servers");
   auto a = std::make_shared<BenchArgs>();
   AddParamOptions(cmd, a->params);
   cmd->add_option("-n,--accesses", a->accesses, "number of accesses (default: max(200, 3A))");
@@ -321,6 +370,9 @@ void RegisterBench(CLI::App& app, int* exit_code) {
   cmd->add_flag("--json", a->json, "print one JSON object");
   cmd->add_option("--dir", a->dir, "cluster directory (default: a fresh one in /tmp)");
   cmd->add_flag("--keep", a->keep, "keep the cluster directory");
+  cmd->add_flag("--age", a->age,
+                "before measuring, write every block and run 2^(H-1) evictions so every bucket "
+                "holds written data, as on a filesystem in use for months");
   cmd->add_option("--server-log-level", a->server_log_level,
                   "log level of the temporary servers (debug shows eviction phase timings)")
       ->capture_default_str();

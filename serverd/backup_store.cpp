@@ -16,6 +16,8 @@
 #include <map>
 #include <optional>
 
+#include "oramcore/base/durable_file.h"
+
 namespace s3oram::serverd {
 namespace {
 
@@ -119,13 +121,6 @@ Result<bool> ReadAll(int fd, void* data, std::size_t n, std::uint64_t at,
     done += static_cast<std::size_t>(r);
   }
   return true;
-}
-
-Status SyncDir(const std::string& dir) {
-  Fd d(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (d.get() < 0) return Status::IoError(SysError("opening directory", dir, errno));
-  if (::fsync(d.get()) != 0) return Status::IoError(SysError("syncing directory", dir, errno));
-  return Status::Ok();
 }
 
 // "backup-<decimal>.bin" -> generation (no sign, no leading zeros, non-zero).
@@ -246,7 +241,7 @@ struct BackupStore::Impl {
       complete.erase(complete.begin());
       removed = true;
     }
-    if (removed && sync) return SyncDir(dir);
+    if (removed && sync) return SyncDirectory(dir);
     return Status::Ok();
   }
 
@@ -269,7 +264,7 @@ struct BackupStore::Impl {
     if (::rename(tmp.c_str(), path.c_str()) != 0) {
       return Status::IoError(SysError("renaming " + tmp + " to", path, errno));
     }
-    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
+    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
     complete[u.generation] = Stored{u.total, kFileVersion};
     spdlog::info("backup generation {} stored ({} elements)", u.generation, u.total);
     upload.reset();
@@ -479,7 +474,7 @@ Status BackupStore::RemoveAll() {
     }
   }
   m.complete.clear();
-  if (m.sync) return SyncDir(m.dir);
+  if (m.sync) return SyncDirectory(m.dir);
   return Status::Ok();
 }
 

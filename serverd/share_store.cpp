@@ -45,6 +45,7 @@
 #include "serverd/share_store.h"
 
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
@@ -64,10 +65,10 @@
 #include <unordered_set>
 #include <utility>
 
+#include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
 #include "oramcore/math/slot_digest.h"
-#include <spdlog/spdlog.h>
 
 namespace s3oram::serverd {
 
@@ -196,18 +197,6 @@ Status DataSync(int fd, const std::string& path) {
     if (errno == EINTR) continue;
     return SysError("fdatasync of", path, errno);
   }
-  return Status::Ok();
-}
-
-Status SyncDir(const std::string& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return SysError("opening directory", dir, errno);
-  int rc;
-  while ((rc = ::fsync(fd)) != 0 && errno == EINTR) {
-  }
-  int e = errno;
-  ::close(fd);
-  if (rc != 0) return SysError("fsync of directory", dir, e);
   return Status::Ok();
 }
 
@@ -765,7 +754,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
     if (::unlink(impl->shares_path.c_str()) != 0 && errno != ENOENT) {
       return SysError("removing", impl->shares_path, errno);
     }
-    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
+    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
   } else if (::unlink(rebuild_path.c_str()) != 0 && errno != ENOENT) {
     return SysError("removing", rebuild_path, errno);  // an abandoned rebuild
   }
@@ -808,7 +797,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
     if (::rename(tmp_path.c_str(), impl->shares_path.c_str()) != 0) {
       return fail(SysError("renaming " + tmp_path + " to", impl->shares_path, errno));
     }
-    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDir(dir));
+    if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
   }
   impl->generation = 1;
 
@@ -1152,7 +1141,7 @@ Status ShareStore::FinishRebuild(const ServerMeta& meta) {
   if (::rename(im.rebuild_path.c_str(), im.shares_path.c_str()) != 0) {
     return SysError("renaming " + im.rebuild_path + " to", im.shares_path, errno);
   }
-  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDir(im.dir));
+  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
   im.rebuilding = false;
   return Status::Ok();
 }

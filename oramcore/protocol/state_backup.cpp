@@ -71,6 +71,7 @@
 #include <set>
 #include <utility>
 
+#include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
 #include "oramcore/crypto/key_wrap.h"
@@ -245,12 +246,6 @@ class FileRemover {
   std::string path_;
 };
 
-std::string DirOf(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  if (slash == std::string::npos) return ".";
-  return slash == 0 ? "/" : path.substr(0, slash);
-}
-
 // The tags of the temporary files made beside a state (TempBeside).
 constexpr const char* kTempTags[] = {"snapshot", "restore"};
 
@@ -295,7 +290,7 @@ class TempBeside {
 void RemoveAbandonedTemps(const std::string& state_path) {
   const std::string base = state_path.substr(state_path.find_last_of('/') + 1);
   std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(DirOf(state_path), ec)) {
+  for (const auto& e : std::filesystem::directory_iterator(ParentDir(state_path), ec)) {
     const std::string name = e.path().filename().string();
     bool ours = false;
     for (const char* tag : kTempTags) {
@@ -350,15 +345,6 @@ Status WriteWholeAndSync(const std::string& path, std::span<const std::uint8_t> 
     }
     done += static_cast<std::size_t>(n);
   }
-  const int rc = ::fsync(fd);
-  ::close(fd);
-  if (rc != 0) return Status::IoError(Errno("cannot sync", path));
-  return Status::Ok();
-}
-
-Status SyncPath(const std::string& path, bool directory) {
-  int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("cannot open", path));
   const int rc = ::fsync(fd);
   ::close(fd);
   if (rc != 0) return Status::IoError(Errno("cannot sync", path));
@@ -1197,7 +1183,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     return Status::IoError("SQLite left a write-ahead log beside " + tmp +
                            "; the restored state was not published");
   }
-  S3ORAM_RETURN_IF_ERROR(SyncPath(tmp, false));
+  S3ORAM_RETURN_IF_ERROR(SyncFile(tmp));
   if (o.replace) {
     // The stale state's log was folded in and removed (RefreshState); one
     // appearing now would be replayed into the new file.
@@ -1222,7 +1208,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
       return Status::IoError(Errno("cannot replace", o.state_path));
     }
     FaultPoint("refresh.after_rename");
-    S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(o.state_path), true));
+    S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(o.state_path)));
     return report;
   }
   if (::link(tmp.c_str(), o.state_path.c_str()) != 0) {
@@ -1232,7 +1218,7 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
     }
     return Status::IoError(Errno("cannot create", o.state_path));
   }
-  S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(o.state_path), true));
+  S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(o.state_path)));
   return report;  // `remove` unlinks the temporary name
 }
 

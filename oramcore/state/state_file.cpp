@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
 #include "oramcore/crypto/subkeys.h"
@@ -46,21 +47,6 @@ Status WriteBothCopies(const std::string& path, const StateHeader& h) {
   if (s.ok()) s = WriteDurably(fd, copy, 0, path);
   ::close(fd);
   return s;
-}
-
-Status SyncPath(const std::string& path, int flags) {
-  const int fd = ::open(path.c_str(), flags | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("opening " + path));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IoError(path + ": fsync: " + std::strerror(err));
-  return Status::Ok();
-}
-
-std::string DirOf(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
 }
 
 struct DbCloser {
@@ -119,7 +105,7 @@ Status UnlockedState::Rebind(int* lock_fd) {
   auto headers = ReadStateHeader(path_);
   if (!headers.ok()) return fail(headers.status());
   if (Status s = WriteSealedCopy(*this, headers->front(), tmp); !s.ok()) return fail(s);
-  if (Status s = SyncPath(tmp, O_RDONLY); !s.ok()) return fail(s);
+  if (Status s = SyncFile(tmp); !s.ok()) return fail(s);
   auto fresh = ReadStateHeader(tmp);
   if (!fresh.ok()) return fail(fresh.status());
   int new_lock = -1;
@@ -150,7 +136,7 @@ Status UnlockedState::Rebind(int* lock_fd) {
     *lock_fd = new_lock;
   }
   FaultPoint("state.convert.after_rename");
-  S3ORAM_RETURN_IF_ERROR(SyncPath(DirOf(path_), O_RDONLY | O_DIRECTORY));
+  S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(path_)));
   header_ = fresh->front();
   return Status::Ok();
 }

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <vector>
 
+#include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/state/sealed_vfs.h"
@@ -68,30 +69,6 @@ Status ReadOldHeader(sqlite3* db, StateHeader& h) {
   if (rc != SQLITE_DONE) return SqlFail(db, rc, "reading the key wrap");
   if (found != 6) return Status::Corruption("the state lacks its key wrap or filesystem id");
   return ValidateKdfParams(h.wrap.kdf);
-}
-
-Status SyncDir(const std::string& path) {
-  const std::size_t slash = path.find_last_of('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("opening " + dir));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IoError(dir + ": fsync: " + std::strerror(err));
-  return Status::Ok();
-}
-
-Status SyncFile(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return Status::IoError(Errno("opening " + path));
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return Status::IoError(path + ": fsync: " + std::strerror(err));
-  return Status::Ok();
 }
 
 bool NonEmpty(const std::string& path) {
@@ -241,7 +218,7 @@ Result<UpgradeReport> UpgradeState(const std::string& path, const Secret& passph
   }
   if (::rename(tmp.c_str(), path.c_str()) != 0) return Status::IoError(Errno("renaming " + tmp));
   FaultPoint("upgrade.renamed");
-  S3ORAM_RETURN_IF_ERROR(SyncDir(path));
+  S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(path)));
   return report;
 }
 

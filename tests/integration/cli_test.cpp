@@ -3,9 +3,12 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
+#include <fstream>
 #include <regex>
 #include <string>
+#include <vector>
 
 #include "tests/integration/cluster_fixture.h"
 
@@ -191,6 +194,48 @@ TEST(CliTest, BenchVerifiesAndReportsJson) {
   EXPECT_GE(std::stoi(m[1]), 30);
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"("server_server_bytes_per_access": (\d+))")));
   EXPECT_GT(std::stoll(m[1]), 0);
+}
+
+// --age must leave no bucket a sparse hole: on every server, every bucket of
+// the tree holds written bytes before the measured accesses start (a fresh
+// tree's deeper buckets are all zeros).
+TEST(CliTest, BenchAgeWritesEveryBucketBeforeMeasuring) {
+  TempDir tmp;
+  const std::string dir = tmp.Sub("bench");
+  CliRun r = RunCli(
+      "bench --block-size 512 --height 4 --evict-rate 8 --accesses 16 --age --json --keep --dir " +
+      dir);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::smatch m;
+  auto number = [&](const char* key) -> std::uint64_t {
+    EXPECT_TRUE(std::regex_search(r.output, m, std::regex(std::string("\"") + key + R"(": (\d+))")))
+        << key << " missing in " << r.output;
+    return m.empty() ? 0 : std::stoull(m[1]);
+  };
+  EXPECT_NE(r.output.find("\"aged\": true"), std::string::npos) << r.output;
+  const std::uint64_t height = number("height"), z = number("bucket_size"),
+                      rate = number("evict_rate"), n = number("capacity_blocks"),
+                      m_elems = number("elems_per_slot"), aging = number("aging_accesses");
+  ASSERT_EQ(height, 4u);
+  // At least every block once and 2^(H-1) evictions' worth of accesses.
+  EXPECT_GE(aging, n);
+  EXPECT_GE(aging, (std::uint64_t{1} << (height - 1)) * rate);
+  const std::uint64_t bucket_bytes = z * m_elems * 4;
+  const std::uint64_t buckets = (std::uint64_t{2} << height) - 1;
+  for (int server = 0; server < 3; ++server) {
+    const std::string shares = dir + "/data-" + std::to_string(server) + "/shares.bin";
+    std::ifstream f(shares, std::ios::binary);
+    ASSERT_TRUE(f.good()) << shares;
+    std::vector<char> bucket(bucket_bytes);
+    for (std::uint64_t b = 1; b <= buckets; ++b) {
+      f.seekg(static_cast<std::streamoff>(4096 + (b - 1) * bucket_bytes));
+      f.read(bucket.data(), static_cast<std::streamsize>(bucket.size()));
+      ASSERT_EQ(f.gcount(), static_cast<std::streamsize>(bucket.size()))
+          << shares << " bucket " << b;
+      EXPECT_TRUE(std::any_of(bucket.begin(), bucket.end(), [](char c) { return c != 0; }))
+          << "server " << server << " bucket " << b << " was never written";
+    }
+  }
 }
 
 }  // namespace

@@ -13,20 +13,15 @@
 #include <string>
 
 #include "tests/integration/cluster_fixture.h"
+#include "tests/support/file_bytes.h"
 
 namespace s3oram {
 namespace {
 
 namespace stdfs = std::filesystem;
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 struct Copy {
   std::string db, wal;

@@ -18,6 +18,7 @@
 
 #include "oramcore/base/random.h"
 #include "oramcore/state/sealed_vfs.h"
+#include "tests/support/file_bytes.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram {
@@ -40,15 +41,8 @@ std::vector<std::uint8_t> Header(std::uint32_t format) {
   return h;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 std::uint32_t Get32(const std::string& s, std::size_t at) {
   return (std::uint32_t{static_cast<std::uint8_t>(s[at])} << 24) |

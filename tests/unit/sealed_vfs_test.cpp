@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "oramcore/base/random.h"
+#include "tests/support/file_bytes.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 
@@ -41,15 +42,8 @@ std::vector<std::uint8_t> Header(std::uint32_t format = kSealedBoundFormat) {
   return h;
 }
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::ReadAll;
+using testing::WriteAll;
 
 void Exec(sqlite3* db, const std::string& sql) {
   char* err = nullptr;

@@ -1,35 +1,30 @@
 #include "oramcore/state/state_file.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
-#include <fcntl.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <array>
 #include <filesystem>
-
 #include <fstream>
 #include <iterator>
 #include <string>
 #include <vector>
 
 #include "oramcore/base/random.h"
+#include "tests/support/file_bytes.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
 namespace {
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void WriteAll(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
+using testing::ReadAll;
+using testing::WriteAll;
+
 void Patch(const std::string& path, std::size_t at, const std::vector<std::uint8_t>& bytes) {
   std::string s = ReadAll(path);
   std::copy(bytes.begin(), bytes.end(), s.begin() + static_cast<std::ptrdiff_t>(at));

@@ -16,6 +16,7 @@
 #include "oramcore/state/client_state.h"
 #include "oramcore/state/state_file.h"
 #include "oramcore/wire/curve_keys.h"
+#include "tests/support/file_bytes.h"
 #include "tests/support/temp_dir.h"
 
 namespace s3oram {
@@ -23,10 +24,7 @@ namespace {
 
 constexpr std::string_view kPass = "the old state's passphrase";
 
-std::string ReadAll(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
+using testing::ReadAll;
 
 Secret Pass(std::string_view s = kPass) { return Secret::CopyOf(s); }
 
