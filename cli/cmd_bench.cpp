@@ -358,7 +358,7 @@ int RunBench(const BenchArgs& a) {
 
 void RegisterBench(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("bench",
-                                 "random verified accesses on a fresh (or --age: aged) filesystem "
+                                 "random verified accesses on a fresh or aged filesystem "
                                  "over 3 temporary local servers");
   auto a = std::make_shared<BenchArgs>();
   AddParamOptions(cmd, a->params);

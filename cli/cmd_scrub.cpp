@@ -6,6 +6,7 @@
 
 #include <cstdio>
 #include <memory>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
@@ -77,6 +78,7 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
     if (bar) bar->Finish();
     if (!findings.ok()) return fail(findings.status(), 1);
     int damaged_servers = 0;
+    std::string problem;  // for s3oram status, as a mount would record it
     for (std::size_t i = 0; i < findings->servers.size(); ++i) {
       const ScrubFindings& f = findings->servers[i];
       if (f.damaged == 0) {
@@ -85,6 +87,11 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
         continue;
       }
       ++damaged_servers;
+      problem += (problem.empty() ? "" : "; ") + ("server " + std::to_string(i)) +
+                 " has damaged storage: " + std::to_string(f.damaged) +
+                 " slots do not match their digests (" + DescribeDamage(f) +
+                 "), found by s3oram scrub; repair it from the others: s3oram rebuild --server " +
+                 std::to_string(i);
       std::printf(
           "server %zu: DAMAGED: %llu slots do not match their digests (%s); repair it "
           "from the others: s3oram rebuild -s %s --server %zu\n",
@@ -156,6 +163,23 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
       }
     }
     *exit_code = damaged_servers > 0 || bad.damaged > 0 ? 4 : 0;
+    if (bad.damaged > 0) {
+      problem += (problem.empty() ? "" : "; ") + std::to_string(bad.damaged) +
+                 " slots are not one consistent sharing across the servers (" +
+                 DescribeDamage(bad) + "), found by s3oram scrub";
+    }
+    if (!problem.empty() &&
+        (!(*client)->problem_note() ||
+         (*client)->problem_note()->text.find("found by s3oram scrub") != std::string::npos)) {
+      // A problem a mount met is kept (it says which access met it); one
+      // only scrub found is recorded so that s3oram status names it.
+      if (Status c = (*client)->RecordProblemNote(problem); !c.ok()) {
+        std::fprintf(stderr,
+                     "s3oram scrub: s3oram status cannot show this yet (%s); a mount records it "
+                     "when it meets the damage\n",
+                     c.ToString().c_str());
+      }
+    }
     // Every slot verified and agrees: a problem a mount recorded earlier
     // (s3oram status) has been repaired.
     if (*exit_code == 0 && (*client)->problem_note()) {

@@ -1467,6 +1467,15 @@ void OramClient::NoteProblem(const Status& st) {
   }
 }
 
+Status OramClient::RecordProblemNote(const std::string& text) {
+  ClientStateStore::Batch b;
+  b.SetProblemNote(
+      ProblemNote{text.substr(0, 2000), static_cast<std::uint64_t>(std::time(nullptr))});
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+  noted_problem_ = text.substr(0, 2000);
+  return Status::Ok();
+}
+
 Status OramClient::ClearProblemNote() {
   if (!store_->problem_note()) return Status::Ok();
   ClientStateStore::Batch b;

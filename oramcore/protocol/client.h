@@ -236,6 +236,10 @@ class OramClient {
   // forgets it (a clean scrub, a rebuild).
   const std::optional<ProblemNote>& problem_note() const { return store_->problem_note(); }
   Status ClearProblemNote();
+  // Records a problem found outside an access (s3oram scrub), so that
+  // s3oram status names it as it names one a mount met. Fails while another
+  // process holds the state (a mount), which records it when it meets it.
+  Status RecordProblemNote(const std::string& text);
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after

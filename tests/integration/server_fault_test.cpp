@@ -156,6 +156,14 @@ void RunOneSeed(std::uint64_t seed, Damage kind) {
   if (scrub.exit_code == 4 && kind != Damage::kBackupRecord) {
     EXPECT_NE(scrub.output.find("server " + std::to_string(bad) + ": DAMAGED"), std::string::npos)
         << scrub.output;
+    // s3oram status names the bad server too, whether a mount met the
+    // damage or only scrub found it.
+    const CliRun status = RunCli("status" + common);
+    const std::size_t at = status.output.find("problem ");
+    ASSERT_NE(at, std::string::npos) << status.output;
+    const std::string line = status.output.substr(at, status.output.find('\n', at) - at);
+    EXPECT_NE(line.find("server " + std::to_string(bad)), std::string::npos) << line;
+    EXPECT_TRUE(testing::OtherServersNamed(line, bad).empty()) << line;
   }
   if (kind == Damage::kBackupRecord) {
     // The backup is restorable from the two others; the damaged one is named.
@@ -211,6 +219,53 @@ TEST(ServerFaultTest, DamageOnOneServerLosesNothingSyncedAndIsRepaired) {
     if (::testing::Test::HasFatalFailure()) return;
   }
   std::printf("[ cases    ] %d seeds, %d kinds of damage, each kind twice\n", kSeeds, 5);
+}
+
+// Damage no mount has met yet: only scrub finds it, and s3oram status must
+// name the damaged server (and no other) from then on, until the repair.
+TEST(ServerFaultTest, DamageOnlyScrubFoundIsNamedByStatusUntilRepaired) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/2000);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = rng() % 3;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (std::uint32_t k = 0; k < 3 * params.evict_rate; ++k) {
+      ASSERT_TRUE((*c)->Write(k % 8, testing::Content(params.block_bytes, k % 8, rng())).ok());
+    }
+    ASSERT_TRUE((*c)->Sync().ok());
+  }
+  ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
+  const std::string where =
+      testing::DamageShareFile(fs->cluster->dir() + "/data-" + std::to_string(bad) + "/shares.bin",
+                               params, testing::ShareDamage::kDataSlot, rng);
+  std::printf("[ seed     ] %llu: server %zu, %s\n", static_cast<unsigned long long>(seed), bad,
+              where.c_str());
+  ASSERT_TRUE(fs->cluster->Restart(bad).ok());
+
+  const std::string common = " -s " + fs->state + " --passfile " + fs->passfile;
+  const CliRun before = RunCli("status" + common);
+  ASSERT_EQ(before.output.find("problem "), std::string::npos) << before.output;
+  const CliRun scrub = RunCli("scrub" + common + " --plain-progress");
+  ASSERT_EQ(scrub.exit_code, 4) << scrub.output;
+  const CliRun status = RunCli("status" + common);
+  const std::size_t at = status.output.find("problem ");
+  ASSERT_NE(at, std::string::npos) << status.output;
+  const std::string line = status.output.substr(at, status.output.find('\n', at) - at);
+  EXPECT_NE(line.find("server " + std::to_string(bad) + " has damaged storage"), std::string::npos)
+      << line;
+  EXPECT_NE(line.find("rebuild --server " + std::to_string(bad)), std::string::npos) << line;
+  EXPECT_TRUE(testing::OtherServersNamed(line, bad).empty()) << line;
+
+  const CliRun rebuilt =
+      RunCli("rebuild" + common + " --server " + std::to_string(bad) + " --plain-progress");
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  ASSERT_EQ(RunCli("scrub" + common + " --plain-progress").exit_code, 0);
+  const CliRun after = RunCli("status" + common);
+  EXPECT_EQ(after.output.find("problem "), std::string::npos) << after.output;
 }
 
 }  // namespace
