@@ -1449,6 +1449,9 @@ Status OramClient::Close() {
   return flushed;
 }
 
+// Bytes of a problem's text kept in the state.
+constexpr std::size_t kProblemNoteMax = 2000;
+
 void OramClient::NoteProblem(const Status& st) {
   const bool damaged = st.code() == Status::Code::kDamaged;
   const bool inconsistent =
@@ -1456,23 +1459,19 @@ void OramClient::NoteProblem(const Status& st) {
       (st.message().find("inconsistent across the servers") != std::string::npos ||
        st.message().find("authenticate (share MAC)") != std::string::npos);
   if (!damaged && !inconsistent) return;
-  std::string text = st.message();
-  if (text.size() > 2000) text.resize(2000);
-  if (noted_problem_ == text) return;  // one write per new problem, not per access
-  noted_problem_ = text;
-  ClientStateStore::Batch b;
-  b.SetProblemNote(ProblemNote{text, static_cast<std::uint64_t>(std::time(nullptr))});
-  if (Status c = store_->Commit(b); !c.ok()) {
+  // One write per new problem, not per access.
+  if (noted_problem_ == st.message().substr(0, kProblemNoteMax)) return;
+  if (Status c = RecordProblemNote(st.message()); !c.ok()) {
     spdlog::warn("recording the problem in the client state: {}", c.ToString());
   }
 }
 
 Status OramClient::RecordProblemNote(const std::string& text) {
+  const std::string kept = text.substr(0, kProblemNoteMax);
   ClientStateStore::Batch b;
-  b.SetProblemNote(
-      ProblemNote{text.substr(0, 2000), static_cast<std::uint64_t>(std::time(nullptr))});
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
-  noted_problem_ = text.substr(0, 2000);
+  b.SetProblemNote(ProblemNote{kept, static_cast<std::uint64_t>(std::time(nullptr))});
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
+  noted_problem_ = kept;
   return Status::Ok();
 }
 
