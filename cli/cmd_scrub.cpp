@@ -173,7 +173,7 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
          (*client)->problem_note()->text.find("found by s3oram scrub") != std::string::npos)) {
       // A problem a mount met is kept (it says which access met it); one
       // only scrub found is recorded so that s3oram status names it.
-      if (Status c = (*client)->RecordProblemNote(problem); !c.ok()) {
+      if (Status c = (*client)->RecordProblemNote(problem, damaged_servers > 0); !c.ok()) {
         std::fprintf(stderr,
                      "s3oram scrub: s3oram status cannot show this yet (%s); a mount records it "
                      "when it meets the damage\n",

@@ -127,6 +127,12 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
       std::printf("problem     %s (last met %s; cleared by a clean `s3oram scrub` or the rebuild "
                   "it names)\n",
                   note->text.c_str(), when);
+      if (note->damaged) {
+        std::printf("writes      STOPPED: a server reported damaged storage, so a mount of this "
+                    "state is read-only (changes fail with EROFS) and runs no eviction until "
+                    "that server is repaired (the rebuild the problem line names, or a clean "
+                    "scrub)\n");
+      }
     }
     if (const auto& mark = (*client)->backup_mark()) {
       std::printf("state       last uploaded as backup generation %llu%s\n",

@@ -4,7 +4,8 @@
 
 namespace s3oram::fs {
 
-OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client) : client_(std::move(client)) {}
+OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client)
+    : client_(std::move(client)), writes_stopped_(client_->writes_stopped().has_value()) {}
 
 std::uint32_t OramBlockEngine::block_bytes() const {
   return static_cast<std::uint32_t>(client_->block_bytes());
@@ -21,6 +22,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
   // (as a dummy), so the servers see an ordinary access.
   const bool held = client_->Holds(id);
   auto r = client_->Read(id);
+  writes_stopped_ = client_->writes_stopped().has_value();
   if (r.ok() && !held) {
     r = Status::Integrity("block " + std::to_string(id) +
                           " holds file data but the ORAM has no position for it: its data are "
@@ -39,6 +41,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
 Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> data) {
   std::lock_guard<std::mutex> lock(mu_);
   Status s = client_->Write(id, data);
+  writes_stopped_ = client_->writes_stopped().has_value();
   last_contact_ = std::chrono::steady_clock::now();
   ++stats_.writes;
   if (!s.ok()) {
@@ -52,6 +55,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
                                                           const Modifier& modify) {
   std::lock_guard<std::mutex> lock(mu_);
   auto r = client_->Update(id, modify);
+  writes_stopped_ = client_->writes_stopped().has_value();
   last_contact_ = std::chrono::steady_clock::now();
   ++stats_.updates;
   if (!r.ok()) {
@@ -64,6 +68,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
 Status OramBlockEngine::Sync() {
   std::lock_guard<std::mutex> lock(mu_);
   Status s = client_->Sync();
+  writes_stopped_ = client_->writes_stopped().has_value();
   if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
   return s;
 }

@@ -8,6 +8,7 @@
 // Implementations are thread-safe (they may serialise).
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
@@ -45,6 +46,9 @@ class BlockEngine {
   using Modifier = std::function<void(std::span<std::uint8_t>)>;
   virtual Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) = 0;
   virtual Status Sync() = 0;
+  // True once the engine refuses every Write and Update until the storage
+  // is repaired (a fail-stop after damage); reads may still work.
+  virtual bool WritesStopped() const { return false; }
 };
 
 // The S3ORAM client as a BlockEngine: one ORAM access per Read, Write or Update, one
@@ -59,6 +63,8 @@ class OramBlockEngine final : public BlockEngine {
   Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override;
   Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) override;
   Status Sync() override;
+  // OramClient::writes_stopped(), read without waiting for an access.
+  bool WritesStopped() const override { return writes_stopped_.load(); }
   // Tells the servers this mount is alive unless an access did so within
   // `idle` (the lease's "last active"); kLeaseHeld once fenced off.
   Status KeepAlive(std::chrono::steady_clock::duration idle);
@@ -81,6 +87,7 @@ class OramBlockEngine final : public BlockEngine {
   mutable std::mutex mu_;
   std::unique_ptr<OramClient> client_;
   Stats stats_;
+  std::atomic<bool> writes_stopped_{false};  // mirrors client_->writes_stopped() after each call
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
 };
 

@@ -97,6 +97,8 @@ class FileData {
   [[nodiscard]] int ForgetIfOrphan(Ino ino, const std::function<bool()>& still_forgotten);
   // Writes back everything and syncs (unmount, fsync of a directory).
   [[nodiscard]] int FlushAllAndSync();
+  // True once the engine takes no more writes (BlockEngine::WritesStopped).
+  bool WritesStopped() const { return engine_.WritesStopped(); }
 
  private:
   std::mutex& LockFor(Ino ino) { return locks_.For(ino); }

@@ -85,6 +85,7 @@ void OpGetattr(fuse_req_t req, fuse_ino_t ino, fuse_file_info*) {
 
 void OpSetattr(fuse_req_t req, fuse_ino_t ino, struct stat* attr, int to_set, fuse_file_info*) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "setattr")) return;
   Attr out;
   if (to_set & FUSE_SET_ATTR_SIZE) {
     if (attr->st_size < 0) return fs.ReplyErr(req, EINVAL, "truncate");
@@ -134,6 +135,7 @@ void OpReadlink(fuse_req_t req, fuse_ino_t ino) {
 
 void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, dev_t rdev) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "mknod")) return;
   const fuse_ctx* ctx = fuse_req_ctx(req);
   if (S_ISDIR(mode) || S_ISLNK(mode)) return fs.ReplyErr(req, EINVAL, "mknod");
   Attr a;
@@ -145,6 +147,7 @@ void OpMknod(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode, d
 
 void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "mkdir")) return;
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Attr a;
   if (int e = fs.meta().Mkdir(parent, name, mode & 07777, ctx->uid, ctx->gid, &a); e != 0) {
@@ -155,6 +158,7 @@ void OpMkdir(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode) {
 
 void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "unlink")) return;
   Attr victim;
   if (int e = fs.meta().Lookup(parent, name, &victim); e != 0) return fs.ReplyErr(req, e, "unlink");
   bool orphaned = false;
@@ -167,6 +171,7 @@ void OpUnlink(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "rmdir")) return;
   Ino removed = 0;
   if (int e = fs.meta().Rmdir(parent, name, &removed); e != 0) return fs.ReplyErr(req, e, "rmdir");
   if (removed != 0) fs.Orphaned(removed);
@@ -175,6 +180,7 @@ void OpRmdir(fuse_req_t req, fuse_ino_t parent, const char* name) {
 
 void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* name) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "symlink")) return;
   const fuse_ctx* ctx = fuse_req_ctx(req);
   Attr a;
   if (int e = fs.meta().Symlink(parent, name, link, ctx->uid, ctx->gid, &a); e != 0) {
@@ -186,6 +192,7 @@ void OpSymlink(fuse_req_t req, const char* link, fuse_ino_t parent, const char* 
 void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t newparent,
               const char* newname, unsigned int flags) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "rename")) return;
   if (flags & ~(kRenameNoReplace | kRenameExchange)) return fs.ReplyErr(req, EINVAL, "rename");
   Ino orphaned = 0;
   if (int e = fs.meta().Rename(parent, name, newparent, newname, flags, &orphaned); e != 0) {
@@ -197,6 +204,7 @@ void OpRename(fuse_req_t req, fuse_ino_t parent, const char* name, fuse_ino_t ne
 
 void OpLink(fuse_req_t req, fuse_ino_t ino, fuse_ino_t newparent, const char* newname) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "link")) return;
   Attr a;
   if (int e = fs.meta().Link(ino, newparent, newname, &a); e != 0) {
     return fs.ReplyErr(req, e, "link");
@@ -209,6 +217,10 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
   Attr a;
   if (int e = fs.meta().GetAttr(ino, &a); e != 0) return fs.ReplyErr(req, e, "open");
   if (S_ISDIR(a.mode)) return fs.ReplyErr(req, EISDIR, "open");
+  if (((fi->flags & O_ACCMODE) != O_RDONLY || (fi->flags & O_TRUNC)) &&
+      fs.RefuseWhileStopped(req, "open for writing")) {
+    return;
+  }
   // libfuse asks for atomic O_TRUNC: the kernel passes the flag here instead
   // of sending a separate setattr.
   if ((fi->flags & O_TRUNC) && S_ISREG(a.mode) && (fi->flags & O_ACCMODE) != O_RDONLY) {
@@ -223,6 +235,7 @@ void OpOpen(fuse_req_t req, fuse_ino_t ino, fuse_file_info* fi) {
 void OpCreate(fuse_req_t req, fuse_ino_t parent, const char* name, mode_t mode,
               fuse_file_info* fi) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "create")) return;
   const fuse_ctx* ctx = fuse_req_ctx(req);
   if (!S_ISREG(mode) && (mode & S_IFMT) != 0) return fs.ReplyErr(req, EINVAL, "create");
   Attr a;
@@ -249,6 +262,7 @@ void OpRead(fuse_req_t req, fuse_ino_t ino, std::size_t size, off_t off, fuse_fi
 void OpWrite(fuse_req_t req, fuse_ino_t ino, const char* buf, std::size_t size, off_t off,
              fuse_file_info*) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "write")) return;
   if (off < 0) return fs.ReplyErr(req, EINVAL, "write");
   spdlog::debug("write ino {} off {} size {}", ino, off, size);
   std::span<const std::uint8_t> data(reinterpret_cast<const std::uint8_t*>(buf), size);
@@ -361,6 +375,7 @@ void OpStatfs(fuse_req_t req, fuse_ino_t) {
 void OpSetxattr(fuse_req_t req, fuse_ino_t ino, const char* name, const char* value,
                 std::size_t size, int flags) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "setxattr")) return;
   if (!UserXattr(name)) return fs.ReplyErr(req, EOPNOTSUPP, "setxattr");
   int e = fs.meta().SetXattr(ino, name, std::string_view(value, size), flags);
   fs.ReplyErr(req, e, "setxattr");
@@ -394,6 +409,7 @@ void OpListxattr(fuse_req_t req, fuse_ino_t ino, std::size_t size) {
 
 void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "removexattr")) return;
   if (!UserXattr(name)) return fs.ReplyErr(req, ENODATA, "removexattr");
   fs.ReplyErr(req, fs.meta().RemoveXattr(ino, name), "removexattr");
 }
@@ -401,6 +417,7 @@ void OpRemovexattr(fuse_req_t req, fuse_ino_t ino, const char* name) {
 void OpFallocate(fuse_req_t req, fuse_ino_t ino, int mode, off_t offset, off_t length,
                  fuse_file_info*) {
   Filesystem& fs = Fs(req);
+  if (fs.RefuseWhileStopped(req, "fallocate")) return;
   if (mode != 0) return fs.ReplyErr(req, EOPNOTSUPP, "fallocate");
   if (offset < 0 || length <= 0) return fs.ReplyErr(req, EINVAL, "fallocate");
   fs.ReplyErr(req,
@@ -464,6 +481,18 @@ void Filesystem::ReplyErr(fuse_req_t req, int err, const char* op) {
   if (why.empty()) why = "see the error logged before this line";
   spdlog::error("{}: I/O error: {}", op, why);
   fuse_reply_err(req, err);
+}
+
+bool Filesystem::RefuseWhileStopped(fuse_req_t req, const char* op) {
+  if (!data_.WritesStopped()) return false;
+  if (!stopped_logged_.exchange(true)) {
+    spdlog::error("{}: refused with EROFS: the filesystem is read-only since a server reported "
+                  "damaged storage (logged above; s3oram status names it); repair that server "
+                  "(s3oram rebuild --server N), then mount again. Later refusals are not logged",
+                  op);
+  }
+  fuse_reply_err(req, EROFS);
+  return true;
 }
 
 void Filesystem::FillStat(const Attr& a, struct stat* st) const {

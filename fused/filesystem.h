@@ -10,6 +10,7 @@
 #define FUSE_USE_VERSION 312
 #include <fuse_lowlevel.h>
 
+#include <atomic>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -44,6 +45,12 @@ class Filesystem {
   void Orphaned(Ino ino);
   // Replies with `err`, logging the store's message behind an EIO.
   void ReplyErr(fuse_req_t req, int err, const char* op);
+  // Fail-stop: once a server has reported damaged storage the engine takes
+  // no writes (OramClient::writes_stopped), and the mount behaves as a
+  // read-only one: every change (`op`) is refused with EROFS here, before
+  // anything is accepted that could not be stored. Replies and returns true
+  // then; false otherwise (nothing replied).
+  bool RefuseWhileStopped(fuse_req_t req, const char* op);
 
  private:
   void AddLookup(Ino ino);
@@ -58,6 +65,7 @@ class Filesystem {
   std::mutex lookups_mu_;
   std::unordered_map<Ino, std::uint64_t> lookups_;
   bool destroyed_ = false;
+  std::atomic<bool> stopped_logged_{false};
 };
 
 }  // namespace s3oram::fs

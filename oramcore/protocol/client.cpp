@@ -458,6 +458,9 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     }
     if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot());
   }
+  if (const auto& note = client->store_->problem_note(); note && note->damaged) {
+    client->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
+  }
   if (Status finished = client->FinishPendingEviction(); !finished.ok()) {
     client->NoteProblem(finished);
     return finished;
@@ -759,6 +762,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     return Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
                                    " bytes, got " + std::to_string(data.size()));
   }
+  if (op == AccessOp::kWrite && writes_stopped_) return *writes_stopped_;
   // A deferred root write in the root's last slot goes alone (an earlier
   // flush before the eviction failed), and an eviction left pending by an
   // earlier failure must finish first: the root has no free slot until then.
@@ -900,6 +904,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
       st = RunEviction();
     }
     if (!st.ok()) {
+      NoteProblem(st);
       spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, id,
                    st.ToString());
     }
@@ -913,6 +918,7 @@ Status OramClient::RunEviction() {
   for (const auto& op : pending) {
     if (op.kind == kEvictKind) return FinishPendingEviction();
   }
+  if (writes_stopped_) return *writes_stopped_;
   const TreeGeometry geo = params().geometry();
   TimeInto planning(stats_.timings.eviction_client_ns);
   S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
@@ -940,7 +946,9 @@ Status OramClient::FinishPendingEviction() {
     if (p.kind == kEvictKind) op = &p;
   }
   if (!op) {
-    if (counters_.nr >= params().evict_rate) return RunEviction();
+    // A due eviction that is not under way yet waits for the repair while
+    // writes are stopped; Open succeeds all the same (reads need no more).
+    if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
     return Status::Ok();
   }
   std::uint64_t ne = 0;
@@ -1460,16 +1468,33 @@ void OramClient::NoteProblem(const Status& st) {
        st.message().find("authenticate (share MAC)") != std::string::npos);
   if (!damaged && !inconsistent) return;
   // One write per new problem, not per access.
+  // The stop's own refusal repeats a problem already recorded.
+  if (writes_stopped_ && st.message() == writes_stopped_->message()) return;
+  if (damaged) StopWrites(st, /*recorded=*/false);
   if (noted_problem_ == st.message().substr(0, kProblemNoteMax)) return;
-  if (Status c = RecordProblemNote(st.message()); !c.ok()) {
+  if (Status c = RecordProblemNote(st.message(), damaged); !c.ok()) {
     spdlog::warn("recording the problem in the client state: {}", c.ToString());
   }
 }
 
-Status OramClient::RecordProblemNote(const std::string& text) {
+void OramClient::StopWrites(const Status& st, bool recorded) {
+  if (writes_stopped_ || read_only_) return;
+  writes_stopped_ = Status::Damaged(
+      "writes are stopped until the damaged server is repaired (s3oram rebuild --server N "
+      "for the server named here, or a clean s3oram scrub), then the filesystem is opened "
+      "again: " +
+      st.message());
+  spdlog::error("{}: this client makes no more evictions or writes (reads go on while the root "
+                "has room) until that server is repaired: {}",
+                recorded ? "the state records damaged storage on a server"
+                         : "a server reported damaged storage",
+                st.message());
+}
+
+Status OramClient::RecordProblemNote(const std::string& text, bool damaged) {
   const std::string kept = text.substr(0, kProblemNoteMax);
   ClientStateStore::Batch b;
-  b.SetProblemNote(ProblemNote{kept, static_cast<std::uint64_t>(std::time(nullptr))});
+  b.SetProblemNote(ProblemNote{kept, static_cast<std::uint64_t>(std::time(nullptr)), damaged});
   S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
   noted_problem_ = kept;
   return Status::Ok();
@@ -1479,8 +1504,10 @@ Status OramClient::ClearProblemNote() {
   if (!store_->problem_note()) return Status::Ok();
   ClientStateStore::Batch b;
   b.SetProblemNote(std::nullopt);
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
   noted_problem_.clear();
-  return store_->Commit(b, /*durable=*/true);
+  writes_stopped_.reset();
+  return Status::Ok();
 }
 
 Status OramClient::NoteFencing(Status st) {

@@ -237,9 +237,21 @@ class OramClient {
   const std::optional<ProblemNote>& problem_note() const { return store_->problem_note(); }
   Status ClearProblemNote();
   // Records a problem found outside an access (s3oram scrub), so that
-  // s3oram status names it as it names one a mount met. Fails while another
+  // s3oram status names it as it names one a mount met (`damaged`: a
+  // server's storage, which stops writes as below). Fails while another
   // process holds the state (a mount), which records it when it meets it.
-  Status RecordProblemNote(const std::string& text);
+  Status RecordProblemNote(const std::string& text, bool damaged);
+  // Fail-stop: set once a server has reported damaged storage to this client
+  // (any request), or when it opened a state whose problem note records
+  // such damage. From then on this client starts no eviction and performs
+  // no write or update (each is refused with this status, code kDamaged);
+  // reads go on while the root has room (at most evict_rate accesses, since
+  // no eviction empties it). A repair (s3oram rebuild, or a clean scrub)
+  // clears the note; the next client opened is not stopped. Stopping keeps
+  // the damage where the repair finds it: an eviction that refilled a
+  // damaged empty slot would hide it, and writes would put new data onto a
+  // failing disk. An eviction logged as pending before is still finished.
+  const std::optional<Status>& writes_stopped() const { return writes_stopped_; }
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
@@ -347,6 +359,10 @@ class OramClient {
   // returns it without asking again until eviction_retry_at_.
   static constexpr std::chrono::seconds kDamagedEvictionRetry{60};
   std::optional<Status> eviction_refused_;
+  std::optional<Status> writes_stopped_;  // see writes_stopped()
+  // Sets writes_stopped_ for damage `st` (a kDamaged status, met now or
+  // `recorded` in the state's problem note), logging once.
+  void StopWrites(const Status& st, bool recorded);
   std::chrono::steady_clock::time_point eviction_retry_at_{};
   std::unique_ptr<ClientStateStore> store_;
   std::unique_ptr<BlockSealer> sealer_;  // null when read-only

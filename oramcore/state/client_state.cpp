@@ -20,7 +20,9 @@
 //                                       backup_generation, backup_epoch
 //                                       (the BackupMark: both or neither);
 //                                       optional problem_text (TEXT),
-//                                       problem_unix (the ProblemNote)
+//                                       problem_unix, problem_damaged (the
+//                                       ProblemNote; problem_damaged absent
+//                                       in states older than it: false)
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
 //                                       idx = party index 0..n-1; public_key
 //                                       is the server's CURVE key (Z85)
@@ -536,7 +538,8 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
     Stmt st;
     S3ORAM_RETURN_IF_ERROR(fail(st.Prepare(
         db, "SELECT (SELECT value FROM meta WHERE key = 'problem_text'), "
-            "(SELECT value FROM meta WHERE key = 'problem_unix')")));
+            "(SELECT value FROM meta WHERE key = 'problem_unix'), "
+            "(SELECT value FROM meta WHERE key = 'problem_damaged')")));
     auto row = st.Step("reading the problem note");
     if (!row.ok()) return fail(row.status());
     if (*row && sqlite3_column_type(st.get(), 0) == SQLITE_TEXT &&
@@ -545,6 +548,8 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
       n.text.assign(reinterpret_cast<const char*>(sqlite3_column_text(st.get(), 0)),
                     static_cast<std::size_t>(sqlite3_column_bytes(st.get(), 0)));
       n.unix_seconds = FromSql(sqlite3_column_int64(st.get(), 1));
+      n.damaged = sqlite3_column_type(st.get(), 2) == SQLITE_INTEGER &&
+                  sqlite3_column_int64(st.get(), 2) != 0;
       store->problem_note_ = std::move(n);
     }
   }
@@ -778,13 +783,15 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
     }
     if (batch.problem_note_) {
       S3ORAM_RETURN_IF_ERROR(sql::Exec(
-          db_, "DELETE FROM meta WHERE key IN ('problem_text', 'problem_unix')"));
+          db_, "DELETE FROM meta WHERE key IN ('problem_text', 'problem_unix', 'problem_damaged')"));
       if (const auto& n = *batch.problem_note_) {
         Stmt st;
         S3ORAM_RETURN_IF_ERROR(st.Prepare(
-            db_, "INSERT INTO meta(key, value) VALUES ('problem_text', ?1), ('problem_unix', ?2)"));
+            db_, "INSERT INTO meta(key, value) VALUES ('problem_text', ?1), ('problem_unix', ?2), "
+                 "('problem_damaged', ?3)"));
         st.Text(1, n->text);
         st.U64(2, n->unix_seconds);
+        st.U64(3, n->damaged ? 1 : 0);
         S3ORAM_RETURN_IF_ERROR(st.Exec("writing the problem note"));
       }
     }

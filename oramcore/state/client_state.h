@@ -69,9 +69,12 @@ struct BackupMark {
 // server reporting damaged storage, an eviction whose result was inconsistent
 // across the servers), kept so that `s3oram status` can name it after the
 // mount that met it has gone. Cleared by a rebuild and by a clean scrub.
+// `damaged`: a server reported damaged storage (not an inconsistency); while
+// such a note stands, a client evicts and writes nothing (OramClient).
 struct ProblemNote {
   std::string text;
   std::uint64_t unix_seconds = 0;
+  bool damaged = false;
   bool operator==(const ProblemNote&) const = default;
 };
 

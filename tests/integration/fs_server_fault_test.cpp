@@ -20,7 +20,11 @@
 // and backup records as well.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -185,6 +189,22 @@ void FsServerFaultTest::RunOneSeed(std::uint64_t seed, Damage kind) {
           wrong += *got != it->second;
         }
       }
+    }
+    // Fail-stop: once the daemon met the damage, the mount is read-only
+    // until the repair (changes fail with EROFS at once, nothing is taken
+    // that could not be stored), and s3oram status says so.
+    if (fs->daemon_log().find("a server reported damaged storage") != std::string::npos) {
+      const int fd = ::open(fs->Path("after-stop").c_str(), O_CREAT | O_WRONLY, 0644);
+      const int open_errno = errno;
+      if (fd >= 0) ::close(fd);
+      EXPECT_EQ(fd, -1) << "a file was created after the writes stopped";
+      EXPECT_EQ(open_errno, EROFS);
+      EXPECT_EQ(::mkdir(fs->Path("dir-after-stop").c_str(), 0755), -1);
+      EXPECT_EQ(errno, EROFS);
+      EXPECT_FALSE(write_synced()) << "a write succeeded after the writes stopped";
+      const std::string status = Cli(*fs, {"status"}).output;
+      EXPECT_NE(status.find("writes      STOPPED"), std::string::npos) << status;
+      std::printf("  the daemon met the damage: the mount turned read-only (EROFS)\n");
     }
     named += Cli(*fs, {"status"}).output;
     (void)fs->Unmount();

@@ -268,5 +268,160 @@ TEST(ServerFaultTest, DamageOnlyScrubFoundIsNamedByStatusUntilRepaired) {
   EXPECT_EQ(after.output.find("problem "), std::string::npos) << after.output;
 }
 
+// Fail-stop: once a server has reported damaged storage, the client starts
+// no eviction and takes no write until that server is repaired, also after
+// it is opened again; reads that avoid the damage go on while the root has
+// room. (Without the stop, the write below succeeds and evictions run on,
+// one of which may overwrite the damaged slot and hide the damage.)
+TEST(ServerFaultTest, DamageMetStopsEvictionsAndWritesUntilRepaired) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  const TreeGeometry geo = params.geometry();
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/2000);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = rng() % 3;
+  const std::uint64_t ids = 12;
+  Model model;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    // A multiple of A accesses: the last one runs an eviction, so the root
+    // is empty (nr = 0) when the damage is met.
+    for (std::uint32_t k = 0; k < 6 * params.evict_rate; ++k) {
+      const BlockId id = k % ids;
+      model[id] = testing::Content(params.block_bytes, id, rng());
+      ASSERT_TRUE((*c)->Write(id, model[id]).ok());
+    }
+    ASSERT_TRUE((*c)->Sync().ok());
+  }
+  // X: a live block below the root; Y: one whose path avoids X's bucket.
+  BlockId x = kNoBlock, y = kNoBlock;
+  BucketId damaged_bucket = 0;
+  std::uint32_t damaged_slot = 0;
+  {
+    auto store = testing::TestOpenStore(fs->state);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    auto pm = (*store)->LoadPositionMap();
+    ASSERT_TRUE(pm.ok()) << pm.status().ToString();
+    for (BlockId id = 0; id < ids && x == kNoBlock; ++id) {
+      const PositionEntry* e = pm->Find(id);
+      if (e != nullptr && e->pos.level > 0) {
+        x = id;
+        damaged_bucket = geo.BucketOnPath(e->pos.leaf, e->pos.level);
+        damaged_slot = e->pos.slot;
+      }
+    }
+    ASSERT_NE(x, kNoBlock) << "no block below the root after " << 6 * params.evict_rate
+                           << " writes";
+    const std::uint32_t level = pm->Find(x)->pos.level;
+    for (BlockId id = 0; id < ids; ++id) {
+      const PositionEntry* e = pm->Find(id);
+      if (id != x && e != nullptr && geo.BucketOnPath(e->pos.leaf, level) != damaged_bucket) y = id;
+    }
+    ASSERT_NE(y, kNoBlock) << "every live block's path crosses bucket " << damaged_bucket;
+  }
+  ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
+  testing::FlipBytes(fs->cluster->dir() + "/data-" + std::to_string(bad) + "/shares.bin",
+                     testing::kShareHeaderRegion +
+                         ((damaged_bucket - 1) * params.bucket_size + damaged_slot) *
+                             params.slot_bytes() +
+                         rng() % (params.slot_bytes() - 16),
+                     16, rng);
+  std::printf("[ seed     ] %llu: server %zu, bucket %llu slot %u (block %llu); reads of %llu\n",
+              static_cast<unsigned long long>(seed), bad,
+              static_cast<unsigned long long>(damaged_bucket), damaged_slot,
+              static_cast<unsigned long long>(x), static_cast<unsigned long long>(y));
+  ASSERT_TRUE(fs->cluster->Restart(bad).ok());
+
+  std::vector<std::uint64_t> applied_before;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_FALSE((*c)->writes_stopped());
+    for (const auto& r : (*c)->QueryServers(std::chrono::milliseconds(10000))) {
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      applied_before.push_back(r.reply.applied_evictions);
+    }
+    auto rx = (*c)->Read(x);
+    ASSERT_FALSE(rx.ok()) << "the read through the damaged slot succeeded";
+    ASSERT_EQ(rx.status().code(), Status::Code::kDamaged) << rx.status().ToString();
+    EXPECT_NE(rx.status().message().find("server " + std::to_string(bad)), std::string::npos)
+        << rx.status().ToString();
+    ASSERT_TRUE((*c)->writes_stopped());
+    // Writes and updates are refused; nothing is written.
+    const Status w = (*c)->Write(y, testing::Content(params.block_bytes, y, rng()));
+    EXPECT_EQ(w.code(), Status::Code::kDamaged) << w.ToString();
+    EXPECT_NE(w.message().find("writes are stopped"), std::string::npos) << w.ToString();
+    auto u = (*c)->Update(y, [](std::span<std::uint8_t> b) { b[0] ^= 1; });
+    EXPECT_EQ(u.status().code(), Status::Code::kDamaged) << u.status().ToString();
+    // A read that avoids the damage works (the root is empty: nr = 0).
+    auto ry = (*c)->Read(y);
+    ASSERT_TRUE(ry.ok()) << ry.status().ToString();
+    EXPECT_EQ(*ry, model[y]);
+    // Reads go on until the root is full, then fail with the stop: no
+    // eviction runs.
+    bool stopped_read = false;
+    for (std::uint32_t k = 0; k < 2 * params.evict_rate && !stopped_read; ++k) {
+      const BlockId id = rng() % ids;
+      auto r = (*c)->Read(id);
+      if (r.ok()) {
+        EXPECT_EQ(*r, model[id]) << "block " << id;
+      } else {
+        ASSERT_EQ(r.status().code(), Status::Code::kDamaged) << r.status().ToString();
+        stopped_read = r.status().message().find("writes are stopped") != std::string::npos;
+      }
+    }
+    EXPECT_TRUE(stopped_read) << "reads went on past a full root";
+    const auto reports = (*c)->QueryServers(std::chrono::milliseconds(10000));
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      ASSERT_TRUE(reports[i].status.ok()) << reports[i].status.ToString();
+      EXPECT_EQ(reports[i].reply.applied_evictions, applied_before[i])
+          << "server " << i << " ran an eviction while writes were stopped";
+    }
+  }
+  // Opened again, the client is still stopped (the state records the
+  // damage), and s3oram status says so.
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->writes_stopped());
+    EXPECT_EQ((*c)->Write(y, model[y]).code(), Status::Code::kDamaged);
+  }
+  const std::string common = " -s " + fs->state + " --passfile " + fs->passfile;
+  const CliRun status = RunCli("status" + common);
+  EXPECT_NE(status.output.find("writes      STOPPED"), std::string::npos) << status.output;
+  EXPECT_NE(status.output.find("server " + std::to_string(bad) + " has damaged storage"),
+            std::string::npos)
+      << status.output;
+
+  // The repair the error names ends the stop: block X is whole again,
+  // writes and evictions work.
+  const CliRun rebuilt =
+      RunCli("rebuild" + common + " --server " + std::to_string(bad) + " --plain-progress");
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  EXPECT_EQ(RunCli("status" + common).output.find("STOPPED"), std::string::npos);
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_FALSE((*c)->writes_stopped());
+    for (std::uint32_t k = 0; k < 3 * params.evict_rate; ++k) {
+      const BlockId id = k % ids;
+      model[id] = testing::Content(params.block_bytes, id, rng());
+      ASSERT_TRUE((*c)->Write(id, model[id]).ok()) << "write " << k;
+    }
+    for (const auto& [id, bytes] : model) {
+      auto r = (*c)->Read(id);
+      ASSERT_TRUE(r.ok()) << "block " << id << ": " << r.status().ToString();
+      EXPECT_EQ(*r, bytes) << "block " << id;
+    }
+    const auto reports = (*c)->QueryServers(std::chrono::milliseconds(10000));
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      ASSERT_TRUE(reports[i].status.ok());
+      EXPECT_GT(reports[i].reply.applied_evictions, applied_before[i]) << "server " << i;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace s3oram
