@@ -582,7 +582,13 @@ struct RequestHandler::Impl {
     for (std::uint32_t k = 1; k <= H; ++k) {
       const std::uint32_t round = k - 1;
       auto t0 = Clock::now();
-      if (k < H) S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(H + k - 1, {source, bucket}));
+      // The source's digests are known: the root's stored ones (verified
+      // above), or those of the previous step's output (put from `prev`).
+      if (k < H) {
+        S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(
+            H + k - 1, {source, bucket},
+            k == 1 ? store->Digests(1) : store->ShadowBucketDigests(k - 2)));
+      }
       t_shadow += since(t0);
       t0 = Clock::now();
       const bool leaf_round = (k == H);

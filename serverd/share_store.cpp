@@ -462,6 +462,9 @@ struct ShareStore::Impl {
 
   Fd shadow_fd;
   ShadowState shadow_state = ShadowState::kNone;
+  // ShadowDigests checked every slot of the sealed shadow in this process;
+  // false again at every change of shadow_state (and after Open).
+  mutable bool shadow_verified = false;
   ShadowHeader shadow;
   std::vector<bool> shadow_filled;
   // The shadow buckets' slot digests, Z per bucket in list order; written to
@@ -923,7 +926,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
               bucket, std::span(d).subspan(i * impl->geo.z, impl->geo.z), "format-1 shadow"));
         }
       }
-      impl->shadow_state = Impl::ShadowState::kSealed;
+      impl->shadow_state = Impl::ShadowState::kSealed; impl->shadow_verified = false;
       impl->shadow = std::move(sh);
       impl->shadow_filled.assign(impl->shadow.buckets.size(), true);
       impl->shadow_digests = std::move(d);
@@ -1084,6 +1087,7 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
                              std::span<Elem>(*combination).subspan(r * m, m));
     }
   }
+  im.shadow_verified = true;
   return out;
 }
 
@@ -1240,7 +1244,7 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
   }
   // Forget the previous shadow before touching the file: if anything below
   // fails, no shadow (old or new) may be committed.
-  im.shadow_state = Impl::ShadowState::kNone;
+  im.shadow_state = Impl::ShadowState::kNone; im.shadow_verified = false;
 
   ShadowHeader h;
   h.sealed = false;
@@ -1272,11 +1276,12 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
   im.shadow = std::move(h);
   im.shadow_filled.assign(buckets.size(), false);
   im.shadow_digests.assign(buckets.size() * im.geo.z, digest::SlotDigest{});
-  im.shadow_state = Impl::ShadowState::kOpen;
+  im.shadow_state = Impl::ShadowState::kOpen; im.shadow_verified = false;
   return Status::Ok();
 }
 
-Status ShareStore::PutShadowBucket(std::size_t i, std::span<const Elem> data) {
+Status ShareStore::PutShadowBucket(std::size_t i, std::span<const Elem> data,
+                                   std::span<const digest::SlotDigest> digests) {
   Impl& im = *impl_;
   S3ORAM_RETURN_IF_ERROR(im.Usable());
   if (im.shadow_state != Impl::ShadowState::kOpen) {
@@ -1291,13 +1296,26 @@ Status ShareStore::PutShadowBucket(std::size_t i, std::span<const Elem> data) {
     return Status::InvalidArgument("shadow bucket data has " + std::to_string(data.size()) +
                                    " elements, expected " + std::to_string(bucket_elems()));
   }
-  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(
-      data, std::span(im.shadow_digests).subspan(i * im.geo.z, im.geo.z), "eviction output"));
+  const auto mine = std::span(im.shadow_digests).subspan(i * im.geo.z, im.geo.z);
+  if (digests.empty()) {
+    S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, mine, "eviction output"));
+  } else if (digests.size() != im.geo.z) {
+    return Status::InvalidArgument("shadow bucket digests: " + std::to_string(digests.size()) +
+                                   ", expected " + std::to_string(im.geo.z));
+  } else {
+    std::copy(digests.begin(), digests.end(), mine.begin());
+  }
   S3ORAM_RETURN_IF_ERROR(PwriteAll(im.shadow_fd.get(), data.data(), data.size_bytes(),
                                    im.shadow.data_offset + i * im.geo.bucket_bytes,
                                    im.shadow_path));
   im.shadow_filled[i] = true;
   return Status::Ok();
+}
+
+std::span<const digest::SlotDigest> ShareStore::ShadowBucketDigests(std::size_t i) const {
+  const Impl& im = *impl_;
+  assert(i < im.shadow.buckets.size() && "shadow bucket index out of range; callers validate");
+  return std::span<const digest::SlotDigest>(im.shadow_digests).subspan(i * im.geo.z, im.geo.z);
 }
 
 Status ShareStore::SealShadow() {
@@ -1328,7 +1346,7 @@ Status ShareStore::SealShadow() {
   S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd, enc.data(), enc.size(), 0, im.shadow_path));
   S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
   im.shadow.sealed = true;
-  im.shadow_state = Impl::ShadowState::kSealed;
+  im.shadow_state = Impl::ShadowState::kSealed; im.shadow_verified = false;
   return Status::Ok();
 }
 
@@ -1359,8 +1377,10 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   // live tree is still the previous one, whole. Then each shadow bucket is
   // copied over its live bucket, its digests after it. Re-running this after
   // a crash is harmless: the shadow is unchanged and the copy idempotent.
-  // (The check reads the shadow a second time, mostly from the page cache: it
-  // was written moments ago.)
+  // The check is skipped when ShadowDigests (EVICT_CHECK) verified this very
+  // shadow in this process moments ago: after a restart, or without
+  // EVICT_CHECK, it runs. (Damage between the two is caught as any damage of
+  // the live tree is, at the next read of those slots.)
   const std::uint64_t bb = im.geo.bucket_bytes;
   const std::size_t m_elems = slot_elems();
   const std::uint64_t slot_bytes = m_elems * sizeof(Elem);
@@ -1383,7 +1403,7 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
     }
     return Status::Ok();
   };
-  const Status checked = each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
+  const Status checked = im.shadow_verified ? Status::Ok() : each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
                                         std::size_t) -> Status {
     const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z + first;
     for (std::uint64_t k = 0; k < n; ++k) {
@@ -1425,7 +1445,7 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   meta_ = m;
   // The shadow file stays; its eviction is now below applied_evictions, so
   // Open ignores it and the next BeginShadow overwrites it.
-  im.shadow_state = Impl::ShadowState::kNone;
+  im.shadow_state = Impl::ShadowState::kNone; im.shadow_verified = false;
   return Status::Ok();
 }
 

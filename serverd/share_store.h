@@ -174,14 +174,25 @@ class ShareStore {
   // Puts become durable at Seal, which fails unless every bucket was put.
   Status BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
                      std::span<const std::uint64_t> buckets);
-  // Content of bucket index i of the list given to BeginShadow.
-  Status PutShadowBucket(std::size_t i, std::span<const Elem> data);
+  // Content of bucket index i of the list given to BeginShadow. Its slot
+  // digests are computed from `data`, or taken from `digests` (Z of them)
+  // when the caller holds them for exactly these elements already: the
+  // stored digests of a bucket it just verified (VerifyBuckets), or those of
+  // an earlier shadow bucket it put from the same buffer (ShadowBucketDigests).
+  Status PutShadowBucket(std::size_t i, std::span<const Elem> data,
+                         std::span<const digest::SlotDigest> digests = {});
+  // The digests PutShadowBucket stored for shadow bucket index i (Z of them;
+  // valid until the next BeginShadow).
+  std::span<const digest::SlotDigest> ShadowBucketDigests(std::size_t i) const;
   Status SealShadow();
   // Number + 1 of the eviction whose sealed shadow is waiting for commit; 0 if none.
   std::uint64_t SealedEviction() const;
   // Makes the sealed shadow of `eviction` live and sets applied_evictions =
   // eviction + 1 and applied_seq = max(applied_seq, seq). Idempotent: OK if
   // already applied. FailedPrecondition if no sealed shadow for it exists.
+  // Every shadow slot is checked against its digest before any is copied,
+  // unless ShadowDigests verified this sealed shadow whole in this process
+  // (EVICT_CHECK, just before COMMIT): the same bytes are not checked twice.
   Status Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64_t epoch);
 
  private:

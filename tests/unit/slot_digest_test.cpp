@@ -28,7 +28,7 @@ std::vector<Elem> RandomElems(std::mt19937_64& rng, std::size_t n) {
 
 TEST(SlotDigestTest, FastMatchesNaiveOnRandomAndExtremeSlots) {
   auto rng = testing::SeededRng();
-  for (std::size_t m : {1u, 3u, 4u, 5u, 63u, 64u, 1000u, 4097u}) {
+  for (std::size_t m : {1u, 3u, 4u, 5u, 7u, 8u, 9u, 15u, 16u, 33u, 63u, 64u, 1000u, 4097u, 17411u}) {
     DigestKey key(SeedFrom(rng), m);
     for (int round = 0; round < 20; ++round) {
       std::vector<Elem> slot = RandomElems(rng, m);
