@@ -1,5 +1,7 @@
 #include "fused/block_cache.h"
 
+#include <spdlog/spdlog.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
@@ -161,6 +163,14 @@ int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
     if (p->partial && !Covers(p->written, offset, offset + dst.size())) {
       if (int e = Complete(lock, p); e != 0) return e;
     }
+  } else if (m.lost) {
+    // The servers hold older bytes than the file had (MarkLost): an error,
+    // never those bytes.
+    spdlog::error("block {} of inode {} lost its last write at an earlier unmount (it never "
+                  "reached the servers): reads of it fail until it is written again; s3oram "
+                  "fsck lists such blocks",
+                  key.idx, key.ino);
+    return EIO;
   } else if (m.valid == 0) {
     std::fill(dst.begin(), dst.end(), std::uint8_t{0});
     return 0;
@@ -174,7 +184,7 @@ int BlockCache::Read(PageKey key, const BlockMapping& m, std::size_t offset,
 }
 
 int BlockCache::Prefetch(PageKey key, const BlockMapping& m) {
-  if (m.valid == 0) return 0;  // would read as zeros: nothing to fetch
+  if (m.valid == 0 || m.lost) return 0;  // zeros, or an error: nothing to fetch
   std::unique_lock<std::mutex> lock(mu_);
   if (pages_.count(key) != 0) return 0;
   ++stats_.prefetches;
@@ -463,6 +473,15 @@ bool BlockCache::HasDirty(Ino ino) const {
     if (it->second->dirty || it->second->writing) return true;
   }
   return false;
+}
+
+std::vector<PageKey> BlockCache::DirtyKeys() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PageKey> out;
+  for (const auto& [key, page] : pages_) {
+    if (page->dirty || page->writing) out.push_back(key);
+  }
+  return out;
 }
 
 BlockCache::Stats BlockCache::stats() const {

@@ -121,6 +121,9 @@ class BlockCache {
   [[nodiscard]] int Shrink();
 
   bool HasDirty(Ino ino) const;
+  // Every dirty page's key, in order (what an unmount that gave up on the
+  // write-back marks lost).
+  std::vector<PageKey> DirtyKeys() const;
 
   struct Stats {
     std::uint64_t hits = 0;

@@ -275,4 +275,10 @@ int FileData::FlushAllAndSync() {
   return err;
 }
 
+int FileData::MarkDirtyLost(std::size_t* marked) {
+  std::vector<std::pair<Ino, std::uint64_t>> blocks;
+  for (const PageKey& k : cache_.DirtyKeys()) blocks.emplace_back(k.ino, k.idx);
+  return meta_.MarkLost(blocks, marked);
+}
+
 }  // namespace s3oram::fs

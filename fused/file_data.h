@@ -97,6 +97,9 @@ class FileData {
   [[nodiscard]] int ForgetIfOrphan(Ino ino, const std::function<bool()>& still_forgotten);
   // Writes back everything and syncs (unmount, fsync of a directory).
   [[nodiscard]] int FlushAllAndSync();
+  // Marks every block still dirty as lost (MetadataStore::MarkLost): for an
+  // unmount whose final write-back failed. Returns how many were marked.
+  [[nodiscard]] int MarkDirtyLost(std::size_t* marked);
   // True once the engine takes no more writes (BlockEngine::WritesStopped).
   bool WritesStopped() const { return engine_.WritesStopped(); }
 

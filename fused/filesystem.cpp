@@ -589,8 +589,15 @@ void Filesystem::Destroy() {
   destroyed_ = true;
   data_.StopBackground();  // no write-back or readahead races the final flush
   if (int e = data_.FlushAllAndSync(); e != 0) {
-    spdlog::error("unmount: writing back cached blocks failed (errno {}); unsynced data are lost",
-                  e);
+    // What is still dirty never reached the servers: those blocks are
+    // marked so that reads of them fail (here, later and on other devices
+    // through the state backup) instead of returning older bytes or zeros.
+    std::size_t marked = 0;
+    const int me = data_.MarkDirtyLost(&marked);
+    spdlog::error("unmount: writing back cached blocks failed (errno {}); unsynced data are "
+                  "lost: {} blocks {}; reads of them fail with EIO until they are written "
+                  "again (s3oram fsck lists them)",
+                  e, marked, me == 0 ? "marked lost" : "could NOT be marked lost");
   } else {
     spdlog::info("unmount: all data written back and synced");
   }

@@ -93,6 +93,7 @@ struct FsckSnapshot {
     std::int64_t valid = 0;
     std::uint32_t slot = 0, slots = 0;  // the extent (block_layout.h)
     std::optional<Extent> next;         // relocation target
+    bool lost = false;                  // marked in fs_lost (BlockMapping::lost)
     Extent at() const { return Extent{id, slot, slots}; }
   };
   std::vector<Block> blocks;  // in (ino, idx) order
@@ -135,6 +136,7 @@ struct FsckRepair {
     kSetNextUnused,     // a: value
     kDeleteSymlinkRow,  // a: ino
     kDeleteStrayXattrs,
+    kClearLost,         // a: ino, b: idx (the block reads as what the servers hold)
   };
   Kind kind;
   std::uint64_t a = 0, b = 0, c = 0;

@@ -42,6 +42,29 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
                             const std::atomic<bool>* cancel) {
   FsckBlockResult r;
   const PathNamer names(snap);
+  // Blocks whose last write an unmount gave up on: what the servers hold
+  // is older than what the file had, so reads fail until it is rewritten.
+  for (const auto& b : snap.blocks) {
+    if (!b.lost) continue;
+    // An unlinked inode awaiting removal (the next mount frees it): nobody
+    // can read it any more.
+    if (auto it = snap.inodes.find(b.ino); it != snap.inodes.end() && it->second.nlink == 0) {
+      continue;
+    }
+    const std::string m = BlockOwner(snap, names, b) +
+                          " lost its last write: its write-back never reached the servers "
+                          "before an unmount gave up on it, so reads of it fail with EIO until "
+                          "it is written again";
+    if (options.zero_damaged) {
+      r.problems.push_back({3, m + "; it will read as what the servers hold (older bytes or "
+                                   "zeros)",
+                            true});
+      r.repairs.push_back({FsckRepair::Kind::kClearLost, b.ino, b.idx});
+    } else {
+      r.problems.push_back(
+          {3, m + " (--zero-damaged makes it read as what the servers hold)", false});
+    }
+  }
   // Blocks holding file data that the ORAM has a position for (the others
   // read as zeros without an access, or were reported by phase 2).
   // A shared block is read once for all of its fragments.

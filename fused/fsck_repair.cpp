@@ -81,6 +81,8 @@ Status ApplyFsckRepairs(UnlockedState& state, const std::vector<FsckRepair>& rep
   S3ORAM_RETURN_IF_ERROR(sql::Exec(db, "PRAGMA synchronous = FULL"));
   S3ORAM_RETURN_IF_ERROR(sql::Exec(db, "BEGIN IMMEDIATE").WithContext(state_path));
   auto apply = [&]() -> Status {
+    // fs_lost may not exist yet (a state no daemon of this version opened).
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(db, kFsLostTableSql));
     std::optional<Ino> lost_found;
     auto find_lost_found = [&]() -> Status {
       if (lost_found) return Status::Ok();
@@ -153,9 +155,12 @@ Status ApplyFsckRepairs(UnlockedState& state, const std::vector<FsckRepair>& rep
         case K::kUnmapBlock: {
           // The id is returned to the free list by a kAddFree of the same
           // plan if it is in the allocated range.
-          sql::Stmt q(db, "DELETE FROM fs_blocks WHERE ino = ?1 AND idx = ?2");
-          S3ORAM_RETURN_IF_ERROR(q.status().WithContext("repair"));
-          S3ORAM_RETURN_IF_ERROR(q.Int(1, ToSql(f.a)).Int(2, ToSql(f.b)).Exec("repair"));
+          for (const char* sql : {"DELETE FROM fs_blocks WHERE ino = ?1 AND idx = ?2",
+                                  "DELETE FROM fs_lost WHERE ino = ?1 AND idx = ?2"}) {
+            sql::Stmt q(db, sql);
+            S3ORAM_RETURN_IF_ERROR(q.status().WithContext("repair"));
+            S3ORAM_RETURN_IF_ERROR(q.Int(1, ToSql(f.a)).Int(2, ToSql(f.b)).Exec("repair"));
+          }
           break;
         }
         case K::kSetValid: {
@@ -200,12 +205,23 @@ Status ApplyFsckRepairs(UnlockedState& state, const std::vector<FsckRepair>& rep
           S3ORAM_RETURN_IF_ERROR(q.Int(1, ToSql(f.a)).Exec("repair"));
           break;
         }
+        case K::kClearLost: {
+          sql::Stmt q(db, "DELETE FROM fs_lost WHERE ino = ?1 AND idx = ?2");
+          S3ORAM_RETURN_IF_ERROR(q.status().WithContext("repair"));
+          S3ORAM_RETURN_IF_ERROR(q.Int(1, ToSql(f.a)).Int(2, ToSql(f.b)).Exec("repair"));
+          break;
+        }
         case K::kDeleteStrayXattrs:
           S3ORAM_RETURN_IF_ERROR(
               sql::Exec(db, "DELETE FROM fs_xattrs WHERE ino NOT IN (SELECT ino FROM fs_inodes)"));
           break;
       }
     }
+    // A lost mark belongs to a mapped block (metadata_schema.h): one whose
+    // mapping a repair removed, or whose inode is gone, is dropped with it.
+    S3ORAM_RETURN_IF_ERROR(sql::Exec(
+        db, "DELETE FROM fs_lost WHERE NOT EXISTS (SELECT 1 FROM fs_blocks b WHERE "
+            "b.ino = fs_lost.ino AND b.idx = fs_lost.idx)"));
     return sql::Exec(db, "COMMIT");
   };
   Status s = apply();

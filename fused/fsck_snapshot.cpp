@@ -132,11 +132,23 @@ Result<FsckSnapshot> FsckSnapshot::Load(UnlockedState& state) {
   {
     // Schema 2 had whole blocks only (the daemon migrates it at its next
     // mount): its rows read as whole extents without a relocation target.
+    // fs_lost exists once a daemon of this version opened the state.
+    bool has_lost = false;
+    {
+      sql::Stmt t(db, "SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'fs_lost'");
+      S3ORAM_RETURN_IF_ERROR(fail(t.status().WithContext("reading the schema")));
+      has_lost = t.Next(&err);
+      S3ORAM_RETURN_IF_ERROR(fail(err));
+    }
     const char* sql =
         s.fs_schema_version < 3
-            ? "SELECT ino, idx, block_id, valid, 0, 0, NULL, NULL, NULL "
+            ? "SELECT ino, idx, block_id, valid, 0, 0, NULL, NULL, NULL, 0 "
               "FROM fs_blocks ORDER BY ino, idx"
-            : "SELECT ino, idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
+        : has_lost
+            ? "SELECT ino, idx, block_id, valid, slot, slots, next_id, next_slot, next_slots, "
+              "EXISTS(SELECT 1 FROM fs_lost l WHERE l.ino = b.ino AND l.idx = b.idx) "
+              "FROM fs_blocks b ORDER BY ino, idx"
+            : "SELECT ino, idx, block_id, valid, slot, slots, next_id, next_slot, next_slots, 0 "
               "FROM fs_blocks ORDER BY ino, idx";
     sql::Stmt q(db, sql);
     S3ORAM_RETURN_IF_ERROR(fail(q.status().WithContext("reading fs_blocks")));
@@ -152,6 +164,7 @@ Result<FsckSnapshot> FsckSnapshot::Load(UnlockedState& state) {
         b.next = Extent{q.ColumnU64(6), static_cast<std::uint32_t>(q.ColumnInt(7)),
                         static_cast<std::uint32_t>(q.ColumnInt(8))};
       }
+      b.lost = q.ColumnInt(9) != 0;
       s.blocks.push_back(b);
     }
     S3ORAM_RETURN_IF_ERROR(fail(err));

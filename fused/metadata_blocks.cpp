@@ -64,11 +64,15 @@ int MetadataStore::GetBlocks(Ino ino, std::uint64_t first_idx, std::uint64_t cou
     std::vector<BlockMapping> r;
     if (count > 0) {
       const std::uint64_t last = first_idx + std::min(count - 1, UINT64_MAX - first_idx);
-      Q q =
-          m.S("SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots "
-              "FROM fs_blocks WHERE ino = ? AND idx >= ? AND idx <= ? ORDER BY idx");
+      Q q = m.S(
+          "SELECT idx, block_id, valid, slot, slots, next_id, next_slot, next_slots, "
+          "EXISTS(SELECT 1 FROM fs_lost l WHERE l.ino = b.ino AND l.idx = b.idx) "
+          "FROM fs_blocks b WHERE ino = ? AND idx >= ? AND idx <= ? ORDER BY idx");
       q.U(ino).I(m.ClampIdx(first_idx)).I(m.ClampIdx(last));
-      while (q.Next()) r.push_back(Impl::RowMapping(q));
+      while (q.Next()) {
+        r.push_back(Impl::RowMapping(q));
+        r.back().lost = q.Col(8) != 0;
+      }
     }
     if (out) *out = std::move(r);
     if (attr) *attr = a;
@@ -179,6 +183,10 @@ int MetadataStore::MarkWritten(const std::vector<WrittenExtent>& written) {
       const std::uint64_t in_size = attr->size > start ? attr->size - start : 0;
       const auto valid =
           static_cast<std::uint32_t>(std::min<std::uint64_t>(m.layout_.Bytes(w.extent), in_size));
+      if (w.extent == bm->at() || (bm->next && w.extent == *bm->next)) {
+        // The block holds what the daemon wrote now: no longer lost.
+        m.S("DELETE FROM fs_lost WHERE ino = ? AND idx = ?").U(w.ino).U(w.idx).Run();
+      }
       if (w.extent == bm->at()) {
         m.S("UPDATE fs_blocks SET valid = ? WHERE ino = ? AND idx = ?")
             .I(valid)
@@ -235,6 +243,30 @@ int MetadataStore::StatFs(FsStats* out) {
       s.inodes = q.UCol(0);
     }
     if (out) *out = s;
+  });
+}
+
+int MetadataStore::MarkLost(const std::vector<std::pair<Ino, std::uint64_t>>& blocks,
+                            std::size_t* marked) {
+  std::size_t n = 0;
+  const int e = Run(true, [&](Impl& m) {
+    for (const auto& [ino, idx] : blocks) {
+      if (!m.FindMapping(ino, idx)) continue;
+      // An unlinked file nobody can open again (freed at the next mount).
+      if (auto a = m.FindInode(ino); !a || a->nlink == 0) continue;
+      m.S("INSERT OR IGNORE INTO fs_lost(ino, idx) VALUES (?, ?)").U(ino).U(idx).Run();
+      ++n;
+    }
+  });
+  if (marked) *marked = e == 0 ? n : 0;
+  return e;
+}
+
+int MetadataStore::LostBlocks(std::vector<std::pair<Ino, std::uint64_t>>* out) {
+  return Run(false, [&](Impl& m) {
+    out->clear();
+    Q q = m.S("SELECT ino, idx FROM fs_lost ORDER BY ino, idx");
+    while (q.Next()) out->emplace_back(q.UCol(0), q.UCol(1));
   });
 }
 

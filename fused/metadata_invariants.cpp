@@ -109,6 +109,12 @@ Status MetadataStore::CheckInvariants() {
       q.Next();
       if (q.Col(0) != 0) bad("xattrs of missing inodes");
     }
+    {
+      Q q = m.S("SELECT count(*) FROM fs_lost l WHERE NOT EXISTS (SELECT 1 FROM fs_blocks b "
+                "WHERE b.ino = l.ino AND b.idx = l.idx)");
+      q.Next();
+      if (q.Col(0) != 0) bad("a block marked lost is not mapped");
+    }
     // Blocks.
     const std::uint64_t next = m.MetaGet("next_unused");
     if (next > m.capacity_) bad("next_unused beyond capacity");

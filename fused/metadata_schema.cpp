@@ -33,6 +33,12 @@ CREATE TABLE IF NOT EXISTS fs_shared(
 CREATE INDEX IF NOT EXISTS fs_shared_longest ON fs_shared(longest, block_id);
 )sql";
 
+const char* const kFsLostTableSql = R"sql(
+CREATE TABLE IF NOT EXISTS fs_lost(
+  ino INTEGER NOT NULL, idx INTEGER NOT NULL,
+  PRIMARY KEY(ino, idx)) WITHOUT ROWID;
+)sql";
+
 // Version 2 to 3: the old fs_blocks (block_id UNIQUE, whole blocks) copied
 // into the new shape; fs_shared starts empty.
 const char* const kFsMigrate2To3Sql = R"sql(

@@ -17,6 +17,12 @@
 //             next_id, next_slot, next_slots, PRIMARY KEY(ino, idx))
 //   fs_shared(block_id PRIMARY KEY, used, nused, longest)
 //   fs_free_blocks(block_id PRIMARY KEY)
+//   fs_lost(ino, idx, PRIMARY KEY(ino, idx))  blocks whose last write never
+//                                         reached the servers (MarkLost);
+//                                         always a mapped (ino, idx). Added
+//                                         beside version 3 without a version
+//                                         change: created at every Open, so
+//                                         an older daemon ignores it.
 // Block allocation (block_layout.h): ids below next_unused are either mapped
 // whole by exactly one extent (slots 0, as a block's `at` or `next`),
 // shared (a fs_shared row whose `used` slot mask is the union of the
@@ -52,5 +58,7 @@ inline constexpr std::int64_t kFsSchemaVersion = 3;
 extern const char* const kFsSchemaSql;
 // Version 2 to 3 in place; the caller then sets slots_per_block.
 extern const char* const kFsMigrate2To3Sql;
+// fs_lost (CREATE ... IF NOT EXISTS), run at every Open.
+extern const char* const kFsLostTableSql;
 
 }  // namespace s3oram::fs

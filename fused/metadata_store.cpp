@@ -83,6 +83,7 @@ Result<std::unique_ptr<MetadataStore>> MetadataStore::Open(std::shared_ptr<Unloc
 
   std::optional<std::int64_t> version;
   if (Status s = read_meta("schema_version", &version); !s.ok()) return rollback_fail(s);
+  if (Status s = sql::Exec(db, kFsLostTableSql); !s.ok()) return rollback_fail(s);
   if (version && *version == 2) {
     // Whole blocks only: every mapping becomes a whole extent.
     if (Status s = sql::Exec(db, kFsMigrate2To3Sql); !s.ok()) return rollback_fail(s);

@@ -121,6 +121,12 @@ struct BlockMapping {
   std::uint32_t slot = 0;
   std::uint32_t slots = 0;  // 0: the whole block (see Extent)
   std::optional<Extent> next;
+  // Its last write never reached the servers (the write-back failed until
+  // an unmount dropped it: MarkLost). Reads of the block fail with EIO
+  // instead of returning the older bytes or zeros the servers hold; a
+  // write-back of the block (MarkWritten), a truncation or freeing the file
+  // clears it. Set by GetBlocks only.
+  bool lost = false;
   Extent at() const { return Extent{id, slot, slots}; }
   // Where a write-back of this block goes.
   Extent target() const { return next ? *next : at(); }
@@ -239,6 +245,14 @@ class MetadataStore {
   // a block's relocation target switches the mapping to it and frees the old
   // extent. Reports of extents no longer mapped there are ignored.
   [[nodiscard]] int MarkWritten(const std::vector<WrittenExtent>& written);
+  // Marks blocks (ino, idx) whose data were written but could not be stored
+  // (unmount gave up on their write-back) as lost: see BlockMapping::lost.
+  // Blocks that are not mapped (any more) and blocks of unlinked files
+  // (nlink 0: freed at the next mount) are skipped; *marked counts the rest.
+  [[nodiscard]] int MarkLost(const std::vector<std::pair<Ino, std::uint64_t>>& blocks,
+                             std::size_t* marked);
+  // Every block marked lost, (ino, idx) in order (fsck, tests).
+  [[nodiscard]] int LostBlocks(std::vector<std::pair<Ino, std::uint64_t>>* out);
   [[nodiscard]] int StatFs(FsStats* out);
 
   // Makes every committed operation durable (fsyncs the WAL).

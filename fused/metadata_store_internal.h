@@ -407,6 +407,7 @@ class MetadataStore::Impl {
     }
     if (maps.empty()) return;
     S("DELETE FROM fs_blocks WHERE ino = ? AND idx >= ?").U(ino).U(first_idx).Run();
+    S("DELETE FROM fs_lost WHERE ino = ? AND idx >= ?").U(ino).U(first_idx).Run();
     for (const BlockMapping& m : maps) {
       FreeExtent(m.at(), freed);
       if (m.next) FreeExtent(*m.next, freed);

@@ -25,6 +25,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -297,6 +298,92 @@ TEST_P(FsServerFaultTest, DamageOnOneServerLosesNoFsyncedByteAndIsRepaired) {
 
 INSTANTIATE_TEST_SUITE_P(Layouts, FsServerFaultTest, ::testing::Values(kDirect, kPacked),
                          [](const auto& p) { return std::string(p.param.name); });
+
+// A write whose write-back never succeeded (here: a server's damaged storage
+// fails every access) and that unmount therefore drops must not read back
+// as older bytes or zeros later: its blocks are marked lost, reads of them
+// fail with EIO (after the repair, after a remount), fsck lists them, and a
+// new write of a block, or fsck -y --zero-damaged, ends it.
+TEST(FsLostWriteTest, AWriteBackDroppedAtUnmountFailsReadsUntilRewritten) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  FsOptions o;
+  o.params = testing::SmallParams(4096, 8, 6);
+  o.peer_timeout_ms = 2000;
+  // Written data stay in the daemon's cache until unmount.
+  o.mount_opts = "writeback_delay=600,timeout=3,evict_timeout=20";
+  auto fs = MountedFs::Create(o);
+  ASSERT_TRUE(fs);
+  if (fs->reference()) GTEST_SKIP() << "needs the s3oramfs daemon";
+  const OramParams& p = fs->params();
+  auto& cluster = *fs->test_fs()->cluster;
+  const std::size_t bad = rng() % 3;
+  auto cli = [&](std::vector<std::string> args) {
+    std::vector<std::string> argv = {CliPath()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    argv.insert(argv.end(), {"-s", fs->state(), "--passfile", fs->passfile()});
+    return RunCmd(argv, std::chrono::seconds(300));
+  };
+  const std::string kept = PatternBytes(3 * 4096, rng());
+  ASSERT_TRUE(WriteFile(fs->Path("kept"), kept, 0644, /*do_fsync=*/true));
+  const std::string dropped = PatternBytes(3 * 4096, rng());
+  ASSERT_TRUE(WriteFile(fs->Path("dropped"), dropped));  // no fsync: cached
+
+  // The damage every retrieval meets (a root slot the protocol never
+  // writes), made while the mount still holds the write.
+  ASSERT_TRUE(cluster.Kill(bad, SIGTERM).ok());
+  const std::string where = testing::DamageShareFile(
+      cluster.dir() + "/data-" + std::to_string(bad) + "/shares.bin", p,
+      testing::ShareDamage::kUnusedRootSlot, rng);
+  std::printf("[ seed     ] %llu: server %zu, %s\n", static_cast<unsigned long long>(seed), bad,
+              where.c_str());
+  ASSERT_TRUE(cluster.Restart(bad).ok());
+  (void)fs->Unmount();
+  const std::string log = fs->daemon_log();
+  ASSERT_NE(log.find("unsynced data are lost: 3 blocks marked lost"), std::string::npos) << log;
+
+  const CmdResult rebuilt = cli({"rebuild", "--server", std::to_string(bad), "--plain-progress"});
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_EQ(testing::ReadFile(fs->Path("kept")), kept);
+  errno = 0;
+  EXPECT_FALSE(testing::ReadFile(fs->Path("dropped"))) << "the dropped write read back as data";
+  EXPECT_EQ(errno, EIO);
+  // The first block written again (no truncation): it reads back, the
+  // others still fail.
+  const std::string again = PatternBytes(4096, rng());
+  {
+    const int fd = ::open(fs->Path("dropped").c_str(), O_WRONLY);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    EXPECT_EQ(::pwrite(fd, again.data(), again.size(), 0), static_cast<ssize_t>(again.size()));
+    EXPECT_EQ(::fsync(fd), 0) << std::strerror(errno);
+    ::close(fd);
+  }
+  {
+    const int fd = ::open(fs->Path("dropped").c_str(), O_RDONLY | O_DIRECT);
+    ASSERT_GE(fd, 0) << std::strerror(errno);
+    alignas(4096) static char buf[4096];
+    EXPECT_EQ(::pread(fd, buf, sizeof buf, 0), 4096) << std::strerror(errno);
+    EXPECT_EQ(std::string(buf, sizeof buf), again);
+    EXPECT_EQ(::pread(fd, buf, sizeof buf, 4096), -1) << "block 1 read back as data";
+    EXPECT_EQ(errno, EIO);
+    ::close(fd);
+  }
+  ASSERT_TRUE(fs->Unmount());
+
+  const CmdResult check = cli({"fsck", "-n"});
+  EXPECT_EQ(check.exit_code, 4) << check.output;
+  EXPECT_NE(check.output.find("lost its last write"), std::string::npos) << check.output;
+  const CmdResult repair = cli({"fsck", "-y", "--zero-damaged"});
+  EXPECT_EQ(repair.exit_code, 1) << repair.output;
+  EXPECT_EQ(cli({"fsck", "-n"}).exit_code, 0);
+  ASSERT_TRUE(fs->Mount());
+  const auto after = testing::ReadFile(fs->Path("dropped"));
+  ASSERT_TRUE(after) << std::strerror(errno);
+  EXPECT_EQ(*after, again + std::string(2 * 4096, '\0'))
+      << "blocks 1 and 2 read as what the servers hold (never written: zeros)";
+  ASSERT_TRUE(fs->Unmount());
+}
 
 }  // namespace
 }  // namespace s3oram

@@ -953,5 +953,61 @@ TEST_F(MetadataStoreTest, RandomizedAgainstModel) {
   ExpectInvariants();
 }
 
+// Blocks an unmount could not write back are marked lost (MarkLost): GetBlocks
+// says so until a write-back of the block (MarkWritten of its extent), a
+// truncation below it or freeing the file; unmapped blocks are not marked,
+// and the marks survive reopening the store.
+TEST_F(MetadataStoreTest, LostBlocksAreMarkedUntilWrittenTruncatedOrFreed) {
+  OpenStore(16);
+  Ino f = MakeFile(kRootIno, "f");
+  Ino g = MakeFile(kRootIno, "g");
+  std::vector<BlockMapping> maps, gmaps;
+  Attr before;
+  ASSERT_EQ(store_->PrepareWrite(f, 0, 4 * kBlock, &maps, &before), 0);
+  ASSERT_EQ(store_->PrepareWrite(g, 0, kBlock, &gmaps, &before), 0);
+  Ino h = MakeFile(kRootIno, "h");  // unlinked while open: nobody reads it again
+  ASSERT_EQ(store_->PrepareWrite(h, 0, kBlock, &gmaps, &before), 0);
+  bool h_orphaned = false;
+  ASSERT_EQ(store_->Unlink(kRootIno, "h", &h_orphaned), 0);
+  std::size_t marked = 0;
+  ASSERT_EQ(
+      store_->MarkLost({{f, 0}, {f, 2}, {f, 3}, {f, 9}, {g, 0}, {999, 0}, {h, 0}}, &marked), 0);
+  EXPECT_EQ(marked, 4u) << "(f, 9) and inode 999 are not mapped, h is unlinked";
+  ExpectInvariants();
+  OpenStore(16);  // the marks are in the state
+  auto lost_of = [&](Ino ino) {
+    std::vector<BlockMapping> got;
+    Attr attr;
+    EXPECT_EQ(store_->GetBlocks(ino, 0, 10, &got, &attr), 0);
+    std::vector<std::uint64_t> out;
+    for (const auto& m : got) {
+      if (m.lost) out.push_back(m.idx);
+    }
+    return out;
+  };
+  EXPECT_EQ(lost_of(f), (std::vector<std::uint64_t>{0, 2, 3}));
+  // A write-back of block 0 to another extent than its own changes nothing;
+  // of its own extent, it ends the mark.
+  ASSERT_EQ(store_->MarkWritten({{f, 0, Extent{999, 0, 0}}}), 0);
+  EXPECT_EQ(lost_of(f), (std::vector<std::uint64_t>{0, 2, 3}));
+  ASSERT_EQ(store_->MarkWritten({{f, 0, maps[0].at()}}), 0);
+  EXPECT_EQ(lost_of(f), (std::vector<std::uint64_t>{2, 3}));
+  // Truncating below block 3 drops its mark with its mapping.
+  Attr attr;
+  ASSERT_EQ(store_->Truncate(f, 3 * kBlock, nullptr, &attr), 0);
+  EXPECT_EQ(lost_of(f), (std::vector<std::uint64_t>{2}));
+  ExpectInvariants();
+  // Freeing the file drops the rest.
+  bool orphaned = false;
+  ASSERT_EQ(store_->Unlink(kRootIno, "f", &orphaned), 0);
+  ASSERT_TRUE(orphaned);
+  std::vector<BlockId> freed;
+  ASSERT_EQ(store_->ForgetOrphan(f, &freed), 0);
+  std::vector<std::pair<Ino, std::uint64_t>> all;
+  ASSERT_EQ(store_->LostBlocks(&all), 0);
+  EXPECT_EQ(all, (std::vector<std::pair<Ino, std::uint64_t>>{{g, 0}}));
+  ExpectInvariants();
+}
+
 }  // namespace
 }  // namespace s3oram::fs
