@@ -585,6 +585,14 @@ struct RequestHandler::Impl {
       // The source's digests are known: the root's stored ones (verified
       // above), or those of the previous step's output (put from `prev`).
       if (k < H) {
+        // The sibling s_k is overwritten without being read (the eviction
+        // that last passed through it emptied it). Its stored slots are
+        // checked first all the same: damage there stops this eviction
+        // (fail-stop) instead of vanishing under the copy, where neither
+        // scrub nor the rebuild of this server would find it any more.
+        S3ORAM_ASSIGN_OR_RETURN(const Elem* old_sibling,
+                                store->BucketForRead(list[H + k - 1], sibling_buffer));
+        S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[H + k - 1], {old_sibling, bucket}));
         S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(
             H + k - 1, {source, bucket},
             k == 1 ? store->Digests(1) : store->ShadowBucketDigests(k - 2)));
