@@ -465,6 +465,12 @@ struct ShareStore::Impl {
   // ShadowDigests checked every slot of the sealed shadow in this process;
   // false again at every change of shadow_state (and after Open).
   mutable bool shadow_verified = false;
+  // Every change of shadow_state goes through here, so that a verification
+  // never outlives the shadow it checked.
+  void SetShadowState(ShadowState state) {
+    shadow_state = state;
+    shadow_verified = false;
+  }
   ShadowHeader shadow;
   std::vector<bool> shadow_filled;
   // The shadow buckets' slot digests, Z per bucket in list order; written to
@@ -926,7 +932,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
               bucket, std::span(d).subspan(i * impl->geo.z, impl->geo.z), "format-1 shadow"));
         }
       }
-      impl->shadow_state = Impl::ShadowState::kSealed; impl->shadow_verified = false;
+      impl->SetShadowState(Impl::ShadowState::kSealed);
       impl->shadow = std::move(sh);
       impl->shadow_filled.assign(impl->shadow.buckets.size(), true);
       impl->shadow_digests = std::move(d);
@@ -1244,7 +1250,7 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
   }
   // Forget the previous shadow before touching the file: if anything below
   // fails, no shadow (old or new) may be committed.
-  im.shadow_state = Impl::ShadowState::kNone; im.shadow_verified = false;
+  im.SetShadowState(Impl::ShadowState::kNone);
 
   ShadowHeader h;
   h.sealed = false;
@@ -1276,7 +1282,7 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
   im.shadow = std::move(h);
   im.shadow_filled.assign(buckets.size(), false);
   im.shadow_digests.assign(buckets.size() * im.geo.z, digest::SlotDigest{});
-  im.shadow_state = Impl::ShadowState::kOpen; im.shadow_verified = false;
+  im.SetShadowState(Impl::ShadowState::kOpen);
   return Status::Ok();
 }
 
@@ -1346,7 +1352,7 @@ Status ShareStore::SealShadow() {
   S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd, enc.data(), enc.size(), 0, im.shadow_path));
   S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
   im.shadow.sealed = true;
-  im.shadow_state = Impl::ShadowState::kSealed; im.shadow_verified = false;
+  im.SetShadowState(Impl::ShadowState::kSealed);
   return Status::Ok();
 }
 
@@ -1403,23 +1409,26 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
     }
     return Status::Ok();
   };
-  const Status checked = im.shadow_verified ? Status::Ok() : each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
-                                        std::size_t) -> Status {
-    const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z + first;
-    for (std::uint64_t k = 0; k < n; ++k) {
-      digest::SlotDigest got{};
-      if (!im.key->Digest({buf.data() + k * m_elems, m_elems}, &got) || got != want[k]) {
-        return Status::Damaged(
-            "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
-            std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
-            std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(first + k) +
-            " differs from what was written); nothing of it was committed here. This "
-            "server must be repaired from the others: s3oram rebuild --server " +
-            std::to_string(meta_.server_index));
-      }
-    }
-    return Status::Ok();
-  });
+  const Status checked =
+      im.shadow_verified
+          ? Status::Ok()
+          : each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
+                           std::size_t) -> Status {
+              const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z + first;
+              for (std::uint64_t k = 0; k < n; ++k) {
+                digest::SlotDigest got{};
+                if (!im.key->Digest({buf.data() + k * m_elems, m_elems}, &got) || got != want[k]) {
+                  return Status::Damaged(
+                      "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
+                      std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
+                      std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(first + k) +
+                      " differs from what was written); nothing of it was committed here. This "
+                      "server must be repaired from the others: s3oram rebuild --server " +
+                      std::to_string(meta_.server_index));
+                }
+              }
+              return Status::Ok();
+            });
   S3ORAM_RETURN_IF_ERROR(checked);
   const Status copied = each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
                                        std::size_t bytes) -> Status {
@@ -1445,7 +1454,7 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   meta_ = m;
   // The shadow file stays; its eviction is now below applied_evictions, so
   // Open ignores it and the next BeginShadow overwrites it.
-  im.shadow_state = Impl::ShadowState::kNone; im.shadow_verified = false;
+  im.SetShadowState(Impl::ShadowState::kNone);
   return Status::Ok();
 }
 
