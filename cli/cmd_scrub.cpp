@@ -168,11 +168,14 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
                  " slots are not one consistent sharing across the servers (" +
                  DescribeDamage(bad) + "), found by s3oram scrub";
     }
+    const auto& note = (*client)->problem_note();
     if (!problem.empty() &&
-        (!(*client)->problem_note() ||
-         (*client)->problem_note()->text.find("found by s3oram scrub") != std::string::npos)) {
+        (!note || note->text.find("found by s3oram scrub") != std::string::npos ||
+         (damaged_servers > 0 && !note->damaged))) {
       // A problem a mount met is kept (it says which access met it); one
-      // only scrub found is recorded so that s3oram status names it.
+      // only scrub found is recorded so that s3oram status names it. Damaged
+      // storage replaces a note of a lesser problem (an inconsistency), so
+      // that the next mount is stopped before it meets the damage itself.
       if (Status c = (*client)->RecordProblemNote(problem, damaged_servers > 0); !c.ok()) {
         std::fprintf(stderr,
                      "s3oram scrub: s3oram status cannot show this yet (%s); a mount records it "

@@ -206,6 +206,22 @@ int BlockCache::Write(PageKey key, const BlockMapping& m, std::size_t offset,
     ++stats_.hits;
     Refresh(p, m);
   } else {
+    if (m.lost) {
+      // The servers hold older bytes than the file had (MarkLost). A write
+      // that leaves any of the block's bytes to them would bring those older
+      // bytes (or zeros) back without an error at the next read, and its
+      // write-back would clear the mark: only a write of the whole block
+      // replaces a lost block.
+      const std::size_t whole = std::max(layout_.Bytes(m.at()), layout_.Bytes(m.target()));
+      if (!(offset == 0 && src.size() >= whole)) {
+        spdlog::error(
+            "block {} of inode {} lost its last write at an earlier unmount: a write "
+            "of part of it is refused (write the whole block, truncate the file, or "
+            "run s3oram fsck -y --zero-damaged)",
+            key.idx, key.ino);
+        return EIO;
+      }
+    }
     p = Insert(lock, key, m, /*load=*/false);
     // Everything the ORAM holds for the block is its first `valid` bytes: a
     // write covering them needs nothing from there.

@@ -81,6 +81,22 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
       r.cancelled = true;
       return r;
     }
+    // Fail-stop (OramClient::writes_stopped): every read takes a root slot
+    // and no eviction empties the root until the damaged server is repaired,
+    // so once the root is full nothing more can be read. That says nothing
+    // about the blocks left, so they are counted, not listed as unreadable.
+    if (const auto& stopped = client.writes_stopped();
+        stopped && client.counters().nr >= client.params().evict_rate) {
+      r.problems.push_back(
+          {3,
+           std::to_string(total - r.blocks_read) + " of " + std::to_string(total) +
+               " blocks with file data were not read: each read needs room in the root, which "
+               "only an eviction makes, and evictions are stopped until the damaged server is "
+               "repaired (" +
+               stopped->message() + "); repair it, then run fsck again",
+           false});
+      return r;
+    }
     auto data = client.Read(id);
     if (!data.ok()) {
       if (cancel && cancel->load()) {

@@ -1422,7 +1422,8 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
                       "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
                       std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
                       std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(first + k) +
-                      " differs from what was written); nothing of it was committed here. This "
+                      " differs from what was written); this commit copied none of it (a commit "
+                      "cut off by a crash before may have copied part of it already). This "
                       "server must be repaired from the others: s3oram rebuild --server " +
                       std::to_string(meta_.server_index));
                 }

@@ -169,6 +169,36 @@ TEST(BlockCacheTest, WholeBlockWriteSkipsLoad) {
   EXPECT_EQ(f.engine.reads, 0);
 }
 
+// A lost block (its last write never reached the servers) must not come back
+// as the servers' older bytes or as zeros: reads fail, a write of part of it
+// fails before anything is cached (its write-back would fill the rest from
+// the servers and clear the mark), and a whole-block write replaces it.
+TEST(BlockCacheTest, LostBlockRefusesReadsAndPartialWritesButTakesAWholeWrite) {
+  for (std::uint32_t valid : {0u, kB / 2, kB}) {
+    SCOPED_TRACE(valid);
+    Fixture f;
+    f.engine.blocks[12] = Bytes(kB, 0x55);
+    BlockMapping m = Map(0, 12, valid);
+    m.lost = true;
+    std::vector<std::uint8_t> out(kB);
+    EXPECT_EQ(f.cache.Read({4, 0}, m, 0, out), EIO);
+    auto tail = Bytes(8, 0x0E);
+    EXPECT_EQ(f.cache.Write({4, 0}, m, kB - 8, tail), EIO);
+    auto head = Bytes(kB - 1, 0x0E);
+    EXPECT_EQ(f.cache.Write({4, 0}, m, 0, head), EIO);
+    EXPECT_FALSE(f.cache.Cached({4, 0}));
+    EXPECT_FALSE(f.cache.HasDirty(4));
+    EXPECT_EQ(f.engine.reads, 0);
+    auto whole = Bytes(kB, 0x0F);
+    ASSERT_EQ(f.cache.Write({4, 0}, m, 0, whole), 0);
+    ASSERT_EQ(f.cache.Read({4, 0}, m, 0, out), 0);
+    EXPECT_EQ(out, whole);
+    ASSERT_EQ(f.cache.FlushInode(4), 0);
+    EXPECT_EQ(f.engine.blocks[12], whole);
+    EXPECT_EQ(f.engine.reads, 0);
+  }
+}
+
 TEST(BlockCacheTest, ShrinkWritesBackLeastRecentlyUsedAndKeepsCapacity) {
   Fixture f;
   for (std::uint64_t i = 0; i < 10; ++i) {
