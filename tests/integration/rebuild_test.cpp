@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -107,6 +108,29 @@ void LoseServer(cluster::LocalCluster& c, std::size_t k, const std::string& copy
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
+// Adds 1 to element 1 of slot `slot` of bucket `b` in server `k`'s share
+// file, with the server stopped: still a field element, so only the slot's
+// digest can tell.
+void DamageElem(cluster::LocalCluster& c, std::size_t k, const OramParams& params, std::uint64_t b,
+                std::uint64_t slot) {
+  ASSERT_TRUE(c.Kill(k, SIGTERM).ok());
+  {
+    const std::string path = DataDir(c, k) + "/shares.bin";
+    const auto off = static_cast<std::streamoff>(
+        kHeaderRegion + ((b - 1) * params.bucket_size + slot) * params.slot_bytes() + 8);
+    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+    Elem e = 0;
+    f.seekg(off);
+    f.read(reinterpret_cast<char*>(&e), 4);
+    e = field::Add(e, 1);
+    f.seekp(off);
+    f.write(reinterpret_cast<const char*>(&e), 4);
+    ASSERT_TRUE(f.good()) << path;
+  }
+  Status st = c.Restart(k);
+  ASSERT_TRUE(st.ok()) << st.ToString();
+}
+
 // A bucket on the next eviction's path changed on one server's disk: the
 // eviction is refused by that server (its digests), the client names it and
 // stops (a second access that needs the eviction fails at once, without
@@ -136,20 +160,7 @@ TEST(RebuildTest, DamagedEvictionInputStopsEvictionsUntilTheServerIsRebuilt) {
         TreeGeometry::Sibling(geo.BucketOnPath(geo.EvictionLeaf(ne), geo.height));
     std::printf("damaging bucket %llu (the leaf sibling of eviction %llu) on server %zu\n",
                 static_cast<unsigned long long>(b), static_cast<unsigned long long>(ne), bad);
-    ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
-    {
-      const std::string path = DataDir(*fs->cluster, bad) + "/shares.bin";
-      const std::uint64_t slot_bytes = params.slot_bytes();
-      const auto off = static_cast<std::streamoff>(kHeaderRegion + (b - 1) * params.bucket_size * slot_bytes + 8);
-      std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-      Elem e = 0;
-      f.seekg(off);
-      f.read(reinterpret_cast<char*>(&e), 4);
-      e = field::Add(e, 1);  // still a field element: only the digest can tell
-      f.seekp(off);
-      f.write(reinterpret_cast<const char*>(&e), 4);
-    }
-    ASSERT_TRUE(fs->cluster->Restart(bad).ok());
+    DamageElem(*fs->cluster, bad, params, b, 0);
     // Accesses go on until one meets the damage (the eviction, at the
     // latest A accesses on).
     Status st;
@@ -170,6 +181,83 @@ TEST(RebuildTest, DamagedEvictionInputStopsEvictionsUntilTheServerIsRebuilt) {
       EXPECT_NE(again.message().find("until the damaged server is repaired"), std::string::npos)
           << again.message();
     }
+    for (const auto& r : (*c)->QueryServers(std::chrono::seconds(5))) {
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      EXPECT_EQ(r.reply.applied_evictions, ne) << r.endpoint << " committed a refused eviction";
+    }
+  }
+  CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(bad) +
+                    " --passfile " + fs->passfile + " --plain-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectBlocks(fs->state, model);
+}
+
+// An upper sibling of the next eviction's path (a bucket the eviction
+// overwrites with a copy of its parent, without using what it held) changed
+// on one server's disk just before that eviction runs: the server refuses
+// the eviction (it checks the old sibling's digests before the copy), so the
+// damage stays where scrub and the rebuild find it instead of vanishing under
+// the copy; the client stops, no server commits, and after the rebuild every
+// block reads back. Without the sibling check the eviction commits.
+TEST(RebuildTest, DamagedUpperSiblingStopsTheEvictionThatWouldOverwriteIt) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/1500);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = seed % 3;
+  std::map<BlockId, std::vector<std::uint8_t>> model;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    // One eviction (so some upper siblings hold data, others are holes), then
+    // writes until one root slot is left: the access that fills it runs the
+    // next eviction when it is done. (The newest access's root write is
+    // deferred to the next one and holds slot nr, so that access writes
+    // slot nr + 1 = A - 1.)
+    for (BlockId id = 0; id < params.capacity_blocks; ++id) {
+      if (id > params.evict_rate && (*c)->counters().nr + 2 == params.evict_rate) break;
+      model[id] = testing::Content((*c)->block_bytes(), id, seed);
+      ASSERT_TRUE((*c)->Write(id, model[id]).ok());
+    }
+    ASSERT_EQ((*c)->counters().nr + 2, params.evict_rate);
+    const std::uint64_t ne = (*c)->counters().ne;
+    const TreeGeometry geo = params.geometry();
+    const std::uint32_t level = 1 + static_cast<std::uint32_t>(seed % (geo.height - 1));
+    const std::uint64_t b = TreeGeometry::Sibling(geo.BucketOnPath(geo.EvictionLeaf(ne), level));
+    const std::uint64_t slot = (seed / 3) % params.bucket_size;
+    // That access reads a block whose path avoids b, so the eviction, not
+    // its retrieval, meets the damage (the newest block's position is still
+    // in the client's deferred root write: not that one).
+    std::optional<BlockId> reader;
+    for (const auto& [id, bytes] : model) {
+      const PositionEntry* e = (*c)->position_map().Find(id);
+      if (id + 1 < model.size() && e && geo.BucketOnPath(e->pos.leaf, level) != b) {
+        reader = id;
+        break;
+      }
+    }
+    ASSERT_TRUE(reader.has_value()) << "no written block with a path that avoids bucket " << b;
+    std::printf(
+        "damaging bucket %llu slot %llu (the upper sibling at level %u of eviction %llu) "
+        "on server %zu; block %llu is read\n",
+        static_cast<unsigned long long>(b), static_cast<unsigned long long>(slot), level,
+        static_cast<unsigned long long>(ne), bad, static_cast<unsigned long long>(*reader));
+    DamageElem(*fs->cluster, bad, params, b, slot);
+    // The access is recorded and answers; its eviction is refused.
+    Result<std::vector<std::uint8_t>> got = (*c)->Read(*reader);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, model[*reader]);
+    ASSERT_TRUE((*c)->writes_stopped().has_value())
+        << "the eviction overwrote a damaged sibling without noticing";
+    const std::string& why = (*c)->writes_stopped()->message();
+    EXPECT_NE(why.find("server " + std::to_string(bad) + " has damaged storage: bucket " +
+                       std::to_string(b) + " slot " + std::to_string(slot)),
+              std::string::npos)
+        << why;
+    // The eviction is still due: the next access fails at once.
+    Result<std::vector<std::uint8_t>> again = (*c)->Read(*reader);
+    ASSERT_FALSE(again.ok());
+    EXPECT_EQ(again.status().code(), Status::Code::kDamaged) << again.status().ToString();
     for (const auto& r : (*c)->QueryServers(std::chrono::seconds(5))) {
       ASSERT_TRUE(r.status.ok()) << r.status.ToString();
       EXPECT_EQ(r.reply.applied_evictions, ne) << r.endpoint << " committed a refused eviction";
