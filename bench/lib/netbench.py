@@ -120,12 +120,18 @@ def cmd_record(a):
         clat = side.get("clat_ns", {}).get("percentile", {})
         rec["clat_p50_ms"] = round(clat.get("50.000000", 0) / 1e6, 2) if clat else None
         rec["clat_p99_ms"] = round(clat.get("99.000000", 0) / 1e6, 2) if clat else None
+    if a.probe:
+        with open(a.probe) as f:
+            pr = json.load(f)
+        for k in ("cold_reads", "wait_p50_ms", "wait_p99_ms", "wait_max_ms", "chunk_p50_s",
+                  "chunk_max_s", "writer_seconds"):
+            rec["probe_" + k] = pr.get(k)
     print(json.dumps(rec))
     return 0
 
 
 # ---------------------------------------------------------------------------
-JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp"]
+JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp", "probe"]
 PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 
@@ -157,6 +163,20 @@ def cmd_report(a):
             fmt(r["seconds"]), fmt(r["user_KBps"]), fmt(r.get("iops")), fmt(r.get("clat_p50_ms")),
             fmt(r["client_up_per_user_byte"]), fmt(r["client_down_per_user_byte"]),
             fmt(r["server_peer_per_user_byte"])]) + " |")
+    probes = [r for r in rows if r["job"] == "probe"]
+    if probes:
+        md += ["", "Freeze probe (job `probe`: a 4 KiB O_DIRECT read of another cold file every "
+               "interval while a writer appends in 4 MiB O_DIRECT+fsync chunks; waits over the "
+               "first read of each file):", "",
+               "| profile | B | init | writer KB/s | cold reads | wait p50 ms | wait p99 ms | "
+               "wait max ms | chunk p50 s | slowest chunk s |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in probes:
+            md.append("| " + " | ".join([
+                r["profile"], str(r["block_size"]), r["init_args"] or "-", fmt(r["user_KBps"]),
+                fmt(r.get("probe_cold_reads")), fmt(r.get("probe_wait_p50_ms")),
+                fmt(r.get("probe_wait_p99_ms")), fmt(r.get("probe_wait_max_ms")),
+                fmt(r.get("probe_chunk_p50_s")), fmt(r.get("probe_chunk_max_s"))]) + " |")
     notes = sorted({r["note"] for r in rows if r.get("note")})
     if notes:
         md += ["", "Notes: " + "; ".join(notes)]
@@ -190,9 +210,10 @@ def cmd_report(a):
     with open(dat2, "w") as f:
         f.write("# label client_up client_down server_peer (bytes per user byte, seqwrite)\n")
         for lab in labels:
-            r = next((r for r in rows if r["job"] == "seqwrite" and
-                      f"{r['profile']} B={r['block_size']}" +
-                      (f" {r['init_args']}" if r["init_args"] else "") == lab), None)
+            # seqwrite's, or (a run without it) the label's first job's.
+            mine = [r for r in rows if f"{r['profile']} B={r['block_size']}" +
+                    (f" {r['init_args']}" if r["init_args"] else "") == lab]
+            r = next((r for r in mine if r["job"] == "seqwrite"), mine[0] if mine else None)
             vals = ["-"] * 3 if r is None else [
                 str(max(r[k], 0.001)) if r.get(k) is not None else "-"
                 for k in ("client_up_per_user_byte", "client_down_per_user_byte",
@@ -273,6 +294,7 @@ def main():
     s.add_argument("--seconds", type=float, required=True)
     s.add_argument("--user-bytes", type=int, required=True)
     s.add_argument("--fio")
+    s.add_argument("--probe")
     s.set_defaults(fn=cmd_record)
     s = sub.add_parser("report")
     s.add_argument("outdir")
