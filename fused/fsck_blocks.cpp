@@ -76,7 +76,8 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
   }
   const std::uint64_t total = todo.size();
   if (progress) progress(0, total);
-  for (const auto& [id, owners] : todo) {
+  for (auto it = todo.begin(); it != todo.end(); ++it) {
+    const auto& [id, owners] = *it;
     if (cancel && cancel->load()) {
       r.cancelled = true;
       return r;
@@ -84,7 +85,8 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
     // Fail-stop (OramClient::writes_stopped): every read takes a root slot
     // and no eviction empties the root until the damaged server is repaired,
     // so once the root is full nothing more can be read. That says nothing
-    // about the blocks left, so they are counted, not listed as unreadable.
+    // about the blocks left: each is listed as not checked, not as
+    // unreadable, after one line that says why.
     if (const auto& stopped = client.writes_stopped();
         stopped && client.counters().nr >= client.params().evict_rate) {
       r.problems.push_back(
@@ -95,6 +97,12 @@ FsckBlockResult CheckBlocks(OramClient& client, const FsckSnapshot& snap,
                "repaired (" +
                stopped->message() + "); repair it, then run fsck again",
            false});
+      for (; it != todo.end(); ++it) {
+        for (const FsckSnapshot::Block* b : it->second) {
+          r.problems.push_back(
+              {3, BlockOwner(snap, names, *b) + " was not checked (reads stopped, above)", false});
+        }
+      }
       return r;
     }
     auto data = client.Read(id);

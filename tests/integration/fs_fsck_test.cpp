@@ -494,8 +494,10 @@ TEST_F(FsFsckTest, DamagedShareIsReportedWithItsFile) {
   EXPECT_NE(r.output.find("s3oram rebuild --server 1"), std::string::npos) << r.output;
   // Only blocks whose path crosses the damaged (leaf-side) bucket are named
   // unreadable. Once the damage stopped evictions and the root filled up,
-  // the blocks left are counted as not read, not each listed as unreadable
-  // (before, nearly all 64 blocks of "big" were).
+  // the blocks left are listed as not checked, not as unreadable (before,
+  // nearly all 64 blocks of "big" were called unreadable). The damaged file
+  // is named either way: as unreadable if fsck reached it before the root
+  // filled, else as not checked.
   std::size_t big_unreadable = 0;
   for (std::size_t at = r.output.find("(/big) block"); at != std::string::npos;
        at = r.output.find("(/big) block", at + 1)) {
