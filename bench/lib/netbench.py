@@ -135,6 +135,17 @@ JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp", "p
 PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 
+def run_label(r):
+    """A run's label in the plots: profile, block size and init arguments."""
+    return f"{r['profile']} B={r['block_size']}" + (f" {r['init_args']}" if r["init_args"] else "")
+
+
+def table_row(r, cells):
+    """A markdown row: the run's profile, block size and init arguments, then cells."""
+    return "| " + " | ".join([r["profile"], str(r["block_size"]), r["init_args"] or "-"] +
+                             cells) + " |"
+
+
 def cmd_report(a):
     path = os.path.join(a.outdir, "net.jsonl")
     if not os.path.exists(path):
@@ -158,11 +169,11 @@ def cmd_report(a):
           "client up B/B | client down B/B | server-server B/B |",
           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
-        md.append("| " + " | ".join([
-            r["profile"], str(r["block_size"]), r["init_args"] or "-", r["job"], str(r["user_bytes"]),
+        md.append(table_row(r, [
+            r["job"], str(r["user_bytes"]),
             fmt(r["seconds"]), fmt(r["user_KBps"]), fmt(r.get("iops")), fmt(r.get("clat_p50_ms")),
             fmt(r["client_up_per_user_byte"]), fmt(r["client_down_per_user_byte"]),
-            fmt(r["server_peer_per_user_byte"])]) + " |")
+            fmt(r["server_peer_per_user_byte"])]))
     probes = [r for r in rows if r["job"] == "probe"]
     if probes:
         md += ["", "Freeze probe (job `probe`: a 4 KiB O_DIRECT read of another cold file every "
@@ -172,11 +183,11 @@ def cmd_report(a):
                "wait max ms | chunk p50 s | slowest chunk s |",
                "|---|---|---|---|---|---|---|---|---|---|"]
         for r in probes:
-            md.append("| " + " | ".join([
-                r["profile"], str(r["block_size"]), r["init_args"] or "-", fmt(r["user_KBps"]),
+            md.append(table_row(r, [
+                fmt(r["user_KBps"]),
                 fmt(r.get("probe_cold_reads")), fmt(r.get("probe_wait_p50_ms")),
                 fmt(r.get("probe_wait_p99_ms")), fmt(r.get("probe_wait_max_ms")),
-                fmt(r.get("probe_chunk_p50_s")), fmt(r.get("probe_chunk_max_s"))]) + " |")
+                fmt(r.get("probe_chunk_p50_s")), fmt(r.get("probe_chunk_max_s"))]))
     notes = sorted({r["note"] for r in rows if r.get("note")})
     if notes:
         md += ["", "Notes: " + "; ".join(notes)]
@@ -187,7 +198,7 @@ def cmd_report(a):
     # Plot: user KB/s per job, one bar group per job, one bar per run label.
     labels = []
     for r in rows:
-        lab = f"{r['profile']} B={r['block_size']}" + (f" {r['init_args']}" if r["init_args"] else "")
+        lab = run_label(r)
         if lab not in labels:
             labels.append(lab)
     jobs = [j for j in JOB_ORDER if any(r["job"] == j for r in rows)]
@@ -198,9 +209,8 @@ def cmd_report(a):
         for j in jobs:
             vals = []
             for lab in labels:
-                v = next((r["user_KBps"] for r in rows if r["job"] == j and
-                          f"{r['profile']} B={r['block_size']}" +
-                          (f" {r['init_args']}" if r["init_args"] else "") == lab), None)
+                v = next((r["user_KBps"] for r in rows if r["job"] == j and run_label(r) == lab),
+                         None)
                 vals.append("-" if v is None else str(v))
             f.write(j + " " + " ".join(vals) + "\n")
         f.write("\n\n# link class bytes per user byte (seqwrite)\n")
@@ -211,8 +221,7 @@ def cmd_report(a):
         f.write("# label client_up client_down server_peer (bytes per user byte, seqwrite)\n")
         for lab in labels:
             # seqwrite's, or (a run without it) the label's first job's.
-            mine = [r for r in rows if f"{r['profile']} B={r['block_size']}" +
-                    (f" {r['init_args']}" if r["init_args"] else "") == lab]
+            mine = [r for r in rows if run_label(r) == lab]
             r = next((r for r in mine if r["job"] == "seqwrite"), mine[0] if mine else None)
             vals = ["-"] * 3 if r is None else [
                 str(max(r[k], 0.001)) if r.get(k) is not None else "-"

@@ -108,6 +108,24 @@ void LoseServer(cluster::LocalCluster& c, std::size_t k, const std::string& copy
   ASSERT_TRUE(st.ok()) << st.ToString();
 }
 
+// No server applied eviction `ne`, refused by one of them.
+void ExpectNoServerCommitted(OramClient& c, std::uint64_t ne) {
+  for (const auto& r : c.QueryServers(std::chrono::seconds(5))) {
+    ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+    EXPECT_EQ(r.reply.applied_evictions, ne) << r.endpoint << " committed a refused eviction";
+  }
+}
+
+// `s3oram rebuild --server bad` (no --force: its scrub must find the
+// damage), then every block of `model` reads back.
+void RebuildAndExpectBlocks(const testing::TestFs& fs, std::size_t bad,
+                            const std::map<BlockId, std::vector<std::uint8_t>>& model) {
+  CliRun r = RunCli("rebuild -s " + fs.state + " --server " + std::to_string(bad) + " --passfile " +
+                    fs.passfile + " --plain-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  ExpectBlocks(fs.state, model);
+}
+
 // Adds 1 to element 1 of slot `slot` of bucket `b` in server `k`'s share
 // file, with the server stopped: still a field element, so only the slot's
 // digest can tell.
@@ -181,15 +199,9 @@ TEST(RebuildTest, DamagedEvictionInputStopsEvictionsUntilTheServerIsRebuilt) {
       EXPECT_NE(again.message().find("until the damaged server is repaired"), std::string::npos)
           << again.message();
     }
-    for (const auto& r : (*c)->QueryServers(std::chrono::seconds(5))) {
-      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-      EXPECT_EQ(r.reply.applied_evictions, ne) << r.endpoint << " committed a refused eviction";
-    }
+    ExpectNoServerCommitted(**c, ne);
   }
-  CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(bad) +
-                    " --passfile " + fs->passfile + " --plain-progress");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ExpectBlocks(fs->state, model);
+  RebuildAndExpectBlocks(*fs, bad, model);
 }
 
 // An upper sibling of the next eviction's path (a bucket the eviction
@@ -258,15 +270,9 @@ TEST(RebuildTest, DamagedUpperSiblingStopsTheEvictionThatWouldOverwriteIt) {
     Result<std::vector<std::uint8_t>> again = (*c)->Read(*reader);
     ASSERT_FALSE(again.ok());
     EXPECT_EQ(again.status().code(), Status::Code::kDamaged) << again.status().ToString();
-    for (const auto& r : (*c)->QueryServers(std::chrono::seconds(5))) {
-      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
-      EXPECT_EQ(r.reply.applied_evictions, ne) << r.endpoint << " committed a refused eviction";
-    }
+    ExpectNoServerCommitted(**c, ne);
   }
-  CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(bad) +
-                    " --passfile " + fs->passfile + " --plain-progress");
-  ASSERT_EQ(r.exit_code, 0) << r.output;
-  ExpectBlocks(fs->state, model);
+  RebuildAndExpectBlocks(*fs, bad, model);
 }
 
 // 1. The CLI rebuilds a server whose data directory was deleted: the share
