@@ -88,7 +88,7 @@ class StubPeers final : public PeerExchange {
   int sends = 0;  // Send calls since the last reset of this counter
 
   Status Send(const wire::Header&, const SmpRound&,
-              std::vector<std::vector<Elem>>& shares) override {
+              const std::vector<std::vector<Elem>>& shares) override {
     ++sends;
     if (mode == fz::PeerMode::kSendFails) return Status::IoError("stub: send failed");
     if (shares.size() != 3) Fail("Send got " + std::to_string(shares.size()) + " share vectors");

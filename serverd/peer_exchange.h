@@ -30,10 +30,11 @@ class PeerExchange {
   virtual ~PeerExchange() = default;
 
   // Sends shares[p] to every peer p. `shares` has one entry per party, indexed
-  // by party index; this server's own entry is not touched, the peers' entries
-  // may be moved from. `h` carries the filesystem id and epoch of the request.
+  // by party index (this server's own is not sent); none is changed, so the
+  // caller reuses them for the next round. `h` carries the filesystem id and
+  // epoch of the request.
   virtual Status Send(const wire::Header& h, const SmpRound& r,
-                      std::vector<std::vector<field::Elem>>& shares) = 0;
+                      const std::vector<std::vector<field::Elem>>& shares) = 0;
   // Waits until every peer's shares of round r have arrived (or fails:
   // timeout, attempt superseded, transport error). Returns one span per peer
   // in ascending peer-index order, valid until Release(r) or the next call
@@ -43,6 +44,9 @@ class PeerExchange {
   virtual void Release(const SmpRound& r) = 0;
   // Forgets every buffered share (a new store replaced the old one).
   virtual void Reset() = 0;
+  // Frees the buffers kept for the next round (the eviction is over): an idle
+  // server holds no eviction-sized memory.
+  virtual void Trim() {}
   // SMP bytes sent to peers since this process started (for STATUS).
   virtual std::uint64_t bytes_sent() const = 0;
 };

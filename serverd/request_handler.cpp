@@ -571,6 +571,12 @@ struct RequestHandler::Impl {
     S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(1, {source, bucket}));
     std::vector<Elem> product, coeffs, combined;
     std::vector<std::vector<Elem>> outs(parties);
+    // The exchange's round buffers are freed when this PREPARE ends, however
+    // it ends.
+    struct TrimPeers {
+      PeerExchange* peers;
+      ~TrimPeers() { peers->Trim(); }
+    } trim_peers{peers};
     const std::uint32_t me = config.index;
     // Phase timings for the debug log: kernels, SMP split/combine, waiting for
     // peers, shadow writes.
@@ -620,6 +626,7 @@ struct RequestHandler::Impl {
       // SMP: re-share lambda_me * product with degree t; keep our own part.
       coeffs.resize(product.size() * threshold);
       random::Elems(coeffs);
+      // outs keep their pages from round to round (Send copies what it sends).
       std::vector<Elem*> ptrs;
       for (auto& o : outs) {
         o.resize(product.size());
@@ -630,7 +637,7 @@ struct RequestHandler::Impl {
       if (Lies("smp-inconsistent") && !peer_indices.empty() && !product.empty()) {
         outs[peer_indices[0]][0] = field::Add(outs[peer_indices[0]][0], 1);
       }
-      std::vector<Elem> mine = std::move(outs[me]);
+      const std::vector<Elem>& mine = outs[me];
       const SmpRound smp_round{req.eviction, req.attempt, round};
       S3ORAM_RETURN_IF_ERROR(peers->Send(h, smp_round, outs));
       // Mid-PREPARE: this server's round shares are out, its peers wait for

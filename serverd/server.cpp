@@ -48,6 +48,9 @@ struct Server::Impl : PeerExchange {
   std::unique_ptr<RequestHandler> handler;
   // SMP messages that arrived before this server was ready for them.
   std::map<SmpKey, std::vector<Elem>> smp_buffer;
+  // Buffers kept between the rounds of one eviction (Trim frees them).
+  std::vector<std::vector<Elem>> spare_shares;
+  std::vector<std::uint8_t> smp_frame;
   std::uint64_t peer_bytes_sent = 0;
 
   ~Impl() override {
@@ -102,16 +105,17 @@ struct Server::Impl : PeerExchange {
     }
   }
 
-  // Sends this server's round shares to every peer.
+  // Sends this server's round shares to every peer. One frame buffer serves
+  // every peer and round (zmq_send copies it), so a round maps no new pages.
   Status Send(const wire::Header& h, const SmpRound& r,
-              std::vector<std::vector<Elem>>& outs) override {
+              const std::vector<std::vector<Elem>>& outs) override {
     for (auto& [peer, socket] : pushes) {
-      wire::SmpShares msg{r.eviction, r.attempt, r.round, config.index, std::move(outs[peer])};
-      auto frame = wire::Encode(h, msg);
-      if (zmq_send(socket, frame.data(), frame.size(), 0) < 0) {
+      const wire::SmpShares fields{r.eviction, r.attempt, r.round, config.index, {}};
+      wire::EncodeSmpShares(h, fields, outs[peer], smp_frame);
+      if (zmq_send(socket, smp_frame.data(), smp_frame.size(), 0) < 0) {
         return Status::IoError(ZmqError("sending SMP shares to peer " + std::to_string(peer)));
       }
-      peer_bytes_sent += frame.size();
+      peer_bytes_sent += smp_frame.size();
     }
     return Status::Ok();
   }
@@ -164,10 +168,30 @@ struct Server::Impl : PeerExchange {
   }
 
   void Release(const SmpRound& r) override {
-    for (auto& [peer, s] : pushes) smp_buffer.erase(SmpKey{r.eviction, r.attempt, r.round, peer});
+    for (auto& [peer, s] : pushes) {
+      auto it = smp_buffer.find(SmpKey{r.eviction, r.attempt, r.round, peer});
+      if (it == smp_buffer.end()) continue;
+      Recycle(std::move(it->second));
+      smp_buffer.erase(it);
+    }
   }
 
-  void Reset() override { smp_buffer.clear(); }
+  void Reset() override {
+    smp_buffer.clear();
+    Trim();
+  }
+
+  void Trim() override {
+    spare_shares.clear();
+    spare_shares.shrink_to_fit();
+    smp_frame = {};
+  }
+
+  // Keeps a combined round's vector for the next round's arrival (one per
+  // peer at most: rounds are combined one after the other).
+  void Recycle(std::vector<Elem>&& v) {
+    if (spare_shares.size() < pushes.size()) spare_shares.push_back(std::move(v));
+  }
 
   std::uint64_t bytes_sent() const override { return peer_bytes_sent; }
 
@@ -181,17 +205,28 @@ struct Server::Impl : PeerExchange {
         zmq_msg_close(&msg);
         return Status::Ok();
       }
-      auto decoded = wire::Decode(std::span<const std::uint8_t>(
-          static_cast<const std::uint8_t*>(zmq_msg_data(&msg)), zmq_msg_size(&msg)));
+      // Decoded into a vector of an earlier round when there is one, so a
+      // round's hundreds of MB reuse pages already mapped.
+      wire::Header header;
+      wire::SmpShares decoded;
+      wire::SmpShares* smp = &decoded;
+      if (!spare_shares.empty()) {
+        decoded.shares = std::move(spare_shares.back());
+        spare_shares.pop_back();
+      }
+      const Status st = wire::DecodeSmpSharesInto(
+          std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(zmq_msg_data(&msg)),
+                                        zmq_msg_size(&msg)),
+          &header, smp);
       zmq_msg_close(&msg);
-      if (!decoded.ok()) {
-        spdlog::warn("dropping malformed peer message: {}", decoded.status().ToString());
+      if (!st.ok()) {
+        spdlog::warn("dropping malformed peer message: {}", st.ToString());
+        Recycle(std::move(decoded.shares));
         continue;
       }
-      auto* smp = std::get_if<wire::SmpShares>(&decoded->body);
-      if (!smp || !store || decoded->header.fs_id != store->meta().fs_id ||
-          !pushes.count(smp->from_index) ||
+      if (!store || header.fs_id != store->meta().fs_id || !pushes.count(smp->from_index) ||
           smp->eviction < store->meta().applied_evictions) {
+        Recycle(std::move(decoded.shares));
         continue;  // not for us, or for an eviction already committed
       }
       // Keep only the newest attempt per eviction and a bounded number of entries.

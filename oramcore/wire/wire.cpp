@@ -108,7 +108,7 @@ class Writer {
     const auto* p = reinterpret_cast<const std::uint8_t*>(clipped.data());
     out_.insert(out_.end(), p, p + clipped.size());
   }
-  void Elems(const std::vector<Elem>& v, const char* name) {
+  void Elems(std::span<const Elem> v, const char* name) {
     if (v.size() > kMaxElems) EncodeContractViolation(name, v.size());
     Le(v.size(), 4);
     const std::size_t at = out_.size();
@@ -787,47 +787,24 @@ MessageType TypeOf(const Body& body) {
   return std::visit([](const auto& b) { return Tag<std::decay_t<decltype(b)>>::kType; }, body);
 }
 
-std::vector<std::uint8_t> Encode(const Header& header, const Body& body) {
-  return std::visit(
-      [&header](const auto& b) {
-        using T = std::decay_t<decltype(b)>;
-        Sizer sizer;
-        Fields<Sizer>(sizer, b);
-        const std::size_t body_bytes = sizer.size();
-        // A list of vectors can exceed what one vector's cap keeps in range;
-        // a body the u32 length cannot describe is a bug in the caller.
-        if (body_bytes > std::numeric_limits<std::uint32_t>::max()) {
-          EncodeContractViolation("message body (bytes)", body_bytes);
-        }
+namespace {
 
-        std::vector<std::uint8_t> out;
-        out.reserve(kHeaderBytes + body_bytes);
-        Writer w(out);
-        // The header's type always comes from the body, so a frame cannot
-        // claim one type and carry another's layout.
-        w.U32(kMagic, "magic");
-        w.U16(kWireVersion, "version");
-        w.U16(static_cast<std::uint16_t>(Tag<T>::kType), "type");
-        const auto* fs = header.fs_id.data();
-        out.insert(out.end(), fs, fs + header.fs_id.size());
-        w.U64(header.epoch, "epoch");
-        w.U64(header.seq, "seq");
-        w.U32(static_cast<std::uint32_t>(body_bytes), "length");
-        Fields<Writer>(w, b);
-        // Sizer and Writer walk the same Fields, so this only fails if one of
-        // their per-field byte counts is wrong: a bug in this file.
-        if (out.size() != kHeaderBytes + body_bytes) {
-          std::fprintf(stderr, "s3oram::wire::Encode: size mismatch for %s (%zu != %zu)\n",
-                       MessageTypeName(Tag<T>::kType), out.size(), kHeaderBytes + body_bytes);
-          std::abort();
-        }
-        return out;
-      },
-      body);
+// Writes the fixed header of a frame whose body is `body_bytes` long.
+void WriteHeader(Writer& w, std::vector<std::uint8_t>& out, const Header& header,
+                 MessageType type, std::size_t body_bytes) {
+  w.U32(kMagic, "magic");
+  w.U16(kWireVersion, "version");
+  w.U16(static_cast<std::uint16_t>(type), "type");
+  const auto* fs = header.fs_id.data();
+  out.insert(out.end(), fs, fs + header.fs_id.size());
+  w.U64(header.epoch, "epoch");
+  w.U64(header.seq, "seq");
+  w.U32(static_cast<std::uint32_t>(body_bytes), "length");
 }
 
-Result<Message> Decode(std::span<const std::uint8_t> frame) {
-  Reader r(frame, "wire frame");
+// Reads and checks the fixed header; returns the body alternative's index.
+// On success the reader stands at the body, whose length matches the header.
+Result<std::size_t> ReadHeader(Reader& r, Header* header) {
   // Magic and version are checked before anything else so that a frame from a
   // different protocol version, whose header may be laid out differently, gets
   // a version error rather than a misleading length or type error.
@@ -856,27 +833,103 @@ Result<Message> Decode(std::span<const std::uint8_t> frame) {
     return Status::Corruption("wire frame: unknown message type " + std::to_string(raw_type));
   }
 
-  Message msg;
-  msg.header.type = static_cast<MessageType>(raw_type);
-  r.Bytes(msg.header.fs_id.data(), msg.header.fs_id.size(), "fs_id");
-  r.U64(msg.header.epoch, "epoch");
-  r.U64(msg.header.seq, "seq");
+  header->type = static_cast<MessageType>(raw_type);
+  r.Bytes(header->fs_id.data(), header->fs_id.size(), "fs_id");
+  r.U64(header->epoch, "epoch");
+  r.U64(header->seq, "seq");
   std::uint32_t length = 0;
   r.U32(length, "length");
   if (!r.ok()) return r.status();
   if (length != r.remaining()) {
-    return Status::Corruption(std::string("wire frame: ") + MessageTypeName(msg.header.type) +
+    return Status::Corruption(std::string("wire frame: ") + MessageTypeName(header->type) +
                               " header declares a " + std::to_string(length) +
                               "-byte body but " + std::to_string(r.remaining()) +
                               " bytes follow the header");
   }
+  return index;
+}
 
+}  // namespace
+
+std::vector<std::uint8_t> Encode(const Header& header, const Body& body) {
+  return std::visit(
+      [&header](const auto& b) {
+        using T = std::decay_t<decltype(b)>;
+        Sizer sizer;
+        Fields<Sizer>(sizer, b);
+        const std::size_t body_bytes = sizer.size();
+        // A list of vectors can exceed what one vector's cap keeps in range;
+        // a body the u32 length cannot describe is a bug in the caller.
+        if (body_bytes > std::numeric_limits<std::uint32_t>::max()) {
+          EncodeContractViolation("message body (bytes)", body_bytes);
+        }
+
+        std::vector<std::uint8_t> out;
+        out.reserve(kHeaderBytes + body_bytes);
+        Writer w(out);
+        // The header's type always comes from the body, so a frame cannot
+        // claim one type and carry another's layout.
+        WriteHeader(w, out, header, Tag<T>::kType, body_bytes);
+        Fields<Writer>(w, b);
+        // Sizer and Writer walk the same Fields, so this only fails if one of
+        // their per-field byte counts is wrong: a bug in this file.
+        if (out.size() != kHeaderBytes + body_bytes) {
+          std::fprintf(stderr, "s3oram::wire::Encode: size mismatch for %s (%zu != %zu)\n",
+                       MessageTypeName(Tag<T>::kType), out.size(), kHeaderBytes + body_bytes);
+          std::abort();
+        }
+        return out;
+      },
+      body);
+}
+
+void EncodeSmpShares(const Header& header, const SmpShares& m, std::span<const Elem> shares,
+                     std::vector<std::uint8_t>& frame) {
+  if (shares.size() > kMaxElems) EncodeContractViolation("shares", shares.size());
+  const std::size_t body_bytes = 8 + 4 + 4 + 4 + 4 + PackedElemBytes(shares.size());
+  frame.clear();
+  frame.reserve(kHeaderBytes + body_bytes);
+  Writer w(frame);
+  WriteHeader(w, frame, header, MessageType::kSmpShares, body_bytes);
+  // The fields of Fields(SmpShares), in its order, with `shares` for m.shares.
+  w.U64(m.eviction, "eviction");
+  w.U32(m.attempt, "attempt");
+  w.U32(m.round, "round");
+  w.U32(m.from_index, "from_index");
+  w.Elems(shares, "shares");
+  if (frame.size() != kHeaderBytes + body_bytes) {
+    std::fprintf(stderr, "s3oram::wire::EncodeSmpShares: size mismatch (%zu != %zu)\n",
+                 frame.size(), kHeaderBytes + body_bytes);
+    std::abort();
+  }
+}
+
+Status DecodeSmpSharesInto(std::span<const std::uint8_t> frame, Header* header, SmpShares* out) {
+  Reader r(frame, "wire frame");
+  S3ORAM_RETURN_IF_ERROR(ReadHeader(r, header).status());
+  if (header->type != MessageType::kSmpShares) {
+    return Status::Corruption(std::string("wire frame: expected SMP_SHARES, got ") +
+                              MessageTypeName(header->type));
+  }
+  Reader body(frame.subspan(kHeaderBytes), MessageTypeName(MessageType::kSmpShares));
+  Fields<Reader>(body, *out);
+  if (body.ok() && body.remaining() != 0) {
+    body.Fail(std::to_string(body.remaining()) + " trailing bytes after the body's last field");
+  }
+  return body.ok() ? Status::Ok() : body.status();
+}
+
+Result<Message> Decode(std::span<const std::uint8_t> frame) {
+  Reader r(frame, "wire frame");
+  Message msg;
+  S3ORAM_ASSIGN_OR_RETURN(const std::size_t index, ReadHeader(r, &msg.header));
   auto body = DecodeBody(index, frame.subspan(kHeaderBytes),
                          std::make_index_sequence<kTypes>());
   if (!body.ok()) return body.status();
   msg.body = std::move(body).value();
   return msg;
 }
+
 
 ErrorReply ErrorFromStatus(const Status& s) {
   ErrorReply e;

@@ -471,6 +471,19 @@ std::vector<std::uint8_t> Encode(const Header& header, const Body& body);
 // the frame's own size, rejects every malformed input with Status::Corruption.
 Result<Message> Decode(std::span<const std::uint8_t> frame);
 
+// SMP_SHARES on an eviction's hot path (hundreds of MB per round and peer):
+// the same bytes Encode and Decode produce and accept, without a copy of the
+// shares into a Body and reusing the caller's buffers, so that the rounds of
+// one eviction do not map fresh pages for every frame.
+// EncodeSmpShares replaces `frame` with the encoded message (its capacity is
+// kept); `m.shares` is ignored and `shares` encoded in its place.
+void EncodeSmpShares(const Header& header, const SmpShares& m, std::span<const Elem> shares,
+                     std::vector<std::uint8_t>& frame);
+// Decodes a frame that must be SMP_SHARES into *header and *out, reusing the
+// capacity of out->shares; every check Decode makes is made. On failure *out
+// is unspecified (its vector still owns its memory).
+Status DecodeSmpSharesInto(std::span<const std::uint8_t> frame, Header* header, SmpShares* out);
+
 // Builds an ErrorReply message body from a Status.
 ErrorReply ErrorFromStatus(const Status& s);
 Status StatusFromError(const ErrorReply& e);

@@ -113,6 +113,30 @@ TEST(ElemPackingTest, UnpackRefusesThePrimeItselfAndNamesTheElement) {
   }
 }
 
+// The word-at-a-time paths cover whole groups of eight elements before the
+// last group: a bad element anywhere in them must be caught and named as in
+// the per-bit loop.
+TEST(ElemPackingTest, FastPathsRefuseBadElementsAnywhere) {
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  std::printf("seed %llu\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 g(seed);
+  for (int rep = 0; rep < 200; ++rep) {
+    const std::size_t n = 17 + g() % 400;
+    const std::size_t bad = g() % n;
+    std::vector<Elem> v = RandomElems(g, n);
+    std::vector<std::uint8_t> packed(PackedElemBytes(n));
+    v[bad] = 0x80000000u | static_cast<Elem>(g() % kPrime);
+    EXPECT_FALSE(PackElems(v, packed.data())) << "n=" << n << " bad=" << bad;
+    v[bad] = kPrime;  // packs (31 bits) but is not canonical
+    ASSERT_TRUE(PackElems(v, packed.data()));
+    ASSERT_EQ(packed, NaivePack(v));
+    std::vector<Elem> back(n);
+    std::string why;
+    ASSERT_FALSE(UnpackElems(packed, back, &why)) << "n=" << n << " bad=" << bad;
+    EXPECT_NE(why.find("element " + std::to_string(bad) + " "), std::string::npos) << why;
+  }
+}
+
 TEST(ElemPackingTest, UnpackRefusesPaddingBitsAndWrongSizes) {
   for (std::size_t n = 1; n < 9; ++n) {
     std::vector<Elem> v(n, 5);

@@ -34,7 +34,8 @@ class StubPeers final : public PeerExchange {
  public:
   bool short_shares = false;
 
-  Status Send(const wire::Header&, const SmpRound&, std::vector<std::vector<Elem>>& shares) override {
+  Status Send(const wire::Header&, const SmpRound&,
+              const std::vector<std::vector<Elem>>& shares) override {
     answers_[0] = shares[1];
     answers_[1] = shares[2];
     if (short_shares) answers_[1].pop_back();

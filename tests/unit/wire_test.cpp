@@ -418,6 +418,40 @@ TEST(WireTest, RoundTripEveryTypeWithRandomContents) {
   }
 }
 
+// The eviction's SMP_SHARES path (no Body, reused buffers) must produce and
+// accept exactly what Encode and Decode do.
+TEST(WireTest, SmpSharesFastPathMatchesEncodeAndDecode) {
+  std::mt19937_64 rng = testing::SeededRng();
+  Gen gen(rng);
+  std::vector<std::uint8_t> frame;
+  SmpShares into;
+  for (int round = 0; round < 50; ++round) {
+    const Header h = gen.RandomHeader();
+    const auto body = std::get<SmpShares>(gen.RandomBody(13));
+    SmpShares fields = body;
+    fields.shares.clear();  // ignored: the span is encoded instead
+    EncodeSmpShares(h, fields, body.shares, frame);
+    ASSERT_EQ(frame, Encode(h, body));
+    Header got;
+    ASSERT_TRUE(DecodeSmpSharesInto(frame, &got, &into).ok());
+    EXPECT_TRUE(Same(into, body));
+    EXPECT_EQ(got.type, MessageType::kSmpShares);
+    EXPECT_EQ(got.fs_id, h.fs_id);
+    EXPECT_EQ(got.epoch, h.epoch);
+    EXPECT_EQ(got.seq, h.seq);
+    // Every truncation is refused, as by Decode.
+    const std::size_t cut = rng() % frame.size();
+    EXPECT_FALSE(
+        DecodeSmpSharesInto(std::span<const std::uint8_t>(frame).first(cut), &got, &into).ok());
+  }
+  // Any other type is refused by name.
+  const std::vector<std::uint8_t> other = Encode(Header{}, EvictCommitRequest{1});
+  Header got;
+  const Status st = DecodeSmpSharesInto(other, &got, &into);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("EVICT_COMMIT_REQUEST"), std::string::npos) << st.ToString();
+}
+
 TEST(WireTest, RoundTripBoundaryValues) {
   Header h;
   h.epoch = ~std::uint64_t{0};
