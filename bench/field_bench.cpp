@@ -145,6 +145,32 @@ void P31Evict(benchmark::State& state, EvictFn fn, bool needs_avx2) {
   ReportEvict(state, Z, kElems);
 }
 
+// One eviction product at the 1 GiB defaults (B = 256 KiB: m = 69,920, Z =
+// 460): rows 280 KB apart, far beyond the caches, unlike the B = 4 KiB
+// shapes above. One product is 2.96e10 MACs.
+void P31EvictDefaults(benchmark::State& state, EvictFn fn) {
+  if (!RequireAvx2(state)) return;
+  constexpr std::size_t Z = 460, m = 69920;
+  EvictInput<Elem> in(Z, m, s3oram::field::kPrime);
+  for (auto _ : state) {
+    fn(in.source.data(), in.dest.data(), Z, m, in.matrix, in.out.data(), {0, m});
+    benchmark::DoNotOptimize(in.out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["MAC/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2 * Z * Z * static_cast<double>(m),
+      benchmark::Counter::kIsRate);
+}
+
+// The AVX-512 eviction kernel, where the CPU has it (P31Evict/dispatched uses it then).
+void P31EvictAvx512(benchmark::State& state) {
+  if (!s3oram::kernels::internal::Avx512Available()) {
+    state.SkipWithError("CPU lacks AVX-512F");
+    return;
+  }
+  P31Evict(state, s3oram::kernels::internal::EvictProductAvx512, true);
+}
+
 // The AVX-512 path kernel, where the CPU has it (P31Path/dispatched uses it then).
 void P31PathAvx512(benchmark::State& state) {
   if (!s3oram::kernels::internal::Avx512Available()) {
@@ -744,6 +770,7 @@ void NtlEvict(benchmark::State& state) {
 
 using ntl::NtlEvict;
 using p31::P31Evict;
+using p31::P31EvictDefaults;
 using p31::P31Path;
 using peak::P31Peak;
 using p32::P32Evict;
@@ -774,6 +801,11 @@ BENCHMARK_CAPTURE(P32Path, scalar, p32::PathInnerProductScalar, false)->Apply(Sh
 
 BENCHMARK_CAPTURE(P31Evict, dispatched, k::EvictProduct, false)->Apply(Shapes);
 BENCHMARK_CAPTURE(P31Evict, avx2, ki::EvictProductAvx2, true)->Apply(Shapes);
+BENCHMARK(p31::P31EvictAvx512)->Name("P31Evict/avx512")->Apply(Shapes);
+BENCHMARK_CAPTURE(P31EvictDefaults, dispatched, k::EvictProduct)
+    ->Unit(benchmark::kMillisecond)->Iterations(1);
+BENCHMARK_CAPTURE(P31EvictDefaults, avx2, ki::EvictProductAvx2)
+    ->Unit(benchmark::kMillisecond)->Iterations(1);
 BENCHMARK_CAPTURE(P31Evict, scalar, ki::EvictProductScalar, false)->Apply(Shapes);
 BENCHMARK(P61Evict)->Name("P61Evict/scalar")->Apply(Shapes);
 BENCHMARK(NtlEvict)->Name("NtlEvict/mat_zz_p")->Apply(Shapes);

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <functional>
 #include <latch>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <thread>
@@ -110,6 +111,22 @@ struct RequestHandler::Impl {
   Clock::time_point lease_last_seen = Clock::now();
   // Work counters since start (STATS); updated by the handlers below.
   wire::StatsReply stats;
+  // The PREPARE under way and, while it runs aside (BeginAside..EndAside),
+  // what STATUS and STATS said when it began. Written by the thread running
+  // the PREPARE, read by the one answering STATUS: always under aside_mu.
+  mutable std::mutex aside_mu;
+  bool aside = false;
+  wire::StatusReply aside_status;
+  wire::StatsReply aside_stats;
+  wire::FsId aside_fs_id{};
+  bool aside_has_store = false;
+  struct PrepareProgress {
+    bool active = false;
+    std::uint64_t eviction = 0;
+    std::uint32_t attempt = 0, round = 0, rounds = 0;
+    wire::EvictPhase phase = wire::EvictPhase::kReading;
+    Clock::time_point started;
+  } progress;
   std::uint64_t last_retrieve_us = 0;  // the latest retrieval's own time (read + kernel)
   // Reused buffers for bucket reads (a path; an eviction's inputs).
   std::vector<Elem> path_buffer, source_buffer, target_buffer, sibling_buffer;
@@ -309,6 +326,39 @@ struct RequestHandler::Impl {
       r.peer_bytes_sent = peers->bytes_sent();
       if (Lies("counters")) r.epoch = r.applied_evictions = UINT64_MAX;
     }
+    return r;
+  }
+
+  void SetProgress(std::uint32_t round, wire::EvictPhase phase) {
+    const std::lock_guard lock(aside_mu);
+    progress.round = round;
+    progress.phase = phase;
+  }
+
+  // `r` with the progress of the PREPARE under way (caller holds aside_mu).
+  // The share done is estimated from the round and its phase, each round
+  // weighted alike: reading 5 %, kernels 55 %, SMP 20 %, peer wait 10 %,
+  // combining and shadow writes 10 % (roughly their times at the defaults).
+  wire::StatusReply WithProgress(wire::StatusReply r) const {
+    if (!progress.active) return r;
+    static constexpr double kPhaseStart[] = {0.0, 0.05, 0.6, 0.8, 0.9};
+    r.evicting = true;
+    r.evicting_eviction = progress.eviction;
+    r.evicting_attempt = progress.attempt;
+    r.evicting_round = progress.round;
+    r.evicting_rounds = progress.rounds;
+    r.evicting_phase = static_cast<std::uint32_t>(progress.phase);
+    const auto phase = static_cast<std::size_t>(progress.phase);
+    if (progress.phase == wire::EvictPhase::kSeal || progress.rounds == 0) {
+      r.evicting_permille = 990;
+    } else {
+      const double done = (progress.round - 1 + kPhaseStart[std::min<std::size_t>(phase, 4)]) /
+                          progress.rounds;
+      r.evicting_permille = static_cast<std::uint32_t>(std::clamp(done, 0.0, 0.99) * 1000);
+    }
+    r.evicting_elapsed_ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - progress.started)
+            .count());
     return r;
   }
 
@@ -556,6 +606,19 @@ struct RequestHandler::Impl {
     for (std::uint32_t k = 1; k <= H; ++k) list.push_back(geo.BucketOnPath(req.leaf, k));
     for (std::uint32_t k = 1; k <= H; ++k) list.push_back(TreeGeometry::Sibling(list[k - 1]));
     sealed.reset();
+    {
+      const std::lock_guard lock(aside_mu);
+      progress = PrepareProgress{true, req.eviction, req.attempt, 1,
+                                 static_cast<std::uint32_t>(H), wire::EvictPhase::kReading,
+                                 Clock::now()};
+    }
+    struct EndProgress {
+      Impl* impl;
+      ~EndProgress() {
+        const std::lock_guard lock(impl->aside_mu);
+        impl->progress.active = false;
+      }
+    } end_progress{this};
     S3ORAM_RETURN_IF_ERROR(store->BeginShadow(req.eviction, req.attempt, list));
 
     std::vector<Elem> prev;                // u_{k-1} after step k-1
@@ -587,6 +650,7 @@ struct RequestHandler::Impl {
     const auto t_start = Clock::now();
     for (std::uint32_t k = 1; k <= H; ++k) {
       const std::uint32_t round = k - 1;
+      SetProgress(k, wire::EvictPhase::kReading);
       auto t0 = Clock::now();
       // The source's digests are known: the root's stored ones (verified
       // above), or those of the previous step's output (put from `prev`).
@@ -604,6 +668,7 @@ struct RequestHandler::Impl {
             k == 1 ? store->Digests(1) : store->ShadowBucketDigests(k - 2)));
       }
       t_shadow += since(t0);
+      SetProgress(k, wire::EvictPhase::kKernels);
       t0 = Clock::now();
       const bool leaf_round = (k == H);
       product.resize(leaf_round ? 2 * bucket : bucket);
@@ -622,6 +687,7 @@ struct RequestHandler::Impl {
         });
       }
       t_kernel += since(t0);
+      SetProgress(k, wire::EvictPhase::kSmp);
       t0 = Clock::now();
       // SMP: re-share lambda_me * product with degree t; keep our own part.
       coeffs.resize(product.size() * threshold);
@@ -644,9 +710,11 @@ struct RequestHandler::Impl {
       // the next round that never comes.
       FaultPoint("server.evict_prepare.mid_rounds");
       t_smp += since(t0);
+      SetProgress(k, wire::EvictPhase::kPeerWait);
       t0 = Clock::now();
       S3ORAM_ASSIGN_OR_RETURN(auto from_peers, peers->Await(smp_round));
       t_wait += since(t0);
+      SetProgress(k, wire::EvictPhase::kShadow);
       t0 = Clock::now();
       // SmpCombine reads product.size() elements from every vector: check each
       // peer's length first (an exchange may hand over anything a peer sent).
@@ -679,6 +747,7 @@ struct RequestHandler::Impl {
       prev.assign(combined.begin(), combined.begin() + static_cast<std::ptrdiff_t>(bucket));
       source = prev.data();
     }
+    SetProgress(static_cast<std::uint32_t>(H), wire::EvictPhase::kSeal);
     auto t_seal = Clock::now();
     FaultPoint("server.evict_prepare.before_seal");
     S3ORAM_RETURN_IF_ERROR(store->SealShadow());
@@ -1390,6 +1459,49 @@ RequestHandler::~RequestHandler() = default;
 
 std::vector<std::uint8_t> RequestHandler::Handle(std::span<const std::uint8_t> frame) {
   return impl_->Handle(frame);
+}
+
+bool RequestHandler::IsEvictPrepare(std::span<const std::uint8_t> frame) {
+  return wire::PeekType(frame) == wire::MessageType::kEvictPrepareRequest;
+}
+
+void RequestHandler::BeginAside() {
+  Impl& s = *impl_;
+  const std::lock_guard lock(s.aside_mu);
+  s.aside = true;
+  s.aside_status = s.MakeStatus();
+  s.aside_stats = s.stats;
+  s.aside_has_store = s.store != nullptr;
+  s.aside_fs_id = s.store ? s.store->meta().fs_id : wire::FsId{};
+}
+
+std::optional<std::vector<std::uint8_t>> RequestHandler::AnswerAside(
+    std::span<const std::uint8_t> frame) {
+  const auto type = wire::PeekType(frame);
+  if (type != wire::MessageType::kStatusRequest && type != wire::MessageType::kStatsRequest) {
+    return std::nullopt;
+  }
+  auto decoded = wire::Decode(frame);
+  if (!decoded.ok()) return std::nullopt;  // Handle answers it with the error, later
+  Impl& s = *impl_;
+  const std::lock_guard lock(s.aside_mu);
+  if (!s.aside) return std::nullopt;
+  wire::Header h = decoded->header;
+  if (s.aside_has_store) h.fs_id = s.aside_fs_id;
+  if (*type == wire::MessageType::kStatusRequest) {
+    return wire::Encode(h, s.WithProgress(s.aside_status));
+  }
+  return wire::Encode(h, s.aside_stats);
+}
+
+void RequestHandler::EndAside() {
+  const std::lock_guard lock(impl_->aside_mu);
+  impl_->aside = false;
+}
+
+wire::StatusReply RequestHandler::Progress() const {
+  const std::lock_guard lock(impl_->aside_mu);
+  return impl_->WithProgress(wire::StatusReply{});
 }
 
 const ShareStore* RequestHandler::store() const { return impl_->store.get(); }

@@ -3,11 +3,17 @@
 #include <spdlog/spdlog.h>
 #include <zmq.h>
 
+#include <sys/eventfd.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <span>
+#include <thread>
 #include <tuple>
 #include <vector>
 
@@ -32,6 +38,25 @@ std::string ZmqError(const std::string& what) { return what + ": " + zmq_strerro
 // Key of one SMP message: (eviction, attempt, round, sender).
 using SmpKey = std::tuple<std::uint64_t, std::uint32_t, std::uint32_t, std::uint32_t>;
 
+// A client request received while an EVICT_PREPARE ran: its ROUTER identity
+// and frame, handled in arrival order once the PREPARE is done.
+struct QueuedRequest {
+  std::vector<std::uint8_t> id;
+  std::vector<std::uint8_t> frame;
+};
+// What may wait behind a PREPARE; past it requests are refused as busy (the
+// client retries). One client sends nothing else while its PREPARE runs but
+// a resend; these are for other clients' requests.
+constexpr std::size_t kMaxQueuedRequests = 64;
+constexpr std::size_t kMaxQueuedBytes = std::size_t{256} << 20;
+// How often the log tells how far a running PREPARE is.
+constexpr auto kProgressLogEvery = std::chrono::seconds(10);
+
+std::vector<std::uint8_t> Bytes(zmq_msg_t& m) {
+  const auto* p = static_cast<const std::uint8_t*>(zmq_msg_data(&m));
+  return {p, p + zmq_msg_size(&m)};
+}
+
 }  // namespace
 
 // The sockets, and the ZeroMQ side of the SMP rounds; requests themselves are
@@ -53,7 +78,21 @@ struct Server::Impl : PeerExchange {
   std::vector<std::uint8_t> smp_frame;
   std::uint64_t peer_bytes_sent = 0;
 
+  // An EVICT_PREPARE runs on prepare_thread (minutes at large blocks), so
+  // this thread keeps answering STATUS and STATS meanwhile (with its
+  // progress) and queues every other request until it is done: the store
+  // still sees one request at a time. While it runs, only that thread uses
+  // the peer sockets; it signals prepare_done_fd when its reply is ready.
+  std::thread prepare_thread;
+  int prepare_done_fd = -1;
+  std::vector<std::uint8_t> prepare_id, prepare_reply;
+  std::deque<QueuedRequest> queued;
+  std::size_t queued_bytes = 0;
+  Clock::time_point progress_logged;
+
   ~Impl() override {
+    if (prepare_thread.joinable()) prepare_thread.join();
+    if (prepare_done_fd >= 0) close(prepare_done_fd);
     for (auto& [i, s] : pushes) zmq_close(s);
     for (auto& [i, s] : push_monitors) zmq_close(s);
     if (pull) zmq_close(pull);
@@ -242,6 +281,83 @@ struct Server::Impl : PeerExchange {
     }
   }
 
+  bool preparing() const { return prepare_thread.joinable(); }
+
+  void Reply(std::span<const std::uint8_t> id, std::span<const std::uint8_t> reply) {
+    if (zmq_send(router, id.data(), id.size(), ZMQ_SNDMORE) < 0 ||
+        zmq_send(router, reply.data(), reply.size(), 0) < 0) {
+      spdlog::warn("could not send a reply: {}", zmq_strerror(zmq_errno()));
+    }
+  }
+
+  // Handles one request now, or starts it on prepare_thread (an EVICT_PREPARE).
+  void Serve(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
+    if (!RequestHandler::IsEvictPrepare(frame)) {
+      Reply(id, handler->Handle(frame));
+      return;
+    }
+    handler->BeginAside();
+    prepare_id = std::move(id);
+    progress_logged = Clock::now();
+    prepare_thread = std::thread([this, f = std::move(frame)] {
+      prepare_reply = handler->Handle(f);
+      const std::uint64_t one = 1;
+      if (write(prepare_done_fd, &one, sizeof one) < 0) {
+        spdlog::error("could not signal the end of a PREPARE: {}", std::strerror(errno));
+      }
+    });
+  }
+
+  // The PREPARE's reply, then what queued behind it, up to the next PREPARE.
+  void FinishPrepare() {
+    std::uint64_t count = 0;
+    if (read(prepare_done_fd, &count, sizeof count) < 0 && errno != EAGAIN) {
+      spdlog::warn("reading the PREPARE signal: {}", std::strerror(errno));
+    }
+    prepare_thread.join();
+    handler->EndAside();
+    Reply(prepare_id, prepare_reply);
+    prepare_reply = {};
+    while (!queued.empty() && !preparing()) {
+      QueuedRequest q = std::move(queued.front());
+      queued.pop_front();
+      queued_bytes -= q.frame.size();
+      Serve(std::move(q.id), std::move(q.frame));
+    }
+  }
+
+  // A request that arrived while a PREPARE runs: STATUS and STATS are
+  // answered now, the rest waits (bounded; past the bound it is refused).
+  void ServeAside(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
+    if (auto reply = handler->AnswerAside(frame)) {
+      Reply(id, *reply);
+      return;
+    }
+    if (queued.size() >= kMaxQueuedRequests || queued_bytes + frame.size() > kMaxQueuedBytes) {
+      wire::Header h;
+      if (auto d = wire::Decode(frame); d.ok()) h = d->header;
+      const auto p = handler->Progress();
+      Reply(id, wire::Encode(h, wire::ErrorFromStatus(Status::Unavailable(
+                                    "busy: eviction " + std::to_string(p.evicting_eviction) +
+                                    " is being prepared and " +
+                                    std::to_string(queued.size()) +
+                                    " requests already wait for it; try again"))));
+      return;
+    }
+    queued_bytes += frame.size();
+    queued.push_back(QueuedRequest{std::move(id), std::move(frame)});
+  }
+
+  void LogProgress() {
+    if (Clock::now() - progress_logged < kProgressLogEvery) return;
+    progress_logged = Clock::now();
+    const wire::StatusReply p = handler->Progress();
+    if (!p.evicting) return;
+    spdlog::info("eviction {} attempt {}: round {}/{}, {}, about {}% after {:.0f} s",
+                 p.evicting_eviction, p.evicting_attempt, p.evicting_round, p.evicting_rounds,
+                 wire::EvictPhaseName(p.evicting_phase), p.evicting_permille / 10,
+                 static_cast<double>(p.evicting_elapsed_ms) / 1000);
+  }
 };
 
 Server::Server(ServerConfig config) : impl_(std::make_unique<Impl>()) {
@@ -252,6 +368,10 @@ Server::~Server() = default;
 Status Server::Start() {
   Impl& s = *impl_;
   S3ORAM_ASSIGN_OR_RETURN(s.handler, RequestHandler::Create(s.config, s));
+  s.prepare_done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s.prepare_done_fd < 0) {
+    return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
+  }
 
   s.context = zmq_ctx_new();
   if (!s.context) return Status::IoError(ZmqError("zmq_ctx_new"));
@@ -332,14 +452,27 @@ Status Server::Start() {
 Status Server::Run(const std::atomic<bool>& stop) {
   Impl& s = *impl_;
   while (!stop.load()) {
-    zmq_pollitem_t items[2] = {{s.router, 0, ZMQ_POLLIN, 0}, {s.pull, 0, ZMQ_POLLIN, 0}};
+    // While a PREPARE runs its thread owns the peer socket: poll the
+    // clients' socket and the PREPARE's end signal only.
+    const bool preparing = s.preparing();
+    zmq_pollitem_t items[2] = {{s.router, 0, ZMQ_POLLIN, 0},
+                               preparing ? zmq_pollitem_t{nullptr, s.prepare_done_fd, ZMQ_POLLIN, 0}
+                                         : zmq_pollitem_t{s.pull, 0, ZMQ_POLLIN, 0}};
     int rc = zmq_poll(items, 2, 200);
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       return Status::IoError(ZmqError("zmq_poll"));
     }
     s.CheckPeerLinks();
-    if (items[1].revents & ZMQ_POLLIN) S3ORAM_RETURN_IF_ERROR(s.DrainPeers());
+    if (preparing) {
+      if (items[1].revents & ZMQ_POLLIN) {
+        s.FinishPrepare();
+      } else {
+        s.LogProgress();
+      }
+    } else if (items[1].revents & ZMQ_POLLIN) {
+      S3ORAM_RETURN_IF_ERROR(s.DrainPeers());
+    }
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
     // ROUTER frames: [client identity][request].
     zmq_msg_t id, body;
@@ -364,14 +497,20 @@ Status Server::Run(const std::atomic<bool>& stop) {
       spdlog::warn("dropping a client message that is not a single frame");
       continue;
     }
-    auto reply = s.handler->Handle(std::span<const std::uint8_t>(
-        static_cast<const std::uint8_t*>(zmq_msg_data(&body)), zmq_msg_size(&body)));
+    std::vector<std::uint8_t> id_bytes = Bytes(id), frame = Bytes(body);
     zmq_msg_close(&body);
-    if (zmq_msg_send(&id, s.router, ZMQ_SNDMORE) < 0 ||
-        zmq_send(s.router, reply.data(), reply.size(), 0) < 0) {
-      spdlog::warn("could not send a reply: {}", zmq_strerror(zmq_errno()));
-    }
     zmq_msg_close(&id);
+    if (s.preparing()) {
+      s.ServeAside(std::move(id_bytes), std::move(frame));
+    } else {
+      s.Serve(std::move(id_bytes), std::move(frame));
+    }
+  }
+  // A PREPARE under way ends by itself (its peers' timeout bounds it); its
+  // reply is not sent, as none would be if it ran on this thread.
+  if (s.preparing()) {
+    s.prepare_thread.join();
+    s.handler->EndAside();
   }
   spdlog::info("server {} stopping", s.config.index);
   return Status::Ok();

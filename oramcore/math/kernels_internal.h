@@ -27,5 +27,8 @@ void EvictProductAvx2(const Elem* source, const Elem* dest, std::size_t Z, std::
 // AVX-512F path inner product. Precondition: Avx512Available() (else SIGILL).
 void PathInnerProductAvx512(std::span<const Elem* const> buckets, std::size_t Z, std::size_t m,
                             std::span<const Elem> select, Elem* out, ColumnRange cols);
+// AVX-512F eviction product. Precondition: Avx512Available() (else SIGILL).
+void EvictProductAvx512(const Elem* source, const Elem* dest, std::size_t Z, std::size_t m,
+                        std::span<const Elem> matrix, Elem* out, ColumnRange cols);
 
 }  // namespace s3oram::kernels::internal

@@ -936,7 +936,26 @@ Status OramClient::RunEviction() {
     S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
   }
   FaultPoint("client.evict.after_intent");
-  return PrepareAndCommit(plan, attempt);
+  // Accesses wait for the eviction: say so once, at info level, when the
+  // last one took long enough for a user to notice (every A accesses).
+  const auto started = std::chrono::steady_clock::now();
+  if (last_eviction_time_ >= kSlowEviction) {
+    spdlog::info("eviction {} started (every {} accesses); accesses wait until it commits, "
+                 "about {:.0f} s as the last one did (s3oram status shows its progress)",
+                 counters_.ne, params().evict_rate,
+                 std::chrono::duration<double>(last_eviction_time_).count());
+  } else if (stats_.evictions == 0) {
+    spdlog::info("eviction {} started (every {} accesses); accesses wait until it commits "
+                 "(s3oram status shows its progress)",
+                 counters_.ne, params().evict_rate);
+  }
+  Status st = PrepareAndCommit(plan, attempt);
+  last_eviction_time_ = std::chrono::steady_clock::now() - started;
+  if (st.ok() && last_eviction_time_ >= kSlowEviction) {
+    spdlog::info("eviction {} committed after {:.1f} s", counters_.ne - 1,
+                 std::chrono::duration<double>(last_eviction_time_).count());
+  }
+  return st;
 }
 
 Status OramClient::FinishPendingEviction() {

@@ -364,6 +364,10 @@ class OramClient {
   // `recorded` in the state's problem note), logging once.
   void StopWrites(const Status& st, bool recorded);
   std::chrono::steady_clock::time_point eviction_retry_at_{};
+  // How long the last eviction run by RunEviction took; one that took at
+  // least kSlowEviction is logged at info level, with the next one's start.
+  std::chrono::steady_clock::duration last_eviction_time_{};
+  static constexpr std::chrono::seconds kSlowEviction{2};
   std::unique_ptr<ClientStateStore> store_;
   std::unique_ptr<BlockSealer> sealer_;  // null when read-only
   // The share MAC (math/share_mac.h) of every slot this client writes and of

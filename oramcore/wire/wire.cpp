@@ -341,6 +341,14 @@ void Fields(Io& io, Ref<Io, StatusReply> m) {
   io.U64(m.allocated_bytes, "allocated_bytes");
   io.U64(m.peer_bytes_sent, "peer_bytes_sent");
   io.Bool(m.rebuilding, "rebuilding");
+  io.Bool(m.evicting, "evicting");
+  io.U64(m.evicting_eviction, "evicting_eviction");
+  io.U32(m.evicting_attempt, "evicting_attempt");
+  io.U32(m.evicting_round, "evicting_round");
+  io.U32(m.evicting_rounds, "evicting_rounds");
+  io.U32(m.evicting_phase, "evicting_phase");
+  io.U32(m.evicting_permille, "evicting_permille");
+  io.U64(m.evicting_elapsed_ms, "evicting_elapsed_ms");
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, InitRequest> m) {
@@ -636,7 +644,7 @@ struct Tag;
                 "member count here)")
 S3ORAM_WIRE_TAG(ErrorReply, kError, 2);
 S3ORAM_WIRE_TAG(StatusRequest, kStatusRequest, 0);
-S3ORAM_WIRE_TAG(StatusReply, kStatusReply, 11);
+S3ORAM_WIRE_TAG(StatusReply, kStatusReply, 19);
 S3ORAM_WIRE_TAG(InitRequest, kInitRequest, 3);
 S3ORAM_WIRE_TAG(InitReply, kInitReply, 0);
 S3ORAM_WIRE_TAG(RetrieveRequest, kRetrieveRequest, 2);
@@ -731,6 +739,18 @@ Result<Body> DecodeBody(std::size_t index, std::span<const std::uint8_t> body,
 }
 
 }  // namespace
+
+const char* EvictPhaseName(std::uint32_t phase) {
+  switch (static_cast<EvictPhase>(phase)) {
+    case EvictPhase::kReading: return "reading";
+    case EvictPhase::kKernels: return "kernels";
+    case EvictPhase::kSmp: return "smp";
+    case EvictPhase::kPeerWait: return "peer wait";
+    case EvictPhase::kShadow: return "shadow";
+    case EvictPhase::kSeal: return "seal";
+  }
+  return "unknown";
+}
 
 const char* MessageTypeName(MessageType t) {
   switch (t) {
@@ -917,6 +937,20 @@ Status DecodeSmpSharesInto(std::span<const std::uint8_t> frame, Header* header, 
     body.Fail(std::to_string(body.remaining()) + " trailing bytes after the body's last field");
   }
   return body.ok() ? Status::Ok() : body.status();
+}
+
+std::optional<MessageType> PeekType(std::span<const std::uint8_t> frame) {
+  if (frame.size() < kHeaderBytes) return std::nullopt;
+  Reader r(frame.first(8), "wire frame");
+  std::uint32_t magic = 0;
+  std::uint16_t version = 0, type = 0;
+  r.U32(magic, "magic");
+  r.U16(version, "version");
+  r.U16(type, "type");
+  if (!r.ok() || magic != kMagic || version != kWireVersion || IndexOfType(type) == kTypes) {
+    return std::nullopt;
+  }
+  return static_cast<MessageType>(type);
 }
 
 Result<Message> Decode(std::span<const std::uint8_t> frame) {

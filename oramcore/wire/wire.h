@@ -21,6 +21,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <variant>
@@ -37,7 +38,8 @@ using FsId = std::array<std::uint8_t, 16>;
 inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 2: element vectors packed at 31 bits (1 sent each as a u32).
 // 3: PARITY and EVICT_CHECK; EVICT_CHECK_REPLY carries the MAC combinations.
-inline constexpr std::uint16_t kWireVersion = 3;
+// 4: STATUS_REPLY tells an eviction's progress.
+inline constexpr std::uint16_t kWireVersion = 4;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Largest element vector a decoder accepts (1 GiB of elements).
 inline constexpr std::uint32_t kMaxElems = (1u << 28);
@@ -143,7 +145,31 @@ struct StatusReply {
   // A rebuild is under way (REBUILD_BEGIN without REBUILD_FINISH yet): the
   // store is not live (initialized is false) and normal requests are refused.
   bool rebuilding = false;
+  // An EVICT_PREPARE under way on this server (the server answers STATUS
+  // while it computes): which eviction and attempt, the round (1..rounds,
+  // one per path level) and its phase, an estimate of the share done, and
+  // how long it has run. All zero when evicting is false.
+  bool evicting = false;
+  std::uint64_t evicting_eviction = 0;
+  std::uint32_t evicting_attempt = 0;
+  std::uint32_t evicting_round = 0;
+  std::uint32_t evicting_rounds = 0;
+  std::uint32_t evicting_phase = 0;     // EvictPhase
+  std::uint32_t evicting_permille = 0;  // 0..1000, by rounds and phases (an estimate)
+  std::uint64_t evicting_elapsed_ms = 0;
 };
+
+// Where an EVICT_PREPARE is (StatusReply::evicting_phase).
+enum class EvictPhase : std::uint32_t {
+  kReading = 0,   // reading and checking the round's buckets, copying the sibling
+  kKernels = 1,   // the matrix products
+  kSmp = 2,       // re-sharing the products and sending them to the peers
+  kPeerWait = 3,  // waiting for the peers' shares of the round
+  kShadow = 4,    // combining them and writing the new buckets aside
+  kSeal = 5,      // making the prepared buckets durable
+};
+// "kernels", "smp", ...; "unknown" for a value outside the enum.
+const char* EvictPhaseName(std::uint32_t phase);
 
 struct InitRequest {
   std::uint32_t server_index = 0;
@@ -483,6 +509,11 @@ void EncodeSmpShares(const Header& header, const SmpShares& m, std::span<const E
 // capacity of out->shares; every check Decode makes is made. On failure *out
 // is unspecified (its vector still owns its memory).
 Status DecodeSmpSharesInto(std::span<const std::uint8_t> frame, Header* header, SmpShares* out);
+
+// The type of a frame whose magic, version and header length are right,
+// without decoding it (a server decides from it where a request runs);
+// nullopt otherwise. Decode still checks everything.
+std::optional<MessageType> PeekType(std::span<const std::uint8_t> frame);
 
 // Builds an ErrorReply message body from a Status.
 ErrorReply ErrorFromStatus(const Status& s);

@@ -331,6 +331,81 @@ TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
   EXPECT_GE((*client)->stats().evictions, 10u);
 }
 
+// A server answers STATUS and STATS while it prepares an eviction (it runs
+// the PREPARE on a thread of its own), with the eviction's progress. Server 2
+// dies at the point where it has queued its first round's shares
+// (S3ORAM_FAULT), so servers 0 and 1 wait in the PREPARE for its shares until
+// their peer timeout: server 0 is asked meanwhile. Once server 2 is back, the
+// eviction finishes and every block reads back.
+TEST(ClusterTest, ServerTellsARunningEvictionsProgress) {
+  constexpr std::uint32_t kA = 4, kH = 4;
+  auto fs = testing::MakeFs(SmallParams(128, kA, kH));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  auto client_key = LoadCurveKeypair(cluster->client_key_file());
+  ASSERT_TRUE(client_key.ok());
+  auto raw = ServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
+                                *client_key);
+  ASSERT_TRUE(raw.ok());
+  auto client = testing::TestOpen(state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const std::vector<std::uint8_t> data = Content(128, 1, 1);
+  for (std::uint32_t i = 0; i + 1 < kA; ++i) ASSERT_TRUE((*client)->Write(i, data).ok());
+  const wire::Header h = testing::HeaderFromState(state);
+  ASSERT_TRUE(cluster->Kill(2, SIGKILL).ok());
+  ASSERT_TRUE(cluster->Restart(2, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds"}).ok());
+  // The access that fills the root's last slot runs eviction 0.
+  auto last = std::async(std::launch::async, [&] { return (*client)->Write(kA - 1, data); });
+
+  // Polled until server 0 waits for its peers (it stays there until its
+  // peer timeout, or until server 2 comes back below).
+  std::optional<wire::StatusReply> seen;
+  for (int poll = 0; poll < 1200 && !seen; ++poll) {
+    auto r = (*raw)->Exchange({wire::Encode(h, wire::StatusRequest{})}, h,
+                              wire::MessageType::kStatusReply, FastRetryOptions().requests);
+    ASSERT_TRUE(r.ok()) << "STATUS during the PREPARE: " << r.status().ToString();
+    const auto& reply = std::get<wire::StatusReply>(r.value()[0].body);
+    if (reply.evicting &&
+        reply.evicting_phase == static_cast<std::uint32_t>(wire::EvictPhase::kPeerWait)) {
+      seen = reply;
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  ASSERT_TRUE(seen) << "server 0 never reported waiting for its peers";
+  EXPECT_EQ(seen->evicting_eviction, 0u);
+  EXPECT_GE(seen->evicting_attempt, 1u);
+  EXPECT_EQ(seen->evicting_rounds, kH);
+  EXPECT_GE(seen->evicting_round, 1u);
+  EXPECT_LE(seen->evicting_round, kH);
+  EXPECT_LT(seen->evicting_permille, 1000u);
+  EXPECT_STREQ(wire::EvictPhaseName(seen->evicting_phase), "peer wait");
+  EXPECT_EQ(seen->applied_evictions, 0u);  // what it said when the PREPARE began
+  auto stats = (*raw)->Exchange({wire::Encode(h, wire::StatsRequest{})}, h,
+                                wire::MessageType::kStatsReply, FastRetryOptions().requests);
+  EXPECT_TRUE(stats.ok()) << "STATS during the PREPARE: " << stats.status().ToString();
+
+  // Server 2 died at its fault point; bring it back without one.
+  for (int i = 0; i < 600 && !cluster->Exited(2); ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_TRUE(cluster->Exited(2)) << "server 2 did not reach its fault point";
+  ASSERT_TRUE(cluster->Restart(2).ok());
+  ASSERT_TRUE(last.get().ok());
+  // The eviction commits on this access or, if that attempt ran out, on the
+  // next: either way every block reads back and it counted.
+  for (std::uint32_t i = 0; i < kA; ++i) {
+    auto r = (*client)->Read(i);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value(), data) << "block " << i;
+  }
+  EXPECT_GE((*client)->counters().ne, 1u);
+  auto after = (*raw)->Exchange({wire::Encode(h, wire::StatusRequest{})}, h,
+                                wire::MessageType::kStatusReply, FastRetryOptions().requests);
+  ASSERT_TRUE(after.ok());
+  EXPECT_FALSE(std::get<wire::StatusReply>(after.value()[0].body).evicting);
+}
+
 // Byte-frequency chi-square of share-file contents, ignoring all-zero slots
 // (never written: a zero is the public sharing of the empty tree). Elements are
 // little-endian words < 2^31 - 1: bytes 0-2 are uniform on 256 values, byte 3 on 128.

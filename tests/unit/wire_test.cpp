@@ -54,10 +54,14 @@ bool Same(const StatusRequest&, const StatusRequest&) { return true; }
 bool Same(const StatusReply& a, const StatusReply& b) {
   return std::tie(a.server_index, a.initialized, a.shape, a.epoch, a.applied_seq,
                   a.applied_evictions, a.prepared_eviction, a.share_file_bytes,
-                  a.allocated_bytes, a.peer_bytes_sent, a.rebuilding) ==
+                  a.allocated_bytes, a.peer_bytes_sent, a.rebuilding, a.evicting,
+                  a.evicting_eviction, a.evicting_attempt, a.evicting_round, a.evicting_rounds,
+                  a.evicting_phase, a.evicting_permille, a.evicting_elapsed_ms) ==
          std::tie(b.server_index, b.initialized, b.shape, b.epoch, b.applied_seq,
                   b.applied_evictions, b.prepared_eviction, b.share_file_bytes, b.allocated_bytes,
-                  b.peer_bytes_sent, b.rebuilding);
+                  b.peer_bytes_sent, b.rebuilding, b.evicting, b.evicting_eviction,
+                  b.evicting_attempt, b.evicting_round, b.evicting_rounds, b.evicting_phase,
+                  b.evicting_permille, b.evicting_elapsed_ms);
 }
 bool Same(const InitRequest& a, const InitRequest& b) {
   return std::tie(a.server_index, a.shape, a.overwrite) ==
@@ -243,6 +247,14 @@ class Gen {
         m.allocated_bytes = U64();
         m.peer_bytes_sent = U64();
         m.rebuilding = Bool();
+        m.evicting = Bool();
+        m.evicting_eviction = U64();
+        m.evicting_attempt = U32();
+        m.evicting_round = U32();
+        m.evicting_rounds = U32();
+        m.evicting_phase = U32();
+        m.evicting_permille = U32();
+        m.evicting_elapsed_ms = U64();
         return m;
       }
       case 3: return InitRequest{U32(), Shape(), Bool()};
@@ -489,7 +501,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x03, 0x00,              // version 3
+      0x04, 0x00,              // version 4
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -516,7 +528,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x03, 0x00,              // version 3
+      0x04, 0x00,              // version 4
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -551,6 +563,14 @@ TEST(WireTest, GoldenBytesStatusReplyAndError) {
   s.allocated_bytes = 11;
   s.peer_bytes_sent = 12;
   s.rebuilding = true;
+  s.evicting = true;
+  s.evicting_eviction = 13;
+  s.evicting_attempt = 14;
+  s.evicting_round = 15;
+  s.evicting_rounds = 16;
+  s.evicting_phase = 17;
+  s.evicting_permille = 18;
+  s.evicting_elapsed_ms = 19;
   std::vector<std::uint8_t> body;
   PutLe(body, 2, 4);
   body.push_back(1);
@@ -558,8 +578,12 @@ TEST(WireTest, GoldenBytesStatusReplyAndError) {
   PutLe(body, 4, 4);
   PutLe(body, 5, 4);
   for (std::uint64_t v = 6; v <= 12; ++v) PutLe(body, v, 8);
-  body.push_back(1);  // rebuilding, last
-  ASSERT_EQ(body.size(), 4u + 1 + 12 + 56 + 1);
+  body.push_back(1);  // rebuilding
+  body.push_back(1);  // evicting
+  PutLe(body, 13, 8);
+  for (std::uint64_t v = 14; v <= 18; ++v) PutLe(body, v, 4);
+  PutLe(body, 19, 8);  // evicting_elapsed_ms, last
+  ASSERT_EQ(body.size(), 4u + 1 + 12 + 56 + 1 + 1 + 8 + 20 + 8);
   std::vector<std::uint8_t> frame = Encode(Header{}, s);
   ASSERT_EQ(frame.size(), kHeaderBytes + body.size());
   EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
