@@ -772,11 +772,11 @@ using ntl::NtlEvict;
 using p31::P31Evict;
 using p31::P31EvictDefaults;
 using p31::P31Path;
-using peak::P31Peak;
 using p32::P32Evict;
 using p32::P32Path;
 using p61::P61Evict;
 using p61::P61Path;
+using peak::P31Peak;
 
 // Register-only MAC peaks (see namespace peak): the ceilings for P31Evict.
 BENCHMARK_CAPTURE(P31Peak, scalar, peak::ScalarMacs<peak::kScalarChains>, false,
@@ -803,9 +803,11 @@ BENCHMARK_CAPTURE(P31Evict, dispatched, k::EvictProduct, false)->Apply(Shapes);
 BENCHMARK_CAPTURE(P31Evict, avx2, ki::EvictProductAvx2, true)->Apply(Shapes);
 BENCHMARK(p31::P31EvictAvx512)->Name("P31Evict/avx512")->Apply(Shapes);
 BENCHMARK_CAPTURE(P31EvictDefaults, dispatched, k::EvictProduct)
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(P31EvictDefaults, avx2, ki::EvictProductAvx2)
-    ->Unit(benchmark::kMillisecond)->Iterations(1);
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(1);
 BENCHMARK_CAPTURE(P31Evict, scalar, ki::EvictProductScalar, false)->Apply(Shapes);
 BENCHMARK(P61Evict)->Name("P61Evict/scalar")->Apply(Shapes);
 BENCHMARK(NtlEvict)->Name("NtlEvict/mat_zz_p")->Apply(Shapes);

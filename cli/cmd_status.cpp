@@ -105,12 +105,13 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   HumanBytes(double(r.reply.share_file_bytes)).c_str(),
                   HumanBytes(double(r.reply.allocated_bytes)).c_str());
       if (r.reply.evicting) {
-        std::printf("            evicting: eviction %llu (attempt %u), round %u/%u, %s, about %u%% "
-                    "after %.0f s; accesses wait until it commits\n",
-                    static_cast<unsigned long long>(r.reply.evicting_eviction),
-                    r.reply.evicting_attempt, r.reply.evicting_round, r.reply.evicting_rounds,
-                    wire::EvictPhaseName(r.reply.evicting_phase), r.reply.evicting_permille / 10,
-                    static_cast<double>(r.reply.evicting_elapsed_ms) / 1000);
+        std::printf(
+            "            evicting: eviction %llu (attempt %u), round %u/%u, %s, about %u%% "
+            "after %.0f s; accesses wait until it commits\n",
+            static_cast<unsigned long long>(r.reply.evicting_eviction), r.reply.evicting_attempt,
+            r.reply.evicting_round, r.reply.evicting_rounds,
+            wire::EvictPhaseName(r.reply.evicting_phase), r.reply.evicting_permille / 10,
+            static_cast<double>(r.reply.evicting_elapsed_ms) / 1000);
       }
     }
     // The rule OramClient::Open applies (kStaleState, freshness.h), said

@@ -352,8 +352,8 @@ struct RequestHandler::Impl {
     if (progress.phase == wire::EvictPhase::kSeal || progress.rounds == 0) {
       r.evicting_permille = 990;
     } else {
-      const double done = (progress.round - 1 + kPhaseStart[std::min<std::size_t>(phase, 4)]) /
-                          progress.rounds;
+      const double done =
+          (progress.round - 1 + kPhaseStart[std::min<std::size_t>(phase, 4)]) / progress.rounds;
       r.evicting_permille = static_cast<std::uint32_t>(std::clamp(done, 0.0, 0.99) * 1000);
     }
     r.evicting_elapsed_ms = static_cast<std::uint64_t>(
@@ -608,8 +608,12 @@ struct RequestHandler::Impl {
     sealed.reset();
     {
       const std::lock_guard lock(aside_mu);
-      progress = PrepareProgress{true, req.eviction, req.attempt, 1,
-                                 static_cast<std::uint32_t>(H), wire::EvictPhase::kReading,
+      progress = PrepareProgress{true,
+                                 req.eviction,
+                                 req.attempt,
+                                 1,
+                                 static_cast<std::uint32_t>(H),
+                                 wire::EvictPhase::kReading,
                                  Clock::now()};
     }
     struct EndProgress {

@@ -20,10 +20,10 @@
 #include <vector>
 
 #include "oramcore/base/status.h"
+#include "oramcore/wire/wire.h"
 #include "serverd/config.h"
 #include "serverd/peer_exchange.h"
 #include "serverd/share_store.h"
-#include "oramcore/wire/wire.h"
 
 namespace s3oram::serverd {
 

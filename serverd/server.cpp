@@ -1,10 +1,9 @@
 #include "serverd/server.h"
 
 #include <spdlog/spdlog.h>
-#include <zmq.h>
-
 #include <sys/eventfd.h>
 #include <unistd.h>
+#include <zmq.h>
 
 #include <algorithm>
 #include <atomic>
@@ -339,8 +338,7 @@ struct Server::Impl : PeerExchange {
       const auto p = handler->Progress();
       Reply(id, wire::Encode(h, wire::ErrorFromStatus(Status::Unavailable(
                                     "busy: eviction " + std::to_string(p.evicting_eviction) +
-                                    " is being prepared and " +
-                                    std::to_string(queued.size()) +
+                                    " is being prepared and " + std::to_string(queued.size()) +
                                     " requests already wait for it; try again"))));
       return;
     }

@@ -519,8 +519,8 @@ S3ORAM_AVX512 void StartEvenOdd512(__m512i x, __m512i& even, __m512i& odd) {
 
 template <std::size_t R>
 [[gnu::target("avx512f")]] void EvictMicroAvx512(const Elem* a, const Elem* u, std::size_t u_stride,
-                                                std::size_t kc, Elem* tile,
-                                                std::size_t tile_stride, bool accumulate) {
+                                                 std::size_t kc, Elem* tile,
+                                                 std::size_t tile_stride, bool accumulate) {
   __m512i even[R];
   __m512i odd[R];
 #pragma GCC unroll 16
@@ -665,11 +665,11 @@ struct Implementation {
 const Implementation& Selected() {
   static const Implementation selected =
       internal::Avx512Available()
-          ? Implementation{internal::PathInnerProductAvx512, internal::EvictProductAvx512,
-                           "avx512"}
+          ? Implementation{internal::PathInnerProductAvx512, internal::EvictProductAvx512, "avx512"}
       : internal::Avx2Available()
           ? Implementation{internal::PathInnerProductAvx2, internal::EvictProductAvx2, "avx2"}
-          : Implementation{internal::PathInnerProductScalar, internal::EvictProductScalar, "scalar"};
+          : Implementation{internal::PathInnerProductScalar, internal::EvictProductScalar,
+                           "scalar"};
   return selected;
 }
 

@@ -940,14 +940,16 @@ Status OramClient::RunEviction() {
   // last one took long enough for a user to notice (every A accesses).
   const auto started = std::chrono::steady_clock::now();
   if (last_eviction_time_ >= kSlowEviction) {
-    spdlog::info("eviction {} started (every {} accesses); accesses wait until it commits, "
-                 "about {:.0f} s as the last one did (s3oram status shows its progress)",
-                 counters_.ne, params().evict_rate,
-                 std::chrono::duration<double>(last_eviction_time_).count());
+    spdlog::info(
+        "eviction {} started (every {} accesses); accesses wait until it commits, "
+        "about {:.0f} s as the last one did (s3oram status shows its progress)",
+        counters_.ne, params().evict_rate,
+        std::chrono::duration<double>(last_eviction_time_).count());
   } else if (stats_.evictions == 0) {
-    spdlog::info("eviction {} started (every {} accesses); accesses wait until it commits "
-                 "(s3oram status shows its progress)",
-                 counters_.ne, params().evict_rate);
+    spdlog::info(
+        "eviction {} started (every {} accesses); accesses wait until it commits "
+        "(s3oram status shows its progress)",
+        counters_.ne, params().evict_rate);
   }
   Status st = PrepareAndCommit(plan, attempt);
   last_eviction_time_ = std::chrono::steady_clock::now() - started;

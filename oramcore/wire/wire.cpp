@@ -810,8 +810,8 @@ MessageType TypeOf(const Body& body) {
 namespace {
 
 // Writes the fixed header of a frame whose body is `body_bytes` long.
-void WriteHeader(Writer& w, std::vector<std::uint8_t>& out, const Header& header,
-                 MessageType type, std::size_t body_bytes) {
+void WriteHeader(Writer& w, std::vector<std::uint8_t>& out, const Header& header, MessageType type,
+                 std::size_t body_bytes) {
   w.U32(kMagic, "magic");
   w.U16(kWireVersion, "version");
   w.U16(static_cast<std::uint16_t>(type), "type");
@@ -862,9 +862,8 @@ Result<std::size_t> ReadHeader(Reader& r, Header* header) {
   if (!r.ok()) return r.status();
   if (length != r.remaining()) {
     return Status::Corruption(std::string("wire frame: ") + MessageTypeName(header->type) +
-                              " header declares a " + std::to_string(length) +
-                              "-byte body but " + std::to_string(r.remaining()) +
-                              " bytes follow the header");
+                              " header declares a " + std::to_string(length) + "-byte body but " +
+                              std::to_string(r.remaining()) + " bytes follow the header");
   }
   return index;
 }
@@ -963,7 +962,6 @@ Result<Message> Decode(std::span<const std::uint8_t> frame) {
   msg.body = std::move(body).value();
   return msg;
 }
-
 
 ErrorReply ErrorFromStatus(const Status& s) {
   ErrorReply e;

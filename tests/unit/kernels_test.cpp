@@ -273,8 +273,8 @@ INSTANTIATE_TEST_SUITE_P(AllImplementations, KernelTest, ::testing::ValuesIn(Imp
 TEST(KernelDispatchTest, NamesTheImplementationItUses) {
   const std::string name = FastKernelName();
   EXPECT_EQ(name, internal::Avx512Available() ? "avx512"
-                  : internal::Avx2Available()  ? "avx2"
-                                               : "scalar");
+                  : internal::Avx2Available() ? "avx2"
+                                              : "scalar");
 }
 
 TEST(KernelDeathTest, RejectsColumnRangeOutsideRow) {
