@@ -152,8 +152,18 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
     }
     // The single-writer lease (the holder's description is sealed: only the
     // epoch and the times are shown without the passphrase).
+    // A server preparing an eviction answers nothing but STATUS and STATS
+    // until it is done (minutes at large blocks): it is not asked.
+    std::vector<bool> evicting(reports.size(), false);
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      evicting[i] = reports[i].status.ok() && reports[i].reply.evicting;
+    }
     for (std::size_t i = 0; i < reports.size(); ++i) {
       if (!reports[i].status.ok()) continue;
+      if (evicting[i]) {
+        std::printf("lease %zu     not asked while it prepares an eviction\n", i);
+        continue;
+      }
       auto lease = (*client)->QueryLease(i);
       if (!lease.ok()) {
         std::printf("lease %zu     cannot query: %s\n", i, lease.status().ToString().c_str());
@@ -167,9 +177,13 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
       }
     }
     // Client-state backups (s3oram backup-state, and every clean unmount).
-    auto backups = ListBackups(**client, std::chrono::milliseconds(*timeout_ms));
+    auto backups = ListBackups(**client, std::chrono::milliseconds(*timeout_ms), evicting);
     for (std::size_t i = 0; i < backups.size(); ++i) {
       if (!reports[i].status.ok()) continue;  // already reported unreachable
+      if (evicting[i]) {
+        std::printf("backup %zu    not asked while it prepares an eviction\n", i);
+        continue;
+      }
       if (!backups[i].ok()) {
         std::printf("backup %zu    cannot list: %s\n", i, backups[i].status().ToString().c_str());
         continue;

@@ -574,6 +574,12 @@ struct RequestHandler::Impl {
   }
 
   Result<wire::Body> HandlePrepare(const wire::Header& h, const wire::EvictPrepareRequest& req) {
+    // The exchange's round buffers are freed when this PREPARE ends, however
+    // it ends.
+    struct TrimPeers {
+      PeerExchange* peers;
+      ~TrimPeers() { peers->Trim(); }
+    } trim_peers{peers};
     const ServerMeta& meta = store->meta();
     spdlog::debug("prepare seq {} eviction {} attempt {} (applied {})", h.seq, req.eviction,
                   req.attempt, meta.applied_evictions);
@@ -638,12 +644,7 @@ struct RequestHandler::Impl {
     S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(1, {source, bucket}));
     std::vector<Elem> product, coeffs, combined;
     std::vector<std::vector<Elem>> outs(parties);
-    // The exchange's round buffers are freed when this PREPARE ends, however
-    // it ends.
-    struct TrimPeers {
-      PeerExchange* peers;
-      ~TrimPeers() { peers->Trim(); }
-    } trim_peers{peers};
+
     const std::uint32_t me = config.index;
     // Phase timings for the debug log: kernels, SMP split/combine, waiting for
     // peers, shadow writes.

@@ -84,6 +84,9 @@ struct Server::Impl : PeerExchange {
   // the peer sockets; it signals prepare_done_fd when its reply is ready.
   std::thread prepare_thread;
   int prepare_done_fd = -1;
+  // Set when prepare_reply is ready: the loop also checks it on its 200 ms
+  // tick, should the eventfd write have failed.
+  std::atomic<bool> prepare_finished{false};
   std::vector<std::uint8_t> prepare_id, prepare_reply;
   std::deque<QueuedRequest> queued;
   std::size_t queued_bytes = 0;
@@ -257,14 +260,14 @@ struct Server::Impl : PeerExchange {
                                         zmq_msg_size(&msg)),
           &header, smp);
       zmq_msg_close(&msg);
+      // A dropped message's vector is freed, not kept: between evictions
+      // the server holds no eviction-sized buffer.
       if (!st.ok()) {
         spdlog::warn("dropping malformed peer message: {}", st.ToString());
-        Recycle(std::move(decoded.shares));
         continue;
       }
       if (!store || header.fs_id != store->meta().fs_id || !pushes.count(smp->from_index) ||
           smp->eviction < store->meta().applied_evictions) {
-        Recycle(std::move(decoded.shares));
         continue;  // not for us, or for an eviction already committed
       }
       // Keep only the newest attempt per eviction and a bounded number of entries.
@@ -298,8 +301,10 @@ struct Server::Impl : PeerExchange {
     handler->BeginAside();
     prepare_id = std::move(id);
     progress_logged = Clock::now();
+    prepare_finished.store(false);
     prepare_thread = std::thread([this, f = std::move(frame)] {
       prepare_reply = handler->Handle(f);
+      prepare_finished.store(true);
       const std::uint64_t one = 1;
       if (write(prepare_done_fd, &one, sizeof one) < 0) {
         spdlog::error("could not signal the end of a PREPARE: {}", std::strerror(errno));
@@ -309,11 +314,13 @@ struct Server::Impl : PeerExchange {
 
   // The PREPARE's reply, then what queued behind it, up to the next PREPARE.
   void FinishPrepare() {
+    // Joined first: the thread's signal is written by then, so reading it
+    // leaves nothing behind for the next PREPARE's poll.
+    prepare_thread.join();
     std::uint64_t count = 0;
     if (read(prepare_done_fd, &count, sizeof count) < 0 && errno != EAGAIN) {
       spdlog::warn("reading the PREPARE signal: {}", std::strerror(errno));
     }
-    prepare_thread.join();
     handler->EndAside();
     Reply(prepare_id, prepare_reply);
     prepare_reply = {};
@@ -333,8 +340,13 @@ struct Server::Impl : PeerExchange {
       return;
     }
     if (queued.size() >= kMaxQueuedRequests || queued_bytes + frame.size() > kMaxQueuedBytes) {
+      // The seq from its fixed offset, as the handler echoes it for a frame
+      // it cannot decode: the client matches the error to its request.
       wire::Header h;
-      if (auto d = wire::Decode(frame); d.ok()) h = d->header;
+      constexpr std::size_t kSeqOffset = 4 + 2 + 2 + 16 + 8;
+      if (frame.size() >= wire::kHeaderBytes) {
+        for (int b = 0; b < 8; ++b) h.seq |= std::uint64_t{frame[kSeqOffset + b]} << (8 * b);
+      }
       const auto p = handler->Progress();
       Reply(id, wire::Encode(h, wire::ErrorFromStatus(Status::Unavailable(
                                     "busy: eviction " + std::to_string(p.evicting_eviction) +
@@ -463,7 +475,7 @@ Status Server::Run(const std::atomic<bool>& stop) {
     }
     s.CheckPeerLinks();
     if (preparing) {
-      if (items[1].revents & ZMQ_POLLIN) {
+      if ((items[1].revents & ZMQ_POLLIN) || s.prepare_finished.load()) {
         s.FinishPrepare();
       } else {
         s.LogProgress();
@@ -505,10 +517,13 @@ Status Server::Run(const std::atomic<bool>& stop) {
     }
   }
   // A PREPARE under way ends by itself (its peers' timeout bounds it); its
-  // reply is not sent, as none would be if it ran on this thread.
+  // reply still goes out, as it did when PREPAREs ran on this thread, so the
+  // client can COMMIT after the restart instead of preparing again. What
+  // queued behind it is dropped, as unread messages are.
   if (s.preparing()) {
     s.prepare_thread.join();
     s.handler->EndAside();
+    s.Reply(s.prepare_id, s.prepare_reply);
   }
   spdlog::info("server {} stopping", s.config.index);
   return Status::Ok();

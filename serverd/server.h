@@ -6,8 +6,10 @@
 // bound at config.peer_listen for SMP shares from peers, and one PUSH per peer.
 // Requests are handled one at a time in arrival order by a RequestHandler
 // (request_handler.h: every check and every store mutation lives there); an
-// EVICT_PREPARE runs its rounds to completion (or to a peer timeout) before the
-// next request, so the store never sees two mutations interleave. This class
+// EVICT_PREPARE runs its rounds to completion (or to a peer timeout) on a
+// thread of its own, while this loop answers STATUS and STATS (with its
+// progress) and keeps every other request until it is done, so the store
+// never sees two mutations interleave. This class
 // is the ZeroMQ side: the request loop and the PeerExchange over the peer
 // sockets, which buffers SMP shares that arrive early.
 #pragma once

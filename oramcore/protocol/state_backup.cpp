@@ -675,10 +675,15 @@ std::string OlderMessage(const Header& h, std::size_t server, const std::string&
 }  // namespace
 
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& client,
-                                                              std::chrono::milliseconds timeout) {
+                                                               std::chrono::milliseconds timeout,
+                                                               const std::vector<bool>& skip) {
   ServerSet& servers = client.server_set();
   std::vector<Result<std::vector<wire::BackupInfo>>> out;
   for (std::size_t i = 0; i < servers.size(); ++i) {
+    if (i < skip.size() && skip[i]) {
+      out.emplace_back(Status::Unavailable("not asked while it prepares an eviction"));
+      continue;
+    }
     wire::Header h = client.NextRequestHeader();
     auto r = servers.ExchangeWith({i}, {wire::Encode(h, wire::BackupListRequest{})}, h,
                                   wire::MessageType::kBackupListReply,

@@ -140,8 +140,11 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
                                    bool discard_local_changes = false);
 
 // The complete backup generations of each server (s3oram status); an
-// unreachable server carries its error.
+// unreachable server carries its error. Servers i with skip[i] set are not
+// asked (an Unavailable status says so): one busy preparing an eviction
+// answers only STATUS and STATS until it is done.
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& client,
-                                                              std::chrono::milliseconds timeout);
+                                                               std::chrono::milliseconds timeout,
+                                                               const std::vector<bool>& skip = {});
 
 }  // namespace s3oram

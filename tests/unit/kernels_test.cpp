@@ -42,7 +42,6 @@ std::vector<Implementation> Implementations() {
     impls.push_back({"avx2", internal::PathInnerProductAvx2, internal::EvictProductAvx2});
   }
   if (internal::Avx512Available()) {
-    // The eviction product has no AVX-512 variant; the AVX2 one stands in.
     impls.push_back({"avx512", internal::PathInnerProductAvx512, internal::EvictProductAvx512});
   }
   return impls;
