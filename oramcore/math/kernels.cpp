@@ -323,6 +323,22 @@ ScratchBuffer& PackedUBuffer() {
 
 std::size_t RoundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * to; }
 
+// Packs one k block of the eviction matrix for a micro-kernel of R rows:
+// dst[(block * k_padded + k) * R + r] = A[block*R + r][k0 + k], zero-padded
+// (rows past Z, k past k_count), where A[j][i] = matrix[i*Z + j].
+void PackABlock(std::span<const Elem> matrix, std::size_t Z, std::size_t R, std::size_t k0,
+                std::size_t k_count, std::size_t k_padded, std::size_t row_blocks, Elem* dst) {
+  for (std::size_t block = 0; block < row_blocks; ++block) {
+    Elem* out = dst + block * k_padded * R;
+    for (std::size_t k = 0; k < k_padded; ++k) {
+      for (std::size_t r = 0; r < R; ++r) {
+        const std::size_t j = block * R + r;
+        out[k * R + r] = (k < k_count && j < Z) ? matrix[(k0 + k) * Z + j] : 0;
+      }
+    }
+  }
+}
+
 [[gnu::target("avx2")]] void EvictProductAvx2Impl(const Elem* source, const Elem* dest,
                                                    std::size_t Z, std::size_t m,
                                                    std::span<const Elem> matrix, Elem* out,
@@ -340,16 +356,7 @@ std::size_t RoundUp(std::size_t x, std::size_t to) { return (x + to - 1) / to * 
   for (std::size_t k0 = 0; k0 < depth; k0 += kc) {
     const std::size_t k_count = std::min(kc, depth - k0);
     const std::size_t k_padded = RoundUp(k_count, kProductsPerFold);
-    // packed_a[(block * k_padded + k) * R + r] = A[block*R + r][k0 + k], zero-padded.
-    for (std::size_t block = 0; block < row_blocks; ++block) {
-      Elem* dst = packed_a + block * k_padded * R;
-      for (std::size_t k = 0; k < k_padded; ++k) {
-        for (std::size_t r = 0; r < R; ++r) {
-          const std::size_t j = block * R + r;
-          dst[k * R + r] = (k < k_count && j < Z) ? matrix[(k0 + k) * Z + j] : 0;
-        }
-      }
-    }
+    PackABlock(matrix, Z, R, k0, k_count, k_padded, row_blocks, packed_a);
     const bool accumulate = k0 > 0;
 
     for (std::size_t c0 = cols.begin; c0 < cols.end; c0 += kEvictCols) {
@@ -581,15 +588,7 @@ template <std::size_t R>
     const std::size_t k0 = b * kc;
     const std::size_t k_count = std::min(kc, depth - k0);
     const std::size_t k_padded = RoundUp(k_count, kProductsPerFold);
-    for (std::size_t block = 0; block < row_blocks; ++block) {
-      Elem* dst = packed_a + b * padded_rows * kc + block * k_padded * R;
-      for (std::size_t k = 0; k < k_padded; ++k) {
-        for (std::size_t r = 0; r < R; ++r) {
-          const std::size_t j = block * R + r;
-          dst[k * R + r] = (k < k_count && j < Z) ? matrix[(k0 + k) * Z + j] : 0;
-        }
-      }
-    }
+    PackABlock(matrix, Z, R, k0, k_count, k_padded, row_blocks, packed_a + b * padded_rows * kc);
   }
 
   // Slab by slab of W columns, every k block in turn: the slab's Z x W
