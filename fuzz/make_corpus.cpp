@@ -105,6 +105,8 @@ void WireCorpus(const fs::path& root) {
   w.Add("slot_share_reply", wire::Encode(h, wire::SlotShareReply{2, 1, Elems(6, 9)}));
   w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));
+  w.Add("evict_started_reply", wire::Encode(h, wire::EvictStartedReply{5, 1}));
+  w.Add("evict_result_request", wire::Encode(h, wire::EvictResultRequest{5, 1}));
   w.Add("evict_commit_request", wire::Encode(h, wire::EvictCommitRequest{5}));
   w.Add("evict_commit_reply", wire::Encode(h, wire::EvictCommitReply{6}));
   w.Add("smp_shares", wire::Encode(h, wire::SmpShares{5, 1, 2, 1, Elems(12, 5)}));
@@ -215,9 +217,13 @@ void HandlerCorpus(const fs::path& root) {
   }
   wire::ParitySeed check_seed{};
   check_seed[0] = 1;
+  // An EVICT_PREPARE starts the eviction (EVICT_STARTED); its computation,
+  // and so the peers' behaviour, happens at EVICT_RESULT.
   w.Add("evict", Session(fz::kStartMedium).Lease()
                      .Send(Hdr(1), med.WriteRoot(0, 4))
                      .Send(Hdr(2), med.Prepare(0, 0))
+                     .Send(Hdr(2), med.WriteRoot(0, 5))  // the next round, beside it
+                     .Send(Hdr(3), wire::EvictResultRequest{0, 0})
                      .Send(Hdr(3), wire::EvictCheckRequest{0, 1, check_seed})  // wrong attempt
                      .Send(Hdr(3), wire::EvictCheckRequest{0, 0, check_seed})
                      .Send(Hdr(3), wire::MacOpenRequest{0, check_seed})
@@ -229,21 +235,32 @@ void HandlerCorpus(const fs::path& root) {
                      .Send(Hdr(8, 0), wire::SlotShareRequest{1, 1u << 20})  // no such slot
                      .bytes());
   w.Add("evict_retry", Session(fz::kStartMedium).Lease()
-                           .Send(Hdr(1), med.Prepare(0, 0), Mode(M::kTimeout))
+                           .Send(Hdr(1), med.Prepare(0, 0))
+                           .Send(Hdr(1), wire::EvictResultRequest{0, 0}, Mode(M::kTimeout))
                            .Send(Hdr(2), med.Prepare(0, 1))
-                           .Send(Hdr(2), med.Prepare(0, 1))  // resend: answered from the seal
+                           .Send(Hdr(2), med.Prepare(0, 1))  // duplicate: started already
+                           .Send(Hdr(2), wire::EvictResultRequest{0, 1})
+                           .Send(Hdr(2), wire::EvictResultRequest{0, 1})  // answered from the seal
+                           .Send(Hdr(2), wire::EvictResultRequest{0, 7})  // never started
                            .Send(Hdr(3), wire::EvictCommitRequest{0})
                            .Send(Hdr(3), wire::EvictCommitRequest{0})
                            .Send(Hdr(4), med.Prepare(0, 2))  // already committed
+                           .Send(Hdr(4), wire::EvictResultRequest{0, 2})
                            .bytes());
   w.Add("evict_bad_peers", Session(fz::kStartSmall).Lease()
-                               .Send(Hdr(1), small.Prepare(0, 0), Mode(M::kShortShares))
-                               .Send(Hdr(2), small.Prepare(0, 1), Mode(M::kMissingPeer))
-                               .Send(Hdr(3), small.Prepare(0, 2), Mode(M::kSendFails))
-                               .Send(Hdr(4), small.Prepare(0, 3), Mode(M::kLongShares))
+                               .Send(Hdr(1), small.Prepare(0, 0))
+                               .Send(Hdr(1), wire::EvictResultRequest{0, 0}, Mode(M::kShortShares))
+                               .Send(Hdr(2), small.Prepare(0, 1))
+                               .Send(Hdr(2), wire::EvictResultRequest{0, 1}, Mode(M::kMissingPeer))
+                               .Send(Hdr(3), small.Prepare(0, 2))
+                               .Send(Hdr(3), wire::EvictResultRequest{0, 2}, Mode(M::kSendFails))
+                               .Send(Hdr(4), small.Prepare(0, 3))
+                               .Send(Hdr(4), wire::EvictResultRequest{0, 3}, Mode(M::kLongShares))
                                .Send(Hdr(5), small.Prepare(0, 4))
+                               .Send(Hdr(5), wire::EvictResultRequest{0, 4})
                                .Send(Hdr(6), wire::EvictCommitRequest{0})
                                .Send(Hdr(7), small.Prepare(1, 0))
+                               .Send(Hdr(7), wire::EvictResultRequest{1, 0})
                                .Send(Hdr(8), wire::EvictCommitRequest{1})
                                .bytes());
   w.Add("init", Session(fz::kStartEmpty)
@@ -292,6 +309,7 @@ void HandlerCorpus(const fs::path& root) {
                          .Send(Hdr(13), wire::WriteRootRequest{4, Elems(20, 1)})
                          .Send(Hdr(14), wire::EvictPrepareRequest{0, 0, 9, Elems(128, 1)})
                          .Send(Hdr(15), med.Prepare(5, 0))
+                         .Send(Hdr(15), wire::EvictResultRequest{5, 0})
                          .Send(Hdr(16), wire::EvictCommitRequest{0})
                          .bytes());
   w.Add("lease", Session(fz::kStartSmall)

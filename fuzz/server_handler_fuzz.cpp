@@ -220,7 +220,8 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kInitRequest: return T::kInitReply;
     case T::kRetrieveRequest: return T::kRetrieveReply;
     case T::kWriteRootRequest: return T::kWriteRootReply;
-    case T::kEvictPrepareRequest: return T::kEvictPrepareReply;
+    case T::kEvictPrepareRequest: return T::kEvictStartedReply;
+    case T::kEvictResultRequest: return T::kEvictPrepareReply;
     case T::kEvictCommitRequest: return T::kEvictCommitReply;
     case T::kLeaseAcquireRequest: return T::kLeaseReply;
     case T::kLeaseReleaseRequest: return T::kLeaseReply;
@@ -278,9 +279,15 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
       Fail("a RETRIEVE answer is not one slot long");
     }
   }
+  if (const auto* st = std::get_if<wire::EvictStartedReply>(&r->body)) {
+    const auto& q = std::get<wire::EvictPrepareRequest>(req->body);
+    if (st->eviction != q.eviction || st->attempt != q.attempt) {
+      Fail("EVICT_STARTED names another eviction or attempt");
+    }
+  }
   if (const auto* pr = std::get_if<wire::EvictPrepareReply>(&r->body)) {
-    if (pr->eviction != std::get<wire::EvictPrepareRequest>(req->body).eviction) {
-      Fail("a PREPARE reply names another eviction");
+    if (pr->eviction != std::get<wire::EvictResultRequest>(req->body).eviction) {
+      Fail("an EVICT_RESULT reply names another eviction");
     }
     if (peers.sends > 0 && peers.mode != fz::PeerMode::kEcho &&
         static_cast<std::uint8_t>(peers.mode) <= static_cast<std::uint8_t>(fz::PeerMode::kLongShares)) {

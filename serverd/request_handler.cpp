@@ -7,6 +7,7 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
 #include <chrono>
@@ -104,22 +105,39 @@ struct RequestHandler::Impl {
   // (eviction, attempt) whose shadow this process sealed; lets a duplicate
   // PREPARE (client resend) be answered without a new SMP run.
   std::optional<std::pair<std::uint64_t, std::uint32_t>> sealed;
+  // A PREPARE checked and started by HandlePrepare whose computation has not
+  // run yet (RunPrepare), and how the last one that ran ended. Only the
+  // thread running RunPrepare touches them meanwhile: Server queues every
+  // request that reads them (EVICT_*) until it is done.
+  struct PrepareJob {
+    wire::Header header;
+    wire::EvictPrepareRequest req;
+    std::vector<std::uint64_t> list;  // shadow buckets: u_1..u_H, s_1..s_H
+    wire::StoreShape shape;
+  };
+  std::optional<PrepareJob> job;
+  struct PrepareOutcome {
+    std::uint64_t eviction = 0;
+    std::uint32_t attempt = 0;
+    Status status;
+  };
+  std::optional<PrepareOutcome> outcome;
+  // Set from HandlePrepare until RunPrepare ends: a retrieval meanwhile runs
+  // its kernel on its own thread instead of queueing behind the eviction's
+  // kernel tasks (seconds each) in the pool.
+  std::atomic<bool> computing{false};
   std::uint64_t max_epoch = 0;  // highest client epoch accepted by this process
   // The single-writer lease (persisted in the data dir) and when its holder
   // was last heard from (by this process; a restart counts as contact).
   LeaseRecord lease;
   Clock::time_point lease_last_seen = Clock::now();
-  // Work counters since start (STATS); updated by the handlers below.
+  // Work counters since start (STATS); updated by the handlers below. The
+  // PREPARE's own (prepare_*) are written under aside_mu, and STATS copies
+  // the whole under it: a PREPARE may run on another thread.
   wire::StatsReply stats;
-  // The PREPARE under way and, while it runs aside (BeginAside..EndAside),
-  // what STATUS and STATS said when it began. Written by the thread running
-  // the PREPARE, read by the one answering STATUS: always under aside_mu.
+  // The PREPARE under way: written by the thread running it, read by the
+  // one answering STATUS: always under aside_mu.
   mutable std::mutex aside_mu;
-  bool aside = false;
-  wire::StatusReply aside_status;
-  wire::StatsReply aside_stats;
-  wire::FsId aside_fs_id{};
-  bool aside_has_store = false;
   struct PrepareProgress {
     bool active = false;
     std::uint64_t eviction = 0;
@@ -320,7 +338,13 @@ struct RequestHandler::Impl {
       r.epoch = m.epoch;
       r.applied_seq = m.applied_seq;
       r.applied_evictions = m.applied_evictions;
-      r.prepared_eviction = store->SealedEviction();
+      // The shadow is the PREPARE thread's while one runs: nothing is sealed then.
+      bool running = false;
+      {
+        const std::lock_guard lock(aside_mu);
+        running = progress.active;
+      }
+      r.prepared_eviction = running ? 0 : store->SealedEviction();
       r.share_file_bytes = store->file_bytes();
       r.allocated_bytes = store->allocated_bytes();
       r.peer_bytes_sent = peers->bytes_sent();
@@ -493,9 +517,14 @@ struct RequestHandler::Impl {
     reply.answer.assign(m, 0);
     if (!buckets.empty()) {
       const std::vector<Elem>& sel = skipped ? written_select : select;
-      ParallelColumns(m, [&](kernels::ColumnRange r) {
+      auto product = [&](kernels::ColumnRange r) {
         kernels::PathInnerProduct(buckets, Z, m, sel, reply.answer.data(), r);
-      });
+      };
+      if (computing.load()) {
+        product({0, m});
+      } else {
+        ParallelColumns(m, product);
+      }
       S3ORAM_RETURN_IF_ERROR(CheckAnswer(written, buckets, sel, reply.answer));
       if (Lies("retrieve") && !reply.answer.empty()) {
         reply.answer[0] = field::Add(reply.answer[0], 1);
@@ -573,31 +602,32 @@ struct RequestHandler::Impl {
     return wire::Body{wire::WriteRootReply{}};
   }
 
+  // EVICT_PREPARE (background eviction): checks the request, copies the root
+  // it evicts aside (SnapshotRoot, durable), opens the shadow and leaves the
+  // computation to RunPrepare; the reply (EVICT_STARTED) goes out at once, so
+  // the client's next root writes may overwrite the live root. A duplicate
+  // of the attempt under way or finished is answered the same way.
   Result<wire::Body> HandlePrepare(const wire::Header& h, const wire::EvictPrepareRequest& req) {
-    // The exchange's round buffers are freed when this PREPARE ends, however
-    // it ends.
-    struct TrimPeers {
-      PeerExchange* peers;
-      ~TrimPeers() { peers->Trim(); }
-    } trim_peers{peers};
     const ServerMeta& meta = store->meta();
     spdlog::debug("prepare seq {} eviction {} attempt {} (applied {})", h.seq, req.eviction,
                   req.attempt, meta.applied_evictions);
-    if (req.eviction < meta.applied_evictions) {
-      return wire::Body{wire::EvictPrepareReply{req.eviction}};  // already committed here
-    }
+    const wire::Body started{wire::EvictStartedReply{req.eviction, req.attempt}};
+    if (req.eviction < meta.applied_evictions) return started;  // already committed here
     if (req.eviction > meta.applied_evictions) {
       return Status::FailedPrecondition("cannot prepare eviction " + std::to_string(req.eviction) +
                                         ": this server has applied " +
                                         std::to_string(meta.applied_evictions));
     }
-    if (sealed && *sealed == std::make_pair(req.eviction, req.attempt) &&
-        store->SealedEviction() == req.eviction + 1) {
-      return wire::Body{wire::EvictPrepareReply{req.eviction}};  // duplicate of a finished request
+    const auto same = std::make_pair(req.eviction, req.attempt);
+    if ((job && std::make_pair(job->req.eviction, job->req.attempt) == same) ||
+        (outcome && std::make_pair(outcome->eviction, outcome->attempt) == same &&
+         outcome->status.ok()) ||
+        (sealed && *sealed == same && store->SealedEviction() == req.eviction + 1)) {
+      return started;
     }
     const auto shape = meta.shape;
     const TreeGeometry geo{shape.height, shape.bucket_size};
-    const std::size_t Z = shape.bucket_size, m = shape.elems_per_slot, H = shape.height;
+    const std::size_t Z = shape.bucket_size, H = shape.height;
     const std::size_t step = 2 * Z * Z;
     if (req.leaf != geo.EvictionLeaf(req.eviction)) {
       return Status::InvalidArgument("evict: leaf " + std::to_string(req.leaf) +
@@ -608,10 +638,23 @@ struct RequestHandler::Impl {
                                      " matrix entries, expected " + std::to_string((H + 1) * step));
     }
     // Shadow buckets: u_1..u_H, then s_1..s_H.
-    std::vector<std::uint64_t> list;
-    for (std::uint32_t k = 1; k <= H; ++k) list.push_back(geo.BucketOnPath(req.leaf, k));
-    for (std::uint32_t k = 1; k <= H; ++k) list.push_back(TreeGeometry::Sibling(list[k - 1]));
+    PrepareJob j;
+    j.header = h;
+    j.shape = shape;
+    for (std::uint32_t k = 1; k <= H; ++k) j.list.push_back(geo.BucketOnPath(req.leaf, k));
+    for (std::uint32_t k = 1; k <= H; ++k) j.list.push_back(TreeGeometry::Sibling(j.list[k - 1]));
     sealed.reset();
+    outcome.reset();
+    // The root as the eviction reads it, kept until it commits: root writes
+    // that follow change only the live root. A retried attempt (after a
+    // restart too) reads the same snapshot.
+    S3ORAM_RETURN_IF_ERROR(store->SnapshotRoot(req.eviction));
+    FaultPoint("server.evict_prepare.after_snapshot");
+    S3ORAM_RETURN_IF_ERROR(store->BeginShadow(req.eviction, req.attempt, j.list));
+    j.req.eviction = req.eviction;
+    j.req.attempt = req.attempt;
+    j.req.leaf = req.leaf;
+    j.req.matrices = req.matrices;
     {
       const std::lock_guard lock(aside_mu);
       progress = PrepareProgress{true,
@@ -622,6 +665,56 @@ struct RequestHandler::Impl {
                                  wire::EvictPhase::kReading,
                                  Clock::now()};
     }
+    job = std::move(j);
+    computing.store(true);
+    return started;
+  }
+
+  // The PREPARE left by HandlePrepare: the SMP rounds into the shadow, then
+  // its seal. Runs on a thread of the caller's (Server's) while the thread
+  // that handles requests serves only those ServedDuringPrepare admits, so it
+  // reads and writes nothing they touch: not the live root (the snapshot),
+  // not meta() (the job holds the shape), stats under aside_mu.
+  void RunPrepare() {
+    if (!job) return;
+    PrepareJob j = std::move(*job);
+    job.reset();
+    Status st = ComputePrepare(j);
+    if (st.ok()) {
+      sealed = std::make_pair(j.req.eviction, j.req.attempt);
+    } else {
+      spdlog::warn("eviction {} attempt {} failed: {}", j.req.eviction, j.req.attempt,
+                   st.ToString());
+    }
+    outcome = PrepareOutcome{j.req.eviction, j.req.attempt, std::move(st)};
+    computing.store(false);
+  }
+
+  // EVICT_RESULT: the outcome of the PREPARE attempt asked for. In process
+  // (no thread runs PREPAREs, e.g. the fuzz harness) a pending one runs here.
+  Result<wire::Body> HandleResult(const wire::EvictResultRequest& req) {
+    const wire::Body done{wire::EvictPrepareReply{req.eviction}};
+    if (req.eviction < store->meta().applied_evictions) return done;  // committed here
+    const auto same = std::make_pair(req.eviction, req.attempt);
+    if (job && std::make_pair(job->req.eviction, job->req.attempt) == same) RunPrepare();
+    if (outcome && std::make_pair(outcome->eviction, outcome->attempt) == same) {
+      if (!outcome->status.ok()) return outcome->status;
+      return done;
+    }
+    if (sealed && *sealed == same && store->SealedEviction() == req.eviction + 1) return done;
+    return Status::FailedPrecondition(
+        "eviction " + std::to_string(req.eviction) + " attempt " + std::to_string(req.attempt) +
+        " is neither under way nor prepared on this server (restarted, or superseded): prepare "
+        "it again");
+  }
+
+  Status ComputePrepare(PrepareJob& j) {
+    // The exchange's round buffers are freed when this PREPARE ends, however
+    // it ends.
+    struct TrimPeers {
+      PeerExchange* peers;
+      ~TrimPeers() { peers->Trim(); }
+    } trim_peers{peers};
     struct EndProgress {
       Impl* impl;
       ~EndProgress() {
@@ -629,19 +722,23 @@ struct RequestHandler::Impl {
         impl->progress.active = false;
       }
     } end_progress{this};
-    S3ORAM_RETURN_IF_ERROR(store->BeginShadow(req.eviction, req.attempt, list));
-
-    std::vector<Elem> prev;                // u_{k-1} after step k-1
+    const wire::Header& h = j.header;
+    const wire::EvictPrepareRequest& req = j.req;
+    const std::vector<std::uint64_t>& list = j.list;
+    const std::size_t Z = j.shape.bucket_size, m = j.shape.elems_per_slot, H = j.shape.height;
+    const std::size_t step = 2 * Z * Z;
     const std::size_t bucket = Z * m;
     source_buffer.resize(bucket);
     target_buffer.resize(bucket);
     sibling_buffer.resize(bucket);
-    // The root is not changed by an eviction; later sources are the previous step's output.
-    S3ORAM_ASSIGN_OR_RETURN(const Elem* source, store->BucketForRead(1, source_buffer));
-    // Every bucket the eviction reads is checked against its digests first: a
-    // damaged slot must not be mixed into the new buckets (where no digest
-    // could catch it any more).
-    S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(1, {source, bucket}));
+    // The root as it was when the PREPARE began (checked against its digests);
+    // later sources are the previous step's output.
+    S3ORAM_RETURN_IF_ERROR(store->ReadRootSnapshot(req.eviction, source_buffer));
+    const Elem* source = source_buffer.data();
+    std::vector<Elem> prev;  // u_{k-1} after step k-1
+    // Every other bucket the eviction reads is checked against its digests
+    // first too: a damaged slot must not be mixed into the new buckets (where
+    // no digest could catch it any more).
     std::vector<Elem> product, coeffs, combined;
     std::vector<std::vector<Elem>> outs(parties);
 
@@ -670,7 +767,7 @@ struct RequestHandler::Impl {
         S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[H + k - 1], {old_sibling, bucket}));
         S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(
             H + k - 1, {source, bucket},
-            k == 1 ? store->Digests(1) : store->ShadowBucketDigests(k - 2)));
+            k == 1 ? store->RootSnapshotDigests() : store->ShadowBucketDigests(k - 2)));
       }
       t_shadow += since(t0);
       SetProgress(k, wire::EvictPhase::kKernels);
@@ -758,6 +855,7 @@ struct RequestHandler::Impl {
     S3ORAM_RETURN_IF_ERROR(store->SealShadow());
     FaultPoint("server.evict_prepare.after_seal");
     const double seal_ms = since(t_seal);
+    const std::lock_guard lock(aside_mu);
     ++stats.prepares;
     stats.prepare_kernel_us += static_cast<std::uint64_t>(t_kernel * 1000);
     stats.prepare_smp_us += static_cast<std::uint64_t>(t_smp * 1000);
@@ -768,8 +866,7 @@ struct RequestHandler::Impl {
                   "peer wait {:.1f}, shadow {:.1f}, seal {:.1f}",
                   req.eviction, req.attempt, since(t_start), t_kernel, t_smp, t_wait, t_shadow,
                   seal_ms);
-    sealed = std::make_pair(req.eviction, req.attempt);
-    return wire::Body{wire::EvictPrepareReply{req.eviction}};
+    return Status::Ok();
   }
 
   Result<wire::Body> HandleCommit(const wire::Header& h, const wire::EvictCommitRequest& req) {
@@ -1233,8 +1330,14 @@ struct RequestHandler::Impl {
     wire::MacOpenReply reply{req.eviction, std::vector<Elem>(rows * m, 0)};
     std::vector<Elem> bucket(store->bucket_elems());
     for (std::size_t i = 0; i < buckets.size(); ++i) {
-      S3ORAM_RETURN_IF_ERROR(store->ReadBucket(buckets[i], bucket));
-      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(buckets[i], bucket));
+      // The eviction read the root as snapshotted at its PREPARE (the live
+      // one has the next round's writes by now).
+      if (buckets[i] == 1 && store->RootSnapshotEviction() == req.eviction + 1) {
+        S3ORAM_RETURN_IF_ERROR(store->ReadRootSnapshot(req.eviction, bucket));
+      } else {
+        S3ORAM_RETURN_IF_ERROR(store->ReadBucket(buckets[i], bucket));
+        S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(buckets[i], bucket));
+      }
       for (std::size_t r = 0; r < rows; ++r) {
         digest::AddCombination(bucket, m,
                                std::span<const Elem>(weights).subspan(r * buckets.size() * Z + i * Z, Z),
@@ -1283,8 +1386,11 @@ struct RequestHandler::Impl {
           if constexpr (std::is_same_v<T, wire::StatusRequest>) {
             // STATUS is never refused and changes nothing: a client that is
             // refused the lease must not disturb the holder.
-            return wire::Body{MakeStatus()};
+            wire::StatusReply r = MakeStatus();
+            const std::lock_guard lock(aside_mu);
+            return wire::Body{WithProgress(std::move(r))};
           } else if constexpr (std::is_same_v<T, wire::StatsRequest>) {
+            const std::lock_guard lock(aside_mu);
             return wire::Body{stats};  // same rule as STATUS
           } else if constexpr (std::is_same_v<T, wire::ScrubRequest>) {
             // Read-only and the same for every client: no lease needed, so a
@@ -1328,6 +1434,9 @@ struct RequestHandler::Impl {
           } else if constexpr (std::is_same_v<T, wire::EvictPrepareRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandlePrepare(h, body);
+          } else if constexpr (std::is_same_v<T, wire::EvictResultRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
+            return HandleResult(body);
           } else if constexpr (std::is_same_v<T, wire::EvictCommitRequest>) {
             S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
             return HandleCommit(h, body);
@@ -1466,42 +1575,26 @@ std::vector<std::uint8_t> RequestHandler::Handle(std::span<const std::uint8_t> f
   return impl_->Handle(frame);
 }
 
-bool RequestHandler::IsEvictPrepare(std::span<const std::uint8_t> frame) {
-  return wire::PeekType(frame) == wire::MessageType::kEvictPrepareRequest;
-}
+bool RequestHandler::HasPendingPrepare() const { return impl_->job.has_value(); }
 
-void RequestHandler::BeginAside() {
-  Impl& s = *impl_;
-  const std::lock_guard lock(s.aside_mu);
-  s.aside = true;
-  s.aside_status = s.MakeStatus();
-  s.aside_stats = s.stats;
-  s.aside_has_store = s.store != nullptr;
-  s.aside_fs_id = s.store ? s.store->meta().fs_id : wire::FsId{};
-}
+void RequestHandler::RunPrepare() { impl_->RunPrepare(); }
 
-std::optional<std::vector<std::uint8_t>> RequestHandler::AnswerAside(
-    std::span<const std::uint8_t> frame) {
+bool RequestHandler::ServedDuringPrepare(std::span<const std::uint8_t> frame) {
   const auto type = wire::PeekType(frame);
-  if (type != wire::MessageType::kStatusRequest && type != wire::MessageType::kStatsRequest) {
-    return std::nullopt;
+  if (!type) return false;
+  switch (*type) {
+    case wire::MessageType::kStatusRequest:
+    case wire::MessageType::kStatsRequest:
+    case wire::MessageType::kRetrieveRequest:
+    case wire::MessageType::kRetrieveWriteRootRequest:
+    case wire::MessageType::kWriteRootRequest:
+    case wire::MessageType::kLeaseAcquireRequest:
+    case wire::MessageType::kLeaseReleaseRequest:
+    case wire::MessageType::kLeaseQueryRequest:
+      return true;
+    default:
+      return false;
   }
-  auto decoded = wire::Decode(frame);
-  if (!decoded.ok()) return std::nullopt;  // Handle answers it with the error, later
-  Impl& s = *impl_;
-  const std::lock_guard lock(s.aside_mu);
-  if (!s.aside) return std::nullopt;
-  wire::Header h = decoded->header;
-  if (s.aside_has_store) h.fs_id = s.aside_fs_id;
-  if (*type == wire::MessageType::kStatusRequest) {
-    return wire::Encode(h, s.WithProgress(s.aside_status));
-  }
-  return wire::Encode(h, s.aside_stats);
-}
-
-void RequestHandler::EndAside() {
-  const std::lock_guard lock(impl_->aside_mu);
-  impl_->aside = false;
 }
 
 wire::StatusReply RequestHandler::Progress() const {

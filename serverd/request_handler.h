@@ -7,10 +7,13 @@
 // Contract: Handle never throws on malformed input and never reads outside
 // the frame; every request that is not applied gets an ErrorReply frame (with
 // the request's seq when the header is readable). Requests are handled one at
-// a time (not thread-safe); the store never sees two mutations interleave.
-// The one exception: while an EVICT_PREPARE runs (minutes at large blocks),
-// another thread may ask AnswerAside for STATUS and STATS, which are answered
-// from what they said when the PREPARE began plus its progress.
+// a time (not thread-safe). The one exception is background eviction: an
+// EVICT_PREPARE's Handle only checks it and snapshots the root, and its
+// computation (minutes at large blocks) runs in RunPrepare, which a caller
+// may run on another thread while Handle serves the frames
+// ServedDuringPrepare admits (the accesses, lease and STATUS/STATS); the two
+// share no state but the locked progress and counters. EVICT_RESULT answers
+// when the computation is done (running it first if no thread did).
 #pragma once
 
 #include <cstdint>
@@ -42,19 +45,15 @@ class RequestHandler {
   // Handles one client frame and returns the reply frame.
   std::vector<std::uint8_t> Handle(std::span<const std::uint8_t> frame);
 
-  // Whether `frame` is an EVICT_PREPARE: the request Server runs on a thread
-  // of its own, between BeginAside and EndAside, so that STATUS and STATS
-  // are answered meanwhile.
-  static bool IsEvictPrepare(std::span<const std::uint8_t> frame);
-  // Called with no Handle running, before the PREPARE's Handle starts on the
-  // other thread: takes the snapshot AnswerAside replies from.
-  void BeginAside();
-  // Thread-safe while that Handle runs: the reply to a STATUS (with the
-  // eviction's progress) or STATS frame; nullopt for any other frame, which
-  // the caller keeps and hands to Handle, in order, after the PREPARE.
-  std::optional<std::vector<std::uint8_t>> AnswerAside(std::span<const std::uint8_t> frame);
-  // Called once that Handle has returned.
-  void EndAside();
+  // Whether the last Handle started an EVICT_PREPARE whose computation waits
+  // for RunPrepare.
+  bool HasPendingPrepare() const;
+  // Runs that computation (the SMP rounds into the shadow, then its seal) and
+  // records its outcome for EVICT_RESULT. While it runs, only frames
+  // ServedDuringPrepare admits may be handed to Handle (on another thread);
+  // the caller keeps the rest, in order, for after it.
+  void RunPrepare();
+  static bool ServedDuringPrepare(std::span<const std::uint8_t> frame);
   // Thread-safe: what STATUS says of the PREPARE under way (for the log).
   wire::StatusReply Progress() const;
 

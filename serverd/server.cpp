@@ -75,19 +75,20 @@ struct Server::Impl : PeerExchange {
   // Buffers kept between the rounds of one eviction (Trim frees them).
   std::vector<std::vector<Elem>> spare_shares;
   std::vector<std::uint8_t> smp_frame;
-  std::uint64_t peer_bytes_sent = 0;
+  std::atomic<std::uint64_t> peer_bytes_sent{0};
 
-  // An EVICT_PREPARE runs on prepare_thread (minutes at large blocks), so
-  // this thread keeps answering STATUS and STATS meanwhile (with its
-  // progress) and queues every other request until it is done: the store
-  // still sees one request at a time. While it runs, only that thread uses
-  // the peer sockets; it signals prepare_done_fd when its reply is ready.
+  // An EVICT_PREPARE's computation (minutes at large blocks) runs on
+  // prepare_thread (RequestHandler::RunPrepare) once its Handle has answered
+  // EVICT_STARTED. This thread keeps serving the accesses, the lease and
+  // STATUS/STATS meanwhile (RequestHandler::ServedDuringPrepare) and queues
+  // every other request (EVICT_RESULT among them) until it is done. While it
+  // runs, only that thread uses the peer sockets; it signals prepare_done_fd
+  // when it ends.
   std::thread prepare_thread;
   int prepare_done_fd = -1;
-  // Set when prepare_reply is ready: the loop also checks it on its 200 ms
+  // Set when the computation ended: the loop also checks it on its 200 ms
   // tick, should the eventfd write have failed.
   std::atomic<bool> prepare_finished{false};
-  std::vector<std::uint8_t> prepare_id, prepare_reply;
   std::deque<QueuedRequest> queued;
   std::size_t queued_bytes = 0;
   Clock::time_point progress_logged;
@@ -292,18 +293,15 @@ struct Server::Impl : PeerExchange {
     }
   }
 
-  // Handles one request now, or starts it on prepare_thread (an EVICT_PREPARE).
+  // Handles one request, and starts the computation of an EVICT_PREPARE it
+  // began on prepare_thread.
   void Serve(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
-    if (!RequestHandler::IsEvictPrepare(frame)) {
-      Reply(id, handler->Handle(frame));
-      return;
-    }
-    handler->BeginAside();
-    prepare_id = std::move(id);
+    Reply(id, handler->Handle(frame));
+    if (!handler->HasPendingPrepare()) return;
     progress_logged = Clock::now();
     prepare_finished.store(false);
-    prepare_thread = std::thread([this, f = std::move(frame)] {
-      prepare_reply = handler->Handle(f);
+    prepare_thread = std::thread([this] {
+      handler->RunPrepare();
       prepare_finished.store(true);
       const std::uint64_t one = 1;
       if (write(prepare_done_fd, &one, sizeof one) < 0) {
@@ -312,7 +310,7 @@ struct Server::Impl : PeerExchange {
     });
   }
 
-  // The PREPARE's reply, then what queued behind it, up to the next PREPARE.
+  // The computation ended: what queued behind it, up to the next PREPARE.
   void FinishPrepare() {
     // Joined first: the thread's signal is written by then, so reading it
     // leaves nothing behind for the next PREPARE's poll.
@@ -321,9 +319,6 @@ struct Server::Impl : PeerExchange {
     if (read(prepare_done_fd, &count, sizeof count) < 0 && errno != EAGAIN) {
       spdlog::warn("reading the PREPARE signal: {}", std::strerror(errno));
     }
-    handler->EndAside();
-    Reply(prepare_id, prepare_reply);
-    prepare_reply = {};
     while (!queued.empty() && !preparing()) {
       QueuedRequest q = std::move(queued.front());
       queued.pop_front();
@@ -332,11 +327,12 @@ struct Server::Impl : PeerExchange {
     }
   }
 
-  // A request that arrived while a PREPARE runs: STATUS and STATS are
-  // answered now, the rest waits (bounded; past the bound it is refused).
+  // A request that arrived while a PREPARE's computation runs: the accesses,
+  // the lease and STATUS/STATS are served now, the rest waits (bounded; past
+  // the bound it is refused).
   void ServeAside(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
-    if (auto reply = handler->AnswerAside(frame)) {
-      Reply(id, *reply);
+    if (RequestHandler::ServedDuringPrepare(frame)) {
+      Reply(id, handler->Handle(frame));
       return;
     }
     if (queued.size() >= kMaxQueuedRequests || queued_bytes + frame.size() > kMaxQueuedBytes) {
@@ -516,15 +512,10 @@ Status Server::Run(const std::atomic<bool>& stop) {
       s.Serve(std::move(id_bytes), std::move(frame));
     }
   }
-  // A PREPARE under way ends by itself (its peers' timeout bounds it); its
-  // reply still goes out, as it did when PREPAREs ran on this thread, so the
-  // client can COMMIT after the restart instead of preparing again. What
-  // queued behind it is dropped, as unread messages are.
-  if (s.preparing()) {
-    s.prepare_thread.join();
-    s.handler->EndAside();
-    s.Reply(s.prepare_id, s.prepare_reply);
-  }
+  // A PREPARE under way ends by itself (its peers' timeout bounds it); a
+  // sealed shadow survives the restart, the client asks again. What queued
+  // behind it is dropped, as unread messages are.
+  if (s.preparing()) s.prepare_thread.join();
   spdlog::info("server {} stopping", s.config.index);
   return Status::Ok();
 }

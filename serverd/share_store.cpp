@@ -42,6 +42,17 @@
 // shadow slot against its digest before copying it: a shadow damaged on disk
 // fails the commit instead of entering the tree.
 
+// root.bin: the root an eviction reads, copied aside when its PREPARE
+// starts so that the next round's root writes may overwrite the live root
+// (background eviction). Header region of 4096 bytes, then the root bucket
+// (bucket_bytes), then its Z slot digests. Header (little-endian):
+//   0  magic "S3ORROOT" 8, 8 format version u32, 12 complete u32 (0 or 1)
+//   16 fs_id[16], 32 eviction u64, 40 bucket_bytes u64, 48 Z u32
+//   52 crc32c u32 over bytes [0, 52)
+// SnapshotRoot writes an incomplete header (synced) before the data, then the
+// data and digests, a sync, the complete header and a sync: a complete header
+// on disk implies complete data, and a torn one reads as "no snapshot".
+
 #include "serverd/share_store.h"
 
 #include <fcntl.h>
@@ -60,6 +71,7 @@
 #include <cstring>
 #include <future>
 #include <limits>
+#include <mutex>
 #include <string_view>
 #include <system_error>
 #include <unordered_set>
@@ -366,6 +378,48 @@ bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, digest::Seed* seed,
   return true;
 }
 
+constexpr std::uint32_t kRootVersion = 1;
+constexpr std::uint64_t kRootHeaderBytes = 56;
+constexpr std::array<char, 8> kRootMagic = {'S', '3', 'O', 'R', 'R', 'O', 'O', 'T'};
+
+struct RootHeader {
+  bool complete = false;
+  wire::FsId fs_id{};
+  std::uint64_t eviction = 0;
+  std::uint64_t bucket_bytes = 0;
+  std::uint32_t z = 0;
+};
+
+std::array<std::uint8_t, kRootHeaderBytes> EncodeRootHeader(const RootHeader& h) {
+  std::array<std::uint8_t, kRootHeaderBytes> out{};
+  std::uint8_t* p = out.data();
+  std::memcpy(p, kRootMagic.data(), kRootMagic.size());
+  PutU32(p + 8, kRootVersion);
+  PutU32(p + 12, h.complete ? 1 : 0);
+  std::memcpy(p + 16, h.fs_id.data(), h.fs_id.size());
+  PutU64(p + 32, h.eviction);
+  PutU64(p + 40, h.bucket_bytes);
+  PutU32(p + 48, h.z);
+  PutU32(p + 52, Crc32c(p, 52));
+  return out;
+}
+
+// False if root.bin's header is absent, torn, incomplete or of another version.
+bool ReadRootHeader(int fd, const std::string& path, RootHeader* h) {
+  std::array<std::uint8_t, kRootHeaderBytes> b{};
+  if (!PreadAll(fd, b.data(), b.size(), 0, path).ok()) return false;
+  const std::uint8_t* p = b.data();
+  if (std::memcmp(p, kRootMagic.data(), kRootMagic.size()) != 0) return false;
+  if (GetU32(p + 8) != kRootVersion || GetU32(p + 52) != Crc32c(p, 52)) return false;
+  if (GetU32(p + 12) != 1) return false;
+  h->complete = true;
+  std::memcpy(h->fs_id.data(), p + 16, h->fs_id.size());
+  h->eviction = GetU64(p + 32);
+  h->bucket_bytes = GetU64(p + 40);
+  h->z = GetU32(p + 48);
+  return true;
+}
+
 struct ShadowHeader {
   std::uint32_t version = kShadowVersion;  // 1: written before slot digests existed
   bool sealed = false;
@@ -455,7 +509,14 @@ struct ShareStore::Impl {
   // pages while reporting the error only once, so nothing written since the last
   // successful sync can be trusted and later syncs could wrongly succeed. The
   // store refuses further mutations; a restart re-reads the on-disk state.
+  // Guarded by failure_mu: a root write on the server's main thread and a
+  // PREPARE's shadow writes on its own thread may both record one.
   std::string failure;
+  mutable std::mutex failure_mu;
+  void SetFailure(const std::string& what) {
+    const std::lock_guard lock(failure_mu);
+    if (failure.empty()) failure = what;
+  }
   // Set while the file is shares.bin.rebuild (CreateForRebuild .. FinishRebuild).
   bool rebuilding = false;
   std::string rebuild_path;
@@ -477,11 +538,18 @@ struct ShareStore::Impl {
   // shadow.bin at Seal, read back by Open.
   std::vector<digest::SlotDigest> shadow_digests;
 
+  // root.bin: the input root of the eviction under way (SnapshotRoot).
+  std::string root_path;
+  Fd root_fd;
+  std::uint64_t root_snapshot = 0;  // eviction + 1 of the complete snapshot held; 0: none
+  std::vector<digest::SlotDigest> root_digests;  // its Z slot digests
+
   ~Impl() {
     if (map != nullptr) ::munmap(const_cast<std::uint8_t*>(map), map_len);
   }
 
   Status Usable() const {
+    const std::lock_guard lock(failure_mu);
     if (failure.empty()) return Status::Ok();
     return Status::IoError("share store in " + dir + " is unusable after an earlier failure (" +
                            failure + "); restart the server");
@@ -492,6 +560,7 @@ struct ShareStore::Impl {
       return Status::FailedPrecondition("share store in " + dir +
                                         " is being rebuilt and not live yet");
     }
+    const std::lock_guard lock(failure_mu);
     if (failure.empty()) return Status::Ok();
     return Status::IoError("share store in " + dir + " is unusable after an earlier failure (" +
                            failure + "); restart the server");
@@ -499,7 +568,7 @@ struct ShareStore::Impl {
   Status Sync(int f, const std::string& path) {
     if (!sync) return Status::Ok();
     Status s = DataSync(f, path);
-    if (!s.ok()) failure = s.message();
+    if (!s.ok()) SetFailure(s.message());
     return s;
   }
   std::uint64_t BucketOffset(std::uint64_t b) const {
@@ -732,6 +801,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   impl->dir = dir;
   impl->shares_path = dir + "/shares.bin";
   impl->shadow_path = dir + "/shadow.bin";
+  impl->root_path = dir + "/root.bin";
   impl->sync = sync;
   impl->geo = geo;
   impl->dir_fd = std::move(dir_fd);
@@ -754,6 +824,10 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   // new share file (it could even carry the same fs id and eviction number).
   if (::unlink(impl->shadow_path.c_str()) != 0 && errno != ENOENT) {
     return SysError("removing", impl->shadow_path, errno);
+  }
+  // So does a root snapshot, for the same reason.
+  if (::unlink(impl->root_path.c_str()) != 0 && errno != ENOENT) {
+    return SysError("removing", impl->root_path, errno);
   }
   const std::string rebuild_path = dir + "/shares.bin.rebuild";
   if (rebuild) {
@@ -822,6 +896,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   impl->dir = dir;
   impl->shares_path = dir + "/shares.bin";
   impl->shadow_path = dir + "/shadow.bin";
+  impl->root_path = dir + "/root.bin";
   impl->sync = sync;
   impl->dir_fd = std::move(dir_fd);
   const std::string& path = impl->shares_path;
@@ -939,6 +1014,25 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
     }
   }
   impl->shadow_fd = std::move(sfd);
+
+  // The root snapshot counts only for the eviction not yet applied.
+  Fd rfd(::open(impl->root_path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!rfd.valid() && errno != ENOENT) return SysError("opening", impl->root_path, errno);
+  RootHeader rh;
+  if (rfd.valid() && ReadRootHeader(rfd.get(), impl->root_path, &rh) && rh.fs_id == best.fs_id &&
+      rh.eviction == best.applied_evictions && rh.bucket_bytes == impl->geo.bucket_bytes &&
+      rh.z == impl->geo.z) {
+    struct stat rst{};
+    const std::uint64_t need = kHeaderRegion + rh.bucket_bytes + rh.z * kDigestBytes;
+    if (::fstat(rfd.get(), &rst) == 0 && static_cast<std::uint64_t>(rst.st_size) >= need) {
+      std::vector<digest::SlotDigest> d(rh.z);
+      S3ORAM_RETURN_IF_ERROR(PreadAll(rfd.get(), d.data(), d.size() * kDigestBytes,
+                                      kHeaderRegion + rh.bucket_bytes, impl->root_path));
+      impl->root_snapshot = rh.eviction + 1;
+      impl->root_digests = std::move(d);
+    }
+  }
+  impl->root_fd = std::move(rfd);
 
   std::unique_ptr<ShareStore> store(new ShareStore());
   store->impl_ = std::move(impl);
@@ -1210,7 +1304,7 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
     Status during = while_syncing();
     Status synced = sync.get();
     if (!synced.ok()) {
-      im.failure = synced.message();
+      im.SetFailure(synced.message());
       return synced;
     }
     meta_ = m;
@@ -1354,6 +1448,79 @@ Status ShareStore::SealShadow() {
   im.shadow.sealed = true;
   im.SetShadowState(Impl::ShadowState::kSealed);
   return Status::Ok();
+}
+
+Status ShareStore::SnapshotRoot(std::uint64_t eviction) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  if (eviction != meta_.applied_evictions) {
+    return Status::FailedPrecondition("cannot snapshot the root for eviction " +
+                                      std::to_string(eviction) + ": the store has applied " +
+                                      std::to_string(meta_.applied_evictions) + " evictions");
+  }
+  if (im.root_snapshot == eviction + 1) return Status::Ok();
+  if (!im.root_fd.valid()) {
+    im.root_fd = Fd(::open(im.root_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!im.root_fd.valid()) return SysError("creating", im.root_path, errno);
+  }
+  const int rfd = im.root_fd.get();
+  // No snapshot from here until the new one is complete.
+  im.root_snapshot = 0;
+  RootHeader h;
+  h.fs_id = meta_.fs_id;
+  h.eviction = eviction;
+  h.bucket_bytes = im.geo.bucket_bytes;
+  h.z = static_cast<std::uint32_t>(im.geo.z);
+  auto enc = EncodeRootHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
+  // The live root is checked before it is copied: damage must not move into
+  // the snapshot under a fresh digest (the stored digests go with it).
+  const auto* root = reinterpret_cast<const Elem*>(im.map + im.BucketOffset(1));
+  S3ORAM_RETURN_IF_ERROR(VerifyBuckets(1, {root, bucket_elems()}));
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, root, im.geo.bucket_bytes, kHeaderRegion, im.root_path));
+  std::vector<digest::SlotDigest> d(im.StoredDigests(1), im.StoredDigests(1) + im.geo.z);
+  S3ORAM_RETURN_IF_ERROR(
+      im.WriteDigests(rfd, im.root_path, kHeaderRegion + im.geo.bucket_bytes, d));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
+  FaultPoint("server.snapshot_root.before_complete");
+  h.complete = true;
+  enc = EncodeRootHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
+  im.root_digests = std::move(d);
+  im.root_snapshot = eviction + 1;
+  return Status::Ok();
+}
+
+std::uint64_t ShareStore::RootSnapshotEviction() const { return impl_->root_snapshot; }
+
+Status ShareStore::ReadRootSnapshot(std::uint64_t eviction, std::span<Elem> out) const {
+  const Impl& im = *impl_;
+  if (im.root_snapshot != eviction + 1) {
+    return Status::FailedPrecondition("no root snapshot for eviction " + std::to_string(eviction));
+  }
+  if (out.size() != bucket_elems()) {
+    return Status::InvalidArgument("root snapshot buffer has " + std::to_string(out.size()) +
+                                   " elements, expected " + std::to_string(bucket_elems()));
+  }
+  S3ORAM_RETURN_IF_ERROR(
+      PreadAll(im.root_fd.get(), out.data(), out.size_bytes(), kHeaderRegion, im.root_path));
+  std::vector<digest::SlotDigest> got(im.geo.z);
+  const std::size_t bad = im.key->DigestBucket(out, got);
+  for (std::size_t q = 0; q < im.geo.z; ++q) {
+    if (q == bad || got[q] != im.root_digests[q]) {
+      return Status::Damaged("server " + std::to_string(meta_.server_index) + ": slot " +
+                             std::to_string(q) + " of the root snapshot in " + im.root_path +
+                             " does not match its digest (the disk changed it); the eviction "
+                             "cannot run until the server is rebuilt (s3oram rebuild)");
+    }
+  }
+  return Status::Ok();
+}
+
+std::span<const digest::SlotDigest> ShareStore::RootSnapshotDigests() const {
+  return impl_->root_digests;
 }
 
 std::uint64_t ShareStore::SealedEviction() const {

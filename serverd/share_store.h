@@ -11,6 +11,9 @@
 //               pread (BucketForRead).
 //   shadow.bin  the buckets an eviction produces with their digests, plus a
 //               sealed header, kept until the eviction commits.
+//   root.bin    the root an eviction reads, with its digests, copied when its
+//               PREPARE starts (SnapshotRoot): the next round's root writes
+//               then overwrite the live root while the eviction is computed.
 //   shares.bin.rebuild  a share file being rebuilt from the other servers
 //               (CreateForRebuild); renamed to shares.bin by FinishRebuild, so
 //               a store is never live before every bucket is written, and a
@@ -58,7 +61,11 @@ struct ServerMeta {
 };
 
 // Not thread-safe for mutation: callers serialise mutating calls; Bucket() may
-// be read concurrently with other readers.
+// be read concurrently with other readers. The one exception, for background
+// eviction: while one thread writes the shadow (PutShadowBucket, SealShadow)
+// and reads buckets other than the root and the root snapshot, another may
+// write root slots (WriteSlot) and read any bucket; the two share nothing
+// but the failure record, which is locked.
 class ShareStore {
  public:
   // Creates an empty store (sparse share file) in dir, replacing an existing one
@@ -185,6 +192,18 @@ class ShareStore {
   // valid until the next BeginShadow).
   std::span<const digest::SlotDigest> ShadowBucketDigests(std::size_t i) const;
   Status SealShadow();
+  // Copies the live root (checked against its digests) and its digests to
+  // root.bin, durably, as the input of eviction `eviction` (which must be the
+  // next one): root writes after this do not change what the eviction reads,
+  // also after a restart. Keeps a complete snapshot of the same eviction.
+  Status SnapshotRoot(std::uint64_t eviction);
+  // eviction + 1 of the complete root snapshot held, 0 if none.
+  std::uint64_t RootSnapshotEviction() const;
+  // The root snapshot of `eviction` into out (bucket_elems() elements),
+  // checked against its digests (Damaged naming root.bin).
+  Status ReadRootSnapshot(std::uint64_t eviction, std::span<Elem> out) const;
+  // Its Z slot digests (empty when there is no snapshot).
+  std::span<const digest::SlotDigest> RootSnapshotDigests() const;
   // Number + 1 of the eviction whose sealed shadow is waiting for commit; 0 if none.
   std::uint64_t SealedEviction() const;
   // Makes the sealed shadow of `eviction` live and sets applied_evictions =

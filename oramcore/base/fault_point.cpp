@@ -3,12 +3,15 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
 #include <string>
+#include <thread>
 
 namespace s3oram {
 
@@ -17,6 +20,7 @@ namespace {
 struct Armed {
   std::string name;
   std::atomic<long> remaining;
+  long sleep_ms = 0;  // "name~ms": sleep there every time instead of dying
 };
 
 std::once_flag g_once;
@@ -37,6 +41,11 @@ void Parse() {
     pos = end + 1;
     if (item.empty()) continue;
     long n = 1;
+    long sleep_ms = 0;
+    if (std::size_t tilde = item.find('~'); tilde != std::string::npos) {
+      sleep_ms = std::max(0L, std::strtol(item.c_str() + tilde + 1, nullptr, 10));
+      item.resize(tilde);
+    }
     if (std::size_t at = item.find('@'); at != std::string::npos) {
       n = std::strtol(item.c_str() + at + 1, nullptr, 10);
       item.resize(at);
@@ -45,6 +54,7 @@ void Parse() {
     points->emplace_back();
     points->back().name = item;
     points->back().remaining.store(n);
+    points->back().sleep_ms = sleep_ms;
   }
   g_points = points;
   g_any.store(!points->empty(), std::memory_order_release);
@@ -56,6 +66,10 @@ void FaultPoint(const char* name) {
   std::call_once(g_once, Parse);
   if (!g_any.load(std::memory_order_acquire)) return;
   for (auto& p : *g_points) {
+    if (p.sleep_ms > 0 && p.name == name) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(p.sleep_ms));
+      continue;
+    }
     if (p.name == name && p.remaining.fetch_sub(1) == 1) {
       static const char kMsg[] = "s3oram: fault point reached, killing this process\n";
       (void)!::write(2, kMsg, sizeof kMsg - 1);

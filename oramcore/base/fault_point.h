@@ -8,6 +8,10 @@
 // COMMIT, in the middle of an SQLite transaction, and so on (see
 // tests/integration/fault_injection_test.cpp for the list of points).
 //
+// "name~ms" instead makes every pass through the point sleep ms milliseconds
+// (tests that need a slow step, e.g. an eviction still computing while the
+// next round's accesses run), and kills nothing.
+//
 // Unarmed (the variable unset, as in production), a point costs one relaxed
 // atomic load. The variable is read once, at the first point reached.
 #pragma once

@@ -986,6 +986,47 @@ Status OramClient::FinishPendingEviction() {
   return PrepareAndCommit(plan, attempt + 1);
 }
 
+Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
+                               std::span<const Elem> matrices, const TransportOptions& budget) {
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies,
+      ExchangeShared(
+          matrices,
+          [&plan, attempt](std::vector<Elem>&& share) {
+            return wire::Body{
+                wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf, std::move(share)}};
+          },
+          wire::MessageType::kEvictStartedReply, budget, stats_.timings.eviction_client_ns,
+          stats_.timings.eviction_prepare_wait_ns));
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    const auto& r = std::get<wire::EvictStartedReply>(replies[i].body);
+    if (r.eviction != plan.eviction || r.attempt != attempt) {
+      return Status::Protocol("server " + std::to_string(i) + " started eviction " +
+                              std::to_string(r.eviction) + " attempt " + std::to_string(r.attempt) +
+                              " instead of " + std::to_string(plan.eviction) + " attempt " +
+                              std::to_string(attempt));
+    }
+  }
+  return Status::Ok();
+}
+
+Status OramClient::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
+                                 const TransportOptions& budget) {
+  const wire::Header h = NextHeader();
+  const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
+  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  TimeInto timer(stats_.timings.eviction_prepare_wait_ns);
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies, servers_->Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    if (std::get<wire::EvictPrepareReply>(replies[i].body).eviction != eviction) {
+      return Status::Protocol("server " + std::to_string(i) + " answered EVICT_RESULT for another "
+                              "eviction");
+    }
+  }
+  return Status::Ok();
+}
+
 Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t first_attempt) {
   // A server refused this eviction for damaged storage a moment ago: it will
   // again until it is repaired, and every attempt costs the other servers'
@@ -1046,15 +1087,10 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
         S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
       }
       // Fresh shares for every attempt: a retry must not reuse randomness.
-      last = ExchangeShared(
-                 dense,
-                 [&plan, attempt](std::vector<Elem>&& share) {
-                   return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
-                                                               std::move(share)}};
-                 },
-                 wire::MessageType::kEvictPrepareReply, budget,
-                 stats_.timings.eviction_client_ns, stats_.timings.eviction_prepare_wait_ns)
-                 .status();
+      // The servers answer EVICT_STARTED once they hold the root aside, then
+      // EVICT_RESULT when the eviction is computed.
+      last = SendPrepare(plan, attempt, dense, budget);
+      if (last.ok()) last = AwaitPrepared(plan.eviction, attempt, budget);
       // Verified before anything commits: the prepared buckets must be
       // consistent sharings on every server. A failure (a fault in a
       // server's memory or computation, or wrong shares dealt in the

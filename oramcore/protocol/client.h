@@ -292,6 +292,13 @@ class OramClient {
   Status RunEviction();
   Status FinishPendingEviction();
   Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
+  // EVICT_PREPARE of `attempt` (fresh shares of the plan's dense matrices)
+  // until every server answered EVICT_STARTED (its input root copied aside).
+  Status SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
+                     std::span<const field::Elem> matrices, const TransportOptions& budget);
+  // EVICT_RESULT: waits until every server has prepared `attempt`.
+  Status AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
+                       const TransportOptions& budget);
   // EVICT_CHECK on every server: Integrity if the prepared buckets of this
   // attempt are not consistent sharings (oramcore/protocol/consistency.h) or,
   // with share MACs, if random combinations of them do not authenticate.

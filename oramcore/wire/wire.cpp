@@ -386,6 +386,16 @@ void Fields(Io& io, Ref<Io, EvictPrepareReply> m) {
   io.U64(m.eviction, "eviction");
 }
 template <class Io>
+void Fields(Io& io, Ref<Io, EvictStartedReply> m) {
+  io.U64(m.eviction, "eviction");
+  io.U32(m.attempt, "attempt");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, EvictResultRequest> m) {
+  io.U64(m.eviction, "eviction");
+  io.U32(m.attempt, "attempt");
+}
+template <class Io>
 void Fields(Io& io, Ref<Io, EvictCommitRequest> m) {
   io.U64(m.eviction, "eviction");
 }
@@ -687,6 +697,8 @@ S3ORAM_WIRE_TAG(MacOpenRequest, kMacOpenRequest, 2);
 S3ORAM_WIRE_TAG(MacOpenReply, kMacOpenReply, 2);
 S3ORAM_WIRE_TAG(SlotShareRequest, kSlotShareRequest, 2);
 S3ORAM_WIRE_TAG(SlotShareReply, kSlotShareReply, 3);
+S3ORAM_WIRE_TAG(EvictStartedReply, kEvictStartedReply, 2);
+S3ORAM_WIRE_TAG(EvictResultRequest, kEvictResultRequest, 2);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -799,6 +811,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kMacOpenReply: return "MAC_OPEN_REPLY";
     case MessageType::kSlotShareRequest: return "SLOT_SHARE_REQUEST";
     case MessageType::kSlotShareReply: return "SLOT_SHARE_REPLY";
+    case MessageType::kEvictStartedReply: return "EVICT_STARTED_REPLY";
+    case MessageType::kEvictResultRequest: return "EVICT_RESULT_REQUEST";
   }
   return "UNKNOWN";
 }

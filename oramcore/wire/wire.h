@@ -39,7 +39,9 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 2: element vectors packed at 31 bits (1 sent each as a u32).
 // 3: PARITY and EVICT_CHECK; EVICT_CHECK_REPLY carries the MAC combinations.
 // 4: STATUS_REPLY tells an eviction's progress.
-inline constexpr std::uint16_t kWireVersion = 4;
+// 5: background eviction: EVICT_PREPARE is answered with EVICT_STARTED once
+//    the server has snapshotted the root, and EVICT_RESULT waits for the end.
+inline constexpr std::uint16_t kWireVersion = 5;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Largest element vector a decoder accepts (1 GiB of elements).
 inline constexpr std::uint32_t kMaxElems = (1u << 28);
@@ -107,6 +109,11 @@ enum class MessageType : std::uint16_t {
   // slot is the odd one (s3oram scrub, rebuild's choice of target).
   kSlotShareRequest = 52,
   kSlotShareReply = 53,
+  // Background eviction: EVICT_PREPARE's reply once the eviction is under
+  // way (its input root is durable on the server), and the request whose
+  // reply (kEvictPrepareReply) says it finished.
+  kEvictStartedReply = 54,
+  kEvictResultRequest = 55,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -198,8 +205,22 @@ struct EvictPrepareRequest {
   std::uint64_t leaf = 0;
   std::vector<Elem> matrices;  // (H+1) * 2Z * Z shares, steps in plan order
 };
+// The PREPARE's outcome, as the reply to EVICT_RESULT.
 struct EvictPrepareReply {
   std::uint64_t eviction = 0;
+};
+// The reply to EVICT_PREPARE: the server copied the root it evicts (so root
+// writes may go on) and computes the eviction in the background.
+struct EvictStartedReply {
+  std::uint64_t eviction = 0;
+  std::uint32_t attempt = 0;
+};
+// Waits until attempt `attempt` of eviction `eviction` is prepared (sealed
+// in the server's shadow, or already committed); answered with
+// EvictPrepareReply, or the error that ended the attempt.
+struct EvictResultRequest {
+  std::uint64_t eviction = 0;
+  std::uint32_t attempt = 0;
 };
 
 struct EvictCommitRequest {
@@ -481,7 +502,8 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           StatsRequest, StatsReply, RetrieveWriteRootRequest, ScrubRequest,
                           ScrubReply, ParityRequest, ParityReply, EvictCheckRequest,
                           EvictCheckReply, MacOpenRequest, MacOpenReply,
-                          SlotShareRequest, SlotShareReply>;
+                          SlotShareRequest, SlotShareReply, EvictStartedReply,
+                          EvictResultRequest>;
 
 struct Message {
   Header header;

@@ -149,7 +149,9 @@ TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
   wire::EvictPrepareRequest prepare{0, 0, geo.EvictionLeaf(0),
                                     std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
   peers_.short_shares = true;
-  const wire::Body refused = Call(prepare, 2);
+  // The PREPARE starts (EVICT_STARTED); its outcome is EVICT_RESULT's reply.
+  ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 2)));
+  const wire::Body refused = Call(wire::EvictResultRequest{0, 0}, 2);
   EXPECT_NE(ErrorText(refused).find("peer 2 sent 7 SMP shares for round 0, expected 8"),
             std::string::npos)
       << ErrorText(refused);
@@ -157,9 +159,46 @@ TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
 
   peers_.short_shares = false;
   prepare.attempt = 1;
-  const wire::Body accepted = Call(prepare, 3);
+  ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 3)));
+  const wire::Body accepted = Call(wire::EvictResultRequest{0, 1}, 3);
   ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(accepted)) << ErrorText(accepted);
   EXPECT_EQ(handler_->store()->SealedEviction(), 1u);
+}
+
+// EVICT_PREPARE copies the root aside before it answers (EVICT_STARTED): a
+// root write that follows changes only the live root, and the eviction
+// (computed here at EVICT_RESULT, after that write) reads the root as it was.
+// Step 1 copies the root into the upper sibling s_1 unchanged, so the
+// committed s_1 shows which root the eviction read.
+TEST_F(RequestHandlerTest, PrepareEvictsTheRootAsItWasWhenItStarted) {
+  const wire::StoreShape shape{2, 2, 4};
+  ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
+  ASSERT_TRUE(Acquire(2).granted);
+  const TreeGeometry geo{shape.height, shape.bucket_size};
+  const std::vector<Elem> before{11, 12, 13, 14}, after{21, 22, 23, 24};
+  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
+      Call(wire::WriteRootRequest{0, before}, 2)));
+  const LeafId leaf = geo.EvictionLeaf(0);
+  const wire::EvictPrepareRequest prepare{0, 1, leaf,
+                                          std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
+  const wire::Body started = Call(prepare, 3);
+  ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(started)) << ErrorText(started);
+  EXPECT_EQ(handler_->store()->RootSnapshotEviction(), 1u);
+  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
+      Call(wire::WriteRootRequest{0, after}, 4)));
+  const wire::Body done = Call(wire::EvictResultRequest{0, 1}, 5);
+  ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(done)) << ErrorText(done);
+  // A duplicate PREPARE of the same attempt is answered, not run again.
+  EXPECT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 3)));
+  // EVICT_RESULT of an attempt never started says so.
+  EXPECT_NE(ErrorText(Call(wire::EvictResultRequest{0, 9}, 6)).find("prepare it again"),
+            std::string::npos);
+  ASSERT_TRUE(std::holds_alternative<wire::EvictCommitReply>(Call(wire::EvictCommitRequest{0}, 7)));
+  const std::uint64_t s1 = TreeGeometry::Sibling(geo.BucketOnPath(leaf, 1));
+  const Elem* sibling = handler_->store()->Bucket(s1);
+  EXPECT_EQ(std::vector<Elem>(sibling, sibling + 4), before);
+  const Elem* root = handler_->store()->Bucket(1);
+  EXPECT_EQ(std::vector<Elem>(root, root + 4), after);
 }
 
 // The single-writer lease: granted when free, refused (naming the holder) to
@@ -363,7 +402,8 @@ TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(retrieved)) << ErrorText(retrieved);
   wire::EvictPrepareRequest prepare{0, 1, geo.EvictionLeaf(0),
                                     std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
-  ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(Call(prepare, 4)));
+  ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 4)));
+  ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(Call(wire::EvictResultRequest{0, 1}, 4)));
   ASSERT_TRUE(std::holds_alternative<wire::EvictCommitReply>(Call(wire::EvictCommitRequest{0}, 5)));
   // A refused request still counts as a request, not as a root write.
   epoch_ = 1;
@@ -372,7 +412,7 @@ TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
   const wire::Body got = Call(wire::StatsRequest{}, 7);
   ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(got)) << ErrorText(got);
   const auto& s = std::get<wire::StatsReply>(got);
-  EXPECT_EQ(s.requests, 7u);  // init, lease, root write, retrieve, prepare, commit, refused write
+  EXPECT_EQ(s.requests, 8u);  // init, lease, root write, retrieve, prepare, result, commit, refused write
   EXPECT_EQ(s.root_writes, 1u);
   EXPECT_EQ(s.retrieves, 1u);
   EXPECT_EQ(s.prepares, 1u);
@@ -381,7 +421,7 @@ TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
   EXPECT_EQ(handler_->store()->meta().applied_evictions, 1u);
   const wire::Body again = Call(wire::StatsRequest{}, 8);
   ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(again));
-  EXPECT_EQ(std::get<wire::StatsReply>(again).requests, 8u);
+  EXPECT_EQ(std::get<wire::StatsReply>(again).requests, 9u);
 }
 
 // RETRIEVE_WRITE_ROOT: the root write lands before the retrieval (which sees

@@ -231,6 +231,55 @@ TEST(ShareStore, ReopenPersistsMetaAndData) {
   }
 }
 
+// The root snapshot an eviction reads: durable across a reopen, unchanged by
+// later root writes, kept for a retried PREPARE of the same eviction, ignored
+// for another one, and checked against its digests (a changed byte in
+// root.bin is Damaged, never an input).
+TEST(ShareStore, RootSnapshotKeepsTheEvictionsInputAcrossRootWritesAndRestarts) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  const ServerMeta meta = MakeMeta(3, 4, 5);
+  std::vector<Elem> root_before;
+  {
+    auto store = MustCreate(tmp.path(), meta);
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->RootSnapshotEviction(), 0u);
+    EXPECT_FALSE(store->SnapshotRoot(1).ok());  // not the next eviction
+    for (std::uint32_t q = 0; q < 4; ++q) {
+      ASSERT_TRUE(store->WriteSlot(1, q, RandomElems(rng, store->slot_elems()), q + 1, 1).ok());
+    }
+    root_before = ReadBucket(*store, 1);
+    ASSERT_TRUE(store->SnapshotRoot(0).ok());
+    EXPECT_EQ(store->RootSnapshotEviction(), 1u);
+    // The next round overwrites the live root.
+    ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, store->slot_elems()), 9, 1).ok());
+    ASSERT_NE(ReadBucket(*store, 1), root_before);
+    // A second snapshot of the same eviction keeps the first.
+    ASSERT_TRUE(store->SnapshotRoot(0).ok());
+    std::vector<Elem> got(store->bucket_elems());
+    ASSERT_TRUE(store->ReadRootSnapshot(0, got).ok());
+    EXPECT_EQ(got, root_before);
+  }
+  {
+    auto store = MustOpen(tmp.path());
+    ASSERT_NE(store, nullptr);
+    EXPECT_EQ(store->RootSnapshotEviction(), 1u);
+    std::vector<Elem> got(store->bucket_elems());
+    ASSERT_TRUE(store->ReadRootSnapshot(0, got).ok());
+    EXPECT_EQ(got, root_before);
+    EXPECT_EQ(store->RootSnapshotDigests().size(), 4u);
+    EXPECT_FALSE(store->ReadRootSnapshot(1, got).ok());
+  }
+  // Damage on disk: element 2 of slot 1 of the snapshot.
+  FlipBytes(tmp.path() + "/root.bin", 4096 + (5 + 2) * sizeof(Elem), 1);
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  std::vector<Elem> got(store->bucket_elems());
+  const Status st = store->ReadRootSnapshot(0, got);
+  EXPECT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
+  EXPECT_NE(st.message().find("root snapshot"), std::string::npos) << st.message();
+}
+
 TEST(ShareStore, UpdateMetaCannotChangeShape) {
   TempDir tmp;
   auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));

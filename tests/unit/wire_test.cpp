@@ -175,6 +175,12 @@ bool Same(const SlotShareRequest& a, const SlotShareRequest& b) {
 bool Same(const SlotShareReply& a, const SlotShareReply& b) {
   return a.bucket == b.bucket && a.slot == b.slot && a.share == b.share;
 }
+bool Same(const EvictStartedReply& a, const EvictStartedReply& b) {
+  return a.eviction == b.eviction && a.attempt == b.attempt;
+}
+bool Same(const EvictResultRequest& a, const EvictResultRequest& b) {
+  return a.eviction == b.eviction && a.attempt == b.attempt;
+}
 bool Same(const StatsRequest&, const StatsRequest&) { return true; }
 bool Same(const StatsReply& a, const StatsReply& b) {
   return std::tie(a.requests, a.busy_us, a.retrieves, a.retrieve_read_us, a.retrieve_kernel_us,
@@ -320,6 +326,8 @@ class Gen {
       case 42: return MacOpenReply{U64(), Elems()};
       case 43: return SlotShareRequest{U64(), U32()};
       case 44: return SlotShareReply{U64(), U32(), Elems()};
+      case 45: return EvictStartedReply{U64(), U32()};
+      case 46: return EvictResultRequest{U64(), U32()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
@@ -501,7 +509,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x04, 0x00,              // version 4
+      0x05, 0x00,              // version 5
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -528,7 +536,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x04, 0x00,              // version 4
+      0x05, 0x00,              // version 5
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
