@@ -39,24 +39,6 @@ std::string StaleStateFix(const std::string& state_path) {
          state_path + "`, or mount with -o refresh_state";
 }
 
-// Pending-eviction payload: eviction number and the last attempt sent.
-std::vector<std::uint8_t> EncodeEvictPayload(std::uint64_t ne, std::uint32_t attempt) {
-  std::vector<std::uint8_t> out(12);
-  for (int i = 0; i < 8; ++i) out[i] = static_cast<std::uint8_t>(ne >> (8 * i));
-  for (int i = 0; i < 4; ++i) out[8 + i] = static_cast<std::uint8_t>(attempt >> (8 * i));
-  return out;
-}
-
-Status DecodeEvictPayload(const std::vector<std::uint8_t>& p, std::uint64_t* ne,
-                          std::uint32_t* attempt) {
-  if (p.size() != 12) return Status::Corruption("pending eviction record has a bad size");
-  *ne = 0;
-  *attempt = 0;
-  for (int i = 0; i < 8; ++i) *ne |= std::uint64_t{p[i]} << (8 * i);
-  for (int i = 0; i < 4; ++i) *attempt |= std::uint32_t{p[8 + i]} << (8 * i);
-  return Status::Ok();
-}
-
 // Shares `secret` (n elements) among `parties` with threshold t, drawing the
 // polynomial coefficients from the CSPRNG. outs[i] receives party i's n shares.
 void ShareVector(std::span<const Elem> secret, std::size_t t,
@@ -126,6 +108,10 @@ OramClient::~OramClient() {
     if (Status st = FlushPendingRoot(); !st.ok()) {
       spdlog::warn("the last access's root write stays pending in the state: {}", st.ToString());
     }
+  }
+  if (Status st = SettleEviction(); !st.ok()) {
+    spdlog::warn("eviction {} stays under way in the state (the next Open finishes it): {}",
+                 counters_.ne, st.ToString());
   }
   if (lease_held_ && !fenced_) ReleaseLease();
   if (state_lock_fd_ >= 0) ::close(state_lock_fd_);
@@ -291,6 +277,13 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   if (config.servers.size() != config.params.parties) {
     return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
                               " servers for " + std::to_string(config.params.parties) + " parties");
+  }
+  if (!read_only) {
+    // Two rounds of root writes (background eviction, RootCopies).
+    S3ORAM_ASSIGN_OR_RETURN(
+        client->root_copies_,
+        RootCopies::Open(state_path + ".roots", 2 * std::size_t{config.params.evict_rate},
+                         static_cast<std::size_t>(config.params.elems_per_slot())));
   }
   S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
   S3ORAM_ASSIGN_OR_RETURN(client->servers_,
@@ -773,6 +766,12 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     TimeInto timer(stats_.timings.eviction_ns);
     S3ORAM_RETURN_IF_ERROR(RunEviction());
   }
+  // No root write of this round before every server copied the last round's
+  // root aside for the eviction in flight.
+  if (inflight_ && !inflight_->started) {
+    TimeInto timer(stats_.timings.eviction_ns);
+    S3ORAM_RETURN_IF_ERROR(EnsureEvictionStarted());
+  }
   // Slot nr may hold an inconsistent sharing; a deferred root write rewrites
   // it completely on every server before the retrieval, otherwise repair it.
   if (root_slot_dirty_ && !pending_root_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
@@ -784,15 +783,50 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     in_root = pending_root_->moved;
   }
   const PositionEntry* where = in_root ? &*in_root : pm_->Find(id);
+  // A block the eviction in flight moves is still where it was on the
+  // servers (they commit the eviction at the end of this round); one it takes
+  // out of a root slot this round may have overwritten is read from the
+  // client's own copy, behind a retrieval that selects nothing.
+  std::optional<PositionEntry> before_eviction;
+  std::optional<std::vector<Elem>> own_copy;
+  if (!in_root && where && inflight_) {
+    const auto it = inflight_->record.before.find(id);
+    if (it != inflight_->record.before.end()) {
+      before_eviction = PositionEntry{it->second, where->version};
+      where = &*before_eviction;
+      // Slots this round wrote, or is about to with this retrieval's root write.
+      const std::uint64_t overwritten = counters_.nr + (pending_root_ ? 1 : 0);
+      if (it->second.level == 0 && it->second.slot < overwritten) {
+        own_copy = RootCopyOf(id, *before_eviction);
+        if (!own_copy) {
+          // No usable copy (lost in a power failure, or written by another
+          // process): the block is only in the eviction's result. Commit it
+          // now; a server sees this one commit early.
+          if (!early_commit_logged_) {
+            spdlog::info("block {} is only in eviction {}'s result (no copy in {}): the "
+                         "eviction commits early",
+                         id, inflight_->record.eviction,
+                         root_copies_ ? root_copies_->path() : std::string("the root copies"));
+            early_commit_logged_ = true;
+          }
+          TimeInto timer(stats_.timings.eviction_ns);
+          S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
+          before_eviction.reset();
+          where = pm_->Find(id);
+        }
+      }
+    }
+  }
   const PositionEntry old = where ? *where : PositionEntry{};
-  auto retrieved = RetrieveElems(where, pending_root_ ? &*pending_root_ : nullptr);
+  auto retrieved = RetrieveElems(own_copy ? nullptr : where,
+                                 pending_root_ ? &*pending_root_ : nullptr);
   if (!retrieved.ok()) {
     // Some servers may hold the deferred write and some not: slot nr is
     // rewritten (with that write, still pending) before the next retrieval.
     if (pending_root_) root_slot_dirty_ = true;
     return retrieved.status();
   }
-  std::vector<Elem> elems = std::move(retrieved).value();
+  std::vector<Elem> elems = own_copy ? std::move(*own_copy) : std::move(retrieved).value();
 
   // Every server holds the deferred root write now: it is recorded in the
   // same transaction as this access's own (deferred) one below, or alone if
@@ -881,12 +915,20 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   root.elems = std::move(elems);
   batch.SetCounters(next);
   batch.AddPending(PendingOp{kRootPendingKey, kRootKind, EncodeRootPayload(root)});
+  // The client's own copy of the root write, before the access is recorded:
+  // the next round may need it while this round's eviction is in flight.
+  if (root_copies_) {
+    S3ORAM_RETURN_IF_ERROR(root_copies_->Put(
+        RootCopies::Index(current_round(), root.slot, p.evict_rate), root.elems));
+  }
   {
     TimeInto timer(stats_.timings.state_commit_ns);
     S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
   }
   if (pending_root_) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
   counters_ = next;
+  // Taken out of the eviction in flight: its copy there is stale, its slot free.
+  if (inflight_) inflight_->record.before.erase(id);
   // Ids, versions and positions only (this log stays on the client): never bytes.
   spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
                 modify ? "update" : (op == AccessOp::kWrite ? "write" : "read"), id, old.version,
@@ -913,51 +955,129 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
   return previous;
 }
 
+std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
+                                                        const PositionEntry& at) const {
+  if (!root_copies_ || !inflight_) return std::nullopt;
+  const OramParams& p = params();
+  auto copy = root_copies_->Get(
+      RootCopies::Index(inflight_->record.eviction, at.pos.slot, p.evict_rate));
+  if (!copy) return std::nullopt;
+  std::vector<std::uint8_t> sealed(p.sealed_bytes()), plain(p.block_bytes);
+  const auto data_part =
+      std::span<const Elem>(*copy).first(static_cast<std::size_t>(p.data_elems_per_slot()));
+  if (!field::Unpack(data_part, sealed) || (mac_ && !mac_->Verify(*copy)) ||
+      !sealer_->Open(id, at.version, sealed, plain)) {
+    return std::nullopt;
+  }
+  return copy;
+}
+
 Status OramClient::RunEviction() {
+  if (inflight_) S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
   S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
   for (const auto& op : pending) {
-    if (op.kind == kEvictKind) return FinishPendingEviction();
+    if (op.kind == kEvictKind) S3ORAM_RETURN_IF_ERROR(FinishPendingEviction());
   }
+  if (counters_.nr < params().evict_rate) return Status::Ok();
   if (writes_stopped_) return *writes_stopped_;
+  return StartEviction();
+}
+
+Status OramClient::StartEviction() {
   const TreeGeometry geo = params().geometry();
   TimeInto planning(stats_.timings.eviction_client_ns);
   S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
-  planning.Stop();
-  // Log the intent before anything is sent.
-  const std::uint32_t attempt = 1;
+  EvictionRecord record;
+  record.eviction = counters_.ne;
+  record.attempt = 1;
+  for (const auto& [id, pos] : plan.moves) record.before.emplace(id, pm_->Find(id)->pos);
+  // One durable transaction: the plan, the blocks at their new positions and
+  // the new round (nr = 0). A crash after it finishes this eviction at Open
+  // from the plan, before any access.
   ClientStateStore::Batch intent;
-  Counters c = counters_;
-  intent.AddPending(PendingOp{counters_.ne, kEvictKind, EncodeEvictPayload(counters_.ne, attempt)});
-  intent.SetCounters(c);
-  // Durable: after a power loss the state must still know an eviction may be
-  // under way (and, WAL being a log, keeps every access committed before it).
+  for (const auto& [id, pos] : plan.moves) {
+    intent.PutPosition(id, PositionEntry{pos, pm_->Find(id)->version});
+  }
+  Counters next = counters_;
+  next.nr = 0;
+  intent.SetCounters(next);
+  record.plan = plan;
+  intent.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
+  planning.Stop();
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);
     S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
   }
   FaultPoint("client.evict.after_intent");
-  // Accesses wait for the eviction: say so once, at info level, when the
-  // last one took long enough for a user to notice (every A accesses).
+  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
+  counters_ = next;
+  inflight_ = InFlight{std::move(record), false};
+  if (stats_.evictions == 0) {
+    spdlog::info("eviction {} started (every {} accesses); the servers compute it while the "
+                 "next {} accesses go on (s3oram status shows its progress)",
+                 counters_.ne, params().evict_rate, params().evict_rate);
+  }
+  return EnsureEvictionStarted();
+}
+
+Status OramClient::EnsureEvictionStarted() {
+  if (!inflight_ || inflight_->started) return Status::Ok();
+  if (eviction_refused_ && std::chrono::steady_clock::now() < eviction_retry_at_) {
+    return *eviction_refused_;
+  }
+  EvictionRecord& record = inflight_->record;
+  // A PREPARE that failed before every server started it is sent again
+  // under a new attempt (fresh shares), logged first.
+  constexpr std::uint32_t kMaxAttempts = 4;
+  Status last;
+  for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
+    if (tries > 0) {
+      ++record.attempt;
+      ++stats_.eviction_retries;
+      ClientStateStore::Batch b;
+      b.RemovePending(record.eviction);
+      b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
+      S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+    }
+    last = SendPrepare(*record.plan, record.attempt, options_.evictions);
+    if (last.ok()) {
+      inflight_->started = true;
+      FaultPoint("client.evict.after_started");
+      return Status::Ok();
+    }
+    spdlog::warn("eviction {} attempt {} did not start: {}", record.eviction, record.attempt,
+                 last.ToString());
+    if (last.code() == Status::Code::kDamaged) break;
+  }
+  if (last.code() == Status::Code::kDamaged) {
+    eviction_refused_ = last.WithContext("eviction " + std::to_string(record.eviction) +
+                                         " cannot run until the damaged server is repaired");
+    eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
+    return *eviction_refused_;
+  }
+  return last.WithContext("starting eviction " + std::to_string(record.eviction));
+}
+
+Status OramClient::FinishInFlightEviction() {
+  if (!inflight_) return Status::Ok();
   const auto started = std::chrono::steady_clock::now();
-  if (last_eviction_time_ >= kSlowEviction) {
-    spdlog::info(
-        "eviction {} started (every {} accesses); accesses wait until it commits, "
-        "about {:.0f} s as the last one did (s3oram status shows its progress)",
-        counters_.ne, params().evict_rate,
-        std::chrono::duration<double>(last_eviction_time_).count());
-  } else if (stats_.evictions == 0) {
-    spdlog::info(
-        "eviction {} started (every {} accesses); accesses wait until it commits "
-        "(s3oram status shows its progress)",
-        counters_.ne, params().evict_rate);
+  const std::uint64_t prepare_wait_before = stats_.timings.eviction_prepare_wait_ns;
+  EvictionRecord& record = inflight_->record;
+  const EvictionPlan plan = *record.plan;
+  S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/inflight_->started));
+  inflight_.reset();
+  // An access that waited for the servers says so once, at info level: the
+  // eviction took longer than a round of accesses.
+  const auto waited = std::chrono::nanoseconds(stats_.timings.eviction_prepare_wait_ns -
+                                               prepare_wait_before);
+  if (waited >= kSlowEviction) {
+    spdlog::info("accesses waited {:.1f} s for eviction {} to be computed (the servers took "
+                 "longer than a round of {} accesses); committed after {:.1f} s in all",
+                 std::chrono::duration<double>(waited).count(), plan.eviction,
+                 params().evict_rate,
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
   }
-  Status st = PrepareAndCommit(plan, attempt);
-  last_eviction_time_ = std::chrono::steady_clock::now() - started;
-  if (st.ok() && last_eviction_time_ >= kSlowEviction) {
-    spdlog::info("eviction {} committed after {:.1f} s", counters_.ne - 1,
-                 std::chrono::duration<double>(last_eviction_time_).count());
-  }
-  return st;
+  return Status::Ok();
 }
 
 Status OramClient::FinishPendingEviction() {
@@ -972,26 +1092,51 @@ Status OramClient::FinishPendingEviction() {
     if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
     return Status::Ok();
   }
-  std::uint64_t ne = 0;
-  std::uint32_t attempt = 0;
-  S3ORAM_RETURN_IF_ERROR(DecodeEvictPayload(op->payload, &ne, &attempt));
-  if (ne != counters_.ne) {
-    return Status::Corruption("pending eviction " + std::to_string(ne) +
+  S3ORAM_ASSIGN_OR_RETURN(
+      EvictionRecord record,
+      DecodeEvictionRecord(op->payload, params().geometry(), params().capacity_blocks));
+  if (record.eviction != counters_.ne) {
+    return Status::Corruption("pending eviction " + std::to_string(record.eviction) +
                               " does not match the eviction counter " +
                               std::to_string(counters_.ne));
   }
-  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
-                          PlanEviction(params().geometry(), counters_.ne, *pm_));
   ++stats_.eviction_retries;
-  return PrepareAndCommit(plan, attempt + 1);
+  if (record.plan) {
+    // Background: the map holds the new positions already; the servers may
+    // have finished this very attempt (a clean unmount leaves it running).
+    const EvictionPlan plan = *record.plan;
+    S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/true));
+  } else {
+    // Logged by a client that ran evictions to the end while accesses
+    // waited: the plan follows from the positions, which it then updates.
+    S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
+                            PlanEviction(params().geometry(), counters_.ne, *pm_));
+    ++record.attempt;
+    S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/false));
+  }
+  // The round the access counter is in may be full already (the eviction
+  // was started at its end and the client stopped there): the next starts.
+  if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
+  return Status::Ok();
 }
 
 Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
-                               std::span<const Elem> matrices, const TransportOptions& budget) {
+                               const TransportOptions& budget) {
+  const OramParams& p = params();
+  const std::size_t step_elems = 2 * std::size_t{p.bucket_size} * p.bucket_size;
+  std::vector<Elem> dense(plan.steps.size() * step_elems);
+  {
+    const TimeInto expanding(stats_.timings.eviction_client_ns);
+    for (std::size_t s = 0; s < plan.steps.size(); ++s) {
+      ExpandStepMatrix(plan.steps[s], p.bucket_size,
+                       std::span<Elem>(dense).subspan(s * step_elems, step_elems));
+    }
+  }
+  // Fresh shares for every attempt: a retry must not reuse randomness.
   S3ORAM_ASSIGN_OR_RETURN(
       auto replies,
       ExchangeShared(
-          matrices,
+          dense,
           [&plan, attempt](std::vector<Elem>&& share) {
             return wire::Body{
                 wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf, std::move(share)}};
@@ -1020,14 +1165,14 @@ Status OramClient::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
       auto replies, servers_->Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (std::get<wire::EvictPrepareReply>(replies[i].body).eviction != eviction) {
-      return Status::Protocol("server " + std::to_string(i) + " answered EVICT_RESULT for another "
-                              "eviction");
+      return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
     }
   }
   return Status::Ok();
 }
 
-Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t first_attempt) {
+Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& record,
+                                    bool collect_first) {
   // A server refused this eviction for damaged storage a moment ago: it will
   // again until it is repaired, and every attempt costs the other servers'
   // SMP timeout. Accesses that need the eviction fail at once meanwhile (the
@@ -1036,74 +1181,78 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
     return *eviction_refused_;
   }
   const OramParams& p = params();
-  const std::size_t Z = p.bucket_size;
-  const std::size_t step_elems = 2 * Z * Z;
 
   // If any server already committed this eviction, every server prepared it
   // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
   bool committed_somewhere = false;
-  if (first_attempt > 1) {
+  if (collect_first || record.attempt > 1) {
     for (const auto& r : QueryServers(options_.requests.deadline)) {
       if (!r.status.ok()) return r.status.WithContext("finishing eviction");
       if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
     }
   }
 
-  std::uint32_t attempt = first_attempt;
   if (!committed_somewhere) {
-    std::vector<Elem> dense(plan.steps.size() * step_elems);
-    {
-      const TimeInto expanding(stats_.timings.eviction_client_ns);
-      for (std::size_t s = 0; s < plan.steps.size(); ++s) {
-        ExpandStepMatrix(plan.steps[s], p.bucket_size,
-                         std::span<Elem>(dense).subspan(s * step_elems, step_elems));
-      }
-    }
     // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
     // servers refuse an attempt quickly), all within one eviction timeout:
     // a server that does not answer fails the eviction after that time, not
     // after a multiple of it.
     constexpr std::uint32_t kMaxAttempts = 4;
     const auto started = std::chrono::steady_clock::now();
-    Status last;
-    for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries, ++attempt) {
+    auto budget_left = [&]() {
       const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
           std::chrono::steady_clock::now() - started);
-      if (tries > 0 && spent >= options_.evictions.deadline) break;
       TransportOptions budget = options_.evictions;
-      budget.deadline = options_.evictions.deadline - spent;
+      budget.deadline = spent < options_.evictions.deadline
+                            ? options_.evictions.deadline - spent
+                            : std::chrono::milliseconds(1);
       // Resent after silence only past half the eviction's time: the servers
-      // answer a PREPARE after exchanging shares with each other, minutes on
-      // a slow link or a busy machine, and a duplicate of its matrix shares
-      // (tens of MB at the default parameters) only queues behind the first
-      // on the uplink. A connection that was replaced (a restarted server)
-      // still gets the request again at once (ServerSet::Exchange).
+      // answer EVICT_RESULT after exchanging shares with each other, minutes
+      // on a slow link or a busy machine. A connection that was replaced (a
+      // restarted server) still gets the request again at once.
       budget.resend_after = std::max(budget.resend_after, budget.deadline / 2);
       budget.resend_after = std::min(budget.resend_after, budget.deadline);
-      if (attempt != first_attempt || first_attempt > 1) {
+      return budget;
+    };
+    Status last;
+    if (collect_first) {
+      // The servers may have it done already (in flight, or left running).
+      last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
+      if (last.ok()) last = CheckPreparedEviction(plan.eviction, record.attempt);
+      if (!last.ok()) {
+        spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
+                     last.ToString());
+      }
+    }
+    if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged)) {
+      for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
+        if (tries > 0 && std::chrono::steady_clock::now() - started >= options_.evictions.deadline) {
+          break;
+        }
+        if (collect_first || tries > 0) {
+          ++record.attempt;
+          ++stats_.eviction_retries;
+        }
         ClientStateStore::Batch b;
         b.RemovePending(plan.eviction);
-        b.AddPending(PendingOp{plan.eviction, kEvictKind, EncodeEvictPayload(plan.eviction, attempt)});
+        b.AddPending(PendingOp{plan.eviction, kEvictKind, EncodeEvictionRecord(record)});
         S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+        last = SendPrepare(plan, record.attempt, budget_left());
+        if (last.ok()) last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
+        // Verified before anything commits: the prepared buckets must be
+        // consistent sharings on every server. A failure (a fault in a
+        // server's memory or computation, or wrong shares dealt in the
+        // exchange) leaves every server's live tree as it was; a new attempt
+        // recomputes the eviction with fresh randomness.
+        if (last.ok()) last = CheckPreparedEviction(plan.eviction, record.attempt);
+        if (last.ok()) break;
+        spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
+                     last.ToString());
+        // A server whose stored shares failed their digests refuses every
+        // attempt the same way until it is repaired: stop here, with the tree
+        // as it was (no server committed anything).
+        if (last.code() == Status::Code::kDamaged) break;
       }
-      // Fresh shares for every attempt: a retry must not reuse randomness.
-      // The servers answer EVICT_STARTED once they hold the root aside, then
-      // EVICT_RESULT when the eviction is computed.
-      last = SendPrepare(plan, attempt, dense, budget);
-      if (last.ok()) last = AwaitPrepared(plan.eviction, attempt, budget);
-      // Verified before anything commits: the prepared buckets must be
-      // consistent sharings on every server. A failure (a fault in a
-      // server's memory or computation, or wrong shares dealt in the
-      // exchange) leaves every server's live tree as it was; a new attempt
-      // recomputes the eviction with fresh randomness.
-      if (last.ok()) last = CheckPreparedEviction(plan.eviction, attempt);
-      if (last.ok()) break;
-      spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, attempt, last.ToString());
-      // A server whose stored shares failed their digests refuses every
-      // attempt the same way until it is repaired: stop here, with the tree
-      // as it was (no server committed anything).
-      if (last.code() == Status::Code::kDamaged) break;
-      ++stats_.eviction_retries;
     }
     if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {
       eviction_refused_ = last.WithContext(
@@ -1136,17 +1285,24 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
   }
 
   FaultPoint("client.evict.after_commit");
-  // Every server has made the eviction live: record the new positions.
+  // Every server has made the eviction live: record it (and, for a record
+  // without a plan, the new positions, with the next round).
   Counters next = counters_;
-  next.nr = 0;
   next.ne = plan.eviction + 1;
   ClientStateStore::Batch batch;
-  batch.SetCounters(next);
-  for (const auto& [id, pos] : plan.moves) {
-    const PositionEntry* e = pm_->Find(id);
-    if (!e) return Status::Corruption("eviction moved block " + std::to_string(id) + " that is not mapped");
-    batch.PutPosition(id, PositionEntry{pos, e->version});
+  const bool moves_applied = record.plan.has_value();
+  if (!moves_applied) {
+    next.nr = 0;
+    for (const auto& [id, pos] : plan.moves) {
+      const PositionEntry* e = pm_->Find(id);
+      if (!e) {
+        return Status::Corruption("eviction moved block " + std::to_string(id) +
+                                  " that is not mapped");
+      }
+      batch.PutPosition(id, PositionEntry{pos, e->version});
+    }
   }
+  batch.SetCounters(next);
   batch.RemovePending(plan.eviction);
   // Durable: the servers have moved the blocks; positions must not roll back.
   {
@@ -1154,7 +1310,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, std::uint32_t firs
     S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
   }
   counters_ = next;
-  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
+  if (!moves_applied) S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   ++stats_.evictions;
   spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
                 plan.moves.size());
@@ -1504,11 +1660,22 @@ void OramClient::ReleaseLease() {
   lease_held_ = false;
 }
 
+Status OramClient::SettleEviction() {
+  if (!inflight_ || read_only_ || !lease_held_ || fenced_) return Status::Ok();
+  TimeInto timer(stats_.timings.eviction_ns);
+  return FinishInFlightEviction();
+}
+
 Status OramClient::Close() {
   // The last access's root write goes before the lease: a failure leaves it
-  // logged in the state, and the next Open sends it.
+  // logged in the state, and the next Open sends it. So does the eviction
+  // in flight (the next Open finishes it if this fails).
   Status flushed = Status::Ok();
   if (pending_root_ && lease_held_ && !fenced_) flushed = FlushPendingRoot();
+  if (Status settled = SettleEviction(); !settled.ok()) {
+    spdlog::warn("closing with eviction {} under way: {}", counters_.ne, settled.ToString());
+    if (flushed.ok()) flushed = settled;
+  }
   if (lease_held_ && !fenced_) ReleaseLease();
   lease_held_ = false;
   return flushed;

@@ -5,6 +5,21 @@
 //   EVICT_PREPARE on all servers (they reduce degrees with SMP among
 //   themselves) followed by EVICT_COMMIT.
 //
+// Background eviction: the eviction of round r (the A accesses that filled
+// the root) starts at the end of the round and commits at the end of round
+// r + 1, so its minutes of server work overlap the next round's accesses
+// instead of stopping them. At the start the servers copy the root aside
+// (EVICT_STARTED); round r + 1 then overwrites the live root slot by slot;
+// the client moves every block of the plan to its new position in its map at
+// once (logged with the plan), and until the commit retrieves such a block
+// where the servers' committed tree still holds it, or, for a root slot
+// round r + 1 overwrote, from its own copy (RootCopies) behind a retrieval
+// that selects nothing. An access that gets to the end of round r + 1 first
+// waits for the servers (EVICT_RESULT), then EVICT_CHECK and EVICT_COMMIT,
+// then starts the next. The servers see PREPARE and COMMIT at fixed access
+// counts, as before; a block taken out by an access during the overlap
+// leaves a stale copy where the eviction puts it, whose slot is free.
+//
 // Guarantees:
 //  * Reads return exactly the bytes last written (zeros for a block never
 //    written), or an error. Every block is sealed (block_seal.h) before it is
@@ -60,7 +75,9 @@
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/protocol/eviction_record.h"
 #include "oramcore/protocol/freshness.h"
+#include "oramcore/protocol/root_copies.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/tree/planner.h"
 #include "oramcore/wire/transport.h"
@@ -253,6 +270,13 @@ class OramClient {
   // failing disk. An eviction logged as pending before is still finished.
   const std::optional<Status>& writes_stopped() const { return writes_stopped_; }
 
+  // Commits the eviction the servers compute in the background now, waiting
+  // for them if they are not done: afterwards the state records no eviction
+  // under way. Before a state backup and at Close (a server sees this
+  // eviction commit before the end of the round: at an unmount, which it sees
+  // anyway). OK if none is in flight.
+  Status SettleEviction();
+
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
   // which this client is fenced. Cheap; call it when idle (every few seconds).
@@ -289,14 +313,30 @@ class OramClient {
   // state's seq is made durable first if requests went since the last
   // durable commit.
   Result<wire::Header> NextMutationHeader();
+  // The end of a round (nr == A): the eviction in flight commits, then the
+  // next one starts in the background.
   Status RunEviction();
+  // Plans eviction ne, logs it (plan, positions before and after, nr = 0),
+  // moves the blocks in the map and starts it on the servers.
+  Status StartEviction();
+  // Sends the in-flight eviction's PREPARE until every server has started it
+  // (its root copied aside): no root write of the next round goes before.
+  Status EnsureEvictionStarted();
+  // Waits for the in-flight eviction, checks and commits it.
+  Status FinishInFlightEviction();
+  // Finishes an eviction the state records as under way (Open, or an
+  // earlier failure).
   Status FinishPendingEviction();
-  Status PrepareAndCommit(const EvictionPlan& plan, std::uint32_t attempt);
-  // EVICT_PREPARE of `attempt` (fresh shares of the plan's dense matrices)
-  // until every server answered EVICT_STARTED (its input root copied aside).
+  // PREPARE (attempts from first_attempt on) unless `collect_first` and the
+  // servers finished attempt first_attempt already (EVICT_RESULT); then
+  // EVICT_CHECK and COMMIT, and the record: the counters (and, when
+  // `record.plan` is absent, the moves, which are then not in the map yet).
+  Status PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& record, bool collect_first);
+  // EVICT_PREPARE of `attempt` with fresh shares of the plan's matrices, until
+  // every server answered EVICT_STARTED.
   Status SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
-                     std::span<const field::Elem> matrices, const TransportOptions& budget);
-  // EVICT_RESULT: waits until every server has prepared `attempt`.
+                     const TransportOptions& budget);
+  // EVICT_RESULT: waits until every server prepared `attempt`.
   Status AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
                        const TransportOptions& budget);
   // EVICT_CHECK on every server: Integrity if the prepared buckets of this
@@ -387,6 +427,23 @@ class OramClient {
   ClientStats stats_;
   bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
   std::optional<PendingRoot> pending_root_;  // deferred root write of the last access (slot nr)
+  // The eviction started at the end of the last round and not committed yet
+  // (see the class comment), as logged; `started` once every server
+  // answered EVICT_STARTED.
+  struct InFlight {
+    EvictionRecord record;  // plan and positions before it
+    bool started = false;
+  };
+  std::optional<InFlight> inflight_;
+  // The round whose root the accesses write now (the eviction that will
+  // move it out): ne, or ne + 1 while an eviction is in flight.
+  std::uint64_t current_round() const { return counters_.ne + (inflight_ ? 1 : 0); }
+  std::unique_ptr<RootCopies> root_copies_;  // null when read-only
+  // The client's copy of block `id`, written to root slot at.pos.slot in the
+  // round the eviction in flight moves out, if it authenticates as version
+  // at.version; nullopt otherwise.
+  std::optional<std::vector<field::Elem>> RootCopyOf(BlockId id, const PositionEntry& at) const;
+  bool early_commit_logged_ = false;
   bool lease_held_ = false;
   int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
   std::string lease_sealed_;  // this client's sealed description, as acquired

@@ -701,6 +701,9 @@ Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& pro
   if (client.backup_key().empty()) {
     return Status::FailedPrecondition("a state backup needs a client opened with the passphrase");
   }
+  // A backup records no eviction under way: a device that restores it must
+  // not find the servers one eviction ahead of it.
+  S3ORAM_RETURN_IF_ERROR(client.SettleEviction().WithContext("before the state backup"));
   return BackupStateWithKey(client, client.backup_key(), progress);
 }
 
