@@ -1055,6 +1055,7 @@ struct RequestHandler::Impl {
       return Status::InvalidArgument("rebuild: this server (" + std::to_string(config.index) +
                                      ") is not among the participants");
     }
+    if (req.first_bucket == 0) return RebuildReadRootSnapshot(req);
     S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "rebuild read"));
     S3ORAM_RETURN_IF_ERROR(PrepareMasks(req));
     const MaskSession& ms = *mask_session;
@@ -1114,6 +1115,57 @@ struct RequestHandler::Impl {
     return wire::Body{std::move(reply)};
   }
 
+  // REBUILD_READ of "bucket 0": this server's share of the root snapshot of
+  // the eviction under way (root.bin), masked as a bucket is. Without one,
+  // FailedPrecondition (the rebuild then has none to carry over).
+  Result<wire::Body> RebuildReadRootSnapshot(const wire::RebuildReadRequest& req) {
+    if (req.count != 1) {
+      return Status::InvalidArgument("rebuild read: the root snapshot (bucket 0) is read alone");
+    }
+    const std::uint64_t eviction = store->meta().applied_evictions;
+    if (store->RootSnapshotEviction() != eviction + 1) {
+      return Status::FailedPrecondition("rebuild read: no root snapshot of eviction " +
+                                        std::to_string(eviction) + " here");
+    }
+    S3ORAM_RETURN_IF_ERROR(PrepareMasks(req));
+    const MaskSession& ms = *mask_session;
+    wire::RebuildReadReply reply;
+    reply.first_bucket = 0;
+    reply.holes = {0};
+    reply.contribution.resize(store->bucket_elems());
+    // Checked against its digests: damage must not be rebuilt into the target.
+    S3ORAM_RETURN_IF_ERROR(store->ReadRootSnapshot(eviction, reply.contribution));
+    for (Elem& e : reply.contribution) e = field::Mul(ms.lambda, e);
+    rebuild::ApplyMasks(ms.pairs, 0, reply.contribution, mask_scratch);
+    spdlog::debug("rebuild read for server {}: the root snapshot of eviction {}", req.target,
+                  eviction);
+    return wire::Body{std::move(reply)};
+  }
+
+  // REBUILD_WRITE of "bucket 0": the target's root snapshot for the eviction
+  // under way (the survivors' applied_evictions), from the masked shares.
+  Result<wire::Body> RebuildWriteRootSnapshot(const wire::RebuildWriteRequest& req) {
+    const std::size_t be = store->bucket_elems();
+    if (req.holes != std::vector<std::uint8_t>{0} || req.contributions.size() != threshold + 1) {
+      return Status::InvalidArgument("rebuild write: the root snapshot is one bucket from t + 1 "
+                                     "participants");
+    }
+    std::vector<const Elem*> parts;
+    for (const auto& c : req.contributions) {
+      if (c.size() != be) {
+        return Status::InvalidArgument("rebuild write: a root snapshot contribution has " +
+                                       std::to_string(c.size()) + " elements, expected " +
+                                       std::to_string(be));
+      }
+      parts.push_back(c.data());
+    }
+    rebuild_sum.resize(be);
+    shamir::SmpCombine(parts, be, rebuild_sum.data());
+    S3ORAM_RETURN_IF_ERROR(
+        store->WriteRootSnapshot(rebuild_target->applied_evictions, rebuild_sum));
+    return wire::Body{wire::RebuildWriteReply{rebuild_target->next_bucket}};
+  }
+
   // REBUILD_WRITE, on the target: sum the participants' contributions and
   // write them. Ranges arrive in order; a resent range is rewritten with the
   // same values, so a retry is harmless, and a gap is refused.
@@ -1121,6 +1173,7 @@ struct RequestHandler::Impl {
                                         const wire::RebuildWriteRequest& req) {
     S3ORAM_RETURN_IF_ERROR(CheckRebuildTarget(h));
     const std::uint64_t count = req.holes.size();
+    if (req.first_bucket == 0) return RebuildWriteRootSnapshot(req);
     S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, count, "rebuild write"));
     if (req.first_bucket > rebuild_target->next_bucket) {
       return Status::InvalidArgument("rebuild write: range starts at bucket " +

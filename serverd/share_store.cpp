@@ -1493,6 +1493,46 @@ Status ShareStore::SnapshotRoot(std::uint64_t eviction) {
   return Status::Ok();
 }
 
+Status ShareStore::WriteRootSnapshot(std::uint64_t eviction, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (!im.rebuilding) {
+    return Status::FailedPrecondition("a root snapshot is written whole only by a rebuild");
+  }
+  if (data.size() != bucket_elems()) {
+    return Status::InvalidArgument("root snapshot has " + std::to_string(data.size()) +
+                                   " elements, expected " + std::to_string(bucket_elems()));
+  }
+  std::vector<digest::SlotDigest> d(im.geo.z);
+  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, d, "rebuilt root snapshot"));
+  if (!im.root_fd.valid()) {
+    im.root_fd = Fd(::open(im.root_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!im.root_fd.valid()) return SysError("creating", im.root_path, errno);
+  }
+  const int rfd = im.root_fd.get();
+  im.root_snapshot = 0;
+  RootHeader h;
+  h.fs_id = meta_.fs_id;
+  h.eviction = eviction;
+  h.bucket_bytes = im.geo.bucket_bytes;
+  h.z = static_cast<std::uint32_t>(im.geo.z);
+  auto enc = EncodeRootHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
+  S3ORAM_RETURN_IF_ERROR(
+      PwriteAll(rfd, data.data(), data.size_bytes(), kHeaderRegion, im.root_path));
+  S3ORAM_RETURN_IF_ERROR(
+      im.WriteDigests(rfd, im.root_path, kHeaderRegion + im.geo.bucket_bytes, d));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
+  h.complete = true;
+  enc = EncodeRootHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
+  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
+  im.root_digests = std::move(d);
+  im.root_snapshot = eviction + 1;
+  return Status::Ok();
+}
+
 std::uint64_t ShareStore::RootSnapshotEviction() const { return impl_->root_snapshot; }
 
 Status ShareStore::ReadRootSnapshot(std::uint64_t eviction, std::span<Elem> out) const {

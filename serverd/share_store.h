@@ -197,6 +197,10 @@ class ShareStore {
   // next one): root writes after this do not change what the eviction reads,
   // also after a restart. Keeps a complete snapshot of the same eviction.
   Status SnapshotRoot(std::uint64_t eviction);
+  // Rebuild only: writes `data` (bucket_elems() elements, this server's share
+  // reconstructed from the others') as the root snapshot of `eviction`,
+  // durably, with fresh digests.
+  Status WriteRootSnapshot(std::uint64_t eviction, std::span<const Elem> data);
   // eviction + 1 of the complete root snapshot held, 0 if none.
   std::uint64_t RootSnapshotEviction() const;
   // The root snapshot of `eviction` into out (bucket_elems() elements),

@@ -443,6 +443,55 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   const std::uint64_t total_bytes = buckets * bucket_bytes;
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
+  // The root snapshot of an eviction under way ("bucket 0", root.bin): the
+  // target's share is rebuilt as a bucket's is, so that the eviction,
+  // prepared again, reads the same root on every server (the live root may
+  // hold later root writes by then). Carried over only if every participant
+  // holds it: one that does not never started that eviction, which then
+  // reads the live root when it is prepared again, everywhere alike.
+  {
+    std::vector<std::vector<field::Elem>> snapshot;
+    for (std::size_t j : report.participants) {
+      wire::RebuildReadRequest req;
+      req.target = static_cast<std::uint32_t>(K);
+      req.participants = participants;
+      req.nonce = nonce;
+      req.first_bucket = 0;
+      req.count = 1;
+      req.dense = true;
+      auto m = s.Ask(j, req, wire::MessageType::kRebuildReadReply, bulk);
+      if (!m.ok() && m.status().code() == Status::Code::kFailedPrecondition) break;
+      if (!m.ok()) return m.status().WithContext("reading the root snapshot");
+      auto& r = std::get<wire::RebuildReadReply>(m->body);
+      if (r.first_bucket != 0 || r.holes != std::vector<std::uint8_t>{0} ||
+          r.contribution.size() != bucket_elems) {
+        return Status::Protocol(Name(j, *s.servers) +
+                                " answered a rebuild read of the root snapshot with a malformed "
+                                "reply");
+      }
+      report.bytes_received += r.contribution.size() * sizeof(field::Elem);
+      snapshot.push_back(std::move(r.contribution));
+    }
+    if (snapshot.size() == report.participants.size()) {
+      wire::RebuildWriteRequest w;
+      w.first_bucket = 0;
+      w.holes = {0};
+      w.contributions = std::move(snapshot);
+      wire::Header h = s.Next();
+      auto frame = wire::Encode(h, w);
+      w = {};
+      S3ORAM_RETURN_IF_ERROR(s.servers
+                                 ->ExchangeWith({K}, {frame}, h,
+                                                wire::MessageType::kRebuildWriteReply, bulk)
+                                 .status()
+                                 .WithContext("writing the root snapshot on " +
+                                              Name(K, *s.servers)));
+      report.root_snapshot = true;
+      spdlog::info("rebuilt the root snapshot of eviction {} on {}", applied_evictions,
+                   Name(K, *s.servers));
+    }
+  }
+
   for (std::uint64_t first = 1; first <= buckets;) {
     const auto count =
         static_cast<std::uint32_t>(std::min<std::uint64_t>(per_range, buckets - first + 1));

@@ -64,6 +64,8 @@ struct RebuildReport {
   std::uint64_t evictions_committed = 0;  // laggard survivors brought forward
   std::uint64_t blocks_verified = 0;
   std::uint64_t backup_generation = 0;    // the state uploaded after verifying (0: not)
+  // The root snapshot of an eviction under way was rebuilt too (root.bin).
+  bool root_snapshot = false;
 };
 
 Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,

@@ -293,7 +293,7 @@ struct RebuildReadRequest {
   std::uint32_t target = 0;                 // K
   std::vector<std::uint32_t> participants;  // S: t + 1 distinct survivors, ascending
   RebuildNonce nonce{};                     // fresh per rebuild run (client CSPRNG)
-  std::uint64_t first_bucket = 0;           // 1-based
+  std::uint64_t first_bucket = 0;           // 1-based; 0 (count 1): the root snapshot (root.bin)
   std::uint32_t count = 0;
   bool dense = false;  // send every bucket, holes included
 };
@@ -306,7 +306,7 @@ struct RebuildReadReply {
 // To K: every participant's contributions for a range; K sums them and writes
 // the buckets that are not holes. `holes` is common to all participants.
 struct RebuildWriteRequest {
-  std::uint64_t first_bucket = 0;
+  std::uint64_t first_bucket = 0;  // 0 (one bucket): the root snapshot
   std::vector<std::uint8_t> holes;               // one flag per bucket of the range
   std::vector<std::vector<Elem>> contributions;  // one vector per participant
 };

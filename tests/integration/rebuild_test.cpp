@@ -116,6 +116,32 @@ void ExpectNoServerCommitted(OramClient& c, std::uint64_t ne) {
   }
 }
 
+// The three servers' root.bin hold one consistent sharing: the secret from
+// servers {0, 1} equals the one from {0, 2}, element by element.
+void ExpectRootSnapshotsConsistent(cluster::LocalCluster& c, const OramParams& p) {
+  const std::size_t n = std::size_t{p.bucket_size} * p.elems_per_slot();
+  std::vector<std::vector<Elem>> shares(3, std::vector<Elem>(n));
+  for (std::size_t k = 0; k < 3; ++k) {
+    std::ifstream in(DataDir(c, k) + "/root.bin", std::ios::binary);
+    ASSERT_TRUE(in) << "server " << k << " has no root.bin";
+    in.seekg(4096);
+    in.read(reinterpret_cast<char*>(shares[k].data()),
+            static_cast<std::streamsize>(n * sizeof(Elem)));
+    ASSERT_TRUE(in) << "server " << k << ": root.bin is short";
+  }
+  auto secret = [&](std::size_t a, std::size_t b) {
+    const std::vector<Elem> xs{shamir::PartyX(a), shamir::PartyX(b)};
+    auto w = shamir::LagrangeAtZero(xs);
+    EXPECT_TRUE(w.ok());
+    std::vector<Elem> out(n);
+    for (std::size_t i = 0; i < n; ++i) {
+      out[i] = field::Add(field::Mul((*w)[0], shares[a][i]), field::Mul((*w)[1], shares[b][i]));
+    }
+    return out;
+  };
+  EXPECT_TRUE(secret(0, 1) == secret(0, 2)) << "the root snapshots are not one sharing";
+}
+
 // `s3oram rebuild --server bad` (no --force: its scrub must find the
 // damage), then every block of `model` reads back.
 void RebuildAndExpectBlocks(const testing::TestFs& fs, std::size_t bad,
@@ -162,6 +188,7 @@ TEST(RebuildTest, DamagedEvictionInputStopsEvictionsUntilTheServerIsRebuilt) {
   ASSERT_TRUE(fs);
   const std::size_t bad = 1 + seed % 2;
   std::map<BlockId, std::vector<std::uint8_t>> model;
+  bool met_by_eviction = false;
   {
     auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
@@ -200,8 +227,21 @@ TEST(RebuildTest, DamagedEvictionInputStopsEvictionsUntilTheServerIsRebuilt) {
           << again.message();
     }
     ExpectNoServerCommitted(**c, ne);
+    met_by_eviction = by_eviction;
   }
-  RebuildAndExpectBlocks(*fs, bad, model);
+  if (!met_by_eviction) {
+    RebuildAndExpectBlocks(*fs, bad, model);
+    return;
+  }
+  // Every server copied the root aside when the refused eviction started; the
+  // rebuilt server gets its share of that copy too, consistent with the
+  // others', so the eviction prepared again reads the same root everywhere.
+  CliRun r = RunCli("rebuild -s " + fs->state + " --server " + std::to_string(bad) +
+                    " --passfile " + fs->passfile + " --plain-progress");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("rebuilt the root snapshot of eviction"), std::string::npos) << r.output;
+  ExpectRootSnapshotsConsistent(*fs->cluster, params);
+  ExpectBlocks(fs->state, model);
 }
 
 // An upper sibling of the next eviction's path (a bucket the eviction
