@@ -40,11 +40,12 @@ using Clock = std::chrono::steady_clock;
 // Points in the FUSE daemon (client side) and in a server.
 const char* const kClientPoints[] = {
     "client.access.after_write_root", "client.evict.after_intent", "client.evict.after_prepare",
-    "client.evict.after_commit",      "state.commit.before",       "state.commit.after",
-    "metadata.commit.before",         "metadata.commit.after",
+    "client.evict.after_commit",      "client.evict.after_started", "state.commit.before",
+    "state.commit.after",             "metadata.commit.before",     "metadata.commit.after",
 };
 const char* const kServerPoints[] = {
     "server.write_root.after_data",      "server.evict_prepare.mid_rounds",
+    "server.evict_prepare.after_snapshot", "server.snapshot_root.before_complete",
     "server.evict_prepare.before_seal",  "server.evict_prepare.after_seal",
     "server.evict_commit.before",        "server.evict_commit.mid_copy",
     "server.evict_commit.after_copy",

@@ -115,10 +115,11 @@ TEST(LyingServerTest, WrongRetrievalAnswersFailReadsAndLoseNothing) {
 }
 
 // The eviction of a client driven until it is due; returns the status of
-// the access that ran it (the eviction runs after access A, r * A).
+// the access that met its refusal (an eviction starts after access r * A
+// and is collected after access (r + 1) * A, in the background between).
 Status DriveEviction(OramClient& c, const Model& model) {
   Status st;
-  for (std::uint32_t k = 0; k <= c.params().evict_rate && st.ok(); ++k) {
+  for (std::uint32_t k = 0; k <= 2 * c.params().evict_rate && st.ok(); ++k) {
     const BlockId id = k % model.size();
     st = c.Write(id, model.at(id));
   }

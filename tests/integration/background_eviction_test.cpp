@@ -1,0 +1,97 @@
+// Background eviction against a model: random reads and writes race the
+// evictions the servers compute beside them (slowed in every SMP round so
+// that each one spans many accesses), with the client closed and reopened
+// at random points of a round. Every read is checked against an in-memory
+// model, the position map's invariants after every access, and the servers'
+// counters show that accesses really ran while an eviction was started but
+// not committed.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <map>
+#include <random>
+#include <vector>
+
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_scale.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::FastRetryOptions;
+using testing::SmallParams;
+
+TEST(BackgroundEvictionTest, RandomAccessesRacingEvictionsMatchAModel) {
+  constexpr std::uint32_t kA = 8, kH = 4, kBlock = 256;
+  const OramParams params = SmallParams(kBlock, kA, kH);
+  auto fs = testing::MakeFs(params);
+  ASSERT_TRUE(fs);
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
+    const Status st = fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~15"});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  const std::uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  const std::uint64_t ids = 3 * kA;
+  std::map<BlockId, std::vector<std::uint8_t>> model;
+  auto client = testing::TestOpen(fs->state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+
+  const int accesses = static_cast<int>(kA) * testing::ScaledForBuild(24, 4, 8);
+  int beside_an_eviction = 0, reopened = 0;
+  int reopen_at = static_cast<int>(rng() % kA);
+  for (int i = 0; i < accesses; ++i) {
+    const BlockId id = rng() % ids;
+    const bool write = rng() % 2 == 0;
+    if (write) {
+      model[id] = testing::Content(kBlock, id, rng());
+      const Status st = (*client)->Write(id, model[id]);
+      ASSERT_TRUE(st.ok()) << "access " << i << ": " << st.ToString();
+    } else {
+      auto r = (*client)->Read(id);
+      ASSERT_TRUE(r.ok()) << "access " << i << ": " << r.status().ToString();
+      const auto it = model.find(id);
+      ASSERT_EQ(r.value(), it == model.end() ? std::vector<std::uint8_t>(kBlock, 0) : it->second)
+          << "access " << i << ", block " << id;
+    }
+    const Status inv = (*client)->position_map().CheckInvariants();
+    ASSERT_TRUE(inv.ok()) << "access " << i << ": " << inv.ToString();
+    // Once the first round is over an eviction has always been started that
+    // the servers have not applied: it commits only at the end of the round
+    // after its own.
+    if (static_cast<std::uint64_t>(i + 1) > kA) {
+      for (const auto& s : (*client)->QueryServers(std::chrono::seconds(10))) {
+        ASSERT_TRUE(s.status.ok()) << s.status.ToString();
+        ASSERT_EQ(s.reply.applied_evictions, (*client)->counters().ne);
+      }
+      const std::uint64_t started = static_cast<std::uint64_t>(i + 1) / kA;
+      if ((*client)->counters().ne < started) ++beside_an_eviction;
+    }
+    // A clean close commits the eviction in flight; the next Open goes on.
+    // Once every five rounds, at a random access of the round.
+    if (i % (5 * static_cast<int>(kA)) == reopen_at) {
+      reopen_at = static_cast<int>(rng() % kA);
+      client->reset();
+      client = testing::TestOpen(fs->state, FastRetryOptions());
+      ASSERT_TRUE(client.ok()) << client.status().ToString();
+      ++reopened;
+    }
+  }
+  std::printf("[ background ] seed %llu: %d accesses, %d ran beside an eviction not yet "
+              "committed, %d reopenings\n",
+              static_cast<unsigned long long>(seed), accesses, beside_an_eviction, reopened);
+  // At most the first round and A accesses after each reopening run with no
+  // eviction in flight.
+  EXPECT_GE(beside_an_eviction, accesses - static_cast<int>(kA) * (1 + reopened) - reopened);
+  for (const auto& [id, want] : model) {
+    auto r = (*client)->Read(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value(), want) << "block " << id;
+  }
+}
+
+}  // namespace
+}  // namespace s3oram
