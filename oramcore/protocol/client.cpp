@@ -794,8 +794,9 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     if (it != inflight_->record.before.end()) {
       before_eviction = PositionEntry{it->second, where->version};
       where = &*before_eviction;
-      // Slots this round wrote, or is about to with this retrieval's root write.
-      const std::uint64_t overwritten = counters_.nr + (pending_root_ ? 1 : 0);
+      // Slots this round wrote, and slot nr: this retrieval's root write, or
+      // the repair of slot nr after an Open or a failed write, rewrites it.
+      const std::uint64_t overwritten = counters_.nr + 1;
       if (it->second.level == 0 && it->second.slot < overwritten) {
         own_copy = RootCopyOf(id, *before_eviction);
         if (!own_copy) {
