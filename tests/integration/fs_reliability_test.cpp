@@ -281,7 +281,8 @@ TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
   }
   ASSERT_NE(err, 0) << "the " << limit << "-byte tmpfs never filled up";
   EXPECT_EQ(err, ENOSPC) << std::strerror(err);
-  EXPECT_FALSE(cluster.Exited(1)) << "the server with the full disk died";
+  EXPECT_FALSE(cluster.Exited(1)) << "the server with the full disk died:\n"
+                                  << Tail(testing::ReadWholeFile(cluster.dir() + "/server-1.log"), 3000);
   EXPECT_NE(fs->daemon_log().find("No space left on device"), std::string::npos)
       << Tail(fs->daemon_log(), 3000);
 
