@@ -414,6 +414,9 @@ struct RequestHandler::Impl {
       }
       store.reset();
     }
+    sealed.reset();
+    outcome.reset();
+    job.reset();
     ServerMeta meta;
     meta.fs_id = h.fs_id;
     meta.server_index = req.server_index;
@@ -913,6 +916,10 @@ struct RequestHandler::Impl {
     rebuild_target.reset();
     mask_session.reset();
     sealed.reset();
+    // An outcome (or a pending job) belongs to the store it was computed on:
+    // a rebuilt store must not answer EVICT_RESULT with the old one's damage.
+    outcome.reset();
+    job.reset();
     peers->Reset();
     ServerMeta meta;
     meta.fs_id = h.fs_id;
