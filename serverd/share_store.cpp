@@ -544,6 +544,12 @@ struct ShareStore::Impl {
   std::uint64_t root_snapshot = 0;  // eviction + 1 of the complete snapshot held; 0: none
   std::vector<digest::SlotDigest> root_digests;  // its Z slot digests
 
+  // Writes root.bin as the root snapshot of `eviction`: an incomplete
+  // header (synced), `data` and `digests`, a sync, the complete header and
+  // a sync; the snapshot counts from then on (see the format above).
+  Status WriteRootFile(const wire::FsId& fs_id, std::uint64_t eviction, const Elem* data,
+                       std::vector<digest::SlotDigest> digests);
+
   ~Impl() {
     if (map != nullptr) ::munmap(const_cast<std::uint8_t*>(map), map_len);
   }
@@ -1450,6 +1456,37 @@ Status ShareStore::SealShadow() {
   return Status::Ok();
 }
 
+Status ShareStore::Impl::WriteRootFile(const wire::FsId& fs_id, std::uint64_t eviction,
+                                       const Elem* data,
+                                       std::vector<digest::SlotDigest> digests) {
+  if (!root_fd.valid()) {
+    root_fd = Fd(::open(root_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+    if (!root_fd.valid()) return SysError("creating", root_path, errno);
+  }
+  const int rfd = root_fd.get();
+  // No snapshot from here until the new one is complete.
+  root_snapshot = 0;
+  RootHeader h;
+  h.fs_id = fs_id;
+  h.eviction = eviction;
+  h.bucket_bytes = geo.bucket_bytes;
+  h.z = static_cast<std::uint32_t>(geo.z);
+  auto enc = EncodeRootHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, root_path));
+  S3ORAM_RETURN_IF_ERROR(Sync(rfd, root_path));
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, data, geo.bucket_bytes, kHeaderRegion, root_path));
+  S3ORAM_RETURN_IF_ERROR(WriteDigests(rfd, root_path, kHeaderRegion + geo.bucket_bytes, digests));
+  S3ORAM_RETURN_IF_ERROR(Sync(rfd, root_path));
+  FaultPoint("server.snapshot_root.before_complete");
+  h.complete = true;
+  enc = EncodeRootHeader(h);
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, root_path));
+  S3ORAM_RETURN_IF_ERROR(Sync(rfd, root_path));
+  root_digests = std::move(digests);
+  root_snapshot = eviction + 1;
+  return Status::Ok();
+}
+
 Status ShareStore::SnapshotRoot(std::uint64_t eviction) {
   Impl& im = *impl_;
   S3ORAM_RETURN_IF_ERROR(im.Live());
@@ -1459,38 +1496,12 @@ Status ShareStore::SnapshotRoot(std::uint64_t eviction) {
                                       std::to_string(meta_.applied_evictions) + " evictions");
   }
   if (im.root_snapshot == eviction + 1) return Status::Ok();
-  if (!im.root_fd.valid()) {
-    im.root_fd = Fd(::open(im.root_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (!im.root_fd.valid()) return SysError("creating", im.root_path, errno);
-  }
-  const int rfd = im.root_fd.get();
-  // No snapshot from here until the new one is complete.
-  im.root_snapshot = 0;
-  RootHeader h;
-  h.fs_id = meta_.fs_id;
-  h.eviction = eviction;
-  h.bucket_bytes = im.geo.bucket_bytes;
-  h.z = static_cast<std::uint32_t>(im.geo.z);
-  auto enc = EncodeRootHeader(h);
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
   // The live root is checked before it is copied: damage must not move into
   // the snapshot under a fresh digest (the stored digests go with it).
   const auto* root = reinterpret_cast<const Elem*>(im.map + im.BucketOffset(1));
   S3ORAM_RETURN_IF_ERROR(VerifyBuckets(1, {root, bucket_elems()}));
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, root, im.geo.bucket_bytes, kHeaderRegion, im.root_path));
-  std::vector<digest::SlotDigest> d(im.StoredDigests(1), im.StoredDigests(1) + im.geo.z);
-  S3ORAM_RETURN_IF_ERROR(
-      im.WriteDigests(rfd, im.root_path, kHeaderRegion + im.geo.bucket_bytes, d));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
-  FaultPoint("server.snapshot_root.before_complete");
-  h.complete = true;
-  enc = EncodeRootHeader(h);
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
-  im.root_digests = std::move(d);
-  im.root_snapshot = eviction + 1;
-  return Status::Ok();
+  return im.WriteRootFile(meta_.fs_id, eviction, root,
+                          {im.StoredDigests(1), im.StoredDigests(1) + im.geo.z});
 }
 
 Status ShareStore::WriteRootSnapshot(std::uint64_t eviction, std::span<const Elem> data) {
@@ -1505,32 +1516,7 @@ Status ShareStore::WriteRootSnapshot(std::uint64_t eviction, std::span<const Ele
   }
   std::vector<digest::SlotDigest> d(im.geo.z);
   S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, d, "rebuilt root snapshot"));
-  if (!im.root_fd.valid()) {
-    im.root_fd = Fd(::open(im.root_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-    if (!im.root_fd.valid()) return SysError("creating", im.root_path, errno);
-  }
-  const int rfd = im.root_fd.get();
-  im.root_snapshot = 0;
-  RootHeader h;
-  h.fs_id = meta_.fs_id;
-  h.eviction = eviction;
-  h.bucket_bytes = im.geo.bucket_bytes;
-  h.z = static_cast<std::uint32_t>(im.geo.z);
-  auto enc = EncodeRootHeader(h);
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
-  S3ORAM_RETURN_IF_ERROR(
-      PwriteAll(rfd, data.data(), data.size_bytes(), kHeaderRegion, im.root_path));
-  S3ORAM_RETURN_IF_ERROR(
-      im.WriteDigests(rfd, im.root_path, kHeaderRegion + im.geo.bucket_bytes, d));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
-  h.complete = true;
-  enc = EncodeRootHeader(h);
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(rfd, enc.data(), enc.size(), 0, im.root_path));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(rfd, im.root_path));
-  im.root_digests = std::move(d);
-  im.root_snapshot = eviction + 1;
-  return Status::Ok();
+  return im.WriteRootFile(meta_.fs_id, eviction, data.data(), std::move(d));
 }
 
 std::uint64_t ShareStore::RootSnapshotEviction() const { return impl_->root_snapshot; }
