@@ -3,7 +3,9 @@
 // and the handler itself checks the length of every peer's shares.
 #include "serverd/request_handler.h"
 
+#include <linux/magic.h>
 #include <spdlog/spdlog.h>
+#include <sys/vfs.h>
 #include <zmq.h>
 
 #include <algorithm>
@@ -1601,6 +1603,15 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
       s->config.threads ? s->config.threads : std::max(1u, std::thread::hardware_concurrency());
   s->pool = std::make_unique<boost::asio::thread_pool>(s->threads);
 
+  // tmpfs backs a read of a file hole through a mapping with a new page: the
+  // server reads never-written buckets through its mapping, so on a full
+  // tmpfs such a read kills it (SIGBUS), where a disk filesystem reads zeros.
+  if (struct statfs fs{}; ::statfs(s->config.data_dir.c_str(), &fs) == 0 &&
+                          fs.f_type == TMPFS_MAGIC) {
+    spdlog::warn("data dir {} is on tmpfs: if that tmpfs fills up, reading a never-written "
+                 "bucket kills this server; keep the shares on a disk filesystem",
+                 s->config.data_dir);
+  }
   auto opened = ShareStore::Open(s->config.data_dir, s->config.sync);
   if (opened.ok()) {
     s->store = std::move(opened).value();
@@ -1655,6 +1666,17 @@ bool RequestHandler::ServedDuringPrepare(std::span<const std::uint8_t> frame) {
     default:
       return false;
   }
+}
+
+std::optional<std::pair<std::uint64_t, std::uint32_t>> RequestHandler::PrepareAttemptOf(
+    std::span<const std::uint8_t> frame) {
+  const auto type = wire::PeekType(frame);
+  if (!type || *type != wire::MessageType::kEvictPrepareRequest) return std::nullopt;
+  auto msg = wire::Decode(frame);
+  if (!msg.ok()) return std::nullopt;
+  const auto* req = std::get_if<wire::EvictPrepareRequest>(&msg->body);
+  if (!req) return std::nullopt;
+  return std::make_pair(req->eviction, req->attempt);
 }
 
 wire::StatusReply RequestHandler::Progress() const {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "oramcore/base/status.h"
@@ -54,6 +55,11 @@ class RequestHandler {
   // the caller keeps the rest, in order, for after it.
   void RunPrepare();
   static bool ServedDuringPrepare(std::span<const std::uint8_t> frame);
+  // The (eviction, attempt) of an EVICT_PREPARE frame, nullopt for any other
+  // or undecodable frame. A PREPARE that arrives while another attempt's
+  // computation runs means the client gave up on that one.
+  static std::optional<std::pair<std::uint64_t, std::uint32_t>> PrepareAttemptOf(
+      std::span<const std::uint8_t> frame);
   // Thread-safe: what STATUS says of the PREPARE under way (for the log).
   wire::StatusReply Progress() const;
 

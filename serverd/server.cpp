@@ -11,9 +11,12 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "oramcore/math/field.h"
@@ -91,6 +94,14 @@ struct Server::Impl : PeerExchange {
   std::atomic<bool> prepare_finished{false};
   std::deque<QueuedRequest> queued;
   std::size_t queued_bytes = 0;
+  // The newest EVICT_PREPARE (eviction, attempt) queued behind a computation.
+  // The client sends a newer attempt only once it gave up on the running one
+  // (a server failed it, or it timed out), so the computation stops at its
+  // next wait for peers rather than waiting out the peer timeout for shares
+  // that a failed server will never send. Set by this thread, read by
+  // prepare_thread.
+  std::mutex superseding_mu;
+  std::optional<std::pair<std::uint64_t, std::uint32_t>> superseding;
   Clock::time_point progress_logged;
 
   ~Impl() override {
@@ -187,6 +198,14 @@ struct Server::Impl : PeerExchange {
                                    std::to_string(attempt) + " round " + std::to_string(round) +
                                    ": no SMP shares from peer(s) " + missing + " within " +
                                    std::to_string(config.peer_timeout_ms) + " ms");
+      }
+      {
+        const std::lock_guard lock(superseding_mu);
+        if (superseding && superseding->first == eviction && superseding->second > attempt) {
+          return Status::Unavailable("eviction " + std::to_string(eviction) + " attempt " +
+                                     std::to_string(attempt) + " superseded by attempt " +
+                                     std::to_string(superseding->second) + " from the client");
+        }
       }
       zmq_pollitem_t item{pull, 0, ZMQ_POLLIN, 0};
       int rc = zmq_poll(&item, 1, std::min<long>(left.count(), 200));
@@ -331,6 +350,10 @@ struct Server::Impl : PeerExchange {
   // the lease and STATUS/STATS are served now, the rest waits (bounded; past
   // the bound it is refused).
   void ServeAside(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
+    if (const auto attempt = RequestHandler::PrepareAttemptOf(frame)) {
+      const std::lock_guard lock(superseding_mu);
+      if (!superseding || *superseding < *attempt) superseding = *attempt;
+    }
     if (RequestHandler::ServedDuringPrepare(frame)) {
       Reply(id, handler->Handle(frame));
       return;

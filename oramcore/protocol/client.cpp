@@ -1012,7 +1012,7 @@ Status OramClient::StartEviction() {
   FaultPoint("client.evict.after_intent");
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   counters_ = next;
-  inflight_ = InFlight{std::move(record), false};
+  inflight_ = InFlight{std::move(record), false, false};
   if (stats_.evictions == 0) {
     spdlog::info("eviction {} started (every {} accesses); the servers compute it while the "
                  "next {} accesses go on (s3oram status shows its progress)",
@@ -1028,11 +1028,12 @@ Status OramClient::EnsureEvictionStarted() {
   }
   EvictionRecord& record = inflight_->record;
   // A PREPARE that failed before every server started it is sent again
-  // under a new attempt (fresh shares), logged first.
+  // under a new attempt (fresh shares), logged first; so is one that failed
+  // in an earlier call.
   constexpr std::uint32_t kMaxAttempts = 4;
   Status last;
   for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
-    if (tries > 0) {
+    if (inflight_->sent) {
       ++record.attempt;
       ++stats_.eviction_retries;
       ClientStateStore::Batch b;
@@ -1040,6 +1041,7 @@ Status OramClient::EnsureEvictionStarted() {
       b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
       S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
     }
+    inflight_->sent = true;
     last = SendPrepare(*record.plan, record.attempt, options_.evictions);
     if (last.ok()) {
       inflight_->started = true;
@@ -1065,6 +1067,10 @@ Status OramClient::FinishInFlightEviction() {
   const std::uint64_t prepare_wait_before = stats_.timings.eviction_prepare_wait_ns;
   EvictionRecord& record = inflight_->record;
   const EvictionPlan plan = *record.plan;
+  // An attempt that went out but did not start everywhere may still run on
+  // some servers with the shares it carried: it is never sent again with
+  // other shares, the next attempt is.
+  if (!inflight_->started && inflight_->sent) ++record.attempt;
   S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/inflight_->started));
   inflight_.reset();
   // An access that waited for the servers says so once, at info level: the

@@ -433,6 +433,10 @@ class OramClient {
   struct InFlight {
     EvictionRecord record;  // plan and positions before it
     bool started = false;
+    // Its attempt went out at least once: the next try sends a new attempt,
+    // which servers still computing the old one take as the client giving up
+    // on it (a resent attempt would queue behind the computation it repeats).
+    bool sent = false;
   };
   std::optional<InFlight> inflight_;
   // The round whose root the accesses write now (the eviction that will

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -222,10 +223,13 @@ TEST(FsHangTest, StoppedServerGivesEioAfterTheTimeoutAndRecoversAfterSigcont) {
 
 // A server whose disk fills up: writes fail with ENOSPC (not a hang, not a
 // crash), nothing stored before is damaged, and once space is freed the
-// same writes succeed. The server's data directory is moved onto a tmpfs
-// just larger than what it holds (a real full filesystem; needs root).
+// same writes succeed. The server's data directory is moved onto a small
+// ext4 filesystem (a loop-mounted image) that a ballast file fills up to
+// 256 KiB of what the server holds: a real full disk (needs root and a loop
+// device). Not tmpfs: there a read of a never-written bucket through the
+// server's mapping allocates memory, and on a full tmpfs that read faults.
 TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
-  if (::geteuid() != 0) GTEST_SKIP() << "mounting a size-limited tmpfs needs root";
+  if (::geteuid() != 0) GTEST_SKIP() << "mounting a loop-device filesystem needs root";
   FsOptions options;
   options.mount_opts = "timeout=10,evict_timeout=20";
   auto fs = MountedFs::Create(options);
@@ -240,25 +244,37 @@ TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
   }
   ASSERT_TRUE(fs->Unmount());
 
-  // Server 1's data onto a tmpfs with 256 KiB to spare.
+  // Server 1's data onto the small disk: data-1 becomes a link to a
+  // directory on it, and the ballast sits beside that directory.
   const std::string data = cluster.dir() + "/data-1";
   const std::string orig = data + ".orig";
+  const std::string image = data + ".img";
+  const std::string disk = data + ".disk";
   ASSERT_TRUE(cluster.Kill(1, SIGTERM).ok());
   ASSERT_EQ(::rename(data.c_str(), orig.c_str()), 0) << std::strerror(errno);
-  ASSERT_EQ(::mkdir(data.c_str(), 0700), 0);
-  CmdResult du = RunCmd({"du", "-s", "--block-size=1", orig});
-  ASSERT_EQ(du.exit_code, 0) << du.output;
-  const std::uint64_t used = std::stoull(du.output);
-  const std::uint64_t limit = (used + (256u << 10) + 4095) / 4096 * 4096;
-  CmdResult mnt = RunCmd({"mount", "-t", "tmpfs", "-o", "size=" + std::to_string(limit) + ",mode=0700",
-                          "tmpfs", data});
-  ASSERT_EQ(mnt.exit_code, 0) << mnt.output;
+  CmdResult mkimg = RunCmd({"truncate", "-s", "256M", image});
+  ASSERT_EQ(mkimg.exit_code, 0) << mkimg.output;
+  CmdResult mkfs = RunCmd({"mkfs.ext4", "-q", "-F", "-m", "0", image});
+  ASSERT_EQ(mkfs.exit_code, 0) << mkfs.output;
+  ASSERT_EQ(::mkdir(disk.c_str(), 0700), 0);
+  CmdResult mnt = RunCmd({"mount", "-o", "loop", image, disk});
+  if (mnt.exit_code != 0) GTEST_SKIP() << "no loop device to mount a small disk on: " << mnt.output;
   struct Unmounter {
     std::string path;
     ~Unmounter() { RunCmd({"umount", "-l", path}); }
-  } unmounter{data};
-  CmdResult cp = RunCmd({"cp", "-a", "--sparse=always", orig + "/.", data + "/"});
+  } unmounter{disk};
+  ASSERT_EQ(::mkdir((disk + "/data").c_str(), 0700), 0);
+  CmdResult cp = RunCmd({"cp", "-a", "--sparse=always", orig + "/.", disk + "/data/"});
   ASSERT_EQ(cp.exit_code, 0) << cp.output;
+  ASSERT_EQ(::symlink((disk + "/data").c_str(), data.c_str()), 0) << std::strerror(errno);
+  RunCmd({"sync", "-f", disk});
+  struct statvfs vfs{};
+  ASSERT_EQ(::statvfs(disk.c_str(), &vfs), 0) << std::strerror(errno);
+  const std::uint64_t avail = std::uint64_t{vfs.f_bavail} * vfs.f_frsize;
+  ASSERT_GT(avail, 1u << 20);
+  const std::string ballast = disk + "/ballast";
+  CmdResult fill = RunCmd({"fallocate", "-l", std::to_string(avail - (256u << 10)), ballast});
+  ASSERT_EQ(fill.exit_code, 0) << fill.output;
   {
     const Status restarted = cluster.Restart(1);
     ASSERT_TRUE(restarted.ok()) << restarted.ToString();
@@ -279,7 +295,7 @@ TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
       failed_content = content;
     }
   }
-  ASSERT_NE(err, 0) << "the " << limit << "-byte tmpfs never filled up";
+  ASSERT_NE(err, 0) << "the disk never filled up";
   EXPECT_EQ(err, ENOSPC) << std::strerror(err);
   EXPECT_FALSE(cluster.Exited(1)) << "the server with the full disk died:\n"
                                   << Tail(testing::ReadWholeFile(cluster.dir() + "/server-1.log"), 3000);
@@ -287,8 +303,7 @@ TEST(FsDiskFullTest, FullServerDiskGivesEnospcAndRecoversWhenSpaceIsFreed) {
       << Tail(fs->daemon_log(), 3000);
 
   // Space freed: the same write succeeds, and everything reads back.
-  CmdResult grow = RunCmd({"mount", "-o", "remount,size=256m", data});
-  ASSERT_EQ(grow.exit_code, 0) << grow.output;
+  ASSERT_EQ(::unlink(ballast.c_str()), 0) << std::strerror(errno);
   ASSERT_EQ(WriteAndSync(fs->Path(failed_name), failed_content), 0);
   stored[failed_name] = failed_content;
   ASSERT_TRUE(fs->Remount());
