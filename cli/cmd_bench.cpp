@@ -120,6 +120,7 @@ Breakdown ClientBreakdown(const AccessTimings& before, const AccessTimings& afte
   out.emplace_back("eviction.state_commit",
                    ms(before.eviction_state_commit_ns, after.eviction_state_commit_ns));
   out.emplace_back("eviction.check", ms(before.eviction_check_ns, after.eviction_check_ns));
+  out.emplace_back("eviction.pace", ms(before.eviction_pace_ns, after.eviction_pace_ns));
   return out;
 }
 

@@ -12,6 +12,7 @@
 #include <ctime>
 #include <optional>
 #include <string>
+#include <thread>
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
@@ -274,6 +275,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
+  client->pacer_ = EvictionPacer(std::chrono::milliseconds(client->store_->eviction_estimate_ms()));
   if (config.servers.size() != config.params.parties) {
     return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
                               " servers for " + std::to_string(config.params.parties) + " parties");
@@ -772,6 +774,7 @@ Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockI
     TimeInto timer(stats_.timings.eviction_ns);
     S3ORAM_RETURN_IF_ERROR(EnsureEvictionStarted());
   }
+  PaceBehindEviction();
   // Slot nr may hold an inconsistent sharing; a deferred root write rewrites
   // it completely on every server before the retrieval, otherwise repair it.
   if (root_slot_dirty_ && !pending_root_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
@@ -1012,7 +1015,7 @@ Status OramClient::StartEviction() {
   FaultPoint("client.evict.after_intent");
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   counters_ = next;
-  inflight_ = InFlight{std::move(record), false, false};
+  inflight_ = InFlight{std::move(record), false, false, {}};
   if (stats_.evictions == 0) {
     spdlog::info("eviction {} started (every {} accesses); the servers compute it while the "
                  "next {} accesses go on (s3oram status shows its progress)",
@@ -1045,6 +1048,7 @@ Status OramClient::EnsureEvictionStarted() {
     last = SendPrepare(*record.plan, record.attempt, options_.evictions);
     if (last.ok()) {
       inflight_->started = true;
+      inflight_->started_at = std::chrono::steady_clock::now();
       FaultPoint("client.evict.after_started");
       return Status::Ok();
     }
@@ -1061,6 +1065,23 @@ Status OramClient::EnsureEvictionStarted() {
   return last.WithContext("starting eviction " + std::to_string(record.eviction));
 }
 
+void OramClient::PaceBehindEviction() {
+  if (!inflight_ || !inflight_->started) return;
+  const auto delay = pacer_.Delay(std::chrono::steady_clock::now() - inflight_->started_at,
+                                  counters_.nr, params().evict_rate);
+  if (delay <= EvictionPacer::Duration::zero()) return;
+  if (!pace_logged_) {
+    spdlog::info("accesses are paced to eviction {} (the last took {:.1f} s): a round of {} "
+                 "accesses lasts at least that long, so that none waits for all of it at the end",
+                 inflight_->record.eviction,
+                 std::chrono::duration<double>(pacer_.estimate()).count(), params().evict_rate);
+    pace_logged_ = true;
+  }
+  TimeInto whole(stats_.timings.eviction_ns);
+  TimeInto timer(stats_.timings.eviction_pace_ns);
+  std::this_thread::sleep_for(delay);
+}
+
 Status OramClient::FinishInFlightEviction() {
   if (!inflight_) return Status::Ok();
   const auto started = std::chrono::steady_clock::now();
@@ -1071,12 +1092,23 @@ Status OramClient::FinishInFlightEviction() {
   // some servers with the shares it carried: it is never sent again with
   // other shares, the next attempt is.
   if (!inflight_->started && inflight_->sent) ++record.attempt;
+  const bool was_started = inflight_->started;
+  const auto elapsed = started - inflight_->started_at;
   S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/inflight_->started));
   inflight_.reset();
   // An access that waited for the servers says so once, at info level: the
   // eviction took longer than a round of accesses.
   const auto waited = std::chrono::nanoseconds(stats_.timings.eviction_prepare_wait_ns -
                                                prepare_wait_before);
+  // The pace of the next round, kept for the next mount too (not durable:
+  // a lost estimate only costs one unpaced round).
+  if (was_started && record.attempt == 1 && !read_only_) {
+    pacer_.Learn(elapsed, waited);
+    ClientStateStore::Batch b;
+    b.SetEvictionEstimate(static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(pacer_.estimate()).count()));
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
+  }
   if (waited >= kSlowEviction) {
     spdlog::info("accesses waited {:.1f} s for eviction {} to be computed (the servers took "
                  "longer than a round of {} accesses); committed after {:.1f} s in all",

@@ -75,6 +75,7 @@
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/protocol/eviction_pacer.h"
 #include "oramcore/protocol/eviction_record.h"
 #include "oramcore/protocol/freshness.h"
 #include "oramcore/protocol/root_copies.h"
@@ -120,6 +121,7 @@ struct AccessTimings {
   std::uint64_t eviction_commit_wait_ns = 0;
   std::uint64_t eviction_state_commit_ns = 0;  // intent and result records (durable)
   std::uint64_t eviction_check_ns = 0;  // EVICT_CHECK: prepared buckets consistent everywhere
+  std::uint64_t eviction_pace_ns = 0;   // accesses held back to the eviction beside them (EvictionPacer)
 };
 
 struct ClientStats {
@@ -437,7 +439,12 @@ class OramClient {
     // which servers still computing the old one take as the client giving up
     // on it (a resent attempt would queue behind the computation it repeats).
     bool sent = false;
+    std::chrono::steady_clock::time_point started_at;  // when every server started it
   };
+  EvictionPacer pacer_;
+  bool pace_logged_ = false;
+  // Holds back an access that is ahead of the pace of the eviction beside it.
+  void PaceBehindEviction();
   std::optional<InFlight> inflight_;
   // The round whose root the accesses write now (the eviction that will
   // move it out): ne, or ne + 1 while an eviction is in flight.

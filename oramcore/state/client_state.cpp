@@ -22,7 +22,9 @@
 //                                       optional problem_text (TEXT),
 //                                       problem_unix, problem_damaged (the
 //                                       ProblemNote; problem_damaged absent
-//                                       in states older than it: false)
+//                                       in states older than it: false);
+//                                       optional eviction_estimate_ms (the
+//                                       last background eviction's time)
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
 //                                       idx = party index 0..n-1; public_key
 //                                       is the server's CURVE key (Z85)
@@ -226,7 +228,8 @@ Status SyncParentDir(const std::string& path) {
 
 bool ClientStateStore::Batch::empty() const {
   return !counters_ && puts_.empty() && erases_.empty() && add_pending_.empty() &&
-         remove_pending_.empty() && !backup_mark_ && !problem_note_;
+         remove_pending_.empty() && !backup_mark_ && !problem_note_ &&
+         !eviction_estimate_ms_;
 }
 
 Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::string& path,
@@ -510,6 +513,20 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
     if (!more.ok()) return fail(more.status());
     if (*more) return fail(Status::Corruption("more than one counters row"));
   }
+  // The eviction estimate (optional; absent in states older than it).
+  {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(
+        fail(st.Prepare(db, "SELECT value FROM meta WHERE key = 'eviction_estimate_ms'")));
+    auto row = st.Step("reading the eviction estimate");
+    if (!row.ok()) return fail(row.status());
+    if (*row) {
+      if (sqlite3_column_type(st.get(), 0) != SQLITE_INTEGER) {
+        return fail(Status::Corruption("meta eviction_estimate_ms is not an integer"));
+      }
+      store->eviction_estimate_ms_ = FromSql(sqlite3_column_int64(st.get(), 0));
+    }
+  }
   // The backup mark: both rows or neither (a state from before marks).
   {
     Stmt st;
@@ -781,6 +798,13 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       st.U64(2, batch.backup_mark_->epoch);
       S3ORAM_RETURN_IF_ERROR(st.Exec("writing the backup mark"));
     }
+    if (batch.eviction_estimate_ms_) {
+      Stmt st;
+      S3ORAM_RETURN_IF_ERROR(st.Prepare(
+          db_, "INSERT OR REPLACE INTO meta(key, value) VALUES ('eviction_estimate_ms', ?1)"));
+      st.U64(1, *batch.eviction_estimate_ms_);
+      S3ORAM_RETURN_IF_ERROR(st.Exec("writing the eviction estimate"));
+    }
     if (batch.problem_note_) {
       S3ORAM_RETURN_IF_ERROR(sql::Exec(
           db_, "DELETE FROM meta WHERE key IN ('problem_text', 'problem_unix', 'problem_damaged')"));
@@ -820,6 +844,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (durable) durable_seq_ = counters_.seq;
   if (batch.backup_mark_) backup_mark_ = batch.backup_mark_;
   if (batch.problem_note_) problem_note_ = *batch.problem_note_;
+  if (batch.eviction_estimate_ms_) eviction_estimate_ms_ = *batch.eviction_estimate_ms_;
   return Status::Ok();
 }
 

@@ -121,6 +121,9 @@ class ClientStateStore {
   std::uint64_t durable_seq() const { return durable_seq_; }
   const std::optional<BackupMark>& backup_mark() const { return backup_mark_; }
   const std::optional<ProblemNote>& problem_note() const { return problem_note_; }
+  // How long the servers took to compute the last background eviction, in
+  // ms (what paces the accesses beside the next one); 0 before any.
+  std::uint64_t eviction_estimate_ms() const { return eviction_estimate_ms_; }
 
   // Reads every position row into a fresh map (validating each row).
   Result<PositionMap> LoadPositionMap() const;
@@ -137,6 +140,7 @@ class ClientStateStore {
     void SetBackupMark(const BackupMark& m) { backup_mark_ = m; }
     // Sets (a value) or clears (nullopt) the problem note.
     void SetProblemNote(std::optional<ProblemNote> n) { problem_note_ = std::move(n); }
+    void SetEvictionEstimate(std::uint64_t ms) { eviction_estimate_ms_ = ms; }
     bool empty() const;
 
    private:
@@ -148,6 +152,7 @@ class ClientStateStore {
     std::vector<std::uint64_t> remove_pending_;
     std::optional<BackupMark> backup_mark_;
     std::optional<std::optional<ProblemNote>> problem_note_;
+    std::optional<std::uint64_t> eviction_estimate_ms_;
   };
 
   // Replaces the wrapped master key (passphrase change) durably, in place in
@@ -178,6 +183,7 @@ class ClientStateStore {
   std::uint64_t durable_seq_ = 0;
   std::optional<BackupMark> backup_mark_;
   std::optional<ProblemNote> problem_note_;
+  std::uint64_t eviction_estimate_ms_ = 0;
 };
 
 }  // namespace s3oram

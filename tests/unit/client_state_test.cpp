@@ -256,6 +256,28 @@ TEST_F(ClientStateTest, OpenRefusesSizesNoFilesystemHas) {
   ExpectRefused(z, {"bucket_size", "exceeds"});
 }
 
+// The eviction pace survives a reopen; a state without one (older, or new)
+// reads 0.
+TEST_F(ClientStateTest, EvictionEstimateRoundTrips) {
+  const std::string path = MakeState("state.db", MakeConfig(rng_));
+  {
+    auto store = OpenStore(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_EQ((*store)->eviction_estimate_ms(), 0u);
+    ClientStateStore::Batch b;
+    b.SetEvictionEstimate(46100);
+    EXPECT_FALSE(b.empty());
+    ASSERT_TRUE((*store)->Commit(b).ok());
+    EXPECT_EQ((*store)->eviction_estimate_ms(), 46100u);
+    ClientStateStore::Batch again;
+    again.SetEvictionEstimate(41490);
+    ASSERT_TRUE((*store)->Commit(again).ok());
+  }
+  auto reopened = OpenStore(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ((*reopened)->eviction_estimate_ms(), 41490u);
+}
+
 TEST_F(ClientStateTest, CommitPositionsAndReload) {
   FsConfig config = MakeConfig(rng_);
   std::string path = MakeState("state.db", config);

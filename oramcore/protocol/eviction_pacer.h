@@ -1,0 +1,53 @@
+#pragma once
+// EvictionPacer: spreads the wait for a background eviction over the round of
+// accesses beside it.
+//
+// Eviction r is computed while the A accesses of round r + 1 go on, and must
+// commit before round r + 2 starts. When the accesses are faster than the
+// eviction, the client waits at the end of the round for all the rest of it:
+// one access waits most of an eviction (tens of seconds at 256 KiB blocks)
+// while the others did not wait at all. The pacer lets access i of the round
+// start no earlier than estimate * i / A after the eviction started, so the
+// same total wait falls in slices of about estimate / A, none long. It changes
+// neither the order nor the content of any message (only when the client
+// sends them), and a round that is slower than the estimate is never slowed.
+//
+// The estimate is the time the servers took for the last eviction, learned at
+// each commit: exact when the client had to wait for the result at the end
+// (the result came then), and lowered by a tenth when the result was ready
+// already (it came at some unknown earlier time), so that a pace too slow for
+// the servers of the moment corrects itself. The estimate is kept in the
+// client state; the first eviction of a new state has none and is not paced
+// (its round waits at the end, as without a pacer). Pure: time is passed in.
+#include <chrono>
+#include <cstdint>
+
+namespace s3oram {
+
+class EvictionPacer {
+ public:
+  using Duration = std::chrono::nanoseconds;
+
+  explicit EvictionPacer(Duration estimate = Duration::zero()) : estimate_(estimate) {}
+
+  // How long the access after `done` accesses of a round of `round` must
+  // wait, `elapsed` after the eviction beside the round started. Zero when
+  // no estimate is known yet, or the round is behind the pace.
+  Duration Delay(Duration elapsed, std::uint64_t done, std::uint64_t round) const;
+
+  // The eviction beside a round committed. `elapsed`: from its start to the
+  // moment the client asked for its result; `waited`: how long the client
+  // then waited for that result.
+  void Learn(Duration elapsed, Duration waited);
+
+  Duration estimate() const { return estimate_; }
+
+  // A wait for the result shorter than this means it was ready already
+  // (the request's round trip, not the computation).
+  static constexpr Duration kReadyAlready = std::chrono::milliseconds(200);
+
+ private:
+  Duration estimate_;
+};
+
+}  // namespace s3oram

@@ -1,0 +1,55 @@
+#include "oramcore/protocol/eviction_pacer.h"
+
+#include <gtest/gtest.h>
+
+namespace s3oram {
+namespace {
+
+using std::chrono::milliseconds;
+using std::chrono::seconds;
+
+TEST(EvictionPacer, NoEstimateNeverDelays) {
+  const EvictionPacer pacer;
+  EXPECT_EQ(pacer.Delay(seconds(0), 279, 280), EvictionPacer::Duration::zero());
+  EXPECT_EQ(pacer.Delay(seconds(0), 0, 0), EvictionPacer::Duration::zero());
+}
+
+TEST(EvictionPacer, AccessesAheadOfThePaceWaitForTheirShareOfTheEstimate) {
+  const EvictionPacer pacer(seconds(56));
+  // Access 0 starts at once; access 140 of 280 not before 28 s.
+  EXPECT_EQ(pacer.Delay(seconds(0), 0, 280), EvictionPacer::Duration::zero());
+  EXPECT_EQ(pacer.Delay(seconds(20), 140, 280), seconds(8));
+  // A round behind the pace is never slowed.
+  EXPECT_EQ(pacer.Delay(seconds(30), 140, 280), EvictionPacer::Duration::zero());
+  // Back to back, consecutive accesses are estimate / A apart: no wait is
+  // longer than one slice.
+  const auto slice = pacer.Delay(seconds(0), 1, 280);
+  EXPECT_EQ(slice, milliseconds(200));
+  for (std::uint64_t i = 1; i < 280; ++i) {
+    const auto at = milliseconds(56000) * static_cast<long>(i - 1) / 280;  // previous access starts
+    EXPECT_LE(pacer.Delay(at, i, 280), slice) << i;
+  }
+  // More accesses than the round (cannot happen) wait no longer than the estimate.
+  EXPECT_EQ(pacer.Delay(seconds(0), 1000, 280), seconds(56));
+}
+
+TEST(EvictionPacer, FirstEstimateFromAResultReadyAlreadyIsBelowTheRound) {
+  EvictionPacer pacer;
+  pacer.Learn(seconds(40), milliseconds(3));
+  EXPECT_EQ(pacer.estimate(), seconds(36));
+}
+
+TEST(EvictionPacer, LearnsTheTimeWhenItWaitedAndLowersItWhenTheResultWasReady) {
+  EvictionPacer pacer;
+  pacer.Learn(seconds(20), seconds(40));  // waited: the servers took 60 s
+  EXPECT_EQ(pacer.estimate(), seconds(60));
+  pacer.Learn(seconds(61), milliseconds(5));  // ready when asked: 60 s or less
+  EXPECT_EQ(pacer.estimate(), seconds(54));
+  pacer.Learn(seconds(30), milliseconds(5));  // a slow round: at most 30 s
+  EXPECT_EQ(pacer.estimate(), seconds(27));
+  pacer.Learn(seconds(27), seconds(3));  // too low: corrected at once
+  EXPECT_EQ(pacer.estimate(), seconds(30));
+}
+
+}  // namespace
+}  // namespace s3oram
