@@ -1033,9 +1033,15 @@ Status OramClient::EnsureEvictionStarted() {
   // A PREPARE that failed before every server started it is sent again
   // under a new attempt (fresh shares), logged first; so is one that failed
   // in an earlier call.
+  // Up to kMaxAttempts, all within one eviction timeout (a server that does
+  // not answer fails the access after that time, not after a multiple of it).
   constexpr std::uint32_t kMaxAttempts = 4;
+  const auto began = std::chrono::steady_clock::now();
   Status last;
   for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
+    if (tries > 0 && std::chrono::steady_clock::now() - began >= options_.evictions.deadline) {
+      break;
+    }
     if (inflight_->sent) {
       ++record.attempt;
       ++stats_.eviction_retries;
@@ -1045,7 +1051,7 @@ Status OramClient::EnsureEvictionStarted() {
       S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
     }
     inflight_->sent = true;
-    last = SendPrepare(*record.plan, record.attempt, options_.evictions);
+    last = SendPrepare(*record.plan, record.attempt, EvictionBudgetLeft(began));
     if (last.ok()) {
       inflight_->started = true;
       inflight_->started_at = std::chrono::steady_clock::now();
@@ -1063,6 +1069,21 @@ Status OramClient::EnsureEvictionStarted() {
     return *eviction_refused_;
   }
   return last.WithContext("starting eviction " + std::to_string(record.eviction));
+}
+
+TransportOptions OramClient::EvictionBudgetLeft(std::chrono::steady_clock::time_point started) const {
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - started);
+  TransportOptions budget = options_.evictions;
+  budget.deadline = spent < options_.evictions.deadline ? options_.evictions.deadline - spent
+                                                        : std::chrono::milliseconds(1);
+  // Resent after silence only past half the eviction's time: the servers
+  // answer EVICT_RESULT after exchanging shares with each other, minutes
+  // on a slow link or a busy machine. A connection that was replaced (a
+  // restarted server) still gets the request again at once.
+  budget.resend_after = std::max(budget.resend_after, budget.deadline / 2);
+  budget.resend_after = std::min(budget.resend_after, budget.deadline);
+  return budget;
 }
 
 void OramClient::PaceBehindEviction() {
@@ -1095,6 +1116,7 @@ Status OramClient::FinishInFlightEviction() {
   const bool was_started = inflight_->started;
   const auto elapsed = started - inflight_->started_at;
   S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/inflight_->started));
+  const bool first_attempt = record.attempt == 1;
   inflight_.reset();
   // An access that waited for the servers says so once, at info level: the
   // eviction took longer than a round of accesses.
@@ -1102,7 +1124,7 @@ Status OramClient::FinishInFlightEviction() {
                                                prepare_wait_before);
   // The pace of the next round, kept for the next mount too (not durable:
   // a lost estimate only costs one unpaced round).
-  if (was_started && record.attempt == 1 && !read_only_) {
+  if (was_started && first_attempt && !read_only_) {
     pacer_.Learn(elapsed, waited);
     ClientStateStore::Batch b;
     b.SetEvictionEstimate(static_cast<std::uint64_t>(
@@ -1238,21 +1260,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
     // after a multiple of it.
     constexpr std::uint32_t kMaxAttempts = 4;
     const auto started = std::chrono::steady_clock::now();
-    auto budget_left = [&]() {
-      const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-          std::chrono::steady_clock::now() - started);
-      TransportOptions budget = options_.evictions;
-      budget.deadline = spent < options_.evictions.deadline
-                            ? options_.evictions.deadline - spent
-                            : std::chrono::milliseconds(1);
-      // Resent after silence only past half the eviction's time: the servers
-      // answer EVICT_RESULT after exchanging shares with each other, minutes
-      // on a slow link or a busy machine. A connection that was replaced (a
-      // restarted server) still gets the request again at once.
-      budget.resend_after = std::max(budget.resend_after, budget.deadline / 2);
-      budget.resend_after = std::min(budget.resend_after, budget.deadline);
-      return budget;
-    };
+    auto budget_left = [&]() { return EvictionBudgetLeft(started); };
     Status last;
     if (collect_first) {
       // The servers may have it done already (in flight, or left running).
@@ -1265,7 +1273,11 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
     }
     if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged)) {
       for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
-        if (tries > 0 && std::chrono::steady_clock::now() - started >= options_.evictions.deadline) {
+        // Checked before the first try too when the servers were asked for
+        // a result first: if that used the whole time, a new attempt now
+        // would only make them drop the one nearly done.
+        if ((tries > 0 || collect_first) &&
+            std::chrono::steady_clock::now() - started >= options_.evictions.deadline) {
           break;
         }
         if (collect_first || tries > 0) {

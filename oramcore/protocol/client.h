@@ -445,6 +445,9 @@ class OramClient {
   bool pace_logged_ = false;
   // Holds back an access that is ahead of the pace of the eviction beside it.
   void PaceBehindEviction();
+  // What is left of one eviction timeout (options_.evictions) begun at
+  // `started`, for the attempts of one eviction to share.
+  TransportOptions EvictionBudgetLeft(std::chrono::steady_clock::time_point started) const;
   std::optional<InFlight> inflight_;
   // The round whose root the accesses write now (the eviction that will
   // move it out): ne, or ne + 1 while an eviction is in flight.

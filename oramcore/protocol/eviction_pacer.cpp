@@ -18,8 +18,13 @@ EvictionPacer::Duration EvictionPacer::Delay(Duration elapsed, std::uint64_t don
 
 void EvictionPacer::Learn(Duration elapsed, Duration waited) {
   elapsed = std::max(elapsed, Duration::zero());
-  if (waited >= kReadyAlready) {
-    estimate_ = elapsed + waited;
+  // A real wait for the computation is long against the request's round
+  // trip and not negligible against the round (whose `elapsed` may include
+  // hours of idleness before a slow reply).
+  if (waited >= kReadyAlready && waited * kWaitShare >= elapsed) {
+    const Duration measured = elapsed + waited;
+    estimate_ = estimate_ > Duration::zero() ? std::min(measured, estimate_ * kMaxGrowth)
+                                             : measured;
   } else {
     // No estimate yet counts as none smaller than `elapsed`.
     const Duration bound = estimate_ > Duration::zero() ? std::min(estimate_, elapsed) : elapsed;

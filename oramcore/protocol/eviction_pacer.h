@@ -14,9 +14,11 @@
 //
 // The estimate is the time the servers took for the last eviction, learned at
 // each commit: exact when the client had to wait for the result at the end
-// (the result came then), and lowered by a tenth when the result was ready
-// already (it came at some unknown earlier time), so that a pace too slow for
-// the servers of the moment corrects itself. The estimate is kept in the
+// (the result came then; at most 4x the previous estimate), and lowered by a
+// tenth when the result was ready already (it came at some unknown earlier
+// time), so that a pace too slow for the servers of the moment corrects
+// itself. A wait counts as one only if it is long against a round trip and
+// not negligible against the round, which may include hours of idleness. The estimate is kept in the
 // client state; the first eviction of a new state has none and is not paced
 // (its round waits at the end, as without a pacer). Pure: time is passed in.
 #include <chrono>
@@ -45,6 +47,11 @@ class EvictionPacer {
   // A wait for the result shorter than this means it was ready already
   // (the request's round trip, not the computation).
   static constexpr Duration kReadyAlready = std::chrono::milliseconds(200);
+  // ...and one shorter than 1/kWaitShare of the round's time too (a slow
+  // reply after an idle round is not a measurement).
+  static constexpr int kWaitShare = 50;
+  // An estimate grows at most this much per eviction.
+  static constexpr int kMaxGrowth = 4;
 
  private:
   Duration estimate_;

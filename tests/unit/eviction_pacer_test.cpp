@@ -51,5 +51,15 @@ TEST(EvictionPacer, LearnsTheTimeWhenItWaitedAndLowersItWhenTheResultWasReady) {
   EXPECT_EQ(pacer.estimate(), seconds(30));
 }
 
+// A round left idle for hours, then a slow reply: not a measurement of the
+// servers; and no single measurement multiplies the pace by more than 4.
+TEST(EvictionPacer, IdleRoundsAndSlowRepliesDoNotInflateTheEstimate) {
+  EvictionPacer pacer(seconds(60));
+  pacer.Learn(std::chrono::hours(8), milliseconds(900));
+  EXPECT_EQ(pacer.estimate(), seconds(54));
+  pacer.Learn(seconds(30), seconds(600));
+  EXPECT_EQ(pacer.estimate(), seconds(216));
+}
+
 }  // namespace
 }  // namespace s3oram
