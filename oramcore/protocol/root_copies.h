@@ -6,9 +6,10 @@
 // select, so the servers see the same access).
 //
 // Guarantees: entries are the packed sealed blocks exactly as shared (the
-// seal binds them to block id and version, the share MAC to the slot), so a
-// stale, foreign or damaged entry fails authentication and the caller treats
-// it as missing; nothing here is trusted. The file is private (0600), lives
+// seal binds them to block id and version; the slot is where the caller
+// looks them up, not authenticated), so a stale, foreign or damaged entry
+// fails authentication against the id and version the caller expects and is
+// treated as missing; nothing here is trusted. The file is private (0600), lives
 // beside the client state and survives a crash of the process; it is not
 // synced, so a power loss may lose entries (never corrupt an answer).
 // Not thread-safe (the client serialises accesses).
