@@ -27,6 +27,7 @@ void RegisterKeygen(CLI::App& app, int* exit_code);
 void RegisterParams(CLI::App& app, int* exit_code);
 void RegisterStatus(CLI::App& app, int* exit_code);
 void RegisterBench(CLI::App& app, int* exit_code);
+void RegisterAgeFill(CLI::App& app, int* exit_code);
 void RegisterCluster(CLI::App& app, int* exit_code);
 void RegisterFsck(CLI::App& app, int* exit_code);
 

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   s3oram::cli::RegisterParams(app, &exit_code);
   s3oram::cli::RegisterStatus(app, &exit_code);
   s3oram::cli::RegisterBench(app, &exit_code);
+  s3oram::cli::RegisterAgeFill(app, &exit_code);
   s3oram::cli::RegisterCluster(app, &exit_code);
   s3oram::cli::RegisterFsck(app, &exit_code);
   s3oram::cli::RegisterRebuild(app, &exit_code);

@@ -102,6 +102,7 @@ void WireCorpus(const fs::path& root) {
   w.Add("mac_open_request", wire::Encode(h, wire::MacOpenRequest{5, seed}));
   w.Add("mac_open_reply", wire::Encode(h, wire::MacOpenReply{5, Elems(6, 9)}));
   w.Add("slot_share_request", wire::Encode(h, wire::SlotShareRequest{2, 1}));
+  w.Add("age_fill_request", wire::Encode(h, wire::AgeFillRequest{1, 1, {}}));
   w.Add("slot_share_reply", wire::Encode(h, wire::SlotShareReply{2, 1, Elems(6, 9)}));
   w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));

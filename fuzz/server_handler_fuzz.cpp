@@ -240,6 +240,7 @@ std::optional<wire::MessageType> ExpectedReply(wire::MessageType t) {
     case T::kEvictCheckRequest: return T::kEvictCheckReply;
     case T::kMacOpenRequest: return T::kMacOpenReply;
     case T::kSlotShareRequest: return T::kSlotShareReply;
+    case T::kAgeFillRequest: return T::kAgeFillReply;
     default: return std::nullopt;
   }
 }

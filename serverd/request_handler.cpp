@@ -23,6 +23,7 @@
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
+#include "oramcore/math/age_fill.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/kernels.h"
 #include "oramcore/math/random_elems.h"
@@ -1425,6 +1426,23 @@ struct RequestHandler::Impl {
                                            std::vector<Elem>(first, first + static_cast<std::ptrdiff_t>(m))}};
   }
 
+  // Benchmarks only: see wire.h AGE_FILL. The store refuses a used tree.
+  Result<wire::Body> HandleAgeFill(const wire::AgeFillRequest& req) {
+    S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "age fill"));
+    const std::size_t be = static_cast<std::size_t>(store->bucket_elems());
+    std::vector<Elem> data(std::size_t{req.count} * be);
+    for (std::uint32_t i = 0; i < req.count; ++i) {
+      age_fill::BucketShares(req.seed, req.first_bucket + i, threshold, config.index,
+                             std::span<Elem>(data).subspan(i * be, be));
+    }
+    S3ORAM_RETURN_IF_ERROR(store->FillUnusedBuckets(req.first_bucket, data));
+    if (req.first_bucket + req.count - 1 == store->num_buckets()) {
+      spdlog::info("age fill: every bucket of server {}'s tree written (benchmarks only)",
+                   config.index);
+    }
+    return wire::Body{wire::AgeFillReply{req.first_bucket}};
+  }
+
   Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
     S3ORAM_ASSIGN_OR_RETURN(std::uint64_t received,
                             backups->Put(req.generation, req.offset, req.total, req.last,
@@ -1475,6 +1493,10 @@ struct RequestHandler::Impl {
             // Read-only, no lease: scrub runs beside a mount.
             S3ORAM_RETURN_IF_ERROR(CheckRequest(h, true));
             return HandleSlotShare(body);
+          } else if constexpr (std::is_same_v<T, wire::AgeFillRequest>) {
+            S3ORAM_RETURN_IF_ERROR(CheckHolder(h));
+            if (!store) return Status::FailedPrecondition("server holds no filesystem");
+            return HandleAgeFill(body);
           } else if constexpr (std::is_same_v<T, wire::InitRequest>) {
             return HandleInit(h, body);
           } else if constexpr (std::is_same_v<T, wire::LeaseAcquireRequest>) {

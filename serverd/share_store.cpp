@@ -1233,6 +1233,32 @@ Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data)
   return im.WriteDigests(im.fd.get(), im.rebuild_path, im.DigestOffset(first), digests);
 }
 
+Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  if (meta_.applied_seq != 0 || meta_.applied_evictions != 0 ||
+      im.shadow_state != Impl::ShadowState::kNone || im.root_snapshot != 0) {
+    return Status::FailedPrecondition(
+        "age fill: the tree in " + im.dir + " has been used (" +
+        std::to_string(meta_.applied_seq) + " accesses, " +
+        std::to_string(meta_.applied_evictions) +
+        " evictions applied); filling would overwrite its blocks, so it is only for a new "
+        "filesystem");
+  }
+  const std::uint64_t n = im.geo.num_buckets;
+  const std::uint64_t be = bucket_elems();
+  if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||
+      data.size() / be > n - first + 1) {
+    return Status::InvalidArgument("FillUnusedBuckets: range or data size out of range");
+  }
+  std::vector<digest::SlotDigest> digests(data.size() / slot_elems());
+  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, digests, "age fill data"));
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), data.data(), data.size_bytes(),
+                                   im.BucketOffset(first), im.shares_path));
+  S3ORAM_RETURN_IF_ERROR(im.WriteDigests(im.fd.get(), im.shares_path, im.DigestOffset(first), digests));
+  return im.Sync(im.fd.get(), im.shares_path);
+}
+
 Status ShareStore::FinishRebuild(const ServerMeta& meta) {
   Impl& im = *impl_;
   S3ORAM_RETURN_IF_ERROR(im.Usable());

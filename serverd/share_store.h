@@ -154,6 +154,12 @@ class ShareStore {
   // filesystem cannot tell (no SEEK_DATA), every bucket counts as written.
   Result<std::vector<bool>> Holes(std::uint64_t first, std::uint64_t count) const;
 
+  // Benchmarks only (wire.h AGE_FILL): overwrites whole buckets from `first`
+  // on with `data` and their digests, durably. FailedPrecondition unless the
+  // tree has never been used (no access or eviction applied, no shadow, no
+  // root snapshot): it would overwrite live slots.
+  Status FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data);
+
   // Rebuild only. Writes data (whole buckets from `first` on) without syncing;
   // FinishRebuild syncs everything.
   bool rebuilding() const;

@@ -105,7 +105,8 @@ def cmd_record(a):
     before, after = json.loads(a.before), json.loads(a.after)
     rec = {"profile": a.profile, "job": a.job, "seconds": round(a.seconds, 3),
            "user_bytes": a.user_bytes, "capacity": a.capacity, "block_size": a.block_size,
-           "init_args": a.init_args, "fused_opts": a.fused_opts, "note": a.note}
+           "init_args": a.init_args, "fused_opts": a.fused_opts, "note": a.note,
+           "age": a.age or "young"}
     rec["user_KBps"] = round(a.user_bytes / a.seconds / 1000, 2) if a.seconds > 0 else None
     for k in ("client_up", "client_down", "server_peer"):
         d = after[k] - before[k]
@@ -137,12 +138,14 @@ PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 def run_label(r):
     """A run's label in the plots: profile, block size and init arguments."""
-    return f"{r['profile']} B={r['block_size']}" + (f" {r['init_args']}" if r["init_args"] else "")
+    return (f"{r['profile']} B={r['block_size']}" + (f" {r['init_args']}" if r["init_args"] else "")
+            + (" aged" if r.get("age") == "aged" else ""))
 
 
 def table_row(r, cells):
-    """A markdown row: the run's profile, block size and init arguments, then cells."""
-    return "| " + " | ".join([r["profile"], str(r["block_size"]), r["init_args"] or "-"] +
+    """A markdown row: the run's profile, block size, init arguments and age, then cells."""
+    return "| " + " | ".join([r["profile"], str(r["block_size"]), r["init_args"] or "-",
+                              r.get("age", "young")] +
                              cells) + " |"
 
 
@@ -155,19 +158,21 @@ def cmd_report(a):
     # The latest record per (profile, job, block size, init args).
     latest = {}
     for r in recs:
-        latest[(r["profile"], r["job"], r["block_size"], r["init_args"])] = r
+        latest[(r["profile"], r["job"], r["block_size"], r["init_args"], r.get("age", "young"))] = r
     rows = sorted(latest.values(), key=lambda r: (
         PROFILE_ORDER.index(r["profile"]) if r["profile"] in PROFILE_ORDER else 99,
-        str(r["block_size"]), r["init_args"],
+        str(r["block_size"]), r["init_args"], r.get("age", "young"),
         JOB_ORDER.index(r["job"]) if r["job"] in JOB_ORDER else 99))
     md = ["# Network-emulated benchmark (bench/net-bench)", "",
           "User KB/s = bytes the job read or wrote / wall time (fio: from open to the end of the "
           "final fsync; cp: cp -r plus sync). Bytes per user byte: interface bytes (with TCP/IP "
           "headers) on each link class divided by the job's user bytes. Client up/down: the "
           "laptop's link; server-server: what the three servers sent each other.", "",
-          "| profile | B | init | job | user bytes | s | user KB/s | IOPS | p50 ms | "
+          "Age: young = a new tree (mostly sparse holes); aged = every bucket written first "
+          "(`s3oram age-fill`, net-bench --age), as a filesystem in use for months.", "",
+          "| profile | B | init | age | job | user bytes | s | user KB/s | IOPS | p50 ms | "
           "client up B/B | client down B/B | server-server B/B |",
-          "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+          "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         md.append(table_row(r, [
             r["job"], str(r["user_bytes"]),
@@ -179,9 +184,9 @@ def cmd_report(a):
         md += ["", "Freeze probe (job `probe`: a 4 KiB O_DIRECT read of another cold file every "
                "interval while a writer appends in 4 MiB O_DIRECT+fsync chunks; waits over the "
                "first read of each file):", "",
-               "| profile | B | init | writer KB/s | cold reads | wait p50 ms | wait p99 ms | "
+               "| profile | B | init | age | writer KB/s | cold reads | wait p50 ms | wait p99 ms | "
                "wait max ms | chunk p50 s | slowest chunk s |",
-               "|---|---|---|---|---|---|---|---|---|---|"]
+               "|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in probes:
             md.append(table_row(r, [
                 fmt(r["user_KBps"]),
@@ -298,7 +303,7 @@ def main():
     s.set_defaults(fn=cmd_fio_bytes)
     s = sub.add_parser("record")
     for k in ("profile", "job", "before", "after", "capacity", "block-size", "init-args",
-              "fused-opts", "note"):
+              "fused-opts", "note", "age"):
         s.add_argument("--" + k, default="")
     s.add_argument("--seconds", type=float, required=True)
     s.add_argument("--user-bytes", type=int, required=True)

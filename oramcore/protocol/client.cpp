@@ -1542,6 +1542,37 @@ Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first
   return out;
 }
 
+Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+  if (counters_.ne != 0 || counters_.nr != 0 || inflight_ || pending_root_) {
+    return Status::FailedPrecondition(
+        "age fill: this filesystem has been used (" + std::to_string(counters_.ne) +
+        " evictions, " + std::to_string(counters_.nr) +
+        " accesses since the last); filling would overwrite its blocks, so it is only for a "
+        "new filesystem (benchmarks)");
+  }
+  wire::ParitySeed seed;
+  random::Bytes(seed);
+  const std::uint64_t buckets = params().geometry().num_buckets();
+  for (std::uint64_t b = 1; b <= buckets; ++b) {
+    // One bucket per request: a bucket can be hundreds of MB at large Z and
+    // B, and progress is per bucket.
+    wire::Header h = NextHeader();
+    const auto frame = wire::Encode(h, wire::AgeFillRequest{b, 1, seed});
+    std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+    S3ORAM_ASSIGN_OR_RETURN(
+        auto replies,
+        servers_->Exchange(frames, h, wire::MessageType::kAgeFillReply, options_.evictions));
+    for (std::size_t i = 0; i < replies.size(); ++i) {
+      if (std::get<wire::AgeFillReply>(replies[i].body).first_bucket != b) {
+        return Status::Protocol("server " + std::to_string(i) + " filled another bucket than " +
+                                std::to_string(b));
+      }
+    }
+    if (progress) progress(b, buckets);
+  }
+  return Status::Ok();
+}
+
 Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt) {
   if (parity_rows_.empty()) return Status::Ok();  // no redundancy to check with
   const TimeInto timer(stats_.timings.eviction_check_ns);

@@ -222,6 +222,13 @@ class OramClient {
   Result<std::vector<wire::ParityReply>> ParityAll(std::uint64_t first, std::uint32_t count,
                                                    const wire::ParitySeed& seed,
                                                    std::chrono::milliseconds timeout);
+  // Benchmarks only (wire.h AGE_FILL, `s3oram age-fill`): every server
+  // writes every bucket of its tree with its share of empty slots, so that
+  // this new filesystem costs what one in use for months costs (no bucket a
+  // sparse hole). FailedPrecondition, before anything is sent, once this
+  // state has made an access; each server also refuses a tree that has been
+  // used. progress(done, total) counts buckets.
+  Status AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
   // The parity checks of the parties' sharings (shamir::ParityChecks).
   const std::vector<std::vector<field::Elem>>& parity_rows() const { return parity_rows_; }
   // Which server holds the odd share of committed slot (bucket, slot), read

@@ -396,6 +396,16 @@ void Fields(Io& io, Ref<Io, EvictResultRequest> m) {
   io.U32(m.attempt, "attempt");
 }
 template <class Io>
+void Fields(Io& io, Ref<Io, AgeFillRequest> m) {
+  io.U64(m.first_bucket, "first_bucket");
+  io.U32(m.count, "count");
+  io.Fixed(m.seed, "seed");
+}
+template <class Io>
+void Fields(Io& io, Ref<Io, AgeFillReply> m) {
+  io.U64(m.first_bucket, "first_bucket");
+}
+template <class Io>
 void Fields(Io& io, Ref<Io, EvictCommitRequest> m) {
   io.U64(m.eviction, "eviction");
 }
@@ -699,6 +709,8 @@ S3ORAM_WIRE_TAG(SlotShareRequest, kSlotShareRequest, 2);
 S3ORAM_WIRE_TAG(SlotShareReply, kSlotShareReply, 3);
 S3ORAM_WIRE_TAG(EvictStartedReply, kEvictStartedReply, 2);
 S3ORAM_WIRE_TAG(EvictResultRequest, kEvictResultRequest, 2);
+S3ORAM_WIRE_TAG(AgeFillRequest, kAgeFillRequest, 3);
+S3ORAM_WIRE_TAG(AgeFillReply, kAgeFillReply, 1);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
 static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
@@ -813,6 +825,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kSlotShareReply: return "SLOT_SHARE_REPLY";
     case MessageType::kEvictStartedReply: return "EVICT_STARTED_REPLY";
     case MessageType::kEvictResultRequest: return "EVICT_RESULT_REQUEST";
+    case MessageType::kAgeFillRequest: return "AGE_FILL_REQUEST";
+    case MessageType::kAgeFillReply: return "AGE_FILL_REPLY";
   }
   return "UNKNOWN";
 }

@@ -114,6 +114,10 @@ enum class MessageType : std::uint16_t {
   // reply (kEvictPrepareReply) says it finished.
   kEvictStartedReply = 54,
   kEvictResultRequest = 55,
+  // Benchmarks only: every bucket of a new, unused tree written with
+  // sharings of empty slots, so that it costs what an aged tree costs.
+  kAgeFillRequest = 56,
+  kAgeFillReply = 57,
 };
 const char* MessageTypeName(MessageType t);
 
@@ -489,6 +493,26 @@ struct SlotShareReply {
   std::vector<Elem> share;  // m elements
 };
 
+// AGE_FILL (benchmarks only; `s3oram age-fill`): a new tree is mostly sparse
+// holes, which a retrieval skips and an eviction reads for free, so a young
+// filesystem is much cheaper than one in use for months, whose every bucket
+// an eviction has written. The server writes every slot of buckets
+// [first_bucket, first_bucket + count) with its share a_1 x_i + ... + a_t x_i^t
+// of a sharing of zero, the coefficients expanded from `seed` and the bucket
+// number (the same on every server): consistent sharings of empty slots with
+// zero share-MAC tags, which every check accepts, but no hole. Lease holder
+// only; refused unless the server's tree has never been used (no access, no
+// eviction applied), since it overwrites whatever the buckets hold. Same
+// range limit as SCRUB (kMaxScrubBytes, or one bucket).
+struct AgeFillRequest {
+  std::uint64_t first_bucket = 0;  // 1-based
+  std::uint32_t count = 0;
+  ParitySeed seed{};
+};
+struct AgeFillReply {
+  std::uint64_t first_bucket = 0;  // echoes the request
+};
+
 // Alternatives in ascending MessageType order (checked in wire.cpp).
 using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
                           RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
@@ -503,7 +527,7 @@ using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, I
                           ScrubReply, ParityRequest, ParityReply, EvictCheckRequest,
                           EvictCheckReply, MacOpenRequest, MacOpenReply,
                           SlotShareRequest, SlotShareReply, EvictStartedReply,
-                          EvictResultRequest>;
+                          EvictResultRequest, AgeFillRequest, AgeFillReply>;
 
 struct Message {
   Header header;

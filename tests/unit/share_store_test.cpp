@@ -202,6 +202,44 @@ TEST(ShareStore, WriteSlotRejectsBadArguments) {
   EXPECT_TRUE(store->WriteSlot(15, 3, ok, 1, 1).ok());
 }
 
+// Benchmarks' age fill: whole buckets with digests on a tree never used, so
+// that no bucket stays a hole; refused once a root write was applied, with
+// the tree unchanged.
+TEST(ShareStore, FillUnusedBucketsWritesEveryBucketUntilTheTreeIsUsed) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(store, nullptr);
+  const std::uint64_t n = store->num_buckets(), be = store->bucket_elems();
+  const auto data = RandomElems(rng, n * be);
+  EXPECT_EQ(store->FillUnusedBuckets(0, std::span(data).first(be)).code(),
+            Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->FillUnusedBuckets(n, std::span(data).first(2 * be)).code(),
+            Status::Code::kInvalidArgument);
+  ASSERT_TRUE(store->FillUnusedBuckets(1, std::span(data).first(be)).ok());
+  ASSERT_TRUE(store->FillUnusedBuckets(2, std::span(data).subspan(be)).ok());
+  auto holes = store->Holes(1, n);
+  ASSERT_TRUE(holes.ok()) << holes.status().ToString();
+  for (std::uint64_t b = 0; b < n; ++b) {
+    EXPECT_FALSE((*holes)[b]) << "bucket " << b + 1;
+    EXPECT_TRUE(std::equal(data.begin() + static_cast<std::ptrdiff_t>(b * be),
+                           data.begin() + static_cast<std::ptrdiff_t>((b + 1) * be),
+                           store->Bucket(b + 1)))
+        << "bucket " << b + 1;
+  }
+  auto flags = store->Scrub(1, n);
+  ASSERT_TRUE(flags.ok()) << flags.status().ToString();
+  EXPECT_EQ(std::count(flags->begin(), flags->end(), 1), 0) << "a filled slot fails its digest";
+
+  std::vector<Elem> slot(store->slot_elems(), 7);
+  ASSERT_TRUE(store->WriteSlot(1, 0, slot, 1, 1).ok());
+  const Status refused = store->FillUnusedBuckets(2, std::span(data).first(be));
+  EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition) << refused.ToString();
+  EXPECT_NE(refused.message().find("has been used"), std::string::npos) << refused.ToString();
+  EXPECT_TRUE(std::equal(data.begin() + static_cast<std::ptrdiff_t>(be),
+                         data.begin() + static_cast<std::ptrdiff_t>(2 * be), store->Bucket(2)));
+}
+
 TEST(ShareStore, ReopenPersistsMetaAndData) {
   TempDir tmp;
   auto rng = testing::SeededRng();

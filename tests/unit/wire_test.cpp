@@ -181,6 +181,10 @@ bool Same(const EvictStartedReply& a, const EvictStartedReply& b) {
 bool Same(const EvictResultRequest& a, const EvictResultRequest& b) {
   return a.eviction == b.eviction && a.attempt == b.attempt;
 }
+bool Same(const AgeFillRequest& a, const AgeFillRequest& b) {
+  return a.first_bucket == b.first_bucket && a.count == b.count && a.seed == b.seed;
+}
+bool Same(const AgeFillReply& a, const AgeFillReply& b) { return a.first_bucket == b.first_bucket; }
 bool Same(const StatsRequest&, const StatsRequest&) { return true; }
 bool Same(const StatsReply& a, const StatsReply& b) {
   return std::tie(a.requests, a.busy_us, a.retrieves, a.retrieve_read_us, a.retrieve_kernel_us,
@@ -328,6 +332,8 @@ class Gen {
       case 44: return SlotShareReply{U64(), U32(), Elems()};
       case 45: return EvictStartedReply{U64(), U32()};
       case 46: return EvictResultRequest{U64(), U32()};
+      case 47: return AgeFillRequest{U64(), U32(), Seed()};
+      case 48: return AgeFillReply{U64()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
