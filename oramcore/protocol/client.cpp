@@ -1045,10 +1045,7 @@ Status OramClient::EnsureEvictionStarted() {
     if (inflight_->sent) {
       ++record.attempt;
       ++stats_.eviction_retries;
-      ClientStateStore::Batch b;
-      b.RemovePending(record.eviction);
-      b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
-      S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+      S3ORAM_RETURN_IF_ERROR(LogEvictionRecord(record));
     }
     inflight_->sent = true;
     last = SendPrepare(*record.plan, record.attempt, EvictionBudgetLeft(began));
@@ -1086,16 +1083,55 @@ TransportOptions OramClient::EvictionBudgetLeft(std::chrono::steady_clock::time_
   return budget;
 }
 
+Status OramClient::LogEvictionRecord(const EvictionRecord& record) {
+  ClientStateStore::Batch b;
+  b.RemovePending(record.eviction);
+  b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
+  return store_->Commit(b, /*durable=*/true);
+}
+
+void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed) {
+  // Polls only an eviction that has run a while, at fixed access counts: a
+  // shorter one costs at most that much wait at the round's end, and fast
+  // setups (small blocks, tests) send no STATUS at all.
+  static constexpr auto kProgressAfter = std::chrono::seconds(1);
+  static constexpr std::uint64_t kPollsPerRound = 16;
+  const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
+  if (elapsed < kProgressAfter || counters_.nr % every != 0) return;
+  for (const auto& r : QueryServers(options_.requests.resend_after)) {
+    if (!r.status.ok() || !r.reply.evicting ||
+        r.reply.evicting_eviction != inflight_->record.eviction) {
+      continue;
+    }
+    // The slowest server sets the pace: the largest extrapolation is kept.
+    pacer_.Provisional(EvictionPacer::FromProgress(
+        std::chrono::milliseconds(r.reply.evicting_elapsed_ms), r.reply.evicting_round,
+        r.reply.evicting_rounds));
+  }
+}
+
 void OramClient::PaceBehindEviction() {
   if (!inflight_ || !inflight_->started) return;
-  const auto delay = pacer_.Delay(std::chrono::steady_clock::now() - inflight_->started_at,
-                                  counters_.nr, params().evict_rate);
+  const auto elapsed = std::chrono::steady_clock::now() - inflight_->started_at;
+  const bool provisional = pacer_.estimate() <= EvictionPacer::Duration::zero();
+  if (provisional) AskEvictionProgress(elapsed);
+  const auto delay = pacer_.Delay(elapsed, counters_.nr, params().evict_rate);
   if (delay <= EvictionPacer::Duration::zero()) return;
   if (!pace_logged_) {
-    spdlog::info("accesses are paced to eviction {} (the last took {:.1f} s): a round of {} "
-                 "accesses lasts at least that long, so that none waits for all of it at the end",
-                 inflight_->record.eviction,
-                 std::chrono::duration<double>(pacer_.estimate()).count(), params().evict_rate);
+    if (provisional) {
+      spdlog::info("accesses are paced to eviction {}, the first this state sees: the servers' "
+                   "progress suggests {:.1f} s, and a round of {} accesses is made to last about "
+                   "that long, so that none waits for all of it at the end",
+                   inflight_->record.eviction,
+                   std::chrono::duration<double>(pacer_.provisional()).count(),
+                   params().evict_rate);
+    } else {
+      spdlog::info("accesses are paced to eviction {} (the last took {:.1f} s): a round of {} "
+                   "accesses lasts at least that long, so that none waits for all of it at the "
+                   "end",
+                   inflight_->record.eviction,
+                   std::chrono::duration<double>(pacer_.estimate()).count(), params().evict_rate);
+    }
     pace_logged_ = true;
   }
   TimeInto whole(stats_.timings.eviction_ns);
@@ -1284,10 +1320,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
           ++record.attempt;
           ++stats_.eviction_retries;
         }
-        ClientStateStore::Batch b;
-        b.RemovePending(plan.eviction);
-        b.AddPending(PendingOp{plan.eviction, kEvictKind, EncodeEvictionRecord(record)});
-        S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+        S3ORAM_RETURN_IF_ERROR(LogEvictionRecord(record));
         last = SendPrepare(plan, record.attempt, budget_left());
         if (last.ok()) last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
         // Verified before anything commits: the prepared buckets must be

@@ -450,8 +450,15 @@ class OramClient {
   };
   EvictionPacer pacer_;
   bool pace_logged_ = false;
+  // Replaces the logged pending eviction with `record` (a new attempt number
+  // goes to disk before any server sees it), durably.
+  Status LogEvictionRecord(const EvictionRecord& record);
   // Holds back an access that is ahead of the pace of the eviction beside it.
   void PaceBehindEviction();
+  // No estimate yet: every A/16 accesses of an eviction that has run 1 s or
+  // more, asks the servers' STATUS for its progress and gives the pacer a
+  // provisional estimate (EvictionPacer::FromProgress).
+  void AskEvictionProgress(std::chrono::steady_clock::duration elapsed);
   // What is left of one eviction timeout (options_.evictions) begun at
   // `started`, for the attempts of one eviction to share.
   TransportOptions EvictionBudgetLeft(std::chrono::steady_clock::time_point started) const;

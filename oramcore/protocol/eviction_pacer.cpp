@@ -6,12 +6,13 @@ namespace s3oram {
 
 EvictionPacer::Duration EvictionPacer::Delay(Duration elapsed, std::uint64_t done,
                                              std::uint64_t round) const {
-  if (round == 0 || estimate_ <= Duration::zero()) return Duration::zero();
+  const Duration estimate = estimate_ > Duration::zero() ? estimate_ : provisional_;
+  if (round == 0 || estimate <= Duration::zero()) return Duration::zero();
   done = std::min(done, round);
   // estimate * done / round without overflow: estimates are minutes at most
   // (well under 2^63 ns / 2^20), rounds are at most a few thousand accesses.
   const auto due = Duration(static_cast<Duration::rep>(
-      static_cast<long double>(estimate_.count()) * static_cast<long double>(done) /
+      static_cast<long double>(estimate.count()) * static_cast<long double>(done) /
       static_cast<long double>(round)));
   return due > elapsed ? due - elapsed : Duration::zero();
 }
@@ -25,11 +26,30 @@ void EvictionPacer::Learn(Duration elapsed, Duration waited) {
     const Duration measured = elapsed + waited;
     estimate_ = estimate_ > Duration::zero() ? std::min(measured, estimate_ * kMaxGrowth)
                                              : measured;
+  } else if (estimate_ <= Duration::zero() && provisional_ > Duration::zero()) {
+    // The first eviction, paced by its progress so well that its result
+    // was ready: the servers' own extrapolation is the better figure.
+    estimate_ = std::min(provisional_, std::max(elapsed, kReadyAlready));
   } else {
     // No estimate yet counts as none smaller than `elapsed`.
     const Duration bound = estimate_ > Duration::zero() ? std::min(estimate_, elapsed) : elapsed;
     estimate_ = bound * 9 / 10;
   }
+  provisional_ = Duration::zero();
+}
+
+void EvictionPacer::Provisional(Duration estimate) {
+  provisional_ = std::max(provisional_, estimate);
+}
+
+EvictionPacer::Duration EvictionPacer::FromProgress(Duration elapsed, std::uint32_t round,
+                                                    std::uint32_t rounds) {
+  if (elapsed <= Duration::zero() || round == 0 || rounds == 0 || round > rounds) {
+    return Duration::zero();
+  }
+  const long double e = static_cast<long double>(elapsed.count()), r = rounds, k = round;
+  const long double estimate = round == 1 ? e * r : (e * r / k + e * r / (k - 1)) / 2;
+  return Duration(static_cast<Duration::rep>(estimate));
 }
 
 }  // namespace s3oram

@@ -19,8 +19,11 @@
 // time), so that a pace too slow for the servers of the moment corrects
 // itself. A wait counts as one only if it is long against a round trip and
 // not negligible against the round, which may include hours of idleness. The estimate is kept in the
-// client state; the first eviction of a new state has none and is not paced
-// (its round waits at the end, as without a pacer). Pure: time is passed in.
+// client state. The first eviction of a new state has none: while it runs,
+// the client asks the servers how far they are (STATUS: round k of R after
+// e) and paces by a provisional estimate extrapolated from that
+// (FromProgress), until the first commit teaches the real one. Pure: time is
+// passed in.
 #include <chrono>
 #include <cstdint>
 
@@ -44,6 +47,21 @@ class EvictionPacer {
 
   Duration estimate() const { return estimate_; }
 
+  // Before any estimate is learned: the servers' progress says the eviction
+  // beside this round takes about `estimate`. Delay uses the largest such
+  // value until the next Learn (which also adopts it, when the result was
+  // ready and so says nothing better).
+  void Provisional(Duration estimate);
+  Duration provisional() const { return provisional_; }
+
+  // The whole eviction's time extrapolated from a server's progress: in
+  // round `round` (1-based) of `rounds`, `elapsed` after it started. Rounds
+  // cost alike (each combines one level's buckets), so the k - 1 rounds done
+  // took between elapsed * (k - 1) / k and elapsed: the estimate lies between
+  // elapsed * R / k and elapsed * R / (k - 1), and is taken midway (in round
+  // 1, the lower bound elapsed * R). Zero for a progress that says nothing.
+  static Duration FromProgress(Duration elapsed, std::uint32_t round, std::uint32_t rounds);
+
   // A wait for the result shorter than this means it was ready already
   // (the request's round trip, not the computation).
   static constexpr Duration kReadyAlready = std::chrono::milliseconds(200);
@@ -55,6 +73,7 @@ class EvictionPacer {
 
  private:
   Duration estimate_;
+  Duration provisional_ = Duration::zero();
 };
 
 }  // namespace s3oram

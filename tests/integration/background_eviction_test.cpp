@@ -9,8 +9,10 @@
 #include <signal.h>
 
 #include <cstdio>
+#include <chrono>
 #include <map>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/cluster_fixture.h"
@@ -91,6 +93,52 @@ TEST(BackgroundEvictionTest, RandomAccessesRacingEvictionsMatchAModel) {
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r.value(), want) << "block " << id;
   }
+}
+
+// A new state has no eviction time to pace by: during its first eviction the
+// client asks the servers' progress and paces by their extrapolation, so the
+// round beside that eviction is held back access by access instead of all at
+// its end. Servers sleep 1.5 s in every SMP round (an eviction at H = 4
+// takes at least 6 s), and the test spaces the accesses of
+// the round beside the eviction by 150 ms: once the eviction has run 1 s the
+// client asks, learns it is in round 1 after e (so at least 4e), and access
+// i >= 5 of the round is due no earlier than 4e i / 16 > e. None of this
+// depends on how fast the machine is: a slower one only makes the servers'
+// rounds, and so the estimate, longer.
+TEST(BackgroundEvictionTest, TheFirstEvictionOfANewStateIsPacedByTheServersProgress) {
+  constexpr std::uint32_t kA = 16, kH = 4, kBlock = 256;
+  const OramParams params = SmallParams(kBlock, kA, kH);
+  auto fs = testing::MakeFs(params);
+  ASSERT_TRUE(fs);
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
+    const Status st =
+        fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~1500"});
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  auto client = testing::TestOpen(fs->state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  for (BlockId id = 0; id < kA; ++id) {
+    ASSERT_TRUE((*client)->Write(id, testing::Content(kBlock, id, 1)).ok());
+  }
+  // Eviction 0 is under way beside the next round; nothing has paced yet.
+  EXPECT_EQ((*client)->stats().timings.eviction_pace_ns, 0u);
+  for (BlockId id = 0; id + 1 < kA; ++id) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    auto r = (*client)->Read(id);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r.value(), testing::Content(kBlock, id, 1));
+  }
+  EXPECT_EQ((*client)->counters().ne, 0u) << "eviction 0 committed before its round ended";
+  EXPECT_GT((*client)->stats().timings.eviction_pace_ns, 0u)
+      << "no access of the round beside the first eviction was paced";
+  // The round's last access commits eviction 0; the state keeps its time.
+  ASSERT_TRUE((*client)->Read(kA - 1).ok());
+  EXPECT_EQ((*client)->counters().ne, 1u);
+  client->reset();
+  auto store = testing::TestOpenStore(fs->state);
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_GT((*store)->eviction_estimate_ms(), 0u);
 }
 
 }  // namespace

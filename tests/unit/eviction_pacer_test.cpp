@@ -61,5 +61,39 @@ TEST(EvictionPacer, IdleRoundsAndSlowRepliesDoNotInflateTheEstimate) {
   EXPECT_EQ(pacer.estimate(), seconds(216));
 }
 
+// The first eviction of a new state: the servers' progress (round k of R
+// after e) extrapolated to the whole eviction, between e R / k and
+// e R / (k - 1); a lower bound e R in round 1.
+TEST(EvictionPacer, ProgressExtrapolatesTheWholeEviction) {
+  EXPECT_EQ(EvictionPacer::FromProgress(seconds(4), 1, 5), seconds(20));
+  // Round 3 of 5 after 24 s: two rounds took 16 to 24 s, so 40 to 60 s.
+  EXPECT_EQ(EvictionPacer::FromProgress(seconds(24), 3, 5), seconds(50));
+  EXPECT_EQ(EvictionPacer::FromProgress(seconds(24), 0, 5), EvictionPacer::Duration::zero());
+  EXPECT_EQ(EvictionPacer::FromProgress(seconds(24), 6, 5), EvictionPacer::Duration::zero());
+  EXPECT_EQ(EvictionPacer::FromProgress(seconds(0), 1, 5), EvictionPacer::Duration::zero());
+}
+
+TEST(EvictionPacer, AProvisionalEstimatePacesUntilTheFirstIsLearned) {
+  EvictionPacer pacer;
+  pacer.Provisional(seconds(20));
+  pacer.Provisional(seconds(10));  // the largest is kept (the slowest server)
+  EXPECT_EQ(pacer.provisional(), seconds(20));
+  EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(5));
+  // The first commit found the result ready: the extrapolation is adopted
+  // (bounded by the time until the result was asked for).
+  pacer.Learn(seconds(25), milliseconds(4));
+  EXPECT_EQ(pacer.estimate(), seconds(20));
+  EXPECT_EQ(pacer.provisional(), EvictionPacer::Duration::zero());
+  // Once an estimate exists, a provisional one does not change the pace.
+  pacer.Provisional(seconds(100));
+  EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(5));
+
+  // A first commit that waited measures the eviction itself.
+  EvictionPacer waited;
+  waited.Provisional(seconds(20));
+  waited.Learn(seconds(25), seconds(10));
+  EXPECT_EQ(waited.estimate(), seconds(35));
+}
+
 }  // namespace
 }  // namespace s3oram
