@@ -759,6 +759,9 @@ struct RequestHandler::Impl {
     for (std::uint32_t k = 1; k <= H; ++k) {
       const std::uint32_t round = k - 1;
       SetProgress(k, wire::EvictPhase::kReading);
+      // With a delay (name~ms): a first round that lasts, for the client's
+      // pacing by progress (BackgroundEvictionTest).
+      if (k == 1) FaultPoint("server.evict_prepare.first_round");
       auto t0 = Clock::now();
       // The source's digests are known: the root's stored ones (verified
       // above), or those of the previous step's output (put from `prev`).
@@ -1429,6 +1432,7 @@ struct RequestHandler::Impl {
   // Benchmarks only: see wire.h AGE_FILL. The store refuses a used tree.
   Result<wire::Body> HandleAgeFill(const wire::AgeFillRequest& req) {
     S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "age fill"));
+    S3ORAM_RETURN_IF_ERROR(store->CheckUnused());  // before expanding up to 256 MiB
     const std::size_t be = static_cast<std::size_t>(store->bucket_elems());
     std::vector<Elem> data(std::size_t{req.count} * be);
     for (std::uint32_t i = 0; i < req.count; ++i) {

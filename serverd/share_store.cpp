@@ -1233,9 +1233,8 @@ Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data)
   return im.WriteDigests(im.fd.get(), im.rebuild_path, im.DigestOffset(first), digests);
 }
 
-Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data) {
-  Impl& im = *impl_;
-  S3ORAM_RETURN_IF_ERROR(im.Live());
+Status ShareStore::CheckUnused() const {
+  const Impl& im = *impl_;
   if (meta_.applied_seq != 0 || meta_.applied_evictions != 0 ||
       im.shadow_state != Impl::ShadowState::kNone || im.root_snapshot != 0) {
     return Status::FailedPrecondition(
@@ -1245,6 +1244,13 @@ Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> 
         " evictions applied); filling would overwrite its blocks, so it is only for a new "
         "filesystem");
   }
+  return Status::Ok();
+}
+
+Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  S3ORAM_RETURN_IF_ERROR(CheckUnused());
   const std::uint64_t n = im.geo.num_buckets;
   const std::uint64_t be = bucket_elems();
   if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||

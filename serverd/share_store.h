@@ -159,6 +159,9 @@ class ShareStore {
   // tree has never been used (no access or eviction applied, no shadow, no
   // root snapshot): it would overwrite live slots.
   Status FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data);
+  // OK if the tree has never been used (FillUnusedBuckets' condition), else
+  // FailedPrecondition saying why.
+  Status CheckUnused() const;
 
   // Rebuild only. Writes data (whole buckets from `first` on) without syncing;
   // FinishRebuild syncs everything.

@@ -1098,16 +1098,32 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   static constexpr std::uint64_t kPollsPerRound = 16;
   const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
   if (elapsed < kProgressAfter || counters_.nr % every != 0) return;
+  // A server's word is bounded by the client's own clock (it cannot have
+  // computed longer than the client has waited) and by the eviction
+  // timeout, so a wrong or lying reply paces no round beyond that.
+  const auto own = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed);
+  const auto cap = std::chrono::duration_cast<EvictionPacer::Duration>(options_.evictions.deadline);
+  EvictionPacer::Bounds slowest;
+  bool unbounded = false;  // a server in round 1: no upper bound yet
   for (const auto& r : QueryServers(options_.requests.resend_after)) {
     if (!r.status.ok() || !r.reply.evicting ||
-        r.reply.evicting_eviction != inflight_->record.eviction) {
+        r.reply.evicting_eviction != inflight_->record.eviction ||
+        r.reply.evicting_rounds != params().height) {
       continue;
     }
-    // The slowest server sets the pace: the largest extrapolation is kept.
-    pacer_.Provisional(EvictionPacer::FromProgress(
-        std::chrono::milliseconds(r.reply.evicting_elapsed_ms), r.reply.evicting_round,
-        r.reply.evicting_rounds));
+    const auto server_elapsed = std::min<std::uint64_t>(
+        r.reply.evicting_elapsed_ms, static_cast<std::uint64_t>(std::max<std::int64_t>(0, own.count())));
+    const EvictionPacer::Bounds b = EvictionPacer::FromProgress(
+        std::chrono::milliseconds(server_elapsed), r.reply.evicting_round,
+        r.reply.evicting_rounds);
+    // The slowest server sets the pace.
+    slowest.lower = std::min(cap, std::max(slowest.lower, b.lower));
+    slowest.upper = std::min(cap, std::max(slowest.upper, b.upper));
+    unbounded = unbounded || (b.lower > EvictionPacer::Duration::zero() &&
+                              b.upper == EvictionPacer::Duration::zero());
   }
+  if (unbounded) slowest.upper = EvictionPacer::Duration::zero();
+  pacer_.Provisional(slowest);
 }
 
 void OramClient::PaceBehindEviction() {
@@ -1167,6 +1183,7 @@ Status OramClient::FinishInFlightEviction() {
         std::chrono::duration_cast<std::chrono::milliseconds>(pacer_.estimate()).count()));
     S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
   }
+  pacer_.ForgetProvisional();  // also when nothing was learned
   if (waited >= kSlowEviction) {
     spdlog::info("accesses waited {:.1f} s for eviction {} to be computed (the servers took "
                  "longer than a round of {} accesses); committed after {:.1f} s in all",
@@ -1582,6 +1599,22 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
         " evictions, " + std::to_string(counters_.nr) +
         " accesses since the last); filling would overwrite its blocks, so it is only for a "
         "new filesystem (benchmarks)");
+  }
+  // Every server unused before any writes: one that refused half-way would
+  // leave the others' buckets filled and its own not, inconsistent sharings
+  // that every read through them would refuse.
+  const auto reports = QueryServers(options_.requests.deadline);
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
+    if (!r.status.ok()) return r.status;
+    if (r.reply.applied_seq != 0 || r.reply.applied_evictions != 0 ||
+        r.reply.prepared_eviction != 0 || r.reply.evicting) {
+      return Status::FailedPrecondition(
+          "age fill: server " + std::to_string(i) + " (" + servers_->endpoint(i) +
+          ") has applied " + std::to_string(r.reply.applied_seq) + " accesses and " +
+          std::to_string(r.reply.applied_evictions) +
+          " evictions; filling would overwrite its blocks, so it is only for a new filesystem");
+    }
   }
   wire::ParitySeed seed;
   random::Bytes(seed);

@@ -6,7 +6,7 @@ namespace s3oram {
 
 EvictionPacer::Duration EvictionPacer::Delay(Duration elapsed, std::uint64_t done,
                                              std::uint64_t round) const {
-  const Duration estimate = estimate_ > Duration::zero() ? estimate_ : provisional_;
+  const Duration estimate = estimate_ > Duration::zero() ? estimate_ : provisional();
   if (round == 0 || estimate <= Duration::zero()) return Duration::zero();
   done = std::min(done, round);
   // estimate * done / round without overflow: estimates are minutes at most
@@ -26,30 +26,41 @@ void EvictionPacer::Learn(Duration elapsed, Duration waited) {
     const Duration measured = elapsed + waited;
     estimate_ = estimate_ > Duration::zero() ? std::min(measured, estimate_ * kMaxGrowth)
                                              : measured;
-  } else if (estimate_ <= Duration::zero() && provisional_ > Duration::zero()) {
+  } else if (estimate_ <= Duration::zero() && provisional() > Duration::zero()) {
     // The first eviction, paced by its progress so well that its result
     // was ready: the servers' own extrapolation is the better figure.
-    estimate_ = std::min(provisional_, std::max(elapsed, kReadyAlready));
+    estimate_ = std::min(provisional(), std::max(elapsed, kReadyAlready)) * 9 / 10;
   } else {
     // No estimate yet counts as none smaller than `elapsed`.
     const Duration bound = estimate_ > Duration::zero() ? std::min(estimate_, elapsed) : elapsed;
     estimate_ = bound * 9 / 10;
   }
-  provisional_ = Duration::zero();
+  ForgetProvisional();
 }
 
-void EvictionPacer::Provisional(Duration estimate) {
-  provisional_ = std::max(provisional_, estimate);
-}
-
-EvictionPacer::Duration EvictionPacer::FromProgress(Duration elapsed, std::uint32_t round,
-                                                    std::uint32_t rounds) {
-  if (elapsed <= Duration::zero() || round == 0 || rounds == 0 || round > rounds) {
-    return Duration::zero();
+void EvictionPacer::Provisional(Bounds poll) {
+  lower_ = std::max(lower_, poll.lower);
+  if (poll.upper > Duration::zero()) {
+    upper_ = upper_ > Duration::zero() ? std::min(upper_, poll.upper) : poll.upper;
   }
-  const long double e = static_cast<long double>(elapsed.count()), r = rounds, k = round;
-  const long double estimate = round == 1 ? e * r : (e * r / k + e * r / (k - 1)) / 2;
-  return Duration(static_cast<Duration::rep>(estimate));
+}
+
+EvictionPacer::Duration EvictionPacer::provisional() const {
+  // Bounds from polls at different times may cross (rounds are only about
+  // alike): the lower bound, a measured fact, wins.
+  if (upper_ <= lower_) return lower_;
+  return lower_ + (upper_ - lower_) / 2;
+}
+
+EvictionPacer::Bounds EvictionPacer::FromProgress(Duration elapsed, std::uint32_t round,
+                                                  std::uint32_t rounds) {
+  if (elapsed <= Duration::zero() || round == 0 || rounds == 0 || round > rounds) return {};
+  // elapsed * rounds without overflow: the caller bounds elapsed by its own
+  // clock (minutes), rounds are a tree height (at most 40).
+  Bounds b;
+  b.lower = elapsed * rounds / round;
+  if (round > 1) b.upper = elapsed * rounds / (round - 1);
+  return b;
 }
 
 }  // namespace s3oram

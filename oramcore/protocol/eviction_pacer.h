@@ -47,20 +47,27 @@ class EvictionPacer {
 
   Duration estimate() const { return estimate_; }
 
-  // Before any estimate is learned: the servers' progress says the eviction
-  // beside this round takes about `estimate`. Delay uses the largest such
-  // value until the next Learn (which also adopts it, when the result was
-  // ready and so says nothing better).
-  void Provisional(Duration estimate);
-  Duration provisional() const { return provisional_; }
+  // What a server's progress says of the whole eviction's time: in round
+  // `round` (1-based) of `rounds`, `elapsed` after it started. Rounds cost
+  // alike (each combines one level's buckets), so the k - 1 rounds done took
+  // between elapsed * (k - 1) / k and elapsed: the whole lies between
+  // lower = elapsed * R / k and upper = elapsed * R / (k - 1) (no upper
+  // bound in round 1: zero). Both zero for a progress that says nothing.
+  struct Bounds {
+    Duration lower = Duration::zero();
+    Duration upper = Duration::zero();  // zero: unknown
+  };
+  static Bounds FromProgress(Duration elapsed, std::uint32_t round, std::uint32_t rounds);
 
-  // The whole eviction's time extrapolated from a server's progress: in
-  // round `round` (1-based) of `rounds`, `elapsed` after it started. Rounds
-  // cost alike (each combines one level's buckets), so the k - 1 rounds done
-  // took between elapsed * (k - 1) / k and elapsed: the estimate lies between
-  // elapsed * R / k and elapsed * R / (k - 1), and is taken midway (in round
-  // 1, the lower bound elapsed * R). Zero for a progress that says nothing.
-  static Duration FromProgress(Duration elapsed, std::uint32_t round, std::uint32_t rounds);
+  // Before any estimate is learned: one poll of the servers' progress, the
+  // slowest server's bounds. Polls are intersected (the largest lower bound,
+  // the smallest upper one), and Delay paces by the middle of what is left
+  // (by the lower bound while there is no upper one) until the next Learn,
+  // which adopts it, lowered by a tenth, when the result was ready already.
+  void Provisional(Bounds poll);
+  Duration provisional() const;
+  // Drops what the polls said (an eviction ended without Learn).
+  void ForgetProvisional() { lower_ = upper_ = Duration::zero(); }
 
   // A wait for the result shorter than this means it was ready already
   // (the request's round trip, not the computation).
@@ -73,7 +80,8 @@ class EvictionPacer {
 
  private:
   Duration estimate_;
-  Duration provisional_ = Duration::zero();
+  Duration lower_ = Duration::zero();
+  Duration upper_ = Duration::zero();  // zero: unknown
 };
 
 }  // namespace s3oram

@@ -98,13 +98,13 @@ TEST(BackgroundEvictionTest, RandomAccessesRacingEvictionsMatchAModel) {
 // A new state has no eviction time to pace by: during its first eviction the
 // client asks the servers' progress and paces by their extrapolation, so the
 // round beside that eviction is held back access by access instead of all at
-// its end. Servers sleep 1.5 s in every SMP round (an eviction at H = 4
-// takes at least 6 s), and the test spaces the accesses of
-// the round beside the eviction by 150 ms: once the eviction has run 1 s the
-// client asks, learns it is in round 1 after e (so at least 4e), and access
-// i >= 5 of the round is due no earlier than 4e i / 16 > e. None of this
-// depends on how fast the machine is: a slower one only makes the servers'
-// rounds, and so the estimate, longer.
+// its end. Servers spend 8 s in round 1 of every eviction, and the test
+// spaces the accesses of the round beside it by 150 ms: once the eviction has
+// run 1 s the client asks, learns it is in round 1 after e (so at least
+// e R = 4e at H = 4), and access n > 4 of the round (A = 16) is due no
+// earlier than 4e n / 16 > e. Slower accesses only come later in the same
+// long round 1, where the same holds: nothing here needs the machine to be
+// fast, only to make 5 accesses in 8 s.
 TEST(BackgroundEvictionTest, TheFirstEvictionOfANewStateIsPacedByTheServersProgress) {
   constexpr std::uint32_t kA = 16, kH = 4, kBlock = 256;
   const OramParams params = SmallParams(kBlock, kA, kH);
@@ -113,7 +113,7 @@ TEST(BackgroundEvictionTest, TheFirstEvictionOfANewStateIsPacedByTheServersProgr
   for (std::size_t i = 0; i < 3; ++i) {
     ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
     const Status st =
-        fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~1500"});
+        fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.first_round~8000"});
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   auto client = testing::TestOpen(fs->state, FastRetryOptions());

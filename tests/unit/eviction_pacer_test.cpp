@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <utility>
+
 namespace s3oram {
 namespace {
 
@@ -62,37 +64,54 @@ TEST(EvictionPacer, IdleRoundsAndSlowRepliesDoNotInflateTheEstimate) {
 }
 
 // The first eviction of a new state: the servers' progress (round k of R
-// after e) extrapolated to the whole eviction, between e R / k and
-// e R / (k - 1); a lower bound e R in round 1.
-TEST(EvictionPacer, ProgressExtrapolatesTheWholeEviction) {
-  EXPECT_EQ(EvictionPacer::FromProgress(seconds(4), 1, 5), seconds(20));
+// after e) bounds the whole eviction between e R / k and e R / (k - 1).
+TEST(EvictionPacer, ProgressBoundsTheWholeEviction) {
+  auto b = EvictionPacer::FromProgress(seconds(4), 1, 5);
+  EXPECT_EQ(b.lower, seconds(20));
+  EXPECT_EQ(b.upper, EvictionPacer::Duration::zero()) << "no upper bound in round 1";
   // Round 3 of 5 after 24 s: two rounds took 16 to 24 s, so 40 to 60 s.
-  EXPECT_EQ(EvictionPacer::FromProgress(seconds(24), 3, 5), seconds(50));
-  EXPECT_EQ(EvictionPacer::FromProgress(seconds(24), 0, 5), EvictionPacer::Duration::zero());
-  EXPECT_EQ(EvictionPacer::FromProgress(seconds(24), 6, 5), EvictionPacer::Duration::zero());
-  EXPECT_EQ(EvictionPacer::FromProgress(seconds(0), 1, 5), EvictionPacer::Duration::zero());
+  b = EvictionPacer::FromProgress(seconds(24), 3, 5);
+  EXPECT_EQ(b.lower, seconds(40));
+  EXPECT_EQ(b.upper, seconds(60));
+  for (auto [round, rounds] : {std::pair{0u, 5u}, std::pair{6u, 5u}, std::pair{1u, 0u}}) {
+    b = EvictionPacer::FromProgress(seconds(24), round, rounds);
+    EXPECT_EQ(b.lower, EvictionPacer::Duration::zero()) << round << "/" << rounds;
+  }
+  EXPECT_EQ(EvictionPacer::FromProgress(seconds(0), 1, 5).lower, EvictionPacer::Duration::zero());
 }
 
-TEST(EvictionPacer, AProvisionalEstimatePacesUntilTheFirstIsLearned) {
+TEST(EvictionPacer, ProvisionalBoundsIntersectAndPaceUntilTheFirstIsLearned) {
   EvictionPacer pacer;
-  pacer.Provisional(seconds(20));
-  pacer.Provisional(seconds(10));  // the largest is kept (the slowest server)
-  EXPECT_EQ(pacer.provisional(), seconds(20));
+  pacer.Provisional({seconds(20), EvictionPacer::Duration::zero()});
+  EXPECT_EQ(pacer.provisional(), seconds(20)) << "only a lower bound: paced by it";
   EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(5));
-  // The first commit found the result ready: the extrapolation is adopted
-  // (bounded by the time until the result was asked for).
-  pacer.Learn(seconds(25), milliseconds(4));
-  EXPECT_EQ(pacer.estimate(), seconds(20));
+  // A poll late in a round gives a loose upper bound, an early one a tight
+  // one; the intersection keeps the best of each, and the pace is midway.
+  pacer.Provisional({seconds(30), seconds(60)});
+  pacer.Provisional({seconds(25), seconds(40)});
+  EXPECT_EQ(pacer.provisional(), seconds(35));
+  // Crossed bounds: the lower one, a measured fact, wins.
+  pacer.Provisional({seconds(45), seconds(44)});
+  EXPECT_EQ(pacer.provisional(), seconds(45));
+  // The first commit found the result ready: the extrapolation is adopted,
+  // lowered by a tenth as every estimate from a ready result is.
+  pacer.Learn(seconds(50), milliseconds(4));
+  EXPECT_EQ(pacer.estimate(), seconds(40) + milliseconds(500));
   EXPECT_EQ(pacer.provisional(), EvictionPacer::Duration::zero());
-  // Once an estimate exists, a provisional one does not change the pace.
-  pacer.Provisional(seconds(100));
-  EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(5));
+  // Once an estimate exists, polls do not change the pace.
+  pacer.Provisional({seconds(100), EvictionPacer::Duration::zero()});
+  EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(15) + milliseconds(250));
 
   // A first commit that waited measures the eviction itself.
   EvictionPacer waited;
-  waited.Provisional(seconds(20));
+  waited.Provisional({seconds(20), EvictionPacer::Duration::zero()});
   waited.Learn(seconds(25), seconds(10));
   EXPECT_EQ(waited.estimate(), seconds(35));
+  // An eviction that ended without Learn leaves nothing behind.
+  EvictionPacer forgot;
+  forgot.Provisional({seconds(20), EvictionPacer::Duration::zero()});
+  forgot.ForgetProvisional();
+  EXPECT_EQ(forgot.Delay(seconds(0), 140, 280), EvictionPacer::Duration::zero());
 }
 
 }  // namespace

@@ -238,6 +238,16 @@ TEST(ShareStore, FillUnusedBucketsWritesEveryBucketUntilTheTreeIsUsed) {
   EXPECT_NE(refused.message().find("has been used"), std::string::npos) << refused.ToString();
   EXPECT_TRUE(std::equal(data.begin() + static_cast<std::ptrdiff_t>(be),
                          data.begin() + static_cast<std::ptrdiff_t>(2 * be), store->Bucket(2)));
+
+  // An eviction under way (its root snapshot taken) counts as use too.
+  TempDir tmp2;
+  auto fresh = MustCreate(tmp2.path(), MakeMeta(3, 4, 8));
+  ASSERT_NE(fresh, nullptr);
+  EXPECT_TRUE(fresh->CheckUnused().ok());
+  ASSERT_TRUE(fresh->SnapshotRoot(0).ok());
+  EXPECT_EQ(fresh->CheckUnused().code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(fresh->FillUnusedBuckets(2, std::span(data).first(be)).code(),
+            Status::Code::kFailedPrecondition);
 }
 
 TEST(ShareStore, ReopenPersistsMetaAndData) {
