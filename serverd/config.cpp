@@ -133,7 +133,7 @@ Status CurveKeyArray(const Checker& ck, const toml::node& n, const std::string& 
 Status ParseServer(const Checker& ck, const toml::table& t, ServerConfig* c) {
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(t, "server.",
                                      {"index", "listen", "peer_listen", "data_dir", "threads",
-                                      "sync", "peer_timeout_ms", "log_level", "secret_key_file",
+                                      "eviction_nice", "sync", "peer_timeout_ms", "log_level", "secret_key_file",
                                       "authorized_clients"}));
   std::int64_t v = 0;
   const toml::node* n = t.get("index");
@@ -187,6 +187,10 @@ Status ParseServer(const Checker& ck, const toml::table& t, ServerConfig* c) {
   if ((n = t.get("threads")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "server.threads", 0, kMaxThreads, &v));
     c->threads = static_cast<std::uint32_t>(v);
+  }
+  if ((n = t.get("eviction_nice")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "server.eviction_nice", 0, 19, &v));
+    c->eviction_nice = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("sync")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(ck.Bool(*n, "server.sync", &c->sync));
@@ -328,6 +332,7 @@ std::string RenderServerConfig(const ServerConfig& c) {
     << "peer_listen = " << Quote(c.peer_listen) << "\n"
     << "data_dir = " << Quote(c.data_dir) << "\n"
     << "threads = " << c.threads << "\n"
+    << "eviction_nice = " << c.eviction_nice << "\n"
     << "sync = " << (c.sync ? "true" : "false") << "\n"
     << "peer_timeout_ms = " << c.peer_timeout_ms << "\n"
     << "log_level = " << Quote(c.log_level) << "\n"

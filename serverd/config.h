@@ -6,6 +6,7 @@
 //   peer_listen = "tcp://127.0.0.1:7310"   # endpoint the other servers connect to
 //   data_dir = "/var/lib/s3oramfs/0"
 //   threads = 0                            # kernel threads; 0 = one per core
+//   eviction_nice = 10                     # evictions' CPU priority below accesses'
 //   sync = true                            # fdatasync before acknowledging
 //   peer_timeout_ms = 30000                # give up an eviction round after this
 //   log_level = "info"                     # trace, debug, info, warn, error
@@ -46,6 +47,11 @@ struct ServerConfig {
   std::string peer_listen;
   std::string data_dir;
   std::uint32_t threads = 0;
+  // The nice increment of an eviction's threads (the PREPARE and its kernel
+  // pool) over the threads that answer accesses: an eviction runs beside
+  // the accesses of the next round, and on a host short of cores the
+  // accesses then get the CPU first. 0: the same priority.
+  std::uint32_t eviction_nice = 10;
   bool sync = true;
   std::uint32_t peer_timeout_ms = 30000;
   std::string log_level = "info";

@@ -4,6 +4,8 @@
 #include "serverd/request_handler.h"
 
 #include <linux/magic.h>
+#include <sys/resource.h>
+#include <unistd.h>
 #include <spdlog/spdlog.h>
 #include <sys/vfs.h>
 #include <zmq.h>
@@ -12,7 +14,9 @@
 #include <atomic>
 #include <boost/asio/post.hpp>
 #include <boost/asio/thread_pool.hpp>
+#include <cerrno>
 #include <chrono>
+#include <cstring>
 #include <functional>
 #include <latch>
 #include <mutex>
@@ -81,6 +85,24 @@ Status ValidateShape(const wire::StoreShape& s) {
   return Status::Ok();
 }
 
+// Raises the calling thread's nice value by `by` (on Linux nice is per
+// thread), at most to 19. Lowering a priority needs no privilege; where it
+// fails anyway, the eviction runs at the accesses' priority, as with 0.
+void LowerThisThreadsPriority(std::uint32_t by) {
+  if (by == 0) return;
+  const auto tid = static_cast<id_t>(::gettid());
+  errno = 0;
+  const int now = ::getpriority(PRIO_PROCESS, tid);
+  if (now == -1 && errno != 0) {
+    spdlog::warn("eviction priority: getpriority: {}", std::strerror(errno));
+    return;
+  }
+  const int want = std::min(19, now + static_cast<int>(by));
+  if (::setpriority(PRIO_PROCESS, tid, want) != 0) {
+    spdlog::warn("eviction priority: setpriority to nice {}: {}", want, std::strerror(errno));
+  }
+}
+
 // A CURVE public key (Z85 text, as in the configuration) as 32 bytes.
 Result<rebuild::PublicKey> DecodePublicKey(const std::string& z85, const std::string& what) {
   S3ORAM_RETURN_IF_ERROR(CheckZ85Key(z85, what));
@@ -104,6 +126,10 @@ struct RequestHandler::Impl {
   // The client-state backups beside the share file; open whenever store is.
   std::unique_ptr<BackupStore> backups;
   std::unique_ptr<boost::asio::thread_pool> pool;
+  // The eviction's kernel threads: a pool of their own, at the lower CPU
+  // priority of config.eviction_nice, so that the kernels of accesses
+  // (`pool`, or the serving thread during an eviction) get the CPU first.
+  std::unique_ptr<boost::asio::thread_pool> evict_pool;
   std::size_t threads = 1;
   // (eviction, attempt) whose shadow this process sealed; lets a duplicate
   // PREPARE (client resend) be answered without a new SMP run.
@@ -176,10 +202,12 @@ struct RequestHandler::Impl {
 
   ~Impl() {
     if (pool) pool->join();
+    if (evict_pool) evict_pool->join();
   }
 
-  // Runs fn over [0, m) split in column ranges across the pool.
-  void ParallelColumns(std::size_t m, const std::function<void(kernels::ColumnRange)>& fn) {
+  // Runs fn over [0, m) split in column ranges across `on` (pool or evict_pool).
+  void ParallelColumns(boost::asio::thread_pool& on, std::size_t m,
+                       const std::function<void(kernels::ColumnRange)>& fn) {
     const std::size_t parts = std::min<std::size_t>(threads, (m + 63) / 64);
     if (parts <= 1) {
       fn({0, m});
@@ -191,7 +219,7 @@ struct RequestHandler::Impl {
     std::latch done(static_cast<std::ptrdiff_t>(tasks));
     for (std::size_t t = 0; t < tasks; ++t) {
       kernels::ColumnRange r{t * chunk, std::min(m, (t + 1) * chunk)};
-      boost::asio::post(*pool, [&fn, r, &done] {
+      boost::asio::post(on, [&fn, r, &done] {
         fn(r);
         done.count_down();
       });
@@ -529,7 +557,7 @@ struct RequestHandler::Impl {
       if (computing.load()) {
         product({0, m});
       } else {
-        ParallelColumns(m, product);
+        ParallelColumns(*pool, m, product);
       }
       S3ORAM_RETURN_IF_ERROR(CheckAnswer(written, buckets, sel, reply.answer));
       if (Lies("retrieve") && !reply.answer.empty()) {
@@ -683,6 +711,9 @@ struct RequestHandler::Impl {
   // not meta() (the job holds the shape), stats under aside_mu.
   void RunPrepare() {
     if (!job) return;
+    // Runs on a thread of its own (Server: one per PREPARE), beside the
+    // serving thread that answers the next round's accesses.
+    LowerThisThreadsPriority(config.eviction_nice);
     PrepareJob j = std::move(*job);
     job.reset();
     Status st = ComputePrepare(j);
@@ -786,14 +817,14 @@ struct RequestHandler::Impl {
       std::span<const Elem> mk(req.matrices.data() + (k - 1) * step, step);
       S3ORAM_ASSIGN_OR_RETURN(const Elem* target, store->BucketForRead(list[k - 1], target_buffer));
       S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[k - 1], {target, bucket}));
-      ParallelColumns(m, [&](kernels::ColumnRange r) {
+      ParallelColumns(*evict_pool, m, [&](kernels::ColumnRange r) {
         kernels::EvictProduct(source, target, Z, m, mk, product.data(), r);
       });
       if (leaf_round) {
         std::span<const Elem> ms(req.matrices.data() + H * step, step);
         S3ORAM_ASSIGN_OR_RETURN(const Elem* sib, store->BucketForRead(list[2 * H - 1], sibling_buffer));
         S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[2 * H - 1], {sib, bucket}));
-        ParallelColumns(m, [&](kernels::ColumnRange r) {
+        ParallelColumns(*evict_pool, m, [&](kernels::ColumnRange r) {
           kernels::EvictProduct(source, sib, Z, m, ms, product.data() + bucket, r);
         });
       }
@@ -1628,6 +1659,19 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   s->threads =
       s->config.threads ? s->config.threads : std::max(1u, std::thread::hardware_concurrency());
   s->pool = std::make_unique<boost::asio::thread_pool>(s->threads);
+  s->evict_pool = std::make_unique<boost::asio::thread_pool>(s->threads);
+  if (s->config.eviction_nice > 0) {
+    // One task per thread: each waits for all the others, so no thread
+    // takes two and every one lowers its own priority.
+    std::latch all(static_cast<std::ptrdiff_t>(s->threads));
+    for (std::size_t i = 0; i < s->threads; ++i) {
+      boost::asio::post(*s->evict_pool, [&all, by = s->config.eviction_nice] {
+        LowerThisThreadsPriority(by);
+        all.arrive_and_wait();
+      });
+    }
+    all.wait();
+  }
 
   // tmpfs backs a read of a file hole through a mapping with a new page: the
   // server reads never-written buckets through its mapping, so on a full

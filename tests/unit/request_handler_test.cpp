@@ -7,12 +7,17 @@
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <map>
+#include <sstream>
 #include <string>
 #include <variant>
 #include <vector>
@@ -572,6 +577,48 @@ TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
   EXPECT_NE(err->message.find("bucket " + std::to_string(leaf_bucket) + " slot 0"),
             std::string::npos)
       << err->message;
+}
+
+// The eviction's kernel pool runs eviction_nice below the threads that answer
+// accesses (each of its threads lowers its own priority once at start).
+TEST(RequestHandlerPriority, EvictionPoolThreadsRunAtTheLowerPriority) {
+  TempDir dir;
+  auto nice_counts = [] {
+    std::map<int, int> counts;
+    for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+      std::ifstream f(task.path() / "stat");
+      std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+      // Field 19 (nice) counted from after the ")" that ends the name.
+      std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+      std::string field;
+      for (int i = 3; i <= 19 && rest >> field; ++i) {
+      }
+      ++counts[std::stoi(field)];
+    }
+    return counts;
+  };
+  errno = 0;
+  const int base = ::getpriority(PRIO_PROCESS, static_cast<id_t>(::gettid()));
+  ASSERT_EQ(errno, 0);
+  if (base > 19 - 7) GTEST_SKIP() << "this process already runs at nice " << base;
+  const auto before = nice_counts();
+  ServerConfig config;
+  config.index = 0;
+  config.listen = "tcp://127.0.0.1:1";
+  config.peer_listen = "tcp://127.0.0.1:2";
+  config.data_dir = dir.path() + "/data";
+  config.threads = 3;
+  config.eviction_nice = 7;
+  config.sync = false;
+  config.peers = {{1, "tcp://127.0.0.1:3", ""}, {2, "tcp://127.0.0.1:4", ""}};
+  StubPeers peers;
+  auto h = RequestHandler::Create(config, peers);
+  ASSERT_TRUE(h.ok()) << h.status().ToString();
+  auto after = nice_counts();
+  const int lowered = after[base + 7] - (before.count(base + 7) ? before.at(base + 7) : 0);
+  EXPECT_EQ(lowered, 3) << "threads at nice " << base + 7;
+  // ...and the pool for accesses (3 threads) stays at the process's priority.
+  EXPECT_GE(after[base], (before.count(base) ? before.at(base) : 0) + 3);
 }
 
 }  // namespace

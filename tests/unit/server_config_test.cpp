@@ -28,6 +28,7 @@ listen = "tcp://127.0.0.1:7300"        # client-facing ZeroMQ endpoint
 peer_listen = "tcp://127.0.0.1:7310"   # endpoint the other servers connect to
 data_dir = "/var/lib/s3oramfs/0"
 threads = 0                            # kernel threads; 0 = one per core
+eviction_nice = 10                     # evictions' CPU priority below accesses'
 sync = true                            # fdatasync before acknowledging
 peer_timeout_ms = 30000                # give up an eviction round after this
 log_level = "info"                     # trace, debug, info, warn, error
@@ -96,6 +97,7 @@ TEST(ServerConfig, ParsesTheDocumentedExample) {
   EXPECT_EQ(c.peer_listen, "tcp://127.0.0.1:7310");
   EXPECT_EQ(c.data_dir, "/var/lib/s3oramfs/0");
   EXPECT_EQ(c.threads, 0u);
+  EXPECT_EQ(c.eviction_nice, 10u);
   EXPECT_TRUE(c.sync);
   EXPECT_EQ(c.peer_timeout_ms, 30000u);
   EXPECT_EQ(c.log_level, "info");
@@ -112,6 +114,7 @@ TEST(ServerConfig, OptionalKeysTakeDefaults) {
   const ServerConfig defaults;
   EXPECT_EQ(r->index, 2u);
   EXPECT_EQ(r->threads, defaults.threads);
+  EXPECT_EQ(r->eviction_nice, defaults.eviction_nice);
   EXPECT_EQ(r->sync, defaults.sync);
   EXPECT_EQ(r->peer_timeout_ms, defaults.peer_timeout_ms);
   EXPECT_EQ(r->log_level, defaults.log_level);
@@ -211,6 +214,8 @@ TEST(ServerConfig, TypesAndRangesAreChecked) {
       {"index = 0 ", "index = 2147483646", "got 2147483646"},
       {"threads = 0", "threads = 1025", "server.threads: expected an integer in 0..1024"},
       {"threads = 0", "threads = true", "server.threads: expected an integer in 0..1024, got a boolean"},
+      {"eviction_nice = 10", "eviction_nice = 20", "server.eviction_nice: expected an integer in 0..19, got 20"},
+      {"eviction_nice = 10", "eviction_nice = -1", "server.eviction_nice: expected an integer in 0..19"},
       {"sync = true", "sync = 1", "server.sync: expected true or false, got an integer"},
       {"sync = true", "sync = \"yes\"", "server.sync: expected true or false, got a string"},
       {"peer_timeout_ms = 30000", "peer_timeout_ms = 0", "server.peer_timeout_ms: expected an integer in 1..86400000, got 0"},
@@ -270,7 +275,7 @@ TEST(ServerConfig, EndpointSyntax) {
 TEST(ServerConfig, PeerConsistency) {
   std::string m = ErrorOf(Replace(kExample, "index = 2", "index = 1"));
   EXPECT_CONTAINS(m, "peer[1].index: expected distinct peer indices, got 1 twice");
-  EXPECT_CONTAINS(m, "test.toml:20:");
+  EXPECT_CONTAINS(m, "test.toml:21:");
   m = ErrorOf(Replace(kExample, "index = 2", "index = 0"));
   EXPECT_CONTAINS(m, "peer[1].index");
   EXPECT_CONTAINS(m, "own server.index");
@@ -384,6 +389,7 @@ TEST(ServerConfig, RenderParseRoundTripProperty) {
     c.peer_listen = random_endpoint(true);
     c.data_dir = random_string(30);
     c.threads = static_cast<std::uint32_t>(pick(1025));
+    c.eviction_nice = static_cast<std::uint32_t>(pick(20));
     c.sync = pick(2) == 0;
     c.peer_timeout_ms = static_cast<std::uint32_t>(1 + pick(86400000));
     c.log_level = levels[pick(5)];
