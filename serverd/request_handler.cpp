@@ -19,6 +19,7 @@
 #include <cstring>
 #include <functional>
 #include <latch>
+#include <memory>
 #include <mutex>
 #include <optional>
 #include <string>
@@ -1662,15 +1663,17 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   s->evict_pool = std::make_unique<boost::asio::thread_pool>(s->threads);
   if (s->config.eviction_nice > 0) {
     // One task per thread: each waits for all the others, so no thread
-    // takes two and every one lowers its own priority.
-    std::latch all(static_cast<std::ptrdiff_t>(s->threads));
+    // takes two and every one lowers its own priority. The latch is shared:
+    // a task may still be inside arrive_and_wait when the count reaches
+    // zero and this function returns.
+    auto all = std::make_shared<std::latch>(static_cast<std::ptrdiff_t>(s->threads));
     for (std::size_t i = 0; i < s->threads; ++i) {
-      boost::asio::post(*s->evict_pool, [&all, by = s->config.eviction_nice] {
+      boost::asio::post(*s->evict_pool, [all, by = s->config.eviction_nice] {
         LowerThisThreadsPriority(by);
-        all.arrive_and_wait();
+        all->arrive_and_wait();
       });
     }
-    all.wait();
+    all->wait();
   }
 
   // tmpfs backs a read of a file hole through a mapping with a new page: the
