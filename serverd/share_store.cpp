@@ -604,6 +604,22 @@ struct ShareStore::Impl {
                       std::span<const digest::SlotDigest> d) {
     return PwriteAll(f, d.data(), d.size_bytes(), offset, path);
   }
+  // Whole buckets from `first` on and their digests, into the open file
+  // (`path` for messages); not synced. `who` names the caller in a range
+  // error, `what` the data in a digest refusal.
+  Status WriteWholeBuckets(std::uint64_t first, std::span<const Elem> data,
+                           const std::string& path, const char* who, const char* what) {
+    const std::uint64_t be = geo.bucket_bytes / sizeof(Elem);
+    if (first < 1 || first > geo.num_buckets || data.empty() || data.size() % be != 0 ||
+        data.size() / be > geo.num_buckets - first + 1) {
+      return Status::InvalidArgument(std::string(who) + ": range or data size out of range");
+    }
+    std::vector<digest::SlotDigest> digests(data.size() / (be / geo.z));
+    S3ORAM_RETURN_IF_ERROR(DigestBuckets(data, digests, what));
+    S3ORAM_RETURN_IF_ERROR(
+        PwriteAll(fd.get(), data.data(), data.size_bytes(), BucketOffset(first), path));
+    return WriteDigests(fd.get(), path, DigestOffset(first), digests);
+  }
   // Maps the whole share file read-only. MAP_SHARED sees every pwrite at once
   // (one page cache), so Bucket() reflects WriteSlot and Commit immediately.
   Status Map(const std::string& path) {
@@ -1220,17 +1236,8 @@ Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data)
   if (!im.rebuilding) {
     return Status::FailedPrecondition("WriteBuckets: store is not being rebuilt");
   }
-  const std::uint64_t n = im.geo.num_buckets;
-  const std::uint64_t be = bucket_elems();
-  if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||
-      data.size() / be > n - first + 1) {
-    return Status::InvalidArgument("WriteBuckets: range or data size out of range");
-  }
-  std::vector<digest::SlotDigest> digests(data.size() / slot_elems());
-  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, digests, "rebuilt bucket data"));
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), data.data(), data.size_bytes(),
-                                   im.BucketOffset(first), im.rebuild_path));
-  return im.WriteDigests(im.fd.get(), im.rebuild_path, im.DigestOffset(first), digests);
+  return im.WriteWholeBuckets(first, data, im.rebuild_path, "WriteBuckets",
+                              "rebuilt bucket data");
 }
 
 Status ShareStore::CheckUnused() const {
@@ -1251,17 +1258,8 @@ Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> 
   Impl& im = *impl_;
   S3ORAM_RETURN_IF_ERROR(im.Live());
   S3ORAM_RETURN_IF_ERROR(CheckUnused());
-  const std::uint64_t n = im.geo.num_buckets;
-  const std::uint64_t be = bucket_elems();
-  if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||
-      data.size() / be > n - first + 1) {
-    return Status::InvalidArgument("FillUnusedBuckets: range or data size out of range");
-  }
-  std::vector<digest::SlotDigest> digests(data.size() / slot_elems());
-  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, digests, "age fill data"));
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), data.data(), data.size_bytes(),
-                                   im.BucketOffset(first), im.shares_path));
-  S3ORAM_RETURN_IF_ERROR(im.WriteDigests(im.fd.get(), im.shares_path, im.DigestOffset(first), digests));
+  S3ORAM_RETURN_IF_ERROR(
+      im.WriteWholeBuckets(first, data, im.shares_path, "FillUnusedBuckets", "age fill data"));
   return im.Sync(im.fd.get(), im.shares_path);
 }
 

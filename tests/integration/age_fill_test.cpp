@@ -63,21 +63,13 @@ TEST(AgeFillTest, FilledTreeHasNoHoleAndServesAccessesAndEvictionsLikeANewOne) {
   // cross-server and share-MAC checks read the filled slots as empty.
   const std::uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
-  std::map<BlockId, std::vector<std::uint8_t>> model;
+  testing::BlockModel model;
   const int accesses = static_cast<int>(kA) * ((1 << (kH - 1)) + 2);
   for (int i = 0; i < accesses; ++i) {
     const BlockId id = rng() % (3 * kA);
-    if (rng() % 2 == 0) {
-      model[id] = testing::Content(kBlock, id, rng());
-      const Status st = (*client)->Write(id, model[id]);
-      ASSERT_TRUE(st.ok()) << "access " << i << ": " << st.ToString();
-    } else {
-      auto r = (*client)->Read(id);
-      ASSERT_TRUE(r.ok()) << "access " << i << ": " << r.status().ToString();
-      const auto it = model.find(id);
-      ASSERT_EQ(r.value(), it == model.end() ? std::vector<std::uint8_t>(kBlock, 0) : it->second)
-          << "access " << i << ", block " << id;
-    }
+    const bool write = rng() % 2 == 0;
+    ASSERT_TRUE(testing::ModelAccess(**client, model, id, write, rng()))
+        << "access " << i << " (seed " << seed << ")";
   }
   ASSERT_TRUE((*client)->Sync().ok());
   EXPECT_GE((*client)->counters().ne, std::uint64_t{1} << (kH - 1));

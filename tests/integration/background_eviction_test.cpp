@@ -38,7 +38,7 @@ TEST(BackgroundEvictionTest, RandomAccessesRacingEvictionsMatchAModel) {
   const std::uint64_t seed = testing::TestSeed();
   std::mt19937_64 rng(seed);
   const std::uint64_t ids = 3 * kA;
-  std::map<BlockId, std::vector<std::uint8_t>> model;
+  testing::BlockModel model;
   auto client = testing::TestOpen(fs->state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
 
@@ -48,17 +48,8 @@ TEST(BackgroundEvictionTest, RandomAccessesRacingEvictionsMatchAModel) {
   for (int i = 0; i < accesses; ++i) {
     const BlockId id = rng() % ids;
     const bool write = rng() % 2 == 0;
-    if (write) {
-      model[id] = testing::Content(kBlock, id, rng());
-      const Status st = (*client)->Write(id, model[id]);
-      ASSERT_TRUE(st.ok()) << "access " << i << ": " << st.ToString();
-    } else {
-      auto r = (*client)->Read(id);
-      ASSERT_TRUE(r.ok()) << "access " << i << ": " << r.status().ToString();
-      const auto it = model.find(id);
-      ASSERT_EQ(r.value(), it == model.end() ? std::vector<std::uint8_t>(kBlock, 0) : it->second)
-          << "access " << i << ", block " << id;
-    }
+    ASSERT_TRUE(testing::ModelAccess(**client, model, id, write, rng()))
+        << "access " << i << " (seed " << seed << ")";
     const Status inv = (*client)->position_map().CheckInvariants();
     ASSERT_TRUE(inv.ok()) << "access " << i << ": " << inv.ToString();
     // Once the first round is over an eviction has always been started that

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
@@ -53,6 +54,27 @@ inline std::vector<std::uint8_t> Content(std::size_t bytes, std::uint64_t id, st
   std::mt19937_64 g(id * 0x9e3779b97f4a7c15ull + tag);
   for (auto& b : out) b = static_cast<std::uint8_t>(g());
   return out;
+}
+
+// What every block should hold; a block not in it reads as zeros.
+using BlockModel = std::map<BlockId, std::vector<std::uint8_t>>;
+// One access checked against the model: a write of fresh content (tag picks
+// it), or a read that must return what the model holds.
+inline ::testing::AssertionResult ModelAccess(OramClient& c, BlockModel& model, BlockId id,
+                                              bool write, std::uint64_t tag) {
+  if (write) {
+    model[id] = Content(c.block_bytes(), id, tag);
+    const Status st = c.Write(id, model[id]);
+    if (!st.ok()) return ::testing::AssertionFailure() << "write " << id << ": " << st.ToString();
+    return ::testing::AssertionSuccess();
+  }
+  auto r = c.Read(id);
+  if (!r.ok()) return ::testing::AssertionFailure() << "read " << id << ": " << r.status().ToString();
+  const auto it = model.find(id);
+  if (*r != (it == model.end() ? std::vector<std::uint8_t>(c.block_bytes(), 0) : it->second)) {
+    return ::testing::AssertionFailure() << "block " << id << " read other bytes than written";
+  }
+  return ::testing::AssertionSuccess();
 }
 
 // Points `config` at the cluster's servers, with their CURVE keys and the
