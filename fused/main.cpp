@@ -283,6 +283,17 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   }
   sd_notify(0, "STOPPING=1");
   spdlog::info("unmounting {} (loop ended with {})", cmd.mountpoint, rc);
+  if (rc == -ECONNABORTED) {
+    // The kernel ended the connection as aborted rather than unmounted
+    // (seen, rarely, racing a plain `fusermount3 -u`; also what an abort
+    // through /sys/fs/fuse/connections gives). Nothing of this daemon's is
+    // lost: everything below is written back as for an unmount, and the
+    // exit status says whether that succeeded.
+    spdlog::warn("the kernel aborted the FUSE connection of {}; writing back and stopping as "
+                 "for an unmount",
+                 cmd.mountpoint);
+    rc = 0;
+  }
   fuse_remove_signal_handlers(se);
   fuse_session_unmount(se);
   fuse_session_destroy(se);  // runs `destroy` if the kernel did not
