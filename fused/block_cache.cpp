@@ -191,6 +191,52 @@ int BlockCache::Prefetch(PageKey key, const BlockMapping& m) {
   return Insert(lock, key, m, /*load=*/true) != nullptr ? 0 : EIO;
 }
 
+int BlockCache::PrefetchMany(const std::vector<std::pair<PageKey, BlockMapping>>& pages) {
+  std::unique_lock<std::mutex> lock(mu_);
+  // Pages to load: not cached, holding data, and each ORAM block once.
+  std::vector<std::pair<PageKey, BlockMapping>> todo;
+  std::set<std::uint64_t> ids;
+  for (const auto& [key, m] : pages) {
+    if (m.valid == 0 || m.lost || pages_.count(key) != 0 || !ids.insert(m.id).second) continue;
+    todo.emplace_back(key, m);
+  }
+  if (todo.empty()) return 0;
+  std::vector<Page*> loading;
+  std::vector<BlockEngine::Op> ops;
+  for (const auto& [key, m] : todo) {
+    auto page = std::make_unique<Page>();
+    Refresh(page.get(), m);
+    page->data.assign(block_, 0);
+    lru_.push_back(key);
+    page->lru = std::prev(lru_.end());
+    page->loading = true;
+    loading.push_back(page.get());
+    pages_.emplace(key, std::move(page));
+    ops.push_back(BlockEngine::Op{BlockEngine::Op::Kind::kRead, m.id, {}, nullptr});
+    ++stats_.loads;
+    ++stats_.prefetches;
+  }
+  lock.unlock();
+  auto results = engine_.Batch(ops);
+  lock.lock();
+  int err = 0;
+  for (std::size_t i = 0; i < todo.size(); ++i) {
+    Page* p = loading[i];
+    p->loading = false;
+    const auto& r = results[i];
+    if (!r.ok() || r->size() != block_) {
+      ++stats_.failures;
+      lru_.erase(p->lru);
+      pages_.erase(todo[i].first);
+      err = EIO;
+      continue;
+    }
+    p->data = Extract(todo[i].second.at(), todo[i].second.valid, *r);
+  }
+  cv_.notify_all();
+  return err;
+}
+
 bool BlockCache::Cached(PageKey key) const {
   std::lock_guard<std::mutex> lock(mu_);
   return pages_.count(key) != 0;
@@ -275,9 +321,11 @@ void BlockCache::Discard(Ino ino, std::uint64_t first_idx) {
   }
 }
 
-int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key) {
+int BlockCache::TakeWriteBack(std::unique_lock<std::mutex>& lock, PageKey key,
+                              std::optional<WriteGroup>& out) {
+  out.reset();
   // Wait out a write-back in flight (its copy may predate our change), then
-  // write the page if it is still dirty. Pages are looked up again after
+  // take the page if it is still dirty. Pages are looked up again after
   // every wait: they may have been discarded meanwhile.
   Page* p = nullptr;
   for (;;) {
@@ -298,7 +346,7 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key) {
     if (!p->dirty) return 0;
   }
 
-  std::vector<Job> jobs;
+  WriteGroup g;
   auto take = [&](PageKey k, Page* pg) {
     Job j;
     j.key = k;
@@ -310,14 +358,13 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key) {
     j.copy = pg->data;
     pg->writing = true;
     pg->dirty = false;
-    jobs.push_back(std::move(j));
+    g.jobs.push_back(std::move(j));
   };
   take(key, p);
 
   // Companions: other dirty pages whose fragments share the block, of files
   // whose locks we hold or can take without waiting.
-  std::vector<std::unique_lock<std::mutex>> held;
-  const Extent target = jobs.front().target;
+  const Extent target = g.jobs.front().target;
   if (!target.whole()) {
     std::set<std::size_t> stripes{locks_.StripeOf(key.ino)};
     std::set<std::size_t> busy;
@@ -334,85 +381,157 @@ int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key) {
           busy.insert(stripe);
           continue;
         }
-        held.push_back(std::move(l));
+        g.held.push_back(std::move(l));
         stripes.insert(stripe);
       }
       take(k, pg.get());
     }
   }
+  g.update = !target.whole() || g.jobs.front().partial;
+  out = std::move(g);
+  return 0;
+}
 
-  std::vector<std::uint8_t> stored;
-  const bool update = !target.whole() || jobs.front().partial;
-  lock.unlock();
-  Status s;
-  if (update) {
-    // One access: the ORAM copy with these pages' bytes laid over it.
-    auto r = engine_.Update(target.id, [&](std::span<std::uint8_t> b) {
-      for (const Job& j : jobs) Apply(j, b);
-    });
-    if (r.ok() && r->size() != block_) r = Status::Corruption("update returned a short block");
-    s = r.status();
-    if (r.ok()) stored = std::move(r).value();
-  } else {
-    s = engine_.Write(target.id, jobs.front().copy);
+int BlockCache::RunWriteBacks(std::unique_lock<std::mutex>& lock,
+                              std::vector<WriteGroup>& groups) {
+  if (groups.empty()) return 0;
+  // One access per group: an update lays the pages' bytes over the ORAM
+  // copy of the block; the accesses of several groups go as one batch
+  // (pipelined by the engine).
+  std::vector<BlockEngine::Modifier> modifiers(groups.size());
+  std::vector<BlockEngine::Op> ops(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const WriteGroup& wg = groups[g];
+    ops[g].id = wg.jobs.front().target.id;
+    if (wg.update) {
+      modifiers[g] = [this, &wg](std::span<std::uint8_t> b) {
+        for (const Job& j : wg.jobs) Apply(j, b);
+      };
+      ops[g].kind = BlockEngine::Op::Kind::kUpdate;
+      ops[g].modify = &modifiers[g];
+    } else {
+      ops[g].kind = BlockEngine::Op::Kind::kWrite;
+      ops[g].data = wg.jobs.front().copy;
+    }
   }
-  int err = WriteErrno(s);
-  // The hook runs before `writing` clears: until then nobody can discard
-  // the pages, so their extents cannot be freed and reused by another file
-  // before the metadata says what the ORAM holds for them.
-  if (err == 0 && on_written_) {
-    std::vector<WrittenExtent> done;
-    done.reserve(jobs.size());
-    for (const Job& j : jobs) done.push_back({j.key.ino, j.key.idx, j.target});
-    err = on_written_(done);
+  lock.unlock();
+  auto results = engine_.Batch(ops);
+  std::vector<int> errs(groups.size(), 0);
+  std::vector<std::vector<std::uint8_t>> stored(groups.size());
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    auto& r = results[g];
+    if (groups[g].update && r.ok() && r->size() != block_) {
+      r = Status::Corruption("update returned a short block");
+    }
+    errs[g] = WriteErrno(r.status());
+    if (r.ok() && groups[g].update) stored[g] = std::move(r).value();
+    // The hook runs before `writing` clears: until then nobody can discard
+    // the pages, so their extents cannot be freed and reused by another file
+    // before the metadata says what the ORAM holds for them.
+    if (errs[g] == 0 && on_written_) {
+      std::vector<WrittenExtent> done;
+      done.reserve(groups[g].jobs.size());
+      for (const Job& j : groups[g].jobs) done.push_back({j.key.ino, j.key.idx, j.target});
+      errs[g] = on_written_(done);
+    }
   }
   lock.lock();
-  ++stats_.writebacks;
-  if (update) ++stats_.updates;
-  stats_.coalesced += jobs.size() - 1;
-  for (const Job& j : jobs) {
-    Page* pg = j.page;
-    pg->writing = false;
+  int first_error = 0;
+  for (std::size_t g = 0; g < groups.size(); ++g) {
+    const int err = errs[g];
+    ++stats_.writebacks;
+    if (groups[g].update) ++stats_.updates;
+    stats_.coalesced += groups[g].jobs.size() - 1;
+    for (const Job& j : groups[g].jobs) {
+      Page* pg = j.page;
+      pg->writing = false;
+      if (err != 0) {
+        MarkDirty(pg);
+        continue;
+      }
+      if (j.partial && pg->partial) {
+        // The page is complete now: the stored extent with whatever was
+        // written into the page meanwhile laid over it again.
+        std::vector<std::uint8_t> full = Extract(j.target, layout_.Bytes(j.target), stored[g]);
+        Overlay(pg->base_valid, pg->written, pg->data, full);
+        pg->data = std::move(full);
+        pg->partial = false;
+        pg->written.clear();
+      }
+      if (pg->next && *pg->next == j.target) {  // relocated: the hook switched the mapping
+        pg->at = j.target;
+        pg->next.reset();
+      }
+    }
     if (err != 0) {
-      MarkDirty(pg);
-      continue;
-    }
-    if (j.partial && pg->partial) {
-      // The page is complete now: the stored extent with whatever was
-      // written into the page meanwhile laid over it again.
-      std::vector<std::uint8_t> full = Extract(j.target, layout_.Bytes(j.target), stored);
-      Overlay(pg->base_valid, pg->written, pg->data, full);
-      pg->data = std::move(full);
-      pg->partial = false;
-      pg->written.clear();
-    }
-    if (pg->next && *pg->next == j.target) {  // relocated: the hook switched the mapping
-      pg->at = j.target;
-      pg->next.reset();
+      ++stats_.failures;
+      if (first_error == 0) first_error = err;
     }
   }
-  if (err != 0) ++stats_.failures;
+  groups.clear();  // releases the companions' locks
   cv_.notify_all();
-  return err;
+  return first_error;
+}
+
+int BlockCache::WriteBack(std::unique_lock<std::mutex>& lock, PageKey key) {
+  std::optional<WriteGroup> g;
+  if (int e = TakeWriteBack(lock, key, g); e != 0) return e;
+  if (!g) return 0;
+  std::vector<WriteGroup> groups;
+  groups.push_back(std::move(*g));
+  return RunWriteBacks(lock, groups);
+}
+
+bool BlockCache::Writing(PageKey key) const {
+  const auto it = pages_.find(key);
+  return it != pages_.end() && it->second->writing;
 }
 
 int BlockCache::WriteBackLocking(std::unique_lock<std::mutex>& lock,
                                  const std::vector<PageKey>& keys, bool try_only) {
   int err = 0;
+  std::vector<WriteGroup> groups;
+  std::set<std::size_t> held_stripes;  // inode locks the groups not sent yet hold
+  const std::size_t batch = std::max<std::size_t>(1, engine_.max_batch());
+  auto run = [&] {
+    if (int e = RunWriteBacks(lock, groups); e != 0 && err == 0) err = e;
+    held_stripes.clear();
+  };
   for (const PageKey& k : keys) {
     auto it = pages_.find(k);
     if (it == pages_.end() || !(it->second->dirty || it->second->writing)) continue;
-    std::unique_lock<std::mutex> owner(locks_.For(k.ino), std::try_to_lock);
-    if (!owner.owns_lock()) {
-      if (try_only) continue;
-      // Never wait for an inode lock while holding the cache's: its owner
-      // may be waiting for ours.
-      lock.unlock();
-      owner.lock();
-      lock.lock();
+    // A page of a group not sent yet (a companion) is written by it; any
+    // other write-back in flight is waited out.
+    if (it->second->writing) run();
+    const std::size_t stripe = locks_.StripeOf(k.ino);
+    std::unique_lock<std::mutex> owner;
+    if (!held_stripes.count(stripe)) {
+      owner = std::unique_lock<std::mutex>(locks_.Stripe(stripe), std::try_to_lock);
+      if (!owner.owns_lock()) {
+        if (try_only) continue;
+        // Never wait for an inode lock while holding the cache's, nor while
+        // holding other inodes' locks for groups not sent yet: their owners
+        // may be waiting for ours.
+        run();
+        lock.unlock();
+        owner.lock();
+        lock.lock();
+      }
     }
-    if (int e = WriteBack(lock, k); e != 0 && err == 0) err = e;
+    std::optional<WriteGroup> g;
+    if (int e = TakeWriteBack(lock, k, g); e != 0) {
+      if (err == 0) err = e;
+      continue;
+    }
+    if (!g) continue;
+    if (owner.owns_lock()) {
+      g->held.push_back(std::move(owner));
+      held_stripes.insert(stripe);
+    }
+    groups.push_back(std::move(*g));
+    if (groups.size() >= batch) run();
   }
+  run();
   return err;
 }
 
@@ -423,13 +542,29 @@ int BlockCache::FlushInode(Ino ino) {
        ++it) {
     if (it->second->dirty || it->second->writing) keys.push_back(it->first);
   }
-  // The first failure ends the flush: the file's remaining dirty pages stay
-  // dirty for the next flush, and an fsync against an unreachable server
-  // fails after one timeout instead of one per dirty block.
+  // Up to the engine's batch of pages go together. The first failure ends
+  // the flush: the file's remaining dirty pages stay dirty for the next
+  // flush, and an fsync against an unreachable server fails after one
+  // timeout instead of one per dirty block.
+  std::vector<WriteGroup> groups;
+  const std::size_t batch = std::max<std::size_t>(1, engine_.max_batch());
   for (const PageKey& k : keys) {
-    if (int e = WriteBack(lock, k); e != 0) return e;
+    // A page of a group not sent yet (a companion) is written by it.
+    if (!groups.empty() && Writing(k)) {
+      if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+    }
+    std::optional<WriteGroup> g;
+    if (int e = TakeWriteBack(lock, k, g); e != 0) {
+      const int sent = RunWriteBacks(lock, groups);
+      return sent != 0 ? sent : e;
+    }
+    if (!g) continue;
+    groups.push_back(std::move(*g));
+    if (groups.size() >= batch) {
+      if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+    }
   }
-  return 0;
+  return RunWriteBacks(lock, groups);
 }
 
 int BlockCache::FlushAll() {
@@ -453,31 +588,59 @@ int BlockCache::FlushExpired(Clock::duration age) {
 
 int BlockCache::Shrink() {
   std::unique_lock<std::mutex> lock(mu_);
-  // Bounded: each round drops a page, or skips past pages it cannot take.
+  const std::size_t batch = std::max<std::size_t>(1, engine_.max_batch());
+  // Bounded: each round drops a page at least, or stops.
   std::size_t rounds = 2 * pages_.size() + 16;
-  auto lit = lru_.begin();
   while (pages_.size() > capacity_ && rounds-- > 0) {
-    while (lit != lru_.end()) {
+    // Victims: the least recently used pages not in I/O, as many as are over
+    // the capacity up to the engine's batch; their write-backs go together.
+    const std::size_t want = std::min(batch, pages_.size() - capacity_);
+    std::vector<PageKey> candidates;
+    for (auto lit = lru_.begin(); lit != lru_.end() && candidates.size() < 2 * want; ++lit) {
       const Page* p = pages_.at(*lit).get();
-      if (!p->loading && !p->writing) break;
-      ++lit;
+      if (!p->loading && !p->writing) candidates.push_back(*lit);
     }
-    if (lit == lru_.end()) return 0;  // the rest is in I/O or in use
-    const PageKey key = *lit;
-    // The owner's lock keeps its mappings true while we write back and drop
-    // (see inode_locks.h); if it is busy, its owner is using the file.
-    std::unique_lock<std::mutex> owner(locks_.For(key.ino), std::try_to_lock);
-    if (!owner.owns_lock()) {
-      ++lit;
-      continue;
+    if (candidates.empty()) return 0;  // the rest is in I/O or in use
+    // The owners' locks keep their mappings true while we write back and
+    // drop (see inode_locks.h); a page whose owner is busy is being used.
+    std::vector<std::unique_lock<std::mutex>> owners;
+    std::set<std::size_t> held_stripes;
+    std::vector<WriteGroup> groups;
+    std::vector<PageKey> victims;
+    for (const PageKey& key : candidates) {
+      if (victims.size() >= want) break;
+      const std::size_t stripe = locks_.StripeOf(key.ino);
+      if (!held_stripes.count(stripe)) {
+        std::unique_lock<std::mutex> owner(locks_.Stripe(stripe), std::try_to_lock);
+        if (!owner.owns_lock()) continue;
+        owners.push_back(std::move(owner));
+        held_stripes.insert(stripe);
+      }
+      // A companion of a group not sent yet is written by it.
+      if (!groups.empty() && Writing(key)) {
+        if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+      }
+      std::optional<WriteGroup> g;
+      if (int e = TakeWriteBack(lock, key, g); e != 0) {
+        const int sent = RunWriteBacks(lock, groups);
+        return sent != 0 ? sent : e;
+      }
+      if (g) groups.push_back(std::move(*g));
+      victims.push_back(key);
     }
-    if (int e = WriteBack(lock, key); e != 0) return e;
-    auto it = pages_.find(key);
-    if (it != pages_.end() && !it->second->dirty && !it->second->writing && !it->second->loading) {
-      lru_.erase(it->second->lru);
-      pages_.erase(it);
+    if (victims.empty()) return 0;
+    if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+    std::size_t dropped = 0;
+    for (const PageKey& key : victims) {
+      auto it = pages_.find(key);
+      if (it != pages_.end() && !it->second->dirty && !it->second->writing &&
+          !it->second->loading) {
+        lru_.erase(it->second->lru);
+        pages_.erase(it);
+        ++dropped;
+      }
     }
-    lit = lru_.begin();  // the list may have changed while the lock was released
+    if (dropped == 0) return 0;
   }
   return 0;
 }

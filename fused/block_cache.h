@@ -93,6 +93,10 @@ class BlockCache {
   // (readahead: a later Read finds it). The caller holds the inode's lock.
   // Returns 0 or EIO.
   [[nodiscard]] int Prefetch(PageKey key, const BlockMapping& m);
+  // Prefetch of several pages (of inodes whose locks the caller holds),
+  // their loads as one engine batch (pipelined). 0 or EIO (some load failed;
+  // the others are cached).
+  [[nodiscard]] int PrefetchMany(const std::vector<std::pair<PageKey, BlockMapping>>& pages);
   bool Cached(PageKey key) const;
   // Stores src at `offset` in the page and marks it dirty. An uncached page
   // is never loaded: it is all zeros if the write covers the block's first
@@ -201,6 +205,24 @@ class BlockCache {
   // share its block (see above). The caller holds the lock of `key.ino`'s
   // stripe. The lock is released during the ORAM access. 0, EIO or ENOSPC.
   int WriteBack(std::unique_lock<std::mutex>& lock, PageKey key);
+  // The pages one write-back access writes: a page and its companions,
+  // marked `writing`, with the locks of the companions' (and, for
+  // WriteBackLocking, the page's) inodes held until it is done.
+  struct WriteGroup {
+    std::vector<Job> jobs;
+    bool update = false;  // a read-modify-write (fragments, a partial page)
+    std::vector<std::unique_lock<std::mutex>> held;
+  };
+  // WriteBack's first half, under mu_: waits out a write-back of the page
+  // in flight, completes a partial page being relocated, and takes the page
+  // with its companions; `out` stays empty if there is nothing to write.
+  int TakeWriteBack(std::unique_lock<std::mutex>& lock, PageKey key,
+                    std::optional<WriteGroup>& out);
+  // The second half: the groups' accesses as one engine batch (mu_ released
+  // meanwhile), then each group's pages marked clean (or dirty again on
+  // failure). Empties `groups`; the first error.
+  int RunWriteBacks(std::unique_lock<std::mutex>& lock, std::vector<WriteGroup>& groups);
+  bool Writing(PageKey key) const;  // under mu_
   // Writes back each key's page, taking its inode lock first: blocking
   // (releasing mu_ meanwhile) or, with `try_only`, skipping busy ones.
   int WriteBackLocking(std::unique_lock<std::mutex>& lock, const std::vector<PageKey>& keys,

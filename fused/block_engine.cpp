@@ -2,6 +2,8 @@
 
 #include <spdlog/spdlog.h>
 
+#include <set>
+
 namespace s3oram::fs {
 
 OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client)
@@ -63,6 +65,74 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
     spdlog::error("ORAM update of block {} failed: {}", id, r.status().ToString());
   }
   return r;
+}
+
+std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<const Op> ops) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<OramClient::BatchItem> items;
+  std::vector<bool> held;
+  items.reserve(ops.size());
+  for (const Op& op : ops) {
+    OramClient::BatchItem it;
+    it.id = op.id;
+    it.op = op.kind == Op::Kind::kRead ? AccessOp::kRead : AccessOp::kWrite;
+    if (op.kind == Op::Kind::kWrite) it.data = op.data;
+    if (op.kind == Op::Kind::kUpdate) it.modify = op.modify;
+    items.push_back(it);
+    held.push_back(client_->Holds(op.id));
+  }
+  auto results = client_->AccessMany(items);
+  writes_stopped_ = client_->writes_stopped().has_value();
+  last_contact_ = std::chrono::steady_clock::now();
+  std::set<std::uint64_t> written;  // by an earlier operation of this batch
+  for (std::size_t i = 0; i < ops.size(); ++i) {
+    const Op& op = ops[i];
+    auto& r = results[i];
+    const char* what = "read";
+    if (op.kind == Op::Kind::kRead) {
+      ++stats_.reads;
+      // As Read: a block that holds file data has a position.
+      if (r.ok() && !held[i] && !written.count(op.id)) {
+        r = Status::Integrity("block " + std::to_string(op.id) +
+                              " holds file data but the ORAM has no position for it: its data "
+                              "are lost (s3oram fsck names the file; fsck -y --zero-damaged lets "
+                              "it read as zeros)");
+      }
+    } else if (op.kind == Op::Kind::kWrite) {
+      ++stats_.writes;
+      what = "write";
+      if (r.ok()) r = std::vector<std::uint8_t>{};
+    } else {
+      ++stats_.updates;
+      what = "update";
+    }
+    if (r.ok() && op.kind != Op::Kind::kRead) written.insert(op.id);
+    if (!r.ok()) {
+      ++stats_.failures;
+      // The servers unreachable fail every later access of the batch with
+      // the same status after one wait: one line for all of them.
+      std::size_t same = 0;
+      while (i + 1 + same < ops.size() && !results[i + 1 + same].ok() &&
+             results[i + 1 + same].status().ToString() == r.status().ToString()) {
+        ++same;
+      }
+      if (same == 0) {
+        spdlog::error("ORAM {} of block {} failed: {}", what, op.id, r.status().ToString());
+      } else {
+        spdlog::error("ORAM {} of block {} and {} more of its batch failed: {}", what, op.id, same,
+                      r.status().ToString());
+        for (std::size_t k = 1; k <= same; ++k) {
+          const Op& o = ops[i + k];
+          ++(o.kind == Op::Kind::kRead    ? stats_.reads
+             : o.kind == Op::Kind::kWrite ? stats_.writes
+                                          : stats_.updates);
+          ++stats_.failures;
+        }
+        i += same;
+      }
+    }
+  }
+  return results;
 }
 
 Status OramBlockEngine::Sync() {

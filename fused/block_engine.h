@@ -45,6 +45,38 @@ class BlockEngine {
   // nothing was stored.
   using Modifier = std::function<void(std::span<std::uint8_t>)>;
   virtual Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) = 0;
+  // Several operations in order, as Read, Write or Update would perform them
+  // one after the other (an operation on a block an earlier one changed
+  // sees that change); an engine may overlap them (pipelining). results[i]
+  // is operation i's: the block read or stored, empty for a write.
+  struct Op {
+    enum class Kind { kRead, kWrite, kUpdate } kind = Kind::kRead;
+    std::uint64_t id = 0;
+    std::span<const std::uint8_t> data;  // kWrite
+    const Modifier* modify = nullptr;    // kUpdate
+  };
+  virtual std::vector<Result<std::vector<std::uint8_t>>> Batch(std::span<const Op> ops) {
+    std::vector<Result<std::vector<std::uint8_t>>> out;
+    for (const Op& op : ops) {
+      switch (op.kind) {
+        case Op::Kind::kRead:
+          out.push_back(Read(op.id));
+          break;
+        case Op::Kind::kWrite: {
+          const Status s = Write(op.id, op.data);
+          out.push_back(s.ok() ? Result<std::vector<std::uint8_t>>(std::vector<std::uint8_t>{})
+                               : Result<std::vector<std::uint8_t>>(s));
+          break;
+        }
+        case Op::Kind::kUpdate:
+          out.push_back(Update(op.id, *op.modify));
+          break;
+      }
+    }
+    return out;
+  }
+  // How many operations a Batch overlaps at most (1: none).
+  virtual std::size_t max_batch() const { return 1; }
   virtual Status Sync() = 0;
   // True once the engine refuses every Write and Update until the storage
   // is repaired (a fail-stop after damage); reads may still work.
@@ -52,8 +84,9 @@ class BlockEngine {
 };
 
 // The S3ORAM client as a BlockEngine: one ORAM access per Read, Write or Update, one
-// at a time (OramClient is single-threaded; callers queue on a mutex, so
-// concurrent FUSE requests are served in arrival order).
+// call at a time (OramClient is single-threaded; callers queue on a mutex, so
+// concurrent FUSE requests are served in arrival order); a Batch's accesses
+// are pipelined.
 class OramBlockEngine final : public BlockEngine {
  public:
   explicit OramBlockEngine(std::unique_ptr<OramClient> client);
@@ -62,6 +95,10 @@ class OramBlockEngine final : public BlockEngine {
   Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override;
   Status Write(std::uint64_t id, std::span<const std::uint8_t> data) override;
   Result<std::vector<std::uint8_t>> Update(std::uint64_t id, const Modifier& modify) override;
+  // OramClient::AccessMany: up to OramClient::kMaxPipelined accesses in
+  // flight together.
+  std::vector<Result<std::vector<std::uint8_t>>> Batch(std::span<const Op> ops) override;
+  std::size_t max_batch() const override { return OramClient::kMaxPipelined; }
   Status Sync() override;
   // OramClient::writes_stopped(), read without waiting for an access.
   bool WritesStopped() const override { return writes_stopped_.load(); }

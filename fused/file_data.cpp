@@ -23,7 +23,8 @@ FileData::FileData(MetadataStore& meta, BlockCache& cache, BlockEngine& engine, 
       block_(engine.block_bytes()),
       locks_(locks),
       writeback_delay_(writeback_delay),
-      readahead_(readahead_blocks) {}
+      readahead_(readahead_blocks),
+      prefetch_batch_(std::max<std::size_t>(1, engine.max_batch())) {}
 
 FileData::~FileData() { StopBackground(); }
 
@@ -92,31 +93,50 @@ void FileData::PrefetcherLoop() {
   for (;;) {
     prefetch_cv_.wait(lock, [this] { return !prefetch_running_ || !prefetch_queue_.empty(); });
     if (!prefetch_running_) return;
-    const PageKey key = prefetch_queue_.front();
-    prefetch_queue_.pop_front();
+    // The queued blocks of the first queued file, up to the engine's batch,
+    // go together (their loads pipelined).
+    const Ino ino = prefetch_queue_.front().ino;
+    std::vector<std::uint64_t> idxs;
+    for (auto it = prefetch_queue_.begin();
+         it != prefetch_queue_.end() && idxs.size() < prefetch_batch_;) {
+      if (it->ino != ino) {
+        ++it;
+        continue;
+      }
+      idxs.push_back(it->idx);  // PrefetchMany skips pages cached meanwhile
+      it = prefetch_queue_.erase(it);
+    }
     lock.unlock();
-    if (!cache_.Cached(key)) {
-      PrefetchOne(key);
+    if (!idxs.empty()) {
+      PrefetchBlocks(ino, idxs);
       TrimCache();
     }
     lock.lock();
   }
 }
 
-void FileData::PrefetchOne(PageKey key) {
-  // The mapping is read fresh under the inode lock, so a file truncated,
-  // rewritten or freed since the read that queued this is seen as it is now.
-  std::lock_guard<std::mutex> lock(LockFor(key.ino));
-  std::vector<BlockMapping> maps;
-  Attr attr;
-  if (meta_.GetBlocks(key.ino, key.idx, 1, &maps, &attr) != 0 || maps.empty()) return;
-  if (int e = cache_.Prefetch(key, maps.front()); e != 0) {
+void FileData::PrefetchBlocks(Ino ino, const std::vector<std::uint64_t>& idxs) {
+  // The mappings are read fresh under the inode lock, so a file truncated,
+  // rewritten or freed since the read that queued these is seen as it is now.
+  std::lock_guard<std::mutex> lock(LockFor(ino));
+  std::vector<std::pair<PageKey, BlockMapping>> pages;
+  for (const std::uint64_t idx : idxs) {
+    std::vector<BlockMapping> maps;
+    Attr attr;
+    if (meta_.GetBlocks(ino, idx, 1, &maps, &attr) != 0 || maps.empty()) continue;
+    pages.emplace_back(PageKey{ino, idx}, maps.front());
+  }
+  if (int e = cache_.PrefetchMany(pages); e != 0) {
     // Not the reader's error: its own read loads the block again and
     // reports a failure there.
-    spdlog::debug("readahead of block {} of inode {} failed (errno {})", key.idx, key.ino, e);
-    return;
+    spdlog::debug("readahead of {} blocks of inode {} failed in part (errno {})", pages.size(),
+                  ino, e);
   }
-  spdlog::debug("readahead: block {} of inode {} is in the cache", key.idx, key.ino);
+  for (const auto& [key, m] : pages) {
+    if (cache_.Cached(key)) {
+      spdlog::debug("readahead: block {} of inode {} is in the cache", key.idx, key.ino);
+    }
+  }
 }
 
 void FileData::FlusherLoop() {

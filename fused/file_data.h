@@ -112,7 +112,8 @@ class FileData {
   // Called by a read of [offset, end) of a file of `size` bytes (under the
   // inode lock): queues readahead if the read is sequential.
   void NoteRead(Ino ino, std::uint64_t offset, std::uint64_t end, std::uint64_t size);
-  void PrefetchOne(PageKey key);
+  // Loads blocks `idxs` of the file into the cache (readahead), together.
+  void PrefetchBlocks(Ino ino, const std::vector<std::uint64_t>& idxs);
   int ReadLocked(Ino ino, std::uint64_t offset, std::size_t size, std::vector<std::uint8_t>* out);
   void TrimCache();
 
@@ -128,6 +129,7 @@ class FileData {
   std::thread flusher_;
 
   const std::uint32_t readahead_;
+  const std::size_t prefetch_batch_;  // blocks loaded together (BlockEngine::max_batch)
   std::mutex prefetch_mu_;  // guards the members below
   std::condition_variable prefetch_cv_;
   bool prefetch_running_ = false;

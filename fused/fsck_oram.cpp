@@ -138,6 +138,8 @@ FsckPhaseResult CheckOram(const FsckSnapshot& snap, const FsckOptions& options) 
     r.problems.push_back(
         {1, "counters epoch/seq are zero: the state was never initialised", false});
   }
+  std::uint64_t pending_roots = 0;
+  for (const auto& op : snap.pending) pending_roots += op.kind == kPendingRootKind ? 1 : 0;
   for (const auto& op : snap.pending) {
     if (op.kind == "evict" && op.payload.size() == 12) {
       std::uint64_t ne = 0;
@@ -155,13 +157,18 @@ FsckPhaseResult CheckOram(const FsckSnapshot& snap, const FsckOptions& options) 
                             false});
       continue;
     }
-    if (op.kind == kPendingRootKind && op.seq == kPendingRootKey &&
+    if (op.kind == kPendingRootKind && op.seq >= kPendingRootKey &&
         op.payload.size() == PendingRootPayloadBytes(p.elems_per_slot())) {
       std::uint64_t slot = 0;
       for (int i = 0; i < 4; ++i)
         slot |= std::uint64_t{op.payload[static_cast<std::size_t>(i)]} << (8 * i);
-      if (slot == c.nr && slot < p.evict_rate) {
-        r.notes.push_back("the last access's root write (root slot " + std::to_string(slot) +
+      // The last accesses' deferred root writes: slots nr, nr + 1, ..., each
+      // under the key of its slot (or, from before pipelining, the one
+      // pending write under kPendingRootKey).
+      const bool keyed = op.seq == kPendingRootKey + slot ||
+                         (op.seq == kPendingRootKey && pending_roots == 1);
+      if (keyed && slot >= c.nr && slot < c.nr + pending_roots && slot < p.evict_rate) {
+        r.notes.push_back("an access's root write (root slot " + std::to_string(slot) +
                           ") is pending; opening the filesystem sends it");
         continue;
       }

@@ -21,37 +21,22 @@
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
+#include "oramcore/protocol/client_internal.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/lease_holder.h"
 
 namespace s3oram {
 
 using field::Elem;
+using namespace client_internal;
 
 namespace {
 
-constexpr const char* kEvictKind = kPendingEvictKind;
-constexpr const char* kRootKind = kPendingRootKind;
-constexpr std::uint64_t kRootPendingKey = kPendingRootKey;
 // Every stale-state refusal names the way out (RefreshState).
 std::string StaleStateFix(const std::string& state_path) {
   return "Another device has used this filesystem since; fetch the newest state backup from "
          "the servers with `s3oram refresh-state -s " +
          state_path + "`, or mount with -o refresh_state";
-}
-
-// Shares `secret` (n elements) among `parties` with threshold t, drawing the
-// polynomial coefficients from the CSPRNG. outs[i] receives party i's n shares.
-void ShareVector(std::span<const Elem> secret, std::size_t t,
-                 std::vector<std::vector<Elem>>& outs) {
-  std::vector<Elem> coeffs(secret.size() * t);
-  random::Elems(coeffs);
-  std::vector<Elem*> ptrs;
-  for (auto& o : outs) {
-    o.resize(secret.size());
-    ptrs.push_back(o.data());
-  }
-  shamir::Create(secret, t, coeffs, ptrs);
 }
 
 // Opens a degree-t sharing of m elements (one pointer per party) into out,
@@ -74,29 +59,6 @@ bool OpenChecked(std::span<const Elem* const> shares,
   return true;
 }
 
-using Clock = std::chrono::steady_clock;
-
-// Adds the time from construction to Stop() (or to destruction, whichever
-// comes first) to a nanosecond counter; the time is added once.
-class TimeInto {
- public:
-  explicit TimeInto(std::uint64_t& sink) : sink_(&sink), start_(Clock::now()) {}
-  ~TimeInto() { Stop(); }
-  TimeInto(const TimeInto&) = delete;
-  TimeInto& operator=(const TimeInto&) = delete;
-
-  void Stop() {
-    if (sink_ == nullptr) return;
-    *sink_ += static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::nanoseconds>(Clock::now() - start_).count());
-    sink_ = nullptr;
-  }
-
- private:
-  std::uint64_t* sink_;
-  Clock::time_point start_;
-};
-
 wire::StoreShape ShapeOf(const OramParams& p) {
   return wire::StoreShape{p.height, p.bucket_size, static_cast<std::uint32_t>(p.elems_per_slot())};
 }
@@ -105,9 +67,9 @@ wire::StoreShape ShapeOf(const OramParams& p) {
 
 OramClient::~OramClient() {
   // As Close(): a failed flush stays logged for the next Open.
-  if (pending_root_ && lease_held_ && !fenced_) {
-    if (Status st = FlushPendingRoot(); !st.ok()) {
-      spdlog::warn("the last access's root write stays pending in the state: {}", st.ToString());
+  if (!pending_roots_.empty() && lease_held_ && !fenced_) {
+    if (Status st = FlushPendingRoots(); !st.ok()) {
+      spdlog::warn("the last accesses' root writes stay pending in the state: {}", st.ToString());
     }
   }
   if (Status st = SettleEviction(); !st.ok()) {
@@ -437,21 +399,33 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           StaleStateFix(state_path));
     }
   }
-  // A root write an access logged but had not sent (or not seen acknowledged
-  // by every server) when this state was last used: send it now. It rewrites
-  // slot nr completely, which is also the repair every Open needs.
+  // Root writes accesses logged but had not sent (or not seen acknowledged
+  // by every server) when this state was last used, for slots nr, nr + 1,
+  // ...: send them now, in order. They rewrite those slots completely, which
+  // is also the repair every Open needs.
   {
     S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
-    for (const auto& op : pending) {
+    std::vector<PendingOp> roots;
+    for (auto& op : pending) {
       if (op.kind != kRootKind) continue;
-      if (op.seq != kRootPendingKey) {
+      if (op.seq < kPendingRootKey || op.seq - kPendingRootKey >= config.params.evict_rate) {
         return Status::Corruption("pending root write under an unexpected key " +
                                   std::to_string(op.seq));
       }
-      S3ORAM_ASSIGN_OR_RETURN(PendingRoot root, client->DecodeRootPayload(op.payload));
-      client->pending_root_ = std::move(root);
+      roots.push_back(std::move(op));
     }
-    if (client->pending_root_) S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoot());
+    // Each under the key of its slot (kPendingRootKey + slot), so key order
+    // is slot order; DecodeRootPayload checks that they follow nr in turn.
+    std::sort(roots.begin(), roots.end(),
+              [](const PendingOp& a, const PendingOp& b) { return a.seq < b.seq; });
+    for (const auto& op : roots) {
+      S3ORAM_ASSIGN_OR_RETURN(
+          PendingRoot root,
+          client->DecodeRootPayload(op.payload, client->counters_.nr + client->pending_roots_.size()));
+      root.key = op.seq;
+      client->pending_roots_.push_back(std::move(root));
+    }
+    S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoots());
   }
   if (const auto& note = client->store_->problem_note(); note && note->damaged) {
     client->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
@@ -520,68 +494,6 @@ Result<wire::ScrubReply> OramClient::ScrubServer(std::size_t server, std::uint64
   return std::get<wire::ScrubReply>(replies[0].body);
 }
 
-Result<std::vector<Elem>> OramClient::RetrieveElems(const PositionEntry* where,
-                                                     const PendingRoot* root) {
-  const OramParams& p = params();
-  const TreeGeometry geo = p.geometry();
-  const std::size_t n = geo.path_slots();
-  const std::size_t m = p.elems_per_slot();
-  std::vector<Elem> select(n, 0);
-  LeafId leaf;
-  if (where) {
-    leaf = where->pos.leaf;
-    select[std::size_t{where->pos.level} * p.bucket_size + where->pos.slot] = 1;
-  } else {
-    // A block that is not in the tree: an all-zero select over a random path
-    // looks exactly like a real one to every server.
-    leaf = geo.first_leaf() + random::Below(geo.num_leaves());
-  }
-  std::vector<wire::Message> replies;
-  if (root == nullptr) {
-    S3ORAM_ASSIGN_OR_RETURN(
-        replies, ExchangeShared(
-                     select,
-                     [leaf](std::vector<Elem>&& share) {
-                       return wire::Body{wire::RetrieveRequest{leaf, std::move(share)}};
-                     },
-                     wire::MessageType::kRetrieveReply, options_.requests,
-                     stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
-  } else {
-    // The root write travels with the retrieval: share it afresh too, and give
-    // server i its share of each.
-    std::vector<std::vector<Elem>> root_shares(params().parties);
-    {
-      TimeInto timer(stats_.timings.client_compute_ns);
-      ShareVector(root->elems, params().threshold, root_shares);
-    }
-    std::size_t next = 0;
-    const std::uint32_t slot = root->slot;
-    S3ORAM_ASSIGN_OR_RETURN(
-        replies, ExchangeShared(
-                     select,
-                     [&](std::vector<Elem>&& share) {
-                       return wire::Body{wire::RetrieveWriteRootRequest{
-                           slot, std::move(root_shares[next++]), leaf, std::move(share)}};
-                     },
-                     wire::MessageType::kRetrieveReply, options_.requests,
-                     stats_.timings.client_compute_ns, stats_.timings.retrieve_wait_ns));
-  }
-  TimeInto recovery(stats_.timings.client_compute_ns);
-  std::vector<const Elem*> answers;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    const auto& ans = std::get<wire::RetrieveReply>(replies[i].body).answer;
-    if (ans.size() != m) {
-      return Status::Protocol("server " + std::to_string(i) + " answered " +
-                              std::to_string(ans.size()) + " elements, expected " +
-                              std::to_string(m));
-    }
-    answers.push_back(ans.data());
-  }
-  std::vector<Elem> block(m);
-  shamir::Recover(answers, lambda_, m, block.data());
-  return block;
-}
-
 Result<std::vector<wire::Message>> OramClient::ExchangeShared(
     std::span<const Elem> secret,
     const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
@@ -616,347 +528,10 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
 
 Status OramClient::Sync() {
   if (read_only_) return Status::Ok();
-  if (pending_root_) return FlushPendingRoot();
+  if (!pending_roots_.empty()) return FlushPendingRoots();
   ClientStateStore::Batch batch;
   batch.SetCounters(counters_);
   return store_->Commit(batch, /*durable=*/true);
-}
-
-Status OramClient::RepairRootSlot() {
-  std::vector<Elem> zeros(params().elems_per_slot(), 0);
-  S3ORAM_RETURN_IF_ERROR(WriteRoot(static_cast<std::uint32_t>(counters_.nr), zeros)
-                             .WithContext("rewriting root slot " + std::to_string(counters_.nr)));
-  root_slot_dirty_ = false;
-  return Status::Ok();
-}
-
-std::vector<std::uint8_t> OramClient::EncodeRootPayload(const PendingRoot& r) {
-  std::vector<std::uint8_t> out;
-  out.reserve(PendingRootPayloadBytes(r.elems.size()));
-  auto put = [&out](std::uint64_t v, int bytes) {
-    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
-  };
-  put(r.slot, 4);
-  put(r.id, 8);
-  put(r.mapped ? 1 : 0, 1);
-  put(r.moved.pos.leaf, 8);
-  put(r.moved.version, 8);
-  put(r.elems.size(), 4);
-  for (Elem e : r.elems) put(e, 4);
-  return out;
-}
-
-Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(
-    const std::vector<std::uint8_t>& p) const {
-  const OramParams& params_ = params();
-  const std::size_t m = params_.elems_per_slot();
-  if (p.size() != PendingRootPayloadBytes(m)) {
-    return Status::Corruption("pending root write record has " + std::to_string(p.size()) +
-                              " bytes, expected " + std::to_string(PendingRootPayloadBytes(m)));
-  }
-  std::size_t at = 0;
-  auto get = [&p, &at](int bytes) {
-    std::uint64_t v = 0;
-    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{p[at++]} << (8 * i);
-    return v;
-  };
-  PendingRoot r;
-  r.slot = static_cast<std::uint32_t>(get(4));
-  r.id = get(8);
-  const std::uint64_t mapped = get(1);
-  r.moved.pos.leaf = get(8);
-  r.moved.version = get(8);
-  const std::uint64_t n = get(4);
-  const TreeGeometry geo = params_.geometry();
-  if (mapped > 1 || n != m || r.slot != counters_.nr || r.slot >= params_.evict_rate ||
-      r.id >= params_.capacity_blocks || (mapped == 1 && !geo.is_leaf(r.moved.pos.leaf))) {
-    return Status::Corruption("pending root write record does not match this filesystem (slot " +
-                              std::to_string(r.slot) + ", next root slot " +
-                              std::to_string(counters_.nr) + ")");
-  }
-  r.mapped = mapped == 1;
-  r.moved.pos.level = 0;
-  r.moved.pos.slot = r.slot;
-  r.elems.resize(m);
-  for (Elem& e : r.elems) {
-    e = static_cast<Elem>(get(4));
-    if (e >= field::kPrime) return Status::Corruption("pending root write record holds a bad element");
-  }
-  return r;
-}
-
-void OramClient::RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
-                                   Counters& next) const {
-  next.nr = root.slot + 1;
-  batch.SetCounters(next);
-  if (root.mapped) batch.PutPosition(root.id, root.moved);
-  batch.RemovePending(kRootPendingKey);
-}
-
-Status OramClient::RootWrittenCommitted(const Counters& next) {
-  PendingRoot root = std::move(*pending_root_);
-  pending_root_.reset();
-  counters_ = next;
-  ++stats_.accesses;
-  if (root.mapped) return pm_->Place(root.id, root.moved.pos, root.moved.version);
-  return Status::Ok();
-}
-
-Status OramClient::FlushPendingRoot() {
-  if (!pending_root_) return Status::Ok();
-  // A complete write of slot nr on every server also repairs it.
-  if (Status st = WriteRoot(pending_root_->slot, pending_root_->elems); !st.ok()) {
-    root_slot_dirty_ = true;
-    return st;
-  }
-  root_slot_dirty_ = false;
-  FaultPoint("client.access.after_write_root");
-  ClientStateStore::Batch batch;
-  Counters next = counters_;
-  RecordRootWritten(*pending_root_, batch, next);
-  {
-    TimeInto timer(stats_.timings.state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
-  }
-  return RootWrittenCommitted(next);
-}
-
-Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
-                                                     std::span<const std::uint8_t> data) {
-  if (fenced_) {
-    return Status::LeaseHeld("this client was fenced off: another client took the filesystem's "
-                             "lease over, so this one can no longer read or change anything");
-  }
-  if (!read_only_ && !lease_held_) return Status::FailedPrecondition("client closed");
-  auto result = AccessUnfenced(op, id, data);
-  if (!result.ok()) return NoteFencing(result.status());
-  return result;
-}
-
-Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModifier& modify) {
-  if (fenced_) {
-    return Status::LeaseHeld("this client was fenced off: another client took the filesystem's "
-                             "lease over, so this one can no longer read or change anything");
-  }
-  if (!read_only_ && !lease_held_) return Status::FailedPrecondition("client closed");
-  auto result = AccessUnfenced(AccessOp::kWrite, id, {}, &modify);
-  if (!result.ok()) return NoteFencing(result.status());
-  return result;
-}
-
-Result<std::vector<std::uint8_t>> OramClient::AccessUnfenced(AccessOp op, BlockId id,
-                                                             std::span<const std::uint8_t> data,
-                                                             const BlockModifier* modify) {
-  const OramParams& p = params();
-  if (read_only_) return Status::FailedPrecondition("client opened read-only");
-  if (id >= p.capacity_blocks) {
-    return Status::InvalidArgument("block " + std::to_string(id) + " is beyond the capacity of " +
-                                   std::to_string(p.capacity_blocks) + " blocks");
-  }
-  if (op == AccessOp::kWrite && !modify && data.size() != p.block_bytes) {
-    return Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
-                                   " bytes, got " + std::to_string(data.size()));
-  }
-  if (op == AccessOp::kWrite && writes_stopped_) return *writes_stopped_;
-  // A deferred root write in the root's last slot goes alone (an earlier
-  // flush before the eviction failed), and an eviction left pending by an
-  // earlier failure must finish first: the root has no free slot until then.
-  if (pending_root_ && pending_root_->slot + 1 >= p.evict_rate) {
-    S3ORAM_RETURN_IF_ERROR(FlushPendingRoot());
-  }
-  if (counters_.nr >= p.evict_rate) {
-    TimeInto timer(stats_.timings.eviction_ns);
-    S3ORAM_RETURN_IF_ERROR(RunEviction());
-  }
-  // No root write of this round before every server copied the last round's
-  // root aside for the eviction in flight.
-  if (inflight_ && !inflight_->started) {
-    TimeInto timer(stats_.timings.eviction_ns);
-    S3ORAM_RETURN_IF_ERROR(EnsureEvictionStarted());
-  }
-  PaceBehindEviction();
-  // Slot nr may hold an inconsistent sharing; a deferred root write rewrites
-  // it completely on every server before the retrieval, otherwise repair it.
-  if (root_slot_dirty_ && !pending_root_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
-
-  // Where the block is: its deferred root write, once the servers apply it
-  // (ahead of this retrieval), holds its newest copy.
-  std::optional<PositionEntry> in_root;
-  if (pending_root_ && pending_root_->id == id && pending_root_->mapped) {
-    in_root = pending_root_->moved;
-  }
-  const PositionEntry* where = in_root ? &*in_root : pm_->Find(id);
-  // A block the eviction in flight moves is still where it was on the
-  // servers (they commit the eviction at the end of this round); one it takes
-  // out of a root slot this round may have overwritten is read from the
-  // client's own copy, behind a retrieval that selects nothing.
-  std::optional<PositionEntry> before_eviction;
-  std::optional<std::vector<Elem>> own_copy;
-  if (!in_root && where && inflight_) {
-    const auto it = inflight_->record.before.find(id);
-    if (it != inflight_->record.before.end()) {
-      before_eviction = PositionEntry{it->second, where->version};
-      where = &*before_eviction;
-      // Slots this round wrote, and slot nr: this retrieval's root write, or
-      // the repair of slot nr after an Open or a failed write, rewrites it.
-      const std::uint64_t overwritten = counters_.nr + 1;
-      if (it->second.level == 0 && it->second.slot < overwritten) {
-        own_copy = RootCopyOf(id, *before_eviction);
-        if (!own_copy) {
-          // No usable copy (lost in a power failure, or written by another
-          // process): the block is only in the eviction's result. Commit it
-          // now; a server sees this one commit early.
-          if (!early_commit_logged_) {
-            spdlog::info("block {} is only in eviction {}'s result (no copy in {}): the "
-                         "eviction commits early",
-                         id, inflight_->record.eviction,
-                         root_copies_ ? root_copies_->path() : std::string("the root copies"));
-            early_commit_logged_ = true;
-          }
-          TimeInto timer(stats_.timings.eviction_ns);
-          S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
-          before_eviction.reset();
-          where = pm_->Find(id);
-        }
-      }
-    }
-  }
-  const PositionEntry old = where ? *where : PositionEntry{};
-  auto retrieved = RetrieveElems(own_copy ? nullptr : where,
-                                 pending_root_ ? &*pending_root_ : nullptr);
-  if (!retrieved.ok()) {
-    // Some servers may hold the deferred write and some not: slot nr is
-    // rewritten (with that write, still pending) before the next retrieval.
-    if (pending_root_) root_slot_dirty_ = true;
-    return retrieved.status();
-  }
-  std::vector<Elem> elems = own_copy ? std::move(*own_copy) : std::move(retrieved).value();
-
-  // Every server holds the deferred root write now: it is recorded in the
-  // same transaction as this access's own (deferred) one below, or alone if
-  // this access fails.
-  Counters next = counters_;
-  ClientStateStore::Batch batch;
-  if (pending_root_) {
-    root_slot_dirty_ = false;
-    FaultPoint("client.access.after_write_root");
-    RecordRootWritten(*pending_root_, batch, next);
-  }
-  auto record_previous = [&]() -> Status {
-    if (!pending_root_) return Status::Ok();
-    {
-      TimeInto timer(stats_.timings.state_commit_ns);
-      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
-    }
-    return RootWrittenCommitted(next);
-  };
-
-  TimeInto compute(stats_.timings.client_compute_ns);
-  // The block as it was: sealed under (id, old.version); zeros if unmapped.
-  std::vector<std::uint8_t> previous(p.block_bytes, 0);
-  std::vector<std::uint8_t> sealed(p.sealed_bytes());
-  // A write of the whole block does not need the old content: one that does
-  // not authenticate (a block destroyed by a fault or a lying server) is
-  // replaced by a fresh version all the same. The retrieval ran as for any
-  // access, so the servers see the same access either way.
-  const bool whole_write = op == AccessOp::kWrite && !modify;
-  const std::span<const Elem> data_part =
-      std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
-  // The tags are checked too, so that no changed element of an answer goes
-  // unnoticed (the seal covers only the data part).
-  const bool authentic =
-      !where || (field::Unpack(data_part, sealed) && (!mac_ || mac_->Verify(elems)) &&
-                 sealer_->Open(id, old.version, sealed, previous));
-  if (!authentic && whole_write) {
-    spdlog::warn("block {} (version {}) did not authenticate; it is overwritten whole with "
-                 "version {}",
-                 id, old.version, old.version + 1);
-    std::fill(previous.begin(), previous.end(), 0);
-  } else if (!authentic) {
-    // Nothing of this access was written or logged: the block stays where
-    // it is, and the next access to it retries the same path.
-    const bool packed = field::Unpack(data_part, sealed);
-    Status bad = Status::Integrity(
-        "block " + std::to_string(id) + " (version " + std::to_string(old.version) +
-        ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
-        ": one of the servers " + ServerSetName() +
-        " returned tampered, swapped or stale data, or the client state does not match them");
-    spdlog::error("{}", bad.message());
-    compute.Stop();
-    S3ORAM_RETURN_IF_ERROR(record_previous());
-    return bad;
-  }
-  // What goes to the root: the new data (write), the old data changed by
-  // `modify` (update) or the old (read), sealed under the next version with
-  // a fresh nonce, so every rewrite looks new. A read of an unmapped block
-  // writes an all-zero slot nobody will read.
-  std::vector<std::uint8_t> updated;
-  if (modify) {
-    updated = previous;
-    (*modify)(updated);
-    data = updated;
-  }
-  if (where || op == AccessOp::kWrite) {
-    sealer_->Seal(id, old.version + 1, op == AccessOp::kWrite ? data : previous, sealed);
-    std::fill(elems.begin(), elems.end(), 0);
-    field::Pack(sealed, std::span<Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot())));
-    if (mac_) mac_->Tag(elems);
-  } else {
-    std::fill(elems.begin(), elems.end(), 0);
-  }
-  compute.Stop();
-
-  // This access's root write, deferred to the next request: slot nr after the
-  // previous one is recorded. Logged with that record, so once Access returns
-  // a crash cannot lose it (Open sends it).
-  const TreeGeometry geo = p.geometry();
-  PendingRoot root;
-  root.slot = static_cast<std::uint32_t>(next.nr);
-  root.id = id;
-  root.mapped = where || op == AccessOp::kWrite;
-  root.moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, root.slot};
-  root.moved.version = old.version + 1;
-  root.elems = std::move(elems);
-  batch.SetCounters(next);
-  batch.AddPending(PendingOp{kRootPendingKey, kRootKind, EncodeRootPayload(root)});
-  // The client's own copy of the root write, before the access is recorded:
-  // the next round may need it while this round's eviction is in flight.
-  if (root_copies_) {
-    S3ORAM_RETURN_IF_ERROR(root_copies_->Put(
-        RootCopies::Index(current_round(), root.slot, p.evict_rate), root.elems));
-  }
-  {
-    TimeInto timer(stats_.timings.state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
-  }
-  if (pending_root_) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
-  counters_ = next;
-  // Taken out of the eviction in flight: its copy there is stale, its slot free.
-  if (inflight_) inflight_->record.before.erase(id);
-  // Ids, versions and positions only (this log stays on the client): never bytes.
-  spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
-                modify ? "update" : (op == AccessOp::kWrite ? "write" : "read"), id, old.version,
-                root.mapped ? root.moved.version : 0, root.slot, where ? old.pos.leaf : 0);
-  pending_root_ = std::move(root);
-
-  if (pending_root_->slot + 1 >= p.evict_rate) {
-    // The root's last slot: the eviction reads the whole root, so the write
-    // goes now, then the eviction. The access itself is recorded: report its
-    // result. A failed flush or eviction stays due and is retried (or
-    // reported) at the start of the next access.
-    Status st = FlushPendingRoot();
-    if (st.ok()) {
-      TimeInto timer(stats_.timings.eviction_ns);
-      st = RunEviction();
-    }
-    if (!st.ok()) {
-      NoteProblem(st);
-      spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, id,
-                   st.ToString());
-    }
-  }
-  if (modify) return updated;
-  return previous;
 }
 
 std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
@@ -1097,7 +672,10 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   static constexpr auto kProgressAfter = std::chrono::seconds(1);
   static constexpr std::uint64_t kPollsPerRound = 16;
   const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
-  if (elapsed < kProgressAfter || counters_.nr % every != 0) return;
+  // Once per `every` root slots (a pipelined batch takes several at once).
+  const std::uint64_t bucket = (counters_.nr + pending_roots_.size()) / every;
+  if (elapsed < kProgressAfter || bucket == progress_polled_bucket_) return;
+  progress_polled_bucket_ = bucket;
   // A server's word is bounded by the client's own clock (it cannot have
   // computed longer than the client has waited) and by the eviction
   // timeout, so a wrong or lying reply paces no round beyond that.
@@ -1184,6 +762,7 @@ Status OramClient::FinishInFlightEviction() {
     S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
   }
   pacer_.ForgetProvisional();  // also when nothing was learned
+  progress_polled_bucket_ = kNoBucket;
   if (waited >= kSlowEviction) {
     spdlog::info("accesses waited {:.1f} s for eviction {} to be computed (the servers took "
                  "longer than a round of {} accesses); committed after {:.1f} s in all",
@@ -1593,7 +1172,7 @@ Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first
 }
 
 Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  if (counters_.ne != 0 || counters_.nr != 0 || inflight_ || pending_root_) {
+  if (counters_.ne != 0 || counters_.nr != 0 || inflight_ || !pending_roots_.empty()) {
     return Status::FailedPrecondition(
         "age fill: this filesystem has been used (" + std::to_string(counters_.ne) +
         " evictions, " + std::to_string(counters_.nr) +
@@ -1819,7 +1398,7 @@ Status OramClient::Close() {
   // logged in the state, and the next Open sends it. So does the eviction
   // in flight (the next Open finishes it if this fails).
   Status flushed = Status::Ok();
-  if (pending_root_ && lease_held_ && !fenced_) flushed = FlushPendingRoot();
+  if (!pending_roots_.empty() && lease_held_ && !fenced_) flushed = FlushPendingRoots();
   if (Status settled = SettleEviction(); !settled.ok()) {
     spdlog::warn("closing with eviction {} under way: {}", counters_.ne, settled.ToString());
     if (flushed.ok()) flushed = settled;

@@ -64,6 +64,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <chrono>
@@ -173,8 +174,11 @@ class OramClient {
   // Whether block `id` has a copy in the tree: a position, or the last
   // access's root write (deferred) that gives it one.
   bool Holds(BlockId id) const {
-    return pm_->Find(id) != nullptr || (pending_root_ && pending_root_->id == id &&
-                                        pending_root_->mapped);
+    if (pm_->Find(id) != nullptr) return true;
+    for (const auto& r : pending_roots_) {
+      if (r.id == id && r.mapped) return true;
+    }
+    return false;
   }
 
   // One ORAM access. For kWrite, data.size() must equal block_bytes(); for kRead
@@ -196,6 +200,28 @@ class OramClient {
   // this client. If the access fails, nothing of `modify`'s result was stored.
   using BlockModifier = std::function<void(std::span<std::uint8_t>)>;
   Result<std::vector<std::uint8_t>> Update(BlockId id, const BlockModifier& modify);
+
+  // Several accesses at once, pipelined: up to kMaxPipelined retrievals go to
+  // the servers back to back without waiting for each other's answers (on a
+  // slow link the uplink then stays busy while servers compute and answers
+  // come back). Each item is an access as Access (or Update, with `modify`)
+  // performs it, in order: an item that repeats an earlier one's block sees
+  // that item's result (its retrieval selects nothing: the block is served
+  // from the client's copy). Each retrieval carries one of the earlier
+  // accesses' deferred root writes, oldest first, so the root slots fill in
+  // order and every server sees one retrieval and one root write per access,
+  // as for single accesses. results[i] is item i's; an item that fails does
+  // not stop the others unless the servers could not be reached, which fails
+  // the rest too. Returns when every item's access is recorded (a crash
+  // then loses none of them).
+  struct BatchItem {
+    AccessOp op = AccessOp::kRead;
+    BlockId id = 0;
+    std::span<const std::uint8_t> data;       // kWrite without modify: block_bytes()
+    const BlockModifier* modify = nullptr;    // an update (op is then kWrite)
+  };
+  static constexpr std::size_t kMaxPipelined = 8;
+  std::vector<Result<std::vector<std::uint8_t>>> AccessMany(std::span<const BatchItem> items);
 
   // Makes every committed access durable against power loss, not only against
   // a crash of this process (accesses commit with synchronous=NORMAL; this
@@ -374,6 +400,7 @@ class OramClient {
   // gets `elems` (the sealed block, packed), and once every server has it the
   // block (if `mapped`) moves to `moved`. Logged in the state as pending.
   struct PendingRoot {
+    std::uint64_t key = 0;  // in the state: kPendingRootKey + slot
     std::uint32_t slot = 0;
     BlockId id = 0;
     bool mapped = false;
@@ -381,23 +408,36 @@ class OramClient {
     std::vector<field::Elem> elems;
   };
   static std::vector<std::uint8_t> EncodeRootPayload(const PendingRoot& r);
-  Result<PendingRoot> DecodeRootPayload(const std::vector<std::uint8_t>& payload) const;
-  // RETRIEVE, or RETRIEVE_WRITE_ROOT carrying `root` when it is not null.
-  Result<std::vector<field::Elem>> RetrieveElems(const PositionEntry* where,
-                                                 const PendingRoot* root);
+  // A logged root write, expected for root slot `slot`.
+  Result<PendingRoot> DecodeRootPayload(const std::vector<std::uint8_t>& payload,
+                                        std::uint64_t slot) const;
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
   Status RepairRootSlot();
   // Adds to `batch` what records the deferred root write as done: nr + 1, the
   // block's new position, the pending record removed.
   void RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
                          Counters& next) const;
-  // Applies a committed RecordRootWritten to the in-memory state.
+  // Applies a committed RecordRootWritten of the oldest pending root write
+  // to the in-memory state.
   Status RootWrittenCommitted(const Counters& next);
-  // Sends the deferred root write alone (WRITE_ROOT) and records it.
+  // Sends the oldest deferred root write alone (WRITE_ROOT) and records it /
+  // every one, in order.
   Status FlushPendingRoot();
-  Result<std::vector<std::uint8_t>> AccessUnfenced(AccessOp op, BlockId id,
-                                                   std::span<const std::uint8_t> data,
-                                                   const BlockModifier* modify = nullptr);
+  Status FlushPendingRoots();
+  // `count` request headers for mutations sent together: the state's seq is
+  // made durable first so that none is more than one beyond it (the
+  // rollback rule, NextMutationHeader).
+  Result<std::vector<wire::Header>> NextMutationHeaders(std::size_t count);
+  // The chores before accesses (a full root flushed, the eviction due run,
+  // the one in flight started, pacing, slot repair), then up to
+  // kMaxPipelined of `items` (all valid) as one pipelined exchange; results
+  // appended to `out`, one per item it finished, in order. It may stop early
+  // without an error (an item that repeats one that failed; a pipelined
+  // access spoilt by resends): the caller goes on from there. An error: the
+  // servers could not be reached (or refused): the item after the finished
+  // ones fails with it.
+  Status RunChunk(std::span<const BatchItem> items,
+                  std::vector<Result<std::vector<std::uint8_t>>>& out);
   // Records a damaged-storage or inconsistency error in the state (once per
   // distinct message) for `s3oram status`.
   void NoteProblem(const Status& st);
@@ -435,7 +475,9 @@ class OramClient {
   Counters counters_;
   ClientStats stats_;
   bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
-  std::optional<PendingRoot> pending_root_;  // deferred root write of the last access (slot nr)
+  // Deferred root writes of the last accesses, for slots nr, nr + 1, ... in
+  // order (at most kMaxPipelined of them, all logged in the state).
+  std::deque<PendingRoot> pending_roots_;
   // The eviction started at the end of the last round and not committed yet
   // (see the class comment), as logged; `started` once every server
   // answered EVICT_STARTED.
@@ -459,6 +501,8 @@ class OramClient {
   // more, asks the servers' STATUS for its progress and gives the pacer a
   // provisional estimate (EvictionPacer::FromProgress).
   void AskEvictionProgress(std::chrono::steady_clock::duration elapsed);
+  static constexpr std::uint64_t kNoBucket = ~std::uint64_t{0};
+  std::uint64_t progress_polled_bucket_ = kNoBucket;  // of the last poll: root slots / (A/16)
   // What is left of one eviction timeout (options_.evictions) begun at
   // `started`, for the attempts of one eviction to share.
   TransportOptions EvictionBudgetLeft(std::chrono::steady_clock::time_point started) const;

@@ -87,8 +87,11 @@ struct PendingOp {
 // An eviction under way: key = its number ne, payload = ne (u64) and the last
 // attempt sent (u32), little-endian.
 inline constexpr const char* kPendingEvictKind = "evict";
-// The last access's deferred root write (OramClient): at most one, under a key
-// no eviction number reaches; payload = slot (u32, = nr), block id (u64),
+// The last accesses' deferred root writes (OramClient), for root slots nr,
+// nr + 1, ... (several after pipelined accesses), each under the key
+// kPendingRootKey + slot, which no eviction number reaches (a state from
+// before pipelining holds at most one, under kPendingRootKey whatever its
+// slot); payload = slot (u32), block id (u64),
 // mapped (u8), new leaf (u64), new version (u64), m (u32), then the m packed
 // sealed elements (u32 each), little-endian.
 inline constexpr const char* kPendingRootKind = "root";

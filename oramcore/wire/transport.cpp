@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -18,18 +19,20 @@ std::string ZmqError(const char* what) {
   return std::string(what) + ": " + zmq_strerror(zmq_errno());
 }
 
-// Receives every pending frame on `socket` without blocking, keeping the one
-// that answers `header` (same seq, expected or error type) in `out`.
-// Returns true once an acceptable reply has been stored.
-bool DrainReplies(void* socket, const wire::Header& header, wire::MessageType expected,
-                  wire::Message* out, std::uint64_t* bytes, Status* decode_error) {
+// Receives every pending frame on `socket` without blocking, and hands each
+// that answers one of the outstanding requests (same seq; its expected type
+// or an error) to `accept(seq, message, bytes)`, which says whether it was
+// wanted. Late replies to earlier requests are dropped.
+void DrainReplies(void* socket,
+                  const std::function<bool(wire::Message&, std::size_t)>& accept,
+                  Status* decode_error) {
   for (;;) {
     zmq_msg_t msg;
     zmq_msg_init(&msg);
     int n = zmq_msg_recv(&msg, socket, ZMQ_DONTWAIT);
     if (n < 0) {
       zmq_msg_close(&msg);
-      return false;
+      return;
     }
     const bool more = zmq_msg_more(&msg);
     auto data = static_cast<const std::uint8_t*>(zmq_msg_data(&msg));
@@ -41,17 +44,7 @@ bool DrainReplies(void* socket, const wire::Header& header, wire::MessageType ex
       *decode_error = decoded.status();
       continue;
     }
-    const wire::Message& m = decoded.value();
-    if (m.header.seq != header.seq) continue;  // late reply to an earlier request
-    if (m.header.type != expected && m.header.type != wire::MessageType::kError) {
-      *decode_error = Status::Protocol(std::string("unexpected reply type ") +
-                                       wire::MessageTypeName(m.header.type) + ", wanted " +
-                                       wire::MessageTypeName(expected));
-      continue;
-    }
-    *bytes += size;
-    *out = std::move(decoded).value();
-    return true;
+    accept(decoded.value(), size);
   }
 }
 
@@ -249,120 +242,202 @@ std::chrono::steady_clock::duration ServerSet::FirstResendSilence(
 Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
     const wire::Header& header, wire::MessageType expected_reply, const TransportOptions& options) {
+  if (frames.size() != servers.size()) return Status::InvalidArgument("one frame per server expected");
+  std::vector<Outgoing> one(1);
+  one[0].header = header;
+  one[0].expected_reply = expected_reply;
+  one[0].frames = frames;
+  return std::move(ExchangeSequence(servers, one, options)[0]);
+}
+
+std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
+    const std::vector<std::size_t>& servers, const std::vector<Outgoing>& requests,
+    const TransportOptions& options) {
   using Clock = std::chrono::steady_clock;
   const std::size_t n = servers.size();
-  if (frames.size() != n) return Status::InvalidArgument("one frame per server expected");
+  const std::size_t count = requests.size();
+  std::vector<Result<std::vector<wire::Message>>> results;
+  auto fail_all = [&](const Status& st) {
+    results.clear();
+    for (std::size_t r = 0; r < count; ++r) results.emplace_back(st);
+    return results;
+  };
+  for (const Outgoing& o : requests) {
+    if (o.frames.size() != n) return fail_all(Status::InvalidArgument("one frame per server expected"));
+  }
+  if (count == 0) return results;
 
-  auto send = [&](std::size_t k) -> Status {
+  auto send = [&](std::size_t r, std::size_t k) -> Status {
     void* s = impl_->sockets.at(servers[k]);
-    if (zmq_send(s, frames[k].data(), frames[k].size(), 0) < 0) {
+    const auto& f = requests[r].frames[k];
+    if (zmq_send(s, f.data(), f.size(), 0) < 0) {
       return Status::IoError(ZmqError(("sending to " + impl_->endpoints[servers[k]]).c_str()));
     }
-    stats_.bytes_sent += frames[k].size();
+    stats_.bytes_sent += f.size();
     return Status::Ok();
   };
 
   // When to send a request again. TCP delivers what was sent on a live
   // connection, so a resend only helps when the connection it went out on was
   // replaced (the server restarted or the network dropped it; the monitor
-  // counts the handshakes): then at once. As a safety net it also resends
-  // after a silence that scales with the link: resend_after, or four times
-  // what the request and its reply should take (a round trip plus their
-  // bytes at the pace of the earlier exchanges) if that is longer (a
-  // request of hundreds of KB takes
-  // seconds on a home uplink, and resending it then would only queue a
-  // duplicate behind it), doubling after every resend.
-  std::size_t request_bytes = 0;
-  for (const auto& f : frames) request_bytes += f.size();
-  const Clock::duration first_silence = FirstResendSilence(request_bytes, expected_reply, options);
+  // counts the handshakes): then at once, every request of that server not
+  // answered yet, in order. As a safety net it also resends after a silence
+  // that scales with the link: resend_after, or four times what the request
+  // and its reply should take (a round trip plus their bytes at the pace of
+  // the earlier exchanges) if that is longer (a request of hundreds of KB
+  // takes seconds on a home uplink, and resending it then would only queue a
+  // duplicate behind it), doubling after every resend. A server answers its
+  // requests in order, so only the first unanswered one of each server can
+  // be silent; the silence and the deadline of the next one start when the
+  // one before it is answered.
+  std::size_t total_request_bytes = 0;
+  std::vector<Clock::duration> first_silence(count);
+  for (std::size_t r = 0; r < count; ++r) {
+    std::size_t bytes = 0;
+    for (const auto& f : requests[r].frames) bytes += f.size();
+    total_request_bytes += bytes;
+    first_silence[r] = FirstResendSilence(bytes, requests[r].expected_reply, options);
+  }
 
-  // What is known of each server's exchange, by position in `servers`.
+  // What is known of each server's exchange of each request.
   struct Progress {
     bool done = false;
-    Clock::time_point sent_at;
+    Clock::time_point sent_at;  // last send, or when the request before it was answered
     Clock::duration silence;    // resend when nothing came for this long
     std::uint64_t sent_on = 0;  // connections[i] when last sent
     Status decode_error;
+    wire::Message reply;
   };
-  std::vector<wire::Message> replies(n);
-  std::vector<Progress> progress(n);
-  for (Progress& pr : progress) pr.silence = first_silence;
-  std::uint64_t reply_bytes_before = stats_.bytes_received;
+  std::vector<std::vector<Progress>> progress(count, std::vector<Progress>(n));
+  std::vector<std::size_t> first_open(n, 0);  // per server: first request not answered
+  for (std::size_t r = 0; r < count; ++r) {
+    for (Progress& pr : progress[r]) pr.silence = first_silence[r];
+  }
+  std::map<std::uint64_t, std::size_t> by_seq;
+  for (std::size_t r = 0; r < count; ++r) by_seq[requests[r].header.seq] = r;
+  const std::uint64_t reply_bytes_before = stats_.bytes_received;
   bool reconnect_seen = false;
   for (std::size_t k = 0; k < n; ++k) impl_->Drain(servers[k]);
   const auto start = Clock::now();
   for (std::size_t k = 0; k < n; ++k) {
-    S3ORAM_RETURN_IF_ERROR(send(k));
-    progress[k].sent_at = start;
-    progress[k].sent_on = impl_->connections[servers[k]];
-  }
-
-  std::size_t remaining = n;
-  std::vector<zmq_pollitem_t> items(n);
-  while (remaining > 0) {
-    const auto now = Clock::now();
-    if (now - start >= options.deadline) {
-      std::string who;
-      for (std::size_t k = 0; k < n; ++k) {
-        if (progress[k].done) continue;
-        if (!who.empty()) who += ", ";
-        who += impl_->endpoints[servers[k]];
-        if (!progress[k].decode_error.ok()) who += " (" + progress[k].decode_error.ToString() + ")";
-        if (!impl_->handshake_ok[servers[k]]) who += " (no CURVE handshake completed)";
-      }
-      return Status::Unavailable("timeout: " + who + " did not answer within " +
-                                 std::to_string(options.deadline.count()) + " ms (no " +
-                                 wire::MessageTypeName(expected_reply) +
-                                 "); the server is down, hung or unreachable");
+    for (std::size_t r = 0; r < count; ++r) {
+      if (Status st = send(r, k); !st.ok()) return fail_all(st);
+      progress[r][k].sent_at = start;
+      progress[r][k].sent_on = impl_->connections[servers[k]];
     }
+  }
+  // A server's requests from `from` on that can no longer be answered.
+  std::vector<std::optional<Status>> failed(count);
+  auto fail_from = [&](std::size_t k, std::size_t from, const Status& st) {
+    for (std::size_t r = from; r < count; ++r) {
+      if (!progress[r][k].done && !failed[r]) failed[r] = st;
+    }
+    first_open[k] = count;
+  };
+
+  std::vector<zmq_pollitem_t> items(n);
+  std::vector<std::size_t> polled(n);
+  for (;;) {
+    std::size_t open_servers = 0;
+    for (std::size_t k = 0; k < n; ++k) open_servers += first_open[k] < count ? 1 : 0;
+    if (open_servers == 0) break;
+    const auto now = Clock::now();
     // A refused or failed CURVE handshake will not heal by waiting: report it.
     for (std::size_t k = 0; k < n; ++k) {
       const std::size_t i = servers[k];
       impl_->Drain(i);
-      if (!progress[k].done && !impl_->handshake_errors[i].empty()) {
-        return Status::PermissionDenied("server " + std::to_string(i) + " (" + impl_->endpoints[i] +
-                                        "): " + impl_->handshake_errors[i]);
+      if (first_open[k] < count && !impl_->handshake_errors[i].empty()) {
+        fail_from(k, first_open[k],
+                  Status::PermissionDenied("server " + std::to_string(i) + " (" +
+                                           impl_->endpoints[i] + "): " +
+                                           impl_->handshake_errors[i]));
       }
     }
-    // Resend where the connection was replaced since the send (a request
-    // queued before the first connection goes out on it: not a reason), or
-    // after the silence above.
-    auto next_wake = start + options.deadline;
+    auto next_wake = now + options.deadline;
     for (std::size_t k = 0; k < n; ++k) {
-      Progress& pr = progress[k];
-      if (pr.done) continue;
+      const std::size_t r0 = first_open[k];
+      if (r0 >= count) continue;
+      Progress& pr = progress[r0][k];
+      if (now - pr.sent_at >= options.deadline) {
+        std::string who = impl_->endpoints[servers[k]];
+        if (!pr.decode_error.ok()) who += " (" + pr.decode_error.ToString() + ")";
+        if (!impl_->handshake_ok[servers[k]]) who += " (no CURVE handshake completed)";
+        fail_from(k, r0,
+                  Status::Unavailable("timeout: " + who + " did not answer within " +
+                                      std::to_string(options.deadline.count()) + " ms (no " +
+                                      wire::MessageTypeName(requests[r0].expected_reply) +
+                                      "); the server is down, hung or unreachable"));
+        continue;
+      }
+      // Resend where the connection was replaced since the send (a request
+      // queued before the first connection goes out on it: not a reason):
+      // everything unanswered, in order; or the first after the silence.
       const std::uint64_t conns = impl_->connections[servers[k]];
       const bool reconnected = conns > std::max<std::uint64_t>(pr.sent_on, 1);
       if (reconnected || now - pr.sent_at >= pr.silence) {
-        S3ORAM_RETURN_IF_ERROR(send(k));
-        stats_.bytes_resent += frames[k].size();
-        if (!reconnected) pr.silence = std::min<Clock::duration>(2 * pr.silence, options.deadline);
+        const std::size_t last = reconnected ? count : r0 + 1;
+        for (std::size_t r = r0; r < last; ++r) {
+          Progress& p = progress[r][k];
+          if (p.done) continue;
+          if (Status st = send(r, k); !st.ok()) return fail_all(st);
+          stats_.bytes_resent += requests[r].frames[k].size();
+          ++stats_.resends;
+          if (!reconnected) p.silence = std::min<Clock::duration>(2 * p.silence, options.deadline);
+          p.sent_on = conns;
+          if (r == r0) p.sent_at = now;
+        }
         if (reconnected) reconnect_seen = true;
-        pr.sent_at = now;
-        pr.sent_on = conns;
-        ++stats_.resends;
       }
-      next_wake = std::min(next_wake, pr.sent_at + pr.silence);
+      next_wake = std::min({next_wake, pr.sent_at + pr.silence, pr.sent_at + options.deadline});
     }
+    std::size_t polling = 0;
     for (std::size_t k = 0; k < n; ++k) {
-      items[k] = zmq_pollitem_t{impl_->sockets[servers[k]], 0,
-                                progress[k].done ? short{0} : short{ZMQ_POLLIN}, 0};
+      if (first_open[k] >= count) continue;
+      items[polling] = zmq_pollitem_t{impl_->sockets[servers[k]], 0, short{ZMQ_POLLIN}, 0};
+      polled[polling++] = k;
     }
+    if (polling == 0) break;
     auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - Clock::now());
     long timeout_ms = std::max<long>(1, static_cast<long>(wait.count()));
     // Wake up at least every 100 ms to look at the monitors.
-    int rc = zmq_poll(items.data(), static_cast<int>(n), std::min<long>(timeout_ms, 100));
+    int rc = zmq_poll(items.data(), static_cast<int>(polling), std::min<long>(timeout_ms, 100));
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
-      return Status::IoError(ZmqError("zmq_poll"));
+      return fail_all(Status::IoError(ZmqError("zmq_poll")));
     }
-    for (std::size_t k = 0; k < n; ++k) {
-      if (progress[k].done || !(items[k].revents & ZMQ_POLLIN)) continue;
-      if (DrainReplies(impl_->sockets[servers[k]], header, expected_reply, &replies[k],
-                       &stats_.bytes_received, &progress[k].decode_error)) {
-        progress[k].done = true;
-        --remaining;
+    for (std::size_t q = 0; q < polling; ++q) {
+      if (!(items[q].revents & ZMQ_POLLIN)) continue;
+      const std::size_t k = polled[q];
+      Status* decode_error = &progress[first_open[k]][k].decode_error;
+      DrainReplies(
+          impl_->sockets[servers[k]],
+          [&](wire::Message& m, std::size_t size) {
+            const auto it = by_seq.find(m.header.seq);
+            if (it == by_seq.end()) return false;  // late reply to an earlier request
+            const std::size_t r = it->second;
+            Progress& p = progress[r][k];
+            if (p.done || failed[r]) return false;
+            if (m.header.type != requests[r].expected_reply &&
+                m.header.type != wire::MessageType::kError) {
+              *decode_error = Status::Protocol(
+                  std::string("unexpected reply type ") + wire::MessageTypeName(m.header.type) +
+                  ", wanted " + wire::MessageTypeName(requests[r].expected_reply));
+              return false;
+            }
+            stats_.bytes_received += size;
+            p.reply = std::move(m);
+            p.done = true;
+            return true;
+          },
+          decode_error);
+      // The next unanswered request's silence and deadline start now.
+      const auto answered_at = Clock::now();
+      std::size_t r = first_open[k];
+      while (r < count && progress[r][k].done) ++r;
+      if (r != first_open[k] && r < count) {
+        progress[r][k].sent_at = std::max(progress[r][k].sent_at, answered_at);
       }
+      first_open[k] = std::max(first_open[k], r);
     }
   }
 
@@ -371,40 +446,55 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
   // ones. An exchange that was resent on a silence counts too (an
   // overestimate, which only makes the next resends later); one that met a
   // reconnection does not (an outage says nothing of the link).
-  const std::uint64_t received = stats_.bytes_received - reply_bytes_before;
-  impl_->reply_bytes[static_cast<int>(expected_reply)] = received;
-  const double exchanged = static_cast<double>(request_bytes + received);
-  const double took = std::chrono::duration<double>(Clock::now() - start).count();
-  auto smooth = [](double old, double sample) {
-    return old == 0 ? sample : 0.75 * old + 0.25 * sample;
-  };
-  if (!reconnect_seen && exchanged < 64.0 * 1024) {
-    impl_->round_trip_s = smooth(impl_->round_trip_s, took);
-  } else if (!reconnect_seen) {
-    impl_->seconds_per_byte =
-        smooth(impl_->seconds_per_byte, std::max(0.0, took - impl_->round_trip_s) / exchanged);
-  }
-  // The first error by server order, except that a server reporting damaged
-  // storage wins: it is the cause, and the others' errors are often its
-  // consequence (peers time out waiting for the SMP shares of a server that
-  // refused an eviction), which a caller would otherwise retry.
-  std::optional<std::size_t> first_error;
-  for (std::size_t k = 0; k < n; ++k) {
-    const auto* err = std::get_if<wire::ErrorReply>(&replies[k].body);
-    if (err == nullptr) continue;
-    if (!first_error) first_error = k;
-    if (err->code == static_cast<std::uint32_t>(Status::Code::kDamaged)) {
-      first_error = k;
-      break;
+  bool all_done = true;
+  for (std::size_t r = 0; r < count; ++r) all_done &= !failed[r];
+  if (all_done) {
+    const std::uint64_t received = stats_.bytes_received - reply_bytes_before;
+    impl_->reply_bytes[static_cast<int>(requests.back().expected_reply)] = received / count;
+    const double exchanged = static_cast<double>(total_request_bytes + received);
+    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+    auto smooth = [](double old, double sample) {
+      return old == 0 ? sample : 0.75 * old + 0.25 * sample;
+    };
+    if (!reconnect_seen && count == 1 && exchanged < 64.0 * 1024) {
+      impl_->round_trip_s = smooth(impl_->round_trip_s, took);
+    } else if (!reconnect_seen) {
+      impl_->seconds_per_byte =
+          smooth(impl_->seconds_per_byte, std::max(0.0, took - impl_->round_trip_s) / exchanged);
     }
   }
-  if (first_error) {
-    const std::size_t k = *first_error;
-    return wire::StatusFromError(std::get<wire::ErrorReply>(replies[k].body))
-        .WithContext("server " + std::to_string(servers[k]) + " (" +
-                     impl_->endpoints[servers[k]] + ")");
+  for (std::size_t r = 0; r < count; ++r) {
+    if (failed[r]) {
+      results.emplace_back(*failed[r]);
+      continue;
+    }
+    // The first error by server order, except that a server reporting damaged
+    // storage wins: it is the cause, and the others' errors are often its
+    // consequence (peers time out waiting for the SMP shares of a server that
+    // refused an eviction), which a caller would otherwise retry.
+    std::optional<std::size_t> first_error;
+    for (std::size_t k = 0; k < n; ++k) {
+      const auto* err = std::get_if<wire::ErrorReply>(&progress[r][k].reply.body);
+      if (err == nullptr) continue;
+      if (!first_error) first_error = k;
+      if (err->code == static_cast<std::uint32_t>(Status::Code::kDamaged)) {
+        first_error = k;
+        break;
+      }
+    }
+    if (first_error) {
+      const std::size_t k = *first_error;
+      results.emplace_back(
+          wire::StatusFromError(std::get<wire::ErrorReply>(progress[r][k].reply.body))
+              .WithContext("server " + std::to_string(servers[k]) + " (" +
+                           impl_->endpoints[servers[k]] + ")"));
+      continue;
+    }
+    std::vector<wire::Message> replies(n);
+    for (std::size_t k = 0; k < n; ++k) replies[k] = std::move(progress[r][k].reply);
+    results.emplace_back(std::move(replies));
   }
-  return replies;
+  return results;
 }
 
 }  // namespace s3oram

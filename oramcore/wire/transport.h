@@ -80,6 +80,25 @@ class ServerSet {
       const wire::Header& header, wire::MessageType expected_reply,
       const TransportOptions& options);
 
+  // One request of a sequence: frames[k] goes to the k-th server of the
+  // subset, all under `header` (each request its own seq).
+  struct Outgoing {
+    wire::Header header;
+    wire::MessageType expected_reply = wire::MessageType::kError;
+    std::vector<std::vector<std::uint8_t>> frames;
+  };
+  // Pipelining: sends every request of `requests` to each server of the
+  // subset at once, in order, without waiting for replies (a server handles
+  // one connection's requests in the order they arrive), and collects every
+  // reply. The result of request r is as ExchangeWith's; a server that times
+  // out (`deadline` after it answered the request before), or whose handshake
+  // fails, fails that request and every later one. A reconnection resends a
+  // server's unanswered requests in order; a silence only the first of them.
+  // ExchangeWith is the sequence of one.
+  std::vector<Result<std::vector<wire::Message>>> ExchangeSequence(
+      const std::vector<std::size_t>& servers, const std::vector<Outgoing>& requests,
+      const TransportOptions& options);
+
   const TransportStats& stats() const { return stats_; }
 
  private:

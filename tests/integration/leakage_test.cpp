@@ -3,7 +3,8 @@
 // only in what the client does:
 //   W1  one block read 1,024 times,
 //   W2  1,024 distinct blocks read once each,
-//   W3  1,024 writes of random blocks.
+//   W3  1,024 writes of random blocks,
+// and the same three as pipelined batches (OramClient::AccessMany).
 // Message types and sizes must form identical sequences on every server
 // (resends, which depend on the machine's load and not on the workload, taken
 // out: each must be the identical frame);
@@ -14,7 +15,9 @@
 
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <map>
+#include <memory>
 #include <set>
 #include <utility>
 #include <vector>
@@ -74,9 +77,16 @@ std::vector<TranscriptEntry> WithoutResends(const std::vector<TranscriptEntry>& 
   return out;
 }
 
+// The requests in the order sent, then the replies in the order sent. How
+// a pipelined run's replies interleave with its requests on the wire is
+// timing (when each answer is ready), not what the client accesses.
 std::vector<Shape> Shapes(const std::vector<TranscriptEntry>& t) {
   std::vector<Shape> out;
-  for (const auto& e : t) out.push_back({e.from_client, e.type, e.bytes});
+  for (bool from_client : {true, false}) {
+    for (const auto& e : t) {
+      if (e.from_client == from_client) out.push_back({e.from_client, e.type, e.bytes});
+    }
+  }
   return out;
 }
 
@@ -131,23 +141,55 @@ TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
   run([&](std::uint64_t i) {
     ASSERT_TRUE((*c)->Write(rng() % n, testing::Content(256, i, 1)).ok());
   });
-  ASSERT_EQ(runs.size(), 3u);
+  // The same three pipelined (AccessMany, batches of kMaxPipelined): a batch
+  // of one block read over and over is served from the client's copy after
+  // its first item, and must look like any other batch.
+  constexpr std::size_t kBatch = OramClient::kMaxPipelined;
+  ASSERT_EQ(n % kBatch, 0u);
+  auto batched = [&](std::function<OramClient::BatchItem(std::uint64_t)> item) {
+    auto items = std::make_shared<std::vector<OramClient::BatchItem>>();
+    return [&c, item, items](std::uint64_t i) {
+      items->push_back(item(i));
+      if (items->size() < kBatch) return;
+      for (const auto& r : (*c)->AccessMany(*items)) ASSERT_TRUE(r.ok()) << r.status().ToString();
+      items->clear();
+    };
+  };
+  run(batched([](std::uint64_t) { return OramClient::BatchItem{AccessOp::kRead, 0, {}, nullptr}; }));
+  run(batched([&](std::uint64_t i) {
+    return OramClient::BatchItem{AccessOp::kRead, order[i], {}, nullptr};
+  }));
+  std::vector<std::vector<std::uint8_t>> contents(n);
+  run(batched([&](std::uint64_t i) {
+    const BlockId id = rng() % n;
+    contents[i] = testing::Content(256, i, 2);
+    return OramClient::BatchItem{AccessOp::kWrite, id, contents[i], nullptr};
+  }));
+  ASSERT_EQ(runs.size(), 6u);
 
-  const char* names[] = {"one block read 1,024 times", "1,024 distinct reads", "1,024 writes"};
+  const char* names[] = {"one block read 1,024 times", "1,024 distinct reads", "1,024 writes",
+                         "one block read 1,024 times, pipelined",
+                         "1,024 distinct reads, pipelined", "1,024 writes, pipelined"};
   for (std::size_t s = 0; s < 3; ++s) {
-    const auto reference = Shapes(runs[0][s]);
-    ASSERT_FALSE(reference.empty());
-    for (std::size_t w = 1; w < 3; ++w) {
-      EXPECT_TRUE(Shapes(runs[w][s]) == reference)
-          << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
+    // Single accesses against single accesses, pipelined against pipelined
+    // (the servers see when the client pipelines, not what it accesses).
+    for (std::size_t first : {std::size_t{0}, std::size_t{3}}) {
+      const auto reference = Shapes(runs[first][s]);
+      ASSERT_FALSE(reference.empty());
+      for (std::size_t w = first + 1; w < first + 3; ++w) {
+        const auto shapes = Shapes(runs[w][s]);
+        EXPECT_TRUE(shapes == reference)
+            << "server " << s << " can tell '" << names[w] << "' from '" << names[first] << "'";
+      }
     }
-    for (std::size_t w = 0; w < 3; ++w) {
+    for (std::size_t w = 0; w < runs.size(); ++w) {
       const auto& t = runs[w][s];
       std::vector<std::uint64_t> bins(64, 0);
       std::uint64_t retrievals = 0, next_slot = 0, evictions = 0;
       // The newest eviction started at the end of the last run is still in
       // flight (background eviction): one more started than committed.
-      std::uint64_t expected_eviction = (*c)->counters().ne + 1 - 3 * n / params.evict_rate +
+      std::uint64_t expected_eviction = (*c)->counters().ne + 1 -
+                                        runs.size() * n / params.evict_rate +
                                         w * n / params.evict_rate;
       for (const auto& e : t) {
         if (!e.from_client) continue;

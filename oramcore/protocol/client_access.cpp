@@ -1,0 +1,646 @@
+// OramClient's accesses: single and pipelined (Protocol 2 of the paper, one
+// retrieval and one root write per access), and the deferred root writes
+// they leave. See client.h for the protocol and its guarantees.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <optional>
+#include <string>
+
+#include "oramcore/base/fault_point.h"
+#include "oramcore/base/random.h"
+#include "oramcore/math/field.h"
+#include "oramcore/math/share_mac.h"
+#include "oramcore/protocol/client.h"
+#include "oramcore/protocol/client_internal.h"
+
+namespace s3oram {
+
+using field::Elem;
+using namespace client_internal;
+
+Status OramClient::RepairRootSlot() {
+  std::vector<Elem> zeros(params().elems_per_slot(), 0);
+  S3ORAM_RETURN_IF_ERROR(WriteRoot(static_cast<std::uint32_t>(counters_.nr), zeros)
+                             .WithContext("rewriting root slot " + std::to_string(counters_.nr)));
+  root_slot_dirty_ = false;
+  return Status::Ok();
+}
+
+std::vector<std::uint8_t> OramClient::EncodeRootPayload(const PendingRoot& r) {
+  std::vector<std::uint8_t> out;
+  out.reserve(PendingRootPayloadBytes(r.elems.size()));
+  auto put = [&out](std::uint64_t v, int bytes) {
+    for (int i = 0; i < bytes; ++i) out.push_back(static_cast<std::uint8_t>(v >> (8 * i)));
+  };
+  put(r.slot, 4);
+  put(r.id, 8);
+  put(r.mapped ? 1 : 0, 1);
+  put(r.moved.pos.leaf, 8);
+  put(r.moved.version, 8);
+  put(r.elems.size(), 4);
+  for (Elem e : r.elems) put(e, 4);
+  return out;
+}
+
+Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(
+    const std::vector<std::uint8_t>& p, std::uint64_t slot) const {
+  const OramParams& params_ = params();
+  const std::size_t m = params_.elems_per_slot();
+  if (p.size() != PendingRootPayloadBytes(m)) {
+    return Status::Corruption("pending root write record has " + std::to_string(p.size()) +
+                              " bytes, expected " + std::to_string(PendingRootPayloadBytes(m)));
+  }
+  std::size_t at = 0;
+  auto get = [&p, &at](int bytes) {
+    std::uint64_t v = 0;
+    for (int i = 0; i < bytes; ++i) v |= std::uint64_t{p[at++]} << (8 * i);
+    return v;
+  };
+  PendingRoot r;
+  r.slot = static_cast<std::uint32_t>(get(4));
+  r.id = get(8);
+  const std::uint64_t mapped = get(1);
+  r.moved.pos.leaf = get(8);
+  r.moved.version = get(8);
+  const std::uint64_t n = get(4);
+  const TreeGeometry geo = params_.geometry();
+  if (mapped > 1 || n != m || r.slot != slot || r.slot >= params_.evict_rate ||
+      r.id >= params_.capacity_blocks || (mapped == 1 && !geo.is_leaf(r.moved.pos.leaf))) {
+    return Status::Corruption("pending root write record does not match this filesystem (slot " +
+                              std::to_string(r.slot) + ", expected root slot " +
+                              std::to_string(slot) + ")");
+  }
+  r.mapped = mapped == 1;
+  r.moved.pos.level = 0;
+  r.moved.pos.slot = r.slot;
+  r.elems.resize(m);
+  for (Elem& e : r.elems) {
+    e = static_cast<Elem>(get(4));
+    if (e >= field::kPrime) return Status::Corruption("pending root write record holds a bad element");
+  }
+  return r;
+}
+
+void OramClient::RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
+                                   Counters& next) const {
+  next.nr = root.slot + 1;
+  batch.SetCounters(next);
+  if (root.mapped) batch.PutPosition(root.id, root.moved);
+  batch.RemovePending(root.key);
+}
+
+Status OramClient::RootWrittenCommitted(const Counters& next) {
+  PendingRoot root = std::move(pending_roots_.front());
+  pending_roots_.pop_front();
+  counters_ = next;
+  ++stats_.accesses;
+  if (root.mapped) return pm_->Place(root.id, root.moved.pos, root.moved.version);
+  return Status::Ok();
+}
+
+Status OramClient::FlushPendingRoot() {
+  if (pending_roots_.empty()) return Status::Ok();
+  // A complete write of slot nr on every server also repairs it.
+  if (Status st = WriteRoot(pending_roots_.front().slot, pending_roots_.front().elems); !st.ok()) {
+    root_slot_dirty_ = true;
+    return st;
+  }
+  // Slots after it that a failed pipelined exchange may have touched stay
+  // to be rewritten by their own flush.
+  if (pending_roots_.size() == 1) root_slot_dirty_ = false;
+  FaultPoint("client.access.after_write_root");
+  ClientStateStore::Batch batch;
+  Counters next = counters_;
+  RecordRootWritten(pending_roots_.front(), batch, next);
+  {
+    TimeInto timer(stats_.timings.state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  }
+  return RootWrittenCommitted(next);
+}
+
+Status OramClient::FlushPendingRoots() {
+  if (pending_roots_.size() <= 1) return FlushPendingRoot();
+  // Several (pipelined accesses): their WRITE_ROOTs go back to back, in slot
+  // order, and the ones every server acknowledged, up to the first that
+  // failed, are recorded in one transaction.
+  const OramParams& p = params();
+  const std::size_t k = pending_roots_.size();
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, NextMutationHeaders(k));
+  std::vector<ServerSet::Outgoing> requests(k);
+  {
+    TimeInto timer(stats_.timings.client_compute_ns);
+    std::vector<std::vector<Elem>> shares(p.parties);
+    for (std::size_t j = 0; j < k; ++j) {
+      ShareVector(pending_roots_[j].elems, p.threshold, shares);
+      requests[j].header = headers[j];
+      requests[j].expected_reply = wire::MessageType::kWriteRootReply;
+      for (auto& share : shares) {
+        requests[j].frames.push_back(wire::Encode(
+            headers[j], wire::Body{wire::WriteRootRequest{pending_roots_[j].slot, std::move(share)}}));
+        share = {};
+      }
+    }
+  }
+  std::vector<Result<std::vector<wire::Message>>> replies;
+  {
+    TimeInto timer(stats_.timings.root_write_wait_ns);
+    std::vector<std::size_t> all(p.parties);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    replies = servers_->ExchangeSequence(all, requests, options_.requests);
+  }
+  std::size_t written = 0;
+  while (written < k && replies[written].ok()) ++written;
+  root_slot_dirty_ = written < k;
+  if (written > 0) {
+    FaultPoint("client.access.after_write_root");
+    ClientStateStore::Batch batch;
+    Counters next = counters_;
+    for (std::size_t j = 0; j < written; ++j) RecordRootWritten(pending_roots_[j], batch, next);
+    {
+      TimeInto timer(stats_.timings.state_commit_ns);
+      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+    }
+    for (std::size_t j = 0; j < written; ++j) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
+  }
+  if (written < k) return replies[written].status();
+  return Status::Ok();
+}
+
+Result<std::vector<wire::Header>> OramClient::NextMutationHeaders(std::size_t count) {
+  if (count <= 1) {
+    S3ORAM_ASSIGN_OR_RETURN(wire::Header h, NextMutationHeader());
+    return std::vector<wire::Header>{h};
+  }
+  // The rollback rule (OpenImpl): no server may apply a request more than one
+  // seq beyond what the state holds on disk, so the seqs of requests that go
+  // out together are made durable first.
+  const std::uint64_t last = counters_.seq + count;
+  if (last > store_->durable_seq() + 1) {
+    Counters c = store_->counters();
+    c.seq = last - 1;
+    ClientStateStore::Batch b;
+    b.SetCounters(c);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+  }
+  std::vector<wire::Header> out;
+  for (std::size_t i = 0; i < count; ++i) out.push_back(NextHeader());
+  return out;
+}
+
+Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
+                                                     std::span<const std::uint8_t> data) {
+  const BatchItem item{op, id, data, nullptr};
+  return std::move(AccessMany(std::span<const BatchItem>(&item, 1))[0]);
+}
+
+Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModifier& modify) {
+  const BatchItem item{AccessOp::kWrite, id, {}, &modify};
+  return std::move(AccessMany(std::span<const BatchItem>(&item, 1))[0]);
+}
+
+std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
+    std::span<const BatchItem> items) {
+  std::vector<Result<std::vector<std::uint8_t>>> out;
+  out.reserve(items.size());
+  auto fail_rest = [&](const Status& st) {
+    while (out.size() < items.size()) out.emplace_back(st);
+    return std::move(out);
+  };
+  if (fenced_) {
+    return fail_rest(Status::LeaseHeld(
+        "this client was fenced off: another client took the filesystem's lease over, so this "
+        "one can no longer read or change anything"));
+  }
+  if (read_only_) return fail_rest(Status::FailedPrecondition("client opened read-only"));
+  if (!lease_held_) return fail_rest(Status::FailedPrecondition("client closed"));
+  const OramParams& p = params();
+  std::size_t next = 0;
+  // A chunk that finished nothing (an access to try again alone) is
+  // followed by one of a single access, which always finishes or fails.
+  std::size_t limit = kMaxPipelined;
+  while (next < items.size()) {
+    // An item refused before any access (bad id or size, writes stopped)
+    // fails alone; a chunk stops before it.
+    const BatchItem& it = items[next];
+    Status refused = Status::Ok();
+    if (it.id >= p.capacity_blocks) {
+      refused = Status::InvalidArgument("block " + std::to_string(it.id) +
+                                        " is beyond the capacity of " +
+                                        std::to_string(p.capacity_blocks) + " blocks");
+    } else if (it.op == AccessOp::kWrite && !it.modify && it.data.size() != p.block_bytes) {
+      refused = Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
+                                        " bytes, got " + std::to_string(it.data.size()));
+    } else if (it.op == AccessOp::kWrite && writes_stopped_) {
+      refused = *writes_stopped_;
+    }
+    if (!refused.ok()) {
+      out.emplace_back(refused);
+      ++next;
+      continue;
+    }
+    std::size_t valid = next + 1;
+    while (valid < items.size() && valid - next < limit) {
+      const BatchItem& v = items[valid];
+      if (v.id >= p.capacity_blocks) break;
+      if (v.op == AccessOp::kWrite && (writes_stopped_ || (!v.modify && v.data.size() != p.block_bytes))) break;
+      ++valid;
+    }
+    const std::size_t before = out.size();
+    Status st = RunChunk(items.subspan(next, valid - next), out);
+    next += out.size() - before;
+    limit = out.size() == before ? 1 : kMaxPipelined;
+    if (!st.ok()) {
+      st = NoteFencing(st);
+      return fail_rest(st);
+    }
+  }
+  for (auto& r : out) {
+    if (!r.ok()) r = NoteFencing(r.status());
+  }
+  return out;
+}
+
+Status OramClient::RunChunk(std::span<const BatchItem> items,
+                            std::vector<Result<std::vector<std::uint8_t>>>& out) {
+  const OramParams& p = params();
+  const TreeGeometry geo = p.geometry();
+  // A deferred root write in the root's last slot goes alone (an earlier
+  // flush before the eviction failed), and an eviction left pending by an
+  // earlier failure must finish first: the root has no free slot until then.
+  if (!pending_roots_.empty() && pending_roots_.back().slot + 1 >= p.evict_rate) {
+    S3ORAM_RETURN_IF_ERROR(FlushPendingRoots());
+  }
+  if (counters_.nr >= p.evict_rate) {
+    TimeInto timer(stats_.timings.eviction_ns);
+    S3ORAM_RETURN_IF_ERROR(RunEviction());
+  }
+  // No root write of this round before every server copied the last round's
+  // root aside for the eviction in flight.
+  if (inflight_ && !inflight_->started) {
+    TimeInto timer(stats_.timings.eviction_ns);
+    S3ORAM_RETURN_IF_ERROR(EnsureEvictionStarted());
+  }
+  PaceBehindEviction();
+  // Root slots from nr on may hold inconsistent sharings (an Open, a failed
+  // root write). One deferred root write rewrites slot nr completely on
+  // every server before the first retrieval; several are sent alone first
+  // (the first retrieval would read the later slots); with none, slot nr is
+  // repaired.
+  if (root_slot_dirty_) {
+    if (pending_roots_.empty()) {
+      S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
+    } else if (pending_roots_.size() > 1) {
+      S3ORAM_RETURN_IF_ERROR(FlushPendingRoots());
+      if (root_slot_dirty_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
+    }
+  }
+
+  // Access j's retrieval carries pending root write j (if there is one) and
+  // its own root write goes to slot `base` + j, after every pending one.
+  const std::size_t q = pending_roots_.size();
+  const std::uint64_t base = counters_.nr + q;
+  const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(
+      {items.size(), kMaxPipelined, p.evict_rate - base}));
+
+  // Where each access finds its block, decided before anything is sent.
+  struct Plan {
+    std::optional<PositionEntry> where;           // its copy on the servers (as they will be)
+    std::optional<std::size_t> repeat_of;         // an earlier item of this chunk
+    std::optional<std::vector<Elem>> own_copy;    // served from the client's copy
+    std::uint64_t own_version = 0;                // the version own_copy is sealed under
+    LeafId leaf = 0;                              // the path retrieved
+  };
+  std::vector<Plan> plans;
+  for (bool planned = false; !planned;) {
+    plans.assign(k, Plan{});
+    planned = true;
+    for (std::size_t j = 0; j < k && planned; ++j) {
+      const BlockId id = items[j].id;
+      Plan& pl = plans[j];
+      for (std::size_t i = j; i-- > 0;) {
+        if (items[i].id == id) {
+          pl.repeat_of = i;
+          break;
+        }
+      }
+      if (pl.repeat_of) continue;
+      // Its newest copy may be a pending root write: retrieval x carries
+      // pending write x, and a server applies it before its retrieval and
+      // handles a connection's requests in order, so retrievals from x on
+      // find it in its root slot; earlier ones do not, and the client's own
+      // copy serves them.
+      std::optional<std::size_t> newest;
+      for (std::size_t x = 0; x < q; ++x) {
+        if (pending_roots_[x].id == id && pending_roots_[x].mapped) newest = x;
+      }
+      if (newest) {
+        const PendingRoot& r = pending_roots_[*newest];
+        if (*newest <= j) {
+          pl.where = r.moved;
+        } else {
+          pl.own_copy = r.elems;
+          pl.own_version = r.moved.version;
+        }
+        continue;
+      }
+      const PositionEntry* at = pm_->Find(id);
+      if (at) pl.where = *at;
+      // A block the eviction in flight moves is still where it was on the
+      // servers (they commit the eviction at the end of this round); one it
+      // takes out of a root slot this round may have overwritten is read
+      // from the client's own copy, behind a retrieval that selects nothing.
+      if (at && inflight_) {
+        const auto bt = inflight_->record.before.find(id);
+        if (bt != inflight_->record.before.end()) {
+          pl.where = PositionEntry{bt->second, at->version};
+          // Slots this round wrote, and those this chunk's retrievals may
+          // rewrite first (the pending ones; slot nr after a repair).
+          const std::uint64_t overwritten = counters_.nr + std::max<std::size_t>(q, 1);
+          if (bt->second.level == 0 && bt->second.slot < overwritten) {
+            pl.own_copy = RootCopyOf(id, *pl.where);
+            pl.own_version = at->version;
+            if (!pl.own_copy) {
+              // No usable copy (lost in a power failure, or written by
+              // another process): the block is only in the eviction's
+              // result. Commit it now (a server sees this one commit early)
+              // and plan again.
+              if (!early_commit_logged_) {
+                spdlog::info("block {} is only in eviction {}'s result (no copy in {}): the "
+                             "eviction commits early",
+                             id, inflight_->record.eviction,
+                             root_copies_ ? root_copies_->path() : std::string("the root copies"));
+                early_commit_logged_ = true;
+              }
+              TimeInto timer(stats_.timings.eviction_ns);
+              S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
+              planned = false;
+            }
+          }
+        }
+      }
+    }
+  }
+
+  // The requests: retrieval j with fresh random select shares of its path
+  // (an all-zero select over a random path where the block is not read from
+  // the servers: that looks exactly like a real one), carrying pending root
+  // write j afresh shared.
+  const std::size_t n = geo.path_slots();
+  const std::size_t m = p.elems_per_slot();
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, NextMutationHeaders(k));
+  std::vector<ServerSet::Outgoing> requests(k);
+  {
+    TimeInto timer(stats_.timings.client_compute_ns);
+    std::vector<std::vector<Elem>> select_shares(p.parties), root_shares(p.parties);
+    for (std::size_t j = 0; j < k; ++j) {
+      Plan& pl = plans[j];
+      std::vector<Elem> select(n, 0);
+      const bool reads = pl.where && !pl.repeat_of && !pl.own_copy;
+      if (reads) {
+        pl.leaf = pl.where->pos.leaf;
+        select[std::size_t{pl.where->pos.level} * p.bucket_size + pl.where->pos.slot] = 1;
+      } else {
+        pl.leaf = geo.first_leaf() + random::Below(geo.num_leaves());
+      }
+      ShareVector(select, p.threshold, select_shares);
+      const bool carries = j < q;
+      if (carries) ShareVector(pending_roots_[j].elems, p.threshold, root_shares);
+      ServerSet::Outgoing& o = requests[j];
+      o.header = headers[j];
+      o.expected_reply = wire::MessageType::kRetrieveReply;
+      for (std::size_t i = 0; i < p.parties; ++i) {
+        if (carries) {
+          o.frames.push_back(wire::Encode(
+              headers[j], wire::Body{wire::RetrieveWriteRootRequest{
+                              pending_roots_[j].slot, std::move(root_shares[i]), pl.leaf,
+                              std::move(select_shares[i])}}));
+        } else {
+          o.frames.push_back(wire::Encode(
+              headers[j], wire::Body{wire::RetrieveRequest{pl.leaf, std::move(select_shares[i])}}));
+        }
+        select_shares[i] = {};
+        root_shares[i] = {};
+      }
+    }
+  }
+  const std::uint64_t resends_before = servers_->stats().resends;
+  std::vector<Result<std::vector<wire::Message>>> replies;
+  {
+    TimeInto timer(stats_.timings.retrieve_wait_ns);
+    std::vector<std::size_t> all(p.parties);
+    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    replies = servers_->ExchangeSequence(all, requests, options_.requests);
+  }
+  requests.clear();
+  // A server that lost its connection and got requests again answers a
+  // retrieval sent again after a later root write over a changed root: such
+  // an answer is garbage, and a pipelined access that does not authenticate
+  // after resends is tried again alone, not failed.
+  const bool resent = k > 1 && servers_->stats().resends != resends_before;
+
+  // Every server holds the root writes the answered requests carried, up to
+  // the first request that failed: they are recorded in the transaction that
+  // records this chunk's accesses. From that request on, the slots the
+  // pending writes go to may be inconsistent: they are rewritten before the
+  // next retrieval.
+  Counters next = counters_;
+  ClientStateStore::Batch batch;
+  std::size_t carried = 0;
+  while (carried < std::min(q, k) && replies[carried].ok()) {
+    if (carried == 0) FaultPoint("client.access.after_write_root");
+    RecordRootWritten(pending_roots_[carried], batch, next);
+    ++carried;
+  }
+  if (carried < std::min(q, k)) root_slot_dirty_ = true;
+  if (carried > 0) root_slot_dirty_ = root_slot_dirty_ && carried < std::min(q, k);
+
+  // The accesses, in order, each as Access performs it.
+  struct Done {
+    bool mapped = false;           // it left the block in the tree
+    std::uint64_t version = 0;     // under this version
+    std::vector<std::uint8_t> stored;
+  };
+  std::vector<std::optional<Done>> done(k);
+  std::vector<PendingRoot> roots;
+  Status chunk_error = Status::Ok();
+  std::size_t finished = 0;
+  for (std::size_t j = 0; j < k; ++j, ++finished) {
+    if (!replies[j].ok()) {
+      chunk_error = replies[j].status();
+      break;
+    }
+    const BatchItem& item = items[j];
+    const BlockId id = item.id;
+    Plan& pl = plans[j];
+    TimeInto compute(stats_.timings.client_compute_ns);
+    std::vector<std::uint8_t> previous(p.block_bytes, 0);
+    std::vector<std::uint8_t> sealed(p.sealed_bytes());
+    std::vector<Elem> elems;
+    bool held = false;            // the block had a copy before this access
+    std::uint64_t old_version = 0;
+    bool authentic = true;
+    if (pl.repeat_of) {
+      // What the earlier item left; it failed: this one goes in the next
+      // chunk, on its own retrieval.
+      if (!done[*pl.repeat_of]) break;
+      const Done& d = *done[*pl.repeat_of];
+      held = d.mapped;
+      old_version = d.mapped ? d.version : 0;
+      if (d.mapped) previous = d.stored;
+      elems.assign(m, 0);
+    } else {
+      if (pl.own_copy) {
+        elems = std::move(*pl.own_copy);
+        held = true;
+        old_version = pl.own_version;
+      } else {
+        std::vector<const Elem*> answers;
+        for (std::size_t i = 0; i < replies[j].value().size(); ++i) {
+          const auto& ans = std::get<wire::RetrieveReply>(replies[j].value()[i].body).answer;
+          if (ans.size() != m) {
+            chunk_error = Status::Protocol("server " + std::to_string(i) + " answered " +
+                                           std::to_string(ans.size()) + " elements, expected " +
+                                           std::to_string(m));
+            break;
+          }
+          answers.push_back(ans.data());
+        }
+        if (!chunk_error.ok()) break;
+        elems.resize(m);
+        shamir::Recover(answers, lambda_, m, elems.data());
+        held = pl.where.has_value();
+        old_version = held ? pl.where->version : 0;
+      }
+      // The tags are checked too, so that no changed element of an answer
+      // goes unnoticed (the seal covers only the data part).
+      if (held) {
+        const std::span<const Elem> data_part =
+            std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
+        authentic = field::Unpack(data_part, sealed) && (!mac_ || mac_->Verify(elems)) &&
+                    sealer_->Open(id, old_version, sealed, previous);
+      }
+    }
+    // A write of the whole block does not need the old content: one that
+    // does not authenticate (a block destroyed by a fault or a lying server)
+    // is replaced by a fresh version all the same. The retrieval ran as for
+    // any access, so the servers see the same access either way.
+    const bool whole_write = item.op == AccessOp::kWrite && !item.modify;
+    if (!authentic && resent) break;  // tried again alone in the next chunk
+    if (!authentic && whole_write) {
+      spdlog::warn("block {} (version {}) did not authenticate; it is overwritten whole with "
+                   "version {}",
+                   id, old_version, old_version + 1);
+      std::fill(previous.begin(), previous.end(), 0);
+    } else if (!authentic) {
+      // Nothing of this access is written or logged: the block stays where
+      // it is, and the next access to it retries the same path.
+      const std::span<const Elem> data_part =
+          std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
+      const bool packed = field::Unpack(data_part, sealed);
+      Status bad = Status::Integrity(
+          "block " + std::to_string(id) + " (version " + std::to_string(old_version) +
+          ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
+          ": one of the servers " + ServerSetName() +
+          " returned tampered, swapped or stale data, or the client state does not match them");
+      spdlog::error("{}", bad.message());
+      out.emplace_back(bad);
+      continue;
+    }
+    // What goes to the root: the new data (write), the old data changed by
+    // `modify` (update) or the old (read), sealed under the next version with
+    // a fresh nonce, so every rewrite looks new. A read of an unmapped block
+    // writes an all-zero slot nobody will read.
+    std::vector<std::uint8_t> updated;
+    std::span<const std::uint8_t> data = item.data;
+    if (item.modify) {
+      updated = previous;
+      (*item.modify)(updated);
+      data = updated;
+    }
+    const bool mapped = held || item.op == AccessOp::kWrite;
+    if (mapped) {
+      sealer_->Seal(id, old_version + 1, item.op == AccessOp::kWrite ? data : previous, sealed);
+      elems.assign(m, 0);
+      field::Pack(sealed, std::span<Elem>(elems).first(
+                              static_cast<std::size_t>(p.data_elems_per_slot())));
+      if (mac_) mac_->Tag(elems);
+    } else {
+      elems.assign(m, 0);
+    }
+    compute.Stop();
+
+    // This access's root write, deferred to a later request: the slot after
+    // every pending one. Logged with this chunk's record, so once AccessMany
+    // returns a crash cannot lose it (Open sends it).
+    PendingRoot root;
+    root.slot = static_cast<std::uint32_t>(base + roots.size());
+    root.key = kPendingRootKey + root.slot;
+    root.id = id;
+    root.mapped = mapped;
+    root.moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, root.slot};
+    root.moved.version = old_version + 1;
+    root.elems = std::move(elems);
+    batch.AddPending(PendingOp{root.key, kRootKind, EncodeRootPayload(root)});
+    // The client's own copy of the root write, before the access is
+    // recorded: the next round may need it while this round's eviction is
+    // in flight.
+    if (root_copies_) {
+      S3ORAM_RETURN_IF_ERROR(root_copies_->Put(
+          RootCopies::Index(current_round(), root.slot, p.evict_rate), root.elems));
+    }
+    // Ids, versions and positions only (this log stays on the client): never bytes.
+    spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
+                  item.modify ? "update" : (item.op == AccessOp::kWrite ? "write" : "read"), id,
+                  old_version, mapped ? root.moved.version : 0, root.slot,
+                  pl.where && !pl.own_copy && !pl.repeat_of ? pl.where->pos.leaf : 0);
+    Done d;
+    d.mapped = mapped;
+    d.version = root.moved.version;
+    d.stored = item.modify ? updated
+                           : (item.op == AccessOp::kWrite
+                                  ? std::vector<std::uint8_t>(item.data.begin(), item.data.end())
+                                  : previous);
+    done[j] = d;
+    roots.push_back(std::move(root));
+    out.emplace_back(item.modify || item.op == AccessOp::kRead ? std::move(d.stored)
+                                                                : std::move(previous));
+  }
+
+  // One transaction records the root writes the servers acknowledged and
+  // this chunk's accesses (their root writes pending).
+  batch.SetCounters(next);
+  if (carried > 0 || !roots.empty()) {
+    TimeInto timer(stats_.timings.state_commit_ns);
+    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  }
+  for (std::size_t c = 0; c < carried; ++c) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
+  counters_ = next;
+  for (std::size_t j = 0; j < finished; ++j) {
+    // Taken out of the eviction in flight: its copy there is stale, its slot free.
+    if (done[j] && inflight_) inflight_->record.before.erase(items[j].id);
+  }
+  for (auto& r : roots) pending_roots_.push_back(std::move(r));
+  if (!chunk_error.ok()) return chunk_error;
+
+  if (!pending_roots_.empty() && pending_roots_.back().slot + 1 >= p.evict_rate) {
+    // The root's last slot: the eviction reads the whole root, so the writes
+    // go now, then the eviction. The accesses themselves are recorded:
+    // report their results. A failed flush or eviction stays due and is
+    // retried (or reported) at the start of the next access.
+    Status st = FlushPendingRoots();
+    if (st.ok()) {
+      TimeInto timer(stats_.timings.eviction_ns);
+      st = RunEviction();
+    }
+    if (!st.ok()) {
+      NoteProblem(st);
+      spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne,
+                   items[finished == 0 ? 0 : finished - 1].id, st.ToString());
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace s3oram
