@@ -43,8 +43,8 @@ std::vector<std::uint8_t> OramClient::EncodeRootPayload(const PendingRoot& r) {
   return out;
 }
 
-Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(
-    const std::vector<std::uint8_t>& p, std::uint64_t slot) const {
+Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(const std::vector<std::uint8_t>& p,
+                                                              std::uint64_t slot) const {
   const OramParams& params_ = params();
   const std::size_t m = params_.elems_per_slot();
   if (p.size() != PendingRootPayloadBytes(m)) {
@@ -77,7 +77,8 @@ Result<OramClient::PendingRoot> OramClient::DecodeRootPayload(
   r.elems.resize(m);
   for (Elem& e : r.elems) {
     e = static_cast<Elem>(get(4));
-    if (e >= field::kPrime) return Status::Corruption("pending root write record holds a bad element");
+    if (e >= field::kPrime)
+      return Status::Corruption("pending root write record holds a bad element");
   }
   return r;
 }
@@ -138,7 +139,8 @@ Status OramClient::FlushPendingRoots() {
       requests[j].expected_reply = wire::MessageType::kWriteRootReply;
       for (auto& share : shares) {
         requests[j].frames.push_back(wire::Encode(
-            headers[j], wire::Body{wire::WriteRootRequest{pending_roots_[j].slot, std::move(share)}}));
+            headers[j],
+            wire::Body{wire::WriteRootRequest{pending_roots_[j].slot, std::move(share)}}));
         share = {};
       }
     }
@@ -226,9 +228,9 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     const BatchItem& it = items[next];
     Status refused = Status::Ok();
     if (it.id >= p.capacity_blocks) {
-      refused = Status::InvalidArgument("block " + std::to_string(it.id) +
-                                        " is beyond the capacity of " +
-                                        std::to_string(p.capacity_blocks) + " blocks");
+      refused =
+          Status::InvalidArgument("block " + std::to_string(it.id) + " is beyond the capacity of " +
+                                  std::to_string(p.capacity_blocks) + " blocks");
     } else if (it.op == AccessOp::kWrite && !it.modify && it.data.size() != p.block_bytes) {
       refused = Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
                                         " bytes, got " + std::to_string(it.data.size()));
@@ -244,7 +246,9 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     while (valid < items.size() && valid - next < limit) {
       const BatchItem& v = items[valid];
       if (v.id >= p.capacity_blocks) break;
-      if (v.op == AccessOp::kWrite && (writes_stopped_ || (!v.modify && v.data.size() != p.block_bytes))) break;
+      if (v.op == AccessOp::kWrite &&
+          (writes_stopped_ || (!v.modify && v.data.size() != p.block_bytes)))
+        break;
       ++valid;
     }
     const std::size_t before = out.size();
@@ -301,16 +305,16 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
   // its own root write goes to slot `base` + j, after every pending one.
   const std::size_t q = pending_roots_.size();
   const std::uint64_t base = counters_.nr + q;
-  const std::size_t k = static_cast<std::size_t>(std::min<std::uint64_t>(
-      {items.size(), kMaxPipelined, p.evict_rate - base}));
+  const std::size_t k = static_cast<std::size_t>(
+      std::min<std::uint64_t>({items.size(), kMaxPipelined, p.evict_rate - base}));
 
   // Where each access finds its block, decided before anything is sent.
   struct Plan {
-    std::optional<PositionEntry> where;           // its copy on the servers (as they will be)
-    std::optional<std::size_t> repeat_of;         // an earlier item of this chunk
-    std::optional<std::vector<Elem>> own_copy;    // served from the client's copy
-    std::uint64_t own_version = 0;                // the version own_copy is sealed under
-    LeafId leaf = 0;                              // the path retrieved
+    std::optional<PositionEntry> where;         // its copy on the servers (as they will be)
+    std::optional<std::size_t> repeat_of;       // an earlier item of this chunk
+    std::optional<std::vector<Elem>> own_copy;  // served from the client's copy
+    std::uint64_t own_version = 0;              // the version own_copy is sealed under
+    LeafId leaf = 0;                            // the path retrieved
   };
   std::vector<Plan> plans;
   for (bool planned = false; !planned;) {
@@ -367,10 +371,11 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
               // result. Commit it now (a server sees this one commit early)
               // and plan again.
               if (!early_commit_logged_) {
-                spdlog::info("block {} is only in eviction {}'s result (no copy in {}): the "
-                             "eviction commits early",
-                             id, inflight_->record.eviction,
-                             root_copies_ ? root_copies_->path() : std::string("the root copies"));
+                spdlog::info(
+                    "block {} is only in eviction {}'s result (no copy in {}): the "
+                    "eviction commits early",
+                    id, inflight_->record.eviction,
+                    root_copies_ ? root_copies_->path() : std::string("the root copies"));
                 early_commit_logged_ = true;
               }
               TimeInto timer(stats_.timings.eviction_ns);
@@ -412,10 +417,10 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
       o.expected_reply = wire::MessageType::kRetrieveReply;
       for (std::size_t i = 0; i < p.parties; ++i) {
         if (carries) {
-          o.frames.push_back(wire::Encode(
-              headers[j], wire::Body{wire::RetrieveWriteRootRequest{
-                              pending_roots_[j].slot, std::move(root_shares[i]), pl.leaf,
-                              std::move(select_shares[i])}}));
+          o.frames.push_back(
+              wire::Encode(headers[j], wire::Body{wire::RetrieveWriteRootRequest{
+                                           pending_roots_[j].slot, std::move(root_shares[i]),
+                                           pl.leaf, std::move(select_shares[i])}}));
         } else {
           o.frames.push_back(wire::Encode(
               headers[j], wire::Body{wire::RetrieveRequest{pl.leaf, std::move(select_shares[i])}}));
@@ -458,8 +463,8 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
 
   // The accesses, in order, each as Access performs it.
   struct Done {
-    bool mapped = false;           // it left the block in the tree
-    std::uint64_t version = 0;     // under this version
+    bool mapped = false;        // it left the block in the tree
+    std::uint64_t version = 0;  // under this version
     std::vector<std::uint8_t> stored;
   };
   std::vector<std::optional<Done>> done(k);
@@ -478,7 +483,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     std::vector<std::uint8_t> previous(p.block_bytes, 0);
     std::vector<std::uint8_t> sealed(p.sealed_bytes());
     std::vector<Elem> elems;
-    bool held = false;            // the block had a copy before this access
+    bool held = false;  // the block had a copy before this access
     std::uint64_t old_version = 0;
     bool authentic = true;
     if (pl.repeat_of) {
@@ -529,9 +534,10 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     const bool whole_write = item.op == AccessOp::kWrite && !item.modify;
     if (!authentic && resent) break;  // tried again alone in the next chunk
     if (!authentic && whole_write) {
-      spdlog::warn("block {} (version {}) did not authenticate; it is overwritten whole with "
-                   "version {}",
-                   id, old_version, old_version + 1);
+      spdlog::warn(
+          "block {} (version {}) did not authenticate; it is overwritten whole with "
+          "version {}",
+          id, old_version, old_version + 1);
       std::fill(previous.begin(), previous.end(), 0);
     } else if (!authentic) {
       // Nothing of this access is written or logged: the block stays where
@@ -563,8 +569,8 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     if (mapped) {
       sealer_->Seal(id, old_version + 1, item.op == AccessOp::kWrite ? data : previous, sealed);
       elems.assign(m, 0);
-      field::Pack(sealed, std::span<Elem>(elems).first(
-                              static_cast<std::size_t>(p.data_elems_per_slot())));
+      field::Pack(sealed,
+                  std::span<Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot())));
       if (mac_) mac_->Tag(elems);
     } else {
       elems.assign(m, 0);
@@ -605,7 +611,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     done[j] = d;
     roots.push_back(std::move(root));
     out.emplace_back(item.modify || item.op == AccessOp::kRead ? std::move(d.stored)
-                                                                : std::move(previous));
+                                                               : std::move(previous));
   }
 
   // One transaction records the root writes the servers acknowledged and

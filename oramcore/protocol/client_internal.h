@@ -23,7 +23,7 @@ inline constexpr const char* kRootKind = kPendingRootKind;
 // Shares `secret` (n elements) among `parties` with threshold t, drawing the
 // polynomial coefficients from the CSPRNG. outs[i] receives party i's n shares.
 inline void ShareVector(std::span<const Elem> secret, std::size_t t,
-                 std::vector<std::vector<Elem>>& outs) {
+                        std::vector<std::vector<Elem>>& outs) {
   std::vector<Elem> coeffs(secret.size() * t);
   random::Elems(coeffs);
   std::vector<Elem*> ptrs;
@@ -56,6 +56,5 @@ class TimeInto {
   std::uint64_t* sink_;
   Clock::time_point start_;
 };
-
 
 }  // namespace s3oram::client_internal

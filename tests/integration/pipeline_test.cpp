@@ -37,8 +37,7 @@ constexpr std::uint32_t kBlock = 256;
 // content, an update that flips the first byte, or a read. `ids` small
 // enough that blocks repeat inside batches.
 ::testing::AssertionResult ModelBatch(OramClient& c, testing::BlockModel& model,
-                                      std::mt19937_64& rng, std::uint64_t ids,
-                                      std::size_t size) {
+                                      std::mt19937_64& rng, std::uint64_t ids, std::size_t size) {
   struct Want {
     std::vector<std::uint8_t> returned;
   };
@@ -78,14 +77,15 @@ constexpr std::uint32_t kBlock = 256;
   }
   for (std::size_t j = 0; j < size; ++j) {
     if (!results[j].ok()) {
-      return ::testing::AssertionFailure()
-             << "item " << j << " (block " << items[j].id << "): " << results[j].status().ToString();
+      return ::testing::AssertionFailure() << "item " << j << " (block " << items[j].id
+                                           << "): " << results[j].status().ToString();
     }
     if (*results[j] != wants[j].returned) {
-      return ::testing::AssertionFailure()
-             << "item " << j << " (block " << items[j].id << ", "
-             << (items[j].modify ? "update" : items[j].op == AccessOp::kWrite ? "write" : "read")
-             << ") returned other bytes than the model";
+      return ::testing::AssertionFailure() << "item " << j << " (block " << items[j].id << ", "
+                                           << (items[j].modify                   ? "update"
+                                               : items[j].op == AccessOp::kWrite ? "write"
+                                                                                 : "read")
+                                           << ") returned other bytes than the model";
     }
   }
   return ::testing::AssertionSuccess();
@@ -109,7 +109,8 @@ TEST(PipelineTest, BatchesWithRepeatsRacingEvictionsMatchAModel) {
   std::uint64_t items = 0;
   for (int b = 0; b < batches; ++b) {
     const std::size_t size = 1 + rng() % (OramClient::kMaxPipelined + 5);
-    ASSERT_TRUE(ModelBatch(**client, model, rng, 12, size)) << "batch " << b << " (seed " << seed << ")";
+    ASSERT_TRUE(ModelBatch(**client, model, rng, 12, size))
+        << "batch " << b << " (seed " << seed << ")";
     items += size;
     const Status inv = (*client)->position_map().CheckInvariants();
     ASSERT_TRUE(inv.ok()) << "batch " << b << ": " << inv.ToString();
@@ -155,7 +156,8 @@ TEST(PipelineTest, BatchesWithRepeatsRacingEvictionsMatchAModel) {
     std::vector<OramClient::BatchItem> items;
     for (const auto& [id, tag] : batch) contents.push_back(testing::Content(kBlock, id, tag));
     std::size_t j = 0;
-    for (const auto& [id, tag] : batch) items.push_back({AccessOp::kWrite, id, contents[j++], nullptr});
+    for (const auto& [id, tag] : batch)
+      items.push_back({AccessOp::kWrite, id, contents[j++], nullptr});
     for (const auto& r : (*client)->AccessMany(items)) {
       if (!r.ok()) ::_exit(5);
     }
@@ -307,10 +309,11 @@ TEST(PipelineTest, ServerRestartedWhileBatchesRunNeverYieldsWrongData) {
   worker.join();
   ASSERT_TRUE(restart_status.ok()) << restart_status.ToString();
   ASSERT_TRUE(failure.empty()) << failure << " (seed " << seed << ")";
-  std::printf("[ pipeline ] seed %llu: %d batches across two restarts of a server, %d items "
-              "failed, %llu resends\n",
-              static_cast<unsigned long long>(seed), batches, failed_items,
-              static_cast<unsigned long long>((*client)->transport_stats().resends));
+  std::printf(
+      "[ pipeline ] seed %llu: %d batches across two restarts of a server, %d items "
+      "failed, %llu resends\n",
+      static_cast<unsigned long long>(seed), batches, failed_items,
+      static_cast<unsigned long long>((*client)->transport_stats().resends));
   for (const auto& [id, want] : model) {
     auto r = (*client)->Read(id);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
