@@ -2,12 +2,15 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <set>
 
 namespace s3oram::fs {
 
-OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client)
-    : client_(std::move(client)), writes_stopped_(client_->writes_stopped().has_value()) {}
+OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client, std::size_t pipeline)
+    : client_(std::move(client)),
+      pipeline_(std::clamp<std::size_t>(pipeline, 1, OramClient::kMaxPipelined)),
+      writes_stopped_(client_->writes_stopped().has_value()) {}
 
 std::uint32_t OramBlockEngine::block_bytes() const {
   return static_cast<std::uint32_t>(client_->block_bytes());

@@ -89,7 +89,9 @@ class BlockEngine {
 // are pipelined.
 class OramBlockEngine final : public BlockEngine {
  public:
-  explicit OramBlockEngine(std::unique_ptr<OramClient> client);
+  // `pipeline`: the most accesses a Batch sends together (1..kMaxPipelined).
+  explicit OramBlockEngine(std::unique_ptr<OramClient> client,
+                           std::size_t pipeline = OramClient::kMaxPipelined);
   std::uint32_t block_bytes() const override;
   std::uint64_t capacity_blocks() const override;
   Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override;
@@ -98,7 +100,7 @@ class OramBlockEngine final : public BlockEngine {
   // OramClient::AccessMany: up to OramClient::kMaxPipelined accesses in
   // flight together.
   std::vector<Result<std::vector<std::uint8_t>>> Batch(std::span<const Op> ops) override;
-  std::size_t max_batch() const override { return OramClient::kMaxPipelined; }
+  std::size_t max_batch() const override { return pipeline_; }
   Status Sync() override;
   // OramClient::writes_stopped(), read without waiting for an access.
   bool WritesStopped() const override { return writes_stopped_.load(); }
@@ -123,6 +125,7 @@ class OramBlockEngine final : public BlockEngine {
  private:
   mutable std::mutex mu_;
   std::unique_ptr<OramClient> client_;
+  const std::size_t pipeline_;
   Stats stats_;
   std::atomic<bool> writes_stopped_{false};  // mirrors client_->writes_stopped() after each call
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();

@@ -17,8 +17,9 @@ using toml_check::TypeName;
 // range-checked keys (and be applied in a surprising order), so each is
 // refused with the key to use instead.
 constexpr const char* kOwnOptions[] = {
-    "cache_size", "writeback_delay", "readahead",     "log_file", "log_level",
-    "passfile",   "timeout",         "evict_timeout", "force",    "refresh_state"};
+    "cache_size", "writeback_delay", "readahead",     "pipeline", "log_file",
+    "log_level",  "passfile",        "timeout",       "evict_timeout", "force",
+    "refresh_state"};
 
 // An absolute path: the daemon changes to / once it runs in the background,
 // and a unit file's working directory is not the user's.
@@ -79,8 +80,9 @@ Status FuseOptions(const TomlChecker& ck, const toml::node& n, const std::string
 Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) {
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(
       t, "mount.",
-      {"state", "mountpoint", "passfile", "cache_size", "writeback_delay", "readahead", "timeout",
-       "evict_timeout", "log_level", "log_file", "force", "refresh_state", "fuse_options"}));
+      {"state", "mountpoint", "passfile", "cache_size", "writeback_delay", "readahead", "pipeline",
+       "timeout", "evict_timeout", "log_level", "log_file", "force", "refresh_state",
+       "fuse_options"}));
   const toml::node* n = t.get("state");
   if (n == nullptr) {
     return ck.Missing(t, "[mount]", "state", "the absolute path of the client state file");
@@ -111,6 +113,11 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
     S3ORAM_RETURN_IF_ERROR(
         ck.Integer(*n, "mount.readahead", 0, static_cast<std::int64_t>(kMaxReadaheadBlocks), &v));
     c->readahead_blocks = static_cast<std::uint32_t>(v);
+  }
+  if ((n = t.get("pipeline")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(
+        ck.Integer(*n, "mount.pipeline", 1, static_cast<std::int64_t>(kMaxPipelineAccesses), &v));
+    c->pipeline_accesses = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("timeout")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(Seconds(ck, *n, "mount.timeout", &c->timeout_seconds));

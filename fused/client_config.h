@@ -10,6 +10,7 @@
 //   cache_size = 64                        # MiB (1..kMaxCacheMib)
 //   writeback_delay = 5                    # seconds (0..kMaxWritebackDelaySeconds)
 //   readahead = 1                          # blocks (0..kMaxReadaheadBlocks)
+//   pipeline = 8                           # accesses sent together (1..kMaxPipelineAccesses)
 //   timeout = 30                           # seconds (1..kMaxTimeoutSeconds)
 //   evict_timeout = 300                    # seconds (1..kMaxTimeoutSeconds)
 //   log_level = "info"                     # trace, debug, info, warn, error
@@ -47,6 +48,7 @@ struct ClientConfig {
   std::optional<std::uint64_t> cache_mib;
   std::optional<std::uint32_t> writeback_delay_seconds;
   std::optional<std::uint32_t> readahead_blocks;
+  std::optional<std::uint32_t> pipeline_accesses;
   std::optional<std::uint32_t> timeout_seconds;
   std::optional<std::uint32_t> evict_timeout_seconds;
   std::optional<std::string> log_level;

@@ -211,7 +211,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   if (purged > 0) spdlog::info("freed {} unlinked files left by an earlier crash", purged);
 
   fs::MetadataStore& md = **meta;
-  fs::OramBlockEngine engine(std::move(client).value());
+  fs::OramBlockEngine engine(std::move(client).value(), cmd.pipeline_accesses);
   const std::size_t pages =
       static_cast<std::size_t>(cmd.cache_mib * (std::uint64_t{1} << 20) / engine.block_bytes());
   fs::InodeLocks locks;
@@ -247,9 +247,9 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   }
   spdlog::info(
       "mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
-      "readahead {} blocks)",
+      "readahead {} blocks, pipeline {} accesses)",
       state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
-      cmd.writeback_delay_seconds, cmd.readahead_blocks);
+      cmd.writeback_delay_seconds, cmd.readahead_blocks, cmd.pipeline_accesses);
   reporter.Succeed();
   if (!cmd.foreground) DetachStdio();
   sd_notify(0, "READY=1");

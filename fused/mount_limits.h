@@ -12,5 +12,6 @@ inline constexpr std::uint32_t kMaxTimeoutSeconds = 24 * 3600;    // timeout, ev
 inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;           // cache_size
 inline constexpr std::uint32_t kMaxWritebackDelaySeconds = 3600;  // writeback_delay
 inline constexpr std::uint32_t kMaxReadaheadBlocks = 16;          // readahead
+inline constexpr std::uint32_t kMaxPipelineAccesses = 8;          // pipeline (OramClient::kMaxPipelined)
 
 }  // namespace s3oram::fs

@@ -21,6 +21,7 @@ struct RawOptions {
   char* cache_size = nullptr;
   char* writeback_delay = nullptr;
   char* readahead = nullptr;
+  char* pipeline = nullptr;
   char* log_file = nullptr;
   char* log_level = nullptr;
   char* passfile = nullptr;
@@ -40,6 +41,7 @@ const fuse_opt kOptionSpec[] = {
     {"cache_size=%s", offsetof(RawOptions, cache_size), 0},
     {"writeback_delay=%s", offsetof(RawOptions, writeback_delay), 0},
     {"readahead=%s", offsetof(RawOptions, readahead), 0},
+    {"pipeline=%s", offsetof(RawOptions, pipeline), 0},
     {"log_file=%s", offsetof(RawOptions, log_file), 0},
     {"log_level=%s", offsetof(RawOptions, log_level), 0},
     {"passfile=%s", offsetof(RawOptions, passfile), 0},
@@ -228,7 +230,8 @@ std::string UsageText(std::string_view program) {
          "    --config FILE          take STATE, MOUNTPOINT and options from the TOML file\n"
          "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
          "                           mountpoint, passfile, cache_size, writeback_delay,\n"
-         "                           readahead, timeout, evict_timeout, log_level, log_file, "
+         "                           readahead, pipeline, timeout, evict_timeout, log_level,\n"
+         "                           log_file, "
          "force,\n"
          "                           refresh_state, fuse_options); -o options\n"
          "                           given as well override the file's\n"
@@ -241,6 +244,8 @@ std::string UsageText(std::string_view program) {
          "                           fsync, fsync of a directory and unmount write at once\n"
          "    -o readahead=BLOCKS    ORAM blocks fetched ahead of a sequential reader, in the\n"
          "                           background (default 1; 0 to 16; 0: none)\n"
+         "    -o pipeline=ACCESSES   ORAM accesses of a flush or a readahead sent together\n"
+         "                           (default 8; 1 to 8; 1: one at a time)\n"
          "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"
          "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
          "    -o passfile=PATH       read the passphrase from PATH (mode 0600); without it\n"
@@ -293,6 +298,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
         cmd.writeback_delay_seconds = *config.writeback_delay_seconds;
       }
       if (config.readahead_blocks) cmd.readahead_blocks = *config.readahead_blocks;
+      if (config.pipeline_accesses) cmd.pipeline_accesses = *config.pipeline_accesses;
       if (config.timeout_seconds) cmd.timeout_seconds = *config.timeout_seconds;
       if (config.evict_timeout_seconds) cmd.evict_timeout_seconds = *config.evict_timeout_seconds;
       if (config.log_level) cmd.log_level = *config.log_level;
@@ -324,6 +330,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
     std::free(raw.cache_size);
     std::free(raw.writeback_delay);
     std::free(raw.readahead);
+    std::free(raw.pipeline);
     std::free(raw.log_file);
     std::free(raw.log_level);
     std::free(raw.passfile);
@@ -338,6 +345,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
   std::unique_ptr<char, decltype(&std::free)> writeback_delay(raw.writeback_delay, &std::free);
   std::unique_ptr<char, decltype(&std::free)> readahead(raw.readahead, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> pipeline(raw.pipeline, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
   std::unique_ptr<char, decltype(&std::free)> passfile(raw.passfile, &std::free);
@@ -361,6 +369,11 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
     S3ORAM_RETURN_IF_ERROR(
         WholeNumber("readahead", readahead.get(), 0, kMaxReadaheadBlocks, "blocks", &v));
     cmd.readahead_blocks = static_cast<std::uint32_t>(v);
+  }
+  if (pipeline) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("pipeline", pipeline.get(), 1, kMaxPipelineAccesses, "accesses", &v));
+    cmd.pipeline_accesses = static_cast<std::uint32_t>(v);
   }
   if (cache_size) {
     S3ORAM_RETURN_IF_ERROR(WholeNumber("cache_size", cache_size.get(), 1, kMaxCacheMib, "MiB", &v));

@@ -93,7 +93,7 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 
   auto full = ParseClientConfig(
       std::string(kMinimal) +
-          "cache_size = 1048576\nreadahead = 16\ntimeout = 86400\nevict_timeout = 1\n"
+          "cache_size = 1048576\nreadahead = 16\npipeline = 1\ntimeout = 86400\nevict_timeout = 1\n"
           "log_level = \"trace\"\nforce = true\nrefresh_state = true\n"
           "fuse_options = [\"allow_other\", \"max_read=131072\", "
           "\"fsname_like=a,b\"]\n",
@@ -101,6 +101,7 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
   ASSERT_TRUE(full.ok()) << full.status().ToString();
   EXPECT_EQ(full->cache_mib, 1048576u);
   EXPECT_EQ(full->readahead_blocks, 16u);
+  EXPECT_EQ(full->pipeline_accesses, 1u);
   EXPECT_EQ(full->timeout_seconds, 86400u);
   EXPECT_EQ(full->evict_timeout_seconds, 1u);
   EXPECT_EQ(full->log_level, "trace");
@@ -117,8 +118,8 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 TEST(ClientConfig, UnknownKeysAndTablesNameFileLineAndKey) {
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cahce_size = 64")),
             "vault.toml:5:1: mount.cahce_size: unknown key (allowed: state, mountpoint, passfile, "
-            "cache_size, writeback_delay, readahead, timeout, evict_timeout, log_level, log_file, "
-            "force, refresh_state, fuse_options)");
+            "cache_size, writeback_delay, readahead, pipeline, timeout, evict_timeout, log_level, "
+            "log_file, force, refresh_state, fuse_options)");
   std::string m = ErrorOf(std::string(kExample) + "\n[server]\nindex = 0\n");
   EXPECT_EQ(m.rfind("vault.toml:13:", 0), 0u) << m;
   EXPECT_CONTAINS(m, ": server: unknown key (allowed: mount)");

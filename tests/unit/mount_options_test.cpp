@@ -39,7 +39,7 @@ TEST(MountOptionsTest, RoleFromArgv0) {
 
 TEST(MountOptionsTest, DaemonForegroundWithOwnOptions) {
   auto c = Parse({"s3oramfs-fused", "/nonexistent/state.db", "/tmp", "-f", "-o",
-                  "cache_size=16,log_file=/tmp/l,log_level=debug,readahead=4,allow_other"});
+                  "cache_size=16,log_file=/tmp/l,log_level=debug,readahead=4,pipeline=3,allow_other"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->invocation, Invocation::kDaemon);
   EXPECT_EQ(c->state, "/nonexistent/state.db");
@@ -47,6 +47,7 @@ TEST(MountOptionsTest, DaemonForegroundWithOwnOptions) {
   EXPECT_TRUE(c->foreground);
   EXPECT_EQ(c->cache_mib, 16u);
   EXPECT_EQ(c->readahead_blocks, 4u);
+  EXPECT_EQ(c->pipeline_accesses, 3u);
   EXPECT_EQ(c->log_file, "/tmp/l");
   EXPECT_EQ(c->log_level, "debug");
   const std::string all = Joined(*c);
@@ -57,6 +58,7 @@ TEST(MountOptionsTest, DaemonForegroundWithOwnOptions) {
   EXPECT_EQ(all.find("cache_size"), std::string::npos) << all;
   EXPECT_EQ(all.find("log_file"), std::string::npos) << all;
   EXPECT_EQ(all.find("readahead"), std::string::npos) << all;
+  EXPECT_EQ(all.find("pipeline"), std::string::npos) << all;
 }
 
 TEST(MountOptionsTest, FstabOptionsAreDiscarded) {
@@ -105,7 +107,8 @@ TEST(MountOptionsTest, Errors) {
   EXPECT_FALSE(Parse({"s3oramfs-fused", "state"}).ok());
   EXPECT_FALSE(Parse({"s3oramfs-fused", "state", "/tmp", "extra"}).ok());
   for (const char* bad : {"cache_size=0", "cache_size=-1", "cache_size=abc", "cache_size=99999999",
-                          "log_level=loud", "readahead=17", "readahead=-1", "readahead=x"}) {
+                          "log_level=loud", "readahead=17", "readahead=-1", "readahead=x",
+                          "pipeline=0", "pipeline=9"}) {
     auto c = Parse({"s3oramfs-fused", "state", "/tmp", "-o", bad});
     EXPECT_FALSE(c.ok()) << bad;
     if (!c.ok()) {
