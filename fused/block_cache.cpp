@@ -322,7 +322,7 @@ void BlockCache::Discard(Ino ino, std::uint64_t first_idx) {
 }
 
 int BlockCache::TakeWriteBack(std::unique_lock<std::mutex>& lock, PageKey key,
-                              std::optional<WriteGroup>& out) {
+                              std::optional<WriteGroup>& out, std::set<std::size_t>* held) {
   out.reset();
   // Wait out a write-back in flight (its copy may predate our change), then
   // take the page if it is still dirty. Pages are looked up again after
@@ -366,7 +366,10 @@ int BlockCache::TakeWriteBack(std::unique_lock<std::mutex>& lock, PageKey key,
   // whose locks we hold or can take without waiting.
   const Extent target = g.jobs.front().target;
   if (!target.whole()) {
+    // Stripes this thread holds already (the page's, and the caller's for
+    // groups not sent yet): their pages may go along without a try-lock.
     std::set<std::size_t> stripes{locks_.StripeOf(key.ino)};
+    if (held != nullptr) stripes.insert(held->begin(), held->end());
     std::set<std::size_t> busy;
     for (auto& [k, pg] : pages_) {
       if (k == key || !pg->dirty || pg->writing || pg->loading) continue;
@@ -383,6 +386,7 @@ int BlockCache::TakeWriteBack(std::unique_lock<std::mutex>& lock, PageKey key,
         }
         g.held.push_back(std::move(l));
         stripes.insert(stripe);
+        if (held != nullptr) held->insert(stripe);
       }
       take(k, pg.get());
     }
@@ -518,16 +522,15 @@ int BlockCache::WriteBackLocking(std::unique_lock<std::mutex>& lock,
         lock.lock();
       }
     }
+    if (owner.owns_lock()) held_stripes.insert(stripe);
     std::optional<WriteGroup> g;
-    if (int e = TakeWriteBack(lock, k, g); e != 0) {
-      if (err == 0) err = e;
+    const int e = TakeWriteBack(lock, k, g, &held_stripes);
+    if (e != 0 && err == 0) err = e;
+    if (!g) {
+      if (owner.owns_lock()) held_stripes.erase(stripe);  // released below
       continue;
     }
-    if (!g) continue;
-    if (owner.owns_lock()) {
-      g->held.push_back(std::move(owner));
-      held_stripes.insert(stripe);
-    }
+    if (owner.owns_lock()) g->held.push_back(std::move(owner));
     groups.push_back(std::move(*g));
     if (groups.size() >= batch) run();
   }
@@ -547,24 +550,31 @@ int BlockCache::FlushInode(Ino ino) {
   // flush, and an fsync against an unreachable server fails after one
   // timeout instead of one per dirty block.
   std::vector<WriteGroup> groups;
+  const std::set<std::size_t> own{locks_.StripeOf(ino)};  // the caller holds it
+  std::set<std::size_t> held = own;  // and the groups' companions' stripes
+  auto run = [&] {
+    const int e = RunWriteBacks(lock, groups);  // releases the companions' locks
+    held = own;
+    return e;
+  };
   const std::size_t batch = std::max<std::size_t>(1, engine_.max_batch());
   for (const PageKey& k : keys) {
     // A page of a group not sent yet (a companion) is written by it.
     if (!groups.empty() && Writing(k)) {
-      if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+      if (int e = run(); e != 0) return e;
     }
     std::optional<WriteGroup> g;
-    if (int e = TakeWriteBack(lock, k, g); e != 0) {
-      const int sent = RunWriteBacks(lock, groups);
+    if (int e = TakeWriteBack(lock, k, g, &held); e != 0) {
+      const int sent = run();
       return sent != 0 ? sent : e;
     }
     if (!g) continue;
     groups.push_back(std::move(*g));
     if (groups.size() >= batch) {
-      if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+      if (int e = run(); e != 0) return e;
     }
   }
-  return RunWriteBacks(lock, groups);
+  return run();
 }
 
 int BlockCache::FlushAll() {
@@ -596,17 +606,23 @@ int BlockCache::Shrink() {
     // the capacity up to the engine's batch; their write-backs go together.
     const std::size_t want = std::min(batch, pages_.size() - capacity_);
     std::vector<PageKey> candidates;
-    for (auto lit = lru_.begin(); lit != lru_.end() && candidates.size() < 2 * want; ++lit) {
-      const Page* p = pages_.at(*lit).get();
-      if (!p->loading && !p->writing) candidates.push_back(*lit);
+    for (const PageKey& key : lru_) {
+      const Page* p = pages_.at(key).get();
+      if (!p->loading && !p->writing) candidates.push_back(key);
     }
     if (candidates.empty()) return 0;  // the rest is in I/O or in use
     // The owners' locks keep their mappings true while we write back and
     // drop (see inode_locks.h); a page whose owner is busy is being used.
     std::vector<std::unique_lock<std::mutex>> owners;
-    std::set<std::size_t> held_stripes;
+    std::set<std::size_t> owner_stripes;
+    std::set<std::size_t> held_stripes;  // the owners' and the groups' companions'
     std::vector<WriteGroup> groups;
     std::vector<PageKey> victims;
+    auto run = [&] {
+      const int e = RunWriteBacks(lock, groups);  // releases the companions' locks
+      held_stripes = owner_stripes;
+      return e;
+    };
     for (const PageKey& key : candidates) {
       if (victims.size() >= want) break;
       const std::size_t stripe = locks_.StripeOf(key.ino);
@@ -614,14 +630,24 @@ int BlockCache::Shrink() {
         std::unique_lock<std::mutex> owner(locks_.Stripe(stripe), std::try_to_lock);
         if (!owner.owns_lock()) continue;
         owners.push_back(std::move(owner));
+        owner_stripes.insert(stripe);
+        held_stripes.insert(stripe);
+      } else if (!owner_stripes.count(stripe)) {
+        // Held for a companion of a group not sent yet: send it first, then
+        // take the page's own lock.
+        if (int e = run(); e != 0) return e;
+        std::unique_lock<std::mutex> owner(locks_.Stripe(stripe), std::try_to_lock);
+        if (!owner.owns_lock()) continue;
+        owners.push_back(std::move(owner));
+        owner_stripes.insert(stripe);
         held_stripes.insert(stripe);
       }
       // A companion of a group not sent yet is written by it.
       if (!groups.empty() && Writing(key)) {
-        if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+        if (int e = run(); e != 0) return e;
       }
       std::optional<WriteGroup> g;
-      if (int e = TakeWriteBack(lock, key, g); e != 0) {
+      if (int e = TakeWriteBack(lock, key, g, &held_stripes); e != 0) {
         const int sent = RunWriteBacks(lock, groups);
         return sent != 0 ? sent : e;
       }
@@ -629,7 +655,7 @@ int BlockCache::Shrink() {
       victims.push_back(key);
     }
     if (victims.empty()) return 0;
-    if (int e = RunWriteBacks(lock, groups); e != 0) return e;
+    if (int e = run(); e != 0) return e;
     std::size_t dropped = 0;
     for (const PageKey& key : victims) {
       auto it = pages_.find(key);

@@ -54,6 +54,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <span>
 #include <utility>
 #include <vector>
@@ -216,8 +217,11 @@ class BlockCache {
   // WriteBack's first half, under mu_: waits out a write-back of the page
   // in flight, completes a partial page being relocated, and takes the page
   // with its companions; `out` stays empty if there is nothing to write.
+  // `held` (optional): the inode stripes this thread holds; companions in
+  // them go along without a try-lock, and stripes locked for companions are
+  // added to it.
   int TakeWriteBack(std::unique_lock<std::mutex>& lock, PageKey key,
-                    std::optional<WriteGroup>& out);
+                    std::optional<WriteGroup>& out, std::set<std::size_t>* held = nullptr);
   // The second half: the groups' accesses as one engine batch (mu_ released
   // meanwhile), then each group's pages marked clean (or dirty again on
   // failure). Empties `groups`; the first error.

@@ -139,7 +139,12 @@ FsckPhaseResult CheckOram(const FsckSnapshot& snap, const FsckOptions& options) 
         {1, "counters epoch/seq are zero: the state was never initialised", false});
   }
   std::uint64_t pending_roots = 0;
-  for (const auto& op : snap.pending) pending_roots += op.kind == kPendingRootKind ? 1 : 0;
+  for (const auto& op : snap.pending) {
+    pending_roots += op.kind == kPendingRootKind && op.seq >= kPendingRootKey &&
+                             op.payload.size() == PendingRootPayloadBytes(p.elems_per_slot())
+                         ? 1
+                         : 0;
+  }
   for (const auto& op : snap.pending) {
     if (op.kind == "evict" && op.payload.size() == 12) {
       std::uint64_t ne = 0;

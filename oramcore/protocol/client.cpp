@@ -704,12 +704,12 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   pacer_.Provisional(slowest);
 }
 
-void OramClient::PaceBehindEviction() {
+void OramClient::PaceBehindEviction(std::uint64_t done) {
   if (!inflight_ || !inflight_->started) return;
   const auto elapsed = std::chrono::steady_clock::now() - inflight_->started_at;
   const bool provisional = pacer_.estimate() <= EvictionPacer::Duration::zero();
   if (provisional) AskEvictionProgress(elapsed);
-  const auto delay = pacer_.Delay(elapsed, counters_.nr, params().evict_rate);
+  const auto delay = pacer_.Delay(elapsed, done, params().evict_rate);
   if (delay <= EvictionPacer::Duration::zero()) return;
   if (!pace_logged_) {
     if (provisional) {

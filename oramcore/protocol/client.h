@@ -496,7 +496,8 @@ class OramClient {
   // goes to disk before any server sees it), durably.
   Status LogEvictionRecord(const EvictionRecord& record);
   // Holds back an access that is ahead of the pace of the eviction beside it.
-  void PaceBehindEviction();
+  // `done`: the accesses of the round before the last of those about to go.
+  void PaceBehindEviction(std::uint64_t done);
   // No estimate yet: every A/16 accesses of an eviction that has run 1 s or
   // more, asks the servers' STATUS for its progress and gives the pacer a
   // provisional estimate (EvictionPacer::FromProgress).

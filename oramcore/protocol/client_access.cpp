@@ -252,9 +252,15 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
       ++valid;
     }
     const std::size_t before = out.size();
-    Status st = RunChunk(items.subspan(next, valid - next), out);
-    next += out.size() - before;
-    limit = out.size() == before ? 1 : kMaxPipelined;
+    const std::size_t given = valid - next;
+    Status st = RunChunk(items.subspan(next, given), out);
+    const std::size_t finished = out.size() - before;
+    next += finished;
+    // A chunk that finished fewer than it was given (an access spoilt by
+    // resends, one repeating an access that failed, or the end of the
+    // root's slots) is followed by one of the next access alone, which
+    // always finishes or fails.
+    limit = finished < given ? 1 : kMaxPipelined;
     if (!st.ok()) {
       st = NoteFencing(st);
       return fail_rest(st);
@@ -286,7 +292,6 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     TimeInto timer(stats_.timings.eviction_ns);
     S3ORAM_RETURN_IF_ERROR(EnsureEvictionStarted());
   }
-  PaceBehindEviction();
   // Root slots from nr on may hold inconsistent sharings (an Open, a failed
   // root write). One deferred root write rewrites slot nr completely on
   // every server before the first retrieval; several are sent alone first
@@ -307,6 +312,9 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
   const std::uint64_t base = counters_.nr + q;
   const std::size_t k = static_cast<std::size_t>(
       std::min<std::uint64_t>({items.size(), kMaxPipelined, p.evict_rate - base}));
+  // Paced as the last of them would be alone: the accesses before it whose
+  // root writes the servers acknowledged, or will with this chunk.
+  PaceBehindEviction(base + k - 1 - (q > 0 ? 1 : 0));
 
   // Where each access finds its block, decided before anything is sent.
   struct Plan {
@@ -469,6 +477,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
   };
   std::vector<std::optional<Done>> done(k);
   std::vector<PendingRoot> roots;
+  std::vector<Result<std::vector<std::uint8_t>>> results;
   Status chunk_error = Status::Ok();
   std::size_t finished = 0;
   for (std::size_t j = 0; j < k; ++j, ++finished) {
@@ -551,7 +560,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
           ": one of the servers " + ServerSetName() +
           " returned tampered, swapped or stale data, or the client state does not match them");
       spdlog::error("{}", bad.message());
-      out.emplace_back(bad);
+      results.emplace_back(bad);
       continue;
     }
     // What goes to the root: the new data (write), the old data changed by
@@ -593,8 +602,12 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     // recorded: the next round may need it while this round's eviction is
     // in flight.
     if (root_copies_) {
-      S3ORAM_RETURN_IF_ERROR(root_copies_->Put(
-          RootCopies::Index(current_round(), root.slot, p.evict_rate), root.elems));
+      if (Status st = root_copies_->Put(RootCopies::Index(current_round(), root.slot, p.evict_rate),
+                                        root.elems);
+          !st.ok()) {
+        chunk_error = st;
+        break;
+      }
     }
     // Ids, versions and positions only (this log stays on the client): never bytes.
     spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
@@ -610,24 +623,33 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
                                   : previous);
     done[j] = d;
     roots.push_back(std::move(root));
-    out.emplace_back(item.modify || item.op == AccessOp::kRead ? std::move(d.stored)
-                                                               : std::move(previous));
+    results.emplace_back(item.modify || item.op == AccessOp::kRead ? std::move(d.stored)
+                                                                   : std::move(previous));
   }
 
   // One transaction records the root writes the servers acknowledged and
-  // this chunk's accesses (their root writes pending).
+  // this chunk's accesses (their root writes pending). Their results reach
+  // the caller only once it committed: an access that returned is one a
+  // crash cannot lose.
   batch.SetCounters(next);
   if (carried > 0 || !roots.empty()) {
     TimeInto timer(stats_.timings.state_commit_ns);
     S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
   }
-  for (std::size_t c = 0; c < carried; ++c) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
+  // The state on disk has all of it now; so must the memory, even if a
+  // position does not fit the map (then this client reports the error).
+  Status applied = Status::Ok();
+  for (std::size_t c = 0; c < carried; ++c) {
+    if (Status st = RootWrittenCommitted(next); !st.ok() && applied.ok()) applied = st;
+  }
   counters_ = next;
   for (std::size_t j = 0; j < finished; ++j) {
     // Taken out of the eviction in flight: its copy there is stale, its slot free.
     if (done[j] && inflight_) inflight_->record.before.erase(items[j].id);
   }
   for (auto& r : roots) pending_roots_.push_back(std::move(r));
+  S3ORAM_RETURN_IF_ERROR(applied);
+  for (auto& r : results) out.push_back(std::move(r));
   if (!chunk_error.ok()) return chunk_error;
 
   if (!pending_roots_.empty() && pending_roots_.back().slot + 1 >= p.evict_rate) {

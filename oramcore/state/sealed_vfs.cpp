@@ -130,14 +130,27 @@ std::string FileName(const SealedFile* f) {
 // ---- one page region of a file -------------------------------------------
 
 // Bytes 0-15 of the header of the log frame whose page starts at real
-// offset `page_at` (SQLite writes a frame's header before its page, and
-// rewrites only the checksum, bytes 16-23, in place); nullptr for a
-// database page or a legacy file, whose associated data has none.
+// offset `page_at` (SQLite writes a frame's header before its page);
+// nullptr for a database page or a legacy file, whose associated data has
+// none. SQLite rewrites a frame header in place in one case: a transaction
+// larger than the page cache spills pages into the log before its commit,
+// and once it has rewritten such a page in place, it writes its later
+// frames with salts and checksum zeroed and fills both in at the commit
+// (walRewriteChecksums). The salts it fills in are the log header's (bytes
+// 16-23), which every valid frame of this log generation carries, so a
+// frame header with zero salts is read with the log header's: the page is
+// sealed under the salts its frame will have, and a frame of an older
+// generation (other salts) still fails.
 int FrameHeaderFor(SealedFile* f, sqlite3_int64 page_at, std::uint8_t* out, bool* have) {
   *have = false;
   if (f->kind != Kind::kWal || !f->bound) return SQLITE_OK;
-  const int rc = f->real->pMethods->xRead(f->real, out, 16, page_at - kFrameHeader);
+  int rc = f->real->pMethods->xRead(f->real, out, 16, page_at - kFrameHeader);
   if (rc != SQLITE_OK) return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_DATA : rc;
+  static constexpr std::uint8_t kNoSalts[8] = {};
+  if (std::memcmp(out + 8, kNoSalts, sizeof kNoSalts) == 0) {
+    rc = f->real->pMethods->xRead(f->real, out + 8, 8, 16);
+    if (rc != SQLITE_OK) return rc == SQLITE_IOERR_SHORT_READ ? SQLITE_IOERR_DATA : rc;
+  }
   *have = true;
   return SQLITE_OK;
 }

@@ -22,7 +22,10 @@
 //    of its frame header (page number, commit size, salts). So a page moved
 //    to another position, a frame relabelled, turned into a commit or carried
 //    into another log generation, and a page or log of another file all fail;
-//    a header relabelled as legacy opens nothing.
+//    a header relabelled as legacy opens nothing. (A frame SQLite writes with
+//    zero salts, to fill them in at the commit, which it does in a
+//    transaction larger than its page cache, is sealed under the log
+//    header's salts, the ones it then gets.)
 //  * legacy (kSealedLegacyFormat, files made before): the VFS's key itself,
 //    the file kind and the page's position as associated data. Frame headers
 //    are not authenticated; such a file is converted (state_file.h).

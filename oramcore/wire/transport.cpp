@@ -243,15 +243,21 @@ Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
     const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
     const wire::Header& header, wire::MessageType expected_reply, const TransportOptions& options) {
   if (frames.size() != servers.size()) return Status::InvalidArgument("one frame per server expected");
-  std::vector<Outgoing> one(1);
-  one[0].header = header;
-  one[0].expected_reply = expected_reply;
-  one[0].frames = frames;
-  return std::move(ExchangeSequence(servers, one, options)[0]);
+  const std::vector<RequestView> one{RequestView{header, expected_reply, &frames}};
+  return std::move(ExchangeViews(servers, one, options)[0]);
 }
 
 std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
     const std::vector<std::size_t>& servers, const std::vector<Outgoing>& requests,
+    const TransportOptions& options) {
+  std::vector<RequestView> views;
+  views.reserve(requests.size());
+  for (const Outgoing& o : requests) views.push_back({o.header, o.expected_reply, &o.frames});
+  return ExchangeViews(servers, views, options);
+}
+
+std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeViews(
+    const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
     const TransportOptions& options) {
   using Clock = std::chrono::steady_clock;
   const std::size_t n = servers.size();
@@ -262,14 +268,16 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
     for (std::size_t r = 0; r < count; ++r) results.emplace_back(st);
     return results;
   };
-  for (const Outgoing& o : requests) {
-    if (o.frames.size() != n) return fail_all(Status::InvalidArgument("one frame per server expected"));
+  for (const RequestView& o : requests) {
+    if (o.frames->size() != n) {
+      return fail_all(Status::InvalidArgument("one frame per server expected"));
+    }
   }
   if (count == 0) return results;
 
   auto send = [&](std::size_t r, std::size_t k) -> Status {
     void* s = impl_->sockets.at(servers[k]);
-    const auto& f = requests[r].frames[k];
+    const auto& f = (*requests[r].frames)[k];
     if (zmq_send(s, f.data(), f.size(), 0) < 0) {
       return Status::IoError(ZmqError(("sending to " + impl_->endpoints[servers[k]]).c_str()));
     }
@@ -294,7 +302,7 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
   std::vector<Clock::duration> first_silence(count);
   for (std::size_t r = 0; r < count; ++r) {
     std::size_t bytes = 0;
-    for (const auto& f : requests[r].frames) bytes += f.size();
+    for (const auto& f : *requests[r].frames) bytes += f.size();
     total_request_bytes += bytes;
     first_silence[r] = FirstResendSilence(bytes, requests[r].expected_reply, options);
   }
@@ -302,7 +310,8 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
   // What is known of each server's exchange of each request.
   struct Progress {
     bool done = false;
-    Clock::time_point sent_at;  // last send, or when the request before it was answered
+    Clock::time_point sent_at;   // last send, or when the request before it was answered
+    Clock::time_point due_from;  // the deadline counts from here: the start, or that answer
     Clock::duration silence;    // resend when nothing came for this long
     std::uint64_t sent_on = 0;  // connections[i] when last sent
     Status decode_error;
@@ -322,7 +331,7 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
   for (std::size_t k = 0; k < n; ++k) {
     for (std::size_t r = 0; r < count; ++r) {
       if (Status st = send(r, k); !st.ok()) return fail_all(st);
-      progress[r][k].sent_at = start;
+      progress[r][k].sent_at = progress[r][k].due_from = start;
       progress[r][k].sent_on = impl_->connections[servers[k]];
     }
   }
@@ -335,9 +344,24 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
     first_open[k] = count;
   };
 
+  // Moves server k past the requests it answered and those another server
+  // failed (nothing it says about them counts); the next one's silence and
+  // deadline start now.
+  auto advance = [&](std::size_t k) {
+    std::size_t r = first_open[k];
+    while (r < count && (progress[r][k].done || failed[r])) ++r;
+    if (r != first_open[k] && r < count) {
+      const auto now = Clock::now();
+      progress[r][k].sent_at = std::max(progress[r][k].sent_at, now);
+      progress[r][k].due_from = std::max(progress[r][k].due_from, now);
+    }
+    first_open[k] = std::max(first_open[k], r);
+  };
+
   std::vector<zmq_pollitem_t> items(n);
   std::vector<std::size_t> polled(n);
   for (;;) {
+    for (std::size_t k = 0; k < n; ++k) advance(k);
     std::size_t open_servers = 0;
     for (std::size_t k = 0; k < n; ++k) open_servers += first_open[k] < count ? 1 : 0;
     if (open_servers == 0) break;
@@ -358,7 +382,7 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
       const std::size_t r0 = first_open[k];
       if (r0 >= count) continue;
       Progress& pr = progress[r0][k];
-      if (now - pr.sent_at >= options.deadline) {
+      if (now - pr.due_from >= options.deadline) {
         std::string who = impl_->endpoints[servers[k]];
         if (!pr.decode_error.ok()) who += " (" + pr.decode_error.ToString() + ")";
         if (!impl_->handshake_ok[servers[k]]) who += " (no CURVE handshake completed)";
@@ -380,7 +404,7 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
           Progress& p = progress[r][k];
           if (p.done) continue;
           if (Status st = send(r, k); !st.ok()) return fail_all(st);
-          stats_.bytes_resent += requests[r].frames[k].size();
+          stats_.bytes_resent += (*requests[r].frames)[k].size();
           ++stats_.resends;
           if (!reconnected) p.silence = std::min<Clock::duration>(2 * p.silence, options.deadline);
           p.sent_on = conns;
@@ -388,7 +412,7 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
         }
         if (reconnected) reconnect_seen = true;
       }
-      next_wake = std::min({next_wake, pr.sent_at + pr.silence, pr.sent_at + options.deadline});
+      next_wake = std::min({next_wake, pr.sent_at + pr.silence, pr.due_from + options.deadline});
     }
     std::size_t polling = 0;
     for (std::size_t k = 0; k < n; ++k) {
@@ -430,14 +454,7 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
             return true;
           },
           decode_error);
-      // The next unanswered request's silence and deadline start now.
-      const auto answered_at = Clock::now();
-      std::size_t r = first_open[k];
-      while (r < count && progress[r][k].done) ++r;
-      if (r != first_open[k] && r < count) {
-        progress[r][k].sent_at = std::max(progress[r][k].sent_at, answered_at);
-      }
-      first_open[k] = std::max(first_open[k], r);
+      advance(k);
     }
   }
 

@@ -30,7 +30,8 @@ struct TransportOptions {
   // that was not replaced (longer for requests the link needs longer for,
   // and doubled after every resend).
   std::chrono::milliseconds resend_after{2000};
-  // Total time one exchange may take before it fails with Unavailable.
+  // Total time one exchange may take before it fails with Unavailable (in a
+  // sequence, each request from the answer to the one before it).
   std::chrono::milliseconds deadline{30000};
 };
 
@@ -92,8 +93,9 @@ class ServerSet {
   // one connection's requests in the order they arrive), and collects every
   // reply. The result of request r is as ExchangeWith's; a server that times
   // out (`deadline` after it answered the request before), or whose handshake
-  // fails, fails that request and every later one. A reconnection resends a
-  // server's unanswered requests in order; a silence only the first of them.
+  // fails, fails that request and every later one (and the other servers
+  // stop waiting for them). A reconnection resends a server's unanswered
+  // requests in order; a silence only the first of them.
   // ExchangeWith is the sequence of one.
   std::vector<Result<std::vector<wire::Message>>> ExchangeSequence(
       const std::vector<std::size_t>& servers, const std::vector<Outgoing>& requests,
@@ -103,6 +105,15 @@ class ServerSet {
 
  private:
   ServerSet() = default;
+  // A request as ExchangeViews sends it: its frames are the caller's.
+  struct RequestView {
+    wire::Header header;
+    wire::MessageType expected_reply;
+    const std::vector<std::vector<std::uint8_t>>* frames;
+  };
+  std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
+      const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
+      const TransportOptions& options);
   struct Impl;
   std::unique_ptr<Impl> impl_;
   TransportStats stats_;

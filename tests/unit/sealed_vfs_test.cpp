@@ -174,6 +174,49 @@ TEST_F(SealedVfsTest, TheLogIsSealedAndASecondConnectionReadsThroughIt) {
   sqlite3_close_v2(writer);
 }
 
+// A transaction larger than the connection's page cache spills pages into
+// the log before its commit, and a page changed again after it spilled is
+// rewritten in place in its frame (then the frames' checksums are redone):
+// every page must still authenticate, for the writer and for a second
+// connection, before and after a checkpoint. (A client state commit with
+// eight pending root writes of 256 KiB blocks is ~2.2 MB.)
+TEST_F(SealedVfsTest, ATransactionThatSpillsAndRewritesPagesInPlaceReadsBack) {
+  Populate(1);
+  sqlite3* writer = OpenOrDie();
+  ASSERT_NE(writer, nullptr);
+  Exec(writer, "PRAGMA wal_autocheckpoint=0");
+  Exec(writer, "PRAGMA cache_size=8");  // pages: the transaction below spills
+  sqlite3* reader = OpenOrDie();
+  ASSERT_NE(reader, nullptr);
+  std::string want = "0=" + Name(0) + ";";
+  for (int round = 0; round < 3; ++round) {
+    Exec(writer, "BEGIN IMMEDIATE");
+    for (int i = 1; i < 60; ++i) {
+      const int k = round * 100 + i;
+      Exec(writer, "INSERT INTO t VALUES(" + std::to_string(k) + ", '" + Name(k) +
+                       std::string(3000, 'z') + "')");
+    }
+    // The same pages again, after they spilled.
+    for (int i = 1; i < 60; i += 2) {
+      const int k = round * 100 + i;
+      Exec(writer, "UPDATE t SET v = '" + Name(k) + "' WHERE k = " + std::to_string(k));
+    }
+    Exec(writer, "COMMIT");
+    for (int i = 1; i < 60; ++i) {
+      const int k = round * 100 + i;
+      want += std::to_string(k) + "=" + Name(k) + (i % 2 == 1 ? "" : std::string(3000, 'z')) + ";";
+    }
+    EXPECT_EQ(Dump(writer), want) << "round " << round << ": " << vfs_->last_error();
+    EXPECT_EQ(Dump(reader), want) << "round " << round << ": " << vfs_->last_error();
+  }
+  sqlite3_close_v2(reader);
+  sqlite3_close_v2(writer);
+  sqlite3* again = OpenOrDie();
+  ASSERT_NE(again, nullptr);
+  EXPECT_EQ(Dump(again), want) << vfs_->last_error();
+  sqlite3_close_v2(again);
+}
+
 TEST_F(SealedVfsTest, AKilledWriterLosesNoCommittedTransaction) {
   Populate(1);
   WriteInAChildThatDies(/*open_transaction=*/true);
