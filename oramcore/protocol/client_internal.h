@@ -9,8 +9,7 @@
 
 #include "oramcore/base/random.h"
 #include "oramcore/math/field.h"
-#include "oramcore/math/random_elems.h"
-#include "oramcore/math/shamir.h"
+#include "oramcore/protocol/fresh_shares.h"
 #include "oramcore/state/client_state.h"
 
 namespace s3oram::client_internal {
@@ -20,19 +19,7 @@ using field::Elem;
 inline constexpr const char* kEvictKind = kPendingEvictKind;
 inline constexpr const char* kRootKind = kPendingRootKind;
 
-// Shares `secret` (n elements) among `parties` with threshold t, drawing the
-// polynomial coefficients from the CSPRNG. outs[i] receives party i's n shares.
-inline void ShareVector(std::span<const Elem> secret, std::size_t t,
-                        std::vector<std::vector<Elem>>& outs) {
-  std::vector<Elem> coeffs(secret.size() * t);
-  random::Elems(coeffs);
-  std::vector<Elem*> ptrs;
-  for (auto& o : outs) {
-    o.resize(secret.size());
-    ptrs.push_back(o.data());
-  }
-  shamir::Create(secret, t, coeffs, ptrs);
-}
+using s3oram::ShareVector;
 
 using Clock = std::chrono::steady_clock;
 

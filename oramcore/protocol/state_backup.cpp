@@ -77,8 +77,8 @@
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/math/field.h"
-#include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/protocol/fresh_shares.h"
 #include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/transport.h"
 
@@ -407,18 +407,6 @@ Result<StateSnapshot> Snapshot(UnlockedState& state) {
   }
   S3ORAM_ASSIGN_OR_RETURN(snap.bytes, ReadWhole(tmp));
   return snap;
-}
-
-// Shares `secret` with fresh degree-t polynomials; out[i] = party i's shares.
-void Share(std::span<const Elem> secret, std::size_t t, std::vector<std::vector<Elem>>& out) {
-  std::vector<Elem> coeffs(secret.size() * t);
-  random::Elems(coeffs);
-  std::vector<Elem*> ptrs;
-  for (auto& o : out) {
-    o.resize(secret.size());
-    ptrs.push_back(o.data());
-  }
-  shamir::Create(secret, t, coeffs, ptrs);
 }
 
 TransportOptions BulkOptions(std::chrono::milliseconds deadline) {
@@ -796,7 +784,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
         std::min<std::uint64_t>(kChunkBytes, blob.size() - byte_off));
     packed.assign(field::ElemsForBytes(bytes), 0);
     field::Pack(std::span<const std::uint8_t>(blob).subspan(byte_off, bytes), packed);
-    Share(packed, params.threshold, shares);
+    ShareVector(packed, params.threshold, shares);
     const bool last = offset + packed.size() == total;
     wire::Header hdr = client.NextRequestHeader();
     std::vector<std::vector<std::uint8_t>> frames;

@@ -30,9 +30,8 @@ TEST(BackgroundEvictionTest, RandomAccessesRacingEvictionsMatchAModel) {
   const OramParams params = SmallParams(kBlock, kA, kH);
   auto fs = testing::MakeFs(params);
   ASSERT_TRUE(fs);
-  for (std::size_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
-    const Status st = fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~15"});
+  {
+    const Status st = testing::RestartAllWithFault(*fs, "server.evict_prepare.mid_rounds~15");
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   const std::uint64_t seed = testing::TestSeed();

@@ -131,9 +131,8 @@ TEST(ClientCrashTest, KilledClientLosesNothingCommitted) {
 TEST(ClientCrashTest, KilledWhileAnEvictionRunsBesideTheAccessesLosesNothing) {
   auto fs = testing::MakeFs(SmallParams(kBlock, 16, 5));
   ASSERT_TRUE(fs);
-  for (std::size_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
-    const Status st = fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~25"});
+  {
+    const Status st = testing::RestartAllWithFault(*fs, "server.evict_prepare.mid_rounds~25");
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   KillWritersAndVerify(*fs, testing::ScaledForBuild(16, 3, 5), "kills beside slowed evictions");

@@ -7,6 +7,7 @@
 #include <sqlite3.h>
 #include <stdlib.h>
 
+#include <csignal>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -155,6 +156,18 @@ inline std::unique_ptr<TestFs> MakeFs(const OramParams& params,
                         std::span(reinterpret_cast<const std::uint8_t*>(pass.data()), pass.size()));
   EXPECT_TRUE(st.ok()) << st.ToString();
   return st.ok() ? std::move(fs) : nullptr;
+}
+
+// Restarts every server of `fs` with the fault `spec` armed (e.g.
+// "server.evict_prepare.mid_rounds~25" slows each eviction so accesses run
+// beside it). Call from the test's main thread: a server forked from another
+// thread is sent SIGKILL when that thread ends (PR_SET_PDEATHSIG).
+inline Status RestartAllWithFault(TestFs& fs, const std::string& spec) {
+  for (std::size_t i = 0; i < 3; ++i) {
+    S3ORAM_RETURN_IF_ERROR(fs.cluster->Kill(i, SIGTERM));
+    S3ORAM_RETURN_IF_ERROR(fs.cluster->Restart(i, {"S3ORAM_FAULT=" + spec}));
+  }
+  return Status::Ok();
 }
 
 // A request header as the filesystem's last client would have sent it next.

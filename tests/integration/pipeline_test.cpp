@@ -95,9 +95,8 @@ TEST(PipelineTest, BatchesWithRepeatsRacingEvictionsMatchAModel) {
   constexpr std::uint32_t kA = 24, kH = 4;
   auto fs = testing::MakeFs(SmallParams(kBlock, kA, kH));
   ASSERT_TRUE(fs);
-  for (std::size_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
-    const Status st = fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~15"});
+  {
+    const Status st = testing::RestartAllWithFault(*fs, "server.evict_prepare.mid_rounds~15");
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   const std::uint64_t seed = testing::TestSeed();
@@ -170,9 +169,8 @@ TEST(PipelineTest, BatchesWithRepeatsRacingEvictionsMatchAModel) {
 TEST(PipelineTest, KilledWriterOfBatchesLosesNothingThatReturned) {
   auto fs = testing::MakeFs(SmallParams(kBlock, 16, 5));
   ASSERT_TRUE(fs);
-  for (std::size_t i = 0; i < 3; ++i) {
-    ASSERT_TRUE(fs->cluster->Kill(i, SIGTERM).ok());
-    const Status st = fs->cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.mid_rounds~25"});
+  {
+    const Status st = testing::RestartAllWithFault(*fs, "server.evict_prepare.mid_rounds~25");
     ASSERT_TRUE(st.ok()) << st.ToString();
   }
   const std::uint64_t seed = testing::TestSeed();
