@@ -87,13 +87,17 @@ class StubPeers final : public PeerExchange {
   fz::PeerMode mode = fz::PeerMode::kEcho;
   int sends = 0;  // Send calls since the last reset of this counter
 
-  Status Send(const wire::Header&, const SmpRound&,
-              const std::vector<std::vector<Elem>>& shares) override {
+  Status Send(const std::vector<std::vector<std::uint8_t>>& frames) override {
     ++sends;
     if (mode == fz::PeerMode::kSendFails) return Status::IoError("stub: send failed");
-    if (shares.size() != 3) Fail("Send got " + std::to_string(shares.size()) + " share vectors");
-    answers_[0] = shares[1];
-    answers_[1] = shares[2];
+    if (frames.size() != 3) Fail("Send got " + std::to_string(frames.size()) + " frames");
+    for (std::size_t p = 1; p < 3; ++p) {
+      wire::Header h;
+      wire::SmpShares m;
+      const Status st = wire::DecodeSmpSharesInto(frames[p], &h, &m);
+      if (!st.ok()) Fail("Send got a frame that does not decode: " + st.ToString());
+      answers_[p - 1] = std::move(m.shares);
+    }
     if (mode == fz::PeerMode::kShortShares && !answers_[1].empty()) answers_[1].pop_back();
     if (mode == fz::PeerMode::kLongShares) answers_[0].push_back(0);
     return Status::Ok();

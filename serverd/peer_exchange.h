@@ -29,12 +29,11 @@ class PeerExchange {
  public:
   virtual ~PeerExchange() = default;
 
-  // Sends shares[p] to every peer p. `shares` has one entry per party, indexed
-  // by party index (this server's own is not sent); none is changed, so the
-  // caller reuses them for the next round. `h` carries the filesystem id and
-  // epoch of the request.
-  virtual Status Send(const wire::Header& h, const SmpRound& r,
-                      const std::vector<std::vector<field::Elem>>& shares) = 0;
+  // Sends frames[p], party p's encoded SMP_SHARES of one round
+  // (serverd/smp_frames.h), to every peer p. `frames` has one entry per party,
+  // indexed by party index (this server's own is not sent); none is changed,
+  // so the caller reuses them for the next round.
+  virtual Status Send(const std::vector<std::vector<std::uint8_t>>& frames) = 0;
   // Waits until every peer's shares of round r have arrived (or fails:
   // timeout, attempt superseded, transport error). Returns one span per peer
   // in ascending peer-index order, valid until Release(r) or the next call

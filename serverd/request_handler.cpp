@@ -29,6 +29,7 @@
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
 #include "oramcore/math/age_fill.h"
+#include "oramcore/math/elem_packing.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/kernels.h"
 #include "oramcore/math/random_elems.h"
@@ -41,6 +42,7 @@
 #include "serverd/lease_file.h"
 #include "serverd/lie.h"
 #include "serverd/rebuild_masks.h"
+#include "serverd/smp_frames.h"
 
 namespace s3oram::serverd {
 
@@ -777,8 +779,8 @@ struct RequestHandler::Impl {
     // Every other bucket the eviction reads is checked against its digests
     // first too: a damaged slot must not be mixed into the new buckets (where
     // no digest could catch it any more).
-    std::vector<Elem> product, coeffs, combined;
-    std::vector<std::vector<Elem>> outs(parties);
+    std::vector<Elem> product, combined;
+    SmpFrames smp;  // this round's frames and own share, reused by the next
 
     const std::uint32_t me = config.index;
     // Phase timings for the debug log: kernels, SMP split/combine, waiting for
@@ -832,23 +834,26 @@ struct RequestHandler::Impl {
       t_kernel += since(t0);
       SetProgress(k, wire::EvictPhase::kSmp);
       t0 = Clock::now();
-      // SMP: re-share lambda_me * product with degree t; keep our own part.
-      coeffs.resize(product.size() * threshold);
-      random::Elems(coeffs);
-      // outs keep their pages from round to round (Send copies what it sends).
-      std::vector<Elem*> ptrs;
-      for (auto& o : outs) {
-        o.resize(product.size());
-        ptrs.push_back(o.data());
-      }
+      // SMP: re-share lambda_me * product with degree t straight into the
+      // peers' frames; keep our own part.
       if (Lies("smp-consistent") && !product.empty()) product[0] = field::Add(product[0], 1);
-      shamir::SmpSplit(product, lambda[me], threshold, coeffs, ptrs);
-      if (Lies("smp-inconsistent") && !peer_indices.empty() && !product.empty()) {
-        outs[peer_indices[0]][0] = field::Add(outs[peer_indices[0]][0], 1);
-      }
-      const std::vector<Elem>& mine = outs[me];
       const SmpRound smp_round{req.eviction, req.attempt, round};
-      S3ORAM_RETURN_IF_ERROR(peers->Send(h, smp_round, outs));
+      const wire::SmpShares fields{req.eviction, req.attempt, round, me, {}};
+      SplitIntoFrames(h, fields, product, lambda[me], threshold, parties, me, smp);
+      if (Lies("smp-inconsistent") && !peer_indices.empty() && !product.empty()) {
+        // The first share to one peer, off by one: unpack its first 8, repack.
+        std::vector<std::uint8_t>& frame = smp.frames[peer_indices[0]];
+        const std::size_t k8 = std::min<std::size_t>(8, product.size());
+        Elem first[8] = {};
+        std::uint8_t* at = frame.data() + smp.shares_offset;
+        std::string ignored;
+        if (wire::UnpackElems({at, wire::PackedElemBytes(k8)}, {first, k8}, &ignored)) {
+          first[0] = field::Add(first[0], 1);
+          (void)wire::PackElems({first, k8}, at);
+        }
+      }
+      const std::vector<Elem>& mine = smp.own;
+      S3ORAM_RETURN_IF_ERROR(peers->Send(smp.frames));
       // Mid-PREPARE: this server's round shares are out, its peers wait for
       // the next round that never comes.
       FaultPoint("server.evict_prepare.mid_rounds");
@@ -887,7 +892,9 @@ struct RequestHandler::Impl {
         S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(2 * H - 1, {combined.data() + bucket, bucket}));
       }
       t_shadow += since(t0);
-      prev.assign(combined.begin(), combined.begin() + static_cast<std::ptrdiff_t>(bucket));
+      // u_k is the first bucket of `combined`; taking its buffer instead of a
+      // copy (the next round's `combined` reuses prev's).
+      prev.swap(combined);
       source = prev.data();
     }
     SetProgress(static_cast<std::uint32_t>(H), wire::EvictPhase::kSeal);

@@ -77,7 +77,6 @@ struct Server::Impl : PeerExchange {
   std::map<SmpKey, std::vector<Elem>> smp_buffer;
   // Buffers kept between the rounds of one eviction (Trim frees them).
   std::vector<std::vector<Elem>> spare_shares;
-  std::vector<std::uint8_t> smp_frame;
   std::atomic<std::uint64_t> peer_bytes_sent{0};
 
   // An EVICT_PREPARE's computation (minutes at large blocks) runs on
@@ -158,17 +157,18 @@ struct Server::Impl : PeerExchange {
     }
   }
 
-  // Sends this server's round shares to every peer. One frame buffer serves
-  // every peer and round (zmq_send copies it), so a round maps no new pages.
-  Status Send(const wire::Header& h, const SmpRound& r,
-              const std::vector<std::vector<Elem>>& outs) override {
+  // Sends this server's round frames to every peer (zmq_send copies them, so
+  // the handler reuses its frames for the next round).
+  Status Send(const std::vector<std::vector<std::uint8_t>>& frames) override {
     for (auto& [peer, socket] : pushes) {
-      const wire::SmpShares fields{r.eviction, r.attempt, r.round, config.index, {}};
-      wire::EncodeSmpShares(h, fields, outs[peer], smp_frame);
-      if (zmq_send(socket, smp_frame.data(), smp_frame.size(), 0) < 0) {
+      if (peer >= frames.size() || frames[peer].empty()) {
+        return Status::FailedPrecondition("no SMP frame for peer " + std::to_string(peer));
+      }
+      const std::vector<std::uint8_t>& frame = frames[peer];
+      if (zmq_send(socket, frame.data(), frame.size(), 0) < 0) {
         return Status::IoError(ZmqError("sending SMP shares to peer " + std::to_string(peer)));
       }
-      peer_bytes_sent += smp_frame.size();
+      peer_bytes_sent += frame.size();
     }
     return Status::Ok();
   }
@@ -245,7 +245,6 @@ struct Server::Impl : PeerExchange {
   void Trim() override {
     spare_shares.clear();
     spare_shares.shrink_to_fit();
-    smp_frame = {};
   }
 
   // Keeps a combined round's vector for the next round's arrival (one per

@@ -930,23 +930,36 @@ std::vector<std::uint8_t> Encode(const Header& header, const Body& body) {
       body);
 }
 
-void EncodeSmpShares(const Header& header, const SmpShares& m, std::span<const Elem> shares,
-                     std::vector<std::uint8_t>& frame) {
-  if (shares.size() > kMaxElems) EncodeContractViolation("shares", shares.size());
-  const std::size_t body_bytes = 8 + 4 + 4 + 4 + 4 + PackedElemBytes(shares.size());
+std::size_t StartSmpSharesFrame(const Header& header, const SmpShares& m, std::size_t count,
+                                std::vector<std::uint8_t>& frame) {
+  if (count > kMaxElems) EncodeContractViolation("shares", count);
+  constexpr std::size_t kFixedBody = 8 + 4 + 4 + 4 + 4;
+  const std::size_t frame_bytes = kHeaderBytes + kFixedBody + PackedElemBytes(count);
   frame.clear();
-  frame.reserve(kHeaderBytes + body_bytes);
+  frame.reserve(frame_bytes);
   Writer w(frame);
-  WriteHeader(w, frame, header, MessageType::kSmpShares, body_bytes);
-  // The fields of Fields(SmpShares), in its order, with `shares` for m.shares.
+  WriteHeader(w, frame, header, MessageType::kSmpShares, kFixedBody + PackedElemBytes(count));
+  // The fields of Fields(SmpShares), in its order, up to the shares' count.
   w.U64(m.eviction, "eviction");
   w.U32(m.attempt, "attempt");
   w.U32(m.round, "round");
   w.U32(m.from_index, "from_index");
-  w.Elems(shares, "shares");
-  if (frame.size() != kHeaderBytes + body_bytes) {
-    std::fprintf(stderr, "s3oram::wire::EncodeSmpShares: size mismatch (%zu != %zu)\n",
-                 frame.size(), kHeaderBytes + body_bytes);
+  w.U32(static_cast<std::uint32_t>(count), "shares");
+  if (frame.size() != kHeaderBytes + kFixedBody) {
+    std::fprintf(stderr, "s3oram::wire::StartSmpSharesFrame: size mismatch (%zu != %zu)\n",
+                 frame.size(), kHeaderBytes + kFixedBody);
+    std::abort();
+  }
+  const std::size_t offset = frame.size();
+  frame.resize(frame_bytes);
+  return offset;
+}
+
+void EncodeSmpShares(const Header& header, const SmpShares& m, std::span<const Elem> shares,
+                     std::vector<std::uint8_t>& frame) {
+  const std::size_t offset = StartSmpSharesFrame(header, m, shares.size(), frame);
+  if (!PackElems(shares, frame.data() + offset)) {
+    std::fprintf(stderr, "s3oram::wire::EncodeSmpShares: a share of 2^31 or more\n");
     std::abort();
   }
 }

@@ -551,6 +551,14 @@ Result<Message> Decode(std::span<const std::uint8_t> frame);
 // kept); `m.shares` is ignored and `shares` encoded in its place.
 void EncodeSmpShares(const Header& header, const SmpShares& m, std::span<const Elem> shares,
                      std::vector<std::uint8_t>& frame);
+// The same frame written in two steps, for a sender that produces the shares
+// chunk by chunk: StartSmpSharesFrame sizes `frame` for `count` shares, writes
+// everything before them and returns the offset of the packed shares; the
+// caller then packs shares [s, s + c) at offset + PackedElemBytes(s) with
+// PackElems, every s a multiple of 8 (eight 31-bit shares are 31 whole bytes),
+// until all `count` are written. `m.shares` is ignored.
+std::size_t StartSmpSharesFrame(const Header& header, const SmpShares& m, std::size_t count,
+                                std::vector<std::uint8_t>& frame);
 // Decodes a frame that must be SMP_SHARES into *header and *out, reusing the
 // capacity of out->shares; every check Decode makes is made. On failure *out
 // is unspecified (its vector still owns its memory).

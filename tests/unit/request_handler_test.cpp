@@ -39,10 +39,19 @@ class StubPeers final : public PeerExchange {
  public:
   bool short_shares = false;
 
-  Status Send(const wire::Header&, const SmpRound&,
-              const std::vector<std::vector<Elem>>& shares) override {
-    answers_[0] = shares[1];
-    answers_[1] = shares[2];
+  // Echoes to the server the shares it sent peers 1 and 2 (decoded from
+  // their frames, which must be well-formed SMP_SHARES from party 0).
+  Status Send(const std::vector<std::vector<std::uint8_t>>& frames) override {
+    if (frames.size() != 3 || !frames[0].empty()) {
+      return Status::Protocol("stub: expected frames for parties 1 and 2 only");
+    }
+    for (std::size_t p = 1; p < 3; ++p) {
+      wire::Header h;
+      wire::SmpShares m;
+      S3ORAM_RETURN_IF_ERROR(wire::DecodeSmpSharesInto(frames[p], &h, &m));
+      if (m.from_index != 0) return Status::Protocol("stub: from_index is not 0");
+      answers_[p - 1] = std::move(m.shares);
+    }
     if (short_shares) answers_[1].pop_back();
     return Status::Ok();
   }
