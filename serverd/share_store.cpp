@@ -193,9 +193,8 @@ Status PreadAll(int fd, void* buf, std::size_t n, std::uint64_t off, const std::
       return SysError("reading", path, errno);
     }
     if (r == 0) {
-      return Status::Corruption("reading " + path + ": file ends at offset " +
-                                std::to_string(off) + ", " + std::to_string(n) +
-                                " more bytes expected");
+      return Status::Corruption("reading " + path + ": file ends at offset " + std::to_string(off) +
+                                ", " + std::to_string(n) + " more bytes expected");
     }
     p += r;
     n -= static_cast<std::size_t>(r);
@@ -224,7 +223,7 @@ Status MakeDirs(const std::string& dir) {
       return SysError("creating directory", prefix, errno);
     }
   }
-  struct stat st{};
+  struct stat st {};
   if (::stat(dir.c_str(), &st) != 0) return SysError("stat of", dir, errno);
   if (!S_ISDIR(st.st_mode)) return Status::InvalidArgument(dir + " exists and is not a directory");
   return Status::Ok();
@@ -260,11 +259,11 @@ class Fd {
 struct Geometry {
   std::uint64_t bucket_bytes = 0;
   std::uint64_t num_buckets = 0;
-  std::uint64_t z = 0;                // slots per bucket
-  std::uint64_t slots = 0;            // num_buckets * Z
-  std::uint64_t digest_offset = 0;    // first byte of the digest region
-  std::uint64_t file_bytes = 0;       // format 2: header, buckets, digests
-  std::uint64_t v1_file_bytes = 0;    // format 1: header and buckets only
+  std::uint64_t z = 0;              // slots per bucket
+  std::uint64_t slots = 0;          // num_buckets * Z
+  std::uint64_t digest_offset = 0;  // first byte of the digest region
+  std::uint64_t file_bytes = 0;     // format 2: header, buckets, digests
+  std::uint64_t v1_file_bytes = 0;  // format 1: header and buckets only
 };
 
 constexpr std::uint64_t kDigestBytes = digest::kDigestElems * sizeof(Elem);
@@ -313,8 +312,8 @@ bool ComputeGeometry(const wire::StoreShape& s, Geometry* g, std::string* why) {
     return false;
   }
   digest_offset = digest_offset / kHeaderRegion * kHeaderRegion;
-  *g = Geometry{bucket_bytes, num_buckets, s.bucket_size, slots, digest_offset, file_bytes,
-                v1_file_bytes};
+  *g = Geometry{bucket_bytes,  num_buckets, s.bucket_size, slots,
+                digest_offset, file_bytes,  v1_file_bytes};
   return true;
 }
 
@@ -339,8 +338,8 @@ void EncodeMeta(const ServerMeta& m, const digest::Seed& seed, std::uint64_t gen
 
 // Decodes one meta copy of format 1 or 2 (*version says which; a format-1
 // record has no seed); on failure sets *why.
-bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, digest::Seed* seed,
-                std::uint32_t* version, std::uint64_t* generation, std::string* why) {
+bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, digest::Seed* seed, std::uint32_t* version,
+                std::uint64_t* generation, std::string* why) {
   if (std::memcmp(rec, kMetaMagic.data(), kMetaMagic.size()) != 0) {
     *why = "bad magic";
     return false;
@@ -597,8 +596,9 @@ struct ShareStore::Impl {
                        const char* what) const {
     const std::size_t bad = key->DigestBucket(data, out);
     if (bad == out.size()) return Status::Ok();
-    return Status::Corruption(std::string(what) + ": slot " + std::to_string(bad) +
-                              " holds an element that is not a field element; refusing to store it");
+    return Status::Corruption(
+        std::string(what) + ": slot " + std::to_string(bad) +
+        " holds an element that is not a field element; refusing to store it");
   }
   Status WriteDigests(int f, const std::string& path, std::uint64_t offset,
                       std::span<const digest::SlotDigest> d) {
@@ -607,8 +607,8 @@ struct ShareStore::Impl {
   // Whole buckets from `first` on and their digests, into the open file
   // (`path` for messages); not synced. `who` names the caller in a range
   // error, `what` the data in a digest refusal.
-  Status WriteWholeBuckets(std::uint64_t first, std::span<const Elem> data,
-                           const std::string& path, const char* who, const char* what) {
+  Status WriteWholeBuckets(std::uint64_t first, std::span<const Elem> data, const std::string& path,
+                           const char* who, const char* what) {
     const std::uint64_t be = geo.bucket_bytes / sizeof(Elem);
     if (first < 1 || first > geo.num_buckets || data.empty() || data.size() % be != 0 ||
         data.size() / be > geo.num_buckets - first + 1) {
@@ -706,9 +706,10 @@ struct ShareStore::Impl {
     }
     S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
     S3ORAM_RETURN_IF_ERROR(WriteMeta(m));
-    spdlog::info("share store in {}: digests added for {} written buckets{}", dir, written,
-                 bad ? "; " + std::to_string(bad) + " slots hold non-field elements and read as damaged"
-                     : std::string());
+    spdlog::info(
+        "share store in {}: digests added for {} written buckets{}", dir, written,
+        bad ? "; " + std::to_string(bad) + " slots hold non-field elements and read as damaged"
+            : std::string());
     return Status::Ok();
   }
 
@@ -757,7 +758,7 @@ std::uint64_t ShareStore::bucket_elems() const {
 std::uint64_t ShareStore::num_buckets() const { return impl_->geo.num_buckets; }
 std::uint64_t ShareStore::file_bytes() const { return impl_->geo.file_bytes; }
 std::uint64_t ShareStore::allocated_bytes() const {
-  struct stat st{};
+  struct stat st {};
   if (::fstat(impl_->fd.get(), &st) != 0) return 0;
   return static_cast<std::uint64_t>(st.st_blocks) * 512;
 }
@@ -808,9 +809,8 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateForRebuild(const std::stri
 }
 
 Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& dir,
-                                                           const ServerMeta& meta,
-                                                           bool overwrite, bool sync,
-                                                           bool rebuild) {
+                                                           const ServerMeta& meta, bool overwrite,
+                                                           bool sync, bool rebuild) {
   Geometry geo;
   std::string why;
   if (!ComputeGeometry(meta.shape, &geo, &why)) {
@@ -832,7 +832,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   random::Bytes(impl->seed);
   impl->key = std::make_unique<const digest::DigestKey>(impl->seed, meta.shape.elems_per_slot);
 
-  struct stat st{};
+  struct stat st {};
   if (::lstat(impl->shares_path.c_str(), &st) == 0) {
     if (!overwrite) {
       return Status::AlreadyExists("a share store already exists in " + dir +
@@ -928,7 +928,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
     if (errno == ENOENT) return Status::NotFound("no share store in " + dir + " (no shares.bin)");
     return SysError("opening", path, errno);
   }
-  struct stat st{};
+  struct stat st {};
   if (::fstat(impl->fd.get(), &st) != 0) return SysError("stat of", path, errno);
   const auto size = static_cast<std::uint64_t>(st.st_size);
   if (size < kHeaderRegion) {
@@ -997,9 +997,8 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   if (!sfd.valid() && errno != ENOENT) return SysError("opening", impl->shadow_path, errno);
   ShadowHeader sh;
   if (sfd.valid() && ReadShadowHeader(sfd.get(), impl->shadow_path, &sh) && sh.sealed &&
-      sh.fs_id == best.fs_id && sh.shape == best.shape &&
-      sh.eviction == best.applied_evictions) {
-    struct stat sst{};
+      sh.fs_id == best.fs_id && sh.shape == best.shape && sh.eviction == best.applied_evictions) {
+    struct stat sst {};
     const std::uint64_t digests = sh.buckets.size() * impl->geo.z;
     const std::uint64_t digest_offset = sh.data_offset + sh.buckets.size() * impl->geo.bucket_bytes;
     const bool has_digests = sh.version == kShadowVersion;
@@ -1015,8 +1014,8 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
       // Commit, which checks them against these.
       std::vector<digest::SlotDigest> d(digests);
       if (has_digests) {
-        S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), d.data(), d.size() * kDigestBytes,
-                                        digest_offset, impl->shadow_path));
+        S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), d.data(), d.size() * kDigestBytes, digest_offset,
+                                        impl->shadow_path));
       } else {
         // Sealed by a server from before digests (an upgrade between PREPARE
         // and COMMIT): digest it as it is now, so that its commit can run.
@@ -1044,7 +1043,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   if (rfd.valid() && ReadRootHeader(rfd.get(), impl->root_path, &rh) && rh.fs_id == best.fs_id &&
       rh.eviction == best.applied_evictions && rh.bucket_bytes == impl->geo.bucket_bytes &&
       rh.z == impl->geo.z) {
-    struct stat rst{};
+    struct stat rst {};
     const std::uint64_t need = kHeaderRegion + rh.bucket_bytes + rh.z * kDigestBytes;
     if (::fstat(rfd.get(), &rst) == 0 && static_cast<std::uint64_t>(rst.st_size) >= need) {
       std::vector<digest::SlotDigest> d(rh.z);
@@ -1112,7 +1111,7 @@ Status ShareStore::VerifyBuckets(std::uint64_t first, std::span<const Elem> data
 }
 
 Result<std::vector<std::uint8_t>> ShareStore::Scrub(std::uint64_t first,
-                                                     std::uint64_t count) const {
+                                                    std::uint64_t count) const {
   return Scrub(first, count, *impl_->key, nullptr);
 }
 
@@ -1162,13 +1161,13 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
   const Impl& im = *impl_;
   if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction ||
       im.shadow.attempt != attempt) {
-    return Status::FailedPrecondition(
-        "no sealed shadow of eviction " + std::to_string(eviction) + " attempt " +
-        std::to_string(attempt) + " to check" +
-        (im.shadow_state == Impl::ShadowState::kSealed
-             ? " (the sealed one is eviction " + std::to_string(im.shadow.eviction) +
-                   " attempt " + std::to_string(im.shadow.attempt) + ")"
-             : std::string()));
+    return Status::FailedPrecondition("no sealed shadow of eviction " + std::to_string(eviction) +
+                                      " attempt " + std::to_string(attempt) + " to check" +
+                                      (im.shadow_state == Impl::ShadowState::kSealed
+                                           ? " (the sealed one is eviction " +
+                                                 std::to_string(im.shadow.eviction) + " attempt " +
+                                                 std::to_string(im.shadow.attempt) + ")"
+                                           : std::string()));
   }
   if (public_key.slot_elems() != slot_elems()) {
     return Status::InvalidArgument("ShadowDigests: public key for slots of another size");
@@ -1191,22 +1190,23 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
       const std::span<const Elem> x{bucket.data() + slot * m, m};
       digest::SlotDigest got{};
       if (!im.key->Digest(x, &got) || got != want[slot]) {
-        return Status::Damaged("server " + std::to_string(meta_.server_index) +
-                               ": the prepared eviction " + std::to_string(eviction) + " in " +
-                               im.shadow_path + " is damaged (bucket " +
-                               std::to_string(im.shadow.buckets[i]) + " slot " +
-                               std::to_string(slot) + " differs from what was written); if "
-                               "it stays, repair this server from the others: s3oram rebuild "
-                               "--server " + std::to_string(meta_.server_index));
+        return Status::Damaged(
+            "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
+            std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
+            std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(slot) +
+            " differs from what was written); if "
+            "it stays, repair this server from the others: s3oram rebuild "
+            "--server " +
+            std::to_string(meta_.server_index));
       }
       (void)public_key.Digest(x, &out[i * im.geo.z + slot]);
     }
     // Every slot is canonical now (its stored digest matched), as the
     // kernel requires.
     for (std::size_t r = 0; r < combination_rows && combination != nullptr; ++r) {
-      digest::AddCombination(bucket, m,
-                             std::span<const Elem>(weights).subspan(r * slots + i * im.geo.z, im.geo.z),
-                             std::span<Elem>(*combination).subspan(r * m, m));
+      digest::AddCombination(
+          bucket, m, std::span<const Elem>(weights).subspan(r * slots + i * im.geo.z, im.geo.z),
+          std::span<Elem>(*combination).subspan(r * m, m));
     }
   }
   im.shadow_verified = true;
@@ -1225,7 +1225,8 @@ Status ShareStore::DamagedSlot(std::uint64_t b, std::uint64_t slot, const std::s
   return Status::Damaged(server + " has damaged storage: bucket " + std::to_string(b) + " slot " +
                          std::to_string(slot) + " of " + impl_->shares_path + " (" + what +
                          "); this server must be repaired from the others: s3oram rebuild "
-                         "--server " + std::to_string(meta_.server_index));
+                         "--server " +
+                         std::to_string(meta_.server_index));
 }
 
 bool ShareStore::rebuilding() const { return impl_->rebuilding; }
@@ -1236,8 +1237,7 @@ Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data)
   if (!im.rebuilding) {
     return Status::FailedPrecondition("WriteBuckets: store is not being rebuilt");
   }
-  return im.WriteWholeBuckets(first, data, im.rebuild_path, "WriteBuckets",
-                              "rebuilt bucket data");
+  return im.WriteWholeBuckets(first, data, im.rebuild_path, "WriteBuckets", "rebuilt bucket data");
 }
 
 Status ShareStore::CheckUnused() const {
@@ -1245,9 +1245,8 @@ Status ShareStore::CheckUnused() const {
   if (meta_.applied_seq != 0 || meta_.applied_evictions != 0 ||
       im.shadow_state != Impl::ShadowState::kNone || im.root_snapshot != 0) {
     return Status::FailedPrecondition(
-        "age fill: the tree in " + im.dir + " has been used (" +
-        std::to_string(meta_.applied_seq) + " accesses, " +
-        std::to_string(meta_.applied_evictions) +
+        "age fill: the tree in " + im.dir + " has been used (" + std::to_string(meta_.applied_seq) +
+        " accesses, " + std::to_string(meta_.applied_evictions) +
         " evictions applied); filling would overwrite its blocks, so it is only for a new "
         "filesystem");
   }
@@ -1286,9 +1285,9 @@ Status ShareStore::FinishRebuild(const ServerMeta& meta) {
   return Status::Ok();
 }
 
-Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot,
-                             std::span<const Elem> data, std::uint64_t seq,
-                             std::uint64_t epoch, const std::function<Status()>& while_syncing) {
+Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
+                             std::uint64_t seq, std::uint64_t epoch,
+                             const std::function<Status()>& while_syncing) {
   S3ORAM_RETURN_IF_ERROR(impl_->Live());
   if (bucket < 1 || bucket > impl_->geo.num_buckets) {
     return Status::InvalidArgument("bucket " + std::to_string(bucket) + " out of range 1.." +
@@ -1465,11 +1464,10 @@ Status ShareStore::SealShadow() {
   // empty bucket: committing it would silently drop blocks.
   for (std::size_t i = 0; i < im.shadow_filled.size(); ++i) {
     if (!im.shadow_filled[i]) {
-      return Status::FailedPrecondition("cannot seal shadow of eviction " +
-                                        std::to_string(im.shadow.eviction) + ": bucket index " +
-                                        std::to_string(i) + " (bucket " +
-                                        std::to_string(im.shadow.buckets[i]) +
-                                        ") was never written");
+      return Status::FailedPrecondition(
+          "cannot seal shadow of eviction " + std::to_string(im.shadow.eviction) +
+          ": bucket index " + std::to_string(i) + " (bucket " +
+          std::to_string(im.shadow.buckets[i]) + ") was never written");
     }
   }
   const int sfd = im.shadow_fd.get();
@@ -1487,8 +1485,7 @@ Status ShareStore::SealShadow() {
 }
 
 Status ShareStore::Impl::WriteRootFile(const wire::FsId& fs_id, std::uint64_t eviction,
-                                       const Elem* data,
-                                       std::vector<digest::SlotDigest> digests) {
+                                       const Elem* data, std::vector<digest::SlotDigest> digests) {
   if (!root_fd.valid()) {
     root_fd = Fd(::open(root_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
     if (!root_fd.valid()) return SysError("creating", root_path, errno);
@@ -1591,12 +1588,12 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   if (eviction < meta_.applied_evictions) return Status::Ok();
   S3ORAM_RETURN_IF_ERROR(im.Live());
   if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction) {
-    std::string have = im.shadow_state == Impl::ShadowState::kSealed
-                           ? "the sealed shadow is for eviction " +
-                                 std::to_string(im.shadow.eviction)
-                           : "no shadow is sealed";
-    return Status::FailedPrecondition("cannot commit eviction " + std::to_string(eviction) +
-                                      ": " + have);
+    std::string have =
+        im.shadow_state == Impl::ShadowState::kSealed
+            ? "the sealed shadow is for eviction " + std::to_string(im.shadow.eviction)
+            : "no shadow is sealed";
+    return Status::FailedPrecondition("cannot commit eviction " + std::to_string(eviction) + ": " +
+                                      have);
   }
   // BeginShadow and Open only admit a shadow for the next eviction.
   assert(eviction == meta_.applied_evictions);
@@ -1654,19 +1651,19 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
               return Status::Ok();
             });
   S3ORAM_RETURN_IF_ERROR(checked);
-  const Status copied = each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
-                                       std::size_t bytes) -> Status {
-    const std::uint64_t b = im.shadow.buckets[i];
-    S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), bytes,
-                                     im.BucketOffset(b) + first * slot_bytes, im.shares_path));
-    if (first + n == im.geo.z) {
-      S3ORAM_RETURN_IF_ERROR(im.WriteDigests(
-          im.fd.get(), im.shares_path, im.DigestOffset(b),
-          {im.shadow_digests.data() + i * im.geo.z, static_cast<std::size_t>(im.geo.z)}));
-      if (i == im.shadow.buckets.size() / 2) FaultPoint("server.evict_commit.mid_copy");
-    }
-    return Status::Ok();
-  });
+  const Status copied = each_chunk(
+      [&](std::size_t i, std::uint64_t first, std::uint64_t n, std::size_t bytes) -> Status {
+        const std::uint64_t b = im.shadow.buckets[i];
+        S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), bytes,
+                                         im.BucketOffset(b) + first * slot_bytes, im.shares_path));
+        if (first + n == im.geo.z) {
+          S3ORAM_RETURN_IF_ERROR(im.WriteDigests(
+              im.fd.get(), im.shares_path, im.DigestOffset(b),
+              {im.shadow_digests.data() + i * im.geo.z, static_cast<std::size_t>(im.geo.z)}));
+          if (i == im.shadow.buckets.size() / 2) FaultPoint("server.evict_commit.mid_copy");
+        }
+        return Status::Ok();
+      });
   S3ORAM_RETURN_IF_ERROR(copied);
   S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
   FaultPoint("server.evict_commit.after_copy");

@@ -41,8 +41,8 @@ inline void FlipBytes(const std::string& path, std::uint64_t offset, std::size_t
 
 // Damages `shares` (a stopped server's shares.bin) as `kind` says, at a
 // place drawn from `rng`; returns where, for the test's output.
-inline std::string DamageShareFile(const std::string& shares, const OramParams& p,
-                                   ShareDamage kind, std::mt19937_64& rng) {
+inline std::string DamageShareFile(const std::string& shares, const OramParams& p, ShareDamage kind,
+                                   std::mt19937_64& rng) {
   const TreeGeometry geo = p.geometry();
   const std::uint64_t slot_bytes = p.slot_bytes();
   switch (kind) {
@@ -99,8 +99,8 @@ inline std::vector<std::size_t> OtherServersNamed(const std::string& text, std::
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < 3; ++i) {
     if (i == bad) continue;
-    for (const char* what : {" has damaged storage", ": the prepared eviction", ": DAMAGED",
-                             " holds the odd share"}) {
+    for (const char* what :
+         {" has damaged storage", ": the prepared eviction", ": DAMAGED", " holds the odd share"}) {
       if (text.find("server " + std::to_string(i) + what) != std::string::npos) out.push_back(i);
     }
   }
