@@ -674,7 +674,10 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
   // Once per `every` root slots (a pipelined batch takes several at once).
   const std::uint64_t bucket = (counters_.nr + pending_roots_.size()) / every;
-  if (elapsed < kProgressAfter || bucket == progress_polled_bucket_) return;
+  if (elapsed < kProgressAfter || bucket == progress_polled_bucket_ ||
+      progress_polled_bucket_ == kProgressDone) {
+    return;
+  }
   progress_polled_bucket_ = bucket;
   // A server's word is bounded by the client's own clock (it cannot have
   // computed longer than the client has waited) and by the eviction
@@ -683,12 +686,17 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   const auto cap = std::chrono::duration_cast<EvictionPacer::Duration>(options_.evictions.deadline);
   EvictionPacer::Bounds slowest;
   bool unbounded = false;  // a server in round 1: no upper bound yet
+  bool computing = false;  // some server still computes this eviction
   for (const auto& r : QueryServers(options_.requests.resend_after)) {
-    if (!r.status.ok() || !r.reply.evicting ||
-        r.reply.evicting_eviction != inflight_->record.eviction ||
+    if (!r.status.ok()) {
+      computing = true;  // says nothing: it may still be computing
+      continue;
+    }
+    if (!r.reply.evicting || r.reply.evicting_eviction != inflight_->record.eviction ||
         r.reply.evicting_rounds != params().height) {
       continue;
     }
+    computing = true;
     const auto server_elapsed = std::min<std::uint64_t>(
         r.reply.evicting_elapsed_ms, static_cast<std::uint64_t>(std::max<std::int64_t>(0, own.count())));
     const EvictionPacer::Bounds b = EvictionPacer::FromProgress(
@@ -702,23 +710,33 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   }
   if (unbounded) slowest.upper = EvictionPacer::Duration::zero();
   pacer_.Provisional(slowest);
+  // Every server that answered has finished its part (all of them accepted
+  // the PREPARE before pacing began): no more polls this round; the result
+  // is collected at the round's end.
+  if (!computing) progress_polled_bucket_ = kProgressDone;
 }
 
 void OramClient::PaceBehindEviction(std::uint64_t done) {
   if (!inflight_ || !inflight_->started) return;
   const auto elapsed = std::chrono::steady_clock::now() - inflight_->started_at;
-  const bool provisional = pacer_.estimate() <= EvictionPacer::Duration::zero();
-  if (provisional) AskEvictionProgress(elapsed);
+  AskEvictionProgress(elapsed);
   const auto delay = pacer_.Delay(elapsed, done, params().evict_rate);
   if (delay <= EvictionPacer::Duration::zero()) return;
   if (!pace_logged_) {
-    if (provisional) {
+    if (pacer_.estimate() <= EvictionPacer::Duration::zero()) {
       spdlog::info("accesses are paced to eviction {}, the first this state sees: the servers' "
                    "progress suggests {:.1f} s, and a round of {} accesses is made to last about "
                    "that long, so that none waits for all of it at the end",
                    inflight_->record.eviction,
                    std::chrono::duration<double>(pacer_.provisional()).count(),
                    params().evict_rate);
+    } else if (pacer_.provisional() > pacer_.estimate()) {
+      spdlog::info("accesses are paced to eviction {}: the servers' progress suggests {:.1f} s, "
+                   "longer than the last ({:.1f} s), and a round of {} accesses is made to last "
+                   "about that long, so that none waits for all of it at the end",
+                   inflight_->record.eviction,
+                   std::chrono::duration<double>(pacer_.provisional()).count(),
+                   std::chrono::duration<double>(pacer_.estimate()).count(), params().evict_rate);
     } else {
       spdlog::info("accesses are paced to eviction {} (the last took {:.1f} s): a round of {} "
                    "accesses lasts at least that long, so that none waits for all of it at the "

@@ -498,11 +498,14 @@ class OramClient {
   // Holds back an access that is ahead of the pace of the eviction beside it.
   // `done`: the accesses of the round before the last of those about to go.
   void PaceBehindEviction(std::uint64_t done);
-  // No estimate yet: every A/16 accesses of an eviction that has run 1 s or
-  // more, asks the servers' STATUS for its progress and gives the pacer a
-  // provisional estimate (EvictionPacer::FromProgress).
+  // Every A/16 accesses of an eviction that has run 1 s or more, until the
+  // servers say it is computed: asks their STATUS for its progress and gives
+  // the pacer a provisional estimate (EvictionPacer::FromProgress), which
+  // paces the round when it is longer than the learned one.
   void AskEvictionProgress(std::chrono::steady_clock::duration elapsed);
   static constexpr std::uint64_t kNoBucket = ~std::uint64_t{0};
+  // The servers said the eviction is computed: no more polls until the next.
+  static constexpr std::uint64_t kProgressDone = kNoBucket - 1;
   std::uint64_t progress_polled_bucket_ = kNoBucket;  // of the last poll: root slots / (A/16)
   // What is left of one eviction timeout (options_.evictions) begun at
   // `started`, for the attempts of one eviction to share.

@@ -6,7 +6,10 @@ namespace s3oram {
 
 EvictionPacer::Duration EvictionPacer::Delay(Duration elapsed, std::uint64_t done,
                                              std::uint64_t round) const {
-  const Duration estimate = estimate_ > Duration::zero() ? estimate_ : provisional();
+  // The servers' progress can only lengthen the pace: an eviction slower than
+  // the last (a tree filling up, a busier host) is paced by what the polls
+  // say; a faster one by the learned figure, which Learn then lowers.
+  const Duration estimate = std::max(estimate_, provisional());
   if (round == 0 || estimate <= Duration::zero()) return Duration::zero();
   done = std::min(done, round);
   // estimate * done / round without overflow: estimates are minutes at most

@@ -18,11 +18,14 @@
 // tenth when the result was ready already (it came at some unknown earlier
 // time), so that a pace too slow for the servers of the moment corrects
 // itself. A wait counts as one only if it is long against a round trip and
-// not negligible against the round, which may include hours of idleness. The estimate is kept in the
-// client state. The first eviction of a new state has none: while it runs,
-// the client asks the servers how far they are (STATUS: round k of R after
-// e) and paces by a provisional estimate extrapolated from that
-// (FromProgress), until the first commit teaches the real one. Pure: time is
+// not negligible against the round, which may include hours of idleness.
+// The estimate is kept in the client state. While an eviction runs, the
+// client also asks the servers how far they are (STATUS: round k of R after
+// e) and extrapolates a provisional figure from that (FromProgress). The pace
+// follows the larger of the two: the first eviction of a new state, which has
+// no estimate, is paced by its progress alone, and an eviction slower than
+// the last (the first ones of a young tree grow as buckets fill) is paced by
+// its progress instead of a learned figure that is too short. Pure: time is
 // passed in.
 #include <chrono>
 #include <cstdint>
@@ -37,7 +40,7 @@ class EvictionPacer {
 
   // How long the access after `done` accesses of a round of `round` must
   // wait, `elapsed` after the eviction beside the round started. Zero when
-  // no estimate is known yet, or the round is behind the pace.
+  // neither an estimate nor a poll is known, or the round is behind the pace.
   Duration Delay(Duration elapsed, std::uint64_t done, std::uint64_t round) const;
 
   // The eviction beside a round committed. `elapsed`: from its start to the
@@ -59,11 +62,12 @@ class EvictionPacer {
   };
   static Bounds FromProgress(Duration elapsed, std::uint32_t round, std::uint32_t rounds);
 
-  // Before any estimate is learned: one poll of the servers' progress, the
-  // slowest server's bounds. Polls are intersected (the largest lower bound,
-  // the smallest upper one), and Delay paces by the middle of what is left
-  // (by the lower bound while there is no upper one) until the next Learn,
-  // which adopts it, lowered by a tenth, when the result was ready already.
+  // One poll of the servers' progress, the slowest server's bounds. Polls
+  // are intersected (the largest lower bound, the smallest upper one), and
+  // Delay paces by the larger of the estimate and the middle of what is left
+  // (the lower bound while there is no upper one) until the next Learn; the
+  // first Learn adopts it, lowered by a tenth, when the result was ready
+  // already.
   void Provisional(Bounds poll);
   Duration provisional() const;
   // Drops what the polls said (an eviction ended without Learn).

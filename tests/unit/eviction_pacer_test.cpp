@@ -98,9 +98,18 @@ TEST(EvictionPacer, ProvisionalBoundsIntersectAndPaceUntilTheFirstIsLearned) {
   pacer.Learn(seconds(50), milliseconds(4));
   EXPECT_EQ(pacer.estimate(), seconds(40) + milliseconds(500));
   EXPECT_EQ(pacer.provisional(), EvictionPacer::Duration::zero());
-  // Once an estimate exists, polls do not change the pace.
-  pacer.Provisional({seconds(100), EvictionPacer::Duration::zero()});
+  // Once an estimate exists, a poll that says this eviction is faster does
+  // not shorten the pace...
+  pacer.Provisional({seconds(10), seconds(12)});
   EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(15) + milliseconds(250));
+  // ...and one that says it is slower than the last lengthens it.
+  pacer.Provisional({seconds(100), EvictionPacer::Duration::zero()});
+  EXPECT_EQ(pacer.provisional(), seconds(100));
+  EXPECT_EQ(pacer.Delay(seconds(5), 140, 280), seconds(45));
+  // The commit forgets the polls; the estimate learned is the measured one.
+  pacer.Learn(seconds(80), seconds(20));
+  EXPECT_EQ(pacer.estimate(), seconds(100));
+  EXPECT_EQ(pacer.provisional(), EvictionPacer::Duration::zero());
 
   // A first commit that waited measures the eviction itself.
   EvictionPacer waited;
