@@ -1,10 +1,21 @@
 // On-disk share store. Layout and guarantees are described in share_store.h;
 // this file adds the byte formats:
 //
-// shares.bin (format 2): header region (4096 bytes), the buckets, then the
-// digest region at the next multiple of 4096: kDigestElems elements per slot,
-// slot (b, s) at index (b - 1) * Z + s (oramcore/math/slot_digest.h). A
+// shares.bin (format 3): header region (4096 bytes); the N bucket places;
+// the digest region at the next multiple of 4096: kDigestElems elements per
+// slot, slot s of place q at index (q - 1) * Z + s (oramcore/math/slot_digest.h);
+// then, each at the next multiple of 4096, the S = 2 * max(H, 1) spare places
+// (place N + i at spare_offset + (i - 1) * bucket_bytes), their digests in
+// the same order, and two copies of the bucket map, map_copy_bytes each. A
 // never-written slot is all zeros in both regions, and zeros digest to zero.
+//
+// Bucket map copy (little-endian): magic "S3ORBMAP" 8, version u32 (1),
+// reserved u32, generation u64 (the evictions applied it records), count u64
+// (N), place u32 x N (of buckets 1..N), crc32c u32 over everything before it.
+// The map recording e evictions is copy e % 2. Open reads the copy of the
+// header's applied_evictions; Commit of eviction e writes copy (e + 1) % 2,
+// syncs, then writes the header: a crash between the two leaves the header
+// at e, its map copy intact, and the sealed shadow to commit again.
 //
 // Header region: two meta records, at 0 and at 512. Record (little-endian),
 // 116 bytes used, rest of its 512 bytes zero:
@@ -18,13 +29,16 @@
 //   56 epoch u64, 64 applied_seq u64, 72 applied_evictions u64
 //   80 digest seed[32]          the slot digests' key (drawn at creation)
 //   112 crc32c u32 over bytes [0, 112)
-// Format 1 had no digests: 84-byte records (the CRC at 80) and no digest
-// region. Open upgrades such a store in place (UpgradeToDigests).
+// Format 2 had the same record but no spare places and no map (every bucket
+// in its own place; the shadow's data in shadow.bin, copied by Commit); Open
+// upgrades it in place (UpgradeToSparePlaces). Format 1 had no digests either:
+// 84-byte records (the CRC at 80) and no digest region; Open upgrades it
+// (UpgradeToDigests, then UpgradeToSparePlaces).
 // An update writes generation g+1 into copy (g+1) % 2, i.e. never into the copy
 // holding the current generation, so a torn write leaves that copy intact.
 //
-// shadow.bin: header region of data_offset bytes (a multiple of 4096), then the
-// buckets in list order, bucket_bytes each. Header (little-endian):
+// shadow.bin: a header region of data_offset bytes (a multiple of 4096).
+// Header (little-endian):
 //   0  magic "S3ORSHDW"        8
 //   8  format version u32, 12 sealed u32 (0 or 1)
 //   16 fs_id[16]
@@ -32,15 +46,17 @@
 //   48 eviction u64, 56 count u64, 64 data_offset u64
 //   72 bucket numbers u64 x count
 //   then crc32c u32 over everything before it.
-// After the buckets (at data_offset + count * bucket_bytes): the digests of
-// their slots, count * Z * kDigestElems elements, under the store's key.
+// The data of shadow bucket i and its digests are in shares.bin, in the i-th
+// free place (ascending) of the map in force: the map changes only at
+// Commit, so Open finds them again. (Versions 1 and 2 of this header kept the
+// buckets and digests after it; UpgradeToSparePlaces moves a sealed one.)
 // Seal orders the writes: data and digests, fdatasync, sealed header,
 // fdatasync. A sealed header on disk therefore implies complete data, and a
 // torn header fails its CRC and reads as "no sealed shadow". Begin writes an
 // *unsealed* header (and syncs it) before touching any data, so an older sealed
 // shadow can never be paired with half-overwritten data. Commit checks every
-// shadow slot against its digest before copying it: a shadow damaged on disk
-// fails the commit instead of entering the tree.
+// shadow slot against its digest before writing the map: a shadow damaged on
+// disk fails the commit instead of entering the tree.
 
 // root.bin: the root an eviction reads, copied aside when its PREPARE
 // starts so that the next round's root writes may overwrite the live root
@@ -94,13 +110,14 @@ namespace {
 
 constexpr std::uint64_t kHeaderRegion = 4096;
 constexpr std::uint64_t kMetaCopyBytes = 512;
-constexpr std::uint32_t kMetaVersion = 2;
+constexpr std::uint32_t kMetaVersion = 3;
 constexpr std::uint32_t kMetaRecordBytes = 116;
-constexpr std::uint32_t kMetaVersion1 = 1;  // no digests; upgraded by Open
+constexpr std::uint32_t kMetaVersion2 = 2;  // no spare buckets or bucket map; upgraded by Open
+constexpr std::uint32_t kMetaVersion1 = 1;  // no digests either; upgraded by Open
 constexpr std::uint32_t kMetaRecordBytes1 = 84;
 constexpr std::array<char, 8> kMetaMagic = {'S', '3', 'O', 'R', 'M', 'E', 'T', 'A'};
 
-constexpr std::uint32_t kShadowVersion = 2;
+constexpr std::uint32_t kShadowVersion = 3;  // 2: data in shadow.bin; 1: no digests either
 constexpr std::uint64_t kShadowFixedBytes = 72;
 constexpr std::array<char, 8> kShadowMagic = {'S', '3', 'O', 'R', 'S', 'H', 'D', 'W'};
 // One eviction rewrites a path (H + 1 <= 41 buckets) plus a sibling leaf; the
@@ -108,10 +125,12 @@ constexpr std::array<char, 8> kShadowMagic = {'S', '3', 'O', 'R', 'S', 'H', 'D',
 constexpr std::uint64_t kMaxShadowBuckets = 1u << 16;
 
 constexpr std::uint32_t kMaxHeight = 40;
+
+constexpr std::uint32_t kMapVersion = 1;
+constexpr std::uint64_t kMapFixedBytes = 32;
+constexpr std::array<char, 8> kMapMagic = {'S', '3', 'O', 'R', 'B', 'M', 'A', 'P'};
 // Largest single read/write request; Linux caps one request at 0x7ffff000 bytes.
 constexpr std::size_t kMaxIo = std::size_t{1} << 30;
-// Buffer for copying shadow buckets into the share file.
-constexpr std::size_t kCopyChunk = std::size_t{8} << 20;
 
 // ---- CRC32C (Castagnoli, reflected polynomial 0x82F63B78), table driven. Used
 // only for headers, so the simple byte-at-a-time form is fast enough.
@@ -262,8 +281,15 @@ struct Geometry {
   std::uint64_t z = 0;              // slots per bucket
   std::uint64_t slots = 0;          // num_buckets * Z
   std::uint64_t digest_offset = 0;  // first byte of the digest region
-  std::uint64_t file_bytes = 0;     // format 2: header, buckets, digests
+  std::uint64_t spare = 0;          // spare bucket places: 2 * max(H, 1)
+  std::uint64_t spare_offset = 0;   // first spare place
+  std::uint64_t spare_digest_offset = 0;
+  std::uint64_t map_offset = 0;  // first of the two bucket map copies
+  std::uint64_t map_copy_bytes = 0;
+  std::uint64_t file_bytes = 0;     // format 3: all of the above
+  std::uint64_t v2_file_bytes = 0;  // format 2: header, buckets, digests
   std::uint64_t v1_file_bytes = 0;  // format 1: header and buckets only
+  std::uint64_t places() const { return num_buckets + spare; }
 };
 
 constexpr std::uint64_t kDigestBytes = digest::kDigestElems * sizeof(Elem);
@@ -312,8 +338,41 @@ bool ComputeGeometry(const wire::StoreShape& s, Geometry* g, std::string* why) {
     return false;
   }
   digest_offset = digest_offset / kHeaderRegion * kHeaderRegion;
-  *g = Geometry{bucket_bytes,  num_buckets, s.bucket_size, slots,
-                digest_offset, file_bytes,  v1_file_bytes};
+  // Format 3 appends the spare places, their digests and the bucket map.
+  // Bounded by the off_t check above (sizes are at most 2^41 buckets of
+  // well under 2^63 / 2^41 bytes), so none of these sums overflow except
+  // through the final size, which is checked again.
+  const std::uint64_t spare = 2 * std::max<std::uint64_t>(s.height, 1);
+  auto page_up = [](std::uint64_t x) {
+    return (x + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
+  };
+  const std::uint64_t v2_file_bytes = file_bytes;
+  if (num_buckets + spare > std::numeric_limits<std::uint32_t>::max()) {
+    *why = "too many buckets for the bucket map (" + ShapeText(s) + ")";
+    return false;
+  }
+  // Each sum checked: a spare region larger than the tree (H = 0: two places
+  // for one bucket) could otherwise wrap past 2^64 below the off_t bound.
+  constexpr auto kMaxOff = static_cast<std::uint64_t>(std::numeric_limits<off_t>::max());
+  const std::uint64_t map_copy_bytes = page_up(kMapFixedBytes + 4 * num_buckets + 4);
+  std::uint64_t spare_bytes = 0, spare_digest_bytes = 0, spare_end = 0, spare_digest_end = 0;
+  std::uint64_t v3_file_bytes = 0;
+  const std::uint64_t spare_offset = page_up(v2_file_bytes);  // v2_file_bytes <= kMaxOff
+  if (__builtin_mul_overflow(spare, bucket_bytes, &spare_bytes) ||
+      __builtin_mul_overflow(spare * s.bucket_size, kDigestBytes, &spare_digest_bytes) ||
+      __builtin_add_overflow(spare_offset, spare_bytes, &spare_end) || spare_end > kMaxOff ||
+      __builtin_add_overflow(page_up(spare_end), spare_digest_bytes, &spare_digest_end) ||
+      spare_digest_end > kMaxOff ||
+      __builtin_add_overflow(page_up(spare_digest_end), 2 * map_copy_bytes, &v3_file_bytes) ||
+      v3_file_bytes > kMaxOff) {
+    *why = "share file size overflows (" + ShapeText(s) + ")";
+    return false;
+  }
+  const std::uint64_t spare_digest_offset = page_up(spare_end);
+  const std::uint64_t map_offset = page_up(spare_digest_end);
+  *g = Geometry{bucket_bytes,  num_buckets,   s.bucket_size,       slots,      digest_offset,
+                spare,         spare_offset,  spare_digest_offset, map_offset, map_copy_bytes,
+                v3_file_bytes, v2_file_bytes, v1_file_bytes};
   return true;
 }
 
@@ -355,12 +414,12 @@ bool DecodeMeta(const std::uint8_t* rec, ServerMeta* m, digest::Seed* seed, std:
   // Checked after the CRC so that a torn record is reported as such, not as a
   // record from a newer version.
   *version = GetU32(rec + 8);
-  if (!(*version == kMetaVersion && length == kMetaRecordBytes) &&
+  if (!((*version == kMetaVersion || *version == kMetaVersion2) && length == kMetaRecordBytes) &&
       !(*version == kMetaVersion1 && length == kMetaRecordBytes1)) {
     *why = "unsupported format version " + std::to_string(*version);
     return false;
   }
-  if (*version == kMetaVersion) {
+  if (*version != kMetaVersion1) {
     std::memcpy(seed->data(), rec + 80, seed->size());
   } else {
     seed->fill(0);
@@ -420,7 +479,7 @@ bool ReadRootHeader(int fd, const std::string& path, RootHeader* h) {
 }
 
 struct ShadowHeader {
-  std::uint32_t version = kShadowVersion;  // 1: written before slot digests existed
+  std::uint32_t version = kShadowVersion;  // 1, 2: by an older server (data in shadow.bin)
   bool sealed = false;
   wire::FsId fs_id{};
   wire::StoreShape shape;
@@ -462,7 +521,7 @@ bool ReadShadowHeader(int fd, const std::string& path, ShadowHeader* h) {
   if (!PreadAll(fd, fixed.data(), fixed.size(), 0, path).ok()) return false;
   if (std::memcmp(fixed.data(), kShadowMagic.data(), kShadowMagic.size()) != 0) return false;
   const std::uint32_t version = GetU32(fixed.data() + 8);
-  if (version != kShadowVersion && version != 1) return false;
+  if (version != kShadowVersion && version != 2 && version != 1) return false;
   const std::uint64_t count = GetU64(fixed.data() + 56);
   if (count == 0 || count > kMaxShadowBuckets) return false;
   const std::size_t used = kShadowFixedBytes + 8 * count;
@@ -487,6 +546,59 @@ bool ReadShadowHeader(int fd, const std::string& path, ShadowHeader* h) {
   return true;
 }
 
+// One copy of the bucket map: places[b] for buckets b = 1..N (places[0]
+// unused), recording eviction count `generation`.
+std::vector<std::uint8_t> EncodeMap(std::uint64_t generation,
+                                    const std::vector<std::uint32_t>& places,
+                                    std::uint64_t copy_bytes) {
+  const std::uint64_t n = places.size() - 1;
+  std::vector<std::uint8_t> out(copy_bytes, 0);
+  std::uint8_t* p = out.data();
+  std::memcpy(p, kMapMagic.data(), kMapMagic.size());
+  PutU32(p + 8, kMapVersion);
+  PutU64(p + 16, generation);
+  PutU64(p + 24, n);
+  for (std::uint64_t b = 1; b <= n; ++b) PutU32(p + kMapFixedBytes + 4 * (b - 1), places[b]);
+  const std::size_t used = kMapFixedBytes + 4 * n;
+  PutU32(p + used, Crc32c(p, used));
+  return out;
+}
+
+// Decodes a map copy for `generation` of a tree of n buckets and `places`
+// places; false (with *why) if it is torn, foreign, of another generation,
+// or not a one-to-one map into 1..places.
+bool DecodeMap(std::span<const std::uint8_t> in, std::uint64_t generation, std::uint64_t n,
+               std::uint64_t places, std::vector<std::uint32_t>* out, std::string* why) {
+  const std::size_t used = kMapFixedBytes + 4 * n;
+  if (in.size() < used + 4 || std::memcmp(in.data(), kMapMagic.data(), kMapMagic.size()) != 0) {
+    *why = "bad magic";
+    return false;
+  }
+  const std::uint8_t* p = in.data();
+  if (GetU32(p + 8) != kMapVersion || GetU64(p + 24) != n || GetU32(p + used) != Crc32c(p, used)) {
+    *why = "checksum mismatch";
+    return false;
+  }
+  if (GetU64(p + 16) != generation) {
+    *why = "it is for eviction count " + std::to_string(GetU64(p + 16)) + ", not " +
+           std::to_string(generation);
+    return false;
+  }
+  out->assign(n + 1, 0);
+  std::vector<bool> taken(places + 1, false);
+  for (std::uint64_t b = 1; b <= n; ++b) {
+    const std::uint32_t at = GetU32(p + kMapFixedBytes + 4 * (b - 1));
+    if (at < 1 || at > places || taken[at]) {
+      *why = "bucket " + std::to_string(b) + " maps to place " + std::to_string(at) +
+             ", out of range or shared";
+      return false;
+    }
+    taken[at] = true;
+    (*out)[b] = at;
+  }
+  return true;
+}
+
 }  // namespace
 
 struct ShareStore::Impl {
@@ -502,6 +614,56 @@ struct ShareStore::Impl {
   std::size_t map_len = 0;
   Geometry geo;
   std::uint64_t generation = 0;  // of the meta copy that holds meta_
+  // Where each bucket lies: places[b] for b = 1..N, a place being one of the
+  // N bucket positions of format 2 (1..N) or a spare one (N+1..N+spare).
+  // One-to-one; the `spare` places no bucket holds are free, and an
+  // eviction's shadow is written into them. Changes only at Commit (and is
+  // the identity until the first one, and in every store of format < 3).
+  std::vector<std::uint32_t> places;
+  void SetIdentityPlaces() {
+    places.resize(geo.num_buckets + 1);
+    for (std::uint64_t b = 0; b <= geo.num_buckets; ++b) places[b] = static_cast<std::uint32_t>(b);
+  }
+  // The free places, ascending: the shadow's bucket i goes to the i-th.
+  std::vector<std::uint32_t> FreePlaces() const {
+    std::vector<bool> taken(geo.places() + 1, false);
+    for (std::uint64_t b = 1; b <= geo.num_buckets; ++b) taken[places[b]] = true;
+    std::vector<std::uint32_t> free;
+    for (std::uint64_t q = 1; q <= geo.places(); ++q) {
+      if (!taken[q]) free.push_back(static_cast<std::uint32_t>(q));
+    }
+    return free;
+  }
+  std::uint64_t PlaceOffset(std::uint64_t q) const {
+    return q <= geo.num_buckets ? kHeaderRegion + (q - 1) * geo.bucket_bytes
+                                : geo.spare_offset + (q - geo.num_buckets - 1) * geo.bucket_bytes;
+  }
+  std::uint64_t PlaceDigestOffset(std::uint64_t q, std::uint64_t slot = 0) const {
+    return q <= geo.num_buckets ? geo.digest_offset + ((q - 1) * geo.z + slot) * kDigestBytes
+                                : geo.spare_digest_offset +
+                                      ((q - geo.num_buckets - 1) * geo.z + slot) * kDigestBytes;
+  }
+  // Writes the bucket map recording `evictions` applied (copy evictions % 2:
+  // never the copy Open reads while the header says evictions - 1); not synced.
+  Status WriteMapCopy(std::uint64_t evictions, const std::vector<std::uint32_t>& map_places) {
+    const std::vector<std::uint8_t> enc = EncodeMap(evictions, map_places, geo.map_copy_bytes);
+    return PwriteAll(fd.get(), enc.data(), enc.size(),
+                     geo.map_offset + (evictions % 2) * geo.map_copy_bytes, shares_path);
+  }
+  // Loads the map recording `evictions` applied into `places`.
+  Status ReadMapCopy(std::uint64_t evictions) {
+    std::vector<std::uint8_t> enc(geo.map_copy_bytes);
+    S3ORAM_RETURN_IF_ERROR(PreadAll(fd.get(), enc.data(), enc.size(),
+                                    geo.map_offset + (evictions % 2) * geo.map_copy_bytes,
+                                    shares_path));
+    std::string why;
+    if (!DecodeMap(enc, evictions, geo.num_buckets, geo.places(), &places, &why)) {
+      return Status::Damaged("the bucket map of " + shares_path + " (copy " +
+                             std::to_string(evictions % 2) + ") is damaged: " + why +
+                             "; this server must be repaired from the others: s3oram rebuild");
+    }
+    return Status::Ok();
+  }
   digest::Seed seed{};
   std::unique_ptr<const digest::DigestKey> key;  // from seed; set once the shape is known
   // Set when an fdatasync fails: after that the kernel may have dropped dirty
@@ -533,8 +695,10 @@ struct ShareStore::Impl {
   }
   ShadowHeader shadow;
   std::vector<bool> shadow_filled;
-  // The shadow buckets' slot digests, Z per bucket in list order; written to
-  // shadow.bin at Seal, read back by Open.
+  // The places the shadow's buckets are written to (FreePlaces at Begin).
+  std::vector<std::uint32_t> shadow_places;
+  // The shadow buckets' slot digests, Z per bucket in list order; written
+  // beside their places at Seal, read back by Open.
   std::vector<digest::SlotDigest> shadow_digests;
 
   // root.bin: the input root of the eviction under way (SnapshotRoot).
@@ -576,18 +740,13 @@ struct ShareStore::Impl {
     if (!s.ok()) SetFailure(s.message());
     return s;
   }
-  std::uint64_t BucketOffset(std::uint64_t b) const {
-    return kHeaderRegion + (b - 1) * geo.bucket_bytes;
-  }
+  std::uint64_t BucketOffset(std::uint64_t b) const { return PlaceOffset(places[b]); }
   std::uint64_t DigestOffset(std::uint64_t b, std::uint64_t slot = 0) const {
-    return geo.digest_offset + ((b - 1) * geo.z + slot) * kDigestBytes;
+    return PlaceDigestOffset(places[b], slot);
   }
   // Bucket b's stored slot digests (Z of them), straight from the mapping.
   const digest::SlotDigest* StoredDigests(std::uint64_t b) const {
     return reinterpret_cast<const digest::SlotDigest*>(map + DigestOffset(b));
-  }
-  std::uint64_t ShadowDigestOffset() const {
-    return shadow.data_offset + shadow.buckets.size() * geo.bucket_bytes;
   }
   // Digests of `data` (whole buckets) into out, or Corruption naming the first
   // slot with an element no sharing produces (>= p): such data must never be
@@ -616,9 +775,23 @@ struct ShareStore::Impl {
     }
     std::vector<digest::SlotDigest> digests(data.size() / (be / geo.z));
     S3ORAM_RETURN_IF_ERROR(DigestBuckets(data, digests, what));
-    S3ORAM_RETURN_IF_ERROR(
-        PwriteAll(fd.get(), data.data(), data.size_bytes(), BucketOffset(first), path));
-    return WriteDigests(fd.get(), path, DigestOffset(first), digests);
+    // One write per run of buckets whose places follow each other in one
+    // region (all of them until the first eviction).
+    const std::uint64_t count = data.size() / be;
+    for (std::uint64_t i = 0; i < count;) {
+      std::uint64_t run = 1;
+      while (i + run < count && places[first + i + run] == places[first + i] + run &&
+             places[first + i + run] != geo.num_buckets + 1) {
+        ++run;
+      }
+      S3ORAM_RETURN_IF_ERROR(PwriteAll(fd.get(), data.data() + i * be, run * geo.bucket_bytes,
+                                       BucketOffset(first + i), path));
+      S3ORAM_RETURN_IF_ERROR(WriteDigests(
+          fd.get(), path, DigestOffset(first + i),
+          std::span(digests).subspan(i * geo.z, static_cast<std::size_t>(run * geo.z))));
+      i += run;
+    }
+    return Status::Ok();
   }
   // Maps the whole share file read-only. MAP_SHARED sees every pwrite at once
   // (one page cache), so Bucket() reflects WriteSlot and Commit immediately.
@@ -629,23 +802,18 @@ struct ShareStore::Impl {
     map_len = geo.file_bytes;
     return Status::Ok();
   }
-  // For each bucket of [first, first + count): true if it lies entirely in a
-  // file hole (ShareStore::Holes).
-  Result<std::vector<bool>> Holes(std::uint64_t first, std::uint64_t count) const {
-    const Impl& im = *this;
-    const std::uint64_t n = im.geo.num_buckets;
-    if (first < 1 || count == 0 || first > n || count > n - first + 1) {
-      return Status::InvalidArgument("Holes: range out of range");
-    }
-    const std::uint64_t bb = im.geo.bucket_bytes;
-    const std::uint64_t begin = im.BucketOffset(first), end = begin + count * bb;
+  // For each of `count` places of bucket size from file offset `begin` on:
+  // true if it lies entirely in a file hole.
+  Result<std::vector<bool>> RegionHoles(std::uint64_t begin, std::uint64_t count) const {
+    const std::uint64_t bb = geo.bucket_bytes;
+    const std::uint64_t end = begin + count * bb;
     std::vector<bool> hole(count, true);
     // Walk the data extents that overlap [begin, end) and clear the flag of every
-    // bucket they touch (a bucket sharing a filesystem block with written data
+    // place they touch (a place sharing a filesystem block with written data
     // counts as written: never the other way round).
     std::uint64_t pos = begin;
     while (pos < end) {
-      const off_t d = ::lseek(im.fd.get(), static_cast<off_t>(pos), SEEK_DATA);
+      const off_t d = ::lseek(fd.get(), static_cast<off_t>(pos), SEEK_DATA);
       if (d < 0) {
         if (errno == ENXIO) break;  // no data at or after pos
         // SEEK_DATA unsupported or failing: treat everything as written.
@@ -653,7 +821,7 @@ struct ShareStore::Impl {
       }
       const auto data_start = static_cast<std::uint64_t>(d);
       if (data_start >= end) break;
-      off_t h = ::lseek(im.fd.get(), d, SEEK_HOLE);
+      off_t h = ::lseek(fd.get(), d, SEEK_HOLE);
       const std::uint64_t data_end =
           h < 0 ? end : std::min<std::uint64_t>(end, static_cast<std::uint64_t>(h));
       const std::uint64_t from = (std::max(data_start, begin) - begin) / bb;
@@ -661,6 +829,35 @@ struct ShareStore::Impl {
       for (std::uint64_t i = from; i < std::min(to, count); ++i) hole[i] = false;
       if (data_end <= data_start) break;  // no progress: be conservative and stop
       pos = data_end;
+    }
+    return hole;
+  }
+  // For each bucket of [first, first + count): true if it lies entirely in a
+  // file hole (ShareStore::Holes).
+  Result<std::vector<bool>> Holes(std::uint64_t first, std::uint64_t count) const {
+    const std::uint64_t n = geo.num_buckets;
+    if (first < 1 || count == 0 || first > n || count > n - first + 1) {
+      return Status::InvalidArgument("Holes: range out of range");
+    }
+    // Places 1..n then the spare ones; the range's buckets may lie in both.
+    std::uint64_t lo = places[first], hi = places[first];
+    for (std::uint64_t b = first; b < first + count; ++b) {
+      lo = std::min<std::uint64_t>(lo, places[b]);
+      hi = std::max<std::uint64_t>(hi, places[b]);
+    }
+    std::vector<bool> main_holes, spare_holes;
+    if (lo <= n) {
+      const std::uint64_t top = std::min(hi, n);
+      S3ORAM_ASSIGN_OR_RETURN(main_holes, RegionHoles(PlaceOffset(lo), top - lo + 1));
+    }
+    if (hi > n) {
+      const std::uint64_t bottom = std::max(lo, n + 1);
+      S3ORAM_ASSIGN_OR_RETURN(spare_holes, RegionHoles(PlaceOffset(bottom), hi - bottom + 1));
+    }
+    std::vector<bool> hole(count);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      const std::uint64_t q = places[first + i];
+      hole[i] = q <= n ? main_holes[q - lo] : spare_holes[q - std::max(lo, n + 1)];
     }
     return hole;
   }
@@ -679,7 +876,7 @@ struct ShareStore::Impl {
     // Back to format 1's size first: an interrupted attempt may have left
     // digests under another seed, and the region must read as zeros (the
     // digest of a hole) wherever this attempt writes nothing.
-    for (const std::uint64_t size : {geo.v1_file_bytes, geo.file_bytes}) {
+    for (const std::uint64_t size : {geo.v1_file_bytes, geo.v2_file_bytes}) {
       while (::ftruncate(fd.get(), static_cast<off_t>(size)) != 0) {
         if (errno == EINTR) continue;
         return SysError("sizing", shares_path, errno);
@@ -705,11 +902,89 @@ struct ShareStore::Impl {
       ++written;
     }
     S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
-    S3ORAM_RETURN_IF_ERROR(WriteMeta(m));
     spdlog::info(
         "share store in {}: digests added for {} written buckets{}", dir, written,
         bad ? "; " + std::to_string(bad) + " slots hold non-field elements and read as damaged"
             : std::string());
+    return UpgradeToSparePlaces(m);  // writes the format-3 header
+  }
+
+  // Format 2 -> 3: grows the file by the spare places, their digests and the
+  // bucket map, writes the identity map for the evictions applied, then the
+  // format-3 header. Interrupted, it starts over at the next Open. A shadow
+  // sealed by the format-2 server stays in shadow.bin until the format-3
+  // store moves it (MoveOlderShadow): nothing is written to the spare places
+  // before the header says format 3, so an upgrade started over (which may
+  // truncate the file) cannot lose it.
+  Status UpgradeToSparePlaces(const ServerMeta& m) {
+    spdlog::info(
+        "share store in {}: adding {} spare bucket places and the bucket map "
+        "(format 2 -> 3): evictions commit without copying",
+        dir, geo.spare);
+    while (::ftruncate(fd.get(), static_cast<off_t>(geo.file_bytes)) != 0) {
+      if (errno == EINTR) continue;
+      return SysError("sizing", shares_path, errno);
+    }
+    SetIdentityPlaces();
+    S3ORAM_RETURN_IF_ERROR(WriteMapCopy(m.applied_evictions, places));
+    S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
+    return WriteMeta(m);
+  }
+
+  // A shadow sealed by a format-1 or -2 server (its buckets and digests in
+  // shadow.bin) for the next eviction: copied with its digests into the free
+  // places, synced, then its header rewritten as format 3 (sealed), so that
+  // its commit, which no longer copies, can run. Cut off before the header,
+  // it is moved again at the next Open: shadow.bin keeps the data until the
+  // next BeginShadow. A shadow that is torn, foreign, for another eviction or
+  // shorter than its header says is left alone (Open then ignores it).
+  Status MoveOlderShadow(const ServerMeta& m) {
+    Fd sfd(::open(shadow_path.c_str(), O_RDWR | O_CLOEXEC));
+    if (!sfd.valid())
+      return errno == ENOENT ? Status::Ok() : SysError("opening", shadow_path, errno);
+    ShadowHeader sh;
+    if (!ReadShadowHeader(sfd.get(), shadow_path, &sh) || !sh.sealed ||
+        sh.version == kShadowVersion || sh.fs_id != m.fs_id || !(sh.shape == m.shape) ||
+        sh.eviction != m.applied_evictions || sh.buckets.size() > geo.spare) {
+      return Status::Ok();
+    }
+    const std::uint64_t count = sh.buckets.size();
+    const std::uint64_t digest_at = sh.data_offset + count * geo.bucket_bytes;
+    const std::uint64_t need = digest_at + (sh.version == 2 ? count * geo.z * kDigestBytes : 0);
+    struct stat st {};
+    if (::fstat(sfd.get(), &st) != 0 || static_cast<std::uint64_t>(st.st_size) < need) {
+      return Status::Ok();
+    }
+    std::unordered_set<std::uint64_t> seen;
+    for (std::uint64_t b : sh.buckets) {
+      if (b < 1 || b > geo.num_buckets || !seen.insert(b).second) return Status::Ok();
+    }
+    const std::vector<std::uint32_t> free = FreePlaces();
+    std::vector<Elem> bucket(geo.bucket_bytes / sizeof(Elem));
+    std::vector<digest::SlotDigest> d(geo.z);
+    for (std::uint64_t i = 0; i < count; ++i) {
+      S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), bucket.data(), geo.bucket_bytes,
+                                      sh.data_offset + i * geo.bucket_bytes, shadow_path));
+      if (sh.version == 2) {
+        S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), d.data(), d.size() * kDigestBytes,
+                                        digest_at + i * geo.z * kDigestBytes, shadow_path));
+      } else {
+        // Sealed before digests existed: digested as it is now.
+        S3ORAM_RETURN_IF_ERROR(DigestBuckets(bucket, d, "format-1 shadow"));
+      }
+      S3ORAM_RETURN_IF_ERROR(
+          PwriteAll(fd.get(), bucket.data(), geo.bucket_bytes, PlaceOffset(free[i]), shares_path));
+      S3ORAM_RETURN_IF_ERROR(WriteDigests(fd.get(), shares_path, PlaceDigestOffset(free[i]), d));
+    }
+    S3ORAM_RETURN_IF_ERROR(Sync(fd.get(), shares_path));
+    FaultPoint("server.upgrade.shadow_moved");
+    const std::vector<std::uint8_t> enc = EncodeShadowHeader(sh);  // as format 3, sealed
+    S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd.get(), enc.data(), enc.size(), 0, shadow_path));
+    S3ORAM_RETURN_IF_ERROR(Sync(sfd.get(), shadow_path));
+    spdlog::info(
+        "share store in {}: the sealed shadow of eviction {} (format {}) moved into the "
+        "spare places",
+        dir, sh.eviction, sh.version);
     return Status::Ok();
   }
 
@@ -890,6 +1165,17 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   if (Status s = PwriteAll(fd.get(), header.data(), header.size(), 0, tmp_path); !s.ok()) {
     return fail(s);
   }
+  // Every bucket in its own place; a rebuild writes its map again at
+  // FinishRebuild, for the evictions its header will then record.
+  impl->SetIdentityPlaces();
+  {
+    const std::vector<std::uint8_t> map =
+        EncodeMap(meta.applied_evictions, impl->places, geo.map_copy_bytes);
+    const std::uint64_t at = geo.map_offset + (meta.applied_evictions % 2) * geo.map_copy_bytes;
+    if (Status s = PwriteAll(fd.get(), map.data(), map.size(), at, tmp_path); !s.ok()) {
+      return fail(s);
+    }
+  }
   if (sync) {
     if (Status s = DataSync(fd.get(), tmp_path); !s.ok()) return fail(s);
   }
@@ -971,8 +1257,9 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
     return Status::Corruption(path + ": header describes an impossible shape: " + shape_why);
   }
   impl->generation = best_gen;
+  impl->SetIdentityPlaces();
   if (best_version == kMetaVersion1) {
-    // Any size from format 1's to format 2's: an upgrade may have been
+    // Any size from format 1's to format 3's: an upgrade may have been
     // interrupted after it grew the file (the header is written last).
     if (size < impl->geo.v1_file_bytes || size > impl->geo.file_bytes) {
       return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
@@ -980,13 +1267,25 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
                                 std::to_string(impl->geo.v1_file_bytes) + " (format 1)");
     }
     S3ORAM_RETURN_IF_ERROR(impl->UpgradeToDigests(best));
+  } else if (best_version == kMetaVersion2) {
+    if (size < impl->geo.v2_file_bytes || size > impl->geo.file_bytes) {
+      return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
+                                ShapeText(best.shape) + " needs " +
+                                std::to_string(impl->geo.v2_file_bytes) + " (format 2)");
+    }
+    impl->key = std::make_unique<const digest::DigestKey>(impl->seed, best.shape.elems_per_slot);
+    S3ORAM_RETURN_IF_ERROR(impl->UpgradeToSparePlaces(best));
   } else if (size != impl->geo.file_bytes) {
     return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
                               ShapeText(best.shape) + " needs " +
                               std::to_string(impl->geo.file_bytes));
   } else {
     impl->key = std::make_unique<const digest::DigestKey>(impl->seed, best.shape.elems_per_slot);
+    S3ORAM_RETURN_IF_ERROR(impl->ReadMapCopy(best.applied_evictions));
   }
+  // Upgraded now (or format 3 already): a shadow an older server sealed moves
+  // to where this one keeps shadows.
+  S3ORAM_RETURN_IF_ERROR(impl->MoveOlderShadow(best));
   S3ORAM_RETURN_IF_ERROR(impl->Map(path));
 
   // A sealed shadow survives only if it belongs to this store and is the next
@@ -997,39 +1296,28 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   if (!sfd.valid() && errno != ENOENT) return SysError("opening", impl->shadow_path, errno);
   ShadowHeader sh;
   if (sfd.valid() && ReadShadowHeader(sfd.get(), impl->shadow_path, &sh) && sh.sealed &&
-      sh.fs_id == best.fs_id && sh.shape == best.shape && sh.eviction == best.applied_evictions) {
-    struct stat sst {};
-    const std::uint64_t digests = sh.buckets.size() * impl->geo.z;
-    const std::uint64_t digest_offset = sh.data_offset + sh.buckets.size() * impl->geo.bucket_bytes;
-    const bool has_digests = sh.version == kShadowVersion;
-    bool ok = ::fstat(sfd.get(), &sst) == 0 &&
-              static_cast<std::uint64_t>(sst.st_size) >=
-                  digest_offset + (has_digests ? digests * kDigestBytes : 0);
+      sh.version == kShadowVersion && sh.fs_id == best.fs_id && sh.shape == best.shape &&
+      sh.eviction == best.applied_evictions && sh.buckets.size() <= impl->geo.spare) {
     std::unordered_set<std::uint64_t> seen;
+    bool ok = true;
     for (std::uint64_t b : sh.buckets) {
       ok = ok && b >= 1 && b <= impl->geo.num_buckets && seen.insert(b).second;
     }
     if (ok) {
-      // The digests are small (8 bytes a slot); the data stay on disk until
-      // Commit, which checks them against these.
-      std::vector<digest::SlotDigest> d(digests);
-      if (has_digests) {
-        S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), d.data(), d.size() * kDigestBytes, digest_offset,
-                                        impl->shadow_path));
-      } else {
-        // Sealed by a server from before digests (an upgrade between PREPARE
-        // and COMMIT): digest it as it is now, so that its commit can run.
-        std::vector<Elem> bucket(impl->geo.bucket_bytes / sizeof(Elem));
-        for (std::size_t i = 0; i < sh.buckets.size(); ++i) {
-          S3ORAM_RETURN_IF_ERROR(PreadAll(sfd.get(), bucket.data(), impl->geo.bucket_bytes,
-                                          sh.data_offset + i * impl->geo.bucket_bytes,
-                                          impl->shadow_path));
-          S3ORAM_RETURN_IF_ERROR(impl->DigestBuckets(
-              bucket, std::span(d).subspan(i * impl->geo.z, impl->geo.z), "format-1 shadow"));
-        }
+      // The shadow lies in the free places, in list order (BeginShadow);
+      // the digests are small (8 bytes a slot) and read now, the data stay
+      // on disk until Commit, which checks them against these.
+      std::vector<std::uint32_t> free = impl->FreePlaces();
+      free.resize(sh.buckets.size());
+      std::vector<digest::SlotDigest> d(sh.buckets.size() * impl->geo.z);
+      for (std::size_t i = 0; i < free.size(); ++i) {
+        S3ORAM_RETURN_IF_ERROR(PreadAll(impl->fd.get(), d.data() + i * impl->geo.z,
+                                        impl->geo.z * kDigestBytes,
+                                        impl->PlaceDigestOffset(free[i]), path));
       }
       impl->SetShadowState(Impl::ShadowState::kSealed);
       impl->shadow = std::move(sh);
+      impl->shadow_places = std::move(free);
       impl->shadow_filled.assign(impl->shadow.buckets.size(), true);
       impl->shadow_digests = std::move(d);
     }
@@ -1068,6 +1356,10 @@ Status ShareStore::UpdateMeta(const ServerMeta& meta) {
                                    ShapeText(meta_.shape) + " -> " + ShapeText(meta.shape) +
                                    "); create a new store");
   }
+  if (meta.applied_evictions != meta_.applied_evictions) {
+    // Only Commit moves it, with the bucket map that goes with it.
+    return Status::InvalidArgument("UpdateMeta cannot change the evictions applied");
+  }
   S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(meta));
   meta_ = meta;
   return Status::Ok();
@@ -1080,8 +1372,21 @@ Status ShareStore::ReadBuckets(std::uint64_t first, std::uint64_t count,
       out.size() != count * bucket_elems()) {
     return Status::InvalidArgument("ReadBuckets: range or buffer size out of range");
   }
-  return PreadAll(impl_->fd.get(), out.data(), out.size_bytes(), impl_->BucketOffset(first),
-                  impl_->shares_path);
+  // One read per run of buckets whose places follow each other (all of them
+  // until the first eviction, most of them after).
+  const Impl& im = *impl_;
+  const std::uint64_t be = bucket_elems();
+  for (std::uint64_t i = 0; i < count;) {
+    std::uint64_t run = 1;
+    while (i + run < count && im.places[first + i + run] == im.places[first + i] + run &&
+           im.places[first + i + run] != im.geo.num_buckets + 1) {
+      ++run;
+    }
+    S3ORAM_RETURN_IF_ERROR(PreadAll(im.fd.get(), out.data() + i * be, run * im.geo.bucket_bytes,
+                                    im.BucketOffset(first + i), im.shares_path));
+    i += run;
+  }
+  return Status::Ok();
 }
 
 Result<std::vector<bool>> ShareStore::Holes(std::uint64_t first, std::uint64_t count) const {
@@ -1182,9 +1487,8 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
     combination->assign(combination_rows * m, 0);
   }
   for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
-    S3ORAM_RETURN_IF_ERROR(PreadAll(im.shadow_fd.get(), bucket.data(), im.geo.bucket_bytes,
-                                    im.shadow.data_offset + i * im.geo.bucket_bytes,
-                                    im.shadow_path));
+    S3ORAM_RETURN_IF_ERROR(PreadAll(im.fd.get(), bucket.data(), im.geo.bucket_bytes,
+                                    im.PlaceOffset(im.shadow_places[i]), im.shares_path));
     const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z;
     for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
       const std::span<const Elem> x{bucket.data() + slot * m, m};
@@ -1192,7 +1496,7 @@ Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
       if (!im.key->Digest(x, &got) || got != want[slot]) {
         return Status::Damaged(
             "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
-            std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
+            std::to_string(eviction) + " in " + im.shares_path + " is damaged (bucket " +
             std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(slot) +
             " differs from what was written); if "
             "it stays, repair this server from the others: s3oram rebuild "
@@ -1272,8 +1576,16 @@ Status ShareStore::FinishRebuild(const ServerMeta& meta) {
       !(meta.shape == meta_.shape)) {
     return Status::InvalidArgument("FinishRebuild cannot change the store's identity or shape");
   }
-  // Data durable, then the header, then the name: a shares.bin on disk is
-  // always complete.
+  // Data and map durable, then the header, then the name: a shares.bin on
+  // disk is always complete. Every bucket was written in its own place.
+  im.SetIdentityPlaces();
+  {
+    const std::vector<std::uint8_t> map =
+        EncodeMap(meta.applied_evictions, im.places, im.geo.map_copy_bytes);
+    S3ORAM_RETURN_IF_ERROR(PwriteAll(
+        im.fd.get(), map.data(), map.size(),
+        im.geo.map_offset + (meta.applied_evictions % 2) * im.geo.map_copy_bytes, im.rebuild_path));
+  }
   S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.rebuild_path));
   S3ORAM_RETURN_IF_ERROR(im.WriteMeta(meta));
   meta_ = meta;
@@ -1359,9 +1671,10 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
                                       ": the store has applied " +
                                       std::to_string(meta_.applied_evictions) + " evictions");
   }
-  if (buckets.empty() || buckets.size() > kMaxShadowBuckets) {
+  if (buckets.empty() || buckets.size() > im.geo.spare) {
     return Status::InvalidArgument("shadow bucket list has " + std::to_string(buckets.size()) +
-                                   " entries, expected 1.." + std::to_string(kMaxShadowBuckets));
+                                   " entries, expected 1.." + std::to_string(im.geo.spare) +
+                                   " (the spare places)");
   }
   std::unordered_set<std::uint64_t> seen;
   for (std::uint64_t b : buckets) {
@@ -1395,20 +1708,29 @@ Status ShareStore::BeginShadow(std::uint64_t eviction, std::uint32_t attempt,
   std::vector<std::uint8_t> enc = EncodeShadowHeader(h);
   S3ORAM_RETURN_IF_ERROR(PwriteAll(sfd, enc.data(), enc.size(), 0, im.shadow_path));
   S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
-  const std::uint64_t size =
-      h.data_offset + buckets.size() * (im.geo.bucket_bytes + im.geo.z * kDigestBytes);
-  while (::ftruncate(sfd, static_cast<off_t>(size)) != 0) {
+  // shadow.bin is a header only (a format-2 one also held the data).
+  while (::ftruncate(sfd, static_cast<off_t>(h.data_offset)) != 0) {
     if (errno == EINTR) continue;
     return SysError("sizing", im.shadow_path, errno);
   }
-  // Reserve the space now so that a full disk fails here, not halfway through
-  // the puts. Filesystems without fallocate just allocate on write.
-  int rc;
-  while ((rc = ::fallocate(sfd, 0, 0, static_cast<off_t>(size))) != 0 && errno == EINTR) {
+  // The shadow goes to the free places, whatever an earlier attempt left
+  // there. Their space is reserved now so that a full disk fails here, not
+  // halfway through the puts (a place freed by a commit is allocated
+  // already; a spare one may still be a hole). Filesystems without
+  // fallocate just allocate on write.
+  std::vector<std::uint32_t> free = im.FreePlaces();
+  free.resize(buckets.size());
+  for (const std::uint32_t q : free) {
+    int rc;
+    while ((rc = ::fallocate(im.fd.get(), 0, static_cast<off_t>(im.PlaceOffset(q)),
+                             static_cast<off_t>(im.geo.bucket_bytes))) != 0 &&
+           errno == EINTR) {
+    }
+    if (rc != 0 && errno != EOPNOTSUPP) return SysError("allocating", im.shares_path, errno);
   }
-  if (rc != 0 && errno != EOPNOTSUPP) return SysError("allocating", im.shadow_path, errno);
 
   im.shadow = std::move(h);
+  im.shadow_places = std::move(free);
   im.shadow_filled.assign(buckets.size(), false);
   im.shadow_digests.assign(buckets.size() * im.geo.z, digest::SlotDigest{});
   im.SetShadowState(Impl::ShadowState::kOpen);
@@ -1440,9 +1762,8 @@ Status ShareStore::PutShadowBucket(std::size_t i, std::span<const Elem> data,
   } else {
     std::copy(digests.begin(), digests.end(), mine.begin());
   }
-  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.shadow_fd.get(), data.data(), data.size_bytes(),
-                                   im.shadow.data_offset + i * im.geo.bucket_bytes,
-                                   im.shadow_path));
+  S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), data.data(), data.size_bytes(),
+                                   im.PlaceOffset(im.shadow_places[i]), im.shares_path));
   im.shadow_filled[i] = true;
   return Status::Ok();
 }
@@ -1470,10 +1791,14 @@ Status ShareStore::SealShadow() {
           std::to_string(im.shadow.buckets[i]) + ") was never written");
     }
   }
+  // Data and digests durable in the free places, then the sealed header.
+  for (std::size_t i = 0; i < im.shadow_places.size(); ++i) {
+    S3ORAM_RETURN_IF_ERROR(im.WriteDigests(
+        im.fd.get(), im.shares_path, im.PlaceDigestOffset(im.shadow_places[i]),
+        std::span<const digest::SlotDigest>(im.shadow_digests).subspan(i * im.geo.z, im.geo.z)));
+  }
+  S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
   const int sfd = im.shadow_fd.get();
-  S3ORAM_RETURN_IF_ERROR(
-      im.WriteDigests(sfd, im.shadow_path, im.ShadowDigestOffset(), im.shadow_digests));
-  S3ORAM_RETURN_IF_ERROR(im.Sync(sfd, im.shadow_path));
   ShadowHeader sealed = im.shadow;
   sealed.sealed = true;
   std::vector<std::uint8_t> enc = EncodeShadowHeader(sealed);
@@ -1576,6 +1901,62 @@ std::span<const digest::SlotDigest> ShareStore::RootSnapshotDigests() const {
   return impl_->root_digests;
 }
 
+ShareStore::FileRange ShareStore::BucketInFile(std::uint64_t b) const {
+  assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
+  return {impl_->BucketOffset(b), impl_->DigestOffset(b)};
+}
+
+std::vector<ShareStore::FileRange> ShareStore::ShadowInFile() const {
+  const Impl& im = *impl_;
+  std::vector<FileRange> out;
+  if (im.shadow_state == Impl::ShadowState::kNone) return out;
+  for (const std::uint32_t q : im.shadow_places) {
+    out.push_back({im.PlaceOffset(q), im.PlaceDigestOffset(q)});
+  }
+  return out;
+}
+
+Result<std::vector<ShareStore::FileRange>> ShareStore::InspectFile(const std::string& shares_path) {
+  Fd fd(::open(shares_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return SysError("opening", shares_path, errno);
+  std::array<std::uint8_t, kHeaderRegion> header{};
+  S3ORAM_RETURN_IF_ERROR(PreadAll(fd.get(), header.data(), header.size(), 0, shares_path));
+  ServerMeta best;
+  std::uint32_t best_version = 0;
+  std::uint64_t best_gen = 0;
+  bool found = false;
+  for (int c = 0; c < 2; ++c) {
+    ServerMeta m;
+    digest::Seed seed{};
+    std::uint32_t version = 0;
+    std::uint64_t gen = 0;
+    std::string why;
+    if (DecodeMeta(header.data() + c * kMetaCopyBytes, &m, &seed, &version, &gen, &why) &&
+        (!found || gen > best_gen)) {
+      best = m;
+      best_version = version;
+      best_gen = gen;
+      found = true;
+    }
+  }
+  if (!found) return Status::Corruption(shares_path + ": no valid header copy");
+  Impl im;
+  im.shares_path = shares_path;
+  std::string why;
+  if (!ComputeGeometry(best.shape, &im.geo, &why))
+    return Status::Corruption(shares_path + ": " + why);
+  im.SetIdentityPlaces();
+  if (best_version == kMetaVersion) {
+    im.fd = std::move(fd);
+    S3ORAM_RETURN_IF_ERROR(im.ReadMapCopy(best.applied_evictions));
+  }
+  std::vector<FileRange> out(im.geo.num_buckets + 1);
+  for (std::uint64_t b = 1; b <= im.geo.num_buckets; ++b) {
+    out[b] = {im.BucketOffset(b), im.DigestOffset(b)};
+  }
+  return out;
+}
+
 std::uint64_t ShareStore::SealedEviction() const {
   const Impl& im = *impl_;
   if (im.shadow_state != Impl::ShadowState::kSealed) return 0;
@@ -1598,83 +1979,55 @@ Status ShareStore::Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64
   // BeginShadow and Open only admit a shadow for the next eviction.
   assert(eviction == meta_.applied_evictions);
 
-  // Every shadow slot is checked against its digest before anything is
-  // copied: a shadow damaged on disk since Seal fails the commit while the
-  // live tree is still the previous one, whole. Then each shadow bucket is
-  // copied over its live bucket, its digests after it. Re-running this after
-  // a crash is harmless: the shadow is unchanged and the copy idempotent.
+  // Every shadow slot is checked against its digest before the commit: a
+  // shadow damaged on disk since Seal fails it while the live tree is still
+  // the previous one, whole. Then the bucket map that puts each shadow
+  // bucket in place of its live one is written (the copy Open reads for
+  // eviction + 1, never the one it reads now) and made durable, and the
+  // header records the eviction: nothing is copied. Re-running this after a
+  // crash is harmless: the shadow is unchanged, and the map is written again.
   // The check is skipped when ShadowDigests (EVICT_CHECK) verified this very
   // shadow in this process moments ago: after a restart, or without
   // EVICT_CHECK, it runs. (Damage between the two is caught as any damage of
   // the live tree is, at the next read of those slots.)
-  const std::uint64_t bb = im.geo.bucket_bytes;
   const std::size_t m_elems = slot_elems();
-  const std::uint64_t slot_bytes = m_elems * sizeof(Elem);
-  const std::uint64_t chunk_slots =
-      std::min<std::uint64_t>(im.geo.z, std::max<std::uint64_t>(1, kCopyChunk / slot_bytes));
-  std::vector<Elem> buf(static_cast<std::size_t>(chunk_slots * m_elems));
-  // Calls f(bucket index i, first slot, slot count, bytes) for each chunk of
-  // the shadow, read into buf.
-  auto each_chunk = [&](auto&& f) -> Status {
+  if (!im.shadow_verified) {
+    std::vector<Elem> buf(bucket_elems());
     for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
-      for (std::uint64_t first = 0; first < im.geo.z;) {
-        const std::uint64_t n = std::min<std::uint64_t>(chunk_slots, im.geo.z - first);
-        const auto bytes = static_cast<std::size_t>(n * slot_bytes);
-        S3ORAM_RETURN_IF_ERROR(PreadAll(im.shadow_fd.get(), buf.data(), bytes,
-                                        im.shadow.data_offset + i * bb + first * slot_bytes,
-                                        im.shadow_path));
-        S3ORAM_RETURN_IF_ERROR(f(i, first, n, bytes));
-        first += n;
+      S3ORAM_RETURN_IF_ERROR(PreadAll(im.fd.get(), buf.data(), im.geo.bucket_bytes,
+                                      im.PlaceOffset(im.shadow_places[i]), im.shares_path));
+      const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z;
+      for (std::uint64_t k = 0; k < im.geo.z; ++k) {
+        digest::SlotDigest got{};
+        if (!im.key->Digest({buf.data() + k * m_elems, m_elems}, &got) || got != want[k]) {
+          return Status::Damaged(
+              "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
+              std::to_string(eviction) + " in " + im.shares_path + " is damaged (bucket " +
+              std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(k) +
+              " differs from what was written); it was not committed. This server must be "
+              "repaired from the others: s3oram rebuild --server " +
+              std::to_string(meta_.server_index));
+        }
       }
     }
-    return Status::Ok();
-  };
-  const Status checked =
-      im.shadow_verified
-          ? Status::Ok()
-          : each_chunk([&](std::size_t i, std::uint64_t first, std::uint64_t n,
-                           std::size_t) -> Status {
-              const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z + first;
-              for (std::uint64_t k = 0; k < n; ++k) {
-                digest::SlotDigest got{};
-                if (!im.key->Digest({buf.data() + k * m_elems, m_elems}, &got) || got != want[k]) {
-                  return Status::Damaged(
-                      "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
-                      std::to_string(eviction) + " in " + im.shadow_path + " is damaged (bucket " +
-                      std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(first + k) +
-                      " differs from what was written); this commit copied none of it (a commit "
-                      "cut off by a crash before may have copied part of it already). This "
-                      "server must be repaired from the others: s3oram rebuild --server " +
-                      std::to_string(meta_.server_index));
-                }
-              }
-              return Status::Ok();
-            });
-  S3ORAM_RETURN_IF_ERROR(checked);
-  const Status copied = each_chunk(
-      [&](std::size_t i, std::uint64_t first, std::uint64_t n, std::size_t bytes) -> Status {
-        const std::uint64_t b = im.shadow.buckets[i];
-        S3ORAM_RETURN_IF_ERROR(PwriteAll(im.fd.get(), buf.data(), bytes,
-                                         im.BucketOffset(b) + first * slot_bytes, im.shares_path));
-        if (first + n == im.geo.z) {
-          S3ORAM_RETURN_IF_ERROR(im.WriteDigests(
-              im.fd.get(), im.shares_path, im.DigestOffset(b),
-              {im.shadow_digests.data() + i * im.geo.z, static_cast<std::size_t>(im.geo.z)}));
-          if (i == im.shadow.buckets.size() / 2) FaultPoint("server.evict_commit.mid_copy");
-        }
-        return Status::Ok();
-      });
-  S3ORAM_RETURN_IF_ERROR(copied);
+  }
+  std::vector<std::uint32_t> next = im.places;
+  for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
+    next[im.shadow.buckets[i]] = im.shadow_places[i];
+  }
+  S3ORAM_RETURN_IF_ERROR(im.WriteMapCopy(eviction + 1, next));
   S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
-  FaultPoint("server.evict_commit.after_copy");
+  FaultPoint("server.evict_commit.after_map");
   ServerMeta m = meta_;
   m.applied_evictions = eviction + 1;
   m.applied_seq = std::max(m.applied_seq, seq);
   m.epoch = std::max(m.epoch, epoch);
   S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m));
   meta_ = m;
-  // The shadow file stays; its eviction is now below applied_evictions, so
-  // Open ignores it and the next BeginShadow overwrites it.
+  im.places = std::move(next);
+  // The shadow header stays; its eviction is now below applied_evictions,
+  // so Open ignores it and the next BeginShadow overwrites it. The places
+  // the old buckets held are the free ones now.
   im.SetShadowState(Impl::ShadowState::kNone);
   return Status::Ok();
 }

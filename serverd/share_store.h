@@ -2,15 +2,19 @@
 // computed into.
 //
 // Files in the data directory:
-//   shares.bin  header (4 KiB) then buckets 1..2^(H+1)-1, bucket-major, slot-major
-//               (bucket b at 4096 + (b-1) * Z * slot_bytes), then every slot's
-//               digest (oramcore/math/slot_digest.h). Created sparse with
-//               ftruncate: all-zero bytes are a valid sharing of the empty tree
-//               and zero is their digest, so initialising writes no data. Read
-//               through a read-only mmap when the pages are resident, else with
-//               pread (BucketForRead).
-//   shadow.bin  the buckets an eviction produces with their digests, plus a
-//               sealed header, kept until the eviction commits.
+//   shares.bin  header (4 KiB), then N = 2^(H+1)-1 bucket places and their
+//               slots' digests (oramcore/math/slot_digest.h), then 2·max(H,1)
+//               spare places and their digests, then the bucket map (two
+//               copies): the place each bucket lies in. Until the first
+//               eviction every bucket b lies in place b. An eviction's shadow
+//               is written into the places no bucket holds, and its commit
+//               makes them live by writing the map (no copy). Created sparse
+//               with ftruncate: all-zero bytes are a valid sharing of the
+//               empty tree and zero is their digest, so initialising writes no
+//               data. Read through a read-only mmap when the pages are
+//               resident, else with pread (BucketForRead).
+//   shadow.bin  the header of the shadow being written or sealed: which
+//               eviction and attempt, which buckets, sealed or not.
 //   root.bin    the root an eviction reads, with its digests, copied when its
 //               PREPARE starts (SnapshotRoot): the next round's root writes
 //               then overwrite the live root while the eviction is computed.
@@ -30,9 +34,10 @@
 // faults, not a MAC against a server that lies (docs/SECURITY.md).
 //
 // Guarantees: every mutating call is durable (fdatasync) before it returns OK;
-// Commit copies a sealed shadow into shares.bin and only then records the
-// eviction as applied, so re-running Commit after a crash is safe; nothing that
-// an uncommitted eviction reads is overwritten before its commit.
+// Commit makes a sealed shadow live by a durable map write and only then
+// records the eviction as applied, so re-running Commit after a crash is safe;
+// nothing that an uncommitted eviction reads, and nothing live, is
+// overwritten before its commit (the shadow goes to free places only).
 #pragma once
 
 #include <cstdint>
@@ -64,8 +69,10 @@ struct ServerMeta {
 // be read concurrently with other readers. The one exception, for background
 // eviction: while one thread writes the shadow (PutShadowBucket, SealShadow)
 // and reads buckets other than the root and the root snapshot, another may
-// write root slots (WriteSlot) and read any bucket; the two share nothing
-// but the failure record, which is locked.
+// write root slots (WriteSlot) and read any bucket; the two share the
+// failure record, which is locked, the share file's descriptor (pwrite and
+// fdatasync are safe beside each other) and the bucket map, which only
+// Commit changes, never while a PREPARE runs.
 class ShareStore {
  public:
   // Creates an empty store (sparse share file) in dir, replacing an existing one
@@ -219,12 +226,29 @@ class ShareStore {
   std::span<const digest::SlotDigest> RootSnapshotDigests() const;
   // Number + 1 of the eviction whose sealed shadow is waiting for commit; 0 if none.
   std::uint64_t SealedEviction() const;
+  // Where bucket b's data and its Z slot digests start in shares.bin, and
+  // where those of each bucket of the shadow being written or sealed do
+  // (empty if none): for tools and tests that inspect or damage the file.
+  struct FileRange {
+    std::uint64_t data = 0;
+    std::uint64_t digests = 0;
+  };
+  FileRange BucketInFile(std::uint64_t b) const;
+  std::vector<FileRange> ShadowInFile() const;
+  // The same for every bucket (index b = 1..N; entry 0 unused) of the share
+  // file at `shares_path`, read from its header and bucket map without
+  // opening the store: no lock is taken and nothing is upgraded or checked
+  // beyond what reading the map needs. For tests and forensic tools; a store
+  // that changes meanwhile may be read half old, half new.
+  static Result<std::vector<FileRange>> InspectFile(const std::string& shares_path);
   // Makes the sealed shadow of `eviction` live and sets applied_evictions =
   // eviction + 1 and applied_seq = max(applied_seq, seq). Idempotent: OK if
   // already applied. FailedPrecondition if no sealed shadow for it exists.
-  // Every shadow slot is checked against its digest before any is copied,
-  // unless ShadowDigests verified this sealed shadow whole in this process
-  // (EVICT_CHECK, just before COMMIT): the same bytes are not checked twice.
+  // Every shadow slot is checked against its digest before the map that
+  // makes it live is written, unless ShadowDigests verified this sealed
+  // shadow whole in this process (EVICT_CHECK, just before COMMIT): the same
+  // bytes are not checked twice. Nothing is copied: one small map write and
+  // the header, each made durable.
   Status Commit(std::uint64_t eviction, std::uint64_t seq, std::uint64_t epoch);
 
  private:

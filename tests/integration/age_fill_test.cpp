@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "oramcore/protocol/scrub.h"
+#include "serverd/share_store.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_seed.h"
 
@@ -28,9 +29,11 @@ void ExpectEveryBucketWritten(const std::string& shares, const OramParams& p) {
       std::uint64_t{p.bucket_size} * p.elems_per_slot() * sizeof(field::Elem);
   std::ifstream f(shares, std::ios::binary);
   ASSERT_TRUE(f.good()) << shares;
+  auto at = serverd::ShareStore::InspectFile(shares);
+  ASSERT_TRUE(at.ok()) << at.status().ToString();
   std::vector<char> bucket(bucket_bytes);
   for (std::uint64_t b = 1; b <= p.geometry().num_buckets(); ++b) {
-    f.seekg(static_cast<std::streamoff>(4096 + (b - 1) * bucket_bytes));
+    f.seekg(static_cast<std::streamoff>((*at)[b].data));
     f.read(bucket.data(), static_cast<std::streamsize>(bucket.size()));
     ASSERT_EQ(f.gcount(), static_cast<std::streamsize>(bucket.size())) << shares << " bucket " << b;
     EXPECT_TRUE(std::any_of(bucket.begin(), bucket.end(), [](char c) { return c != 0; }))

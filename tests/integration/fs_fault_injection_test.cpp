@@ -47,8 +47,7 @@ const char* const kServerPoints[] = {
     "server.write_root.after_data",      "server.evict_prepare.mid_rounds",
     "server.evict_prepare.after_snapshot", "server.snapshot_root.before_complete",
     "server.evict_prepare.before_seal",  "server.evict_prepare.after_seal",
-    "server.evict_commit.before",        "server.evict_commit.mid_copy",
-    "server.evict_commit.after_copy",
+    "server.evict_commit.before",        "server.evict_commit.after_map",
 };
 
 enum class Victim { kDaemonRandom, kDaemonPoint, kServerRandom, kServerPoint, kBothRandom };

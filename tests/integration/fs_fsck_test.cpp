@@ -17,6 +17,7 @@
 
 #include "oramcore/math/field.h"
 #include "oramcore/math/slot_digest.h"
+#include "serverd/share_store.h"
 #include "tests/integration/fs_fixture.h"
 #include "tests/support/test_seed.h"
 
@@ -272,28 +273,29 @@ void DamageBlockBehindItsDigest(testing::MountedFs& fs, std::int64_t id, std::si
   ASSERT_EQ(pos.size(), 3u) << "block " << id << " has no position";
   const OramParams& p = fs.params();
   const std::uint64_t bucket = static_cast<std::uint64_t>(pos[0]) >> (p.height - pos[1]);
-  const std::uint64_t index = (bucket - 1) * p.bucket_size + static_cast<std::uint64_t>(pos[2]);
+  const auto slot = static_cast<std::uint64_t>(pos[2]);
   auto& cluster = *fs.test_fs()->cluster;
   ASSERT_TRUE(cluster.Kill(server, SIGTERM).ok());
   const std::string shares = cluster.dir() + "/data-" + std::to_string(server) + "/shares.bin";
+  // Where the bucket and its digests lie now (buckets move as evictions commit).
+  auto at = serverd::ShareStore::InspectFile(shares);
+  ASSERT_TRUE(at.ok()) << at.status().ToString();
   const int fd = ::open(shares.c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0) << shares << ": " << std::strerror(errno);
   digest::Seed key_seed{};
   ASSERT_EQ(::pread(fd, key_seed.data(), key_seed.size(), 80), 32);  // meta record: seed at 80
   const std::size_t m = p.elems_per_slot();
   std::vector<field::Elem> x(m);
-  const auto data_at = static_cast<off_t>(4096 + index * m * sizeof(field::Elem));
+  const auto data_at = static_cast<off_t>((*at)[bucket].data + slot * m * sizeof(field::Elem));
   ASSERT_EQ(::pread(fd, x.data(), m * sizeof(field::Elem), data_at),
             static_cast<ssize_t>(m * sizeof(field::Elem)));
   x[seed % m] = field::Add(x[seed % m], 1 + static_cast<field::Elem>(seed % 1000));
   digest::SlotDigest d{};
   ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
-  const std::uint64_t data_end =
-      4096 + p.geometry().num_buckets() * p.bucket_size * m * sizeof(field::Elem);
-  const std::uint64_t digests_at = (data_end + 4095) / 4096 * 4096;
   ASSERT_EQ(::pwrite(fd, x.data(), m * sizeof(field::Elem), data_at),
             static_cast<ssize_t>(m * sizeof(field::Elem)));
-  ASSERT_EQ(::pwrite(fd, d.data(), sizeof(d), static_cast<off_t>(digests_at + index * sizeof(d))),
+  ASSERT_EQ(::pwrite(fd, d.data(), sizeof(d),
+                     static_cast<off_t>((*at)[bucket].digests + slot * sizeof(d))),
             static_cast<ssize_t>(sizeof(d)));
   ASSERT_EQ(::fsync(fd), 0);
   ::close(fd);
@@ -465,10 +467,13 @@ TEST_F(FsFsckTest, DamagedShareIsReportedWithItsFile) {
   ASSERT_EQ(pos.size(), 4u);
   const OramParams& p = fs_->params();
   const std::uint64_t bucket = static_cast<std::uint64_t>(pos[0]) >> (p.height - pos[1]);
-  // serverd/share_store.h: a 4 KiB header, then buckets 1.. bucket-major, slot-major.
-  const std::uint64_t offset =
-      4096 + ((bucket - 1) * p.bucket_size + static_cast<std::uint64_t>(pos[2])) * p.slot_bytes();
+  // Where the bucket lies now (serverd/share_store.h: buckets move between
+  // places as evictions commit).
   const std::string shares = fs_->test_fs()->cluster->dir() + "/data-1/shares.bin";
+  auto places = serverd::ShareStore::InspectFile(shares);
+  ASSERT_TRUE(places.ok()) << places.status().ToString();
+  const std::uint64_t offset =
+      (*places)[bucket].data + static_cast<std::uint64_t>(pos[2]) * p.slot_bytes();
   std::fprintf(stderr, "[ fsck     ] corrupting %s at bucket %llu slot %lld (offset %llu)\n",
                shares.c_str(), static_cast<unsigned long long>(bucket),
                static_cast<long long>(pos[2]), static_cast<unsigned long long>(offset));

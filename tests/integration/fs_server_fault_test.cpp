@@ -169,13 +169,21 @@ void FsServerFaultTest::RunOneSeed(std::uint64_t seed, Damage kind) {
       }
       ASSERT_TRUE(cluster.Exited(bad)) << "no eviction reached server " << bad << "'s commit";
       (void)fs->Unmount();  // its backup upload may fail: a server is down
-      const std::string shadow = dir + "/shadow.bin";
-      ASSERT_TRUE(stdfs::exists(shadow)) << "the sealed shadow is on disk";
-      const auto size = stdfs::file_size(shadow);
-      ASSERT_GT(size, testing::kShareHeaderRegion + 64);
-      const std::uint64_t at = testing::kShareHeaderRegion + rng() % (size - testing::kShareHeaderRegion - 16);
-      testing::FlipBytes(shadow, at, 16, rng);
-      where = "shadow.bin offset " + std::to_string(at);
+      // The sealed shadow lies in free places of shares.bin.
+      const auto shadow = testing::ShadowInFile(shares);
+      ASSERT_FALSE(shadow.empty()) << "the sealed shadow is on disk";
+      const std::size_t i = rng() % shadow.size();
+      const std::uint64_t bucket_bytes = p.bucket_size * p.slot_bytes();
+      if (rng() % 2 == 0) {
+        const std::uint64_t at = shadow[i].data + rng() % (bucket_bytes - 16);
+        testing::FlipBytes(shares, at, 16, rng);
+        where = "shadow bucket " + std::to_string(i) + " (shares.bin offset " +
+                std::to_string(at) + ")";
+      } else {
+        const std::uint64_t slot = rng() % p.bucket_size;
+        testing::FlipBytes(shares, shadow[i].digests + slot * 8, 8, rng);
+        where = "the digest of shadow bucket " + std::to_string(i) + " slot " + std::to_string(slot);
+      }
       break;
     }
   }

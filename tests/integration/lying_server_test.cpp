@@ -20,6 +20,7 @@
 #include "oramcore/math/field.h"
 #include "oramcore/math/slot_digest.h"
 #include "oramcore/tree/geometry.h"
+#include "serverd/share_store.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/integration/run_cli.h"
 #include "tests/support/test_seed.h"
@@ -30,7 +31,6 @@ namespace {
 using field::Elem;
 using Model = std::map<BlockId, std::vector<std::uint8_t>>;
 
-constexpr std::uint64_t kHeaderRegion = 4096;  // share file header (share_store.cpp)
 constexpr std::uint64_t kSeedOffset = 80;      // digest seed in a meta record
 
 std::string Liar() {
@@ -273,20 +273,19 @@ void RewriteSlotWithItsDigest(testing::TestFs& fs, const OramParams& params, std
     f.seekg(static_cast<std::streamoff>(kSeedOffset));
     f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
     const std::size_t m = params.elems_per_slot();
-    const std::uint64_t index = (bucket - 1) * params.bucket_size + slot;
-    const auto data_at = static_cast<std::streamoff>(kHeaderRegion + index * m * sizeof(Elem));
+    // Where the bucket and its digests lie now (buckets move as evictions commit).
+    auto at = serverd::ShareStore::InspectFile(path);
+    ASSERT_TRUE(at.ok()) << at.status().ToString();
+    const auto data_at = static_cast<std::streamoff>((*at)[bucket].data + slot * m * sizeof(Elem));
     std::vector<Elem> x(m);
     f.seekg(data_at);
     f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
     x[seed % m] = field::Add(x[seed % m], 1 + static_cast<Elem>(seed % 1000));
     digest::SlotDigest d{};
     ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
-    const std::uint64_t data_end = kHeaderRegion + params.geometry().num_buckets() *
-                                                       params.bucket_size * m * sizeof(Elem);
-    const std::uint64_t digests_at = (data_end + kHeaderRegion - 1) / kHeaderRegion * kHeaderRegion;
     f.seekp(data_at);
     f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
-    f.seekp(static_cast<std::streamoff>(digests_at + index * sizeof(d)));
+    f.seekp(static_cast<std::streamoff>((*at)[bucket].digests + slot * sizeof(d)));
     f.write(reinterpret_cast<const char*>(d.data()), sizeof(d));
     ASSERT_TRUE(f.good());
   }

@@ -322,10 +322,10 @@ TEST(ServerFaultTest, DamageMetStopsEvictionsAndWritesUntilRepaired) {
     ASSERT_NE(y, kNoBlock) << "every live block's path crosses bucket " << damaged_bucket;
   }
   ASSERT_TRUE(fs->cluster->Kill(bad, SIGTERM).ok());
-  testing::FlipBytes(fs->cluster->dir() + "/data-" + std::to_string(bad) + "/shares.bin",
-                     testing::kShareHeaderRegion +
-                         ((damaged_bucket - 1) * params.bucket_size + damaged_slot) *
-                             params.slot_bytes() +
+  const std::string shares = fs->cluster->dir() + "/data-" + std::to_string(bad) + "/shares.bin";
+  testing::FlipBytes(shares,
+                     testing::BucketInFile(shares, damaged_bucket).data +
+                         std::uint64_t{damaged_slot} * params.slot_bytes() +
                          rng() % (params.slot_bytes() - 16),
                      16, rng);
   std::printf("[ seed     ] %llu: server %zu, bucket %llu slot %u (block %llu); reads of %llu\n",

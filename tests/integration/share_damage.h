@@ -1,10 +1,10 @@
 // Damage to one server's share files, as a failing disk would leave it, for
 // the server-fault suites (server_fault_test.cpp below the filesystem,
 // fs_server_fault_test.cpp through a mount). The server must be stopped
-// while its files are changed. Layout: serverd/share_store.h (a 4 KiB
-// header region with two copies of the meta record, buckets 1.. bucket-major
-// and slot-major, then one 8-byte digest per slot from the next 4 KiB
-// boundary).
+// while its files are changed: where a bucket and its digests lie is asked
+// of its store (serverd/share_store.h: buckets move between places as
+// evictions commit), opened while the server is down. The meta record copies
+// are at 0 and 512.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -17,10 +17,9 @@
 
 #include "oramcore/tree/geometry.h"
 #include "oramcore/tree/params.h"
+#include "serverd/share_store.h"
 
 namespace s3oram::testing {
-
-inline constexpr std::uint64_t kShareHeaderRegion = 4096;
 
 enum class ShareDamage { kDataSlot, kUnusedRootSlot, kDigest, kHeaderCopy };
 
@@ -39,50 +38,63 @@ inline void FlipBytes(const std::string& path, std::uint64_t offset, std::size_t
   ASSERT_TRUE(f.good());
 }
 
+// Where bucket b's data and digests lie in `shares` (a stopped server's
+// shares.bin), and those of each bucket of its shadow (none if it has none).
+inline serverd::ShareStore::FileRange BucketInFile(const std::string& shares, std::uint64_t b) {
+  auto at = serverd::ShareStore::InspectFile(shares);
+  EXPECT_TRUE(at.ok()) << at.status().ToString();
+  return at.ok() && b < at->size() ? (*at)[b] : serverd::ShareStore::FileRange{};
+}
+inline std::vector<serverd::ShareStore::FileRange> ShadowInFile(const std::string& shares) {
+  auto store = serverd::ShareStore::Open(shares.substr(0, shares.rfind('/')));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  return store.ok() ? (*store)->ShadowInFile() : std::vector<serverd::ShareStore::FileRange>{};
+}
+
 // Damages `shares` (a stopped server's shares.bin) as `kind` says, at a
 // place drawn from `rng`; returns where, for the test's output.
 inline std::string DamageShareFile(const std::string& shares, const OramParams& p, ShareDamage kind,
                                    std::mt19937_64& rng) {
   const TreeGeometry geo = p.geometry();
   const std::uint64_t slot_bytes = p.slot_bytes();
+  // Where the buckets lie now (they move between places as evictions commit).
+  std::vector<serverd::ShareStore::FileRange> at;
+  std::vector<std::uint64_t> written = {1};
+  if (kind != ShareDamage::kHeaderCopy) {
+    auto inspected = serverd::ShareStore::InspectFile(shares);
+    EXPECT_TRUE(inspected.ok()) << inspected.status().ToString();
+    if (!inspected.ok()) return "?";
+    at = std::move(*inspected);
+    std::ifstream f(shares, std::ios::binary);
+    std::vector<char> x(slot_bytes * p.bucket_size);
+    for (std::uint64_t b = 2; kind == ShareDamage::kDataSlot && b <= geo.num_buckets(); ++b) {
+      f.seekg(static_cast<std::streamoff>(at[b].data));
+      f.read(x.data(), static_cast<std::streamsize>(x.size()));
+      for (char ch : x) {
+        if (ch != 0) {
+          written.push_back(b);
+          break;
+        }
+      }
+    }
+  }
   switch (kind) {
     case ShareDamage::kDataSlot: {
       // A slot of a bucket that holds data (the root, or a bucket an
       // eviction wrote), somewhere inside the slot.
-      std::vector<std::uint64_t> written = {1};
-      std::ifstream f(shares, std::ios::binary);
-      std::vector<char> x(slot_bytes * p.bucket_size);
-      for (std::uint64_t b = 2; b <= geo.num_buckets(); ++b) {
-        f.seekg(static_cast<std::streamoff>(kShareHeaderRegion + (b - 1) * x.size()));
-        f.read(x.data(), static_cast<std::streamsize>(x.size()));
-        for (char ch : x) {
-          if (ch != 0) {
-            written.push_back(b);
-            break;
-          }
-        }
-      }
       const std::uint64_t b = written[rng() % written.size()];
       const std::uint64_t slot = rng() % p.bucket_size;
-      FlipBytes(shares,
-                kShareHeaderRegion + ((b - 1) * p.bucket_size + slot) * slot_bytes +
-                    rng() % (slot_bytes - 16),
-                16, rng);
+      FlipBytes(shares, at[b].data + slot * slot_bytes + rng() % (slot_bytes - 16), 16, rng);
       return "bucket " + std::to_string(b) + " slot " + std::to_string(slot);
     }
     case ShareDamage::kUnusedRootSlot: {
       const std::uint64_t slot = p.evict_rate + rng() % (p.bucket_size - p.evict_rate);
-      FlipBytes(shares, kShareHeaderRegion + slot * slot_bytes + rng() % (slot_bytes - 16), 16,
-                rng);
+      FlipBytes(shares, at[1].data + slot * slot_bytes + rng() % (slot_bytes - 16), 16, rng);
       return "root slot " + std::to_string(slot);
     }
     case ShareDamage::kDigest: {
-      const std::uint64_t data_end =
-          kShareHeaderRegion + geo.num_buckets() * p.bucket_size * slot_bytes;
-      const std::uint64_t digests =
-          (data_end + kShareHeaderRegion - 1) / kShareHeaderRegion * kShareHeaderRegion;
       const std::uint64_t slot = rng() % p.evict_rate;  // a root slot that was written
-      FlipBytes(shares, digests + slot * 8, 8, rng);
+      FlipBytes(shares, at[1].digests + slot * 8, 8, rng);
       return "the digest of root slot " + std::to_string(slot);
     }
     case ShareDamage::kHeaderCopy: {

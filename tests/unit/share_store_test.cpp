@@ -21,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/math/slot_digest.h"
 #include "tests/support/temp_dir.h"
 #include "tests/support/test_seed.h"
 
@@ -128,9 +129,17 @@ TEST(ShareStore, CreateIsSparseAndReadsZero) {
   EXPECT_EQ(store->num_buckets(), buckets);
   EXPECT_EQ(store->bucket_elems(), 64u * 1096u);
   // Header, buckets (~36.8 GB logical), then 8 bytes of digest per slot at the
-  // next 4 KiB boundary.
-  const std::uint64_t data_end = 4096 + buckets * 64 * 1096 * 4;
-  EXPECT_EQ(store->file_bytes(), (data_end + 4095) / 4096 * 4096 + buckets * 64 * 8);
+  // next 4 KiB boundary; then, each from a 4 KiB boundary, 2H = 32 spare
+  // places, their digests, and two copies of the bucket map (4 bytes a
+  // bucket after a 32-byte header, a 4-byte checksum).
+  auto page_up = [](std::uint64_t x) { return (x + 4095) / 4096 * 4096; };
+  const std::uint64_t bucket_bytes = 64 * 1096 * 4;
+  const std::uint64_t data_end = 4096 + buckets * bucket_bytes;
+  const std::uint64_t digests_end = page_up(data_end) + buckets * 64 * 8;
+  const std::uint64_t spare_end = page_up(digests_end) + 32 * bucket_bytes;
+  const std::uint64_t spare_digests_end = page_up(spare_end) + 32 * 64 * 8;
+  const std::uint64_t map_copy = page_up(32 + 4 * buckets + 4);
+  EXPECT_EQ(store->file_bytes(), page_up(spare_digests_end) + 2 * map_copy);
   struct stat st{};
   ASSERT_EQ(::stat((dir + "/shares.bin").c_str(), &st), 0);
   EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
@@ -599,36 +608,70 @@ TEST(ShareStore, CrashAfterSealThenCommitOnReopen) {
   EXPECT_EQ(store->meta().applied_evictions, 1u);
 }
 
-TEST(ShareStore, CrashAfterDataCopyBeforeMetaRecommits) {
+// Commit writes the bucket map, then the header. Cut off between the two,
+// the header still records the previous eviction and its map copy is
+// intact: the old tree is whole, and the sealed shadow commits again.
+TEST(ShareStore, CrashAfterTheMapBeforeTheHeaderRecommits) {
   TempDir tmp;
   auto rng = testing::SeededRng();
   const std::string shares = tmp.path() + "/shares.bin";
   std::vector<std::vector<Elem>> shadow;
   std::vector<std::uint8_t> header_before;
-  std::uint64_t bucket_bytes = 0;
+  std::vector<Elem> old13;
   {
     auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
     ASSERT_NE(store, nullptr);
-    bucket_bytes = store->bucket_elems() * sizeof(Elem);
     ASSERT_TRUE(store->WriteSlot(13, 1, RandomElems(rng, 8), 2, 1).ok());
+    old13 = ReadBucket(*store, 13);
     shadow = SealRandomShadow(*store, 0, kPath, rng);
+    const std::vector<ShareStore::FileRange> shadow_at = store->ShadowInFile();
     header_before = ReadRange(shares, 0, 4096);
     ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+    // Nothing was copied: each bucket now lies where its shadow was written.
+    for (std::size_t i = 0; i < kPath.size(); ++i) {
+      EXPECT_EQ(store->BucketInFile(kPath[i]).data, shadow_at[i].data) << "bucket " << kPath[i];
+      EXPECT_EQ(store->BucketInFile(kPath[i]).digests, shadow_at[i].digests);
+    }
   }
-  // Rewind the header: the buckets hold the copied data but the header never
-  // recorded the eviction. Also damage one copied bucket, as if the copy had
-  // stopped partway.
-  WriteRange(shares, 0, header_before);
-  WriteRange(shares, 4096 + (kPath[2] - 1) * bucket_bytes, std::vector<std::uint8_t>(100, 0xee));
+  WriteRange(shares, 0, header_before);  // the header write never happened
 
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->meta().applied_evictions, 0u);
   EXPECT_EQ(store->SealedEviction(), 1u);
+  EXPECT_EQ(ReadBucket(*store, 13), old13) << "the old tree must be whole";
+  Status st = store->VerifyBuckets(13, old13);
+  EXPECT_TRUE(st.ok()) << st.ToString();
   ASSERT_TRUE(store->Commit(0, 3, 1).ok());
   for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
   EXPECT_EQ(store->meta().applied_evictions, 1u);
   EXPECT_EQ(store->meta().applied_seq, 3u);
+  store.reset();
+  store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
+}
+
+// A damaged bucket map copy is named as damage of this server, not read as
+// some other layout.
+TEST(ShareStore, DamagedBucketMapIsDamage) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  {
+    auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
+    ASSERT_NE(store, nullptr);
+    SealRandomShadow(*store, 0, kPath, rng);
+    ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+  }
+  struct stat st{};
+  ASSERT_EQ(::stat((tmp.path() + "/shares.bin").c_str(), &st), 0);
+  // Two map copies of one 4 KiB page each (15 buckets) end the file; the map
+  // of one applied eviction is copy 1, the last, its entries from byte 32 on.
+  FlipBytes(tmp.path() + "/shares.bin", static_cast<std::uint64_t>(st.st_size) - 4096 + 40, 2);
+  auto r = ShareStore::Open(tmp.path());
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kDamaged) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("bucket map"), std::string::npos) << r.status().ToString();
 }
 
 TEST(ShareStore, UnsealedShadowIsIgnoredAfterReopen) {
@@ -927,13 +970,17 @@ TEST(ShareStore, HolesReportNeverWrittenBuckets) {
 
 // ---- Fail-stop storage: slot digests.
 
-// Where slot (b, s) of a store of shape (H, Z, m) lies in shares.bin, and its
-// digest.
+// Where slot (b, s) of a store lies in shares.bin, and its digest.
 struct SlotPlace {
   std::uint64_t data;
   std::uint64_t digest;
 };
-SlotPlace PlaceOf(const ServerMeta& meta, std::uint64_t b, std::uint64_t slot) {
+SlotPlace PlaceOf(const ShareStore& store, std::uint64_t b, std::uint64_t slot) {
+  const ShareStore::FileRange r = store.BucketInFile(b);
+  return {r.data + slot * store.slot_elems() * 4, r.digests + slot * 8};
+}
+// The same in the layout of formats 1 and 2 (every bucket in its own place).
+SlotPlace Format2PlaceOf(const ServerMeta& meta, std::uint64_t b, std::uint64_t slot) {
   const std::uint64_t z = meta.shape.bucket_size, m = meta.shape.elems_per_slot;
   const std::uint64_t buckets = (std::uint64_t{1} << (meta.shape.height + 1)) - 1;
   const std::uint64_t data_end = 4096 + buckets * z * m * 4;
@@ -947,16 +994,20 @@ std::vector<Elem> AllBuckets(const ShareStore& s) {
   return all;
 }
 
-// A store with every bucket written (random shares through a committed
-// eviction of the whole tree, and root slots).
+// A store with every bucket written (random shares filled in, then, if
+// `evict`, a committed eviction of buckets 2 and 3, which moves them to spare
+// places, and root slots).
 std::unique_ptr<ShareStore> FilledStore(const std::string& dir, const ServerMeta& meta,
-                                        std::mt19937_64& rng) {
+                                        std::mt19937_64& rng, bool evict = true) {
   auto store = MustCreate(dir, meta);
   if (!store) return nullptr;
-  std::vector<std::uint64_t> all;
-  for (std::uint64_t b = 2; b <= store->num_buckets(); ++b) all.push_back(b);
-  SealRandomShadow(*store, 0, all, rng);
-  EXPECT_TRUE(store->Commit(0, 1, 1).ok());
+  EXPECT_TRUE(
+      store->FillUnusedBuckets(1, RandomElems(rng, store->num_buckets() * store->bucket_elems()))
+          .ok());
+  if (evict) {
+    SealRandomShadow(*store, 0, {2, 3}, rng);
+    EXPECT_TRUE(store->Commit(0, 1, 1).ok());
+  }
   for (std::uint32_t slot = 0; slot < meta.shape.bucket_size; ++slot) {
     EXPECT_TRUE(store->WriteSlot(1, slot, RandomElems(rng, store->slot_elems()), 2 + slot, 1).ok());
   }
@@ -988,11 +1039,12 @@ TEST(ShareStoreDigests, DamageOnDiskIsNamedByBucketAndSlot) {
     TempDir tmp;
     std::uniform_int_distribution<std::uint64_t> bucket_of(1, 15), slot_of(0, 3);
     const std::uint64_t b = bucket_of(rng), slot = slot_of(rng);
+    SlotPlace at{};
     {
       auto store = FilledStore(tmp.path(), meta, rng);
       ASSERT_NE(store, nullptr);
+      at = PlaceOf(*store, b, slot);
     }
-    const SlotPlace at = PlaceOf(meta, b, slot);
     FlipBytes(tmp.path() + "/shares.bin", in_digest ? at.digest + 2 : at.data + 9, 3);
     auto store = MustOpen(tmp.path());
     ASSERT_NE(store, nullptr);
@@ -1025,16 +1077,17 @@ TEST(ShareStoreDigests, ScrubListsEveryDamagedSlot) {
     auto clean = store->Scrub(1, store->num_buckets());
     ASSERT_TRUE(clean.ok()) << clean.status().ToString();
     EXPECT_EQ(*clean, std::vector<std::uint8_t>(15 * 4, 0));
+    // Bucket 3 lies in a spare place since the eviction of FilledStore.
+    FlipBytes(tmp.path() + "/shares.bin", PlaceOf(*store, 5, 0).data, 1);
+    FlipBytes(tmp.path() + "/shares.bin", PlaceOf(*store, 3, 3).data + 20, 2);
+    FlipBytes(tmp.path() + "/shares.bin", PlaceOf(*store, 12, 2).digest, 1);
   }
-  FlipBytes(tmp.path() + "/shares.bin", PlaceOf(meta, 5, 0).data, 1);
-  FlipBytes(tmp.path() + "/shares.bin", PlaceOf(meta, 5, 3).data + 20, 2);
-  FlipBytes(tmp.path() + "/shares.bin", PlaceOf(meta, 12, 2).digest, 1);
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
   auto flags = store->Scrub(1, store->num_buckets());
   ASSERT_TRUE(flags.ok()) << flags.status().ToString();
   std::vector<std::uint8_t> want(15 * 4, 0);
-  want[(5 - 1) * 4 + 0] = want[(5 - 1) * 4 + 3] = want[(12 - 1) * 4 + 2] = 1;
+  want[(5 - 1) * 4 + 0] = want[(3 - 1) * 4 + 3] = want[(12 - 1) * 4 + 2] = 1;
   EXPECT_EQ(*flags, want);
   auto part = store->Scrub(12, 2);
   ASSERT_TRUE(part.ok());
@@ -1074,12 +1127,12 @@ TEST(ShareStoreDigests, DamagedShadowFailsCommitAndKeepsTheTree) {
   ASSERT_NE(store, nullptr);
   const auto before = AllBuckets(*store);
   SealRandomShadow(*store, 1, kPath, rng);
+  // The last shadow bucket (index 3, bucket 13), slot 1, where it lies.
+  const std::vector<ShareStore::FileRange> shadow_at = store->ShadowInFile();
+  ASSERT_EQ(shadow_at.size(), kPath.size());
   store.reset();
-  // The last shadow bucket (index 3, bucket 13), slot 1: the copy would have
-  // written buckets 1, 3 and 6 before reaching it.
-  const std::uint64_t data_offset = 4096;  // one header page for a 4-bucket list
   const std::uint64_t slot_bytes = meta.shape.elems_per_slot * 4;
-  FlipBytes(tmp.path() + "/shadow.bin", data_offset + 3 * 4 * slot_bytes + slot_bytes + 5, 2);
+  FlipBytes(tmp.path() + "/shares.bin", shadow_at[3].data + slot_bytes + 5, 2);
   store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
   ASSERT_EQ(store->SealedEviction(), 2u);
@@ -1087,7 +1140,7 @@ TEST(ShareStoreDigests, DamagedShadowFailsCommitAndKeepsTheTree) {
   EXPECT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
   EXPECT_NE(st.message().find("bucket 13 slot 1"), std::string::npos) << st.message();
   EXPECT_EQ(store->meta().applied_evictions, 1u);
-  EXPECT_EQ(AllBuckets(*store), before) << "a bucket was copied before the check failed";
+  EXPECT_EQ(AllBuckets(*store), before) << "the failed commit changed the live tree";
   st = store->VerifyBuckets(1, before);
   EXPECT_TRUE(st.ok()) << st.ToString();
 }
@@ -1154,7 +1207,7 @@ TEST(ShareStoreDigests, Format1StoreIsUpgradedInPlace) {
   ServerMeta meta = MakeMeta(3, 4, 8);
   std::vector<Elem> before;
   {
-    auto store = FilledStore(tmp.path(), meta, rng);
+    auto store = FilledStore(tmp.path(), meta, rng, /*evict=*/false);
     ASSERT_NE(store, nullptr);
     meta = store->meta();
     before = AllBuckets(*store);
@@ -1162,7 +1215,7 @@ TEST(ShareStoreDigests, Format1StoreIsUpgradedInPlace) {
   MakeFormat1(tmp.path(), meta, 40);
   // One slot holds a value no sharing produces (damage before the upgrade
   // that the upgrade can still see).
-  const SlotPlace bad = PlaceOf(meta, 6, 2);
+  const SlotPlace bad = Format2PlaceOf(meta, 6, 2);
   WriteRange(tmp.path() + "/shares.bin", bad.data + 4, {0xff, 0xff, 0xff, 0xff});
 
   auto store = MustOpen(tmp.path());
@@ -1183,12 +1236,18 @@ TEST(ShareStoreDigests, Format1StoreIsUpgradedInPlace) {
                                   before.begin() + static_cast<std::ptrdiff_t>(b * store->bucket_elems())));
     }
   }
-  // Upgraded for good: later writes and a reopen keep format 2.
+  // Upgraded for good: later writes, an eviction and a reopen keep format 3.
   ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, store->slot_elems()), 900, 2).ok());
+  const std::uint64_t e = store->meta().applied_evictions;
+  const auto shadow = SealRandomShadow(*store, e, {2, 5}, rng);
+  ASSERT_TRUE(store->Commit(e, 901, 2).ok());
   store.reset();
   store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->meta().applied_seq, 900u);
+  EXPECT_EQ(store->meta().applied_seq, 901u);
+  EXPECT_EQ(store->meta().applied_evictions, e + 1);
+  EXPECT_EQ(ReadBucket(*store, 2), shadow[0]);
+  EXPECT_EQ(ReadBucket(*store, 5), shadow[1]);
   Status v = store->VerifyBuckets(1, ReadBucket(*store, 1));
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
@@ -1201,7 +1260,7 @@ TEST(ShareStoreDigests, InterruptedUpgradeStartsOver) {
   ServerMeta meta = MakeMeta(3, 4, 8);
   std::uint64_t full_size = 0;
   {
-    auto store = FilledStore(tmp.path(), meta, rng);
+    auto store = FilledStore(tmp.path(), meta, rng, /*evict=*/false);
     ASSERT_NE(store, nullptr);
     meta = store->meta();
     full_size = store->file_bytes();
@@ -1209,11 +1268,129 @@ TEST(ShareStoreDigests, InterruptedUpgradeStartsOver) {
   MakeFormat1(tmp.path(), meta, 7);
   ASSERT_EQ(::truncate((tmp.path() + "/shares.bin").c_str(), static_cast<off_t>(full_size)), 0);
   // Garbage where the digests go: the upgrade must rewrite them all.
-  WriteRange(tmp.path() + "/shares.bin", PlaceOf(meta, 3, 1).digest, std::vector<std::uint8_t>(8, 0x11));
+  WriteRange(tmp.path() + "/shares.bin", Format2PlaceOf(meta, 3, 1).digest,
+             std::vector<std::uint8_t>(8, 0x11));
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
   Status v = store->VerifyBuckets(1, AllBuckets(*store));
   EXPECT_TRUE(v.ok()) << v.ToString();
+}
+
+// Rewrites the store in dir as format 2 left it: the same header records
+// with version 2, no spare places and no bucket map (every bucket in its own
+// place) and, in shadow.bin, a sealed format-2 shadow of eviction
+// `meta.applied_evictions` over `buckets` holding `data` (the buckets, then
+// their digests, after a 4 KiB header): a server of format 2 stopped between
+// SEAL and COMMIT.
+void MakeFormat2WithSealedShadow(const std::string& dir, const ServerMeta& meta,
+                                 const std::vector<std::uint64_t>& buckets,
+                                 const std::vector<std::vector<Elem>>& data) {
+  const std::string path = dir + "/shares.bin";
+  std::vector<std::uint8_t> header = ReadRange(path, 0, 4096);
+  digest::Seed seed{};
+  for (std::size_t copy = 0; copy < 2; ++copy) {
+    std::uint8_t* rec = header.data() + copy * 512;
+    ASSERT_EQ(std::memcmp(rec, "S3ORMETA", 8), 0);
+    const std::uint32_t version = 2;
+    std::memcpy(rec + 8, &version, 4);
+    const std::uint32_t crc = Crc32cForTest(rec, 112);
+    std::memcpy(rec + 112, &crc, 4);
+    std::memcpy(seed.data(), rec + 80, seed.size());
+  }
+  WriteRange(path, 0, header);
+  const std::uint64_t z = meta.shape.bucket_size, m = meta.shape.elems_per_slot;
+  const std::uint64_t n = (std::uint64_t{1} << (meta.shape.height + 1)) - 1;
+  const std::uint64_t v2_size = (4096 + n * z * m * 4 + 4095) / 4096 * 4096 + n * z * 8;
+  ASSERT_EQ(::truncate(path.c_str(), static_cast<off_t>(v2_size)), 0);
+
+  std::vector<std::uint8_t> sh(4096, 0);
+  auto u32 = [&](std::size_t at, std::uint32_t v) { std::memcpy(&sh[at], &v, 4); };
+  auto u64 = [&](std::size_t at, std::uint64_t v) { std::memcpy(&sh[at], &v, 8); };
+  std::memcpy(sh.data(), "S3ORSHDW", 8);
+  u32(8, 2);
+  u32(12, 1);
+  std::memcpy(&sh[16], meta.fs_id.data(), 16);
+  u32(32, meta.shape.height);
+  u32(36, meta.shape.bucket_size);
+  u32(40, meta.shape.elems_per_slot);
+  u32(44, 5);  // attempt
+  u64(48, meta.applied_evictions);
+  u64(56, buckets.size());
+  u64(64, 4096);
+  for (std::size_t i = 0; i < buckets.size(); ++i) u64(72 + 8 * i, buckets[i]);
+  const std::size_t used = 72 + 8 * buckets.size();
+  u32(used, Crc32cForTest(sh.data(), used));
+  const digest::DigestKey key(seed, m);
+  for (const auto& bucket : data) {
+    const auto* bytes = reinterpret_cast<const std::uint8_t*>(bucket.data());
+    sh.insert(sh.end(), bytes, bytes + bucket.size() * 4);
+  }
+  for (const auto& bucket : data) {
+    for (std::uint64_t q = 0; q < z; ++q) {
+      digest::SlotDigest d{};
+      ASSERT_TRUE(key.Digest({bucket.data() + q * m, m}, &d));
+      const auto* bytes = reinterpret_cast<const std::uint8_t*>(&d);
+      sh.insert(sh.end(), bytes, bytes + sizeof d);
+    }
+  }
+  std::ofstream(dir + "/shadow.bin", std::ios::binary | std::ios::trunc)
+      .write(reinterpret_cast<const char*>(sh.data()), static_cast<std::streamsize>(sh.size()));
+}
+
+// A format-2 store is upgraded at Open: its buckets stay where they are, and
+// a shadow it sealed before the upgrade moves into the spare places and
+// commits (without a copy) to the same tree the old commit would have made.
+TEST(ShareStoreDigests, Format2StoreWithASealedShadowIsUpgradedAndCommits) {
+  TempDir tmp;
+  auto rng = testing::SeededRng();
+  ServerMeta meta = MakeMeta(3, 4, 8);
+  std::vector<Elem> before;
+  std::vector<std::vector<Elem>> shadow;
+  {
+    auto store = FilledStore(tmp.path(), meta, rng, /*evict=*/false);
+    ASSERT_NE(store, nullptr);
+    meta = store->meta();
+    before = AllBuckets(*store);
+    for (std::size_t i = 0; i < kPath.size(); ++i) {
+      shadow.push_back(RandomElems(rng, store->bucket_elems()));
+    }
+  }
+  MakeFormat2WithSealedShadow(tmp.path(), meta, kPath, shadow);
+  if (HasFatalFailure()) return;
+  const std::string shadow_bin = tmp.path() + "/shadow.bin";
+  const std::vector<std::uint8_t> old_shadow =
+      ReadRange(shadow_bin, 0, static_cast<std::size_t>(std::filesystem::file_size(shadow_bin)));
+
+  {
+    // The upgrade, then the move, cut off before the shadow's header was
+    // rewritten: the format-3 store moves the format-2 shadow again.
+    auto first = MustOpen(tmp.path());
+    ASSERT_NE(first, nullptr);
+    ASSERT_EQ(first->SealedEviction(), meta.applied_evictions + 1);
+  }
+  WriteRange(shadow_bin, 0, old_shadow);
+  auto store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  ExpectMetaEq(store->meta(), meta);
+  struct stat st{};
+  ASSERT_EQ(::stat((tmp.path() + "/shares.bin").c_str(), &st), 0);
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
+  EXPECT_EQ(AllBuckets(*store), before);
+  Status v = store->VerifyBuckets(1, before);
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  ASSERT_EQ(store->SealedEviction(), meta.applied_evictions + 1);
+  ASSERT_TRUE(store->Commit(meta.applied_evictions, 77, 3).ok());
+  for (std::size_t i = 0; i < kPath.size(); ++i) {
+    EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]) << "bucket " << kPath[i];
+  }
+  v = store->VerifyBuckets(1, AllBuckets(*store));
+  EXPECT_TRUE(v.ok()) << v.ToString();
+  const std::vector<Elem> after = AllBuckets(*store);
+  store.reset();
+  store = MustOpen(tmp.path());
+  ASSERT_NE(store, nullptr);
+  EXPECT_EQ(store->meta().applied_evictions, meta.applied_evictions + 1);
+  EXPECT_EQ(AllBuckets(*store), after);
 }
 
 }  // namespace
