@@ -58,11 +58,17 @@ EvictionPacer::Duration EvictionPacer::provisional() const {
 EvictionPacer::Bounds EvictionPacer::FromProgress(Duration elapsed, std::uint32_t round,
                                                   std::uint32_t rounds) {
   if (elapsed <= Duration::zero() || round == 0 || rounds == 0 || round > rounds) return {};
-  // elapsed * rounds without overflow: the caller bounds elapsed by its own
+  // In units of one round's work: the last round (the leaf's) multiplies
+  // and re-shares two buckets, every other one, so the whole is R + 1.
+  // The rounds before this one are done (round - 1 units, taking at most
+  // `elapsed`), this one is not (so all through it take at least `elapsed`).
+  // elapsed * units without overflow: the caller bounds elapsed by its own
   // clock (minutes), rounds are a tree height (at most 40).
+  const std::int64_t whole = std::int64_t{rounds} + 1;
+  const std::int64_t through = round == rounds ? whole : std::int64_t{round};
   Bounds b;
-  b.lower = elapsed * rounds / round;
-  if (round > 1) b.upper = elapsed * rounds / (round - 1);
+  b.lower = elapsed * whole / through;
+  if (round > 1) b.upper = elapsed * whole / (std::int64_t{round} - 1);
   return b;
 }
 

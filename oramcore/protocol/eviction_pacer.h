@@ -52,10 +52,13 @@ class EvictionPacer {
 
   // What a server's progress says of the whole eviction's time: in round
   // `round` (1-based) of `rounds`, `elapsed` after it started. Rounds cost
-  // alike (each combines one level's buckets), so the k - 1 rounds done took
-  // between elapsed * (k - 1) / k and elapsed: the whole lies between
-  // lower = elapsed * R / k and upper = elapsed * R / (k - 1) (no upper
-  // bound in round 1: zero). Both zero for a progress that says nothing.
+  // alike (each combines one level's buckets) except the last, the leaf's,
+  // which combines two and costs double: R + 1 units in all. The k - 1
+  // units done took at most `elapsed`, the units through round k at least
+  // that, so the whole lies between lower = elapsed * (R + 1) / u_k (u_k = k,
+  // or R + 1 in the last round) and upper = elapsed * (R + 1) / (k - 1) (no
+  // upper bound in round 1: zero). Both zero for a progress that says
+  // nothing.
   struct Bounds {
     Duration lower = Duration::zero();
     Duration upper = Duration::zero();  // zero: unknown

@@ -66,11 +66,17 @@ TEST(EvictionPacer, IdleRoundsAndSlowRepliesDoNotInflateTheEstimate) {
 // The first eviction of a new state: the servers' progress (round k of R
 // after e) bounds the whole eviction between e R / k and e R / (k - 1).
 TEST(EvictionPacer, ProgressBoundsTheWholeEviction) {
+  // Five rounds, the last (the leaf's) costing two: six units in all.
   auto b = EvictionPacer::FromProgress(seconds(4), 1, 5);
-  EXPECT_EQ(b.lower, seconds(20));
+  EXPECT_EQ(b.lower, seconds(24));
   EXPECT_EQ(b.upper, EvictionPacer::Duration::zero()) << "no upper bound in round 1";
-  // Round 3 of 5 after 24 s: two rounds took 16 to 24 s, so 40 to 60 s.
+  // Round 3 of 5 after 24 s: two units took 16 to 24 s, so 48 to 72 s.
   b = EvictionPacer::FromProgress(seconds(24), 3, 5);
+  EXPECT_EQ(b.lower, seconds(48));
+  EXPECT_EQ(b.upper, seconds(72));
+  // In the leaf round after 40 s: four units took at most 40 s, all six at
+  // least 40 s, so 40 to 60 s.
+  b = EvictionPacer::FromProgress(seconds(40), 5, 5);
   EXPECT_EQ(b.lower, seconds(40));
   EXPECT_EQ(b.upper, seconds(60));
   for (auto [round, rounds] : {std::pair{0u, 5u}, std::pair{6u, 5u}, std::pair{1u, 0u}}) {
