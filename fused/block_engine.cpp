@@ -19,7 +19,7 @@ std::uint32_t OramBlockEngine::block_bytes() const {
 std::uint64_t OramBlockEngine::capacity_blocks() const { return client_->params().capacity_blocks; }
 
 Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   // The cache reads only blocks that hold file data, and such a block always
   // has a position (valid rises only after its write-back recorded one). One
   // without is data the ORAM no longer knows (a forced restore from a backup
@@ -44,7 +44,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
 }
 
 Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> data) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Write(id, data);
   writes_stopped_ = client_->writes_stopped().has_value();
   last_contact_ = std::chrono::steady_clock::now();
@@ -58,7 +58,7 @@ Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> da
 
 Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
                                                           const Modifier& modify) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   auto r = client_->Update(id, modify);
   writes_stopped_ = client_->writes_stopped().has_value();
   last_contact_ = std::chrono::steady_clock::now();
@@ -71,7 +71,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
 }
 
 std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<const Op> ops) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   std::vector<OramClient::BatchItem> items;
   std::vector<bool> held;
   items.reserve(ops.size());
@@ -139,7 +139,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
 }
 
 Status OramBlockEngine::Sync() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Sync();
   writes_stopped_ = client_->writes_stopped().has_value();
   if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
@@ -147,7 +147,7 @@ Status OramBlockEngine::Sync() {
 }
 
 Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   if (client_->fenced()) return Status::LeaseHeld("fenced off");
   if (std::chrono::steady_clock::now() - last_contact_ < idle) return Status::Ok();
   Status s = client_->RenewLease();
@@ -159,12 +159,12 @@ Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
 }
 
 Status OramBlockEngine::Close() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   return client_->Close();
 }
 
 Result<BackupResult> OramBlockEngine::BackupState() {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   S3ORAM_ASSIGN_OR_RETURN(BackupResult r, s3oram::BackupState(*client_));
   // The mount holds the state: nothing changed it since the snapshot, so it
   // now equals this generation (what a later refresh elsewhere relies on).
@@ -175,7 +175,7 @@ Result<BackupResult> OramBlockEngine::BackupState() {
 }
 
 OramBlockEngine::Stats OramBlockEngine::stats() const {
-  std::lock_guard<std::mutex> lock(mu_);
+  std::lock_guard<FairMutex> lock(mu_);
   return stats_;
 }
 

@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "fused/fair_mutex.h"
 #include "oramcore/base/status.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/state_backup.h"
@@ -123,7 +124,7 @@ class OramBlockEngine final : public BlockEngine {
   Result<BackupResult> BackupState();
 
  private:
-  mutable std::mutex mu_;
+  mutable FairMutex mu_;  // FIFO: a read waits for the batches ahead of it only
   std::unique_ptr<OramClient> client_;
   const std::size_t pipeline_;
   Stats stats_;
