@@ -276,13 +276,15 @@ TEST(RebuildTest, DamagedUpperSiblingStopsTheEvictionThatWouldOverwriteIt) {
   {
     auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    // One eviction (so some upper siblings hold data, others are holes), then
-    // writes until one root slot is left: the access that fills it runs the
-    // next eviction when it is done. (The newest access's root write is
+    // Three evictions (so some upper siblings hold data, others are holes),
+    // then writes until one root slot is left: the access that fills it runs
+    // the next eviction when it is done. (The newest access's root write is
     // deferred to the next one and holds slot nr, so that access writes
-    // slot nr + 1 = A - 1.)
+    // slot nr + 1 = A - 1.) Three rounds, not one, so a dozen blocks lie on
+    // random paths: with five, all of them crossed a level-1 sibling in one
+    // run of thirty, and no read could avoid it.
     for (BlockId id = 0; id < params.capacity_blocks; ++id) {
-      if (id > params.evict_rate && (*c)->counters().nr + 2 == params.evict_rate) break;
+      if (id > 3 * params.evict_rate && (*c)->counters().nr + 2 == params.evict_rate) break;
       model[id] = testing::Content((*c)->block_bytes(), id, seed);
       ASSERT_TRUE((*c)->Write(id, model[id]).ok());
     }
@@ -291,21 +293,27 @@ TEST(RebuildTest, DamagedUpperSiblingStopsTheEvictionThatWouldOverwriteIt) {
     // last round; the one the next root fill starts is ne + 1.
     const std::uint64_t ne = (*c)->counters().ne + 1;
     const TreeGeometry geo = params.geometry();
-    const std::uint32_t level = 1 + static_cast<std::uint32_t>(seed % (geo.height - 1));
-    const std::uint64_t b = TreeGeometry::Sibling(geo.BucketOnPath(geo.EvictionLeaf(ne), level));
     const std::uint64_t slot = (seed / 3) % params.bucket_size;
     // That access reads a block whose path avoids b, so the eviction, not
     // its retrieval, meets the damage (the newest block's position is still
-    // in the client's deferred root write: not that one).
+    // in the client's deferred root write: not that one). The level is the
+    // seed's, or the next one where some block avoids its sibling
+    // (positions come from the CSPRNG, not the seed).
+    std::uint32_t level = 0;
+    std::uint64_t b = 0;
     std::optional<BlockId> reader;
-    for (const auto& [id, bytes] : model) {
-      const PositionEntry* e = (*c)->position_map().Find(id);
-      if (id + 1 < model.size() && e && geo.BucketOnPath(e->pos.leaf, level) != b) {
-        reader = id;
-        break;
+    for (std::uint32_t k = 0; k + 1 < geo.height && !reader; ++k) {
+      level = 1 + static_cast<std::uint32_t>((seed + k) % (geo.height - 1));
+      b = TreeGeometry::Sibling(geo.BucketOnPath(geo.EvictionLeaf(ne), level));
+      for (const auto& [id, bytes] : model) {
+        const PositionEntry* e = (*c)->position_map().Find(id);
+        if (id + 1 < model.size() && e && geo.BucketOnPath(e->pos.leaf, level) != b) {
+          reader = id;
+          break;
+        }
       }
     }
-    ASSERT_TRUE(reader.has_value()) << "no written block with a path that avoids bucket " << b;
+    ASSERT_TRUE(reader.has_value()) << "no written block with a path that avoids an upper sibling";
     std::printf(
         "damaging bucket %llu slot %llu (the upper sibling at level %u of eviction %llu) "
         "on server %zu; block %llu is read\n",
