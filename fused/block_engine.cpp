@@ -3,13 +3,16 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <set>
 
 namespace s3oram::fs {
 
-OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client, std::size_t pipeline)
+OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client, std::size_t pipeline,
+                                 std::chrono::steady_clock::duration slice)
     : client_(std::move(client)),
       pipeline_(std::clamp<std::size_t>(pipeline, 1, OramClient::kMaxPipelined)),
+      slicer_(pipeline_, slice, BatchSlicer::kDefaultWindow),
       writes_stopped_(client_->writes_stopped().has_value()) {}
 
 std::uint32_t OramBlockEngine::block_bytes() const {
@@ -18,8 +21,24 @@ std::uint32_t OramBlockEngine::block_bytes() const {
 
 std::uint64_t OramBlockEngine::capacity_blocks() const { return client_->params().capacity_blocks; }
 
+void OramBlockEngine::NoteReadWait(std::chrono::steady_clock::time_point asked) {
+  const auto now = std::chrono::steady_clock::now();
+  const bool was = slicer_.Throttled(now);
+  slicer_.NoteReadWait(now - asked, now);
+  if (!was && slicer_.Throttled(now)) {
+    spdlog::debug(
+        "a read waited {:.1f} s for the ORAM engine: batches go in pieces of about {:.1f} s "
+        "for the next {} s",
+        std::chrono::duration<double>(now - asked).count(),
+        std::chrono::duration<double>(slicer_.slice()).count(),
+        std::chrono::duration_cast<std::chrono::seconds>(BatchSlicer::kDefaultWindow).count());
+  }
+}
+
 Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
+  const auto asked = std::chrono::steady_clock::now();
   std::lock_guard<FairMutex> lock(mu_);
+  NoteReadWait(asked);
   // The cache reads only blocks that hold file data, and such a block always
   // has a position (valid rises only after its write-back recorded one). One
   // without is data the ORAM no longer knows (a forced restore from a backup
@@ -71,7 +90,12 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
 }
 
 std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<const Op> ops) {
-  std::lock_guard<FairMutex> lock(mu_);
+  const auto asked = std::chrono::steady_clock::now();
+  std::unique_lock<FairMutex> lock(mu_);
+  if (std::any_of(ops.begin(), ops.end(),
+                  [](const Op& op) { return op.kind == Op::Kind::kRead; })) {
+    NoteReadWait(asked);
+  }
   std::vector<OramClient::BatchItem> items;
   std::vector<bool> held;
   items.reserve(ops.size());
@@ -84,7 +108,27 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
     items.push_back(it);
     held.push_back(client_->Holds(op.id));
   }
-  auto results = client_->AccessMany(items);
+  // Pieces sized by the slicer; between them a read that waits goes first
+  // (the FIFO lock admits it before this thread takes the lock again).
+  std::optional<std::chrono::steady_clock::time_point> piece_started;
+  std::size_t piece = 0;
+  const auto gate = [&](std::size_t remaining) {
+    auto now = std::chrono::steady_clock::now();
+    if (piece_started) {
+      slicer_.NotePiece(piece, now - *piece_started);
+      if (mu_.waiters() > 0) {
+        lock.unlock();
+        lock.lock();
+        now = std::chrono::steady_clock::now();
+      }
+    }
+    piece = slicer_.NextPiece(remaining, now);
+    piece_started = now;
+    ++stats_.pieces;
+    return piece;
+  };
+  auto results = client_->AccessMany(items, gate);
+  if (piece_started) slicer_.NotePiece(piece, std::chrono::steady_clock::now() - *piece_started);
   writes_stopped_ = client_->writes_stopped().has_value();
   last_contact_ = std::chrono::steady_clock::now();
   std::set<std::uint64_t> written;  // by an earlier operation of this batch

@@ -18,6 +18,7 @@
 #include <span>
 #include <vector>
 
+#include "fused/batch_slicer.h"
 #include "fused/fair_mutex.h"
 #include "oramcore/base/status.h"
 #include "oramcore/protocol/client.h"
@@ -91,8 +92,11 @@ class BlockEngine {
 class OramBlockEngine final : public BlockEngine {
  public:
   // `pipeline`: the most accesses a Batch sends together (1..kMaxPipelined).
+  // `slice`: a read that waits longer than this makes batches go in pieces
+  // of about this long for a while (batch_slicer.h).
   explicit OramBlockEngine(std::unique_ptr<OramClient> client,
-                           std::size_t pipeline = OramClient::kMaxPipelined);
+                           std::size_t pipeline = OramClient::kMaxPipelined,
+                           std::chrono::steady_clock::duration slice = BatchSlicer::kDefaultSlice);
   std::uint32_t block_bytes() const override;
   std::uint64_t capacity_blocks() const override;
   Result<std::vector<std::uint8_t>> Read(std::uint64_t id) override;
@@ -103,6 +107,8 @@ class OramBlockEngine final : public BlockEngine {
   std::vector<Result<std::vector<std::uint8_t>>> Batch(std::span<const Op> ops) override;
   std::size_t max_batch() const override { return pipeline_; }
   Status Sync() override;
+  // Callers waiting for the engine now (for tests and diagnostics).
+  std::uint64_t waiters() const { return mu_.waiters(); }
   // OramClient::writes_stopped(), read without waiting for an access.
   bool WritesStopped() const override { return writes_stopped_.load(); }
   // Tells the servers this mount is alive unless an access did so within
@@ -116,6 +122,7 @@ class OramBlockEngine final : public BlockEngine {
     std::uint64_t writes = 0;
     std::uint64_t updates = 0;
     std::uint64_t failures = 0;
+    std::uint64_t pieces = 0;  // pipelined chunks the batches ran in
   };
   Stats stats() const;
 
@@ -124,9 +131,14 @@ class OramBlockEngine final : public BlockEngine {
   Result<BackupResult> BackupState();
 
  private:
+  // Under mu_: a read that waited longer than a slice makes later batches
+  // go in pieces (see batch_slicer.h).
+  void NoteReadWait(std::chrono::steady_clock::time_point asked);
+
   mutable FairMutex mu_;  // FIFO: a read waits for the batches ahead of it only
   std::unique_ptr<OramClient> client_;
   const std::size_t pipeline_;
+  BatchSlicer slicer_;  // under mu_
   Stats stats_;
   std::atomic<bool> writes_stopped_{false};  // mirrors client_->writes_stopped() after each call
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();

@@ -9,7 +9,7 @@
 //                                          # else $S3ORAM_PASSPHRASE
 //   cache_size = 64                        # MiB (1..kMaxCacheMib)
 //   writeback_delay = 5                    # seconds (0..kMaxWritebackDelaySeconds)
-//   readahead = 1                          # blocks (0..kMaxReadaheadBlocks)
+//   readahead = 8                          # blocks (0..kMaxReadaheadBlocks)
 //   pipeline = 8                           # accesses sent together (1..kMaxPipelineAccesses)
 //   timeout = 30                           # seconds (1..kMaxTimeoutSeconds)
 //   evict_timeout = 300                    # seconds (1..kMaxTimeoutSeconds)

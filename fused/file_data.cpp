@@ -65,18 +65,34 @@ void FileData::NoteRead(Ino ino, std::uint64_t offset, std::uint64_t end, std::u
   // "Within a block of the previous end" rather than "exactly at it": the
   // kernel splits a large read into requests that FUSE threads may serve
   // out of order.
-  auto it = read_end_.find(ino);
-  const bool sequential = offset == 0 || (it != read_end_.end() && offset + block_ >= it->second &&
-                                          offset <= it->second + block_);
-  if (it == read_end_.end()) {
-    if (read_end_.size() >= kMaxTrackedReaders) read_end_.clear();
-    read_end_.emplace(ino, end);
-  } else {
-    it->second = end;
+  auto it = read_streams_.find(ino);
+  const bool sequential =
+      offset == 0 || (it != read_streams_.end() && offset + block_ >= it->second.end &&
+                      offset <= it->second.end + block_);
+  if (it == read_streams_.end()) {
+    if (read_streams_.size() >= kMaxTrackedReaders) read_streams_.clear();
+    it = read_streams_.emplace(ino, ReadStream{}).first;
   }
+  ReadStream& stream = it->second;
+  stream.end = end;
+  // A jump, or a reader starting again at the beginning, starts a new
+  // stream: one block ahead, so a reader that stops early (a file(1) of a
+  // large file) costs at most one access it did not need; each block read
+  // in sequence then doubles the window (as the kernel's readahead ramps
+  // up), so a long sequential read soon has `readahead_` blocks on the way
+  // and their accesses pipelined.
+  if (!sequential || offset == 0) {
+    stream.window = 1;
+    stream.queued_at.reset();
+  }
+  if (!sequential) return;
   const std::uint64_t last = (end - 1) / block_;
-  if (!sequential || end - last * block_ < block_ / 2) return;
-  for (std::uint64_t idx = last + 1; idx <= last + readahead_; ++idx) {
+  if (end - last * block_ < block_ / 2) return;
+  if (stream.queued_at && *stream.queued_at >= last) return;  // done for this block
+  stream.queued_at = last;
+  const std::uint32_t window = std::min(stream.window, readahead_);
+  stream.window = std::min<std::uint32_t>(readahead_, 2 * window);
+  for (std::uint64_t idx = last + 1; idx <= last + window; ++idx) {
     if (idx * block_ >= size) break;  // past the end of the file
     const PageKey key{ino, idx};
     if (std::find(prefetch_queue_.begin(), prefetch_queue_.end(), key) != prefetch_queue_.end()) {

@@ -46,6 +46,7 @@
 #include <deque>
 #include <functional>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <thread>
 #include <unordered_map>
@@ -110,7 +111,8 @@ class FileData {
   void FlusherLoop();
   void PrefetcherLoop();
   // Called by a read of [offset, end) of a file of `size` bytes (under the
-  // inode lock): queues readahead if the read is sequential.
+  // inode lock): queues readahead if the read is sequential, once per block
+  // read, as many blocks ahead as the stream's window (ReadStream).
   void NoteRead(Ino ino, std::uint64_t offset, std::uint64_t end, std::uint64_t size);
   // Loads blocks `idxs` of the file into the cache (readahead), together.
   void PrefetchBlocks(Ino ino, const std::vector<std::uint64_t>& idxs);
@@ -134,9 +136,17 @@ class FileData {
   std::condition_variable prefetch_cv_;
   bool prefetch_running_ = false;
   std::deque<PageKey> prefetch_queue_;  // bounded: kMaxQueuedPrefetches
-  // Where each recently read file's last read ended (bounded: cleared when
-  // it grows past kMaxTrackedReaders).
-  std::unordered_map<Ino, std::uint64_t> read_end_;
+  // A recently read file's sequential stream: where its last read ended,
+  // how many blocks ahead the next readahead fetches (1, doubling with each
+  // block read in sequence, up to readahead_; back to 1 after a jump), and
+  // the block whose reading last queued readahead.
+  struct ReadStream {
+    std::uint64_t end = 0;
+    std::uint32_t window = 1;
+    std::optional<std::uint64_t> queued_at;
+  };
+  // Bounded: cleared when it grows past kMaxTrackedReaders.
+  std::unordered_map<Ino, ReadStream> read_streams_;
   std::thread prefetcher_;
 };
 

@@ -55,7 +55,7 @@ struct MountCommand {
   std::uint32_t writeback_delay_seconds = 5;
   // ORAM blocks a sequential reader's next reads will need, fetched in the
   // background while it consumes the current one (0: none).
-  std::uint32_t readahead_blocks = 1;
+  std::uint32_t readahead_blocks = 8;
   // ORAM accesses of a flush, a write-back or a readahead sent together
   // (pipelined; 1: one at a time).
   std::uint32_t pipeline_accesses = kMaxPipelineAccesses;

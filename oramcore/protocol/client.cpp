@@ -720,7 +720,10 @@ void OramClient::PaceBehindEviction(std::uint64_t done) {
   if (!inflight_ || !inflight_->started) return;
   const auto elapsed = std::chrono::steady_clock::now() - inflight_->started_at;
   AskEvictionProgress(elapsed);
-  const auto delay = pacer_.Delay(elapsed, done, params().evict_rate);
+  // The servers said the eviction is computed: the round's end will not
+  // wait for it, so the rest of the round goes unpaced.
+  if (progress_polled_bucket_ == kProgressDone) return;
+  const auto delay = pacer_.Step(elapsed, done, params().evict_rate);
   if (delay <= EvictionPacer::Duration::zero()) return;
   if (!pace_logged_) {
     if (pacer_.estimate() <= EvictionPacer::Duration::zero()) {

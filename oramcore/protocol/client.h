@@ -221,7 +221,15 @@ class OramClient {
     const BlockModifier* modify = nullptr;    // an update (op is then kWrite)
   };
   static constexpr std::size_t kMaxPipelined = 8;
-  std::vector<Result<std::vector<std::uint8_t>>> AccessMany(std::span<const BatchItem> items);
+  // Called before each chunk of pipelined accesses with the number of items
+  // not yet done; returns the most the chunk may hold (1..kMaxPipelined).
+  // Every access before the chunk is recorded when it is called, so it may
+  // let other calls of this client run in between (a caller that serialises
+  // calls with a lock may release it for a while): AccessMany keeps nothing
+  // across chunks but its place in `items`.
+  using ChunkGate = std::function<std::size_t(std::size_t remaining)>;
+  std::vector<Result<std::vector<std::uint8_t>>> AccessMany(std::span<const BatchItem> items,
+                                                            const ChunkGate& gate = nullptr);
 
   // Makes every committed access durable against power loss, not only against
   // a crash of this process (accesses commit with synchronous=NORMAL; this

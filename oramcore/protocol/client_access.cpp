@@ -203,20 +203,26 @@ Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModi
 }
 
 std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
-    std::span<const BatchItem> items) {
+    std::span<const BatchItem> items, const ChunkGate& gate) {
   std::vector<Result<std::vector<std::uint8_t>>> out;
   out.reserve(items.size());
   auto fail_rest = [&](const Status& st) {
     while (out.size() < items.size()) out.emplace_back(st);
     return std::move(out);
   };
-  if (fenced_) {
-    return fail_rest(Status::LeaseHeld(
-        "this client was fenced off: another client took the filesystem's lease over, so this "
-        "one can no longer read or change anything"));
-  }
-  if (read_only_) return fail_rest(Status::FailedPrecondition("client opened read-only"));
-  if (!lease_held_) return fail_rest(Status::FailedPrecondition("client closed"));
+  // Checked before every chunk: a gate may have let a Close (or an access
+  // that learnt of a fence) run in between.
+  auto unusable = [&]() -> std::optional<Status> {
+    if (fenced_) {
+      return Status::LeaseHeld(
+          "this client was fenced off: another client took the filesystem's lease over, so this "
+          "one can no longer read or change anything");
+    }
+    if (read_only_) return Status::FailedPrecondition("client opened read-only");
+    if (!lease_held_) return Status::FailedPrecondition("client closed");
+    return std::nullopt;
+  };
+  if (auto st = unusable()) return fail_rest(*st);
   const OramParams& p = params();
   std::size_t next = 0;
   // A chunk that finished nothing (an access to try again alone) is
@@ -242,8 +248,18 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
       ++next;
       continue;
     }
+    std::size_t most = limit;
+    if (gate) {
+      most = std::clamp<std::size_t>(gate(items.size() - next), 1, limit);
+      if (auto st = unusable()) return fail_rest(*st);
+      if (it.op == AccessOp::kWrite && writes_stopped_) {  // stopped in between
+        out.emplace_back(*writes_stopped_);
+        ++next;
+        continue;
+      }
+    }
     std::size_t valid = next + 1;
-    while (valid < items.size() && valid - next < limit) {
+    while (valid < items.size() && valid - next < most) {
       const BatchItem& v = items[valid];
       if (v.id >= p.capacity_blocks) break;
       if (v.op == AccessOp::kWrite &&

@@ -20,6 +20,14 @@ EvictionPacer::Duration EvictionPacer::Delay(Duration elapsed, std::uint64_t don
   return due > elapsed ? due - elapsed : Duration::zero();
 }
 
+EvictionPacer::Duration EvictionPacer::Step(Duration elapsed, std::uint64_t done,
+                                            std::uint64_t round) const {
+  const Duration delay = Delay(elapsed, done, round);
+  if (delay <= Duration::zero()) return delay;
+  const Duration estimate = std::max(estimate_, provisional());
+  return std::min(delay, std::max(kMaxStep, 2 * (estimate / static_cast<Duration::rep>(round))));
+}
+
 void EvictionPacer::Learn(Duration elapsed, Duration waited) {
   elapsed = std::max(elapsed, Duration::zero());
   // A real wait for the computation is long against the request's round

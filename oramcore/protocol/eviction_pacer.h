@@ -43,6 +43,16 @@ class EvictionPacer {
   // neither an estimate nor a poll is known, or the round is behind the pace.
   Duration Delay(Duration elapsed, std::uint64_t done, std::uint64_t round) const;
 
+  // Delay, bounded: at most the larger of kMaxStep and two even slices
+  // (estimate / round). When a poll's extrapolation raises the pace at once
+  // (an early round that ran slowly, or beside other work), the access then
+  // due would otherwise wait for the whole difference (17 s once in the
+  // aged freeze probe); bounded, the next accesses catch up on it a slice
+  // at a time, and whatever is still missing at the round's end is waited
+  // for there, as without a pacer.
+  Duration Step(Duration elapsed, std::uint64_t done, std::uint64_t round) const;
+  static constexpr Duration kMaxStep = std::chrono::seconds(2);
+
   // The eviction beside a round committed. `elapsed`: from its start to the
   // moment the client asked for its result; `waited`: how long the client
   // then waited for that result.

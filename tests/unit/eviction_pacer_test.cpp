@@ -129,5 +129,33 @@ TEST(EvictionPacer, ProvisionalBoundsIntersectAndPaceUntilTheFirstIsLearned) {
   EXPECT_EQ(forgot.Delay(seconds(0), 140, 280), EvictionPacer::Duration::zero());
 }
 
+TEST(EvictionPacer, AStepIsBoundedSoAJumpInThePaceIsCaughtUpOnOverSeveralAccesses) {
+  EvictionPacer pacer(seconds(56));  // even slices of 200 ms
+  EXPECT_EQ(pacer.Step(seconds(0), 0, 280), EvictionPacer::Duration::zero());
+  EXPECT_EQ(pacer.Step(seconds(0), 1, 280), milliseconds(200));           // below the bound: Delay
+  EXPECT_EQ(pacer.Step(seconds(20), 140, 280), EvictionPacer::kMaxStep);  // Delay says 8 s
+  EXPECT_EQ(pacer.Step(seconds(30), 140, 280), EvictionPacer::Duration::zero());
+  // A poll raises the pace at once (an early round that ran slowly):
+  // Delay would freeze the next access for 22 s; the steps catch up on it
+  // over eleven accesses.
+  pacer.Provisional({seconds(112), EvictionPacer::Duration::zero()});
+  EXPECT_EQ(pacer.Delay(seconds(34), 140, 280), seconds(22));
+  // (Accesses that take no time: back on the even pace of 400 ms once
+  // caught up.)
+  auto at = seconds(34) + EvictionPacer::Duration::zero();
+  int steps = 0;
+  for (std::uint64_t i = 140; pacer.Step(at, i, 280) > milliseconds(400); ++i) {
+    EXPECT_LE(pacer.Step(at, i, 280), EvictionPacer::kMaxStep) << i;
+    at += pacer.Step(at, i, 280);
+    ASSERT_LT(++steps, 50);
+  }
+  EXPECT_EQ(steps, 14);  // 22 s caught up 1.6 s per access
+  // A slow pace with a short round: two slices (each access's share of the
+  // estimate, here 15 s) are allowed, not only kMaxStep.
+  const EvictionPacer slow(seconds(60));
+  EXPECT_EQ(slow.Step(seconds(0), 2, 4), seconds(30));
+  EXPECT_EQ(slow.Step(seconds(0), 3, 4), seconds(30));
+}
+
 }  // namespace
 }  // namespace s3oram

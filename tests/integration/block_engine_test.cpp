@@ -1,0 +1,157 @@
+// OramBlockEngine (fused/block_engine.h) over real servers: a read that
+// waits for the engine is let in between the pieces of a long batch, and a
+// batch cut into pieces of one (reads slow, batch_slicer.h) gives the same
+// results, repeats included, as the accesses would alone.
+#include "fused/block_engine.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <mutex>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram::fs {
+namespace {
+
+using s3oram::testing::Content;
+using s3oram::testing::FastRetryOptions;
+using s3oram::testing::SmallParams;
+
+// Waits (bounded) until `engine` has `n` callers waiting.
+bool AwaitWaiters(const OramBlockEngine& engine, std::uint64_t n) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (engine.waiters() != n) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::yield();
+  }
+  return true;
+}
+
+TEST(BlockEngineTest, AWaitingReadGoesBetweenThePiecesOfABatch) {
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  const OramParams params = SmallParams(256, 8, 5);
+  auto fs = s3oram::testing::MakeFs(params);
+  ASSERT_TRUE(fs);
+  auto client = s3oram::testing::TestOpen(fs->state, FastRetryOptions());
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // A slice of zero: any read that waits at all makes later batches go in
+  // pieces of one access.
+  OramBlockEngine engine(std::move(*client), OramClient::kMaxPipelined,
+                         std::chrono::steady_clock::duration::zero());
+  const std::uint32_t bytes = engine.block_bytes();
+  std::map<std::uint64_t, std::vector<std::uint8_t>> model;
+  const std::uint64_t ids = 12;
+  for (std::uint64_t id = 0; id < ids; ++id) {
+    model[id] = Content(bytes, id, rng());
+    ASSERT_TRUE(engine.Write(id, model[id]).ok());
+  }
+
+  // A batch of 16 (two pieces of 8): its first access starts a reader of
+  // block `read_id` and holds on until that reader waits for the engine.
+  // The reader must finish before the batch does: the engine lets it in
+  // after the first piece. (Without that, it would wait for all 16.)
+  const std::uint64_t read_id = rng() % ids;
+  std::atomic<int> order{0};
+  int read_done_at = 0;
+  Result<std::vector<std::uint8_t>> read_result = Status::FailedPrecondition("not read");
+  std::thread reader;
+  std::once_flag started;
+  bool reader_waited = false;
+  const BlockEngine::Modifier start_reader = [&](std::span<std::uint8_t> b) {
+    std::call_once(started, [&] {
+      reader = std::thread([&] {
+        read_result = engine.Read(read_id);
+        read_done_at = ++order;
+      });
+      reader_waited = AwaitWaiters(engine, 1);
+    });
+    b[0] ^= 0x5a;
+  };
+  std::vector<BlockEngine::Op> ops;
+  std::vector<std::vector<std::uint8_t>> contents(16);
+  for (std::size_t j = 0; j < 16; ++j) {
+    // Writes to blocks other than the reader's, so its content is known.
+    std::uint64_t id = (read_id + 1 + j % (ids - 1)) % ids;
+    BlockEngine::Op op;
+    op.id = id;
+    if (j == 0) {
+      op.kind = BlockEngine::Op::Kind::kUpdate;
+      op.modify = &start_reader;
+    } else {
+      op.kind = BlockEngine::Op::Kind::kWrite;
+      contents[j] = Content(bytes, id, rng());
+      op.data = contents[j];
+    }
+    ops.push_back(op);
+  }
+  const std::vector<std::uint8_t> read_want = model.at(read_id);
+  auto results = engine.Batch(ops);
+  const int batch_done_at = ++order;
+  ASSERT_TRUE(reader.joinable());
+  reader.join();
+  ASSERT_TRUE(reader_waited) << "the reader never queued for the engine";
+  ASSERT_TRUE(read_result.ok()) << read_result.status().ToString();
+  EXPECT_EQ(*read_result, read_want);
+  EXPECT_LT(read_done_at, batch_done_at) << "the read waited for the whole batch";
+  for (std::size_t j = 0; j < ops.size(); ++j) {
+    ASSERT_TRUE(results[j].ok()) << j << ": " << results[j].status().ToString();
+    if (j == 0) {
+      model[ops[0].id][0] ^= 0x5a;
+    } else {
+      model[ops[j].id] = contents[j];
+    }
+  }
+
+  // The reader waited (a slice of zero): the next batch goes one access at
+  // a time. Reads, writes and updates with repeats, checked in order.
+  const std::uint64_t pieces_before = engine.stats().pieces;
+  const BlockEngine::Modifier flip = [](std::span<std::uint8_t> b) { b[1] ^= 0xff; };
+  std::vector<BlockEngine::Op> mixed;
+  std::vector<std::vector<std::uint8_t>> mixed_contents(16), want(16);
+  for (std::size_t j = 0; j < 16; ++j) {
+    BlockEngine::Op op;
+    op.id = rng() % 4;  // repeats
+    const int kind = static_cast<int>(rng() % 3);
+    if (kind == 0) {
+      op.kind = BlockEngine::Op::Kind::kWrite;
+      mixed_contents[j] = Content(bytes, op.id, rng());
+      op.data = mixed_contents[j];
+      model[op.id] = mixed_contents[j];
+    } else if (kind == 1) {
+      op.kind = BlockEngine::Op::Kind::kUpdate;
+      op.modify = &flip;
+      model[op.id][1] ^= 0xff;
+      want[j] = model[op.id];
+    } else {
+      op.kind = BlockEngine::Op::Kind::kRead;
+      want[j] = model[op.id];
+    }
+    mixed.push_back(op);
+  }
+  auto mixed_results = engine.Batch(mixed);
+  for (std::size_t j = 0; j < mixed.size(); ++j) {
+    ASSERT_TRUE(mixed_results[j].ok()) << j << ": " << mixed_results[j].status().ToString();
+    if (mixed[j].kind != BlockEngine::Op::Kind::kWrite) {
+      EXPECT_EQ(*mixed_results[j], want[j]) << "op " << j << " on block " << mixed[j].id;
+    }
+  }
+  EXPECT_EQ(engine.stats().pieces - pieces_before, mixed.size());
+  for (const auto& [id, bytes_want] : model) {
+    auto got = engine.Read(id);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_EQ(*got, bytes_want) << "block " << id;
+  }
+  ASSERT_TRUE(engine.Close().ok());
+}
+
+}  // namespace
+}  // namespace s3oram::fs
