@@ -8,7 +8,7 @@ BatchSlicer::BatchSlicer(std::size_t pipeline, Clock::duration slice, Clock::dur
     : pipeline_(std::max<std::size_t>(1, pipeline)), slice_(slice), window_(window) {}
 
 void BatchSlicer::NoteReadWait(Clock::duration waited, Clock::time_point now) {
-  if (waited > slice_) throttled_until_ = std::max(throttled_until_, now + window_);
+  if (waited >= slice_) throttled_until_ = std::max(throttled_until_, now + window_);
 }
 
 void BatchSlicer::NotePiece(std::size_t accesses, Clock::duration took) {

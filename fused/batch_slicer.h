@@ -31,7 +31,8 @@ class BatchSlicer {
   // sliced.
   BatchSlicer(std::size_t pipeline, Clock::duration slice, Clock::duration window);
 
-  // A read waited `waited` for the engine (the batches ahead of it).
+  // A read waited `waited` for the engine (the batches ahead of it): at
+  // least a slice throttles (a slice of zero: every read does).
   void NoteReadWait(Clock::duration waited, Clock::time_point now);
   // A piece of `accesses` accesses took `took` (its accesses in flight
   // together).

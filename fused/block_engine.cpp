@@ -110,25 +110,31 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
   }
   // Pieces sized by the slicer; between them a read that waits goes first
   // (the FIFO lock admits it before this thread takes the lock again).
+  // A piece is measured by the items it took (what was left at its gate
+  // less what is left at the next), not by what the gate allowed: a chunk
+  // may hold fewer (the root's last slots, an access tried again alone).
   std::optional<std::chrono::steady_clock::time_point> piece_started;
-  std::size_t piece = 0;
+  std::size_t left_at_start = 0;
+  const auto end_piece = [&](std::size_t remaining, std::chrono::steady_clock::time_point now) {
+    if (!piece_started || remaining >= left_at_start) return;
+    slicer_.NotePiece(left_at_start - remaining, now - *piece_started);
+    ++stats_.pieces;
+    last_contact_ = now;  // the servers heard from this mount (KeepAlive)
+  };
   const auto gate = [&](std::size_t remaining) {
     auto now = std::chrono::steady_clock::now();
-    if (piece_started) {
-      slicer_.NotePiece(piece, now - *piece_started);
-      if (mu_.waiters() > 0) {
-        lock.unlock();
-        lock.lock();
-        now = std::chrono::steady_clock::now();
-      }
+    end_piece(remaining, now);
+    if (piece_started && mu_.waiters() > 0) {
+      lock.unlock();
+      lock.lock();
+      now = std::chrono::steady_clock::now();
     }
-    piece = slicer_.NextPiece(remaining, now);
     piece_started = now;
-    ++stats_.pieces;
-    return piece;
+    left_at_start = remaining;
+    return slicer_.NextPiece(remaining, now);
   };
   auto results = client_->AccessMany(items, gate);
-  if (piece_started) slicer_.NotePiece(piece, std::chrono::steady_clock::now() - *piece_started);
+  end_piece(0, std::chrono::steady_clock::now());
   writes_stopped_ = client_->writes_stopped().has_value();
   last_contact_ = std::chrono::steady_clock::now();
   std::set<std::uint64_t> written;  // by an earlier operation of this batch

@@ -92,8 +92,8 @@ class BlockEngine {
 class OramBlockEngine final : public BlockEngine {
  public:
   // `pipeline`: the most accesses a Batch sends together (1..kMaxPipelined).
-  // `slice`: a read that waits longer than this makes batches go in pieces
-  // of about this long for a while (batch_slicer.h).
+  // `slice`: a read that waits this long or longer makes batches go in
+  // pieces of about this long for a while (batch_slicer.h; zero: any read).
   explicit OramBlockEngine(std::unique_ptr<OramClient> client,
                            std::size_t pipeline = OramClient::kMaxPipelined,
                            std::chrono::steady_clock::duration slice = BatchSlicer::kDefaultSlice);
@@ -131,8 +131,8 @@ class OramBlockEngine final : public BlockEngine {
   Result<BackupResult> BackupState();
 
  private:
-  // Under mu_: a read that waited longer than a slice makes later batches
-  // go in pieces (see batch_slicer.h).
+  // Under mu_: a read that waited a slice or longer makes later batches go
+  // in pieces (see batch_slicer.h).
   void NoteReadWait(std::chrono::steady_clock::time_point asked);
 
   mutable FairMutex mu_;  // FIFO: a read waits for the batches ahead of it only

@@ -66,24 +66,31 @@ void FileData::NoteRead(Ino ino, std::uint64_t offset, std::uint64_t end, std::u
   // kernel splits a large read into requests that FUSE threads may serve
   // out of order.
   auto it = read_streams_.find(ino);
-  const bool sequential =
-      offset == 0 || (it != read_streams_.end() && offset + block_ >= it->second.end &&
-                      offset <= it->second.end + block_);
-  if (it == read_streams_.end()) {
+  const bool fresh = it == read_streams_.end();
+  if (fresh) {
     if (read_streams_.size() >= kMaxTrackedReaders) read_streams_.clear();
     it = read_streams_.emplace(ino, ReadStream{}).first;
   }
   ReadStream& stream = it->second;
-  stream.end = end;
-  // A jump, or a reader starting again at the beginning, starts a new
-  // stream: one block ahead, so a reader that stops early (a file(1) of a
-  // large file) costs at most one access it did not need; each block read
-  // in sequence then doubles the window (as the kernel's readahead ramps
-  // up), so a long sequential read soon has `readahead_` blocks on the way
-  // and their accesses pipelined.
-  if (!sequential || offset == 0) {
+  const bool sequential =
+      offset == 0 || (!fresh && offset + block_ >= stream.end && offset <= stream.end + block_);
+  // A jump (farther from the stream's end than the blocks on the way, which
+  // requests served out of order stay within), or a reader starting again
+  // at the beginning, starts a new stream: one block ahead, so a reader that
+  // stops early (a file(1) of a large file) costs at most one access it did
+  // not need; each block read in sequence then doubles the window (as the
+  // kernel's readahead ramps up), so a long sequential read soon has
+  // `readahead_` blocks on the way and their accesses pipelined. A request
+  // a little behind or ahead (another FUSE thread's, another reader's)
+  // neither resets nor moves the stream.
+  const std::uint64_t reach = (static_cast<std::uint64_t>(stream.window) + 1) * block_;
+  const bool jump = !fresh && (offset > stream.end + reach || offset + reach < stream.end);
+  if (fresh || jump || offset == 0) {
+    stream.end = end;
     stream.window = 1;
     stream.queued_at.reset();
+  } else {
+    stream.end = std::max(stream.end, end);
   }
   if (!sequential) return;
   const std::uint64_t last = (end - 1) / block_;

@@ -243,7 +243,7 @@ std::string UsageText(std::string_view program) {
          "                           (default 5; 0: write back when a file is closed);\n"
          "                           fsync, fsync of a directory and unmount write at once\n"
          "    -o readahead=BLOCKS    ORAM blocks fetched ahead of a sequential reader, in the\n"
-         "                           background (default 1; 0 to 16; 0: none)\n"
+         "                           background (default 8; 0 to 16; 0: none)\n"
          "    -o pipeline=ACCESSES   ORAM accesses of a flush or a readahead sent together\n"
          "                           (default 8; 1 to 8; 1: one at a time)\n"
          "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"

@@ -226,7 +226,8 @@ class OramClient {
   // Every access before the chunk is recorded when it is called, so it may
   // let other calls of this client run in between (a caller that serialises
   // calls with a lock may release it for a while): AccessMany keeps nothing
-  // across chunks but its place in `items`.
+  // across chunks but its place in `items` and whether the last chunk
+  // finished all it was given.
   using ChunkGate = std::function<std::size_t(std::size_t remaining)>;
   std::vector<Result<std::vector<std::uint8_t>>> AccessMany(std::span<const BatchItem> items,
                                                             const ChunkGate& gate = nullptr);

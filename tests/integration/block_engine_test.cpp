@@ -55,26 +55,39 @@ TEST(BlockEngineTest, AWaitingReadGoesBetweenThePiecesOfABatch) {
     ASSERT_TRUE(engine.Write(id, model[id]).ok());
   }
 
-  // A batch of 16 (two pieces of 8): its first access starts a reader of
-  // block `read_id` and holds on until that reader waits for the engine.
-  // The reader must finish before the batch does: the engine lets it in
-  // after the first piece. (Without that, it would wait for all 16.)
+  // A batch of 16 (in several pipelined chunks): its first access starts a
+  // reader of block `read_id` and holds on until that reader waits for the
+  // engine. The reader must finish while the batch still runs: the engine
+  // lets it in after the first chunk, and the batch's last access (in a
+  // later chunk, under the engine's lock) waits for the reader to be done.
+  // Without the engine letting it in, the reader waits for all 16 and the
+  // last access sees it not done (after a bounded wait).
   const std::uint64_t read_id = rng() % ids;
-  std::atomic<int> order{0};
-  int read_done_at = 0;
+  std::atomic<bool> read_done{false};
   Result<std::vector<std::uint8_t>> read_result = Status::FailedPrecondition("not read");
   std::thread reader;
-  std::once_flag started;
+  std::once_flag started, checked;
   bool reader_waited = false;
+  bool read_done_inside_batch = false;
   const BlockEngine::Modifier start_reader = [&](std::span<std::uint8_t> b) {
     std::call_once(started, [&] {
       reader = std::thread([&] {
         read_result = engine.Read(read_id);
-        read_done_at = ++order;
+        read_done = true;
       });
       reader_waited = AwaitWaiters(engine, 1);
     });
     b[0] ^= 0x5a;
+  };
+  const BlockEngine::Modifier await_reader = [&](std::span<std::uint8_t> b) {
+    std::call_once(checked, [&] {
+      const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+      while (!read_done && std::chrono::steady_clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+      read_done_inside_batch = read_done;
+    });
+    b[0] ^= 0xa5;
   };
   std::vector<BlockEngine::Op> ops;
   std::vector<std::vector<std::uint8_t>> contents(16);
@@ -83,9 +96,9 @@ TEST(BlockEngineTest, AWaitingReadGoesBetweenThePiecesOfABatch) {
     std::uint64_t id = (read_id + 1 + j % (ids - 1)) % ids;
     BlockEngine::Op op;
     op.id = id;
-    if (j == 0) {
+    if (j == 0 || j == 15) {
       op.kind = BlockEngine::Op::Kind::kUpdate;
-      op.modify = &start_reader;
+      op.modify = j == 0 ? &start_reader : &await_reader;
     } else {
       op.kind = BlockEngine::Op::Kind::kWrite;
       contents[j] = Content(bytes, id, rng());
@@ -95,24 +108,25 @@ TEST(BlockEngineTest, AWaitingReadGoesBetweenThePiecesOfABatch) {
   }
   const std::vector<std::uint8_t> read_want = model.at(read_id);
   auto results = engine.Batch(ops);
-  const int batch_done_at = ++order;
   ASSERT_TRUE(reader.joinable());
   reader.join();
   ASSERT_TRUE(reader_waited) << "the reader never queued for the engine";
   ASSERT_TRUE(read_result.ok()) << read_result.status().ToString();
   EXPECT_EQ(*read_result, read_want);
-  EXPECT_LT(read_done_at, batch_done_at) << "the read waited for the whole batch";
+  EXPECT_TRUE(read_done_inside_batch) << "the read waited for the whole batch";
   for (std::size_t j = 0; j < ops.size(); ++j) {
     ASSERT_TRUE(results[j].ok()) << j << ": " << results[j].status().ToString();
-    if (j == 0) {
-      model[ops[0].id][0] ^= 0x5a;
+    if (j == 0 || j == 15) {
+      model[ops[j].id][0] ^= j == 0 ? 0x5a : 0xa5;
     } else {
       model[ops[j].id] = contents[j];
     }
   }
 
-  // The reader waited (a slice of zero): the next batch goes one access at
-  // a time. Reads, writes and updates with repeats, checked in order.
+  // A read waited (a slice of zero: the batch's own first op, a read, is
+  // one too, so the 30 s window cannot have run out): the next batch goes
+  // one access at a time. Reads, writes and updates with repeats, checked
+  // in order.
   const std::uint64_t pieces_before = engine.stats().pieces;
   const BlockEngine::Modifier flip = [](std::span<std::uint8_t> b) { b[1] ^= 0xff; };
   std::vector<BlockEngine::Op> mixed;
@@ -120,7 +134,7 @@ TEST(BlockEngineTest, AWaitingReadGoesBetweenThePiecesOfABatch) {
   for (std::size_t j = 0; j < 16; ++j) {
     BlockEngine::Op op;
     op.id = rng() % 4;  // repeats
-    const int kind = static_cast<int>(rng() % 3);
+    const int kind = j == 0 ? 2 : static_cast<int>(rng() % 3);
     if (kind == 0) {
       op.kind = BlockEngine::Op::Kind::kWrite;
       mixed_contents[j] = Content(bytes, op.id, rng());

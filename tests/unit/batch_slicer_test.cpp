@@ -14,16 +14,16 @@ using std::chrono::milliseconds;
 using std::chrono::seconds;
 using Clock = BatchSlicer::Clock;
 
-TEST(BatchSlicerTest, BatchesGoWholeUntilAReadWaitsLongerThanTheSlice) {
+TEST(BatchSlicerTest, BatchesGoWholeUntilAReadWaitsASlice) {
   BatchSlicer s(8, seconds(1), seconds(30));
   const Clock::time_point t0{};
   s.NotePiece(8, seconds(4));  // 0.5 s per access
   EXPECT_EQ(s.NextPiece(20, t0), 8u);
   EXPECT_EQ(s.NextPiece(3, t0), 3u);
-  s.NoteReadWait(milliseconds(1000), t0);  // not longer than the slice
+  s.NoteReadWait(milliseconds(999), t0);  // shorter than the slice
   EXPECT_FALSE(s.Throttled(t0));
   EXPECT_EQ(s.NextPiece(20, t0), 8u);
-  s.NoteReadWait(milliseconds(1001), t0);
+  s.NoteReadWait(milliseconds(1000), t0);
   EXPECT_TRUE(s.Throttled(t0));
   EXPECT_EQ(s.NextPiece(20, t0), 2u);  // 1 s / 0.5 s
   EXPECT_EQ(s.NextPiece(1, t0), 1u);

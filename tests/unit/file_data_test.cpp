@@ -382,5 +382,42 @@ TEST_F(FileDataTest, RandomAndShortReadsFetchNothingAhead) {
   EXPECT_FALSE(d_->cache->Cached(PageKey{ino, 1}));
 }
 
+// Readahead ramps up: one block ahead when a reader starts, twice as many
+// with each block read in sequence up to the limit (2 here, the cache
+// holding 4 pages), and back to one after a jump. Each count is exact: the
+// prefetcher counts a batch's blocks before loading them, so a window that
+// did not ramp (2 from the start) shows at once.
+TEST_F(FileDataTest, ReadaheadRampsUpFromOneBlockAndRestartsAfterAJump) {
+  const Bytes src = Pattern(16 * kB, 9);
+  const Ino ino = MakeFile("ramp");
+  ASSERT_EQ(d_->data->Write(ino, 0, src), 0);
+  ASSERT_EQ(d_->data->Fsync(ino), 0);
+  readahead_ = 2;
+  Crash();
+  Start();
+  auto read_block = [&](std::uint64_t b) {
+    EXPECT_EQ(ReadAll(ino, b * kB, kB), Bytes(src.begin() + b * kB, src.begin() + (b + 1) * kB))
+        << "block " << b;
+  };
+  // {block read, prefetches in all after it}
+  const std::pair<std::uint64_t, std::uint64_t> steps[] = {
+      {0, 1},  // window 1: block 1
+      {1, 3},  // window 2: blocks 2, 3
+      {2, 4},  // window 2: blocks 3 (already there) and 4
+      {11, 4}, // a jump: a new stream, nothing fetched for it yet
+      {12, 5}, // window 1: block 13
+      {13, 7}, // window 2: blocks 14, 15
+  };
+  for (const auto& [block, prefetches] : steps) {
+    read_block(block);
+    // After a jump nothing is queued: the counts only say so once the next
+    // read has been served.
+    if (block != 11) {
+      ASSERT_TRUE(WaitForPrefetches(prefetches)) << "after block " << block;
+    }
+    EXPECT_EQ(d_->cache->stats().prefetches, prefetches) << "after block " << block;
+  }
+}
+
 }  // namespace
 }  // namespace s3oram::fs
