@@ -45,6 +45,9 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
       if (!resolved.ok()) return fail(resolved.status(), 2);
       kdf = *resolved;
     }
+    // A cost kept from an --insecure-kdf init is refused the same way: the
+    // new passphrase deserves the floor too.
+    if (Status s = CheckKdfChoice(kdf, a->kdf); !s.ok()) return fail(s, 2);
     auto old_pass = ReadPassphrase(PassphraseSource{a->passfile, kPassphraseEnv},
                                    "Current passphrase for " + a->state + ": ");
     if (!old_pass.ok()) return fail(old_pass.status(), 2);

@@ -21,6 +21,14 @@ void AddKdfOptions(CLI::App* cmd, KdfOptions& o) {
                   "Argon2id memory, e.g. 256M (default " + HumanBytes(double(d.mem_bytes)) +
                       "); lower values make guessing the passphrase cheaper")
       ->type_name("SIZE");
+  cmd->add_flag("--insecure-kdf", o.insecure,
+                "allow an Argon2id cost below OWASP's floor (tests and throwaway filesystems "
+                "only: the passphrase can then be guessed cheaply from a stolen state file)");
+}
+
+Status CheckKdfChoice(const KdfParams& k, const KdfOptions& o) {
+  if (o.insecure) return Status::Ok();
+  return CheckKdfFloor(k);
 }
 
 Result<KdfParams> ResolveKdf(const KdfOptions& o) {
@@ -34,6 +42,7 @@ Result<KdfParams> ResolveKdf(const KdfOptions& o) {
     }
   }
   S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(k));
+  S3ORAM_RETURN_IF_ERROR(CheckKdfChoice(k, o));
   return k;
 }
 

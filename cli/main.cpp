@@ -3,11 +3,20 @@
 #include <spdlog/spdlog.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
 #include <string_view>
 
 #include "cli/commands.h"
+#include "oramcore/base/no_core_dumps.h"
 
 int main(int argc, char** argv) {
+  // Before anything else: most commands read a passphrase, unwrap the master
+  // key or decrypt the state (fsck, rebuild, restore, attach, passwd), and a
+  // core file or a debugger of the same user would see them all.
+  if (auto st = s3oram::ForbidCoreDumps(); !st.ok()) {
+    std::fprintf(stderr, "s3oram: %s\n", st.ToString().c_str());
+    return 1;
+  }
   CLI::App app{"s3oram: manage s3oramfs filesystems and their S3ORAM servers"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "s3oram 0.1.0");

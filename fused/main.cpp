@@ -21,7 +21,6 @@
 #include <spdlog/sinks/stdout_sinks.h>
 #include <spdlog/sinks/syslog_sink.h>
 #include <spdlog/spdlog.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <syslog.h>
@@ -49,6 +48,7 @@
 #include "fused/metadata_store.h"
 #include "fused/mount_options.h"
 #include "oramcore/base/logging.h"
+#include "oramcore/base/no_core_dumps.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/state_backup.h"
@@ -373,11 +373,11 @@ int main(int argc, char** argv) {
   if (!cmd.passfile.empty()) cmd.passfile = Absolute(cmd.passfile);
   // From here on this process holds the passphrase, then the master key and
   // the decrypted state: no core dump of it, and no ptrace or /proc/PID/mem
-  // by other processes of the same user (docs/SECURITY.md, memory). Keys sit
+  // by other processes of the same user, and a zero core limit for anything
+  // it starts (docs/SECURITY.md, memory). Keys sit
   // in locked memory (Secret); the rest of the heap can still be swapped.
-  if (::prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0) {
-    std::fprintf(stderr, "%s: cannot turn off core dumps (prctl): %s\n", kProgram,
-                 std::strerror(errno));
+  if (auto forbidden = s3oram::ForbidCoreDumps(); !forbidden.ok()) {
+    std::fprintf(stderr, "%s: %s\n", kProgram, forbidden.ToString().c_str());
     return 1;
   }
   // Before forking: the prompt needs the terminal, and the environment

@@ -78,6 +78,21 @@ Status ValidateKdfParams(const KdfParams& kdf) {
   return Status::Ok();
 }
 
+Status CheckKdfFloor(const KdfParams& kdf) {
+  const bool enough_memory = kdf.mem_bytes >= kKdfFloorMemBytes;
+  // Overflow-free: mem_bytes <= 64 GiB and ops <= 2^32 after validation, but
+  // this check may run first, so divide instead of multiplying.
+  const bool enough_work = kdf.ops != 0 && kdf.mem_bytes >= (kKdfFloorWork + kdf.ops - 1) / kdf.ops;
+  const bool one_pass_ok = kdf.ops != 1 || kdf.mem_bytes >= kKdfFloorOnePassMemBytes;
+  if (enough_memory && enough_work && one_pass_ok) return Status::Ok();
+  return Status::InvalidArgument(
+      "Argon2id cost " + std::to_string(kdf.ops) + " pass(es) x " +
+      std::to_string(kdf.mem_bytes >> 10) +
+      " KiB is below the floor (OWASP: 46 MiB x 1, 19 MiB x 2, 12 MiB x 3, 9 MiB x 4 or "
+      "7 MiB x 5 passes): a stolen state file or backup would let a passphrase be guessed "
+      "cheaply. Raise --kdf-mem/--kdf-ops, or give --insecure-kdf for a throwaway filesystem");
+}
+
 Secret NewMasterKey() {
   Secret key(kMasterKeyBytes);
   random::Bytes(key.bytes());

@@ -40,6 +40,18 @@ KdfParams MinimalKdfParams();
 // InvalidArgument naming the allowed range if libsodium would refuse them.
 Status ValidateKdfParams(const KdfParams& kdf);
 
+// The least cost a user may choose without saying --insecure-kdf: OWASP's
+// Password Storage Cheat Sheet floor for Argon2id, which trades memory for
+// passes (46 MiB x 1, 19 MiB x 2, 12 MiB x 3, 9 MiB x 4, 7 MiB x 5).
+// Expressed as: at least 7 MiB, memory x passes at least 35 MiB, and a
+// single pass only with at least 46 MiB.
+inline constexpr std::uint64_t kKdfFloorMemBytes = std::uint64_t{7} << 20;
+inline constexpr std::uint64_t kKdfFloorWork = std::uint64_t{35} << 20;  // bytes x passes
+inline constexpr std::uint64_t kKdfFloorOnePassMemBytes = std::uint64_t{46} << 20;
+// InvalidArgument naming the floor and the flag that overrides it if `kdf`
+// is below it (libsodium's MODERATE default is far above it).
+Status CheckKdfFloor(const KdfParams& kdf);
+
 struct KeyWrap {
   KdfParams kdf;
   std::array<std::uint8_t, 16> salt{};

@@ -1,10 +1,17 @@
 // The s3oram command line as users run it: the real binary, real servers.
 #include <gtest/gtest.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <regex>
 #include <string>
@@ -40,8 +47,9 @@ CliRun RunCli(const std::string& args) {
   return RunCliRaw(std::string(cli ? cli : S3ORAM_TEST_CLI) + " " + args + " 2>&1");
 }
 
-// Argon2id at its minimum cost for CLI tests.
-constexpr const char* kCheapKdf = " --kdf-ops 1 --kdf-mem 8K";
+// Argon2id at its minimum cost for CLI tests (below the floor, so allowed
+// only with --insecure-kdf).
+constexpr const char* kCheapKdf = " --kdf-ops 1 --kdf-mem 8K --insecure-kdf";
 
 Status WriteText(const std::string& path, std::string_view text) {
   return WritePrivateFile(
@@ -95,6 +103,13 @@ TEST(CliTest, ClusterInitStatusAndStop) {
       << start.output;
   const std::string servers = m[1];
   ASSERT_TRUE(WriteText(dir.Sub("pass"), "init passphrase\n").ok());
+  // A cost below the Argon2id floor is refused before anything is written,
+  // naming the way out.
+  CliRun weak = RunCli("init --state " + dir.Sub("weak.s3oram") + servers + " --passfile " +
+                       dir.Sub("pass") + " --kdf-ops 1 --kdf-mem 8M --block-size 512 --capacity 256K");
+  EXPECT_EQ(weak.exit_code, 2) << weak.output;
+  EXPECT_NE(weak.output.find("--insecure-kdf"), std::string::npos) << weak.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("weak.s3oram")));
   CliRun init = RunCli("init --state " + dir.Sub("fs.s3oram") + servers + " --passfile " +
                        dir.Sub("pass") + kCheapKdf + " --block-size 512 --capacity 256K --evict-rate 8");
   EXPECT_EQ(init.exit_code, 0) << init.output;
@@ -151,24 +166,33 @@ TEST(CliTest, PasswdChangesThePassphraseAndKeepsTheData) {
   }
 
   // No passphrase source at all: a clear error, not a hang.
-  CliRun none = RunCliNoTty("passwd --state " + state);
+  CliRun none = RunCliNoTty("passwd --state " + state + " --insecure-kdf");
   EXPECT_NE(none.exit_code, 0);
   EXPECT_NE(none.output.find("--passfile"), std::string::npos) << none.output;
   // A passphrase file others can read is refused.
   ASSERT_TRUE(WriteText(dir.Sub("loose"), "old passphrase").ok());
   ASSERT_EQ(::chmod(dir.Sub("loose").c_str(), 0644), 0);
   CliRun loose = RunCliNoTty("passwd --state " + state + " --passfile " + dir.Sub("loose") +
-                             " --new-passfile " + dir.Sub("new"));
+                             " --new-passfile " + dir.Sub("new") + " --insecure-kdf");
   EXPECT_NE(loose.exit_code, 0);
   EXPECT_NE(loose.output.find("chmod 600"), std::string::npos) << loose.output;
   // A wrong current passphrase changes nothing.
   CliRun wrong = RunCliNoTty("passwd --state " + state + " --passfile " + dir.Sub("new") +
-                             " --new-passfile " + dir.Sub("new"));
+                             " --new-passfile " + dir.Sub("new") + " --insecure-kdf");
   EXPECT_NE(wrong.exit_code, 0);
   EXPECT_NE(wrong.output.find("wrong passphrase"), std::string::npos) << wrong.output;
 
+  // The cost kept from init is below the floor: without --insecure-kdf
+  // passwd refuses before it asks for anything, naming the flag.
+  CliRun weak = RunCliNoTty("passwd --state " + state + " --new-passfile " + dir.Sub("new"),
+                            "S3ORAM_PASSPHRASE='old passphrase'");
+  EXPECT_EQ(weak.exit_code, 2) << weak.output;
+  EXPECT_NE(weak.output.find("--insecure-kdf"), std::string::npos) << weak.output;
+  EXPECT_TRUE(OramClient::Open(state, Secret::CopyOf(std::string_view("old passphrase"))).ok());
+
   // The real change, old passphrase from the environment this time.
-  CliRun ok = RunCliNoTty("passwd --state " + state + " --new-passfile " + dir.Sub("new"),
+  CliRun ok = RunCliNoTty("passwd --state " + state + " --new-passfile " + dir.Sub("new") +
+                              " --insecure-kdf",
                           "S3ORAM_PASSPHRASE='old passphrase'");
   ASSERT_EQ(ok.exit_code, 0) << ok.output;
 
@@ -240,6 +264,90 @@ TEST(CliTest, BenchAgeWritesEveryBucketBeforeMeasuring) {
           << "server " << server << " bucket " << b << " was never written";
     }
   }
+}
+
+// A command waiting at the passphrase prompt is not dumpable: no core file,
+// no ptrace and no /proc/PID/mem for other processes of its user. Run as an
+// unprivileged user (the test runs as root on CI) so that /proc shows the
+// kernel's view: a non-dumpable process's /proc files belong to root, a
+// dumpable one's to its own user. Its core size limit must be zero too.
+TEST(CliTest, ACommandHoldingAPassphraseCannotBeDumped) {
+  if (::geteuid() != 0) GTEST_SKIP() << "needs root to run the CLI as another user";
+  constexpr uid_t kNobody = 65534;
+  const int master = ::posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  ASSERT_GE(master, 0) << std::strerror(errno);
+  ASSERT_EQ(::grantpt(master), 0);
+  ASSERT_EQ(::unlockpt(master), 0);
+  const std::string slave_path = ::ptsname(master);
+  const char* env_cli = std::getenv("S3ORAM_CLI");
+  const std::string cli = env_cli ? env_cli : S3ORAM_TEST_CLI;
+  const pid_t pid = ::fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    // A new session whose controlling terminal is the pty: the prompt's
+    // /dev/tty. Only async-signal-safe calls until exec.
+    ::setsid();
+    const int slave = ::open(slave_path.c_str(), O_RDWR);
+    if (slave < 0) ::_exit(125);
+    ::dup2(slave, 0);
+    ::dup2(slave, 1);
+    ::dup2(slave, 2);
+    if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(126);
+    char* const argv[] = {const_cast<char*>(cli.c_str()), const_cast<char*>("init"),
+                          const_cast<char*>("--state"), const_cast<char*>("/nonexistent/fs.s3oram"),
+                          const_cast<char*>("--server"), const_cast<char*>("tcp://127.0.0.1:9"),
+                          const_cast<char*>("--server-key"), const_cast<char*>("k"),
+                          const_cast<char*>("--client-key"), const_cast<char*>("k"), nullptr};
+    char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};
+    ::execve(argv[0], argv, envp);
+    ::_exit(127);
+  }
+  struct Reap {
+    pid_t pid;
+    int fd;
+    ~Reap() {
+      if (pid > 0) {  // never kill(-1, ...): that would signal every process
+        ::kill(pid, SIGKILL);
+        ::waitpid(pid, nullptr, 0);
+      }
+      ::close(fd);
+    }
+  } reap{pid, master};
+  // Wait (bounded) for the prompt: by then the passphrase is being read.
+  std::string seen;
+  for (int i = 0; i < 600 && seen.find("New passphrase") == std::string::npos; ++i) {
+    pollfd p{master, POLLIN, 0};
+    if (::poll(&p, 1, 100) > 0) {
+      char buf[256];
+      const ssize_t n = ::read(master, buf, sizeof buf);
+      if (n <= 0) break;
+      seen.append(buf, static_cast<std::size_t>(n));
+    }
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) {
+      reap.pid = -1;  // already reaped; nothing to kill
+      FAIL() << "the CLI ended before prompting (status " << status << "): " << seen;
+    }
+  }
+  ASSERT_NE(seen.find("New passphrase"), std::string::npos) << seen;
+  const std::string proc = "/proc/" + std::to_string(pid);
+  struct stat st{};
+  ASSERT_EQ(::stat((proc + "/status").c_str(), &st), 0);
+  // Sanity: the process really runs as nobody.
+  std::ifstream status_file(proc + "/status");
+  std::string line, uid_line;
+  while (std::getline(status_file, line)) {
+    if (line.rfind("Uid:", 0) == 0) uid_line = line;
+  }
+  EXPECT_NE(uid_line.find(std::to_string(kNobody)), std::string::npos) << uid_line;
+  EXPECT_EQ(st.st_uid, 0u) << "/proc/" << pid << " belongs to uid " << st.st_uid
+                           << ": the kernel considers the process dumpable";
+  std::ifstream limits(proc + "/limits");
+  std::string core_line;
+  while (std::getline(limits, line)) {
+    if (line.rfind("Max core file size", 0) == 0) core_line = line;
+  }
+  EXPECT_TRUE(std::regex_search(core_line, std::regex(R"(size\s+0\s+0\s)"))) << core_line;
 }
 
 }  // namespace

@@ -339,7 +339,7 @@ TEST_F(FsDaemonTest, WrongPassphraseNeverMountsAndPasswdTakesEffect) {
   ASSERT_TRUE(fs->Unmount());
 
   CmdResult pw = RunCmd({S3ORAM_TEST_CLI, "passwd", "--state", fs->state(), "--passfile",
-                         fs->passfile(), "--new-passfile", fresh},
+                         fs->passfile(), "--new-passfile", fresh, "--insecure-kdf"},
                         std::chrono::seconds(60));
   ASSERT_EQ(pw.exit_code, 0) << pw.output;
 

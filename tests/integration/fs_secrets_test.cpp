@@ -93,7 +93,7 @@ TEST(FsSecretsTest, NoSecretInAnyLogAtDebugLevel) {
                                          new_pass.size()))
                   .ok());
   CmdResult pw = RunCmd({S3ORAM_TEST_CLI, "passwd", "--state", fs->state(), "--passfile",
-                         fs->passfile(), "--new-passfile", new_passfile});
+                         fs->passfile(), "--new-passfile", new_passfile, "--insecure-kdf"});
   ASSERT_EQ(pw.exit_code, 0) << pw.output;
   CmdResult status = RunCmd({S3ORAM_TEST_CLI, "status", "--state", fs->state()});
   ASSERT_EQ(status.exit_code, 0) << status.output;

@@ -116,6 +116,25 @@ TEST(KeyWrapTest, KdfParamsAreValidated) {
   EXPECT_FALSE(WrapMasterKey(NewMasterKey(), Pass("p"), RandomFsId(), KdfParams{0, 0}).ok());
 }
 
+TEST(KeyWrapTest, CostsBelowOwaspsFloorAreNamed) {
+  constexpr std::uint64_t MiB = 1 << 20;
+  EXPECT_TRUE(CheckKdfFloor(DefaultKdfParams()).ok());
+  // OWASP's five settings are each accepted...
+  for (auto [ops, mem] : {std::pair<std::uint64_t, std::uint64_t>{1, 46}, {2, 19}, {3, 12},
+                          {4, 9}, {5, 7}}) {
+    EXPECT_TRUE(CheckKdfFloor(KdfParams{ops, mem * MiB}).ok()) << ops << " x " << mem << " MiB";
+  }
+  // ...and a step below each is refused.
+  for (auto [ops, mem] : {std::pair<std::uint64_t, std::uint64_t>{1, 45}, {2, 17}, {3, 11},
+                          {4, 8}, {5, 6}, {100, 6}}) {
+    auto st = CheckKdfFloor(KdfParams{ops, mem * MiB});
+    EXPECT_EQ(st.code(), Status::Code::kInvalidArgument) << ops << " x " << mem << " MiB";
+    EXPECT_NE(st.message().find("--insecure-kdf"), std::string::npos) << st.ToString();
+  }
+  EXPECT_FALSE(CheckKdfFloor(MinimalKdfParams()).ok());
+  EXPECT_FALSE(CheckKdfFloor(KdfParams{0, 64 * MiB}).ok());
+}
+
 TEST(BlockSealTest, RoundTripsAndDetectsEveryTamperingKind) {
   auto rng = testing::SeededRng();
   const wire::FsId fs = RandomFsId();
