@@ -71,6 +71,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "oramcore/base/secret.h"
@@ -447,6 +448,51 @@ class OramClient {
   // ones fails with it.
   Status RunChunk(std::span<const BatchItem> items,
                   std::vector<Result<std::vector<std::uint8_t>>>& out);
+
+  // Retries that reveal nothing (docs/SECURITY.md, "Failed accesses"). A
+  // retrieval of a block's path that went out but whose access did not
+  // complete (integrity failure, a server's error or silence, a spoilt
+  // pipelined answer, a failed commit) leaves the block where it was: its
+  // leaf is exposed, and the block's own next access would retrieve the same
+  // path, telling a server that caused the failure which later access is the
+  // retry. Instead, before anything else, the next chunk reads every exposed
+  // block back along its exposed path (a cleanup read, an ordinary access
+  // that moves the block to the root under a fresh leaf), whatever the caller
+  // asks next; so the repeat follows the failure alone. A block whose cleanup
+  // failed kCleanupAttempts times is quarantined for this client's life:
+  // reads and updates of it fail without a retrieval, a whole-block write
+  // replaces it along a fresh random path (a blind write).
+  struct Exposed {
+    BlockId id = 0;
+    LeafId leaf = 0;
+    std::uint32_t attempts = 0;  // cleanup reads that failed
+    Status why;                  // the last failure
+  };
+  static constexpr std::uint32_t kCleanupAttempts = 2;
+  std::vector<Exposed> exposed_;  // in the order their retrievals went out
+  // Quarantined blocks, with the failure of their last cleanup read.
+  std::unordered_map<BlockId, Status> quarantined_;
+  // A failure the servers answered with (a lie, damaged storage, a
+  // malformed answer): a cleanup that meets one counts an attempt and goes
+  // on; any other (a silence, no connection) stops the cleanup and the
+  // chunk, and the exposures wait for the next.
+  static bool IsAnsweredFailure(const Status& st);
+  bool cleaning_ = false;                     // RunChunk is running cleanup reads
+  // Runs the cleanup reads of exposed_ (see above); an error: the servers
+  // could not be reached (the exposures stay for the next chunk).
+  Status CleanUpExposed();
+  // How each access of a chunk ended, for NoteExposures.
+  enum class Outcome : std::uint8_t {
+    kCompleted,   // recorded: the block has a fresh position
+    kRefused,     // the servers answered and the access failed (integrity)
+    kUnanswered,  // no usable answer (a server's error or silence, resends, a failed commit)
+  };
+  // For each access j of a chunk whose retrieval revealed the path
+  // revealed[j] (0: none, a random path) and did not complete: exposed_
+  // gains it; during a cleanup a kRefused one counts a failed attempt.
+  // Completed ones leave exposed_ and quarantined_ (a blind write).
+  void NoteExposures(std::span<const BatchItem> items, const std::vector<LeafId>& revealed,
+                     const std::vector<Outcome>& outcomes, const Status& why);
   // Records a damaged-storage or inconsistency error in the state (once per
   // distinct message) for `s3oram status`.
   void NoteProblem(const Status& st);

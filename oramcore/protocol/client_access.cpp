@@ -228,9 +228,29 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
   // A chunk that finished nothing (an access to try again alone) is
   // followed by one of a single access, which always finishes or fails.
   std::size_t limit = kMaxPipelined;
+  auto quarantined = [&](const BatchItem& b) -> const Status* {
+    if (quarantined_.empty() || (b.op == AccessOp::kWrite && !b.modify)) return nullptr;
+    const auto q = quarantined_.find(b.id);
+    return q == quarantined_.end() ? nullptr : &q->second;
+  };
+  // Still exposed after its cleanup read was tried (it failed): the block is
+  // not accessed, not even written, until a cleanup read succeeds or it is
+  // quarantined; either is decided by the cleanups alone, whatever is asked.
+  auto still_exposed = [&](BlockId id) -> const Exposed* {
+    for (const Exposed& e : exposed_) {
+      if (e.id == id) return &e;
+    }
+    return nullptr;
+  };
   while (next < items.size()) {
-    // An item refused before any access (bad id or size, writes stopped)
-    // fails alone; a chunk stops before it.
+    // Paths exposed by a failed access are read back first, whatever comes
+    // next (see exposed_).
+    if (!exposed_.empty()) {
+      if (Status st = CleanUpExposed(); !st.ok()) return fail_rest(NoteFencing(st));
+      if (auto st = unusable()) return fail_rest(*st);
+    }
+    // An item refused before any access (bad id or size, writes stopped, a
+    // quarantined block) fails alone; a chunk stops before it.
     const BatchItem& it = items[next];
     Status refused = Status::Ok();
     if (it.id >= p.capacity_blocks) {
@@ -242,6 +262,21 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
                                         " bytes, got " + std::to_string(it.data.size()));
     } else if (it.op == AccessOp::kWrite && writes_stopped_) {
       refused = *writes_stopped_;
+    } else if (const Exposed* e = exposed_.empty() ? nullptr : still_exposed(it.id)) {
+      refused = e->why.WithContext(
+          "block " + std::to_string(it.id) + " could not be read back along the path of its " +
+          "failed access (" + std::to_string(e->attempts) + " of " +
+          std::to_string(kCleanupAttempts) + " attempts; servers " + ServerSetName() +
+          "); it is tried again before the next access. Last failure");
+    } else if (const Status* why = quarantined(it)) {
+      // The code of the failure (integrity, damaged storage ...), so that
+      // callers treat it as they treated the failure itself.
+      refused = why->WithContext(
+          "block " + std::to_string(it.id) + " is quarantined: its path failed " +
+          std::to_string(kCleanupAttempts + 1) +
+          " retrievals in a row, and retrieving it again would tell the servers which access "
+          "retries it; it stays unreadable until the filesystem is opened again, and writing "
+          "the block whole replaces it. Last failure");
     }
     if (!refused.ok()) {
       out.emplace_back(refused);
@@ -265,6 +300,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
       if (v.op == AccessOp::kWrite &&
           (writes_stopped_ || (!v.modify && v.data.size() != p.block_bytes)))
         break;
+      if (quarantined(v) || (!exposed_.empty() && still_exposed(v.id))) break;
       ++valid;
     }
     const std::size_t before = out.size();
@@ -339,6 +375,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     std::optional<std::vector<Elem>> own_copy;  // served from the client's copy
     std::uint64_t own_version = 0;              // the version own_copy is sealed under
     LeafId leaf = 0;                            // the path retrieved
+    bool blind = false;  // a whole write of a quarantined block: its old copy is not read
   };
   std::vector<Plan> plans;
   for (bool planned = false; !planned;) {
@@ -375,6 +412,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
       }
       const PositionEntry* at = pm_->Find(id);
       if (at) pl.where = *at;
+      pl.blind = at && !quarantined_.empty() && quarantined_.count(id) != 0;
       // A block the eviction in flight moves is still where it was on the
       // servers (they commit the eviction at the end of this round); one it
       // takes out of a root slot this round may have overwritten is read
@@ -426,7 +464,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     for (std::size_t j = 0; j < k; ++j) {
       Plan& pl = plans[j];
       std::vector<Elem> select(n, 0);
-      const bool reads = pl.where && !pl.repeat_of && !pl.own_copy;
+      const bool reads = pl.where && !pl.repeat_of && !pl.own_copy && !pl.blind;
       if (reads) {
         pl.leaf = pl.where->pos.leaf;
         select[std::size_t{pl.where->pos.level} * p.bucket_size + pl.where->pos.slot] = 1;
@@ -454,6 +492,14 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
       }
     }
   }
+  // The paths that go out with a block's position (0: a random path).
+  std::vector<LeafId> revealed(k, 0);
+  for (std::size_t j = 0; j < k; ++j) {
+    const Plan& pl = plans[j];
+    if (pl.where && !pl.repeat_of && !pl.own_copy && !pl.blind) revealed[j] = pl.leaf;
+  }
+  std::vector<Outcome> outcomes(k, Outcome::kUnanswered);
+  Status first_refusal = Status::Ok();  // why an access failed, for a quarantine
   const std::uint64_t resends_before = servers_->stats().resends;
   std::vector<Result<std::vector<wire::Message>>> replies;
   {
@@ -499,6 +545,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
   for (std::size_t j = 0; j < k; ++j, ++finished) {
     if (!replies[j].ok()) {
       chunk_error = replies[j].status();
+      if (IsAnsweredFailure(chunk_error)) outcomes[j] = Outcome::kRefused;
       break;
     }
     const BatchItem& item = items[j];
@@ -525,6 +572,11 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
         elems = std::move(*pl.own_copy);
         held = true;
         old_version = pl.own_version;
+      } else if (pl.blind) {
+        // Nothing to read: the new version replaces the old, which stays
+        // behind as an unmapped slot (the next eviction through it drops it).
+        elems.assign(m, 0);
+        old_version = pl.where->version;
       } else {
         std::vector<const Elem*> answers;
         for (std::size_t i = 0; i < replies[j].value().size(); ++i) {
@@ -533,6 +585,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
             chunk_error = Status::Protocol("server " + std::to_string(i) + " answered " +
                                            std::to_string(ans.size()) + " elements, expected " +
                                            std::to_string(m));
+            outcomes[j] = Outcome::kRefused;
             break;
           }
           answers.push_back(ans.data());
@@ -577,6 +630,8 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
           " returned tampered, swapped or stale data, or the client state does not match them");
       spdlog::error("{}", bad.message());
       results.emplace_back(bad);
+      outcomes[j] = Outcome::kRefused;
+      if (first_refusal.ok()) first_refusal = bad;
       continue;
     }
     // What goes to the root: the new data (write), the old data changed by
@@ -650,8 +705,16 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
   batch.SetCounters(next);
   if (carried > 0 || !roots.empty()) {
     TimeInto timer(stats_.timings.state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+    if (Status st = store_->Commit(batch, /*durable=*/true); !st.ok()) {
+      // None of them happened: every path that went out is exposed.
+      NoteExposures(items.first(k), revealed, std::vector<Outcome>(k, Outcome::kUnanswered), st);
+      return st;
+    }
   }
+  for (std::size_t j = 0; j < k; ++j) {
+    if (done[j]) outcomes[j] = Outcome::kCompleted;
+  }
+  NoteExposures(items.first(k), revealed, outcomes, chunk_error.ok() ? first_refusal : chunk_error);
   // The state on disk has all of it now; so must the memory, even if a
   // position does not fit the map (then this client reports the error).
   Status applied = Status::Ok();
@@ -685,6 +748,80 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     }
   }
   return Status::Ok();
+}
+
+Status OramClient::CleanUpExposed() {
+  std::vector<BatchItem> items;
+  for (const Exposed& e : exposed_) items.push_back(BatchItem{AccessOp::kRead, e.id, {}, nullptr});
+  spdlog::info(
+      "reading back {} block(s) whose access failed, along the path{} that failure exposed",
+      items.size(), items.size() == 1 ? "" : "s");
+  cleaning_ = true;
+  std::vector<Result<std::vector<std::uint8_t>>> out;
+  std::size_t next = 0;
+  std::size_t limit = kMaxPipelined;
+  Status st = Status::Ok();
+  while (next < items.size() && st.ok()) {
+    const std::size_t before = out.size();
+    const std::size_t given = std::min(limit, items.size() - next);
+    st = RunChunk(std::span<const BatchItem>(items).subspan(next, given), out);
+    const std::size_t finished = out.size() - before;
+    next += finished;
+    // As in AccessMany: after a chunk cut short, one access at a time,
+    // which always finishes or fails.
+    limit = finished < given ? 1 : kMaxPipelined;
+    if (!st.ok() && IsAnsweredFailure(st)) {
+      // That read failed as its access did (NoteExposures counted it); the
+      // caller's accesses go on.
+      ++next;
+      st = Status::Ok();
+    }
+  }
+  cleaning_ = false;
+  return st;
+}
+
+bool OramClient::IsAnsweredFailure(const Status& st) {
+  switch (st.code()) {
+    case Status::Code::kIntegrity:
+    case Status::Code::kDamaged:
+    case Status::Code::kProtocol:
+    case Status::Code::kCorruption:
+      return true;
+    default:
+      return false;
+  }
+}
+
+void OramClient::NoteExposures(std::span<const BatchItem> items,
+                               const std::vector<LeafId>& revealed,
+                               const std::vector<Outcome>& outcomes, const Status& why) {
+  for (std::size_t j = 0; j < items.size() && j < outcomes.size(); ++j) {
+    const BlockId id = items[j].id;
+    auto it = std::find_if(exposed_.begin(), exposed_.end(),
+                           [id](const Exposed& e) { return e.id == id; });
+    if (outcomes[j] == Outcome::kCompleted) {
+      if (it != exposed_.end()) exposed_.erase(it);
+      if (!quarantined_.empty()) quarantined_.erase(id);
+      continue;
+    }
+    if (revealed[j] == 0) continue;
+    const Status reason = why.ok() ? Status::Unavailable("the access did not complete") : why;
+    if (it == exposed_.end()) {
+      exposed_.push_back(Exposed{id, revealed[j], 0, reason});
+      continue;
+    }
+    if (!cleaning_ || outcomes[j] != Outcome::kRefused) continue;
+    it->why = reason;
+    if (++it->attempts >= kCleanupAttempts) {
+      spdlog::warn(
+          "block {} is quarantined: its path failed {} retrievals in a row; it is not "
+          "retrieved again while this client runs",
+          id, it->attempts + 1);
+      quarantined_.insert_or_assign(id, reason);
+      exposed_.erase(it);
+    }
+  }
 }
 
 }  // namespace s3oram

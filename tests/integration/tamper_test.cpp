@@ -18,6 +18,7 @@
 #include <map>
 #include <set>
 #include <sstream>
+#include <thread>
 #include <vector>
 
 #include "tests/integration/cluster_fixture.h"
@@ -145,6 +146,16 @@ TEST(TamperTest, EveryTamperedAnswerIsDetectedAndNoWrongDataIsReturned) {
             << ph.name << ": " << r.status().ToString();
         integrity += code == Status::Code::kIntegrity;
         ++detected;
+        // The failure exposed the block's path: the client reads the block
+        // back along it before its next access, whatever that is (SECURITY.md,
+        // failed accesses). Let that happen honestly here, so that what the
+        // proxy does next is to the next access's own retrieval.
+        proxy.SetMode(TamperMode::kNone, 0);
+        const BlockId other = (id + 1) % blocks;
+        auto settled = (*c)->Read(other);
+        ASSERT_TRUE(settled.ok()) << ph.name << ": " << settled.status().ToString();
+        ASSERT_EQ(*settled, model[other]) << ph.name << ": block " << other;
+        proxy.SetMode(ph.mode, 0.5);
       } else {
         ASSERT_TRUE(r.ok()) << ph.name << ": honest access to block " << id << ": "
                             << r.status().ToString();
@@ -303,6 +314,171 @@ TEST(TamperTest, ServersRolledBackTogetherAreDetectedByTheVersion) {
   EXPECT_EQ(r.status().code(), Status::Code::kIntegrity) << r.status().ToString();
   EXPECT_NE(r.status().message().find("version"), std::string::npos) << r.status().ToString();
   EXPECT_NE(log.text().find("failed authentication"), std::string::npos);
+}
+
+// The retrieval requests (RETRIEVE, RETRIEVE_WRITE_ROOT) a server saw, in order.
+std::vector<testing::TranscriptEntry> Retrievals(const TamperProxy& proxy) {
+  std::vector<testing::TranscriptEntry> out;
+  for (const auto& e : proxy.transcript()) {
+    if (e.from_client && (e.type == wire::MessageType::kRetrieveRequest ||
+                          e.type == wire::MessageType::kRetrieveWriteRootRequest)) {
+      out.push_back(e);
+    }
+  }
+  return out;
+}
+
+// Retries reveal nothing (SECURITY.md, failed accesses). A server that makes
+// one access fail (here: a bit flipped in its answer) has seen that access's
+// path. The client's very next retrieval reads the block back along that
+// path and moves it to a fresh leaf, whatever the caller asks next: here a
+// read of another block, then the retry. So the repeat follows the failure,
+// not the user; the retry itself finds the block at its new place.
+TEST(TamperTest, ARetryDoesNotRetrieveThePathThatFailed) {
+  auto lab = MakeLab(testing::SmallParams(256, 8, 8));
+  ASSERT_TRUE(lab);
+  auto c = testing::TestOpen(lab->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const BlockId attacked = 3, other = 5;
+  // One round of writes and a sync: both blocks are below the root, and no
+  // access of the test is the one that fills the root.
+  for (BlockId id = 0; id < 8; ++id) {
+    ASSERT_TRUE((*c)->Write(id, testing::Content(256, id, 0)).ok());
+  }
+  ASSERT_TRUE((*c)->Sync().ok());
+  const std::uint64_t version = (*c)->position_map().Find(attacked)->version;
+  TamperProxy& liar = *lab->proxies[1];
+  for (auto& p : lab->proxies) p->ClearTranscript();
+
+  liar.SetMode(TamperMode::kBitFlip, 1.0);
+  auto failed = (*c)->Read(attacked);
+  liar.SetMode(TamperMode::kNone, 0);
+  ASSERT_FALSE(failed.ok());
+  ASSERT_EQ(liar.tampered(), 1u);
+  auto seen = Retrievals(liar);
+  ASSERT_EQ(seen.size(), 1u);
+  const std::uint64_t exposed_leaf = seen[0].leaf;
+  EXPECT_EQ((*c)->position_map().Find(attacked)->version, version) << "a failed access moved it";
+
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  auto r = (*c)->Read(other);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, testing::Content(256, other, 0));
+  // The read-back came first, on every server, along the exposed path, and
+  // moved the attacked block: its version is one up before its own retry.
+  for (std::size_t s = 0; s < lab->proxies.size(); ++s) {
+    seen = Retrievals(*lab->proxies[s]);
+    ASSERT_EQ(seen.size(), 2u) << "server " << s;
+    EXPECT_EQ(seen[0].leaf, exposed_leaf) << "server " << s;
+  }
+  EXPECT_EQ((*c)->position_map().Find(attacked)->version, version + 1);
+
+  // The retry: one retrieval, of the block where the read-back put it.
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  auto retry = (*c)->Read(attacked);
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_EQ(*retry, testing::Content(256, attacked, 0));
+  EXPECT_EQ(Retrievals(liar).size(), 1u);
+  ASSERT_TRUE((*c)->Sync().ok());  // its root write goes out
+  EXPECT_EQ((*c)->position_map().Find(attacked)->version, version + 2);
+}
+
+// A server that fails the same path again and again: after the access and
+// two read-backs (three retrievals of the path, each the client's first after
+// a failure) the block is quarantined. It is not retrieved again by this
+// client: reads fail at once, with no message to any server, even once the
+// server behaves; a whole-block write replaces it along a random path, after
+// which it reads back; a new client (a remount) tries it again.
+TEST(TamperTest, APathThatKeepsFailingIsQuarantinedNotRetrievedAgain) {
+  auto lab = MakeLab(testing::SmallParams(256, 8, 8));
+  ASSERT_TRUE(lab);
+  const BlockId attacked = 2;
+  {
+    auto c = testing::TestOpen(lab->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (BlockId id = 0; id < 8; ++id) {
+      ASSERT_TRUE((*c)->Write(id, testing::Content(256, id, 0)).ok());
+    }
+  }
+  auto c = testing::TestOpen(lab->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  TamperProxy& liar = *lab->proxies[0];
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  liar.SetMode(TamperMode::kBitFlip, 1.0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    auto r = (*c)->Read(attacked);
+    ASSERT_FALSE(r.ok()) << "attempt " << attempt;
+    EXPECT_EQ(r.status().code(), Status::Code::kIntegrity) << r.status().ToString();
+  }
+  auto seen = Retrievals(liar);
+  ASSERT_EQ(seen.size(), 3u) << "the access and two read-backs";
+  EXPECT_EQ(seen[1].leaf, seen[0].leaf);
+  EXPECT_EQ(seen[2].leaf, seen[0].leaf);
+
+  // Quarantined: refused without a retrieval, liar or not.
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  auto r = (*c)->Read(attacked);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kIntegrity);
+  EXPECT_NE(r.status().message().find("quarantined"), std::string::npos) << r.status().ToString();
+  liar.SetMode(TamperMode::kNone, 0);
+  r = (*c)->Read(attacked);
+  ASSERT_FALSE(r.ok());
+  auto u = (*c)->Update(attacked, [](std::span<std::uint8_t> b) { b[0] ^= 1; });
+  EXPECT_FALSE(u.ok());
+  for (const auto& p : lab->proxies) EXPECT_TRUE(Retrievals(*p).empty());
+  // Other blocks are unaffected.
+  auto fine = (*c)->Read(attacked + 1);
+  ASSERT_TRUE(fine.ok()) << fine.status().ToString();
+  EXPECT_EQ(*fine, testing::Content(256, attacked + 1, 0));
+
+  // A whole write replaces it without reading the old copy.
+  const auto fresh = testing::Content(256, attacked, 9);
+  ASSERT_TRUE((*c)->Write(attacked, fresh).ok());
+  auto back = (*c)->Read(attacked);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, fresh);
+}
+
+// The same when a server stays silent instead of lying: an access that
+// timed out has shown its path to the servers that did answer, so the
+// client's next retrieval, once the server is back, reads the block back
+// along that path first.
+TEST(TamperTest, AnAccessThatTimedOutIsReadBackBeforeAnythingElse) {
+  auto lab = MakeLab(testing::SmallParams(256, 8, 8));
+  ASSERT_TRUE(lab);
+  ClientOptions options = testing::FastRetryOptions();
+  options.requests.deadline = std::chrono::milliseconds(2000);
+  auto c = testing::TestOpen(lab->state, options);
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  const BlockId stalled = 4, other = 6;
+  for (BlockId id = 0; id < 8; ++id) {
+    ASSERT_TRUE((*c)->Write(id, testing::Content(256, id, 0)).ok());
+  }
+  ASSERT_TRUE((*c)->Sync().ok());
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  // Longer than the deadline, however busy the machine: the access fails.
+  lab->proxies[2]->SetReplyDelay(std::chrono::milliseconds(5000));
+  auto failed = (*c)->Read(stalled);
+  lab->proxies[2]->SetReplyDelay(std::chrono::milliseconds(0));
+  ASSERT_FALSE(failed.ok());
+  auto seen = Retrievals(*lab->proxies[0]);
+  ASSERT_FALSE(seen.empty());
+  const std::uint64_t exposed_leaf = seen.back().leaf;
+  std::this_thread::sleep_for(std::chrono::milliseconds(5500));  // the held reply goes by
+
+  for (auto& p : lab->proxies) p->ClearTranscript();
+  auto r = (*c)->Read(other);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, testing::Content(256, other, 0));
+  for (std::size_t s = 0; s < 2; ++s) {  // the servers that answered the failed access
+    seen = Retrievals(*lab->proxies[s]);
+    ASSERT_GE(seen.size(), 2u) << "server " << s;
+    EXPECT_EQ(seen.front().leaf, exposed_leaf) << "server " << s;
+  }
+  auto retry = (*c)->Read(stalled);
+  ASSERT_TRUE(retry.ok()) << retry.status().ToString();
+  EXPECT_EQ(*retry, testing::Content(256, stalled, 0));
 }
 
 }  // namespace
