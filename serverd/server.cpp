@@ -19,13 +19,16 @@
 #include <utility>
 #include <vector>
 
+#include "oramcore/base/secret.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/kernels.h"
 #include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/wire.h"
 #include "serverd/peer_exchange.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"
+#include "serverd/smp_inbox.h"
 #include "serverd/zap_authenticator.h"
 
 namespace s3oram::serverd {
@@ -38,7 +41,7 @@ namespace {
 std::string ZmqError(const std::string& what) { return what + ": " + zmq_strerror(zmq_errno()); }
 
 // Key of one SMP message: (eviction, attempt, round, sender).
-using SmpKey = std::tuple<std::uint64_t, std::uint32_t, std::uint32_t, std::uint32_t>;
+using SmpKey = SmpInbox::Key;
 
 // A client request received while an EVICT_PREPARE ran: its ROUTER identity
 // and frame, handled in arrival order once the PREPARE is done.
@@ -74,7 +77,22 @@ struct Server::Impl : PeerExchange {
   ZapAuthenticator zap;
   std::unique_ptr<RequestHandler> handler;
   // SMP messages that arrived before this server was ready for them.
-  std::map<SmpKey, std::vector<Elem>> smp_buffer;
+  SmpInbox smp_buffer;
+  // Each peer's CURVE public key: the sender a peer's frame may claim.
+  std::map<std::uint32_t, std::string> peer_keys;
+  // The shape the sockets' frame limits were computed for (nullopt: no
+  // store yet, kNoStoreFrameBytes), and where they are bound.
+  std::optional<wire::StoreShape> limited_for;
+  std::string router_endpoint, pull_endpoint;
+  Secret curve_secret;  // this server's CURVE secret key (binary), for new sockets
+  // Before a store exists only small requests are expected (INIT,
+  // REBUILD_BEGIN, STATUS, LEASE_*), but a client's connection keeps the
+  // limit it was accepted with: large enough for any access of a usual
+  // shape, so that the client that sent INIT goes on without reconnecting.
+  static constexpr std::uint64_t kNoStoreFrameBytes = std::uint64_t{64} << 20;
+  // Frames ZeroMQ queues per connection before it stops reading from it.
+  static constexpr int kClientQueue = 64;  // requests, and replies not yet taken
+  static constexpr int kPeerQueue = 16;    // SMP frames (an honest peer sends two ahead)
   // Buffers kept between the rounds of one eviction (Trim frees them).
   std::vector<std::vector<Elem>> spare_shares;
   std::atomic<std::uint64_t> peer_bytes_sent{0};
@@ -181,7 +199,7 @@ struct Server::Impl : PeerExchange {
     const auto deadline = Clock::now() + std::chrono::milliseconds(config.peer_timeout_ms);
     auto have_all = [&] {
       for (auto& [peer, s] : pushes) {
-        if (!smp_buffer.count(SmpKey{eviction, attempt, round, peer})) return false;
+        if (!smp_buffer.Has(SmpKey{eviction, attempt, round, peer})) return false;
       }
       return true;
     };
@@ -190,7 +208,7 @@ struct Server::Impl : PeerExchange {
       if (left.count() <= 0) {
         std::string missing;
         for (auto& [peer, s] : pushes) {
-          if (!smp_buffer.count(SmpKey{eviction, attempt, round, peer})) {
+          if (!smp_buffer.Has(SmpKey{eviction, attempt, round, peer})) {
             missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
           }
         }
@@ -210,35 +228,24 @@ struct Server::Impl : PeerExchange {
       zmq_pollitem_t item{pull, 0, ZMQ_POLLIN, 0};
       int rc = zmq_poll(&item, 1, std::min<long>(left.count(), 200));
       if (rc < 0 && zmq_errno() != EINTR) return Status::IoError(ZmqError("zmq_poll"));
-      if (rc > 0) {
-        S3ORAM_RETURN_IF_ERROR(DrainPeers());
-        // A peer already on a newer attempt of this eviction means the client
-        // gave up on ours: stop now rather than wait for the timeout.
-        for (const auto& [key, v] : smp_buffer) {
-          if (std::get<0>(key) == eviction && std::get<1>(key) > attempt) {
-            return Status::Unavailable("eviction " + std::to_string(eviction) + " attempt " +
-                                       std::to_string(attempt) + " superseded by attempt " +
-                                       std::to_string(std::get<1>(key)));
-          }
-        }
-      }
+      // Only the client ends an attempt (superseding, above): a peer on a
+      // newer attempt does not, or one peer could abort every eviction.
+      if (rc > 0) S3ORAM_RETURN_IF_ERROR(DrainPeers());
     }
     std::vector<std::span<const Elem>> out;
-    for (auto& [peer, s] : pushes) out.emplace_back(smp_buffer[SmpKey{eviction, attempt, round, peer}]);
+    for (auto& [peer, s] : pushes) out.emplace_back(smp_buffer.At(SmpKey{eviction, attempt, round, peer}));
     return out;
   }
 
   void Release(const SmpRound& r) override {
     for (auto& [peer, s] : pushes) {
-      auto it = smp_buffer.find(SmpKey{r.eviction, r.attempt, r.round, peer});
-      if (it == smp_buffer.end()) continue;
-      Recycle(std::move(it->second));
-      smp_buffer.erase(it);
+      const SmpKey key{r.eviction, r.attempt, r.round, peer};
+      if (smp_buffer.Has(key)) Recycle(smp_buffer.Release(key));
     }
   }
 
   void Reset() override {
-    smp_buffer.clear();
+    smp_buffer.Clear();
     Trim();
   }
 
@@ -265,6 +272,10 @@ struct Server::Impl : PeerExchange {
         zmq_msg_close(&msg);
         return Status::Ok();
       }
+      // The CURVE key the peer connected with (the ZAP handler's user id):
+      // the only sender this frame may speak for.
+      const char* user_id = zmq_msg_gets(&msg, "User-Id");
+      const std::string sender_key = user_id != nullptr ? user_id : "";
       // Decoded into a vector of an earlier round when there is one, so a
       // round's hundreds of MB reuse pages already mapped.
       wire::Header header;
@@ -285,20 +296,16 @@ struct Server::Impl : PeerExchange {
         spdlog::warn("dropping malformed peer message: {}", st.ToString());
         continue;
       }
-      if (!store || header.fs_id != store->meta().fs_id || !pushes.count(smp->from_index) ||
-          smp->eviction < store->meta().applied_evictions) {
-        continue;  // not for us, or for an eviction already committed
+      const auto claimed = peer_keys.find(smp->from_index);
+      if (claimed == peer_keys.end() || claimed->second != sender_key) {
+        spdlog::warn("dropping SMP shares that claim to come from peer {} but were sent with "
+                     "CURVE key {}",
+                     smp->from_index, sender_key.empty() ? "(none)" : sender_key);
+        continue;
       }
-      // Keep only the newest attempt per eviction and a bounded number of entries.
-      for (auto it = smp_buffer.begin(); it != smp_buffer.end();) {
-        bool stale = std::get<0>(it->first) < store->meta().applied_evictions ||
-                     (std::get<0>(it->first) == smp->eviction && std::get<1>(it->first) < smp->attempt);
-        it = stale ? smp_buffer.erase(it) : std::next(it);
-      }
-      const std::size_t cap = 4 * (store->meta().shape.height + 1) * pushes.size();
-      if (smp_buffer.size() >= cap) smp_buffer.erase(smp_buffer.begin());
-      smp_buffer[SmpKey{smp->eviction, smp->attempt, smp->round, smp->from_index}] =
-          std::move(smp->shares);
+      if (!store || header.fs_id != store->meta().fs_id) continue;  // not for us
+      smp_buffer.Put(SmpKey{smp->eviction, smp->attempt, smp->round, smp->from_index},
+                     std::move(smp->shares), store->meta().applied_evictions);
     }
   }
 
@@ -315,6 +322,7 @@ struct Server::Impl : PeerExchange {
   // began on prepare_thread.
   void Serve(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
     Reply(id, handler->Handle(frame));
+    TightenLimits();
     if (!handler->HasPendingPrepare()) return;
     progress_logged = Clock::now();
     prepare_finished.store(false);
@@ -376,6 +384,83 @@ struct Server::Impl : PeerExchange {
     queued.push_back(QueuedRequest{std::move(id), std::move(frame)});
   }
 
+  // Creates and binds both listening sockets (again, closing the old ones)
+  // with frame limits and bounded queues for the store's shape
+  // (wire/message_limits.h). New sockets, not new options: ZeroMQ copies a
+  // socket's options into its listener and each accepted connection, so only
+  // fresh connections carry new limits. Closing drops every connection;
+  // clients and peers reconnect (and a client resends what was in flight).
+  Status BindWithLimits() {
+    const ShareStore* store = handler ? handler->store() : nullptr;
+    std::optional<wire::StoreShape> shape;
+    if (store) shape = store->meta().shape;
+    const auto parties = static_cast<std::uint32_t>(config.peers.size() + 1);
+    wire::MessageLimits limits{kNoStoreFrameBytes, 0, kNoStoreFrameBytes};
+    if (shape) limits = wire::LimitsFor(*shape, parties);
+    auto open = [&](void*& socket, int type, const char* domain, const std::string& wanted,
+                    std::string& bound, std::uint64_t max_frame, int queue) -> Status {
+      if (socket != nullptr) {
+        // A reply just queued (INIT's) still goes out.
+        const int flush_ms = 1000;
+        zmq_setsockopt(socket, ZMQ_LINGER, &flush_ms, sizeof flush_ms);
+        zmq_close(socket);
+      }
+      socket = zmq_socket(context, type);
+      const int one = 1, zero = 0;
+      const auto max = static_cast<std::int64_t>(max_frame);
+      if (socket == nullptr || zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
+          zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, curve_secret.data(), curve_secret.size()) !=
+              0 ||
+          zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, domain, std::strlen(domain)) != 0 ||
+          zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
+          zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0 ||
+          zmq_setsockopt(socket, ZMQ_RCVHWM, &queue, sizeof queue) != 0 ||
+          zmq_setsockopt(socket, ZMQ_SNDHWM, &queue, sizeof queue) != 0) {
+        return Status::IoError(ZmqError(std::string("setting up the ") + domain + " socket"));
+      }
+      // The same address again (a port the OS chose at the first bind is kept).
+      // ZeroMQ closes the old listener asynchronously: the port may stay
+      // taken for a moment, so the bind is retried (bounded).
+      const std::string address = bound.empty() ? wanted : bound;
+      const auto give_up = Clock::now() + std::chrono::seconds(5);
+      while (zmq_bind(socket, address.c_str()) != 0) {
+        if (zmq_errno() != EADDRINUSE || bound.empty() || Clock::now() >= give_up) {
+          return Status::IoError(ZmqError("binding " + address));
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+      char last[256] = {};
+      std::size_t len = sizeof last - 1;
+      bound = zmq_getsockopt(socket, ZMQ_LAST_ENDPOINT, last, &len) == 0 && last[0] != 0
+                  ? std::string(last)
+                  : address;
+      return Status::Ok();
+    };
+    // Replies a client has not taken are dropped past kClientQueue (it has
+    // a pipelined batch outstanding at most).
+    S3ORAM_RETURN_IF_ERROR(open(router, ZMQ_ROUTER, "clients", config.listen, router_endpoint,
+                                limits.request_bytes, kClientQueue));
+    S3ORAM_RETURN_IF_ERROR(open(pull, ZMQ_PULL, "peers", config.peer_listen, pull_endpoint,
+                                limits.peer_bytes, kPeerQueue));
+    limited_for = shape;
+    spdlog::info("frame limits: {} bytes from clients, {} bytes from peers{}",
+                 limits.request_bytes, limits.peer_bytes,
+                 shape ? "" : " (no store yet: set again once one exists)");
+    return Status::Ok();
+  }
+
+  // After INIT or REBUILD_BEGIN the store's shape is known (or changed):
+  // the limits follow, between computations (the PREPARE thread owns the
+  // peer socket while it runs).
+  void TightenLimits() {
+    if (preparing()) return;
+    const ShareStore* store = handler ? handler->store() : nullptr;
+    if (!store || (limited_for && *limited_for == store->meta().shape)) return;
+    if (Status st = BindWithLimits(); !st.ok()) {
+      spdlog::error("could not apply the frame limits of the new store: {}", st.ToString());
+    }
+  }
+
   void LogProgress() {
     if (Clock::now() - progress_logged < kProgressLogEvery) return;
     progress_logged = Clock::now();
@@ -414,33 +499,12 @@ Status Server::Start() {
   S3ORAM_RETURN_IF_ERROR(s.zap.Start(s.context, std::move(policy)));
   auto make = [&](int type) { return zmq_socket(s.context, type); };
   // Order matters: the ZAP handler is bound (above) before any CURVE socket
-  // binds, and stopped only after they are closed (~Impl). A CURVE server
-  // socket with no ZAP handler would admit every key.
-  auto curve_server = [&](void* socket, const char* domain) -> Status {
-    const int one = 1;
-    if (socket == nullptr || zmq_setsockopt(socket, ZMQ_CURVE_SERVER, &one, sizeof one) != 0 ||
-        zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret_bin.data(), secret_bin.size()) != 0 ||
-        zmq_setsockopt(socket, ZMQ_ZAP_DOMAIN, domain, std::strlen(domain)) != 0) {
-      return Status::IoError(ZmqError(std::string("enabling CURVE on the ") + domain + " socket"));
-    }
-    return Status::Ok();
-  };
+  // binds (BindWithLimits), and stopped only after they are closed (~Impl).
+  // A CURVE server socket with no ZAP handler would admit every key.
   int zero = 0;
-  s.router = make(ZMQ_ROUTER);
-  S3ORAM_RETURN_IF_ERROR(curve_server(s.router, "clients"));
-  zmq_setsockopt(s.router, ZMQ_LINGER, &zero, sizeof zero);
-  zmq_setsockopt(s.router, ZMQ_SNDHWM, &zero, sizeof zero);
-  zmq_setsockopt(s.router, ZMQ_RCVHWM, &zero, sizeof zero);
-  if (zmq_bind(s.router, s.config.listen.c_str()) != 0) {
-    return Status::IoError(ZmqError("binding " + s.config.listen));
-  }
-  s.pull = make(ZMQ_PULL);
-  S3ORAM_RETURN_IF_ERROR(curve_server(s.pull, "peers"));
-  zmq_setsockopt(s.pull, ZMQ_LINGER, &zero, sizeof zero);
-  zmq_setsockopt(s.pull, ZMQ_RCVHWM, &zero, sizeof zero);
-  if (zmq_bind(s.pull, s.config.peer_listen.c_str()) != 0) {
-    return Status::IoError(ZmqError("binding " + s.config.peer_listen));
-  }
+  s.curve_secret = Secret::CopyOf(std::span<const std::uint8_t>(secret_bin.data(), secret_bin.size()));
+  S3ORAM_RETURN_IF_ERROR(s.BindWithLimits());
+  for (const auto& p : s.config.peers) s.peer_keys[p.index] = p.public_key;
   for (const auto& p : s.config.peers) {
     void* push = make(ZMQ_PUSH);
     zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof zero);

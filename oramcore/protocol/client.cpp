@@ -24,6 +24,7 @@
 #include "oramcore/protocol/client_internal.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/lease_holder.h"
+#include "oramcore/wire/message_limits.h"
 
 namespace s3oram {
 
@@ -144,8 +145,10 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
                                    std::to_string(config.server_keys.size()) + " keys)");
   }
   S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
-  S3ORAM_ASSIGN_OR_RETURN(auto servers,
-                          ServerSet::Connect(config.servers, config.server_keys, client_key));
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto servers,
+      ServerSet::Connect(config.servers, config.server_keys, client_key,
+                         wire::LimitsFor(ShapeOf(config.params), config.params.parties).reply_bytes));
   wire::Header header;
   header.fs_id = config.fs_id;
   header.epoch = 1;
@@ -250,8 +253,10 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
                          static_cast<std::size_t>(config.params.elems_per_slot())));
   }
   S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
-  S3ORAM_ASSIGN_OR_RETURN(client->servers_,
-                          ServerSet::Connect(config.servers, config.server_keys, client_key));
+  S3ORAM_ASSIGN_OR_RETURN(
+      client->servers_,
+      ServerSet::Connect(config.servers, config.server_keys, client_key,
+                         wire::LimitsFor(ShapeOf(config.params), config.params.parties).reply_bytes));
 
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));

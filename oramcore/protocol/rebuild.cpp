@@ -23,6 +23,7 @@
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/transport.h"
 
 namespace s3oram {
@@ -209,7 +210,8 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
   Session s{options, config, nullptr, store->counters().epoch, store->counters().seq};
   S3ORAM_ASSIGN_OR_RETURN(s.servers,
-                          ServerSet::Connect(config.servers, config.server_keys, client_key));
+                          ServerSet::Connect(config.servers, config.server_keys, client_key,
+                                             wire::LimitsFor(shape, p.parties).reply_bytes));
 
   // ---- 1. Who is there, and in what state.
   bool k_live = false;  // K serves this filesystem: replacing it destroys a share
@@ -429,7 +431,8 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
   const std::uint64_t bucket_elems = std::uint64_t{shape.bucket_size} * shape.elems_per_slot;
   const std::uint64_t bucket_bytes = bucket_elems * sizeof(field::Elem);
-  std::uint64_t per_range = std::max<std::uint64_t>(1, options.range_bytes / bucket_bytes);
+  // At most what the servers' frame limits allow (wire/message_limits.h).
+  std::uint64_t per_range = wire::RebuildRangeBuckets(shape, options.range_bytes);
   per_range = std::min<std::uint64_t>(per_range, wire::kMaxElems / bucket_elems);
   report.buckets = buckets;
   // The data path moves megabytes per request: a resend after the usual 2 s

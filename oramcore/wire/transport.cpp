@@ -140,7 +140,11 @@ ServerSet::~ServerSet() = default;
 
 Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::string>& endpoints,
                                                       const std::vector<std::string>& server_keys,
-                                                      const CurveKeypair& client) {
+                                                      const CurveKeypair& client,
+                                                      std::uint64_t max_reply_bytes) {
+  if (max_reply_bytes == 0 || max_reply_bytes > std::uint64_t{INT64_MAX}) {
+    return Status::InvalidArgument("a reply size limit must be positive");
+  }
   if (server_keys.size() != endpoints.size()) {
     return Status::InvalidArgument("one CURVE public key per server expected (" +
                                    std::to_string(endpoints.size()) + " servers, " +
@@ -192,11 +196,16 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
     impl.connections.push_back(0);
     int linger = 0;
     zmq_setsockopt(s, ZMQ_LINGER, &linger, sizeof linger);
-    // Unbounded queues: a request is at most one eviction's matrices, and we
-    // never have more than one outstanding per server.
-    int hwm = 0;
-    zmq_setsockopt(s, ZMQ_SNDHWM, &hwm, sizeof hwm);
-    zmq_setsockopt(s, ZMQ_RCVHWM, &hwm, sizeof hwm);
+    // Sends are never dropped or refused (the client has at most a pipelined
+    // batch outstanding per server, its own data); what a server may make
+    // this process buffer is bounded: frames by size, the queue by count.
+    int send_hwm = 0, receive_hwm = kReceiveQueue;
+    const std::int64_t max_frame = static_cast<std::int64_t>(max_reply_bytes);
+    if (zmq_setsockopt(s, ZMQ_SNDHWM, &send_hwm, sizeof send_hwm) != 0 ||
+        zmq_setsockopt(s, ZMQ_RCVHWM, &receive_hwm, sizeof receive_hwm) != 0 ||
+        zmq_setsockopt(s, ZMQ_MAXMSGSIZE, &max_frame, sizeof max_frame) != 0) {
+      return Status::IoError(ZmqError("bounding the receive queue"));
+    }
     int reconnect_ivl = 100, reconnect_max = 1000;
     zmq_setsockopt(s, ZMQ_RECONNECT_IVL, &reconnect_ivl, sizeof reconnect_ivl);
     zmq_setsockopt(s, ZMQ_RECONNECT_IVL_MAX, &reconnect_max, sizeof reconnect_max);
@@ -278,7 +287,12 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeViews(
   auto send = [&](std::size_t r, std::size_t k) -> Status {
     void* s = impl_->sockets.at(servers[k]);
     const auto& f = (*requests[r].frames)[k];
-    if (zmq_send(s, f.data(), f.size(), 0) < 0) {
+    // Never blocks: a DEALER with no live connection (the server dropped
+    // it, e.g. for a frame over a limit, and ZeroMQ has not reconnected yet)
+    // would block a send forever. Such a request counts as sent and lost;
+    // the resend after silence, bounded by the deadline, covers it.
+    if (zmq_send(s, f.data(), f.size(), ZMQ_DONTWAIT) < 0) {
+      if (zmq_errno() == EAGAIN) return Status::Ok();
       return Status::IoError(ZmqError(("sending to " + impl_->endpoints[servers[k]]).c_str()));
     }
     stats_.bytes_sent += f.size();

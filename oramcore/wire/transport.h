@@ -48,10 +48,19 @@ struct TransportStats {
 class ServerSet {
  public:
   // Connects (lazily, as ZeroMQ does) to every endpoint; server_keys[i] is
-  // server i's CURVE public key (Z85).
-  static Result<std::unique_ptr<ServerSet>> Connect(const std::vector<std::string>& endpoints,
-                                                    const std::vector<std::string>& server_keys,
-                                                    const CurveKeypair& client);
+  // server i's CURVE public key (Z85). A server that sends a frame larger
+  // than max_reply_bytes is disconnected by ZeroMQ before the frame is
+  // buffered (ZMQ_MAXMSGSIZE; the request then fails as for a silent
+  // server): callers that know the store's shape pass
+  // LimitsFor(shape).reply_bytes (wire/message_limits.h); the default covers
+  // every reply that does not depend on it (STATUS, LEASE_*, BACKUP_GET).
+  static constexpr std::uint64_t kDefaultMaxReplyBytes = std::uint64_t{32} << 20;
+  // Replies ZeroMQ queues per server before it stops reading from the
+  // connection: more than a pipelined batch, far fewer than a flood.
+  static constexpr int kReceiveQueue = 64;
+  static Result<std::unique_ptr<ServerSet>> Connect(
+      const std::vector<std::string>& endpoints, const std::vector<std::string>& server_keys,
+      const CurveKeypair& client, std::uint64_t max_reply_bytes = kDefaultMaxReplyBytes);
   ~ServerSet();
   ServerSet(const ServerSet&) = delete;
   ServerSet& operator=(const ServerSet&) = delete;

@@ -1,0 +1,168 @@
+// Bounded transport (issue 24, docs/SECURITY.md "transport"): what a peer can
+// make a server or a client buffer. Real servers, raw ZeroMQ sockets with
+// authorized keys (a client key, a peer's key), so the attacks come from
+// inside the CURVE perimeter, where the limits matter.
+#include <gtest/gtest.h>
+#include <zmq.h>
+
+#include <chrono>
+#include <fstream>
+#include <regex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "oramcore/wire/curve_keys.h"
+#include "oramcore/wire/message_limits.h"
+#include "oramcore/wire/transport.h"
+#include "tests/integration/cluster_fixture.h"
+
+namespace s3oram {
+namespace {
+
+// Peak resident memory of process `pid` (VmHWM), in bytes.
+std::uint64_t PeakRss(pid_t pid) {
+  std::ifstream f("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) return std::stoull(line.substr(6)) * 1024;
+  }
+  return 0;
+}
+
+std::string ReadAll(const std::string& path) {
+  std::ifstream f(path);
+  return std::string(std::istreambuf_iterator<char>(f), {});
+}
+
+// A raw CURVE socket of `type` with `keys`, connected to `endpoint` (server
+// key `server_key`).
+struct RawSocket {
+  void* context = zmq_ctx_new();
+  void* socket = nullptr;
+  RawSocket(int type, const CurveKeypair& keys, const std::string& server_key,
+            const std::string& endpoint) {
+    socket = zmq_socket(context, type);
+    auto secret = DecodeSecretKey(keys);
+    EXPECT_TRUE(secret.ok());
+    const int zero = 0;
+    zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(socket, ZMQ_CURVE_SERVERKEY, server_key.c_str(), server_key.size() + 1);
+    zmq_setsockopt(socket, ZMQ_CURVE_PUBLICKEY, keys.public_key.c_str(),
+                   keys.public_key.size() + 1);
+    zmq_setsockopt(socket, ZMQ_CURVE_SECRETKEY, secret->data(), secret->size());
+    EXPECT_EQ(zmq_connect(socket, endpoint.c_str()), 0);
+  }
+  ~RawSocket() {
+    zmq_close(socket);
+    zmq_ctx_term(context);
+  }
+};
+
+// An authorized client sends one frame far beyond the largest request of the
+// store's shape: the server drops the connection as the frame's length
+// arrives, without buffering it (its peak memory stays put), and keeps
+// serving. Without the limit it would hold the whole 256 MiB before decoding.
+TEST(FrameLimitsTest, AnOversizedRequestIsRefusedWithoutBufferingIt) {
+  auto fs = testing::MakeFs(testing::SmallParams(256, 8, 6));
+  ASSERT_TRUE(fs);
+  const pid_t server = fs->cluster->pid(0);
+  // Settle the server (the INIT above re-bound its sockets with the
+  // store's limits) with one real access.
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->Write(1, testing::Content(256, 1, 1)).ok());
+  }
+  const std::uint64_t before = PeakRss(server);
+  ASSERT_GT(before, 0u);
+  auto keys = LoadCurveKeypair(fs->cluster->client_key_file());
+  ASSERT_TRUE(keys.ok());
+  constexpr std::size_t kHuge = std::size_t{256} << 20;
+  {
+    RawSocket flood(ZMQ_DEALER, *keys, fs->cluster->server_public_keys()[0],
+                    fs->cluster->endpoints()[0]);
+    std::vector<std::uint8_t> frame(kHuge, 0x5a);
+    ASSERT_EQ(zmq_send(flood.socket, frame.data(), frame.size(), 0), static_cast<int>(kHuge));
+    // Long enough for loopback to carry 256 MiB many times over; the check
+    // below does not depend on it (a limit that works never buffers).
+    std::this_thread::sleep_for(std::chrono::seconds(2));
+  }
+  const std::uint64_t after = PeakRss(server);
+  std::printf("[ limits   ] server peak RSS %.1f MiB before, %.1f MiB after a %zu MiB frame\n",
+              double(before) / (1 << 20), double(after) / (1 << 20), kHuge >> 20);
+  EXPECT_LT(after - before, std::uint64_t{32} << 20) << "the server buffered the oversized frame";
+  // Still serving.
+  auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = (*c)->Read(1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, testing::Content(256, 1, 1));
+}
+
+// The client's side: a reply larger than the limit it connected with is not
+// taken (the exchange fails as with a silent server), one within it is.
+TEST(FrameLimitsTest, AClientRefusesRepliesBeyondItsLimit) {
+  auto fs = testing::MakeFs(testing::SmallParams(256, 8, 6));
+  ASSERT_TRUE(fs);
+  auto keys = LoadCurveKeypair(fs->cluster->client_key_file());
+  ASSERT_TRUE(keys.ok());
+  const wire::Header h = testing::HeaderFromState(fs->state);
+  TransportOptions quick = testing::FastRetryOptions().requests;
+  quick.deadline = std::chrono::milliseconds(3000);
+  auto status = [&](std::uint64_t limit) {
+    auto set = ServerSet::Connect({fs->cluster->endpoints()[0]},
+                                  {fs->cluster->server_public_keys()[0]}, *keys, limit);
+    EXPECT_TRUE(set.ok());
+    return (*set)->Exchange({wire::Encode(h, wire::StatusRequest{})}, h,
+                            wire::MessageType::kStatusReply, quick);
+  };
+  EXPECT_TRUE(status(ServerSet::kDefaultMaxReplyBytes).ok());
+  // A STATUS reply is well over 64 bytes.
+  auto refused = status(64);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kUnavailable) << refused.status().ToString();
+}
+
+// A peer may speak only for itself: SMP shares sent with peer 1's CURVE key
+// that claim to come from peer 2 are dropped and logged, never stored in
+// peer 2's place.
+TEST(FrameLimitsTest, SmpSharesAreBoundToTheSendersCurveKey) {
+  auto fs = testing::MakeFs(testing::SmallParams(256, 8, 6));
+  ASSERT_TRUE(fs);
+  // Server 0's peer address, from its configuration.
+  const std::string config = ReadAll(fs->cluster->config_path(0));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(config, m, std::regex(R"(peer_listen\s*=\s*"([^"]+)\")")))
+      << config;
+  const std::string peer_endpoint = m[1];
+  auto peer1 = LoadCurveKeypair(fs->cluster->dir() + "/server-1.key");
+  ASSERT_TRUE(peer1.ok()) << peer1.status().ToString();
+  const wire::Header h = testing::HeaderFromState(fs->state);
+  {
+    RawSocket push(ZMQ_PUSH, *peer1, fs->cluster->server_public_keys()[0], peer_endpoint);
+    const auto frame = wire::Encode(
+        h, wire::SmpShares{0, 7, 0, /*from_index=*/2, std::vector<field::Elem>(16, 1)});
+    ASSERT_EQ(zmq_send(push.socket, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+    // Delivered when the server next drains its peers: at its next
+    // eviction. Run one (a round of writes) so it does.
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    for (BlockId id = 0; id < 8; ++id) {
+      ASSERT_TRUE((*c)->Write(id, testing::Content(256, id, 2)).ok());
+    }
+    ASSERT_TRUE((*c)->SettleEviction().ok());
+    for (BlockId id = 0; id < 8; ++id) {
+      auto r = (*c)->Read(id);
+      ASSERT_TRUE(r.ok()) << r.status().ToString();
+      EXPECT_EQ(*r, testing::Content(256, id, 2));
+    }
+  }
+  const std::string log = ReadAll(fs->cluster->log_path(0));
+  EXPECT_NE(log.find("claim to come from peer 2 but were sent with CURVE key " + peer1->public_key),
+            std::string::npos)
+      << log;
+}
+
+}  // namespace
+}  // namespace s3oram
