@@ -458,10 +458,11 @@ class OramClient {
   // retry. Instead, before anything else, the next chunk reads every exposed
   // block back along its exposed path (a cleanup read, an ordinary access
   // that moves the block to the root under a fresh leaf), whatever the caller
-  // asks next; so the repeat follows the failure alone. A block whose cleanup
-  // failed kCleanupAttempts times is quarantined for this client's life:
-  // reads and updates of it fail without a retrieval, a whole-block write
-  // replaces it along a fresh random path (a blind write).
+  // asks next; so the repeat follows the failure alone. A read-back that
+  // fails is tried again at once; after kCleanupAttempts failed read-backs
+  // in a row the block is quarantined for this client's life: reads and
+  // updates of it fail without a retrieval, a whole-block write replaces it
+  // along a fresh random path (a blind write).
   struct Exposed {
     BlockId id = 0;
     LeafId leaf = 0;
@@ -473,11 +474,14 @@ class OramClient {
   // Quarantined blocks, with the failure of their last cleanup read.
   std::unordered_map<BlockId, Status> quarantined_;
   // A failure the servers answered with (a lie, damaged storage, a
-  // malformed answer): a cleanup that meets one counts an attempt and goes
-  // on; any other (a silence, no connection) stops the cleanup and the
-  // chunk, and the exposures wait for the next.
+  // malformed answer, any error reply): a cleanup that meets one counts an
+  // attempt and goes on; a silence, a fence or this machine's own I/O error
+  // stops the cleanup and the chunk, and the exposures wait for the next.
   static bool IsAnsweredFailure(const Status& st);
   bool cleaning_ = false;                     // RunChunk is running cleanup reads
+  // Set by RunChunk once its retrievals went out: an error after that is
+  // the servers' answer to them, one before it is not.
+  bool chunk_sent_ = false;
   // Runs the cleanup reads of exposed_ (see above); an error: the servers
   // could not be reached (the exposures stay for the next chunk).
   Status CleanUpExposed();

@@ -233,21 +233,18 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     const auto q = quarantined_.find(b.id);
     return q == quarantined_.end() ? nullptr : &q->second;
   };
-  // Still exposed after its cleanup read was tried (it failed): the block is
-  // not accessed, not even written, until a cleanup read succeeds or it is
-  // quarantined; either is decided by the cleanups alone, whatever is asked.
-  auto still_exposed = [&](BlockId id) -> const Exposed* {
-    for (const Exposed& e : exposed_) {
-      if (e.id == id) return &e;
-    }
-    return nullptr;
-  };
   while (next < items.size()) {
     // Paths exposed by a failed access are read back first, whatever comes
     // next (see exposed_).
     if (!exposed_.empty()) {
       if (Status st = CleanUpExposed(); !st.ok()) return fail_rest(NoteFencing(st));
       if (auto st = unusable()) return fail_rest(*st);
+      // Every exposure ends in a cleanup that returns OK (read back or
+      // quarantined); should one not, nothing else may go before it.
+      if (!exposed_.empty()) {
+        return fail_rest(Status::Unavailable("a block's read-back after a failed access did not "
+                                             "finish; try again"));
+      }
     }
     // An item refused before any access (bad id or size, writes stopped, a
     // quarantined block) fails alone; a chunk stops before it.
@@ -262,12 +259,6 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
                                         " bytes, got " + std::to_string(it.data.size()));
     } else if (it.op == AccessOp::kWrite && writes_stopped_) {
       refused = *writes_stopped_;
-    } else if (const Exposed* e = exposed_.empty() ? nullptr : still_exposed(it.id)) {
-      refused = e->why.WithContext(
-          "block " + std::to_string(it.id) + " could not be read back along the path of its " +
-          "failed access (" + std::to_string(e->attempts) + " of " +
-          std::to_string(kCleanupAttempts) + " attempts; servers " + ServerSetName() +
-          "); it is tried again before the next access. Last failure");
     } else if (const Status* why = quarantined(it)) {
       // The code of the failure (integrity, damaged storage ...), so that
       // callers treat it as they treated the failure itself.
@@ -287,6 +278,9 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     if (gate) {
       most = std::clamp<std::size_t>(gate(items.size() - next), 1, limit);
       if (auto st = unusable()) return fail_rest(*st);
+      // The gate may have let another caller's access fail and expose a
+      // path: its read-back comes before this chunk (back to the top).
+      if (!exposed_.empty()) continue;
       if (it.op == AccessOp::kWrite && writes_stopped_) {  // stopped in between
         out.emplace_back(*writes_stopped_);
         ++next;
@@ -300,7 +294,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
       if (v.op == AccessOp::kWrite &&
           (writes_stopped_ || (!v.modify && v.data.size() != p.block_bytes)))
         break;
-      if (quarantined(v) || (!exposed_.empty() && still_exposed(v.id))) break;
+      if (quarantined(v)) break;
       ++valid;
     }
     const std::size_t before = out.size();
@@ -404,6 +398,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
         const PendingRoot& r = pending_roots_[*newest];
         if (*newest <= j) {
           pl.where = r.moved;
+          pl.blind = !quarantined_.empty() && quarantined_.count(id) != 0;
         } else {
           pl.own_copy = r.elems;
           pl.own_version = r.moved.version;
@@ -499,6 +494,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
     if (pl.where && !pl.repeat_of && !pl.own_copy && !pl.blind) revealed[j] = pl.leaf;
   }
   std::vector<Outcome> outcomes(k, Outcome::kUnanswered);
+  chunk_sent_ = true;
   Status first_refusal = Status::Ok();  // why an access failed, for a quarantine
   const std::uint64_t resends_before = servers_->stats().resends;
   std::vector<Result<std::vector<wire::Message>>> replies;
@@ -751,30 +747,44 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
 }
 
 Status OramClient::CleanUpExposed() {
-  std::vector<BatchItem> items;
-  for (const Exposed& e : exposed_) items.push_back(BatchItem{AccessOp::kRead, e.id, {}, nullptr});
-  spdlog::info(
-      "reading back {} block(s) whose access failed, along the path{} that failure exposed",
-      items.size(), items.size() == 1 ? "" : "s");
+  spdlog::info("reading back {} block(s) whose access failed, along the path{} that failure exposed",
+               exposed_.size(), exposed_.size() == 1 ? "" : "s");
   cleaning_ = true;
-  std::vector<Result<std::vector<std::uint8_t>>> out;
-  std::size_t next = 0;
-  std::size_t limit = kMaxPipelined;
   Status st = Status::Ok();
-  while (next < items.size() && st.ok()) {
-    const std::size_t before = out.size();
-    const std::size_t given = std::min(limit, items.size() - next);
-    st = RunChunk(std::span<const BatchItem>(items).subspan(next, given), out);
-    const std::size_t finished = out.size() - before;
-    next += finished;
-    // As in AccessMany: after a chunk cut short, one access at a time,
-    // which always finishes or fails.
-    limit = finished < given ? 1 : kMaxPipelined;
-    if (!st.ok() && IsAnsweredFailure(st)) {
-      // That read failed as its access did (NoteExposures counted it); the
-      // caller's accesses go on.
-      ++next;
-      st = Status::Ok();
+  // Every exposure ends here: read back, or quarantined after
+  // kCleanupAttempts failed read-backs in a row, with nothing in between,
+  // so what the servers see follows the failures alone. Only a silence (or
+  // an error before anything went out) leaves exposures for the next chunk,
+  // whose access then fails the same way.
+  for (std::uint32_t round = 0; round < kCleanupAttempts && !exposed_.empty() && st.ok();
+       ++round) {
+    std::vector<BatchItem> items;
+    for (const Exposed& e : exposed_) {
+      items.push_back(BatchItem{AccessOp::kRead, e.id, {}, nullptr});
+    }
+    std::vector<Result<std::vector<std::uint8_t>>> out;
+    std::size_t next = 0;
+    std::size_t limit = kMaxPipelined;
+    while (next < items.size() && st.ok()) {
+      const std::size_t before = out.size();
+      const std::size_t given = std::min(limit, items.size() - next);
+      chunk_sent_ = false;
+      st = RunChunk(std::span<const BatchItem>(items).subspan(next, given), out);
+      const std::size_t finished = out.size() - before;
+      next += finished;
+      // As in AccessMany: after a chunk cut short, one access at a time,
+      // which always finishes or fails.
+      limit = finished < given ? 1 : kMaxPipelined;
+      if (!st.ok() && chunk_sent_ && IsAnsweredFailure(st)) {
+        // That read-back failed as its access did (NoteExposures counted
+        // it); the rest go on.
+        NoteProblem(st);
+        ++next;
+        st = Status::Ok();
+      }
+    }
+    for (const auto& r : out) {
+      if (!r.ok()) NoteProblem(r.status());
     }
   }
   cleaning_ = false;
@@ -783,13 +793,13 @@ Status OramClient::CleanUpExposed() {
 
 bool OramClient::IsAnsweredFailure(const Status& st) {
   switch (st.code()) {
-    case Status::Code::kIntegrity:
-    case Status::Code::kDamaged:
-    case Status::Code::kProtocol:
-    case Status::Code::kCorruption:
-      return true;
-    default:
+    case Status::Code::kOk:
+    case Status::Code::kUnavailable:  // a silence: nothing was learnt
+    case Status::Code::kLeaseHeld:    // fenced: nothing more will be sent
+    case Status::Code::kIoError:      // this machine's own failure (a commit)
       return false;
+    default:
+      return true;
   }
 }
 
@@ -805,7 +815,7 @@ void OramClient::NoteExposures(std::span<const BatchItem> items,
       if (!quarantined_.empty()) quarantined_.erase(id);
       continue;
     }
-    if (revealed[j] == 0) continue;
+    if (revealed[j] == 0 || (!quarantined_.empty() && quarantined_.count(id) != 0)) continue;
     const Status reason = why.ok() ? Status::Unavailable("the access did not complete") : why;
     if (it == exposed_.end()) {
       exposed_.push_back(Exposed{id, revealed[j], 0, reason});
