@@ -127,6 +127,25 @@ inline Status OpenTestStateDb(const std::string& state, TestStateDb& out) {
   return Status::Ok();
 }
 
+// Points party `index` of the state at another endpoint and key (as if the
+// operator had moved the server; a proxy in front of it, for tests), with
+// SQL on the state file. The state must not be open elsewhere.
+inline void RepointServer(const std::string& state, int index, const std::string& endpoint,
+                          const std::string& key) {
+  TestStateDb handle;
+  ASSERT_TRUE(OpenTestStateDb(state, handle).ok());
+  sqlite3_stmt* st = nullptr;
+  ASSERT_EQ(sqlite3_prepare_v2(handle.db,
+                               "UPDATE servers SET endpoint = ?1, public_key = ?2 WHERE idx = ?3",
+                               -1, &st, nullptr),
+            SQLITE_OK);
+  sqlite3_bind_text(st, 1, endpoint.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int(st, 3, index);
+  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
+  sqlite3_finalize(st);
+}
+
 // Three servers in a temporary directory with a freshly initialised filesystem
 // whose client state is `state`; its passphrase is also in the private file
 // `passfile` (for the CLI and the FUSE daemon). Use as

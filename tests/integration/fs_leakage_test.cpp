@@ -29,22 +29,6 @@ using testing::MountedFs;
 using testing::TamperProxy;
 using testing::TranscriptEntry;
 
-void RepointServer(const std::string& state, int index, const std::string& endpoint,
-                   const std::string& key) {
-  testing::TestStateDb handle;
-  ASSERT_TRUE(testing::OpenTestStateDb(state, handle).ok());
-  sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(handle.db,
-                               "UPDATE servers SET endpoint = ?1, public_key = ?2 WHERE idx = ?3",
-                               -1, &st, nullptr),
-            SQLITE_OK);
-  sqlite3_bind_text(st, 1, endpoint.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(st, 3, index);
-  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
-  sqlite3_finalize(st);
-}
-
 // Message types whose size is fixed by the filesystem's shape: the accesses,
 // the evictions and their checks. (STATUS and the lease are fixed too but
 // depend on the mount, not the workload; backups are sized by the state,
@@ -91,7 +75,8 @@ TEST(FsLeakageTest, ServersSeeOnlyVolumeAndTimingDifferAcrossFilesystemWorkloads
     proxies.push_back(
         TamperProxy::Start(cl.endpoints()[i], cl.server_public_keys()[i], cl.client_key_file()));
     ASSERT_TRUE(proxies.back());
-    RepointServer(fs->state(), i, proxies.back()->endpoint(), proxies.back()->public_key());
+    testing::RepointServer(fs->state(), i, proxies.back()->endpoint(),
+                           proxies.back()->public_key());
   }
   ASSERT_TRUE(fs->Mount());
   const std::string big = testing::PatternBytes(4 << 20, 1);

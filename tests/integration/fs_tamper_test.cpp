@@ -21,24 +21,6 @@ using testing::MountedFs;
 using testing::TamperMode;
 using testing::TamperProxy;
 
-// Points party `index` of the state at another endpoint and key (as if the
-// operator had moved the server), with SQL on the state file.
-void RepointServer(const std::string& state, int index, const std::string& endpoint,
-                   const std::string& key) {
-  testing::TestStateDb handle;
-  ASSERT_TRUE(testing::OpenTestStateDb(state, handle).ok());
-  sqlite3* db = handle.db;
-  sqlite3_stmt* st = nullptr;
-  ASSERT_EQ(sqlite3_prepare_v2(db, "UPDATE servers SET endpoint = ?1, public_key = ?2 WHERE idx = ?3",
-                               -1, &st, nullptr),
-            SQLITE_OK);
-  sqlite3_bind_text(st, 1, endpoint.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 2, key.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int(st, 3, index);
-  EXPECT_EQ(sqlite3_step(st), SQLITE_DONE);
-  sqlite3_finalize(st);
-}
-
 TEST(FsTamperTest, ALyingServerMakesReadsFailWithEioNeverOtherBytes) {
   if (!testing::ReferenceDir().empty()) GTEST_SKIP() << "needs the s3oramfs daemon";
   FsOptions o;
@@ -53,7 +35,7 @@ TEST(FsTamperTest, ALyingServerMakesReadsFailWithEioNeverOtherBytes) {
   auto proxy = TamperProxy::Start(cl.endpoints()[1], cl.server_public_keys()[1],
                                   cl.client_key_file());
   ASSERT_TRUE(proxy);
-  RepointServer(fs->state(), 1, proxy->endpoint(), proxy->public_key());
+  testing::RepointServer(fs->state(), 1, proxy->endpoint(), proxy->public_key());
   proxy->SetMode(TamperMode::kBitFlip, 1.0);
   ASSERT_TRUE(fs->Mount());
 
