@@ -138,6 +138,14 @@ TEST(FrameLimitsTest, SmpSharesAreBoundToTheSendersCurveKey) {
   const std::string peer_endpoint = m[1];
   auto peer1 = LoadCurveKeypair(fs->cluster->dir() + "/server-1.key");
   ASSERT_TRUE(peer1.ok()) << peer1.status().ToString();
+  // One access first: a server serves it only after it has opened its
+  // sockets anew with the store's limits (after INIT), so the frame below
+  // cannot go to a peer socket that is about to be closed.
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->Write(0, testing::Content(256, 0, 1)).ok());
+  }
   const wire::Header h = testing::HeaderFromState(fs->state);
   RawSocket push(ZMQ_PUSH, *peer1, fs->cluster->server_public_keys()[0], peer_endpoint);
   const auto frame =
