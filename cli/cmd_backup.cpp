@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 
+#include "cli/backup_upload.h"
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/progress.h"
@@ -26,23 +27,6 @@
 #include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::cli {
-namespace {
-
-// Shares smaller than this move in well under a second: no progress line.
-constexpr std::uint64_t kProgressFromBytes = std::uint64_t{16} << 20;
-
-// A progress callback that creates the Progress only for a large transfer.
-BackupProgressFn MakeProgress(const std::string& label, std::unique_ptr<Progress>& holder) {
-  return [&holder, label](std::uint64_t done, std::uint64_t total) {
-    if (!holder) {
-      if (total < kProgressFromBytes) return;
-      holder = std::make_unique<Progress>(label, total, Progress::Unit::kBytes);
-    }
-    holder->Update(done);
-  };
-}
-
-}  // namespace
 
 void RegisterBackupState(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand(
@@ -66,34 +50,8 @@ void RegisterBackupState(CLI::App& app, int* exit_code) {
       *exit_code = 2;
       return;
     }
-    // Read-only: no new epoch, so a daemon that has the filesystem mounted
-    // is not fenced off (its uploads and this one use the same epoch). The
-    // backup key comes from the passphrase here instead of from Open.
-    // When no process writes the state (its lock is free, and held here
-    // until the end), the state equals the uploaded generation afterwards,
-    // and says so (its backup mark, for freshness). A mounted filesystem
-    // records its own at unmount.
-    const int lock_fd = ::open(a->state.c_str(), O_RDONLY | O_CLOEXEC);
-    const bool exclusive = lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) == 0;
-    struct Closer {
-      int fd;
-      ~Closer() {
-        if (fd >= 0) ::close(fd);
-      }
-    } closer{lock_fd};
-    auto client = OramClient::OpenReadOnly(a->state, *pass);
-    if (!client.ok()) return fail(client.status());
-    const Secret key = DeriveBackupKey((*client)->unlocked_state()->master());
-    std::unique_ptr<Progress> progress;
-    auto r = BackupStateWithKey(**client, key, MakeProgress("backup", progress));
-    if (progress) progress->Finish();
+    auto r = UploadStateBackup(a->state, *pass);
     if (!r.ok()) return fail(r.status());
-    if (exclusive) {
-      if (Status m = (*client)->RecordBackup(r->generation, r->epoch); !m.ok()) {
-        return fail(m.WithContext("generation " + std::to_string(r->generation) +
-                                  " is on the servers, but recording it in the state failed"));
-      }
-    }
     std::printf("backed up %s as generation %llu: %s of state padded to %s, %s per server\n",
                 a->state.c_str(), static_cast<unsigned long long>(r->generation),
                 HumanBytes(double(r->state_bytes)).c_str(),
@@ -211,7 +169,7 @@ std::optional<RestoreReport> RunRestore(const char* command, const RestoreArgs& 
     return std::nullopt;
   }
   std::unique_ptr<Progress> progress;
-  auto r = RestoreState(*options, *pass, MakeProgress(command, progress));
+  auto r = RestoreState(*options, *pass, TransferProgress(command, progress));
   if (progress) progress->Finish();
   if (!r.ok()) {
     std::fprintf(stderr, "s3oram %s: %s\n", command, r.status().ToString().c_str());
@@ -322,7 +280,7 @@ void RegisterRefreshState(CLI::App& app, int* exit_code) {
     std::unique_ptr<Progress> progress;
     auto r = RefreshState(std::filesystem::absolute(a->state).string(), *pass,
                           std::chrono::milliseconds(a->timeout_ms),
-                          MakeProgress("refresh-state", progress), a->discard_local_changes);
+                          TransferProgress("refresh-state", progress), a->discard_local_changes);
     if (progress) progress->Finish();
     if (!r.ok()) {
       std::fprintf(stderr, "s3oram refresh-state: %s\n", r.status().ToString().c_str());

@@ -1,10 +1,18 @@
 // s3oram passwd: change a filesystem's passphrase. The master key is
-// unwrapped with the old passphrase and wrapped again under the new one; no
-// block is read or written and the servers are not contacted.
+// unwrapped with the old passphrase and wrapped again under the new one in
+// the state's header, which raises its generation (the key epoch); no block
+// is read or written. Then a backup of the state goes to the servers under
+// the new wrap and key epoch, and each server deletes every generation of a
+// lower one: after that, no backup on the servers opens with the old
+// passphrase (wire::BackupPutRequest). If that upload fails, the state keeps
+// the new passphrase and the next backup (an unmount, `s3oram backup-state`)
+// finishes the revocation; passwd says so and exits 3.
 #include <cstdio>
 
+#include "cli/backup_upload.h"
 #include "cli/commands.h"
 #include "cli/key_options.h"
+#include "oramcore/base/fault_point.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/state/client_state.h"
@@ -60,7 +68,26 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
     auto wrap = WrapMasterKey((*unlocked)->master(), *new_pass, fs_id, kdf);
     if (!wrap.ok()) return fail(wrap.status(), 1);
     if (Status s = (*unlocked)->ReplaceKeyWrap(*wrap); !s.ok()) return fail(s, 1);
-    std::printf("passphrase of %s changed\n", a->state.c_str());
+    const std::uint64_t key_epoch = (*unlocked)->header().generation;
+    unlocked->reset();
+    std::printf("passphrase of %s changed (key epoch %llu)\n", a->state.c_str(),
+                static_cast<unsigned long long>(key_epoch));
+    std::fflush(stdout);
+    FaultPoint("passwd.before_upload");
+    auto backup = UploadStateBackup(a->state, *new_pass);
+    if (!backup.ok()) {
+      return fail(backup.status().WithContext(
+                      "the state opens only with the new passphrase now, but the servers' backups "
+                      "still open with the old one until a backup of key epoch " +
+                      std::to_string(key_epoch) +
+                      " reaches every server: run `s3oram backup-state --state " + a->state +
+                      "` (or mount and unmount) once they are reachable"),
+                  3);
+    }
+    std::printf(
+        "backup generation %llu uploaded under the new passphrase; every older generation "
+        "was removed from the servers\n",
+        static_cast<unsigned long long>(backup->generation));
   });
 }
 

@@ -195,10 +195,10 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
       }
       std::string gens;
       for (const auto& b : list) gens += (gens.empty() ? "" : ", ") + std::to_string(b.generation);
-      std::printf("backup %zu    newest generation %llu (%s share); held: %s\n", i,
-                  static_cast<unsigned long long>(list.back().generation),
+      std::printf("backup %zu    newest generation %llu (%s share, key epoch %llu); held: %s\n",
+                  i, static_cast<unsigned long long>(list.back().generation),
                   HumanBytes(double(list.back().elems) * sizeof(field::Elem)).c_str(),
-                  gens.c_str());
+                  static_cast<unsigned long long>(list.back().key_epoch), gens.c_str());
     }
     *exit_code = unreachable ? 1 : 0;
   });

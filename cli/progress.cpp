@@ -99,4 +99,15 @@ void Progress::Draw(bool final) {
   std::fflush(out_);
 }
 
+std::function<void(std::uint64_t, std::uint64_t)> TransferProgress(
+    const std::string& label, std::unique_ptr<Progress>& holder) {
+  return [&holder, label](std::uint64_t done, std::uint64_t total) {
+    if (!holder) {
+      if (total < kProgressFromBytes) return;
+      holder = std::make_unique<Progress>(label, total, Progress::Unit::kBytes);
+    }
+    holder->Update(done);
+  };
+}
+
 }  // namespace s3oram::cli

@@ -8,6 +8,8 @@
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
+#include <functional>
+#include <memory>
 #include <string>
 
 namespace s3oram::cli {
@@ -49,5 +51,13 @@ class Progress {
   std::uint64_t done_ = 0;
   bool finished_ = false;
 };
+
+// A (done, total) byte callback for a transfer (backup, restore) that
+// creates the Progress in `holder` only once the total is known to be large:
+// smaller transfers take well under a second and print nothing. The caller
+// calls holder->Finish() (if set) when the transfer ends.
+inline constexpr std::uint64_t kProgressFromBytes = std::uint64_t{16} << 20;
+std::function<void(std::uint64_t, std::uint64_t)> TransferProgress(
+    const std::string& label, std::unique_ptr<Progress>& holder);
 
 }  // namespace s3oram::cli

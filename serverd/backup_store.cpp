@@ -77,7 +77,8 @@ class Fd {
 };
 
 std::array<std::uint8_t, kFileHeaderBytes> EncodeHeader(std::uint64_t generation,
-                                                        std::uint64_t elems) {
+                                                        std::uint64_t elems,
+                                                        std::uint64_t key_epoch) {
   std::array<std::uint8_t, kFileHeaderBytes> h{};
   auto put = [&h](std::size_t at, std::uint64_t v, int bytes) {
     for (int i = 0; i < bytes; ++i) h[at + i] = static_cast<std::uint8_t>(v >> (8 * i));
@@ -86,7 +87,8 @@ std::array<std::uint8_t, kFileHeaderBytes> EncodeHeader(std::uint64_t generation
   put(4, kFileVersion, 4);
   put(8, generation, 8);
   put(16, elems, 8);
-  return h;  // bytes 24..31 reserved, zero
+  put(24, key_epoch, 8);  // zero in files from before key epochs
+  return h;
 }
 
 std::uint64_t GetLe(const std::uint8_t* p, int bytes) {
@@ -150,6 +152,7 @@ struct BackupStore::Impl {
   struct Stored {
     std::uint64_t elems = 0;
     std::uint32_t version = kFileVersion;
+    std::uint64_t key_epoch = 0;
   };
   std::map<std::uint64_t, Stored> complete;  // by generation
 
@@ -159,6 +162,7 @@ struct BackupStore::Impl {
   struct Upload {
     std::uint64_t generation = 0;
     std::uint64_t total = 0;
+    std::uint64_t key_epoch = 0;
     std::uint64_t received = 0;
     Fd fd;
     std::vector<RecordDigest> digests;
@@ -197,7 +201,7 @@ struct BackupStore::Impl {
       return Status::Corruption(path + ": size " + std::to_string(st.st_size) +
                                 " does not match its header");
     }
-    return Stored{elems, version};
+    return Stored{elems, version, GetLe(&h[24], 8)};
   }
 
   Status Scan() {
@@ -229,19 +233,39 @@ struct BackupStore::Impl {
     (void)::unlink(UploadPath().c_str());
   }
 
-  // After a new generation became durable: unlink all but the newest two.
+  // The highest key epoch of a complete generation (0 if none).
+  std::uint64_t NewestKeyEpoch() const {
+    std::uint64_t k = 0;
+    for (const auto& [g, stored] : complete) k = std::max(k, stored.key_epoch);
+    return k;
+  }
+
+  // After a new generation became durable, and at open (a crash may have
+  // come between the two): unlink every generation of a key epoch below the
+  // newest (made under a passphrase since changed), then all but the newest
+  // two.
   Status Prune() {
-    bool removed = false;
-    while (complete.size() > kKeptGenerations) {
-      const std::uint64_t g = complete.begin()->first;
+    const std::uint64_t newest_key_epoch = NewestKeyEpoch();
+    std::vector<std::uint64_t> doomed;  // ascending
+    std::size_t kept = 0;
+    // Newest first: the first kKeptGenerations of the newest key epoch stay.
+    for (auto it = complete.rbegin(); it != complete.rend(); ++it) {
+      if (it->second.key_epoch < newest_key_epoch) {
+        spdlog::info("removing backup generation {}: made under key epoch {}, revoked by {}",
+                     it->first, it->second.key_epoch, newest_key_epoch);
+        doomed.insert(doomed.begin(), it->first);
+      } else if (++kept > kKeptGenerations) {
+        doomed.insert(doomed.begin(), it->first);
+      }
+    }
+    for (std::uint64_t g : doomed) {
       const std::string path = PathOf(g);
       if (::unlink(path.c_str()) != 0 && errno != ENOENT) {
         return Status::IoError(SysError("removing old backup", path, errno));
       }
-      complete.erase(complete.begin());
-      removed = true;
+      complete.erase(g);
     }
-    if (removed && sync) return SyncDirectory(dir);
+    if (!doomed.empty() && sync) return SyncDirectory(dir);
     return Status::Ok();
   }
 
@@ -255,7 +279,7 @@ struct BackupStore::Impl {
     S3ORAM_RETURN_IF_ERROR(WriteAll(u.fd.get(), u.digests.data(),
                                     u.digests.size() * kRecordDigestBytes,
                                     kFileHeaderBytes + u.total * sizeof(Elem), tmp));
-    const auto h = EncodeHeader(u.generation, u.total);
+    const auto h = EncodeHeader(u.generation, u.total, u.key_epoch);
     S3ORAM_RETURN_IF_ERROR(WriteAll(u.fd.get(), h.data(), h.size(), 0, tmp));
     if (sync && ::fdatasync(u.fd.get()) != 0) {
       return Status::IoError(SysError("fdatasync of", tmp, errno));
@@ -265,8 +289,9 @@ struct BackupStore::Impl {
       return Status::IoError(SysError("renaming " + tmp + " to", path, errno));
     }
     if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
-    complete[u.generation] = Stored{u.total, kFileVersion};
-    spdlog::info("backup generation {} stored ({} elements)", u.generation, u.total);
+    complete[u.generation] = Stored{u.total, kFileVersion, u.key_epoch};
+    spdlog::info("backup generation {} stored ({} elements, key epoch {})", u.generation, u.total,
+                 u.key_epoch);
     upload.reset();
     return Prune();
   }
@@ -283,6 +308,7 @@ Result<std::unique_ptr<BackupStore>> BackupStore::Open(const std::string& dir, b
     return Status::IoError(SysError("removing stale upload", s->impl_->UploadPath(), errno));
   }
   S3ORAM_RETURN_IF_ERROR(s->impl_->Scan());
+  S3ORAM_RETURN_IF_ERROR(s->impl_->Prune());
   return s;
 }
 
@@ -290,7 +316,7 @@ BackupStore::~BackupStore() = default;
 
 Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t offset,
                                        std::uint64_t total, bool last,
-                                       std::span<const Elem> shares) {
+                                       std::span<const Elem> shares, std::uint64_t key_epoch) {
   Impl& m = *impl_;
   const std::string what = "backup generation " + std::to_string(generation);
   if (generation == 0) return Status::InvalidArgument("backup generation 0 is not valid");
@@ -317,13 +343,19 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
   }
   // A resent last chunk of a generation that is already complete.
   if (auto it = m.complete.find(generation); it != m.complete.end()) {
-    if (last && it->second.elems == total) return total;
+    if (last && it->second.elems == total && it->second.key_epoch == key_epoch) return total;
     return Status::InvalidArgument(what + " is already stored (" + std::to_string(it->second.elems) +
                                    " elements); a backup never replaces a generation");
   }
   if (!m.complete.empty() && generation < m.complete.rbegin()->first) {
     return Status::InvalidArgument(what + " is older than the newest stored generation " +
                                    std::to_string(m.complete.rbegin()->first));
+  }
+  if (const std::uint64_t newest = m.NewestKeyEpoch(); key_epoch < newest) {
+    return Status::FailedPrecondition(
+        what + " is made under key epoch " + std::to_string(key_epoch) +
+        ", but the stored backups are of key epoch " + std::to_string(newest) +
+        ": its passphrase was changed since (s3oram passwd), so it is refused");
   }
 
   if (offset == 0) {
@@ -335,12 +367,14 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
     Impl::Upload u;
     u.generation = generation;
     u.total = total;
+    u.key_epoch = key_epoch;
     u.fd = std::move(fd);
     u.digests.reserve(RecordsOf(total));
     crypto_generichash_init(&u.record, nullptr, 0, kRecordDigestBytes);
     m.upload = std::move(u);
   } else {
-    if (!m.upload || m.upload->generation != generation || m.upload->total != total) {
+    if (!m.upload || m.upload->generation != generation || m.upload->total != total ||
+        m.upload->key_epoch != key_epoch) {
       return Status::FailedPrecondition(what + ": chunk at offset " + std::to_string(offset) +
                                         " but no upload of this generation and size is in "
                                         "progress (start again at offset 0)");
@@ -390,7 +424,9 @@ Result<std::uint64_t> BackupStore::Put(std::uint64_t generation, std::uint64_t o
 
 std::vector<wire::BackupInfo> BackupStore::List() const {
   std::vector<wire::BackupInfo> out;
-  for (const auto& [g, stored] : impl_->complete) out.push_back({g, stored.elems});
+  for (const auto& [g, stored] : impl_->complete) {
+    out.push_back({g, stored.elems, stored.key_epoch});
+  }
   // Never more than the wire allows (Prune keeps two; a directory seeded by
   // hand with more is served newest first).
   if (out.size() > wire::kMaxBackupGenerations) {

@@ -8,7 +8,8 @@
 // Files in the data directory, beside shares.bin (which this never touches):
 //   backup-<generation>.bin   a complete generation: a 32-byte header
 //                             (magic 'S3BK', version 2, generation, element
-//                             count, all little-endian), the elements as u32
+//                             count, key epoch (zero in files from before
+//                             key epochs), all little-endian), the elements as u32
 //                             LE, then one 16-byte BLAKE2b digest per record
 //                             of 4096 elements. The name's generation must
 //                             match the header's and the size must match the
@@ -21,7 +22,9 @@
 // Crash safety: an upload is appended to backup-upload.tmp in order (offset 0
 // restarts it). Only the last chunk makes it a generation: header written,
 // fdatasync, rename to backup-<generation>.bin, fsync of the directory, and
-// only then are generations older than the two newest unlinked. So a crash or
+// only then are generations older than the two newest unlinked, and before
+// them every generation of a lower key epoch (wire::BackupPutRequest: made
+// under a passphrase since changed; Open repeats this). So a crash or
 // a client that disappears mid-upload leaves the previous complete generations
 // exactly as they were; a restarted server deletes the stale temp file.
 //
@@ -61,9 +64,11 @@ class BackupStore {
   // Stores one chunk (see wire::BackupPutRequest); returns the number of
   // elements of the upload stored so far. InvalidArgument for a malformed
   // chunk (sizes, ranges, a generation not newer than the newest complete
-  // one), FailedPrecondition for one out of order.
+  // one), FailedPrecondition for one out of order or of a key epoch below
+  // the newest complete generation's.
   Result<std::uint64_t> Put(std::uint64_t generation, std::uint64_t offset, std::uint64_t total,
-                            bool last, std::span<const field::Elem> shares);
+                            bool last, std::span<const field::Elem> shares,
+                            std::uint64_t key_epoch);
   // Complete generations, ascending.
   std::vector<wire::BackupInfo> List() const;
   // Up to `count` elements of `generation` from `offset` (fewer at the end);

@@ -1489,7 +1489,7 @@ struct RequestHandler::Impl {
   Result<wire::Body> HandleBackupPut(const wire::BackupPutRequest& req) {
     S3ORAM_ASSIGN_OR_RETURN(std::uint64_t received,
                             backups->Put(req.generation, req.offset, req.total, req.last,
-                                         req.shares));
+                                         req.shares, req.key_epoch));
     return wire::Body{wire::BackupPutReply{req.generation, received}};
   }
 

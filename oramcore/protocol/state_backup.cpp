@@ -358,6 +358,7 @@ struct StateSnapshot {
   Secret bytes;
   Counters counters;
   KeyWrap wrap;
+  std::uint64_t key_epoch = 0;  // the header's generation: passphrase changes so far
 };
 
 // Reads the counters row (client_state.cpp's schema) of the sealed database
@@ -392,6 +393,7 @@ Result<StateSnapshot> Snapshot(UnlockedState& state) {
   S3ORAM_ASSIGN_OR_RETURN(std::vector<StateHeader> headers, ReadStateHeader(state_path));
   StateSnapshot snap;
   snap.wrap = headers.front().wrap;
+  snap.key_epoch = headers.front().generation;
   RemoveAbandonedTemps(state_path);
   S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<TempBeside> temp,
                           TempBeside::Create(state_path, "snapshot"));
@@ -790,7 +792,8 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
     std::vector<std::vector<std::uint8_t>> frames;
     for (std::size_t i = 0; i < parties; ++i) {
       frames.push_back(wire::Encode(
-          hdr, wire::BackupPutRequest{generation, offset, total, last, std::move(shares[i])}));
+          hdr, wire::BackupPutRequest{generation, offset, total, last, std::move(shares[i]),
+                                      snap.key_epoch}));
       shares[i] = {};
     }
     auto replies = servers.Exchange(frames, hdr, wire::MessageType::kBackupPutReply, opts);
@@ -816,6 +819,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   result.share_elems = total;
   result.state_bytes = state_bytes;
   result.epoch = counters.epoch;
+  result.key_epoch = snap.key_epoch;
   return result;
 }
 

@@ -58,13 +58,18 @@ struct BackupResult {
   std::uint64_t padded_bytes = 0;  // what its size rounds to
   std::uint64_t share_elems = 0;   // elements each server stores
   std::uint64_t epoch = 0;         // the snapshot's epoch (OramClient::RecordBackup)
+  // The snapshot's key epoch (its header's generation, raised by each
+  // passphrase change): the servers then delete every generation of a lower
+  // one, so none made under an earlier passphrase stays (wire::BackupPutRequest).
+  std::uint64_t key_epoch = 0;
 };
 
 // Snapshots the state of `client` (opened with the passphrase, so it holds
 // the backup key), encrypts, shares and uploads it as a new generation (one
 // above the newest any server holds). Syncs the client first; the header's
 // counters are read from the snapshot itself. Every server must take its
-// share; the previous generations stay until the new one is complete.
+// share; the previous generations stay until the new one is complete, and
+// then those of a lower key epoch (an earlier passphrase) go.
 Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& progress = {});
 // The same with an explicit backup key (DeriveBackupKey of the unwrapped
 // master key), for a client opened read-only: `s3oram backup-state` uses

@@ -489,6 +489,7 @@ void Fields(Io& io, Ref<Io, BackupPutRequest> m) {
   io.U64(m.total, "total");
   io.Bool(m.last, "last");
   io.Elems(m.shares, "shares");
+  io.U64(m.key_epoch, "key_epoch");
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, BackupPutReply> m) {
@@ -501,13 +502,14 @@ template <class Io>
 void Fields(Io& io, Ref<Io, BackupInfo> m) {
   io.U64(m.generation, "backup.generation");
   io.U64(m.elems, "backup.elems");
+  io.U64(m.key_epoch, "backup.key_epoch");
 }
 // A u32 count (at most kMaxBackupGenerations) then that many BackupInfo. The
 // reader checks the count against the cap and the bytes present before it
 // allocates, like Elems.
 template <class Io>
 void Fields(Io& io, Ref<Io, BackupListReply> m) {
-  constexpr std::size_t kInfoBytes = 16;
+  constexpr std::size_t kInfoBytes = 24;
   if constexpr (Io::kWriting) {
     if (m.backups.size() > kMaxBackupGenerations) {
       std::fprintf(stderr, "s3oram::wire::Encode: %zu backups, above kMaxBackupGenerations (%u)\n",
@@ -688,7 +690,7 @@ S3ORAM_WIRE_TAG(RebuildWriteRequest, kRebuildWriteRequest, 3);
 S3ORAM_WIRE_TAG(RebuildWriteReply, kRebuildWriteReply, 1);
 S3ORAM_WIRE_TAG(RebuildFinishRequest, kRebuildFinishRequest, 2);
 S3ORAM_WIRE_TAG(RebuildFinishReply, kRebuildFinishReply, 0);
-S3ORAM_WIRE_TAG(BackupPutRequest, kBackupPutRequest, 5);
+S3ORAM_WIRE_TAG(BackupPutRequest, kBackupPutRequest, 6);
 S3ORAM_WIRE_TAG(BackupPutReply, kBackupPutReply, 2);
 S3ORAM_WIRE_TAG(BackupListRequest, kBackupListRequest, 0);
 S3ORAM_WIRE_TAG(BackupListReply, kBackupListReply, 1);
@@ -712,7 +714,7 @@ S3ORAM_WIRE_TAG(EvictResultRequest, kEvictResultRequest, 2);
 S3ORAM_WIRE_TAG(AgeFillRequest, kAgeFillRequest, 3);
 S3ORAM_WIRE_TAG(AgeFillReply, kAgeFillReply, 1);
 static_assert(MemberCount<StoreShape>() == 3, "StoreShape changed: update its Fields() layout");
-static_assert(MemberCount<BackupInfo>() == 2, "BackupInfo changed: update its Fields() layout");
+static_assert(MemberCount<BackupInfo>() == 3, "BackupInfo changed: update its Fields() layout");
 #undef S3ORAM_WIRE_TAG
 
 constexpr std::size_t kTypes = std::variant_size_v<Body>;

@@ -41,7 +41,7 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 4: STATUS_REPLY tells an eviction's progress.
 // 5: background eviction: EVICT_PREPARE is answered with EVICT_STARTED once
 //    the server has snapshotted the root, and EVICT_RESULT waits for the end.
-inline constexpr std::uint16_t kWireVersion = 5;
+inline constexpr std::uint16_t kWireVersion = 6;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Largest element vector a decoder accepts (1 GiB of elements).
 inline constexpr std::uint32_t kMaxElems = (1u << 28);
@@ -341,12 +341,18 @@ inline constexpr std::uint32_t kMaxBackupGenerations = 16;
 // share has `total` elements). Chunks arrive in order from offset 0; `last`
 // marks the chunk that ends at `total`, after which the generation is
 // complete and durable. A chunk at offset 0 starts the upload afresh.
+// `key_epoch` counts the passphrase changes behind the backup's key wrap
+// (the state header's generation): once a generation of key epoch k is
+// complete, the server deletes every generation of a lower key epoch, and it
+// refuses uploads below the newest complete generation's key epoch. So after
+// `s3oram passwd` no backup on the servers opens with the old passphrase.
 struct BackupPutRequest {
   std::uint64_t generation = 0;
   std::uint64_t offset = 0;
   std::uint64_t total = 0;
   bool last = false;
   std::vector<Elem> shares;
+  std::uint64_t key_epoch = 0;
 };
 struct BackupPutReply {
   std::uint64_t generation = 0;
@@ -356,6 +362,7 @@ struct BackupListRequest {};
 struct BackupInfo {
   std::uint64_t generation = 0;
   std::uint64_t elems = 0;  // complete share size
+  std::uint64_t key_epoch = 0;
   bool operator==(const BackupInfo&) const = default;
 };
 struct BackupListReply {

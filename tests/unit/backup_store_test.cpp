@@ -26,11 +26,11 @@ std::vector<Elem> RandomElems(std::mt19937_64& rng, std::size_t n) {
 
 // Uploads `data` as `generation` in chunks of `chunk` elements.
 void Upload(BackupStore& s, std::uint64_t generation, const std::vector<Elem>& data,
-            std::size_t chunk) {
+            std::size_t chunk, std::uint64_t key_epoch = 0) {
   for (std::size_t off = 0; off < data.size(); off += chunk) {
     const std::size_t n = std::min(chunk, data.size() - off);
     auto r = s.Put(generation, off, data.size(), off + n == data.size(),
-                   std::span(data).subspan(off, n));
+                   std::span(data).subspan(off, n), key_epoch);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(*r, off + n);
   }
@@ -79,6 +79,60 @@ TEST(BackupStoreTest, RoundTripKeepsTwoNewestGenerations) {
   EXPECT_EQ(ReadAll(**again, 4, 50), data[3]);
 }
 
+// A passphrase change raises the key epoch: the first complete generation of
+// the new epoch removes every older one (even within the two kept), and an
+// upload under the old epoch is refused. A crash between the new
+// generation's rename and that removal is finished at the next open.
+TEST(BackupStoreTest, ANewKeyEpochRemovesEveryGenerationOfTheOldOne) {
+  std::mt19937_64 rng = s3oram::testing::SeededRng();
+  TempDir dir;
+  auto s = BackupStore::Open(dir.path(), /*sync=*/true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  const std::vector<Elem> data = RandomElems(rng, 5000);
+  Upload(**s, 1, data, 4096, /*key_epoch=*/0);
+  Upload(**s, 2, data, 4096, 0);
+  EXPECT_EQ(Generations(**s), (std::vector<std::uint64_t>{1, 2}));
+  // An interrupted upload of the new epoch revokes nothing yet.
+  ASSERT_TRUE(s.value()->Put(3, 0, data.size(), false, std::span(data).first(100), 1).ok());
+  EXPECT_EQ(Generations(**s), (std::vector<std::uint64_t>{1, 2}));
+  Upload(**s, 3, data, 4096, 1);
+  ASSERT_EQ(s.value()->List().size(), 1u);
+  EXPECT_EQ(s.value()->List()[0], (wire::BackupInfo{3, data.size(), 1}));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/backup-1.bin"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/backup-2.bin"));
+  EXPECT_EQ(s.value()->Get(2, 0, 1, nullptr).status().code(), Status::Code::kNotFound);
+  // A device still on the old passphrase cannot put an old-epoch backup back.
+  auto stale = s.value()->Put(4, 0, 1, true, std::span(data).first(1), 0);
+  ASSERT_EQ(stale.status().code(), Status::Code::kFailedPrecondition);
+  EXPECT_NE(stale.status().message().find("passphrase was changed"), std::string::npos)
+      << stale.status().ToString();
+  EXPECT_EQ(Generations(**s), (std::vector<std::uint64_t>{3}));
+  Upload(**s, 4, data, 4096, 1);
+  EXPECT_EQ(Generations(**s), (std::vector<std::uint64_t>{3, 4}));
+  // The epoch survives a restart: still refused, still listed.
+  s->reset();
+  auto again = BackupStore::Open(dir.path());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again.value()->List()[1], (wire::BackupInfo{4, data.size(), 1}));
+  EXPECT_EQ(again.value()->Put(5, 0, 1, true, std::span(data).first(1), 0).status().code(),
+            Status::Code::kFailedPrecondition);
+
+  // The crash case: an old-epoch file beside a newer epoch's, as a kill
+  // between the rename and the removal leaves them. Open removes it.
+  TempDir other;
+  {
+    auto o = BackupStore::Open(other.path());
+    ASSERT_TRUE(o.ok());
+    Upload(**o, 1, data, 4096, 0);
+  }
+  again->reset();
+  std::filesystem::copy_file(other.path() + "/backup-1.bin", dir.path() + "/backup-1.bin");
+  auto reopened = BackupStore::Open(dir.path());
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ(Generations(**reopened), (std::vector<std::uint64_t>{3, 4}));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/backup-1.bin"));
+}
+
 TEST(BackupStoreTest, InterruptedUploadLeavesThePreviousGenerationIntact) {
   std::mt19937_64 rng = s3oram::testing::SeededRng();
   TempDir dir;
@@ -90,7 +144,7 @@ TEST(BackupStoreTest, InterruptedUploadLeavesThePreviousGenerationIntact) {
   const auto second = RandomElems(rng, 500);
   for (std::size_t off = 0; off < 256; off += 128) {
     ASSERT_TRUE(s.value()->Put(2, off, second.size(), false,
-                               std::span(second).subspan(off, 128)).ok());
+                               std::span(second).subspan(off, 128), 0).ok());
   }
   EXPECT_EQ(Generations(**s), (std::vector<std::uint64_t>{1}));
   EXPECT_EQ(ReadAll(**s, 1, 64), first);
@@ -106,7 +160,7 @@ TEST(BackupStoreTest, InterruptedUploadLeavesThePreviousGenerationIntact) {
   EXPECT_EQ(Generations(**again), (std::vector<std::uint64_t>{1}));
   EXPECT_EQ(ReadAll(**again, 1, 1000), first);
   auto resume =
-      again.value()->Put(2, 256, second.size(), false, std::span(second).subspan(256, 128));
+      again.value()->Put(2, 256, second.size(), false, std::span(second).subspan(256, 128), 0);
   EXPECT_EQ(resume.status().code(), Status::Code::kFailedPrecondition);
   // Starting over works.
   Upload(**again, 2, second, 200);
@@ -121,22 +175,22 @@ TEST(BackupStoreTest, ResentChunksAreIdempotentAndOrderIsEnforced) {
   ASSERT_TRUE(s.ok());
   const auto data = RandomElems(rng, 300);
   BackupStore& b = **s;
-  ASSERT_TRUE(b.Put(5, 0, 300, false, std::span(data).first(100)).ok());
-  ASSERT_TRUE(b.Put(5, 100, 300, false, std::span(data).subspan(100, 100)).ok());
+  ASSERT_TRUE(b.Put(5, 0, 300, false, std::span(data).first(100), 0).ok());
+  ASSERT_TRUE(b.Put(5, 100, 300, false, std::span(data).subspan(100, 100), 0).ok());
   // The same chunk again (a transport resend): accepted, nothing changes.
-  auto dup = b.Put(5, 100, 300, false, std::span(data).subspan(100, 100));
+  auto dup = b.Put(5, 100, 300, false, std::span(data).subspan(100, 100), 0);
   ASSERT_TRUE(dup.ok());
   EXPECT_EQ(*dup, 200u);
   // A gap is refused.
-  EXPECT_EQ(b.Put(5, 250, 300, true, std::span(data).subspan(250, 50)).status().code(),
+  EXPECT_EQ(b.Put(5, 250, 300, true, std::span(data).subspan(250, 50), 0).status().code(),
             Status::Code::kFailedPrecondition);
-  ASSERT_TRUE(b.Put(5, 200, 300, true, std::span(data).subspan(200, 100)).ok());
+  ASSERT_TRUE(b.Put(5, 200, 300, true, std::span(data).subspan(200, 100), 0).ok());
   // The last chunk resent after completion: still success.
-  auto last = b.Put(5, 200, 300, true, std::span(data).subspan(200, 100));
+  auto last = b.Put(5, 200, 300, true, std::span(data).subspan(200, 100), 0);
   ASSERT_TRUE(last.ok()) << last.status().ToString();
   EXPECT_EQ(ReadAll(b, 5, 1000), data);
   // Older generations are refused once a newer one is stored.
-  EXPECT_EQ(b.Put(4, 0, 1, true, std::span(data).first(1)).status().code(),
+  EXPECT_EQ(b.Put(4, 0, 1, true, std::span(data).first(1), 0).status().code(),
             Status::Code::kInvalidArgument);
 }
 

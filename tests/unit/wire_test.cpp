@@ -127,8 +127,8 @@ bool Same(const RebuildFinishRequest& a, const RebuildFinishRequest& b) {
 }
 bool Same(const RebuildFinishReply&, const RebuildFinishReply&) { return true; }
 bool Same(const BackupPutRequest& a, const BackupPutRequest& b) {
-  return std::tie(a.generation, a.offset, a.total, a.last, a.shares) ==
-         std::tie(b.generation, b.offset, b.total, b.last, b.shares);
+  return std::tie(a.generation, a.offset, a.total, a.last, a.shares, a.key_epoch) ==
+         std::tie(b.generation, b.offset, b.total, b.last, b.shares, b.key_epoch);
 }
 bool Same(const BackupPutReply& a, const BackupPutReply& b) {
   return std::tie(a.generation, a.received) == std::tie(b.generation, b.received);
@@ -305,13 +305,13 @@ class Gen {
       case 23: return RebuildWriteReply{U64()};
       case 24: return RebuildFinishRequest{U64(), U64()};
       case 25: return RebuildFinishReply{};
-      case 26: return BackupPutRequest{U64(), U64(), U64(), Bool(), Elems()};
+      case 26: return BackupPutRequest{U64(), U64(), U64(), Bool(), Elems(), U64()};
       case 27: return BackupPutReply{U64(), U64()};
       case 28: return BackupListRequest{};
       case 29: {
         BackupListReply m;
         m.backups.resize(rng_() % (kMaxBackupGenerations + 1));
-        for (auto& b : m.backups) b = BackupInfo{U64(), U64()};
+        for (auto& b : m.backups) b = BackupInfo{U64(), U64(), U64()};
         return m;
       }
       case 30: return BackupGetRequest{U64(), U64(), U32()};
@@ -515,7 +515,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x05, 0x00,              // version 5
+      0x06, 0x00,              // version 6
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -542,7 +542,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x05, 0x00,              // version 5
+      0x06, 0x00,              // version 6
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -895,24 +895,26 @@ TEST(WireTest, LongErrorMessagesAreClipped) {
 
 TEST(WireTest, BackupMessagesGoldenLayout) {
   std::vector<std::uint8_t> frame =
-      Encode(Header{}, BackupPutRequest{7, 2, 9, true, {1, field::kPrime - 1}});
+      Encode(Header{}, BackupPutRequest{7, 2, 9, true, {1, field::kPrime - 1}, 5});
   std::vector<std::uint8_t> body;
   PutLe(body, 7, 8);
   PutLe(body, 2, 8);
   PutLe(body, 9, 8);
   body.push_back(1);
   PutPacked(body, {1, field::kPrime - 1});
+  PutLe(body, 5, 8);  // key epoch
   EXPECT_EQ(frame[6], 30);
   EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
 
   BackupListReply list;
-  list.backups = {{3, 100}, {4, 200}};
+  list.backups = {{3, 100, 0}, {4, 200, 1}};
   frame = Encode(Header{}, list);
   body.clear();
   PutLe(body, 2, 4);
-  for (auto [g, n] : {std::pair<int, int>{3, 100}, {4, 200}}) {
-    PutLe(body, static_cast<std::uint64_t>(g), 8);
-    PutLe(body, static_cast<std::uint64_t>(n), 8);
+  for (const BackupInfo& b : list.backups) {
+    PutLe(body, b.generation, 8);
+    PutLe(body, b.elems, 8);
+    PutLe(body, b.key_epoch, 8);
   }
   EXPECT_EQ(frame[6], 33);
   EXPECT_EQ(std::vector<std::uint8_t>(frame.begin() + kHeaderBytes, frame.end()), body);
@@ -925,13 +927,13 @@ TEST(WireTest, BackupListCountIsCappedAndChecked) {
   // A count above the cap, with or without the bytes behind it.
   std::vector<std::uint8_t> body;
   PutLe(body, kMaxBackupGenerations + 1, 4);
-  body.resize(4 + 16 * (kMaxBackupGenerations + 1), 0);
+  body.resize(4 + 24 * (kMaxBackupGenerations + 1), 0);
   ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kBackupListReply), body)),
                    "exceeds limit");
   // A count the bytes do not cover: refused before anything is allocated.
   body.clear();
   PutLe(body, 3, 4);
-  body.resize(4 + 16 * 2, 0);
+  body.resize(4 + 24 * 2, 0);
   g_probe_max = 0;
   g_probe_armed = true;
   auto r = Decode(RawFrame(TypeCode(MessageType::kBackupListReply), body));
