@@ -1,10 +1,13 @@
 #include "fused/block_engine.h"
 
+#include <sodium.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <optional>
 #include <set>
+
+#include "oramcore/base/random.h"
 
 namespace s3oram::fs {
 
@@ -35,7 +38,7 @@ void OramBlockEngine::NoteReadWait(std::chrono::steady_clock::time_point asked) 
   }
 }
 
-Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
+Result<std::vector<std::uint8_t>> OramBlockEngine::ReadNow(std::uint64_t id) {
   const auto asked = std::chrono::steady_clock::now();
   std::lock_guard<FairMutex> lock(mu_);
   NoteReadWait(asked);
@@ -62,7 +65,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
   return r;
 }
 
-Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> data) {
+Status OramBlockEngine::WriteNow(std::uint64_t id, std::span<const std::uint8_t> data) {
   std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Write(id, data);
   writes_stopped_ = client_->writes_stopped().has_value();
@@ -75,8 +78,8 @@ Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> da
   return s;
 }
 
-Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
-                                                          const Modifier& modify) {
+Result<std::vector<std::uint8_t>> OramBlockEngine::UpdateNow(std::uint64_t id,
+                                                             const Modifier& modify) {
   std::lock_guard<FairMutex> lock(mu_);
   auto r = client_->Update(id, modify);
   writes_stopped_ = client_->writes_stopped().has_value();
@@ -89,7 +92,91 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
   return r;
 }
 
+// ---- constant rate --------------------------------------------------------
+
+namespace {
+
+Status Unmounting() {
+  return Status::Unavailable("the filesystem is being unmounted: no more accesses");
+}
+
+}  // namespace
+
+void OramBlockEngine::EnableConstantRate(std::chrono::steady_clock::duration period) {
+  ticker_ = std::make_unique<AccessTicker>(period, [this] { return DummyAccess(); });
+}
+
+std::uint64_t OramBlockEngine::BytesSent() const {
+  std::lock_guard<FairMutex> lock(mu_);
+  return client_->transport_stats().bytes_sent;
+}
+
+bool OramBlockEngine::OnTick(const std::function<void()>& access) {
+  const AccessTicker::Job job = [this, &access] {
+    const std::uint64_t before = BytesSent();
+    access();
+    return BytesSent() != before;
+  };
+  return ticker_->Run(job);
+}
+
+bool OramBlockEngine::DummyAccess() {
+  std::lock_guard<FairMutex> lock(mu_);
+  const std::uint64_t before = client_->transport_stats().bytes_sent;
+  // A read of a random block: one that holds data is rewritten unchanged
+  // (a fresh sealing under the next version, as every access does); one
+  // that never held any writes an all-zero slot and stays unmapped. Either
+  // is an ordinary access to the servers.
+  const std::uint64_t id = random::Below(client_->params().capacity_blocks);
+  auto r = client_->Read(id);
+  writes_stopped_ = client_->writes_stopped().has_value();
+  last_contact_ = std::chrono::steady_clock::now();
+  if (r.ok()) {
+    sodium_memzero(r->data(), r->size());  // file data nobody asked for
+  } else {
+    spdlog::debug("dummy access (block {}) failed: {}", id, r.status().ToString());
+  }
+  return client_->transport_stats().bytes_sent != before;
+}
+
+Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
+  if (!ticker_) return ReadNow(id);
+  Result<std::vector<std::uint8_t>> r = Unmounting();
+  OnTick([&] { r = ReadNow(id); });
+  return r;
+}
+
+Status OramBlockEngine::Write(std::uint64_t id, std::span<const std::uint8_t> data) {
+  if (!ticker_) return WriteNow(id, data);
+  Status s = Unmounting();
+  OnTick([&] { s = WriteNow(id, data); });
+  return s;
+}
+
+Result<std::vector<std::uint8_t>> OramBlockEngine::Update(std::uint64_t id,
+                                                          const Modifier& modify) {
+  if (!ticker_) return UpdateNow(id, modify);
+  Result<std::vector<std::uint8_t>> r = Unmounting();
+  OnTick([&] { r = UpdateNow(id, modify); });
+  return r;
+}
+
+std::size_t OramBlockEngine::max_batch() const { return ticker_ ? 1 : pipeline_; }
+
+void OramBlockEngine::StopTicker() {
+  if (ticker_) ticker_->Stop();
+}
+
+std::optional<AccessTicker::Stats> OramBlockEngine::ticker_stats() const {
+  if (!ticker_) return std::nullopt;
+  return ticker_->stats();
+}
+
+// ---- batches --------------------------------------------------------------
+
 std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<const Op> ops) {
+  // At a constant rate: one operation per tick, nothing pipelined.
+  if (ticker_) return BlockEngine::Batch(ops);
   const auto asked = std::chrono::steady_clock::now();
   std::unique_lock<FairMutex> lock(mu_);
   if (std::any_of(ops.begin(), ops.end(),
@@ -189,6 +276,21 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
 }
 
 Status OramBlockEngine::Sync() {
+  if (ticker_) {
+    // The latest access's root write goes out with the next access, never
+    // alone: this tick's dummy access carries it, then the state is synced
+    // with the dummy's own root write recorded in it (an fsync sends
+    // nothing outside the schedule).
+    Status s = Unmounting();
+    OnTick([&] {
+      DummyAccess();
+      std::lock_guard<FairMutex> lock(mu_);
+      s = client_->SyncKeepingLatestRootWrite();
+      writes_stopped_ = client_->writes_stopped().has_value();
+    });
+    if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
+    return s;
+  }
   std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Sync();
   writes_stopped_ = client_->writes_stopped().has_value();
@@ -199,6 +301,9 @@ Status OramBlockEngine::Sync() {
 Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
   std::lock_guard<FairMutex> lock(mu_);
   if (client_->fenced()) return Status::LeaseHeld("fenced off");
+  // The ticks keep the lease alive; a renewal would be a message outside
+  // the schedule.
+  if (ticker_) return Status::Ok();
   if (std::chrono::steady_clock::now() - last_contact_ < idle) return Status::Ok();
   Status s = client_->RenewLease();
   last_contact_ = std::chrono::steady_clock::now();
@@ -209,11 +314,13 @@ Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
 }
 
 Status OramBlockEngine::Close() {
+  StopTicker();
   std::lock_guard<FairMutex> lock(mu_);
   return client_->Close();
 }
 
 Result<BackupResult> OramBlockEngine::BackupState() {
+  StopTicker();  // the backup is the end of the mount (unmount)
   std::lock_guard<FairMutex> lock(mu_);
   S3ORAM_ASSIGN_OR_RETURN(BackupResult r, s3oram::BackupState(*client_));
   // The mount holds the state: nothing changed it since the snapshot, so it

@@ -15,9 +15,11 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <vector>
 
+#include "fused/access_ticker.h"
 #include "fused/batch_slicer.h"
 #include "fused/fair_mutex.h"
 #include "oramcore/base/status.h"
@@ -105,8 +107,18 @@ class OramBlockEngine final : public BlockEngine {
   // OramClient::AccessMany: up to OramClient::kMaxPipelined accesses in
   // flight together.
   std::vector<Result<std::vector<std::uint8_t>>> Batch(std::span<const Op> ops) override;
-  std::size_t max_batch() const override { return pipeline_; }
+  std::size_t max_batch() const override;
   Status Sync() override;
+
+  // Constant-rate mode (-o constant_rate=MS; access_ticker.h): from now on
+  // every access happens on a tick of `period`, a dummy one when no caller
+  // waits, one operation per tick (max_batch() is 1), Sync sends nothing of
+  // its own and KeepAlive nothing at all. Call once, before the first
+  // access. The ticks stop at BackupState or Close (the unmount); accesses
+  // asked for after that fail with kUnavailable.
+  void EnableConstantRate(std::chrono::steady_clock::duration period);
+  // The ticker's counters; nullopt when not at a constant rate.
+  std::optional<AccessTicker::Stats> ticker_stats() const;
   // Callers waiting for the engine now (for tests and diagnostics).
   std::uint64_t waiters() const { return mu_.waiters(); }
   // OramClient::writes_stopped(), read without waiting for an access.
@@ -131,6 +143,18 @@ class OramBlockEngine final : public BlockEngine {
   Result<BackupResult> BackupState();
 
  private:
+  Result<std::vector<std::uint8_t>> ReadNow(std::uint64_t id);
+  Status WriteNow(std::uint64_t id, std::span<const std::uint8_t> data);
+  Result<std::vector<std::uint8_t>> UpdateNow(std::uint64_t id, const Modifier& modify);
+  // Runs `access` (one operation) on the next free tick; false if the
+  // ticks have stopped (then it did not run).
+  bool OnTick(const std::function<void()>& access);
+  // The idle tick's access: a read of a random block, its data dropped.
+  // True if anything went to the servers.
+  bool DummyAccess();
+  std::uint64_t BytesSent() const;
+  void StopTicker();
+
   // Under mu_: a read that waited a slice or longer makes later batches go
   // in pieces (see batch_slicer.h).
   void NoteReadWait(std::chrono::steady_clock::time_point asked);
@@ -142,6 +166,7 @@ class OramBlockEngine final : public BlockEngine {
   Stats stats_;
   std::atomic<bool> writes_stopped_{false};  // mirrors client_->writes_stopped() after each call
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
+  std::unique_ptr<AccessTicker> ticker_;  // constant-rate mode only; set before any access
 };
 
 }  // namespace s3oram::fs

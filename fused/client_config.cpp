@@ -19,7 +19,7 @@ using toml_check::TypeName;
 constexpr const char* kOwnOptions[] = {
     "cache_size", "writeback_delay", "readahead",     "pipeline", "log_file",
     "log_level",  "passfile",        "timeout",       "evict_timeout", "force",
-    "refresh_state"};
+    "refresh_state", "constant_rate"};
 
 // An absolute path: the daemon changes to / once it runs in the background,
 // and a unit file's working directory is not the user's.
@@ -81,7 +81,7 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
   S3ORAM_RETURN_IF_ERROR(ck.OnlyKeys(
       t, "mount.",
       {"state", "mountpoint", "passfile", "cache_size", "writeback_delay", "readahead", "pipeline",
-       "timeout", "evict_timeout", "log_level", "log_file", "force", "refresh_state",
+       "constant_rate", "timeout", "evict_timeout", "log_level", "log_file", "force", "refresh_state",
        "fuse_options"}));
   const toml::node* n = t.get("state");
   if (n == nullptr) {
@@ -118,6 +118,17 @@ Status ParseMount(const TomlChecker& ck, const toml::table& t, ClientConfig* c) 
     S3ORAM_RETURN_IF_ERROR(
         ck.Integer(*n, "mount.pipeline", 1, static_cast<std::int64_t>(kMaxPipelineAccesses), &v));
     c->pipeline_accesses = static_cast<std::uint32_t>(v);
+  }
+  if ((n = t.get("constant_rate")) != nullptr) {
+    S3ORAM_RETURN_IF_ERROR(ck.Integer(*n, "mount.constant_rate", 0,
+                                      static_cast<std::int64_t>(kMaxConstantRateMs), &v));
+    if (v != 0 && v < static_cast<std::int64_t>(kMinConstantRateMs)) {
+      return ck.Error(n->source(), "mount.constant_rate",
+                      "expected 0 (off) or an integer in " + std::to_string(kMinConstantRateMs) +
+                          ".." + std::to_string(kMaxConstantRateMs) + ", got " +
+                          std::to_string(v));
+    }
+    c->constant_rate_ms = static_cast<std::uint32_t>(v);
   }
   if ((n = t.get("timeout")) != nullptr) {
     S3ORAM_RETURN_IF_ERROR(Seconds(ck, *n, "mount.timeout", &c->timeout_seconds));

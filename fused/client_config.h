@@ -11,6 +11,7 @@
 //   writeback_delay = 5                    # seconds (0..kMaxWritebackDelaySeconds)
 //   readahead = 8                          # blocks (0..kMaxReadaheadBlocks)
 //   pipeline = 8                           # accesses sent together (1..kMaxPipelineAccesses)
+//   constant_rate = 0                      # ms between accesses; 0: off (mount_options.h)
 //   timeout = 30                           # seconds (1..kMaxTimeoutSeconds)
 //   evict_timeout = 300                    # seconds (1..kMaxTimeoutSeconds)
 //   log_level = "info"                     # trace, debug, info, warn, error
@@ -49,6 +50,7 @@ struct ClientConfig {
   std::optional<std::uint32_t> writeback_delay_seconds;
   std::optional<std::uint32_t> readahead_blocks;
   std::optional<std::uint32_t> pipeline_accesses;
+  std::optional<std::uint32_t> constant_rate_ms;  // 0 (off) or kMinConstantRateMs..kMaxConstantRateMs
   std::optional<std::uint32_t> timeout_seconds;
   std::optional<std::uint32_t> evict_timeout_seconds;
   std::optional<std::string> log_level;

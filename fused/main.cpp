@@ -212,6 +212,11 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
 
   fs::MetadataStore& md = **meta;
   fs::OramBlockEngine engine(std::move(client).value(), cmd.pipeline_accesses);
+  if (cmd.constant_rate_ms != 0) {
+    engine.EnableConstantRate(std::chrono::milliseconds(cmd.constant_rate_ms));
+    spdlog::info("constant rate: one ORAM access every {} ms, a dummy one when nothing waits",
+                 cmd.constant_rate_ms);
+  }
   const std::size_t pages =
       static_cast<std::size_t>(cmd.cache_mib * (std::uint64_t{1} << 20) / engine.block_bytes());
   fs::InodeLocks locks;
@@ -306,6 +311,12 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
       "blocks), {} failures; ORAM: {} reads, {} writes, {} updates",
       cs.hits, cs.loads, cs.prefetches, cs.writebacks, cs.updates, cs.failures, es.reads, es.writes,
       es.updates);
+  if (auto ts = engine.ticker_stats()) {
+    spdlog::info("constant rate: {} ticks, {} of them dummy accesses, {} with no access (servers "
+                 "unreachable); shortest time between two ticks {:.1f} ms",
+                 ts->ticks, ts->idle_ticks, ts->silent_ticks,
+                 std::chrono::duration<double, std::milli>(ts->min_gap).count());
+  }
   {
     std::lock_guard<std::mutex> lock(keepalive_mu);
     stopping = true;

@@ -13,5 +13,10 @@ inline constexpr std::uint64_t kMaxCacheMib = 1u << 20;           // cache_size
 inline constexpr std::uint32_t kMaxWritebackDelaySeconds = 3600;  // writeback_delay
 inline constexpr std::uint32_t kMaxReadaheadBlocks = 16;          // readahead
 inline constexpr std::uint32_t kMaxPipelineAccesses = 8;          // pipeline (OramClient::kMaxPipelined)
+// constant_rate, in milliseconds between accesses (0: off). Below 5 ms the
+// daemon would spend all its time on dummy accesses; above an hour the
+// lease would lapse between two of them.
+inline constexpr std::uint32_t kMinConstantRateMs = 5;
+inline constexpr std::uint32_t kMaxConstantRateMs = 3600 * 1000;
 
 }  // namespace s3oram::fs

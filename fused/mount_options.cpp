@@ -22,6 +22,7 @@ struct RawOptions {
   char* writeback_delay = nullptr;
   char* readahead = nullptr;
   char* pipeline = nullptr;
+  char* constant_rate = nullptr;
   char* log_file = nullptr;
   char* log_level = nullptr;
   char* passfile = nullptr;
@@ -42,6 +43,7 @@ const fuse_opt kOptionSpec[] = {
     {"writeback_delay=%s", offsetof(RawOptions, writeback_delay), 0},
     {"readahead=%s", offsetof(RawOptions, readahead), 0},
     {"pipeline=%s", offsetof(RawOptions, pipeline), 0},
+    {"constant_rate=%s", offsetof(RawOptions, constant_rate), 0},
     {"log_file=%s", offsetof(RawOptions, log_file), 0},
     {"log_level=%s", offsetof(RawOptions, log_level), 0},
     {"passfile=%s", offsetof(RawOptions, passfile), 0},
@@ -230,7 +232,8 @@ std::string UsageText(std::string_view program) {
          "    --config FILE          take STATE, MOUNTPOINT and options from the TOML file\n"
          "                           FILE (man 5 s3oramfs.toml; a [mount] table with state,\n"
          "                           mountpoint, passfile, cache_size, writeback_delay,\n"
-         "                           readahead, pipeline, timeout, evict_timeout, log_level,\n"
+         "                           readahead, pipeline, constant_rate, timeout,\n"
+         "                           evict_timeout, log_level,\n"
          "                           log_file, "
          "force,\n"
          "                           refresh_state, fuse_options); -o options\n"
@@ -246,6 +249,10 @@ std::string UsageText(std::string_view program) {
          "                           background (default 8; 0 to 16; 0: none)\n"
          "    -o pipeline=ACCESSES   ORAM accesses of a flush or a readahead sent together\n"
          "                           (default 8; 1 to 8; 1: one at a time)\n"
+         "    -o constant_rate=MS    exactly one ORAM access every MS milliseconds, a dummy\n"
+         "                           one when nothing waits, so the servers learn nothing\n"
+         "                           from when or how much you work (default 0: off;\n"
+         "                           5 to 3600000); costs an access's traffic every MS\n"
          "    -o log_file=PATH       log to PATH (default: syslog; the journal under systemd)\n"
          "    -o log_level=LEVEL     trace, debug, info, warn, error (default info)\n"
          "    -o passfile=PATH       read the passphrase from PATH (mode 0600); without it\n"
@@ -299,6 +306,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
       }
       if (config.readahead_blocks) cmd.readahead_blocks = *config.readahead_blocks;
       if (config.pipeline_accesses) cmd.pipeline_accesses = *config.pipeline_accesses;
+      if (config.constant_rate_ms) cmd.constant_rate_ms = *config.constant_rate_ms;
       if (config.timeout_seconds) cmd.timeout_seconds = *config.timeout_seconds;
       if (config.evict_timeout_seconds) cmd.evict_timeout_seconds = *config.evict_timeout_seconds;
       if (config.log_level) cmd.log_level = *config.log_level;
@@ -331,6 +339,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
     std::free(raw.writeback_delay);
     std::free(raw.readahead);
     std::free(raw.pipeline);
+    std::free(raw.constant_rate);
     std::free(raw.log_file);
     std::free(raw.log_level);
     std::free(raw.passfile);
@@ -346,6 +355,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   std::unique_ptr<char, decltype(&std::free)> writeback_delay(raw.writeback_delay, &std::free);
   std::unique_ptr<char, decltype(&std::free)> readahead(raw.readahead, &std::free);
   std::unique_ptr<char, decltype(&std::free)> pipeline(raw.pipeline, &std::free);
+  std::unique_ptr<char, decltype(&std::free)> constant_rate(raw.constant_rate, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
   std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
   std::unique_ptr<char, decltype(&std::free)> passfile(raw.passfile, &std::free);
@@ -374,6 +384,16 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
     S3ORAM_RETURN_IF_ERROR(
         WholeNumber("pipeline", pipeline.get(), 1, kMaxPipelineAccesses, "accesses", &v));
     cmd.pipeline_accesses = static_cast<std::uint32_t>(v);
+  }
+  if (constant_rate) {
+    S3ORAM_RETURN_IF_ERROR(WholeNumber("constant_rate", constant_rate.get(), 0,
+                                       kMaxConstantRateMs, "milliseconds", &v));
+    if (v != 0 && v < kMinConstantRateMs) {
+      return Status::InvalidArgument("constant_rate must be 0 (off) or at least " +
+                                     std::to_string(kMinConstantRateMs) + " milliseconds, got " +
+                                     constant_rate.get());
+    }
+    cmd.constant_rate_ms = static_cast<std::uint32_t>(v);
   }
   if (cache_size) {
     S3ORAM_RETURN_IF_ERROR(WholeNumber("cache_size", cache_size.get(), 1, kMaxCacheMib, "MiB", &v));

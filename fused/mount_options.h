@@ -14,7 +14,7 @@
 // follows mount(8)'s helper convention (-f means "fake", -n/-s/-v are
 // accepted, and it always runs in the background). Both roles accept the
 // daemon's own options (cache_size=MiB, writeback_delay=SECONDS,
-// readahead=BLOCKS, pipeline=ACCESSES, log_file=PATH, log_level=LEVEL, passfile=PATH, timeout, evict_timeout,
+// readahead=BLOCKS, pipeline=ACCESSES, constant_rate=MS, log_file=PATH, log_level=LEVEL, passfile=PATH, timeout, evict_timeout,
 // force, refresh_state),
 // drop the fstab-only options (_netdev, nofail, auto, noauto, user, nouser,
 // users, defaults, x-*), and hand everything else to libfuse, adding
@@ -59,6 +59,10 @@ struct MountCommand {
   // ORAM accesses of a flush, a write-back or a readahead sent together
   // (pipelined; 1: one at a time).
   std::uint32_t pipeline_accesses = kMaxPipelineAccesses;
+  // Constant-rate mode: exactly one ORAM access every this many
+  // milliseconds, a dummy one when nothing waits (fused/access_ticker.h);
+  // 0: off (accesses go when the filesystem needs them).
+  std::uint32_t constant_rate_ms = 0;
   std::string log_file;
   std::string log_level = "info";
   std::string passfile;    // empty: $S3ORAM_PASSPHRASE or a terminal prompt

@@ -539,6 +539,13 @@ Status OramClient::Sync() {
   return store_->Commit(batch, /*durable=*/true);
 }
 
+Status OramClient::SyncKeepingLatestRootWrite() {
+  if (read_only_) return Status::Ok();
+  ClientStateStore::Batch batch;
+  batch.SetCounters(counters_);
+  return store_->Commit(batch, /*durable=*/true);
+}
+
 std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
                                                         const PositionEntry& at) const {
   if (!root_copies_ || !inflight_) return std::nullopt;

@@ -240,6 +240,12 @@ class OramClient {
   // afterwards the servers hold every access. What fsync(2) in the filesystem
   // calls.
   Status Sync();
+  // The same without sending the latest access's deferred root write: it
+  // stays recorded in the state, durable with it, and goes out with the next
+  // access (after a crash, recovery sends it). A constant-rate mount uses
+  // this right after an access that carried every earlier root write, so an
+  // fsync adds no message outside its schedule.
+  Status SyncKeepingLatestRootWrite();
 
   // STATUS of every server (unreachable ones carry an error status).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);

@@ -93,7 +93,8 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 
   auto full = ParseClientConfig(
       std::string(kMinimal) +
-          "cache_size = 1048576\nreadahead = 16\npipeline = 1\ntimeout = 86400\nevict_timeout = 1\n"
+          "cache_size = 1048576\nreadahead = 16\npipeline = 1\nconstant_rate = 5\n"
+          "timeout = 86400\nevict_timeout = 1\n"
           "log_level = \"trace\"\nforce = true\nrefresh_state = true\n"
           "fuse_options = [\"allow_other\", \"max_read=131072\", "
           "\"fsname_like=a,b\"]\n",
@@ -102,6 +103,7 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
   EXPECT_EQ(full->cache_mib, 1048576u);
   EXPECT_EQ(full->readahead_blocks, 16u);
   EXPECT_EQ(full->pipeline_accesses, 1u);
+  EXPECT_EQ(full->constant_rate_ms, 5u);
   EXPECT_EQ(full->timeout_seconds, 86400u);
   EXPECT_EQ(full->evict_timeout_seconds, 1u);
   EXPECT_EQ(full->log_level, "trace");
@@ -118,8 +120,8 @@ TEST(ClientConfig, OptionalKeysStayUnsetSoTheDaemonDefaultsApply) {
 TEST(ClientConfig, UnknownKeysAndTablesNameFileLineAndKey) {
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cahce_size = 64")),
             "vault.toml:5:1: mount.cahce_size: unknown key (allowed: state, mountpoint, passfile, "
-            "cache_size, writeback_delay, readahead, pipeline, timeout, evict_timeout, log_level, "
-            "log_file, force, refresh_state, fuse_options)");
+            "cache_size, writeback_delay, readahead, pipeline, constant_rate, timeout, "
+            "evict_timeout, log_level, log_file, force, refresh_state, fuse_options)");
   std::string m = ErrorOf(std::string(kExample) + "\n[server]\nindex = 0\n");
   EXPECT_EQ(m.rfind("vault.toml:13:", 0), 0u) << m;
   EXPECT_CONTAINS(m, ": server: unknown key (allowed: mount)");
@@ -158,6 +160,11 @@ TEST(ClientConfig, OutOfRangeAndBadValuesNameFileLineAndKey) {
             "vault.toml:5:14: mount.cache_size: expected an integer in 1..1048576, got 0");
   EXPECT_EQ(ErrorOf(WithLine("cache_size", "cache_size = 1048577")),
             "vault.toml:5:14: mount.cache_size: expected an integer in 1..1048576, got 1048577");
+  EXPECT_EQ(ErrorOf(WithLine("timeout", "constant_rate = 4")),
+            "vault.toml:6:17: mount.constant_rate: expected 0 (off) or an integer in 5..3600000, "
+            "got 4");
+  EXPECT_EQ(ErrorOf(WithLine("timeout", "constant_rate = 3600001")),
+            "vault.toml:6:17: mount.constant_rate: expected an integer in 0..3600000, got 3600001");
   EXPECT_EQ(ErrorOf(WithLine("timeout", "timeout = -1")),
             "vault.toml:6:11: mount.timeout: expected an integer in 1..86400, got -1");
   EXPECT_EQ(ErrorOf(WithLine("evict_timeout", "evict_timeout = 86401")),

@@ -39,7 +39,8 @@ TEST(MountOptionsTest, RoleFromArgv0) {
 
 TEST(MountOptionsTest, DaemonForegroundWithOwnOptions) {
   auto c = Parse({"s3oramfs-fused", "/nonexistent/state.db", "/tmp", "-f", "-o",
-                  "cache_size=16,log_file=/tmp/l,log_level=debug,readahead=4,pipeline=3,allow_other"});
+                  "cache_size=16,log_file=/tmp/l,log_level=debug,readahead=4,pipeline=3,"
+                  "constant_rate=250,allow_other"});
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_EQ(c->invocation, Invocation::kDaemon);
   EXPECT_EQ(c->state, "/nonexistent/state.db");
@@ -48,6 +49,7 @@ TEST(MountOptionsTest, DaemonForegroundWithOwnOptions) {
   EXPECT_EQ(c->cache_mib, 16u);
   EXPECT_EQ(c->readahead_blocks, 4u);
   EXPECT_EQ(c->pipeline_accesses, 3u);
+  EXPECT_EQ(c->constant_rate_ms, 250u);
   EXPECT_EQ(c->log_file, "/tmp/l");
   EXPECT_EQ(c->log_level, "debug");
   const std::string all = Joined(*c);
@@ -59,6 +61,7 @@ TEST(MountOptionsTest, DaemonForegroundWithOwnOptions) {
   EXPECT_EQ(all.find("log_file"), std::string::npos) << all;
   EXPECT_EQ(all.find("readahead"), std::string::npos) << all;
   EXPECT_EQ(all.find("pipeline"), std::string::npos) << all;
+  EXPECT_EQ(all.find("constant_rate"), std::string::npos) << all;
 }
 
 TEST(MountOptionsTest, FstabOptionsAreDiscarded) {
@@ -108,7 +111,8 @@ TEST(MountOptionsTest, Errors) {
   EXPECT_FALSE(Parse({"s3oramfs-fused", "state", "/tmp", "extra"}).ok());
   for (const char* bad : {"cache_size=0", "cache_size=-1", "cache_size=abc", "cache_size=99999999",
                           "log_level=loud", "readahead=17", "readahead=-1", "readahead=x",
-                          "pipeline=0", "pipeline=9"}) {
+                          "pipeline=0", "pipeline=9", "constant_rate=4", "constant_rate=-1",
+                          "constant_rate=3600001", "constant_rate=1s"}) {
     auto c = Parse({"s3oramfs-fused", "state", "/tmp", "-o", bad});
     EXPECT_FALSE(c.ok()) << bad;
     if (!c.ok()) {
