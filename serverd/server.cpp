@@ -26,6 +26,7 @@
 #include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/wire.h"
 #include "serverd/peer_exchange.h"
+#include "oramcore/base/fault_point.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"
 #include "serverd/smp_inbox.h"
@@ -321,6 +322,9 @@ struct Server::Impl : PeerExchange {
   // Handles one request, and starts the computation of an EVICT_PREPARE it
   // began on prepare_thread.
   void Serve(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
+    // Tests make a server slow with "server.serve~MS" (a flood then piles up
+    // in the queues, which must bound it).
+    FaultPoint("server.serve");
     Reply(id, handler->Handle(frame));
     TightenLimits();
     if (!handler->HasPendingPrepare()) return;

@@ -132,7 +132,7 @@ def cmd_record(a):
 
 
 # ---------------------------------------------------------------------------
-JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp", "probe"]
+JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp", "probe", "idle"]
 PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 
@@ -193,6 +193,19 @@ def cmd_report(a):
                 fmt(r.get("probe_cold_reads")), fmt(r.get("probe_wait_p50_ms")),
                 fmt(r.get("probe_wait_p99_ms")), fmt(r.get("probe_wait_max_ms")),
                 fmt(r.get("probe_chunk_p50_s")), fmt(r.get("probe_chunk_max_s"))]))
+    idles = [r for r in rows if r["job"] == "idle"]
+    if idles:
+        md += ["", "Idle mount (job `idle`: nobody works for the job's seconds; link bytes "
+               "extrapolated to an hour):", "",
+               "| profile | B | init | age | daemon options | s | client up MB/h | "
+               "client down MB/h | server-server MB/h |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for r in idles:
+            per_hour = 3600 / r["seconds"] / 1e6 if r["seconds"] else 0
+            md.append(table_row(r, [
+                r.get("fused_opts") or "(defaults)", fmt(r["seconds"]),
+                fmt(r["client_up_bytes"] * per_hour), fmt(r["client_down_bytes"] * per_hour),
+                fmt(r["server_peer_bytes"] * per_hour)]))
     notes = sorted({r["note"] for r in rows if r.get("note")})
     if notes:
         md += ["", "Notes: " + "; ".join(notes)]

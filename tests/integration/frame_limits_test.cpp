@@ -100,6 +100,70 @@ TEST(FrameLimitsTest, AnOversizedRequestIsRefusedWithoutBufferingIt) {
   EXPECT_EQ(*r, testing::Content(256, 1, 1));
 }
 
+// A flood of frames each within the limit: an authorized client pushes 1 GiB
+// of 1 MiB frames (under the store's request limit) without ever reading a
+// reply, to a server made slow (it takes 20 ms per request). The server's
+// memory stays bounded by its queues (64 frames per connection, then TCP's
+// backpressure), not by the flood: its peak RSS grows by less than two
+// queues' worth, whatever was pushed. Without the receive queue's bound it
+// grows with the flood (checked: by 427 MiB in one run).
+TEST(FrameLimitsTest, AFloodOfValidSizeFramesIsBoundedByTheQueues) {
+  const OramParams params = testing::SmallParams(4096, 8, 8);
+  auto fs = testing::MakeFs(params);
+  ASSERT_TRUE(fs);
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->Write(1, testing::Content(4096, 1, 1)).ok());
+  }
+  // A slow server (20 ms per request), so that the flood piles up in its
+  // queues instead of being answered as fast as it comes.
+  ASSERT_TRUE(fs->cluster->Kill(0, SIGTERM).ok());
+  ASSERT_TRUE(fs->cluster->Restart(0, {"S3ORAM_FAULT=server.serve~20"}).ok());
+  const pid_t server = fs->cluster->pid(0);
+  const std::uint64_t before = PeakRss(server);
+  ASSERT_GT(before, 0u);
+  const wire::StoreShape shape{params.height, params.bucket_size,
+                               static_cast<std::uint32_t>(params.elems_per_slot())};
+  constexpr std::uint64_t frame_bytes = std::uint64_t{1} << 20;
+  ASSERT_LT(frame_bytes, wire::LimitsFor(shape, params.parties).request_bytes);
+  auto keys = LoadCurveKeypair(fs->cluster->client_key_file());
+  ASSERT_TRUE(keys.ok());
+  std::uint64_t pushed = 0;
+  {
+    RawSocket flood(ZMQ_DEALER, *keys, fs->cluster->server_public_keys()[0],
+                    fs->cluster->endpoints()[0]);
+    // Garbage of a valid size: the server must read each to refuse it.
+    std::vector<std::uint8_t> frame(frame_bytes, 0x5a);
+    // Bounded by the amount and by time (a slow machine pushes less; the
+    // bound below holds either way).
+    const auto end = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+    while (pushed < (std::uint64_t{1} << 30) && std::chrono::steady_clock::now() < end) {
+      if (zmq_send(flood.socket, frame.data(), frame.size(), ZMQ_DONTWAIT) >= 0) {
+        pushed += frame.size();
+      } else {
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    }
+  }
+  const std::uint64_t after = PeakRss(server);
+  // What the server may hold: its queue of 64 frames for this connection
+  // twice over (ZeroMQ's and the decoder's copies), plus slack for the
+  // allocator and TCP buffers.
+  const std::uint64_t bound = 2 * 64 * frame_bytes + (std::uint64_t{32} << 20);
+  std::printf("[ limits   ] %.1f MiB pushed in frames of %.1f KiB; server peak RSS %.1f MiB "
+              "before, %.1f MiB after (bound %.1f MiB)\n",
+              double(pushed) / (1 << 20), double(frame_bytes) / 1024, double(before) / (1 << 20),
+              double(after) / (1 << 20), double(bound) / (1 << 20));
+  EXPECT_LT(after - before, bound);
+  // Still serving.
+  auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = (*c)->Read(1);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, testing::Content(4096, 1, 1));
+}
+
 // The client's side: a reply larger than the limit it connected with is not
 // taken (the exchange fails as with a silent server), one within it is.
 TEST(FrameLimitsTest, AClientRefusesRepliesBeyondItsLimit) {
