@@ -4,37 +4,44 @@
 #include <sys/file.h>
 #include <unistd.h>
 
-#include <memory>
-
 #include "cli/progress.h"
 #include "oramcore/crypto/subkeys.h"
-#include "oramcore/protocol/client.h"
 
 namespace s3oram::cli {
 
-Result<BackupResult> UploadStateBackup(const std::string& state, const Secret& passphrase) {
-  const int lock_fd = ::open(state.c_str(), O_RDONLY | O_CLOEXEC);
-  const bool exclusive = lock_fd >= 0 && ::flock(lock_fd, LOCK_EX | LOCK_NB) == 0;
-  struct Closer {
-    int fd;
-    ~Closer() {
-      if (fd >= 0) ::close(fd);
-    }
-  } closer{lock_fd};
-  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<OramClient> client,
-                          OramClient::OpenReadOnly(state, passphrase));
-  const Secret key = DeriveBackupKey(client->unlocked_state()->master());
+Result<std::unique_ptr<BackupSession>> BackupSession::Open(const std::string& state,
+                                                           const Secret& passphrase) {
+  std::unique_ptr<BackupSession> s(new BackupSession());
+  s->lock_fd_ = ::open(state.c_str(), O_RDONLY | O_CLOEXEC);
+  s->exclusive_ = s->lock_fd_ >= 0 && ::flock(s->lock_fd_, LOCK_EX | LOCK_NB) == 0;
+  S3ORAM_ASSIGN_OR_RETURN(s->client_, OramClient::OpenReadOnly(state, passphrase));
+  return s;
+}
+
+BackupSession::~BackupSession() {
+  client_.reset();  // before the lock goes
+  if (lock_fd_ >= 0) ::close(lock_fd_);
+}
+
+Result<BackupResult> BackupSession::Upload() {
+  const Secret key = DeriveBackupKey(client_->unlocked_state()->master());
   std::unique_ptr<Progress> progress;
-  auto r = BackupStateWithKey(*client, key, TransferProgress("backup", progress));
+  auto r = BackupStateWithKey(*client_, key, TransferProgress("backup", progress));
   if (progress) progress->Finish();
   if (!r.ok()) return r.status();
-  if (exclusive) {
-    if (Status m = client->RecordBackup(r->generation, r->epoch); !m.ok()) {
+  if (exclusive_) {
+    if (Status m = client_->RecordBackup(r->generation, r->epoch); !m.ok()) {
       return m.WithContext("generation " + std::to_string(r->generation) +
                            " is on the servers, but recording it in the state failed");
     }
   }
   return r;
+}
+
+Result<BackupResult> UploadStateBackup(const std::string& state, const Secret& passphrase) {
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<BackupSession> session,
+                          BackupSession::Open(state, passphrase));
+  return session->Upload();
 }
 
 }  // namespace s3oram::cli

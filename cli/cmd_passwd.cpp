@@ -4,9 +4,11 @@
 // is read or written. Then a backup of the state goes to the servers under
 // the new wrap and key epoch, and each server deletes every generation of a
 // lower one: after that, no backup on the servers opens with the old
-// passphrase (wire::BackupPutRequest). If that upload fails, the state keeps
-// the new passphrase and the next backup (an unmount, `s3oram backup-state`)
-// finishes the revocation; passwd says so and exits 3.
+// passphrase (wire::BackupPutRequest). The state must not be in use (a
+// mount) and must be fresh, and the servers must answer, before anything
+// changes. If the upload fails after all, the state keeps the new passphrase
+// and the next backup (an unmount, `s3oram backup-state`) finishes the
+// revocation; passwd says so and exits 3.
 #include <cstdio>
 
 #include "cli/backup_upload.h"
@@ -59,22 +61,32 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
     auto old_pass = ReadPassphrase(PassphraseSource{a->passfile, kPassphraseEnv},
                                    "Current passphrase for " + a->state + ": ");
     if (!old_pass.ok()) return fail(old_pass.status(), 2);
-    auto unlocked = UnlockedState::Unlock(a->state, *old_pass);
-    if (!unlocked.ok()) return fail(unlocked.status(), 1);
-    const wire::FsId fs_id = (*unlocked)->header().fs_id;
+    // The servers and a fresh state first, so that nothing changes unless
+    // the revoking upload can follow: a stale state (another device used the
+    // filesystem since) is refused here, before its wrap changes.
+    auto session = BackupSession::Open(a->state, *old_pass);
+    if (!session.ok()) return fail(session.status(), 1);
+    if (!(*session)->exclusive()) {
+      return fail(
+          Status::FailedPrecondition(
+              a->state + " is in use (the filesystem is mounted, or another s3oram command runs): "
+                         "unmount it and run passwd again; nothing was changed"),
+          1);
+    }
+    UnlockedState& unlocked = *(*session)->client().unlocked_state();
+    const wire::FsId fs_id = unlocked.header().fs_id;
     auto new_pass = ReadPassphrase(PassphraseSource{a->new_passfile, kNewPassphraseEnv},
                                    "New passphrase for " + a->state + ": ", /*confirm=*/true);
     if (!new_pass.ok()) return fail(new_pass.status(), 2);
-    auto wrap = WrapMasterKey((*unlocked)->master(), *new_pass, fs_id, kdf);
+    auto wrap = WrapMasterKey(unlocked.master(), *new_pass, fs_id, kdf);
     if (!wrap.ok()) return fail(wrap.status(), 1);
-    if (Status s = (*unlocked)->ReplaceKeyWrap(*wrap); !s.ok()) return fail(s, 1);
-    const std::uint64_t key_epoch = (*unlocked)->header().generation;
-    unlocked->reset();
+    if (Status s = unlocked.ReplaceKeyWrap(*wrap); !s.ok()) return fail(s, 1);
+    const std::uint64_t key_epoch = unlocked.header().generation;
     std::printf("passphrase of %s changed (key epoch %llu)\n", a->state.c_str(),
                 static_cast<unsigned long long>(key_epoch));
     std::fflush(stdout);
     FaultPoint("passwd.before_upload");
-    auto backup = UploadStateBackup(a->state, *new_pass);
+    auto backup = (*session)->Upload();
     if (!backup.ok()) {
       return fail(backup.status().WithContext(
                       "the state opens only with the new passphrase now, but the servers' backups "

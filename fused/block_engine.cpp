@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <exception>
 #include <optional>
 #include <set>
 
@@ -103,7 +104,7 @@ Status Unmounting() {
 }  // namespace
 
 void OramBlockEngine::EnableConstantRate(std::chrono::steady_clock::duration period) {
-  ticker_ = std::make_unique<AccessTicker>(period, [this] { return DummyAccess(); });
+  ticker_ = std::make_unique<AccessTicker>(period, [this] { return DummyAccess().sent; });
 }
 
 std::uint64_t OramBlockEngine::BytesSent() const {
@@ -112,15 +113,23 @@ std::uint64_t OramBlockEngine::BytesSent() const {
 }
 
 bool OramBlockEngine::OnTick(const std::function<void()>& access) {
-  const AccessTicker::Job job = [this, &access] {
+  // An exception (bad_alloc) belongs to the caller, not to the ticker thread.
+  std::exception_ptr thrown;
+  const AccessTicker::Job job = [this, &access, &thrown] {
     const std::uint64_t before = BytesSent();
-    access();
+    try {
+      access();
+    } catch (...) {
+      thrown = std::current_exception();
+    }
     return BytesSent() != before;
   };
-  return ticker_->Run(job);
+  const bool ran = ticker_->Run(job);
+  if (thrown) std::rethrow_exception(thrown);
+  return ran;
 }
 
-bool OramBlockEngine::DummyAccess() {
+OramBlockEngine::DummyOutcome OramBlockEngine::DummyAccess() {
   std::lock_guard<FairMutex> lock(mu_);
   const std::uint64_t before = client_->transport_stats().bytes_sent;
   // A read of a random block: one that holds data is rewritten unchanged
@@ -136,7 +145,7 @@ bool OramBlockEngine::DummyAccess() {
   } else {
     spdlog::debug("dummy access (block {}) failed: {}", id, r.status().ToString());
   }
-  return client_->transport_stats().bytes_sent != before;
+  return {client_->transport_stats().bytes_sent != before, r.status()};
 }
 
 Result<std::vector<std::uint8_t>> OramBlockEngine::Read(std::uint64_t id) {
@@ -278,16 +287,25 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
 Status OramBlockEngine::Sync() {
   if (ticker_) {
     // The latest access's root write goes out with the next access, never
-    // alone: this tick's dummy access carries it, then the state is synced
-    // with the dummy's own root write recorded in it (an fsync sends
-    // nothing outside the schedule).
+    // alone: this tick's dummy access carries it (a complete access has
+    // written every earlier root write). Then, after the tick, so that its
+    // length does not depend on the fsync, the state is synced with the
+    // dummy's own root write recorded in it. If no dummy access completed,
+    // the root write may not be on the servers: the fsync fails.
     Status s = Unmounting();
     OnTick([&] {
-      DummyAccess();
+      for (int attempt = 0; attempt < kDummyAttempts; ++attempt) {
+        const DummyOutcome d = DummyAccess();
+        s = d.status;
+        if (d.sent) return;  // a refused block sends nothing: another one
+      }
+      if (s.ok()) s = Status::Unavailable("no dummy access could be sent");
+    });
+    if (s.ok()) {
       std::lock_guard<FairMutex> lock(mu_);
       s = client_->SyncKeepingLatestRootWrite();
       writes_stopped_ = client_->writes_stopped().has_value();
-    });
+    }
     if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
     return s;
   }

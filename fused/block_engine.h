@@ -150,8 +150,14 @@ class OramBlockEngine final : public BlockEngine {
   // ticks have stopped (then it did not run).
   bool OnTick(const std::function<void()>& access);
   // The idle tick's access: a read of a random block, its data dropped.
-  // True if anything went to the servers.
-  bool DummyAccess();
+  // `sent`: anything went to the servers (a block refused before its
+  // access, e.g. quarantined, sends nothing); `status`: the access's.
+  struct DummyOutcome {
+    bool sent = false;
+    Status status;
+  };
+  DummyOutcome DummyAccess();
+  static constexpr int kDummyAttempts = 4;
   std::uint64_t BytesSent() const;
   void StopTicker();
 

@@ -14,8 +14,8 @@ inline constexpr std::uint32_t kMaxWritebackDelaySeconds = 3600;  // writeback_d
 inline constexpr std::uint32_t kMaxReadaheadBlocks = 16;          // readahead
 inline constexpr std::uint32_t kMaxPipelineAccesses = 8;          // pipeline (OramClient::kMaxPipelined)
 // constant_rate, in milliseconds between accesses (0: off). Below 5 ms the
-// daemon would spend all its time on dummy accesses; above an hour the
-// lease would lapse between two of them.
+// daemon would spend all its time on dummy accesses; above an hour a mount
+// would look dead to `s3oram status` (its lease's idle time) between two.
 inline constexpr std::uint32_t kMinConstantRateMs = 5;
 inline constexpr std::uint32_t kMaxConstantRateMs = 3600 * 1000;
 

@@ -94,6 +94,16 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
   // on-demand backup. The servers keep the newest two.
   const std::string kept = PatternBytes(300000, seed);
   ASSERT_TRUE(WriteFile(fs->Path("kept"), kept));
+  const std::string first = testing::ReadWholeFile(fs->passfile());
+  const std::string first_file = WritePassfile(fs->Scratch("first-pass"), first);
+  const std::string second_file =
+      WritePassfile(fs->Scratch("second-pass"), "the second passphrase");
+  // Mounted: refused, nothing changed (the revoking upload needs the state
+  // to itself).
+  auto busy = RunCli({Cli(), "passwd", "-s", state, "--passfile", first_file, "--new-passfile",
+                      second_file, "--insecure-kdf"});
+  EXPECT_EQ(busy.exit_code, 1) << busy.output;
+  EXPECT_NE(busy.output.find("is in use"), std::string::npos) << busy.output;
   ASSERT_TRUE(fs->Unmount());
   ASSERT_TRUE(fs->Mount());
   const std::string later = PatternBytes(70000, seed + 1);
@@ -106,11 +116,7 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
   const std::string old_copy = fs->Scratch("old-copy.s3oram");
   stdfs::copy_file(state, old_copy);
 
-  const std::string first = testing::ReadWholeFile(fs->passfile());
   const std::string third = "the third passphrase";
-  const std::string first_file = WritePassfile(fs->Scratch("first-pass"), first);
-  const std::string second_file =
-      WritePassfile(fs->Scratch("second-pass"), "the second passphrase");
   const std::string third_file = WritePassfile(fs->Scratch("third-pass"), third);
 
   // 1. passwd killed between the state's change and the upload.
@@ -164,7 +170,13 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
     EXPECT_FALSE(stdfs::exists(attached));
   }
 
-  // 4. A state still on the first passphrase cannot put a backup of it back.
+  // 4. A state still on the first passphrase cannot put a backup of it back,
+  // nor change its passphrase (stale: it has not seen the newer backups).
+  auto stale_pw = RunCli({Cli(), "passwd", "-s", old_copy, "--passfile", first_file,
+                          "--new-passfile", third_file, "--insecure-kdf"});
+  EXPECT_EQ(stale_pw.exit_code, 1) << stale_pw.output;
+  EXPECT_NE(stale_pw.output.find("stale state"), std::string::npos) << stale_pw.output;
+  ExpectOnEveryServer(*fs, {5}, "after a stale state's passwd");
   // The client refuses first (the state has not seen the newer generations:
   // stale); the servers would refuse its key epoch too
   // (BackupStoreTest.ANewKeyEpochRemovesEveryGenerationOfTheOldOne).
