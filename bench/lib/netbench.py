@@ -219,7 +219,11 @@ def cmd_report(a):
         lab = run_label(r)
         if lab not in labels:
             labels.append(lab)
-    jobs = [j for j in JOB_ORDER if any(r["job"] == j for r in rows)]
+    # The idle job moves no user bytes: it is in its own table, not the plot.
+    jobs = [j for j in JOB_ORDER if j != "idle" and any(r["job"] == j for r in rows)]
+    if not jobs:
+        print("netbench: only idle records; no plot", file=sys.stderr)
+        return 0
     dat = os.path.join(a.outdir, "net-plot.dat")
     gp = os.path.join(a.outdir, "net.gp")
     with open(dat, "w") as f:
