@@ -31,10 +31,7 @@ using testing::WriteFile;
 
 namespace stdfs = std::filesystem;
 
-std::string Cli() {
-  const char* env = std::getenv("S3ORAM_CLI");
-  return env && *env ? env : S3ORAM_TEST_CLI;
-}
+std::string Cli() { return testing::CliPath(); }
 
 // Every entry under root: relative path -> "d" for a directory,
 // "l:<target>" for a symlink, "f:<content>" for a file.

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "tests/integration/fs_fixture.h"
+#include "tests/integration/watched_servers.h"
 #include "tests/support/tamper_proxy.h"
 
 namespace s3oram {
@@ -69,15 +70,8 @@ TEST(FsLeakageTest, ServersSeeOnlyVolumeAndTimingDifferAcrossFilesystemWorkloads
   auto fs = MountedFs::Create(o);
   ASSERT_TRUE(fs);
   ASSERT_TRUE(fs->Unmount());
-  auto& cl = *fs->test_fs()->cluster;
-  std::vector<std::unique_ptr<TamperProxy>> proxies;
-  for (int i = 0; i < 3; ++i) {
-    proxies.push_back(
-        TamperProxy::Start(cl.endpoints()[i], cl.server_public_keys()[i], cl.client_key_file()));
-    ASSERT_TRUE(proxies.back());
-    testing::RepointServer(fs->state(), i, proxies.back()->endpoint(),
-                           proxies.back()->public_key());
-  }
+  const auto proxies = testing::WatchEveryServer(fs->state(), *fs->test_fs()->cluster);
+  ASSERT_EQ(proxies.size(), 3u);
   ASSERT_TRUE(fs->Mount());
   const std::string big = testing::PatternBytes(4 << 20, 1);
   // fsync of a directory makes the daemon write back everything (syncfs is

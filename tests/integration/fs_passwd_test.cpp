@@ -29,10 +29,7 @@ using testing::WriteFile;
 
 namespace stdfs = std::filesystem;
 
-std::string Cli() {
-  const char* env = std::getenv("S3ORAM_CLI");
-  return env && *env ? env : S3ORAM_TEST_CLI;
-}
+std::string Cli() { return testing::CliPath(); }
 
 // The backup generations whose files are in server i's data directory
 // (serverd/backup_store.h: backup-<generation>.bin), ascending.
