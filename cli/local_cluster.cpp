@@ -17,6 +17,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
 #include "oramcore/base/random.h"
@@ -234,8 +235,17 @@ Status LocalCluster::Spawn(std::size_t i, const std::vector<std::string>& extra_
   const std::string log = log_path(i);
   // The environment, built before fork (the child may only make
   // async-signal-safe calls).
+  // An extra entry replaces an inherited one of the same name (getenv
+  // would find the inherited one first).
   std::vector<std::string> env_storage;
-  for (char** e = environ; *e != nullptr; ++e) env_storage.emplace_back(*e);
+  for (char** e = environ; *e != nullptr; ++e) {
+    const std::string_view entry(*e);
+    const std::string_view name = entry.substr(0, entry.find('=') + 1);
+    const bool replaced = std::any_of(extra_env.begin(), extra_env.end(), [&](const auto& x) {
+      return std::string_view(x).substr(0, name.size()) == name;
+    });
+    if (!replaced) env_storage.emplace_back(entry);
+  }
   for (const auto& e : extra_env) env_storage.push_back(e);
   std::vector<char*> envp;
   for (auto& e : env_storage) envp.push_back(e.data());
