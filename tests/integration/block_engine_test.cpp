@@ -167,5 +167,39 @@ TEST(BlockEngineTest, AWaitingReadGoesBetweenThePiecesOfABatch) {
   ASSERT_TRUE(engine.Close().ok());
 }
 
+// At a constant rate an fsync is a tick's dummy access, which carries the
+// latest root write, and a local sync after it. If that access cannot reach
+// the servers the root write is not on them, and the fsync must fail, not
+// report the local sync's success.
+TEST(BlockEngineTest, AtAConstantRateSyncFailsWhenItsAccessCannotReachTheServers) {
+  const OramParams params = SmallParams(256, 8, 5);
+  auto fs = s3oram::testing::MakeFs(params);
+  ASSERT_TRUE(fs);
+  ClientOptions options = FastRetryOptions();
+  options.requests.deadline = std::chrono::milliseconds(2000);  // a dead server fails fast
+  auto client = s3oram::testing::TestOpen(fs->state, options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  OramBlockEngine engine(std::move(*client));
+  engine.EnableConstantRate(std::chrono::milliseconds(10));
+  const std::vector<std::uint8_t> data = Content(engine.block_bytes(), 3, 7);
+  ASSERT_TRUE(engine.Write(3, data).ok());
+  ASSERT_TRUE(engine.Sync().ok());
+  auto back = engine.Read(3);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data);
+
+  for (std::size_t i = 0; i < fs->cluster->endpoints().size(); ++i) {
+    ASSERT_TRUE(fs->cluster->Kill(i, SIGKILL).ok());
+  }
+  (void)engine.Write(4, data);  // fails too; the fsync's answer is the point
+  const Status synced = engine.Sync();
+  EXPECT_FALSE(synced.ok()) << "an fsync whose access reached no server reported success";
+  const auto ticks = engine.ticker_stats();
+  ASSERT_TRUE(ticks.has_value());
+  EXPECT_GT(ticks->ticks, 0u);
+  EXPECT_GE(ticks->min_gap, std::chrono::milliseconds(10));
+  (void)engine.Close();
+}
+
 }  // namespace
 }  // namespace s3oram::fs
