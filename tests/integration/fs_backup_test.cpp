@@ -24,14 +24,13 @@
 namespace s3oram {
 namespace {
 
+using testing::CliPath;
 using testing::MountedFs;
 using testing::PatternBytes;
 using testing::RunCmd;
 using testing::WriteFile;
 
 namespace stdfs = std::filesystem;
-
-std::string Cli() { return testing::CliPath(); }
 
 // Every entry under root: relative path -> "d" for a directory,
 // "l:<target>" for a symlink, "f:<content>" for a file.
@@ -52,7 +51,7 @@ std::map<std::string, std::string> Snapshot(const std::string& root) {
 
 std::vector<std::string> RestoreArgs(const MountedFs& fs, const std::string& state) {
   const auto& c = *fs.test_fs()->cluster;
-  std::vector<std::string> argv = {Cli(), "restore", "-s", state};
+  std::vector<std::string> argv = {CliPath(), "restore", "-s", state};
   for (std::size_t i = 0; i < c.endpoints().size(); ++i) {
     argv.insert(argv.end(), {"--server", c.endpoints()[i], "--server-key",
                              c.server_public_key_file(i)});
@@ -140,12 +139,12 @@ TEST(FsBackupTest, RestoreFromServersReproducesTheTree) {
   }
   // `s3oram status` lists the backups on every server (the second unmount
   // below adds generation 2).
-  auto st = RunCmd({Cli(), "status", "-s", restored, "--passfile", fs->passfile()},
+  auto st = RunCmd({CliPath(), "status", "-s", restored, "--passfile", fs->passfile()},
                    std::chrono::seconds(60));
   EXPECT_NE(st.output.find("newest generation 1"), std::string::npos) << st.output;
   // An on-demand backup while mounted: it opens the state read-only, so the
   // daemon keeps working (it is not fenced by a new epoch).
-  auto b = RunCmd({Cli(), "backup-state", "-s", restored, "--passfile", fs->passfile()},
+  auto b = RunCmd({CliPath(), "backup-state", "-s", restored, "--passfile", fs->passfile()},
                   std::chrono::seconds(120));
   EXPECT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("as generation 2"), std::string::npos) << b.output;
@@ -190,14 +189,14 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   auto& cluster = *fs->test_fs()->cluster;
   const std::string home_b = fs->Scratch("device-b");
   ASSERT_EQ(::mkdir(home_b.c_str(), 0700), 0);
-  auto keygen = RunCmd({Cli(), "keygen", "-o", home_b + "/client"}, std::chrono::seconds(30));
+  auto keygen = RunCmd({CliPath(), "keygen", "-o", home_b + "/client"}, std::chrono::seconds(30));
   ASSERT_EQ(keygen.exit_code, 0) << keygen.output;
   std::string pub_b = testing::ReadWholeFile(home_b + "/client.pub");
   while (!pub_b.empty() && std::isspace(static_cast<unsigned char>(pub_b.back()))) pub_b.pop_back();
   ASSERT_EQ(pub_b.size(), 40u) << pub_b;
   const std::string state_b = home_b + "/data/vault.s3oram";  // data/ does not exist yet
   auto attach_args = [&](const std::string& state) {
-    std::vector<std::string> argv = {Cli(), "attach", "-s", state};
+    std::vector<std::string> argv = {CliPath(), "attach", "-s", state};
     for (std::size_t i = 0; i < cluster.endpoints().size(); ++i) {
       argv.insert(argv.end(), {"--server", cluster.endpoints()[i], "--server-key",
                                cluster.server_public_key_file(i)});
@@ -251,11 +250,11 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   ASSERT_EQ(::unlink(fs->Path("a/from-a-2").c_str()), 0);
   const auto by_b = Snapshot(fs->root());
   ASSERT_TRUE(fs->Unmount());
-  auto status_b = RunCmd({Cli(), "status", "-s", state_b, "--passfile", fs->passfile()},
+  auto status_b = RunCmd({CliPath(), "status", "-s", state_b, "--passfile", fs->passfile()},
                          std::chrono::seconds(60));
   EXPECT_EQ(status_b.output.find("STALE"), std::string::npos) << status_b.output;
   // B's state is current: refresh-state refuses to throw it away.
-  auto not_stale = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
+  auto not_stale = RunCmd({CliPath(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
                           std::chrono::seconds(120));
   EXPECT_EQ(not_stale.exit_code, 1) << not_stale.output;
   EXPECT_NE(not_stale.output.find("is not stale"), std::string::npos) << not_stale.output;
@@ -271,11 +270,11 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
       << stale.message();
   EXPECT_TRUE(testing::ReadWholeFile(state_a) == a_bytes) << "the refused mount changed the state";
   // `s3oram status` says so before any mount.
-  auto status_a = RunCmd({Cli(), "status", "-s", state_a, "--passfile", fs->passfile()},
+  auto status_a = RunCmd({CliPath(), "status", "-s", state_a, "--passfile", fs->passfile()},
                          std::chrono::seconds(60));
   EXPECT_NE(status_a.output.find("STALE: another device"), std::string::npos) << status_a.output;
   // And a stale state is never published as the newest backup.
-  auto backup_a = RunCmd({Cli(), "backup-state", "-s", state_a, "--passfile", fs->passfile()},
+  auto backup_a = RunCmd({CliPath(), "backup-state", "-s", state_a, "--passfile", fs->passfile()},
                          std::chrono::seconds(60));
   EXPECT_EQ(backup_a.exit_code, 1) << backup_a.output;
   EXPECT_NE(backup_a.output.find("stale state"), std::string::npos) << backup_a.output;
@@ -293,7 +292,7 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   // after the new file takes the state's name: the old state, intact, or the
   // new one, complete (the second attempt is then refused as not stale).
   const std::string b_bytes = testing::ReadWholeFile(state_b);
-  auto killed = RunCmd({"env", "S3ORAM_FAULT=refresh.before_rename", Cli(), "refresh-state", "-s",
+  auto killed = RunCmd({"env", "S3ORAM_FAULT=refresh.before_rename", CliPath(), "refresh-state", "-s",
                         state_b, "--passfile", fs->passfile()},
                        std::chrono::seconds(120));
   EXPECT_TRUE(WIFSIGNALED(killed.wait_status)) << killed.output;
@@ -306,7 +305,7 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
     return n;
   };
   EXPECT_EQ(leftovers(), 1) << "the killed refresh's sealed temporary copy";
-  auto refreshed = RunCmd({Cli(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
+  auto refreshed = RunCmd({CliPath(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()},
                           std::chrono::seconds(120));
   ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
   EXPECT_NE(refreshed.output.find("refreshed " + state_b), std::string::npos) << refreshed.output;
@@ -340,7 +339,7 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
   ASSERT_EQ(::unlink(fs->Path("a/from-a-5").c_str()), 0);
   ASSERT_TRUE(fs->Unmount());
   fs->set_mount_opts("");
-  auto status_meta = RunCmd({Cli(), "status", "-s", state_a, "--passfile", fs->passfile()},
+  auto status_meta = RunCmd({CliPath(), "status", "-s", state_a, "--passfile", fs->passfile()},
                             std::chrono::seconds(60));
   std::printf("status after B's metadata-only session:\n%s\n", status_meta.output.c_str());
   EXPECT_NE(status_meta.output.find("STALE"), std::string::npos) << status_meta.output;
@@ -390,7 +389,7 @@ TEST(FsBackupTest, TwoDevicesTakeTurnsAndAStaleStateIsRefusedThenRefreshed) {
       << diverged.message();
   // (The refused refresh folded the killed session's log into the file.)
   const std::string diverged_bytes = testing::ReadWholeFile(state_a);
-  auto discard = RunCmd({Cli(), "refresh-state", "-s", state_a, "--passfile", fs->passfile(),
+  auto discard = RunCmd({CliPath(), "refresh-state", "-s", state_a, "--passfile", fs->passfile(),
                          "--discard-local-changes"},
                         std::chrono::seconds(120));
   ASSERT_EQ(discard.exit_code, 0) << discard.output;

@@ -22,14 +22,13 @@
 namespace s3oram {
 namespace {
 
+using testing::CliPath;
 using testing::MountedFs;
 using testing::PatternBytes;
 using testing::RunCmd;
 using testing::WriteFile;
 
 namespace stdfs = std::filesystem;
-
-std::string Cli() { return testing::CliPath(); }
 
 // The backup generations whose files are in server i's data directory
 // (serverd/backup_store.h: backup-<generation>.bin), ascending.
@@ -97,7 +96,7 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
       WritePassfile(fs->Scratch("second-pass"), "the second passphrase");
   // Mounted: refused, nothing changed (the revoking upload needs the state
   // to itself).
-  auto busy = RunCli({Cli(), "passwd", "-s", state, "--passfile", first_file, "--new-passfile",
+  auto busy = RunCli({CliPath(), "passwd", "-s", state, "--passfile", first_file, "--new-passfile",
                       second_file, "--insecure-kdf"});
   EXPECT_EQ(busy.exit_code, 1) << busy.output;
   EXPECT_NE(busy.output.find("is in use"), std::string::npos) << busy.output;
@@ -106,7 +105,7 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
   const std::string later = PatternBytes(70000, seed + 1);
   ASSERT_TRUE(WriteFile(fs->Path("later"), later));
   ASSERT_TRUE(fs->Unmount());
-  auto b3 = RunCli({Cli(), "backup-state", "-s", state, "--passfile", fs->passfile()});
+  auto b3 = RunCli({CliPath(), "backup-state", "-s", state, "--passfile", fs->passfile()});
   ASSERT_EQ(b3.exit_code, 0) << b3.output;
   ExpectOnEveryServer(*fs, {2, 3}, "before any passwd");
   // Another device's state, or a copy of this one, made before the change.
@@ -117,23 +116,23 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
   const std::string third_file = WritePassfile(fs->Scratch("third-pass"), third);
 
   // 1. passwd killed between the state's change and the upload.
-  auto killed = RunCli({Cli(), "passwd", "-s", state, "--passfile", first_file, "--new-passfile",
+  auto killed = RunCli({CliPath(), "passwd", "-s", state, "--passfile", first_file, "--new-passfile",
                         second_file, "--insecure-kdf"},
                        {"S3ORAM_FAULT=passwd.before_upload"});
   ASSERT_TRUE(WIFSIGNALED(killed.wait_status)) << killed.output;
-  auto first_on_state = RunCli({Cli(), "status", "-s", state, "--passfile", first_file});
+  auto first_on_state = RunCli({CliPath(), "status", "-s", state, "--passfile", first_file});
   EXPECT_EQ(first_on_state.exit_code, 1) << first_on_state.output;
   EXPECT_NE(first_on_state.output.find("wrong passphrase"), std::string::npos)
       << first_on_state.output;
   ExpectOnEveryServer(*fs, {2, 3}, "after a passwd killed before its upload");
   // The next backup (here on demand; an unmount does the same) finishes it.
-  auto b4 = RunCli({Cli(), "backup-state", "-s", state, "--passfile", second_file});
+  auto b4 = RunCli({CliPath(), "backup-state", "-s", state, "--passfile", second_file});
   ASSERT_EQ(b4.exit_code, 0) << b4.output;
   EXPECT_NE(b4.output.find("as generation 4"), std::string::npos) << b4.output;
   ExpectOnEveryServer(*fs, {4}, "after the backup that follows the killed passwd");
 
   // 2. A whole passwd revokes by itself.
-  auto pw = RunCli({Cli(), "passwd", "-s", state, "--passfile", second_file, "--new-passfile",
+  auto pw = RunCli({CliPath(), "passwd", "-s", state, "--passfile", second_file, "--new-passfile",
                     third_file, "--insecure-kdf"});
   ASSERT_EQ(pw.exit_code, 0) << pw.output;
   EXPECT_NE(pw.output.find("backup generation 5 uploaded"), std::string::npos) << pw.output;
@@ -143,13 +142,13 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
   const std::string attached = fs->Scratch("attached.s3oram");
   for (const std::string& old_file : {first_file, second_file}) {
     SCOPED_TRACE(old_file);
-    auto st = RunCli({Cli(), "status", "-s", state, "--passfile", old_file});
+    auto st = RunCli({CliPath(), "status", "-s", state, "--passfile", old_file});
     EXPECT_EQ(st.exit_code, 1) << st.output;
     EXPECT_NE(st.output.find("wrong passphrase"), std::string::npos) << st.output;
     const std::string restored = fs->Scratch("restored-old.s3oram");
     for (std::uint64_t g = 0; g <= 5; ++g) {  // 0: the newest usable one
       auto argv = MachineArgs(*fs);
-      argv.insert(argv.begin(), {Cli(), "restore", "-s", restored, "--passfile", old_file});
+      argv.insert(argv.begin(), {CliPath(), "restore", "-s", restored, "--passfile", old_file});
       if (g != 0) argv.insert(argv.end(), {"--generation", std::to_string(g)});
       auto r = RunCli(argv);
       EXPECT_EQ(r.exit_code, 1) << "generation " << g << ": " << r.output;
@@ -159,7 +158,7 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
       EXPECT_FALSE(stdfs::exists(restored)) << "generation " << g;
     }
     auto argv = MachineArgs(*fs);
-    argv.insert(argv.begin(), {Cli(), "attach", "-s", attached, "--passfile", old_file,
+    argv.insert(argv.begin(), {CliPath(), "attach", "-s", attached, "--passfile", old_file,
                                "--mountpoint", fs->root()});
     auto at = RunCli(argv);
     EXPECT_EQ(at.exit_code, 1) << at.output;
@@ -169,7 +168,7 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
 
   // 4. A state still on the first passphrase cannot put a backup of it back,
   // nor change its passphrase (stale: it has not seen the newer backups).
-  auto stale_pw = RunCli({Cli(), "passwd", "-s", old_copy, "--passfile", first_file,
+  auto stale_pw = RunCli({CliPath(), "passwd", "-s", old_copy, "--passfile", first_file,
                           "--new-passfile", third_file, "--insecure-kdf"});
   EXPECT_EQ(stale_pw.exit_code, 1) << stale_pw.output;
   EXPECT_NE(stale_pw.output.find("stale state"), std::string::npos) << stale_pw.output;
@@ -177,14 +176,14 @@ TEST(FsPasswdTest, AfterPasswdTheOldPassphraseOpensNoStateAndNoBackup) {
   // The client refuses first (the state has not seen the newer generations:
   // stale); the servers would refuse its key epoch too
   // (BackupStoreTest.ANewKeyEpochRemovesEveryGenerationOfTheOldOne).
-  auto stale = RunCli({Cli(), "backup-state", "-s", old_copy, "--passfile", first_file});
+  auto stale = RunCli({CliPath(), "backup-state", "-s", old_copy, "--passfile", first_file});
   EXPECT_NE(stale.exit_code, 0) << stale.output;
   EXPECT_NE(stale.output.find("stale state"), std::string::npos) << stale.output;
   ExpectOnEveryServer(*fs, {5}, "after an old-passphrase state tried a backup");
 
   // 5. The current passphrase attaches and mounts, every byte there.
   auto argv = MachineArgs(*fs);
-  argv.insert(argv.begin(), {Cli(), "attach", "-s", attached, "--passfile", third_file,
+  argv.insert(argv.begin(), {CliPath(), "attach", "-s", attached, "--passfile", third_file,
                              "--mountpoint", fs->root()});
   auto at = RunCli(argv);
   ASSERT_EQ(at.exit_code, 0) << at.output;
