@@ -280,7 +280,13 @@ TEST(CliTest, ACommandHoldingAPassphraseCannotBeDumped) {
   ASSERT_EQ(::unlockpt(master), 0);
   const std::string slave_path = ::ptsname(master);
   const char* env_cli = std::getenv("S3ORAM_CLI");
-  const std::string cli = env_cli ? env_cli : S3ORAM_TEST_CLI;
+  // `nobody` may not reach the build tree (a checkout under a 0700
+  // directory, as mktemp -d makes): it runs a copy in a directory of its own.
+  TempDir bin_dir;
+  ASSERT_EQ(::chmod(bin_dir.path().c_str(), 0755), 0);
+  const std::string cli = bin_dir.Sub("s3oram");
+  std::filesystem::copy_file(env_cli ? env_cli : S3ORAM_TEST_CLI, cli);
+  ASSERT_EQ(::chmod(cli.c_str(), 0755), 0);
   const pid_t pid = ::fork();
   ASSERT_GE(pid, 0);
   if (pid == 0) {
