@@ -42,7 +42,7 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
       }
       std::printf("filesystem  %s\n", state->c_str());
       std::printf("fs id       %s\n", id.c_str());
-      std::printf("state       sealed (format %u), passphrase changed %llu times%s; "
+      std::printf("state       sealed (format %u), key epoch %llu (passphrase or key changes)%s; "
                   "Argon2id %llu passes, %s\n",
                   h.format, static_cast<unsigned long long>(h.generation),
                   headers->size() > 1 ? " (a change was cut short)" : "",
@@ -142,6 +142,16 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                     "that server is repaired (the rebuild the problem line names, or a clean "
                     "scrub)\n");
       }
+    }
+    if (const auto& r = (*client)->rekey()) {
+      const bool reseal = r->phase == RekeyProgress::Phase::kReseal;
+      std::printf("rekey       UNDER WAY (%s %llu of %llu): blocks not re-sealed yet are still "
+                  "sealed under the previous master key; finish it with `s3oram rekey -s %s`\n",
+                  reseal ? "re-sealing, at block" : "purging, at eviction",
+                  static_cast<unsigned long long>(reseal ? r->next_block : c.ne),
+                  static_cast<unsigned long long>(reseal ? (*client)->params().capacity_blocks
+                                                         : r->purge_until),
+                  state->c_str());
     }
     if (const auto& mark = (*client)->backup_mark()) {
       std::printf("state       last uploaded as backup generation %llu%s\n",

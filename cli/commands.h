@@ -22,6 +22,7 @@ inline constexpr std::uint32_t kDefaultLambda = 80;
 
 void RegisterInit(CLI::App& app, int* exit_code);
 void RegisterPasswd(CLI::App& app, int* exit_code);
+void RegisterRekey(CLI::App& app, int* exit_code);
 void RegisterUpgradeState(CLI::App& app, int* exit_code);
 void RegisterKeygen(CLI::App& app, int* exit_code);
 void RegisterParams(CLI::App& app, int* exit_code);

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   s3oram::cli::RegisterInit(app, &exit_code);
   s3oram::cli::RegisterPasswd(app, &exit_code);
+  s3oram::cli::RegisterRekey(app, &exit_code);
   s3oram::cli::RegisterUpgradeState(app, &exit_code);
   s3oram::cli::RegisterKeygen(app, &exit_code);
   s3oram::cli::RegisterParams(app, &exit_code);

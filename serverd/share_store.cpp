@@ -1916,7 +1916,8 @@ std::vector<ShareStore::FileRange> ShareStore::ShadowInFile() const {
   return out;
 }
 
-Result<std::vector<ShareStore::FileRange>> ShareStore::InspectFile(const std::string& shares_path) {
+Result<std::vector<ShareStore::FileRange>> ShareStore::InspectFile(const std::string& shares_path,
+                                                                   std::vector<FileRange>* places) {
   Fd fd(::open(shares_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return SysError("opening", shares_path, errno);
   std::array<std::uint8_t, kHeaderRegion> header{};
@@ -1953,6 +1954,14 @@ Result<std::vector<ShareStore::FileRange>> ShareStore::InspectFile(const std::st
   std::vector<FileRange> out(im.geo.num_buckets + 1);
   for (std::uint64_t b = 1; b <= im.geo.num_buckets; ++b) {
     out[b] = {im.BucketOffset(b), im.DigestOffset(b)};
+  }
+  if (places != nullptr) {
+    places->clear();
+    // Files of an older format have no spare places.
+    const std::uint64_t n = im.geo.num_buckets + (best_version == kMetaVersion ? im.geo.spare : 0);
+    for (std::uint64_t q = 1; q <= n; ++q) {
+      places->push_back({im.PlaceOffset(q), im.PlaceDigestOffset(q)});
+    }
   }
   return out;
 }

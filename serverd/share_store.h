@@ -240,7 +240,10 @@ class ShareStore {
   // opening the store: no lock is taken and nothing is upgraded or checked
   // beyond what reading the map needs. For tests and forensic tools; a store
   // that changes meanwhile may be read half old, half new.
-  static Result<std::vector<FileRange>> InspectFile(const std::string& shares_path);
+  // `places`, if given, receives every bucket place of the file, live or
+  // free (a free one holds whatever bucket last lay there).
+  static Result<std::vector<FileRange>> InspectFile(const std::string& shares_path,
+                                                    std::vector<FileRange>* places = nullptr);
   // Makes the sealed shadow of `eviction` live and sets applied_evictions =
   // eviction + 1 and applied_seq = max(applied_seq, seq). Idempotent: OK if
   // already applied. FailedPrecondition if no sealed shadow for it exists.

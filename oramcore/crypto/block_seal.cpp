@@ -54,12 +54,23 @@ bool BlockSealer::Open(std::uint64_t block_id, std::uint64_t version,
                        std::span<const std::uint8_t> sealed, std::span<std::uint8_t> out) const {
   if (sealed.size() != out.size() + kSealOverhead) std::abort();
   const Ad ad = MakeAd(fs_id_, block_id, version);
+  if (OpenUnder(key_, ad, sealed, out)) return true;
+  return !previous_key_.empty() && OpenUnder(previous_key_, ad, sealed, out);
+}
+
+void BlockSealer::AcceptPrevious(const Secret& previous_master) {
+  previous_key_ = DeriveBlockKey(previous_master);
+}
+
+bool BlockSealer::OpenUnder(const Secret& key, std::span<const std::uint8_t> ad,
+                            std::span<const std::uint8_t> sealed,
+                            std::span<std::uint8_t> out) const {
   unsigned long long len = 0;
   // libsodium checks the tag in constant time and writes nothing on failure.
   if (crypto_aead_xchacha20poly1305_ietf_decrypt(
           out.data(), &len, nullptr, sealed.data() + kSealNonceBytes,
           sealed.size() - kSealNonceBytes, ad.data(), ad.size(), sealed.data(),
-          key_.data()) != 0) {
+          key.data()) != 0) {
     std::fill(out.begin(), out.end(), 0);
     return false;
   }

@@ -12,6 +12,11 @@
 //    but its length, which is the same for every block.
 // Nonces are random (192 bits), never derived from the version: a version
 // can repeat after a client crash, a random nonce does not.
+//
+// During a master-key rotation (oramcore/protocol/rekey.h) a sealer also
+// opens blocks sealed under the previous master key's block key; it always
+// seals under the current one. The associated data are the same, so an older
+// version sealed under either key is still refused.
 #pragma once
 
 #include <cstdint>
@@ -37,8 +42,16 @@ class BlockSealer {
   [[nodiscard]] bool Open(std::uint64_t block_id, std::uint64_t version,
                           std::span<const std::uint8_t> sealed, std::span<std::uint8_t> out) const;
 
+  // Open also tries the block key of `previous_master` (kMasterKeyBytes)
+  // until ForgetPrevious.
+  void AcceptPrevious(const Secret& previous_master);
+  void ForgetPrevious() { previous_key_ = Secret(); }
+
  private:
+  bool OpenUnder(const Secret& key, std::span<const std::uint8_t> ad,
+                 std::span<const std::uint8_t> sealed, std::span<std::uint8_t> out) const;
   Secret key_;
+  Secret previous_key_;  // empty unless a rotation is under way
   wire::FsId fs_id_;
 };
 

@@ -237,6 +237,18 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
         std::span<const std::uint8_t, share_mac::kKeyBytes>(mac_secret.data(), share_mac::kKeyBytes),
         static_cast<std::size_t>(config.params.data_elems_per_slot()));
   }
+  if (client->store_->rekey()) {
+    // A rotation under way: blocks not re-sealed yet are under the previous key.
+    const Secret& previous = client->store_->rekey_old_master();
+    client->sealer_->AcceptPrevious(previous);
+    if (client->mac_) {
+      const Secret previous_mac = DeriveShareMacKey(previous);
+      client->previous_mac_ = std::make_unique<share_mac::ShareMacKey>(
+          std::span<const std::uint8_t, share_mac::kKeyBytes>(previous_mac.data(),
+                                                              share_mac::kKeyBytes),
+          static_cast<std::size_t>(config.params.data_elems_per_slot()));
+    }
+  }
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
   client->pm_ = std::make_unique<PositionMap>(std::move(pm));
   client->counters_ = client->store_->counters();
@@ -556,7 +568,7 @@ std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
   std::vector<std::uint8_t> sealed(p.sealed_bytes()), plain(p.block_bytes);
   const auto data_part =
       std::span<const Elem>(*copy).first(static_cast<std::size_t>(p.data_elems_per_slot()));
-  if (!field::Unpack(data_part, sealed) || (mac_ && !mac_->Verify(*copy)) ||
+  if (!field::Unpack(data_part, sealed) || (mac_ && !SlotMacValid(*copy)) ||
       !sealer_->Open(id, at.version, sealed, plain)) {
     return std::nullopt;
   }
@@ -1186,7 +1198,30 @@ Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
     }
     shares.push_back(std::move(reply.share));
   }
-  return OddShareOut(shares, *mac_);
+  std::optional<std::size_t> odd = OddShareOut(shares, *mac_);
+  if (!odd && previous_mac_) odd = OddShareOut(shares, *previous_mac_);
+  return odd;
+}
+
+bool OramClient::SlotMacValid(std::span<const Elem> slot) const {
+  return mac_->Verify(slot) || (previous_mac_ && previous_mac_->Verify(slot));
+}
+
+Status OramClient::RecordRekeyProgress(const RekeyProgress& progress) {
+  ClientStateStore::Batch batch;
+  batch.SetRekeyProgress(progress);
+  return store_->Commit(batch);
+}
+
+Status OramClient::EndRekey() {
+  ClientStateStore::Batch batch;
+  batch.EndRekey();
+  FaultPoint("rekey.finalize.before_commit");
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  FaultPoint("rekey.finalize.after_commit");
+  sealer_->ForgetPrevious();
+  previous_mac_.reset();
+  return Status::Ok();
 }
 
 Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first,
@@ -1321,7 +1356,10 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
                      "the servers (a server answered the check about other shares than "
                      "it holds)");
     }
-    if (mac_->Verify(opened)) continue;
+    // While a rotation is under way the buckets mix slots tagged under the
+    // previous and the current key, and a combination of them verifies under
+    // neither: only consistency checks the eviction then.
+    if (previous_mac_ || mac_->Verify(opened)) continue;
     // The output does not authenticate. Either a server dealt wrong shares
     // in this eviction, or a value that was already wrong at rest (all
     // servers agreeing on it: a server rebuilt from a damaged peer) was

@@ -321,6 +321,24 @@ class OramClient {
   // failing disk. An eviction logged as pending before is still finished.
   const std::optional<Status>& writes_stopped() const { return writes_stopped_; }
 
+  // --- A master-key rotation (oramcore/protocol/rekey.h). -----------------------------
+  // The rotation the state records as under way, if any. While one is, this
+  // client opens blocks and share MACs under the previous master key's
+  // subkeys as well as the current one's (it seals and tags under the
+  // current one only), and its eviction check leaves out the share-MAC half:
+  // a combination of slots tagged under two keys verifies under neither (the
+  // consistency half still runs).
+  const std::optional<RekeyProgress>& rekey() const { return store_->rekey(); }
+  // Records the rotation's progress (one commit, not durable: a crash
+  // repeats a little of the work).
+  Status RecordRekeyProgress(const RekeyProgress& progress);
+  // Ends it (durable): the previous master key leaves the state, and this
+  // client forgets its subkeys.
+  Status EndRekey();
+  // The round whose root the accesses fill now (the eviction of that number
+  // moves it out).
+  std::uint64_t round() const { return current_round(); }
+
   // Commits the eviction the servers compute in the background now, waiting
   // for them if they are not done: afterwards the state records no eviction
   // under way. Before a state backup and at Close (a server sees this
@@ -534,6 +552,10 @@ class OramClient {
   // The share MAC (math/share_mac.h) of every slot this client writes and of
   // every eviction it commits; null for a filesystem made before share MACs.
   std::unique_ptr<share_mac::ShareMacKey> mac_;
+  // The previous master key's, while a rotation is under way (rekey()).
+  std::unique_ptr<share_mac::ShareMacKey> previous_mac_;
+  // Whether `slot` carries valid share-MAC tags (under mac_, or previous_mac_).
+  bool SlotMacValid(std::span<const field::Elem> slot) const;
   std::unique_ptr<PositionMap> pm_;
   std::unique_ptr<ServerSet> servers_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)

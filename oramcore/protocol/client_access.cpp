@@ -597,7 +597,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
       if (held) {
         const std::span<const Elem> data_part =
             std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
-        authentic = field::Unpack(data_part, sealed) && (!mac_ || mac_->Verify(elems)) &&
+        authentic = field::Unpack(data_part, sealed) && (!mac_ || SlotMacValid(elems)) &&
                     sealer_->Open(id, old_version, sealed, previous);
       }
     }

@@ -139,9 +139,11 @@ Status ReconcileSurvivors(Session& s, const std::vector<std::size_t>& survivors,
 // shares disagree across the servers, and for each the server the share MAC
 // names as holding the odd share (OddShareOut). Replacing any other server
 // would fold the error into a consistent wrong sharing. Returns the named
-// servers' counts, one entry per party.
-Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(Session& s, const OramParams& p,
-                                                               const share_mac::ShareMacKey& key) {
+// servers' counts, one entry per party. `previous`: the previous master
+// key's, while a rotation is under way (a slot may be tagged under either).
+Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(
+    Session& s, const OramParams& p, const share_mac::ShareMacKey& key,
+    const share_mac::ShareMacKey* previous) {
   const std::size_t n = s.config.servers.size();
   std::vector<field::Elem> xs;
   for (std::size_t i = 0; i < n; ++i) xs.push_back(shamir::PartyX(i));
@@ -172,7 +174,9 @@ Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(Session& s, const
                                                      s.options.client.requests));
       shares.push_back(std::get<wire::SlotShareReply>(std::move(m.body)).share);
     }
-    if (const auto odd = OddShareOut(shares, key)) ++named[*odd];
+    std::optional<std::size_t> odd = OddShareOut(shares, key);
+    if (!odd && previous != nullptr) odd = OddShareOut(shares, *previous);
+    if (odd) ++named[*odd];
   }
   return named;
 }
@@ -306,7 +310,16 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
           std::span<const std::uint8_t, share_mac::kKeyBytes>(mac_secret.data(),
                                                               share_mac::kKeyBytes),
           static_cast<std::size_t>(p.data_elems_per_slot()));
-      S3ORAM_ASSIGN_OR_RETURN(auto named, OddServersOfInconsistentSlots(s, p, key));
+      std::unique_ptr<share_mac::ShareMacKey> previous;
+      if (store->rekey()) {
+        const Secret previous_secret = DeriveShareMacKey(store->rekey_old_master());
+        previous = std::make_unique<share_mac::ShareMacKey>(
+            std::span<const std::uint8_t, share_mac::kKeyBytes>(previous_secret.data(),
+                                                                share_mac::kKeyBytes),
+            static_cast<std::size_t>(p.data_elems_per_slot()));
+      }
+      S3ORAM_ASSIGN_OR_RETURN(auto named,
+                              OddServersOfInconsistentSlots(s, p, key, previous.get()));
       for (std::size_t j = 0; j < named.size(); ++j) {
         if (j == K || named[j] == 0) continue;
         return Status::FailedPrecondition(

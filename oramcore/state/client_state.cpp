@@ -10,6 +10,11 @@
 // ids) is stored as its two's-complement bit pattern and read back the same
 // way, so the full u64 range round-trips. u32 fields are range-checked on load.
 //
+// While a master-key rotation is under way the header's user_version is
+// kRekeySchemaVersion instead (the schema is the same plus the rekey rows), so
+// that a build that does not know rotations refuses the file rather than
+// read blocks still sealed under the previous key as damaged.
+//
 // Schema (version 2; version 1 had no key wrap and unsealed blocks):
 //   meta(key TEXT PRIMARY KEY, value)   schema_version, fs_id (16-byte BLOB),
 //                                       every OramParams field, allow_unsafe,
@@ -24,7 +29,12 @@
 //                                       ProblemNote; problem_damaged absent
 //                                       in states older than it: false);
 //                                       optional eviction_estimate_ms (the
-//                                       last background eviction's time)
+//                                       last background eviction's time);
+//                                       rekey_old_master (32-byte BLOB),
+//                                       rekey_phase, rekey_next_block,
+//                                       rekey_purge_until: all four while a
+//                                       master-key rotation is under way,
+//                                       none otherwise
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
 //                                       idx = party index 0..n-1; public_key
 //                                       is the server's CURVE key (Z85)
@@ -57,6 +67,8 @@ namespace s3oram {
 namespace {
 
 constexpr std::int64_t kSchemaVersion = 2;
+// Version 2 with a rotation under way: far from any later schema's number.
+constexpr std::int64_t kRekeySchemaVersion = kSchemaVersion + 1000;
 // PRAGMA application_id: "S3OR" read as a big-endian 32-bit integer, which is
 // how SQLite stores it at header offset 68 (so `xxd` shows "S3OR").
 constexpr std::int32_t kApplicationId = 0x53334f52;
@@ -229,7 +241,7 @@ Status SyncParentDir(const std::string& path) {
 bool ClientStateStore::Batch::empty() const {
   return !counters_ && puts_.empty() && erases_.empty() && add_pending_.empty() &&
          remove_pending_.empty() && !backup_mark_ && !problem_note_ &&
-         !eviction_estimate_ms_;
+         !eviction_estimate_ms_ && !rekey_progress_ && !end_rekey_;
 }
 
 Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::string& path,
@@ -362,7 +374,8 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
   }
   auto user_version = sql::QueryInt(db, "PRAGMA user_version");
   if (!user_version.ok()) return fail(user_version.status());
-  if (*user_version != kSchemaVersion) {
+  const bool rekeying = *user_version == kRekeySchemaVersion;
+  if (*user_version != kSchemaVersion && !rekeying) {
     const bool newer = *user_version > kSchemaVersion;
     return fail(Status::Corruption(
         "client state schema version " + std::to_string(*user_version) +
@@ -570,6 +583,46 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
       store->problem_note_ = std::move(n);
     }
   }
+  // The rotation under way: all four rows exactly when the header says so.
+  {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(fail(st.Prepare(
+        db, "SELECT (SELECT value FROM meta WHERE key = 'rekey_old_master'), "
+            "(SELECT value FROM meta WHERE key = 'rekey_phase'), "
+            "(SELECT value FROM meta WHERE key = 'rekey_next_block'), "
+            "(SELECT value FROM meta WHERE key = 'rekey_purge_until')")));
+    auto row = st.Step("reading the rekey progress");
+    if (!row.ok()) return fail(row.status());
+    sqlite3_stmt* s = st.get();
+    int present = 0;
+    for (int col = 0; col < 4; ++col) present += sqlite3_column_type(s, col) != SQLITE_NULL;
+    if (!rekeying && present != 0) {
+      return fail(Status::Corruption("meta holds rekey rows but the header records no rekey"));
+    }
+    if (rekeying) {
+      if (present != 4 || sqlite3_column_type(s, 0) != SQLITE_BLOB ||
+          sqlite3_column_bytes(s, 0) != static_cast<int>(kMasterKeyBytes) ||
+          sqlite3_column_type(s, 1) != SQLITE_INTEGER ||
+          sqlite3_column_type(s, 2) != SQLITE_INTEGER ||
+          sqlite3_column_type(s, 3) != SQLITE_INTEGER) {
+        return fail(Status::Corruption("the header records a rekey under way but the meta rows "
+                                       "describing it are missing or malformed"));
+      }
+      const std::int64_t phase = sqlite3_column_int64(s, 1);
+      if (phase != static_cast<std::int64_t>(RekeyProgress::Phase::kReseal) &&
+          phase != static_cast<std::int64_t>(RekeyProgress::Phase::kPurge)) {
+        return fail(Status::Corruption("meta rekey_phase " + std::to_string(phase) +
+                                       " is not a phase"));
+      }
+      RekeyProgress r;
+      r.phase = static_cast<RekeyProgress::Phase>(phase);
+      r.next_block = FromSql(sqlite3_column_int64(s, 2));
+      r.purge_until = FromSql(sqlite3_column_int64(s, 3));
+      store->rekey_ = r;
+      store->rekey_old_master_ = Secret::CopyOf(std::span(
+          static_cast<const std::uint8_t*>(sqlite3_column_blob(s, 0)), kMasterKeyBytes));
+    }
+  }
   // Touch the remaining tables so that a missing table fails Open, not a later
   // load. (Rows are validated when they are loaded.)
   for (const char* sql : {"SELECT 1 FROM positions LIMIT 1", "SELECT 1 FROM pending LIMIT 1"}) {
@@ -723,7 +776,13 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
     }
   }
 
+  if ((batch.rekey_progress_ || batch.end_rekey_) && !rekey_) {
+    return Status::InvalidArgument("commit: the state records no rekey under way");
+  }
+
   if (durable) S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "PRAGMA synchronous = FULL"));
+  // The previous master key's cell is overwritten, not only unlinked.
+  if (batch.end_rekey_) S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "PRAGMA secure_delete = ON"));
 
   // Order inside the transaction: erases before puts (so a batch that erases
   // and re-puts a block leaves it placed), pending removals before additions
@@ -819,6 +878,24 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
         S3ORAM_RETURN_IF_ERROR(st.Exec("writing the problem note"));
       }
     }
+    if (batch.rekey_progress_) {
+      const RekeyProgress& r = *batch.rekey_progress_;
+      Stmt st;
+      S3ORAM_RETURN_IF_ERROR(st.Prepare(
+          db_, "INSERT OR REPLACE INTO meta(key, value) VALUES ('rekey_phase', ?1), "
+               "('rekey_next_block', ?2), ('rekey_purge_until', ?3)"));
+      st.Int(1, static_cast<std::int64_t>(r.phase));
+      st.U64(2, r.next_block);
+      st.U64(3, r.purge_until);
+      S3ORAM_RETURN_IF_ERROR(st.Exec("writing the rekey progress"));
+    }
+    if (batch.end_rekey_) {
+      S3ORAM_RETURN_IF_ERROR(sql::Exec(
+          db_, "DELETE FROM meta WHERE key IN ('rekey_old_master', 'rekey_phase', "
+               "'rekey_next_block', 'rekey_purge_until')"));
+      const std::string version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+      S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, version.c_str()));
+    }
     FaultPoint("state.commit.before");
     S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "COMMIT"));
     FaultPoint("state.commit.after");
@@ -831,6 +908,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
     // back; get_autocommit tells whether one is still open.
     sqlite3_exec(db_, "ROLLBACK", nullptr, nullptr, nullptr);
   }
+  if (batch.end_rekey_) (void)sql::Exec(db_, "PRAGMA secure_delete = OFF");
   if (durable) {
     // Failing to lower it again only costs speed (commits stay durable), and
     // reporting it would make a committed batch look failed.
@@ -845,7 +923,27 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (batch.backup_mark_) backup_mark_ = batch.backup_mark_;
   if (batch.problem_note_) problem_note_ = *batch.problem_note_;
   if (batch.eviction_estimate_ms_) eviction_estimate_ms_ = *batch.eviction_estimate_ms_;
+  if (batch.rekey_progress_) rekey_ = batch.rekey_progress_;
+  if (batch.end_rekey_) {
+    rekey_.reset();
+    rekey_old_master_ = Secret();
+  }
   return Status::Ok();
+}
+
+Status WriteRekeyStart(sqlite3* db, const Secret& old_master) {
+  if (old_master.size() != kMasterKeyBytes) {
+    return Status::InvalidArgument("rekey: the previous master key has the wrong size");
+  }
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(
+      db, "INSERT OR REPLACE INTO meta(key, value) VALUES ('rekey_old_master', ?1), "
+          "('rekey_phase', ?2), ('rekey_next_block', 0), ('rekey_purge_until', 0)"));
+  st.Blob(1, old_master.data(), old_master.size());
+  st.Int(2, static_cast<std::int64_t>(RekeyProgress::Phase::kReseal));
+  S3ORAM_RETURN_IF_ERROR(st.Exec("writing the rekey start"));
+  const std::string version = "PRAGMA user_version = " + std::to_string(kRekeySchemaVersion);
+  return sql::Exec(db, version.c_str());
 }
 
 }  // namespace s3oram

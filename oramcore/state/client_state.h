@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/state/state_file.h"
@@ -78,6 +79,20 @@ struct ProblemNote {
   bool operator==(const ProblemNote&) const = default;
 };
 
+// A master-key rotation under way (`s3oram rekey`, oramcore/protocol/rekey.h).
+// The state is already sealed under the new master key; the previous one is
+// kept (rekey_old_master) so that blocks still sealed under it open, until
+// every block was re-sealed (kReseal: by reading each through an ordinary
+// access, in id order) and every bucket of the tree was rewritten by an
+// eviction since (kPurge: no copy under the old key is left on any server).
+struct RekeyProgress {
+  enum class Phase : std::uint32_t { kReseal = 1, kPurge = 2 };
+  Phase phase = Phase::kReseal;
+  std::uint64_t next_block = 0;   // kReseal: blocks below it were re-sealed
+  std::uint64_t purge_until = 0;  // kPurge: done once ne reaches it
+  bool operator==(const RekeyProgress&) const = default;
+};
+
 struct PendingOp {
   std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
   std::string kind;                   // kPendingEvictKind or kPendingRootKind
@@ -124,6 +139,10 @@ class ClientStateStore {
   std::uint64_t durable_seq() const { return durable_seq_; }
   const std::optional<BackupMark>& backup_mark() const { return backup_mark_; }
   const std::optional<ProblemNote>& problem_note() const { return problem_note_; }
+  // The rotation under way, if any, and the previous master key it keeps
+  // (empty when none).
+  const std::optional<RekeyProgress>& rekey() const { return rekey_; }
+  const Secret& rekey_old_master() const { return rekey_old_master_; }
   // How long the servers took to compute the last background eviction, in
   // ms (what paces the accesses beside the next one); 0 before any.
   std::uint64_t eviction_estimate_ms() const { return eviction_estimate_ms_; }
@@ -144,6 +163,11 @@ class ClientStateStore {
     // Sets (a value) or clears (nullopt) the problem note.
     void SetProblemNote(std::optional<ProblemNote> n) { problem_note_ = std::move(n); }
     void SetEvictionEstimate(std::uint64_t ms) { eviction_estimate_ms_ = ms; }
+    // Advances a rotation under way (the state must record one).
+    void SetRekeyProgress(const RekeyProgress& r) { rekey_progress_ = r; }
+    // Ends it: the previous master key is erased from the state (its page
+    // overwritten: secure_delete) and the schema marker goes back.
+    void EndRekey() { end_rekey_ = true; }
     bool empty() const;
 
    private:
@@ -156,6 +180,8 @@ class ClientStateStore {
     std::optional<BackupMark> backup_mark_;
     std::optional<std::optional<ProblemNote>> problem_note_;
     std::optional<std::uint64_t> eviction_estimate_ms_;
+    std::optional<RekeyProgress> rekey_progress_;
+    bool end_rekey_ = false;
   };
 
   // Replaces the wrapped master key (passphrase change) durably, in place in
@@ -187,6 +213,15 @@ class ClientStateStore {
   std::optional<BackupMark> backup_mark_;
   std::optional<ProblemNote> problem_note_;
   std::uint64_t eviction_estimate_ms_ = 0;
+  std::optional<RekeyProgress> rekey_;
+  Secret rekey_old_master_;
 };
+
+// Writes the rows that start a rotation into `db`, a fresh copy of a state
+// about to be sealed under a new master key (oramcore/state/master_key_switch.h):
+// the previous master key, phase kReseal from block 0, and the schema marker
+// that makes a build without rekey support refuse the file. Inside the
+// caller's transaction.
+Status WriteRekeyStart(sqlite3* db, const Secret& old_master);
 
 }  // namespace s3oram

@@ -21,6 +21,7 @@
 #include <tuple>
 #include <vector>
 
+#include "oramcore/state/master_key_switch.h"
 #include "oramcore/state/state_file.h"
 #include "oramcore/wire/curve_keys.h"
 #include "tests/support/test_seed.h"
@@ -745,6 +746,102 @@ TEST_F(ClientStateTest, StateFileIsSealedAndInWalMode) {
   EXPECT_STREQ(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)), "wal");
   sqlite3_finalize(st);
   sqlite3_close_v2(*db);
+}
+
+
+// A master-key rotation: the switch records it in a copy sealed under the
+// new key (the old key opens the file no more), the store loads it with the
+// previous key, advances it, and ends it; the header's schema marker keeps a
+// build without rotations out meanwhile.
+TEST_F(ClientStateTest, ARekeyIsRecordedAdvancedAndEnded) {
+  FsConfig config = MakeConfig(rng_);
+  const std::string path = MakeState("rekey.db", config);
+  {
+    auto plain = OpenStore(path);
+    ASSERT_TRUE(plain.ok()) << plain.status().ToString();
+    EXPECT_FALSE((*plain)->rekey());
+    EXPECT_TRUE((*plain)->rekey_old_master().empty());
+    ClientStateStore::Batch b;
+    b.SetRekeyProgress(RekeyProgress{});
+    EXPECT_EQ((*plain)->Commit(b).code(), Status::Code::kInvalidArgument);
+  }
+  const Secret next = NewMasterKey();
+  auto wrap = WrapMasterKey(next, Secret::CopyOf(std::string_view("new")), config.fs_id,
+                            MinimalKdfParams());
+  ASSERT_TRUE(wrap.ok());
+  std::uint64_t generation = 0;
+  {
+    auto u = UnlockedState::UnlockWithMaster(path, Secret::CopyOf(TestMaster().bytes()));
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    generation = (*u)->header().generation;
+    auto header = SwitchMasterKey(**u, *wrap, next, nullptr);
+    ASSERT_TRUE(header.ok()) << header.status().ToString();
+    EXPECT_EQ(header->generation, generation + 1);
+    EXPECT_EQ(header->wrap, *wrap);
+  }
+  EXPECT_FALSE(fs::exists(path + ".rekeying"));
+  EXPECT_FALSE(OpenStore(path).ok()) << "the previous master key still opens the state";
+  auto open_new = [&] {
+    auto u = UnlockedState::UnlockWithMaster(path, Secret::CopyOf(next.bytes()));
+    EXPECT_TRUE(u.ok()) << u.status().ToString();
+    return ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
+  };
+  const RekeyProgress purge{RekeyProgress::Phase::kPurge, 64, 99};
+  {
+    auto store = open_new();
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    FsConfig rewrapped = config;
+    rewrapped.key_wrap = *wrap;
+    ExpectSameConfig((*store)->config(), rewrapped);
+    ASSERT_TRUE((*store)->rekey());
+    EXPECT_EQ(*(*store)->rekey(), RekeyProgress{});
+    EXPECT_TRUE((*store)->rekey_old_master().Equals(TestMaster()));
+    ClientStateStore::Batch b;
+    b.SetRekeyProgress(purge);
+    ASSERT_TRUE((*store)->Commit(b).ok());
+    EXPECT_EQ(*(*store)->rekey(), purge);
+  }
+  {
+    auto store = open_new();
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ASSERT_TRUE((*store)->rekey());
+    EXPECT_EQ(*(*store)->rekey(), purge);
+    ClientStateStore::Batch b;
+    b.EndRekey();
+    EXPECT_FALSE(b.empty());
+    ASSERT_TRUE((*store)->Commit(b, /*durable=*/true).ok());
+    EXPECT_FALSE((*store)->rekey());
+    EXPECT_TRUE((*store)->rekey_old_master().empty());
+  }
+  auto store = open_new();
+  ASSERT_TRUE(store.ok()) << store.status().ToString();
+  EXPECT_FALSE((*store)->rekey());
+}
+
+// The rows and the header's marker must agree; a damaged record is refused.
+TEST_F(ClientStateTest, RefusesARekeyRecordThatDoesNotHoldTogether) {
+  FsConfig config = MakeConfig(rng_);
+  std::string rows = MakeState("rows.db", config);
+  RawSql(rows, "INSERT INTO meta(key, value) VALUES ('rekey_phase', 1)");
+  ExpectRefused(rows, {"rekey rows", "no rekey"});
+
+  std::string marker = MakeState("marker.db", config);
+  RawSql(marker, "PRAGMA user_version = 1002");
+  ExpectRefused(marker, {"rekey under way", "missing or malformed"});
+
+  std::string phase = MakeState("phase.db", config);
+  RawSql(phase,
+         "INSERT INTO meta(key, value) VALUES ('rekey_old_master', zeroblob(32)), "
+         "('rekey_phase', 7), ('rekey_next_block', 0), ('rekey_purge_until', 0); "
+         "PRAGMA user_version = 1002");
+  ExpectRefused(phase, {"rekey_phase 7"});
+
+  std::string key = MakeState("key.db", config);
+  RawSql(key,
+         "INSERT INTO meta(key, value) VALUES ('rekey_old_master', zeroblob(31)), "
+         "('rekey_phase', 1), ('rekey_next_block', 0), ('rekey_purge_until', 0); "
+         "PRAGMA user_version = 1002");
+  ExpectRefused(key, {"missing or malformed"});
 }
 
 }  // namespace

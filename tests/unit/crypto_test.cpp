@@ -135,6 +135,33 @@ TEST(KeyWrapTest, CostsBelowOwaspsFloorAreNamed) {
   EXPECT_FALSE(CheckKdfFloor(KdfParams{0, 64 * MiB}).ok());
 }
 
+// During a master-key rotation a sealer opens blocks of the previous key
+// (same binding to id and version) but seals under the current one only.
+TEST(BlockSealTest, APreviousKeyOpensUntilItIsForgotten) {
+  const wire::FsId fs = RandomFsId();
+  const Secret old_master = NewMasterKey();
+  const Secret new_master = NewMasterKey();
+  BlockSealer old_sealer(old_master, fs);
+  BlockSealer sealer(new_master, fs);
+  const std::vector<std::uint8_t> plain(512, 0x3c);
+  std::vector<std::uint8_t> old_sealed(plain.size() + kSealOverhead);
+  old_sealer.Seal(9, 4, plain, old_sealed);
+  std::vector<std::uint8_t> out(plain.size());
+  EXPECT_FALSE(sealer.Open(9, 4, old_sealed, out));
+  sealer.AcceptPrevious(old_master);
+  ASSERT_TRUE(sealer.Open(9, 4, old_sealed, out));
+  EXPECT_EQ(out, plain);
+  EXPECT_FALSE(sealer.Open(9, 3, old_sealed, out)) << "an older version opened";
+  EXPECT_FALSE(sealer.Open(8, 4, old_sealed, out)) << "another block's seal opened";
+  std::vector<std::uint8_t> new_sealed(plain.size() + kSealOverhead);
+  sealer.Seal(9, 5, plain, new_sealed);
+  EXPECT_FALSE(old_sealer.Open(9, 5, new_sealed, out)) << "sealed under the previous key";
+  ASSERT_TRUE(sealer.Open(9, 5, new_sealed, out));
+  sealer.ForgetPrevious();
+  EXPECT_FALSE(sealer.Open(9, 4, old_sealed, out));
+  EXPECT_TRUE(sealer.Open(9, 5, new_sealed, out));
+}
+
 TEST(BlockSealTest, RoundTripsAndDetectsEveryTamperingKind) {
   auto rng = testing::SeededRng();
   const wire::FsId fs = RandomFsId();
