@@ -278,8 +278,10 @@ TEST(FsRekeyTest, KilledAnywhereItResumesAndLeavesNothingUnderTheOldKey) {
 }
 
 // A whole rotation in one run: its cost is stated first, then it reports
-// what it did.
-TEST(FsRekeyTest, OneRunStatesItsCostAndRekeysEverything) {
+// what it did. A second device attached before it (same passphrase) is
+// stale afterwards: its state still holds the previous key, which opens
+// nothing on the servers any more; `refresh-state` brings it the new one.
+TEST(FsRekeyTest, OneRunStatesItsCostAndRekeysEverythingAndASecondDeviceRefreshes) {
   testing::FsOptions options;
   options.params = testing::TinyFsParams();
   auto fs = MountedFs::Create(options);
@@ -288,20 +290,51 @@ TEST(FsRekeyTest, OneRunStatesItsCostAndRekeysEverything) {
   const std::string content = PatternBytes(40000, s3oram::testing::TestSeed());
   ASSERT_TRUE(WriteFile(fs->Path("f"), content));
   ASSERT_TRUE(fs->Unmount());
+  const std::string state = fs->state();
   const std::string pass = testing::ReadWholeFile(fs->passfile());
-  const Secret old_master = MasterOf(fs->state(), pass);
+  const Secret old_master = MasterOf(state, pass);
+
+  // The second device (this machine's client key, another state file).
+  const std::string state_b = fs->Scratch("device-b.s3oram");
+  {
+    std::vector<std::string> argv = {CliPath(),    "attach",       "-s",           state_b,
+                                     "--passfile", fs->passfile(), "--mountpoint", fs->root()};
+    const auto& c = *fs->test_fs()->cluster;
+    for (std::size_t i = 0; i < c.endpoints().size(); ++i) {
+      argv.insert(argv.end(),
+                  {"--server", c.endpoints()[i], "--server-key", c.server_public_key_file(i)});
+    }
+    argv.insert(argv.end(), {"--client-key", c.client_key_file()});
+    auto at = RunCli(argv);
+    ASSERT_EQ(at.exit_code, 0) << at.output;
+  }
+  EXPECT_TRUE(MasterOf(state_b, pass).Equals(old_master));
+
   // The same passphrase: the key changes all the same.
-  auto r = RunCli(RekeyArgs(fs->state(), fs->passfile(), fs->passfile()));
+  auto r = RunCli(RekeyArgs(state, fs->passfile(), fs->passfile()));
   ASSERT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("ORAM accesses ("), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("rekey done: "), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("backup generation"), std::string::npos) << r.output;
-  const Secret new_master = MasterOf(fs->state(), pass);
+  const Secret new_master = MasterOf(state, pass);
   ASSERT_FALSE(new_master.empty());
   EXPECT_FALSE(new_master.Equals(old_master));
   const SlotCensus after = CensusOfShares(*fs, options.params, new_master, old_master);
   std::printf("[ census   ] %s\n", Describe(after).c_str());
   EXPECT_EQ(after.previous, 0u) << Describe(after);
+  ASSERT_TRUE(fs->Mount());
+  EXPECT_TRUE(testing::FileHasContent(fs->Path("f"), content));
+  ASSERT_TRUE(fs->Unmount());
+
+  // Device B: refused as stale, then refreshed onto the new key.
+  fs->test_fs()->state = state_b;
+  auto stale = fs->Mount();
+  ASSERT_FALSE(stale);
+  EXPECT_NE(std::string(stale.message()).find("stale state"), std::string::npos) << stale.message();
+  auto refreshed =
+      RunCli({CliPath(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()});
+  ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
+  EXPECT_TRUE(MasterOf(state_b, pass).Equals(new_master));
   ASSERT_TRUE(fs->Mount());
   EXPECT_TRUE(testing::FileHasContent(fs->Path("f"), content));
 }
