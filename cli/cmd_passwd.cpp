@@ -46,18 +46,9 @@ void RegisterPasswd(CLI::App& app, int* exit_code) {
     auto headers = ReadStateHeader(a->state);
     if (!headers.ok()) return fail(headers.status(), 1);
     // Keep the stored cost unless asked to change it.
-    KdfParams kdf = headers->front().wrap.kdf;
-    if (a->kdf.ops != 0 || !a->kdf.mem.empty()) {
-      KdfOptions merged = a->kdf;
-      if (merged.ops == 0) merged.ops = kdf.ops;
-      if (merged.mem.empty()) merged.mem = std::to_string(kdf.mem_bytes);
-      auto resolved = ResolveKdf(merged);
-      if (!resolved.ok()) return fail(resolved.status(), 2);
-      kdf = *resolved;
-    }
-    // A cost kept from an --insecure-kdf init is refused the same way: the
-    // new passphrase deserves the floor too.
-    if (Status s = CheckKdfChoice(kdf, a->kdf); !s.ok()) return fail(s, 2);
+    auto resolved_kdf = ResolveRewrapKdf(headers->front().wrap.kdf, a->kdf);
+    if (!resolved_kdf.ok()) return fail(resolved_kdf.status(), 2);
+    const KdfParams kdf = *resolved_kdf;
     auto old_pass = ReadPassphrase(PassphraseSource{a->passfile, kPassphraseEnv},
                                    "Current passphrase for " + a->state + ": ");
     if (!old_pass.ok()) return fail(old_pass.status(), 2);

@@ -70,16 +70,10 @@ void RegisterRekey(CLI::App& app, int* exit_code) {
     };
     auto headers = ReadStateHeader(a->state);
     if (!headers.ok()) return fail(headers.status(), 1);
-    KdfParams kdf = headers->front().wrap.kdf;
-    if (a->kdf.ops != 0 || !a->kdf.mem.empty()) {
-      KdfOptions merged = a->kdf;
-      if (merged.ops == 0) merged.ops = kdf.ops;
-      if (merged.mem.empty()) merged.mem = std::to_string(kdf.mem_bytes);
-      auto resolved = ResolveKdf(merged);
-      if (!resolved.ok()) return fail(resolved.status(), 2);
-      kdf = *resolved;
-    }
-    if (Status s = CheckKdfChoice(kdf, a->kdf); !s.ok()) return fail(s, 2);
+    // Keep the stored cost unless asked to change it.
+    auto resolved_kdf = ResolveRewrapKdf(headers->front().wrap.kdf, a->kdf);
+    if (!resolved_kdf.ok()) return fail(resolved_kdf.status(), 2);
+    const KdfParams kdf = *resolved_kdf;
     const PassphraseSource new_source{a->new_passfile, kNewPassphraseEnv};
     const bool new_given = !a->new_passfile.empty() || std::getenv(kNewPassphraseEnv) != nullptr;
     auto pass = ReadPassphrase(PassphraseSource{a->passfile, kPassphraseEnv},

@@ -46,4 +46,18 @@ Result<KdfParams> ResolveKdf(const KdfOptions& o) {
   return k;
 }
 
+Result<KdfParams> ResolveRewrapKdf(const KdfParams& stored, const KdfOptions& o) {
+  KdfParams kdf = stored;
+  if (o.ops != 0 || !o.mem.empty()) {
+    KdfOptions merged = o;
+    if (merged.ops == 0) merged.ops = stored.ops;
+    if (merged.mem.empty()) merged.mem = std::to_string(stored.mem_bytes);
+    S3ORAM_ASSIGN_OR_RETURN(kdf, ResolveKdf(merged));
+  }
+  // A cost kept from an --insecure-kdf init is refused the same way: the
+  // new wrap deserves the floor too.
+  S3ORAM_RETURN_IF_ERROR(CheckKdfChoice(kdf, o));
+  return kdf;
+}
+
 }  // namespace s3oram::cli

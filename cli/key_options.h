@@ -28,5 +28,8 @@ Result<KdfParams> ResolveKdf(const KdfOptions& o);
 // The floor check alone, for a cost that did not come from options (passwd
 // keeping the current cost).
 Status CheckKdfChoice(const KdfParams& k, const KdfOptions& o);
+// The cost of a new wrap of a key now wrapped at `stored` (passwd, rekey):
+// the stored cost, with what the options set replaced, checked as above.
+Result<KdfParams> ResolveRewrapKdf(const KdfParams& stored, const KdfOptions& o);
 
 }  // namespace s3oram::cli

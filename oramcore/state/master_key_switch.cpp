@@ -1,13 +1,8 @@
 #include "oramcore/state/master_key_switch.h"
 
-#include <fcntl.h>
 #include <sqlite3.h>
-#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
-
-#include <cerrno>
-#include <cstring>
 
 #include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
@@ -16,8 +11,6 @@
 
 namespace s3oram {
 namespace {
-
-std::string Errno(const std::string& what) { return what + ": " + std::strerror(errno); }
 
 struct Db {
   sqlite3* db = nullptr;
@@ -78,7 +71,7 @@ Result<StateHeader> SwitchMasterKey(UnlockedState& from, const KeyWrap& new_wrap
   remove_tmp();  // a copy left by a run killed before its rename
   auto fail = [&](const Status& s) {
     remove_tmp();
-    return s.WithContext(path + ": replacing the master key (the state was not changed)");
+    return s.WithContext(path + ": replacing the master key");
   };
   // The header as on disk now; the new one continues its key epochs.
   auto headers = ReadStateHeader(path);
@@ -90,37 +83,10 @@ Result<StateHeader> SwitchMasterKey(UnlockedState& from, const KeyWrap& new_wrap
   if (Status s = WriteRekeyedCopy(from, header, new_master, tmp); !s.ok()) return fail(s);
   FaultPoint("rekey.switch.copied");
   if (Status s = SyncFile(tmp); !s.ok()) return fail(s);
-  auto fresh = ReadStateHeader(tmp);
+  auto fresh = RenameStateOver(tmp, path, lock_fd, "rekey.switch.before_rename",
+                               "rekey.switch.after_rename");
   if (!fresh.ok()) return fail(fresh.status());
-  int new_lock = -1;
-  if (lock_fd != nullptr && *lock_fd >= 0) {
-    new_lock = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
-    if (new_lock < 0 || ::flock(new_lock, LOCK_EX | LOCK_NB) != 0) {
-      if (new_lock >= 0) ::close(new_lock);
-      return fail(Status::IoError(Errno("locking " + tmp)));
-    }
-  }
-  FaultPoint("rekey.switch.before_rename");
-  // The old file's log was folded into it when its last connection closed;
-  // none may be paired with the new file.
-  ::unlink((path + "-shm").c_str());
-  if (NonEmpty(path + "-wal")) {
-    if (new_lock >= 0) ::close(new_lock);
-    return fail(Status::FailedPrecondition(path + "-wal is not empty (is the state open in "
-                                                  "another process?)"));
-  }
-  ::unlink((path + "-wal").c_str());
-  if (::rename(tmp.c_str(), path.c_str()) != 0) {
-    if (new_lock >= 0) ::close(new_lock);
-    return fail(Status::IoError(Errno("renaming " + tmp)));
-  }
-  if (new_lock >= 0) {
-    ::close(*lock_fd);
-    *lock_fd = new_lock;
-  }
-  FaultPoint("rekey.switch.after_rename");
-  S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(path)));
-  return fresh->front();
+  return *fresh;
 }
 
 }  // namespace s3oram

@@ -106,39 +106,47 @@ Status UnlockedState::Rebind(int* lock_fd) {
   if (!headers.ok()) return fail(headers.status());
   if (Status s = WriteSealedCopy(*this, headers->front(), tmp); !s.ok()) return fail(s);
   if (Status s = SyncFile(tmp); !s.ok()) return fail(s);
-  auto fresh = ReadStateHeader(tmp);
+  auto fresh = RenameStateOver(tmp, path_, lock_fd, "state.convert.before_rename",
+                               "state.convert.after_rename");
   if (!fresh.ok()) return fail(fresh.status());
+  header_ = *fresh;
+  return Status::Ok();
+}
+
+Result<StateHeader> RenameStateOver(const std::string& tmp, const std::string& path, int* lock_fd,
+                                    const char* before_rename, const char* after_rename) {
+  auto fresh = ReadStateHeader(tmp);
+  if (!fresh.ok()) return fresh.status();
   int new_lock = -1;
   if (lock_fd != nullptr && *lock_fd >= 0) {
     new_lock = ::open(tmp.c_str(), O_RDONLY | O_CLOEXEC);
     if (new_lock < 0 || ::flock(new_lock, LOCK_EX | LOCK_NB) != 0) {
       if (new_lock >= 0) ::close(new_lock);
-      return fail(Status::IoError(Errno("locking " + tmp)));
+      return Status::IoError(Errno("locking " + tmp));
     }
   }
-  FaultPoint("state.convert.before_rename");
+  FaultPoint(before_rename);
   // The old file's log was folded into it when its last connection closed;
   // none may be paired with the new file.
-  ::unlink((path_ + "-shm").c_str());
+  ::unlink((path + "-shm").c_str());
   struct stat wal {};
-  if (::stat((path_ + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
+  if (::stat((path + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
     if (new_lock >= 0) ::close(new_lock);
-    return fail(Status::FailedPrecondition(path_ + "-wal is not empty (is the state open in "
-                                           "another process?); nothing converted"));
+    return Status::FailedPrecondition(path + "-wal is not empty (is the state open in "
+                                      "another process?); nothing replaced");
   }
-  ::unlink((path_ + "-wal").c_str());
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
+  ::unlink((path + "-wal").c_str());
+  if (::rename(tmp.c_str(), path.c_str()) != 0) {
     if (new_lock >= 0) ::close(new_lock);
-    return fail(Status::IoError(Errno("renaming " + tmp)));
+    return Status::IoError(Errno("renaming " + tmp));
   }
   if (new_lock >= 0) {
     ::close(*lock_fd);
     *lock_fd = new_lock;
   }
-  FaultPoint("state.convert.after_rename");
-  S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(path_)));
-  header_ = fresh->front();
-  return Status::Ok();
+  FaultPoint(after_rename);
+  S3ORAM_RETURN_IF_ERROR(SyncDirectory(ParentDir(path)));
+  return fresh->front();
 }
 
 Result<std::vector<StateHeader>> ReadStateHeader(const std::string& path) {

@@ -77,6 +77,17 @@ class UnlockedState {
   std::unique_ptr<SealedVfs> vfs_;
 };
 
+// Puts `tmp`, a complete and synced state file, in the place of `path` by
+// one rename, and syncs the directory: a kill leaves one file or the other
+// at `path`, each whole. If `lock_fd` points at a descriptor holding the
+// caller's flock on `path`, `tmp` is locked first and *lock_fd replaced, so
+// the lock never lapses. FailedPrecondition if `path` still has a log
+// (another process has it open); nothing is replaced then. The fault points
+// `before_rename` and `after_rename` are passed on each side of the rename.
+// Returns tmp's header. The caller removes `tmp` after a failure.
+Result<StateHeader> RenameStateOver(const std::string& tmp, const std::string& path, int* lock_fd,
+                                    const char* before_rename, const char* after_rename);
+
 // A consistent copy of `from`'s database (SQLite's backup API, inside one
 // read transaction) in the file `to`, which must be absent or empty: a file
 // of the current format under `header` with a fresh binding nonce, its log
