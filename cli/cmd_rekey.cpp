@@ -5,11 +5,13 @@
 // accesses, the tree is purged of stale copies under the old key, and a
 // final backup goes up. The cost is printed first; progress is shown.
 //
-// Resuming: run the same command again. Until "master key replaced" is
-// printed nothing has changed and the current passphrase opens the state;
-// afterwards only the new one does, and the rotation goes on from its
-// recorded progress (a current passphrase that no longer opens the state is
-// followed by the new one when that comes from a file or the environment).
+// Resuming: run the same command again. Once the new state file is renamed
+// into place (just before "master key replaced" is printed) only the new
+// passphrase opens it, and the rotation goes on from its recorded progress
+// (a current passphrase that no longer opens the state is followed by the
+// new one when that comes from a file or the environment). Once the
+// rotation has ended there is nothing to resume: a killed or failed last
+// backup is made up by `s3oram backup-state`.
 // Exit 3: the rotation ended but its last backup did not reach the servers.
 #include <fcntl.h>
 #include <sys/file.h>
@@ -88,19 +90,24 @@ void RegisterRekey(CLI::App& app, int* exit_code) {
       auto p = ReadPassphrase(new_source, "New passphrase for " + a->state + ": ");
       if (!p.ok()) return fail(p.status(), 2);
       auto again = OramClient::Open(a->state, *p, options);
+      if (!again.ok() && again.status().code() != Status::Code::kPermissionDenied) {
+        return fail(again.status(), 1);  // the new passphrase opens it: its real problem
+      }
       if (again.ok()) {
+        if (!(*again)->rekey()) {
+          // Nothing to resume: the rotation ended (or the passphrases were
+          // given the wrong way round). Starting another from here would be
+          // a rotation the user did not ask for.
+          return fail(Status::PermissionDenied(
+                          "the current passphrase does not open " + a->state +
+                          " and no rekey is under way (the new passphrase opens it: a rekey "
+                          "has ended; if it was cut short before its last backup, run "
+                          "`s3oram backup-state -s " +
+                          a->state + "`)"),
+                      2);
+        }
         pass = std::move(*p);
         opened = std::move(again);
-        if (!(*opened)->rekey()) {
-          // Killed after the rotation ended: only its backup may be missing.
-          opened->reset();
-          std::printf("the rekey of %s had ended; uploading a backup\n", a->state.c_str());
-          auto backup = UploadStateBackup(a->state, *pass);
-          if (!backup.ok()) return fail(backup.status(), 3);
-          std::printf("backup generation %llu uploaded\n",
-                      static_cast<unsigned long long>(backup->generation));
-          return;
-        }
       }
     }
     if (!opened.ok()) {
@@ -118,7 +125,7 @@ void RegisterRekey(CLI::App& app, int* exit_code) {
       std::printf(
           "rekey of %s: about %s ORAM accesses (%s to re-seal every block held, up to %s to "
           "purge the old key's copies from the tree) and %s evictions; the filesystem cannot be "
-          "mounted meanwhile, and an interrupted rekey resumes when run again\n",
+          "mounted while this command runs, and an interrupted rekey resumes when run again\n",
           a->state.c_str(), RekeyNumber(cost.total_accesses()).c_str(),
           RekeyNumber(cost.reseal_accesses).c_str(), RekeyNumber(cost.purge_accesses).c_str(),
           RekeyNumber(cost.evictions).c_str());
