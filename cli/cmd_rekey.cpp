@@ -200,10 +200,11 @@ void RegisterRekey(CLI::App& app, int* exit_code) {
     auto report = RunRekey(*client, o);
     if (bar) bar->Finish();
     if (!report.ok()) {
-      return fail(report.status().WithContext(
-                      "the rekey stopped (nothing is lost; run s3oram rekey again, with the new "
-                      "passphrase, to resume)"),
-                  1);
+      return fail(
+          report.status().WithContext(
+              "the rekey stopped (its progress is saved; run s3oram rekey again, with the new "
+              "passphrase, to resume)"),
+          1);
     }
     if (Status s = client->Close(); !s.ok()) return fail(s, 1);
     client.reset();

@@ -8,6 +8,7 @@
 #include "cli/key_options.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
+#include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/state_file.h"
 
@@ -78,10 +79,15 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                 static_cast<unsigned long long>(p.capacity_blocks),
                 HumanBytes(double(pm.live_blocks()) * p.block_bytes).c_str(),
                 HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str());
+    // Exactly the checks OramClient::CheckEvictionMac runs now.
     std::printf("evictions   checked for consistency%s\n",
-                p.mac_elems > 0 ? " and by share MAC"
-                                : " only (made before share MACs: a lying server can destroy "
-                                  "what an eviction moves; docs/SECURITY.md)");
+                p.mac_elems == 0 ? " only (made before share MACs: a lying server can destroy "
+                                   "what an eviction moves; docs/SECURITY.md)"
+                : (*client)->rekey()
+                    ? " only while the rekey is under way (its buckets mix slots tagged under "
+                      "two keys, which no share MAC check verifies: until it ends a lying server "
+                      "can destroy what an eviction moves; docs/SECURITY.md)"
+                    : " and by share MAC");
     std::printf("client      epoch %llu, seq %llu, evictions %llu, accesses since eviction %llu/%u\n",
                 static_cast<unsigned long long>(c.epoch), static_cast<unsigned long long>(c.seq),
                 static_cast<unsigned long long>(c.ne), static_cast<unsigned long long>(c.nr),
@@ -168,6 +174,21 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
     for (std::size_t i = 0; i < reports.size(); ++i) {
       evicting[i] = reports[i].status.ok() && reports[i].reply.evicting;
     }
+    // Counters the next mount or backup adopts, as it will
+    // (oramcore/protocol/counter_agreement.h): a server whose value t + 1
+    // others do not come near is named here, before a mount refuses.
+    std::vector<std::size_t> asked;
+    std::vector<std::uint64_t> epochs, generations;
+    auto name = [&](std::size_t x) {
+      return "server " + std::to_string(asked[x]) + " (" + reports[asked[x]].endpoint + ")";
+    };
+    auto report_outliers = [&](const std::vector<std::uint64_t>& values, std::uint64_t floor,
+                               const char* what) {
+      if (asked.size() != reports.size()) return;  // judged only with every server's answer
+      const std::size_t t = (*client)->params().threshold;
+      const Status st = CounterOutlierError(AdoptCounter(values, floor, t), values, t, what, name);
+      if (!st.ok()) std::printf("state       SERVER INCONSISTENT: %s\n", st.message().c_str());
+    };
     for (std::size_t i = 0; i < reports.size(); ++i) {
       if (!reports[i].status.ok()) continue;
       if (evicting[i]) {
@@ -175,6 +196,10 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
         continue;
       }
       auto lease = (*client)->QueryLease(i);
+      if (lease.ok()) {
+        asked.push_back(i);
+        epochs.push_back(std::max(reports[i].reply.epoch, lease->highest_epoch));
+      }
       if (!lease.ok()) {
         std::printf("lease %zu     cannot query: %s\n", i, lease.status().ToString().c_str());
       } else if (lease->holder_epoch == 0) {
@@ -186,7 +211,9 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                     static_cast<unsigned long long>(lease->idle_ms / 1000));
       }
     }
+    report_outliers(epochs, c.epoch, "epoch");
     // Client-state backups (s3oram backup-state, and every clean unmount).
+    asked.clear();
     auto backups = ListBackups(**client, std::chrono::milliseconds(*timeout_ms), evicting);
     for (std::size_t i = 0; i < backups.size(); ++i) {
       if (!reports[i].status.ok()) continue;  // already reported unreachable
@@ -199,6 +226,8 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
         continue;
       }
       const auto& list = backups[i].value();
+      asked.push_back(i);
+      generations.push_back(list.empty() ? 0 : list.back().generation);
       if (list.empty()) {
         std::printf("backup %zu    none\n", i);
         continue;
@@ -210,6 +239,8 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                   HumanBytes(double(list.back().elems) * sizeof(field::Elem)).c_str(),
                   static_cast<unsigned long long>(list.back().key_epoch), gens.c_str());
     }
+    const auto& mark = (*client)->backup_mark();
+    report_outliers(generations, mark ? mark->generation : 0, "backup generation");
     *exit_code = unreachable ? 1 : 0;
   });
 }

@@ -15,6 +15,7 @@
 
 #include "fused/fsck.h"
 #include "fused/fsck_internal.h"
+#include "oramcore/protocol/eviction_record.h"
 #include "oramcore/state/sql.h"
 
 namespace s3oram::fs {
@@ -146,14 +147,23 @@ FsckPhaseResult CheckOram(const FsckSnapshot& snap, const FsckOptions& options) 
                          : 0;
   }
   for (const auto& op : snap.pending) {
-    if (op.kind == "evict" && op.payload.size() == 12) {
-      std::uint64_t ne = 0;
-      for (int i = 0; i < 8; ++i)
-        ne |= std::uint64_t{op.payload[static_cast<std::size_t>(i)]} << (8 * i);
-      if (ne == c.ne) {
-        r.notes.push_back(
-            "eviction " + std::to_string(ne) +
-            " is pending (interrupted by a crash); opening the filesystem finishes it");
+    if (op.kind == kPendingEvictKind) {
+      // Every format the client writes (oramcore/protocol/eviction_record.h):
+      // a foreground eviction's 12 bytes, or a background one's with its plan.
+      auto record = DecodeEvictionRecord(op.payload, p.geometry(), p.capacity_blocks);
+      if (!record.ok()) {
+        r.problems.push_back({1,
+                              "pending eviction under key " + std::to_string(op.seq) +
+                                  " is unreadable: " + record.status().message(),
+                              false});
+        continue;
+      }
+      const std::uint64_t ne = record->eviction;
+      if (ne == c.ne && op.seq == ne) {
+        r.notes.push_back("eviction " + std::to_string(ne) + " (attempt " +
+                          std::to_string(record->attempt) + (record->plan ? ", background" : "") +
+                          ") is pending (interrupted by a crash or an unmount); opening the "
+                          "filesystem finishes it");
         continue;
       }
       r.problems.push_back({1,

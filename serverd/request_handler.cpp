@@ -950,11 +950,15 @@ struct RequestHandler::Impl {
             " (" + std::to_string(m.applied_evictions) +
             " evictions applied); refusing to replace it without force (s3oram rebuild --force)");
       }
-      // Even when forced, a client fenced off by a newer epoch cannot wipe it.
+      // Forced, the store is replaced even if it reports a newer epoch than
+      // the rebuild's: that epoch is this server's word alone. The rebuild's
+      // client holds the lease of t + 1 other servers under an epoch above
+      // what they agree on (oramcore/protocol/counter_agreement.h), so it is
+      // not a client they fenced off; and a lease record or store header
+      // forged to the last epoch must stay repairable by this rebuild.
       if (m.fs_id == h.fs_id && h.epoch < std::max(max_epoch, m.epoch)) {
-        return Status::FailedPrecondition("fenced: rebuild epoch " + std::to_string(h.epoch) +
-                                          " is older than epoch " +
-                                          std::to_string(std::max(max_epoch, m.epoch)));
+        spdlog::warn("forced rebuild under epoch {} replaces a store that reports epoch {}",
+                     h.epoch, std::max(max_epoch, m.epoch));
       }
     }
     store.reset();  // releases the directory lock before the new store takes it

@@ -23,6 +23,7 @@
 #include "oramcore/math/share_mac.h"
 #include "oramcore/protocol/client_internal.h"
 #include "oramcore/protocol/consistency.h"
+#include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
 #include "oramcore/wire/message_limits.h"
 
@@ -277,7 +278,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
 
   // Every server must serve this filesystem with this shape.
   auto reports = client->QueryServers(options.requests.deadline);
-  std::uint64_t max_seq = 0;
+  std::vector<std::size_t> behind;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (!r.status.ok()) return r.status;
@@ -297,13 +298,38 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
       return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
                                         ") serves a different share (index or shape mismatch)");
     }
-    if (r.reply.applied_evictions < client->counters_.ne) {
-      return Status::FailedPrecondition(
-          "server " + std::to_string(i) + " (" + r.endpoint + ") has applied only " +
-          std::to_string(r.reply.applied_evictions) + " evictions but the client state records " +
-          std::to_string(client->counters_.ne) + ": the server lost data");
+    if (r.reply.applied_evictions < client->counters_.ne) behind.push_back(i);
+  }
+  // Servers behind the state's eviction count lost data (or were put back
+  // to an old copy): every one of them is named, not only the first.
+  if (!behind.empty()) {
+    std::string who;
+    for (std::size_t i : behind) {
+      who += std::string(who.empty() ? "" : ", ") + "server " + std::to_string(i) + " (" +
+             reports[i].endpoint + ") has applied only " +
+             std::to_string(reports[i].reply.applied_evictions);
     }
-    max_seq = std::max(max_seq, r.reply.applied_seq);
+    const bool all = behind.size() == reports.size();
+    const bool rebuildable = reports.size() - behind.size() >= config.params.threshold + 1;
+    std::string fix;
+    if (all) {
+      fix =
+          ": every server is behind this state, so the servers were put back together (an "
+          "old copy of their data directories) or this state belongs to a newer copy of them. "
+          "Put their newest data back; otherwise restore a backup the servers are not behind "
+          "(s3oram restore --generation N) and accept losing what was written since";
+    } else if (!rebuildable) {
+      fix = ": fewer than t + 1 = " + std::to_string(config.params.threshold + 1) +
+            " servers hold the tree this state knows, so they cannot be rebuilt from the others. "
+            "Put their newest data back; otherwise restore a backup they are not behind "
+            "(s3oram restore --generation N) and accept losing what was written since";
+    } else {
+      fix = std::string(": ") + (behind.size() > 1 ? "those servers" : "the server") +
+            " lost data; repair with s3oram rebuild --server " + std::to_string(behind.front()) +
+            (behind.size() > 1 ? ", then the next one" : "");
+    }
+    return Status::FailedPrecondition(who + " evictions but the client state records " +
+                                      std::to_string(client->counters_.ne) + fix);
   }
   // Rolled back: every request's seq is at most one beyond what the state
   // held durably when it was sent (NextMutationHeader), so t + 1 servers
@@ -336,7 +362,14 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
       spdlog::warn("{}; opened read-only as asked", why);
     }
   }
-  client->counters_.seq = std::max(client->counters_.seq, max_seq);
+  // The sequence t + 1 servers (or this state) agree on, raised to a lone
+  // server's only within kMaxCounterLead (oramcore/protocol/counter_agreement.h);
+  // a writable open refuses an outlier below, with the epoch.
+  std::vector<std::uint64_t> applied_seqs;
+  for (const auto& r : reports) applied_seqs.push_back(r.reply.applied_seq);
+  const AdoptedCounter seq =
+      AdoptCounter(applied_seqs, client->counters_.seq, config.params.threshold);
+  client->counters_.seq = seq.value;
   // Freshness, agreed by t + 1 servers (oramcore/protocol/freshness.h): a
   // state another client has moved past (a copy of this state, a restored
   // backup, a forced takeover, another device, also one that only renamed
@@ -367,27 +400,27 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   }
   if (client->read_only_) return client;
 
-  // A new epoch for this client incarnation, above every epoch any server has
-  // seen (a copy of this state may have run elsewhere), durable before any
-  // request uses it; then the lease under that epoch.
-  // Every server must accept the new epoch, so it goes above the highest any
-  // of them reports, even one no other server confirms; one that reports the
-  // largest epoch there is cannot be answered and is named.
+  // A new epoch for this client incarnation, durable before any request
+  // uses it; then the lease under that epoch. Every server must accept it,
+  // so it goes above the epoch t + 1 servers (or this state: a copy of it
+  // may have run elsewhere) agree on, and above a lone server's within
+  // kMaxCounterLead (a lease that reached only it before its client
+  // stopped). A server further above is named and refused, never followed:
+  // one forged lease record must not push every server to the last epoch.
   const std::uint64_t opened_epoch = client->counters_.epoch;
-  std::uint64_t epoch = opened_epoch;
+  auto name = [&](std::size_t i) {
+    return "server " + std::to_string(i) + " (" + reports[i].endpoint + ")";
+  };
+  S3ORAM_RETURN_IF_ERROR(CounterOutlierError(seq, applied_seqs, config.params.threshold,
+                                             "applied request sequence", name));
+  std::vector<std::uint64_t> epochs;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
-    const std::uint64_t seen = std::max(reports[i].reply.epoch, lease.highest_epoch);
-    if (seen == UINT64_MAX) {
-      return Status::FailedPrecondition(
-          "server " + std::to_string(i) + " (" + reports[i].endpoint +
-          ") reports epoch 2^64-1, after which no client can write: its lease or store "
-          "header is damaged or forged; repair it with s3oram rebuild --server " +
-          std::to_string(i));
-    }
-    epoch = std::max(epoch, seen);
+    epochs.push_back(std::max(reports[i].reply.epoch, lease.highest_epoch));
   }
-  client->counters_.epoch = epoch + 1;
+  S3ORAM_ASSIGN_OR_RETURN(
+      client->counters_.epoch,
+      NextAgreedCounter(epochs, opened_epoch, config.params.threshold, "epoch", name));
   {
     ClientStateStore::Batch batch;
     batch.SetCounters(client->counters_);

@@ -18,6 +18,7 @@
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
 #include "oramcore/protocol/consistency.h"
+#include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
 #include "oramcore/protocol/scrub.h"
 #include "oramcore/protocol/state_backup.h"
@@ -221,7 +222,7 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   bool k_live = false;  // K serves this filesystem: replacing it destroys a share
   std::vector<wire::StatusReply> status(parties);
   std::vector<std::size_t> survivors;
-  std::uint64_t max_epoch = s.epoch, max_seq = s.seq;
+  std::vector<std::uint64_t> epoch_of(parties, 0);  // max(store epoch, highest lease epoch)
   for (std::size_t i = 0; i < parties; ++i) {
     wire::Header h = s.Next();
     auto r = s.servers->ExchangeWith({i}, {wire::Encode(h, wire::StatusRequest{})}, h,
@@ -264,13 +265,11 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
       continue;
     }
     survivors.push_back(i);
-    max_epoch = std::max(max_epoch, st.epoch);
     // The new epoch must also be above every epoch a survivor granted its lease to.
     S3ORAM_ASSIGN_OR_RETURN(wire::Message lm, s.Ask(i, wire::LeaseQueryRequest{},
                                                     wire::MessageType::kLeaseReply,
                                                     options.client.requests));
-    max_epoch = std::max(max_epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
-    max_seq = std::max(max_seq, st.applied_seq);
+    epoch_of[i] = std::max(st.epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
   }
   // A live K is replaced only if it is the damaged one (or by --force), and
   // never from a damaged survivor: each would turn one bad disk into a
@@ -383,12 +382,24 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   // ---- 2. A new epoch, durable before any request uses it: any other client
   // of this filesystem is fenced off from here on (a write during the rebuild
   // would leave K's copy stale).
-  if (max_epoch == UINT64_MAX) {
-    return Status::FailedPrecondition("a survivor reports epoch 2^64-1, after which no client "
-                                      "can write: its lease or store header is damaged or forged");
+  // Both agreed by t + 1 survivors (or this state), a lone one believed only
+  // within kMaxCounterLead (oramcore/protocol/counter_agreement.h): a
+  // survivor with a forged counter is named, never followed. K's own
+  // counters do not count: it is replaced.
+  {
+    std::vector<std::uint64_t> epochs, seqs;
+    for (std::size_t j : survivors) {
+      epochs.push_back(epoch_of[j]);
+      seqs.push_back(status[j].applied_seq);
+    }
+    auto name = [&](std::size_t x) { return Name(survivors[x], *s.servers); };
+    const AdoptedCounter seq = AdoptCounter(seqs, s.seq, p.threshold);
+    S3ORAM_RETURN_IF_ERROR(
+        CounterOutlierError(seq, seqs, p.threshold, "applied request sequence", name));
+    S3ORAM_ASSIGN_OR_RETURN(s.epoch,
+                            NextAgreedCounter(epochs, s.epoch, p.threshold, "epoch", name));
+    s.seq = seq.value;
   }
-  s.epoch = max_epoch + 1;
-  s.seq = std::max(s.seq, max_seq);
   {
     Counters c = store->counters();
     c.epoch = s.epoch;

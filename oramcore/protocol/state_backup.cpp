@@ -78,6 +78,7 @@
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/fresh_shares.h"
 #include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/transport.h"
@@ -722,28 +723,30 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
                                    " bytes) is too large for a backup");
   }
 
-  // 3. The generation: one above the newest any server holds.
-  //    Every server must accept it, so it goes above even a generation only
-  //    one server lists; one that lists the largest generation there is
-  //    cannot be answered and is named.
-  std::uint64_t generation = 1;
+  // 3. The generation: one above the newest generation t + 1 servers (or
+  //    this state's backup mark) agree on, and above a lone server's newest
+  //    within kMaxCounterLead (an upload that completed only there); every
+  //    server must accept it. A server listing a generation further above is
+  //    named and refused, never followed: one forged backup header must not
+  //    push every server to the last generation
+  //    (oramcore/protocol/counter_agreement.h).
+  std::vector<std::uint64_t> newest;
   auto lists = ListBackups(client, std::chrono::milliseconds(30000));
   for (std::size_t i = 0; i < lists.size(); ++i) {
     if (!lists[i].ok()) {
       return lists[i].status().WithContext("listing the backups of " +
                                            ServerName(i, client.server_set().endpoint(i)));
     }
-    for (const auto& b : lists[i].value()) {
-      if (b.generation == UINT64_MAX) {
-        return Status::FailedPrecondition(
-            ServerName(i, client.server_set().endpoint(i)) +
-            " lists backup generation 2^64-1, after which no backup can be made: its backup "
-            "list is damaged or forged; repair it with s3oram rebuild --server " +
-            std::to_string(i));
-      }
-      generation = std::max(generation, b.generation + 1);
-    }
+    std::uint64_t n = 0;
+    for (const auto& b : lists[i].value()) n = std::max(n, b.generation);
+    newest.push_back(n);
   }
+  const auto& mark = client.backup_mark();
+  S3ORAM_ASSIGN_OR_RETURN(const std::uint64_t generation,
+                          NextAgreedCounter(newest, mark ? mark->generation : 0, params.threshold,
+                                            "backup generation", [&](std::size_t i) {
+                                              return ServerName(i, client.server_set().endpoint(i));
+                                            }));
 
   Header h;
   h.fs_id = config.fs_id;
@@ -1055,8 +1058,36 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
         for (const auto& r : status) e.push_back(r.epoch);
         return AgreedAtLeast(e, t + 1);
       }());
-  std::uint64_t max_seq = hd.counters.seq,
-                max_evictions = hd.counters.ne;
+  // The sequence and eviction count the restored state takes: agreed by
+  // t + 1 servers (oramcore/protocol/counter_agreement.h), never one lying
+  // server's (a forged eviction count would make the salvage below forget
+  // every block).
+  std::uint64_t max_seq = 0, max_evictions = 0;
+  {
+    std::vector<std::uint64_t> seqs, evictions;
+    for (const auto& r : status) {
+      seqs.push_back(r.applied_seq);
+      evictions.push_back(r.applied_evictions);
+    }
+    auto name = [&](std::size_t i) { return ServerName(i, o.servers[i]); };
+    const AdoptedCounter seq = AdoptCounter(seqs, hd.counters.seq, t);
+    S3ORAM_RETURN_IF_ERROR(CounterOutlierError(seq, seqs, t, "applied request sequence", name)
+                               .WithContext("restore refused, nothing was written"));
+    const AdoptedCounter ne = AdoptCounter(evictions, hd.counters.ne, t);
+    // A lone server a whole eviction or more ahead cannot match the others' tree.
+    for (std::size_t i = 0; i < evictions.size(); ++i) {
+      if (evictions[i] > ne.agreed + 1) {
+        return Status::FailedPrecondition(
+            name(i) + " reports " + std::to_string(evictions[i]) + " applied evictions, but " +
+            std::to_string(t + 1) + " servers agree only on " + std::to_string(ne.agreed) +
+            ": its share store cannot match the others' (damaged, replaced or lying); repair it "
+            "with s3oram rebuild --server " +
+            std::to_string(i) + " --force; nothing was written");
+      }
+    }
+    max_seq = seq.value;
+    max_evictions = ne.value;
+  }
   bool older = false;
   for (std::size_t i = 0; i < parties; ++i) {
     const wire::StatusReply& r = status[i];
@@ -1072,8 +1103,6 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
       if (!older) report.warnings.push_back("forced: " + OlderMessage(hd, i, o.servers[i], r));
       older = true;
     }
-    max_seq = std::max(max_seq, r.applied_seq);
-    max_evictions = std::max(max_evictions, r.applied_evictions);
   }
 
   // 5. Write, adapt, check, publish.

@@ -13,6 +13,8 @@
 #include <vector>
 
 #include "fused/metadata_store.h"
+#include "oramcore/protocol/eviction_record.h"
+#include "oramcore/tree/planner.h"
 #include "tests/support/sealed_state.h"
 #include "tests/support/temp_dir.h"
 
@@ -178,6 +180,38 @@ TEST_F(FsckTest, CapacityBeyondTheTree) {
   ASSERT_EQ(r.p1.problems.size(), 1u) << Messages(r.p1);
   EXPECT_NE(r.p1.problems[0].message.find("exceeds what the tree holds"), std::string::npos);
   EXPECT_FALSE(r.p1.problems[0].repairable);
+}
+
+// A background eviction's record (format 2, with its plan) is as legal a
+// crash state as a foreground one's 12 bytes (issue 42: fsck used to call it
+// a stray operation and exit non-zero after every kill during an eviction).
+TEST_F(FsckTest, APendingBackgroundEvictionIsANote) {
+  TreeGeometry geo;
+  geo.height = 3;
+  geo.bucket_size = 8;
+  PositionMap pm(geo, kCapacity);
+  auto plan = PlanEviction(geo, 3, pm);
+  ASSERT_TRUE(plan.ok()) << plan.status().ToString();
+  const auto bytes = EncodeEvictionRecord(EvictionRecord{3, 2, *plan, {}});
+  ASSERT_GT(bytes.size(), 12u);
+  std::string hex;
+  for (std::uint8_t b : bytes) {
+    static const char* kDigits = "0123456789ABCDEF";
+    hex += kDigits[b >> 4];
+    hex += kDigits[b & 15];
+  }
+  Sql(state_, "INSERT INTO pending VALUES (3, 'evict', X'" + hex + "')");
+  Run r = Check();
+  EXPECT_TRUE(r.p1.problems.empty()) << Messages(r.p1);
+  ASSERT_EQ(r.p1.notes.size(), 1u);
+  EXPECT_NE(r.p1.notes[0].find("eviction 3 (attempt 2, background) is pending"), std::string::npos)
+      << r.p1.notes[0];
+  // A damaged one is reported as such, not passed.
+  Sql(state_,
+      "UPDATE pending SET payload = X'" + hex.substr(0, hex.size() - 2) + "' WHERE seq = 3");
+  r = Check();
+  ASSERT_EQ(r.p1.problems.size(), 1u) << Messages(r.p1);
+  EXPECT_NE(r.p1.problems[0].message.find("unreadable"), std::string::npos) << Messages(r.p1);
 }
 
 TEST_F(FsckTest, StrayPendingOperation) {
