@@ -220,7 +220,8 @@ void HandlerCorpus(const fs::path& root) {
   check_seed[0] = 1;
   // An EVICT_PREPARE starts the eviction (EVICT_STARTED); its computation,
   // and so the peers' behaviour, happens at EVICT_RESULT.
-  w.Add("evict", Session(fz::kStartMedium).Lease()
+  w.Add("evict", Session(fz::kStartMedium)
+                     .Lease()
                      .Send(Hdr(1), med.WriteRoot(0, 4))
                      .Send(Hdr(2), med.Prepare(0, 0))
                      .Send(Hdr(2), med.WriteRoot(0, 5))  // the next round, beside it
@@ -228,10 +229,13 @@ void HandlerCorpus(const fs::path& root) {
                      .Send(Hdr(3), wire::EvictCheckRequest{0, 1, check_seed})  // wrong attempt
                      .Send(Hdr(3), wire::EvictCheckRequest{0, 0, check_seed})
                      .Send(Hdr(3), wire::MacOpenRequest{0, check_seed})
+                     // The root snapshot the prepared eviction reads (bucket 0).
+                     .Send(Hdr(3, 0), wire::ParityRequest{0, 1, check_seed})
+                     .Send(Hdr(3, 0), wire::SlotShareRequest{0, 0})
                      .Send(Hdr(3), wire::EvictCommitRequest{0})
                      .Send(Hdr(4), wire::StatusRequest{})
                      .Send(Hdr(5, 0), wire::ParityRequest{1, 3, check_seed})
-                     .Send(Hdr(6, 0), wire::ParityRequest{0, 1, check_seed})  // out of range
+                     .Send(Hdr(6, 0), wire::ParityRequest{0, 2, check_seed})  // out of range
                      .Send(Hdr(7, 0), wire::SlotShareRequest{1, 0})
                      .Send(Hdr(8, 0), wire::SlotShareRequest{1, 1u << 20})  // no such slot
                      .bytes());

@@ -1370,7 +1370,24 @@ struct RequestHandler::Impl {
     return Status::Ok();
   }
 
+  // SCRUB and PARITY of bucket 0: the root snapshot the pending eviction
+  // reads, or an empty reply when there is none.
+  Result<bool> IsRootSnapshotRequest(std::uint64_t first, std::uint32_t count) const {
+    if (first != wire::kRootSnapshotBucket) return false;
+    if (count != 1) return Status::InvalidArgument("the root snapshot is one bucket (count 1)");
+    return true;
+  }
+
   Result<wire::Body> HandleScrub(const wire::ScrubRequest& req) {
+    S3ORAM_ASSIGN_OR_RETURN(const bool root, IsRootSnapshotRequest(req.first_bucket, req.count));
+    if (root) {
+      wire::ScrubReply reply;
+      if (store->HoldsPendingRootSnapshot()) {
+        S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->ScrubRootSnapshot(nullptr, nullptr));
+        LogRootSnapshotDamage(reply.damaged);
+      }
+      return wire::Body{std::move(reply)};
+    }
     S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "scrub"));
     wire::ScrubReply reply;
     reply.first_bucket = req.first_bucket;
@@ -1395,9 +1412,31 @@ struct RequestHandler::Impl {
     return out;
   }
 
+  void LogRootSnapshotDamage(const std::vector<std::uint8_t>& damaged) const {
+    std::size_t bad = 0;
+    for (std::uint8_t f : damaged) bad += f;
+    if (bad > 0) {
+      spdlog::error(
+          "scrub: {} damaged slots in the root snapshot (root.bin) of server {}; "
+          "repair: s3oram rebuild --server {}",
+          bad, config.index, config.index);
+    }
+  }
+
   Result<wire::Body> HandleParity(const wire::ParityRequest& req) {
-    S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "parity"));
+    S3ORAM_ASSIGN_OR_RETURN(const bool root, IsRootSnapshotRequest(req.first_bucket, req.count));
     const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
+    if (root) {
+      wire::ParityReply reply;
+      if (store->HoldsPendingRootSnapshot()) {
+        std::vector<digest::SlotDigest> digests;
+        S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->ScrubRootSnapshot(&key, &digests));
+        reply.digests = Flatten(digests);
+        LogRootSnapshotDamage(reply.damaged);
+      }
+      return wire::Body{std::move(reply)};
+    }
+    S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "parity"));
     std::vector<digest::SlotDigest> digests;
     wire::ParityReply reply;
     reply.first_bucket = req.first_bucket;
@@ -1457,12 +1496,16 @@ struct RequestHandler::Impl {
   }
 
   Result<wire::Body> HandleSlotShare(const wire::SlotShareRequest& req) {
-    S3ORAM_RETURN_IF_ERROR(CheckRange(req.bucket, 1, "slot share"));
     const std::uint64_t z = store->meta().shape.bucket_size;
     if (req.slot >= z) {
       return Status::InvalidArgument("slot share: slot " + std::to_string(req.slot) +
                                      " >= bucket size " + std::to_string(z));
     }
+    if (req.bucket == wire::kRootSnapshotBucket) {
+      S3ORAM_ASSIGN_OR_RETURN(auto share, store->RootSnapshotSlot(req.slot));
+      return wire::Body{wire::SlotShareReply{req.bucket, req.slot, std::move(share)}};
+    }
+    S3ORAM_RETURN_IF_ERROR(CheckRange(req.bucket, 1, "slot share"));
     std::vector<Elem> bucket(store->bucket_elems());
     S3ORAM_RETURN_IF_ERROR(store->ReadBucket(req.bucket, bucket));
     S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(req.bucket, bucket));

@@ -1901,6 +1901,47 @@ std::span<const digest::SlotDigest> ShareStore::RootSnapshotDigests() const {
   return impl_->root_digests;
 }
 
+bool ShareStore::HoldsPendingRootSnapshot() const {
+  return impl_->root_snapshot != 0 && impl_->root_snapshot == meta_.applied_evictions + 1;
+}
+
+Result<std::vector<std::uint8_t>> ShareStore::ScrubRootSnapshot(
+    const digest::DigestKey* public_key, std::vector<digest::SlotDigest>* out_digests) const {
+  const Impl& im = *impl_;
+  if (!HoldsPendingRootSnapshot()) {
+    return Status::FailedPrecondition("no root snapshot of a pending eviction");
+  }
+  if (out_digests && (!public_key || public_key->slot_elems() != slot_elems())) {
+    return Status::InvalidArgument("ScrubRootSnapshot: public key for slots of another size");
+  }
+  std::vector<Elem> root(bucket_elems());
+  S3ORAM_RETURN_IF_ERROR(PreadAll(im.root_fd.get(), root.data(), root.size() * sizeof(Elem),
+                                  kHeaderRegion, im.root_path));
+  const std::size_t m = slot_elems();
+  std::vector<std::uint8_t> damaged(im.geo.z, 0);
+  if (out_digests) out_digests->assign(im.geo.z, digest::SlotDigest{});
+  for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+    const std::span<const Elem> x{root.data() + slot * m, m};
+    digest::SlotDigest got{};
+    const bool ok = im.key->Digest(x, &got) && got == im.root_digests[slot];
+    damaged[slot] = ok ? 0 : 1;
+    if (out_digests && ok) (void)public_key->Digest(x, &(*out_digests)[slot]);
+  }
+  return damaged;
+}
+
+Result<std::vector<Elem>> ShareStore::RootSnapshotSlot(std::uint32_t slot) const {
+  if (!HoldsPendingRootSnapshot()) {
+    return Status::NotFound("no root snapshot of a pending eviction");
+  }
+  if (slot >= impl_->geo.z) return Status::InvalidArgument("root snapshot slot out of range");
+  std::vector<Elem> root(bucket_elems());
+  S3ORAM_RETURN_IF_ERROR(ReadRootSnapshot(meta_.applied_evictions, root));
+  const std::size_t m = slot_elems();
+  return std::vector<Elem>(root.begin() + static_cast<std::ptrdiff_t>(slot * m),
+                           root.begin() + static_cast<std::ptrdiff_t>((slot + 1) * m));
+}
+
 ShareStore::FileRange ShareStore::BucketInFile(std::uint64_t b) const {
   assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
   return {impl_->BucketOffset(b), impl_->DigestOffset(b)};

@@ -224,6 +224,17 @@ class ShareStore {
   Status ReadRootSnapshot(std::uint64_t eviction, std::span<Elem> out) const;
   // Its Z slot digests (empty when there is no snapshot).
   std::span<const digest::SlotDigest> RootSnapshotDigests() const;
+  // True when a complete root snapshot is the input of the next eviction
+  // (applied_evictions): the bytes SCRUB, PARITY and SLOT_SHARE cover as
+  // bucket 0 (wire::kRootSnapshotBucket).
+  bool HoldsPendingRootSnapshot() const;
+  // Scrub's check of that snapshot: Z flags (1 = slot does not match its
+  // digest) and, if out_digests, the public digests of the slots that do.
+  // FailedPrecondition without a pending snapshot.
+  Result<std::vector<std::uint8_t>> ScrubRootSnapshot(
+      const digest::DigestKey* public_key, std::vector<digest::SlotDigest>* out_digests) const;
+  // Slot `slot` of that snapshot, checked against its digest.
+  Result<std::vector<Elem>> RootSnapshotSlot(std::uint32_t slot) const;
   // Number + 1 of the eviction whose sealed shadow is waiting for commit; 0 if none.
   std::uint64_t SealedEviction() const;
   // Where bucket b's data and its Z slot digests start in shares.bin, and

@@ -39,6 +39,19 @@ Result<ScrubFindings> ScrubWholeStore(
     f.buckets += count;
     if (progress) progress(f.buckets, buckets);
   }
+  // The root snapshot a pending eviction reads: as much the server's as the tree.
+  S3ORAM_ASSIGN_OR_RETURN(wire::ScrubReply r, ask(wire::kRootSnapshotBucket, 1));
+  if (!r.damaged.empty() && r.damaged.size() != p.bucket_size) {
+    return Status::Protocol("scrub of the root snapshot answered with " +
+                            std::to_string(r.damaged.size()) + " flags");
+  }
+  for (std::size_t k = 0; k < r.damaged.size(); ++k) {
+    if (r.damaged[k] == 0) continue;
+    ++f.damaged;
+    if (f.listed.size() < kScrubListed) {
+      f.listed.push_back({wire::kRootSnapshotBucket, static_cast<std::uint32_t>(k)});
+    }
+  }
   return f;
 }
 
@@ -96,6 +109,45 @@ Result<ConsistencyFindings> ScrubAndCompare(
     first += count;
     if (progress) progress(f.inconsistent.buckets, buckets);
   }
+  // The root snapshot a pending eviction reads (wire::kRootSnapshotBucket):
+  // a live root slot a server changed just before PREPARE copied the root
+  // lives on only there, once the next round's root writes replace it.
+  // Compared when every server holds one; a server without one while others
+  // hold it cannot run that eviction either, and says so when asked to.
+  wire::ParitySeed seed;
+  random::Bytes(seed);
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::ParityReply> replies,
+                          ask(wire::kRootSnapshotBucket, 1, seed));
+  if (replies.size() != p.parties) {
+    return Status::Protocol("parity of the root snapshot answered by " +
+                            std::to_string(replies.size()) + " servers, not " +
+                            std::to_string(p.parties));
+  }
+  std::size_t held = 0;
+  std::vector<std::vector<field::Elem>> digests;
+  std::vector<std::vector<std::uint8_t>> damaged;
+  for (std::size_t i = 0; i < replies.size(); ++i) {
+    auto& r = replies[i];
+    if (r.damaged.empty() && r.digests.empty()) continue;  // holds none
+    if (r.first_bucket != wire::kRootSnapshotBucket || r.damaged.size() != Z ||
+        r.digests.size() != Z * wire::kParityElemsPerSlot) {
+      return Status::Protocol("server " + std::to_string(i) +
+                              " answered the parity of the root snapshot with another size");
+    }
+    ++held;
+    for (std::size_t k = 0; k < Z; ++k) {
+      if (r.damaged[k] != 0)
+        note(f.servers[i], wire::kRootSnapshotBucket, static_cast<std::uint32_t>(k));
+    }
+    digests.push_back(std::move(r.digests));
+    damaged.push_back(std::move(r.damaged));
+  }
+  if (held == p.parties) {
+    f.root_snapshot_checked = true;
+    for (std::size_t k : InconsistentSlots(parity_rows, digests, damaged)) {
+      note(f.inconsistent, wire::kRootSnapshotBucket, static_cast<std::uint32_t>(k));
+    }
+  }
   return f;
 }
 
@@ -104,8 +156,10 @@ std::string DescribeDamage(const ScrubFindings& f) {
   const std::size_t shown = std::min<std::size_t>(f.listed.size(), 3);
   for (std::size_t i = 0; i < shown; ++i) {
     if (!out.empty()) out += ", ";
-    out += "bucket " + std::to_string(f.listed[i].bucket) + " slot " +
-           std::to_string(f.listed[i].slot);
+    out += (f.listed[i].bucket == wire::kRootSnapshotBucket
+                ? std::string("root snapshot (root.bin)")
+                : "bucket " + std::to_string(f.listed[i].bucket)) +
+           " slot " + std::to_string(f.listed[i].slot);
   }
   if (f.damaged > shown) out += " and " + std::to_string(f.damaged - shown) + " more";
   return out;

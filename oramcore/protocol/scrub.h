@@ -21,7 +21,7 @@
 namespace s3oram {
 
 struct DamagedSlot {
-  std::uint64_t bucket = 0;  // 1-based
+  std::uint64_t bucket = 0;  // 1-based, or wire::kRootSnapshotBucket
   std::uint32_t slot = 0;
 };
 
@@ -36,7 +36,8 @@ inline constexpr std::size_t kScrubListed = 32;
 using ScrubAsk = std::function<Result<wire::ScrubReply>(std::uint64_t first, std::uint32_t count)>;
 
 // Scrubs one server's whole share file for a tree of parameters p, in ranges
-// of at most wire::kMaxScrubBytes. progress(done, total) counts buckets; may
+// of at most wire::kMaxScrubBytes, then the root snapshot of a pending
+// eviction if it holds one (wire::kRootSnapshotBucket). progress(done, total) counts buckets; may
 // be empty.
 Result<ScrubFindings> ScrubWholeStore(
     const OramParams& p, const ScrubAsk& ask,
@@ -55,11 +56,16 @@ struct ConsistencyFindings {
   // Slots no server flags as damaged whose shares are not one sharing
   // (oramcore/protocol/consistency.h): not attributable to a server.
   ScrubFindings inconsistent;
+  // Whether every server held a root snapshot of a pending eviction, which
+  // was then compared too (its slots are listed under wire::kRootSnapshotBucket).
+  bool root_snapshot_checked = false;
 };
 
 // Scrubs every server's whole share file as ScrubWholeStore does and, range
 // by range with a fresh public seed, checks the servers' sharings against
-// each other with the code's parity checks (shamir::ParityChecks). progress
+// each other with the code's parity checks (shamir::ParityChecks); then the
+// same for the root snapshot of a pending eviction, when every server holds
+// one. progress
 // counts buckets, as ScrubWholeStore.
 Result<ConsistencyFindings> ScrubAndCompare(
     const OramParams& p, const std::vector<std::vector<field::Elem>>& parity_rows,

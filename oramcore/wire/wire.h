@@ -422,8 +422,13 @@ struct RetrieveWriteRootRequest {
 // match), lease or not, and changes nothing; it reveals nothing a server does
 // not know already (it reads every bucket of the range, whatever the client
 // wants). A server bounds the bytes one request may read (kMaxScrubBytes).
+// Bucket 0 (with count 1) names the root snapshot (root.bin: the root the
+// next eviction reads, copied at its PREPARE) while that eviction is not
+// committed; a server holding no such snapshot answers with no flags (and,
+// for PARITY, no digests), so every byte an eviction reads is in the checks.
+inline constexpr std::uint64_t kRootSnapshotBucket = 0;
 struct ScrubRequest {
-  std::uint64_t first_bucket = 0;  // 1-based
+  std::uint64_t first_bucket = 0;  // 1-based, or kRootSnapshotBucket
   std::uint32_t count = 0;
 };
 struct ScrubReply {
@@ -451,7 +456,7 @@ using ParitySeed = std::array<std::uint8_t, kParitySeedBytes>;
 inline constexpr std::size_t kParityElemsPerSlot = 2;  // digest::kDigestElems
 // PARITY: SCRUB's check plus the public digests, over the same range limit.
 struct ParityRequest {
-  std::uint64_t first_bucket = 0;  // 1-based
+  std::uint64_t first_bucket = 0;  // 1-based, or kRootSnapshotBucket (as SCRUB)
   std::uint32_t count = 0;
   ParitySeed seed{};
 };
@@ -491,7 +496,7 @@ struct MacOpenReply {
 // digest. One share reveals nothing of the value (t >= 1); any authorized
 // client key can already read every server's shares (docs/SECURITY.md).
 struct SlotShareRequest {
-  std::uint64_t bucket = 0;  // 1-based
+  std::uint64_t bucket = 0;  // 1-based, or kRootSnapshotBucket (NotFound without one)
   std::uint32_t slot = 0;
 };
 struct SlotShareReply {

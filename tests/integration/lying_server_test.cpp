@@ -348,6 +348,85 @@ TEST(ConsistencyTest, ScrubFindsSharesThatVerifyButDisagree) {
       << found.output;
 }
 
+// Issue 42: a live root slot one server rewrote with its digest (stopped,
+// then started again) is copied into that server's root snapshot (root.bin)
+// by the next eviction's PREPARE, and the next round's honest root writes
+// then replace it in the tree on every server: it lives on only in root.bin,
+// which the eviction reads and refuses. Scrub must look there too: it finds
+// the slot, names the server (share MAC), keeps the recorded problem; a
+// forced rebuild of an honest server is refused naming the liar; the
+// rebuild of the liar lets the eviction commit with the block intact.
+TEST(ConsistencyTest, AChangedRootSlotInTheEvictionsSnapshotIsFoundNamedAndRepaired) {
+  const std::uint64_t seed = testing::TestSeed();
+  const OramParams params = testing::SmallParams(256, 4, 4);
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t bad = seed % 3;
+  Model model;
+  std::uint32_t slot = 0;
+  std::vector<std::uint64_t> refused_at;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    model = WriteBlocks(**c, params.evict_rate + 2, seed);
+    const BlockId in_root = params.evict_rate + 1;
+    ASSERT_TRUE((*c)->Read(0).ok());  // lands its deferred root write
+    const PositionEntry* e = (*c)->position_map().Find(in_root);
+    ASSERT_NE(e, nullptr);
+    ASSERT_EQ(e->pos.level, 0u) << "the last block written is not in the root";
+    slot = e->pos.slot;
+  }
+  std::printf("[ seed     ] %llu: live root slot %u rewritten on server %zu with its digest\n",
+              static_cast<unsigned long long>(seed), slot, bad);
+  RewriteSlotWithItsDigest(*fs, params, bad, 1, slot, seed);
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    // Writes to other blocks: the next eviction snapshots the root, the
+    // round after it rewrites the root's slots, then the eviction is refused.
+    Status st;
+    for (std::uint32_t k = 0; k < 3 * params.evict_rate && st.ok(); ++k) {
+      const BlockId id = k % 3;
+      st = (*c)->Write(id, model.at(id));
+    }
+    ASSERT_EQ(st.code(), Status::Code::kIntegrity) << st.ToString();
+    refused_at = AppliedEvictions(**c);
+    EXPECT_EQ(refused_at[0], refused_at[1]) << "a server committed a refused eviction";
+    EXPECT_EQ(refused_at[0], refused_at[2]) << "a server committed a refused eviction";
+  }
+  const std::string auth = " -s " + fs->state + " --passfile " + fs->passfile;
+  const CliRun scrub = RunCli("scrub" + auth + " --plain-progress");
+  std::printf("%s\n", scrub.output.c_str());
+  EXPECT_EQ(scrub.exit_code, 4) << scrub.output;
+  EXPECT_NE(scrub.output.find("root snapshot (root.bin) slot " + std::to_string(slot)),
+            std::string::npos)
+      << scrub.output;
+  EXPECT_NE(scrub.output.find("server " + std::to_string(bad) + " holds the odd share"),
+            std::string::npos)
+      << scrub.output;
+  EXPECT_EQ(scrub.output.find("repaired"), std::string::npos) << scrub.output;
+  const CliRun status = RunCli("status" + auth);
+  EXPECT_NE(status.output.find("problem "), std::string::npos) << status.output;
+
+  const std::size_t honest = (bad + 1) % 3;
+  const CliRun refused =
+      RunCli("rebuild" + auth + " --server " + std::to_string(honest) + " --force --no-verify");
+  EXPECT_NE(refused.exit_code, 0) << refused.output;
+  EXPECT_NE(refused.output.find("--server " + std::to_string(bad) + " --force"), std::string::npos)
+      << refused.output;
+  const CliRun rebuilt =
+      RunCli("rebuild" + auth + " --server " + std::to_string(bad) + " --force --no-verify");
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  ExpectBlocks(fs->state, model);
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    EXPECT_GT(AppliedEvictions(**c)[0], refused_at[0]) << "the eviction never committed";
+  }
+  const CliRun clean = RunCli("scrub" + auth + " --plain-progress");
+  EXPECT_EQ(clean.exit_code, 0) << clean.output;
+}
+
 // A value that is wrong at rest on every server (two servers' shares
 // rewritten, then the third rebuilt from them: the servers agree again, on a
 // wrong value) is lost, but it must not stop evictions: the share-MAC check of an
