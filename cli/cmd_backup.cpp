@@ -72,6 +72,7 @@ struct RestoreArgs {
   std::string passfile;
   std::uint64_t generation = 0;
   bool force = false;
+  bool dry_run = false;
   int timeout_ms = 30000;
 };
 
@@ -93,6 +94,9 @@ void AddRestoreOptions(CLI::App* cmd, RestoreArgs& a, const std::string& state_h
                   "restore this backup generation (default: the newest that authenticates)");
   cmd->add_flag("--force", a.force,
                 "restore even a backup older than the servers (what changed since is lost)");
+  cmd->add_flag("--dry-run", a.dry_run,
+                "do everything but create the state: check the backup against the servers and "
+                "name every file part a (forced) restore would lose");
   cmd->add_option("--timeout-ms", a.timeout_ms, "per-request timeout")->capture_default_str();
 }
 
@@ -102,6 +106,7 @@ Result<RestoreOptions> MakeRestoreOptions(const RestoreArgs& a) {
   o.servers = a.servers;
   o.generation = a.generation;
   o.force = a.force;
+  o.dry_run = a.dry_run;
   o.timeout = std::chrono::milliseconds(a.timeout_ms);
   if (a.server_keys.size() != a.servers.size()) {
     return Status::InvalidArgument("give one --server-key per --server (" +
@@ -128,7 +133,7 @@ void PrintRestoreWarnings(const char* command, const RestoreReport& r) {
 // as zeros unannounced (the filesystem answers EIO for them until `fsck -y
 // --zero-damaged`).
 void PrintLostFiles(const char* command, const std::string& state, const Secret& passphrase,
-                    const RestoreReport& r) {
+                    const RestoreReport& r, bool would = false) {
   auto unlocked = UnlockedState::Unlock(state, passphrase);
   auto snap = unlocked.ok() ? fs::FsckSnapshot::Load(**unlocked)
                             : Result<fs::FsckSnapshot>(unlocked.status());
@@ -138,12 +143,43 @@ void PrintLostFiles(const char* command, const std::string& state, const Secret&
     return;
   }
   const auto owners = fs::DescribeBlockOwners(*snap, r.lost_blocks);
+  if (would) {
+    std::fprintf(stderr,
+                 "s3oram %s: a forced restore of generation %llu would lose %zu ORAM blocks, "
+                 "%zu parts of files (they would read as errors, EIO, until `s3oram fsck -y "
+                 "--zero-damaged`):\n",
+                 command, static_cast<unsigned long long>(r.generation), r.lost_blocks.size(),
+                 owners.size());
+    for (const auto& o : owners) std::fprintf(stderr, "  would lose: %s\n", o.c_str());
+    return;
+  }
   std::fprintf(stderr,
                "s3oram %s: %zu ORAM blocks could not be restored; %zu parts of files are lost "
                "and read as errors (EIO) until `s3oram fsck -y --zero-damaged -s %s` lets them "
                "read as zeros:\n",
                command, r.lost_blocks.size(), owners.size(), state.c_str());
   for (const auto& o : owners) std::fprintf(stderr, "  lost: %s\n", o.c_str());
+}
+
+// Names the files a forced restore would lose, restoring nothing: after a
+// refusal of an older backup, and for --dry-run.
+void PreviewForcedRestore(const char* command, RestoreOptions o, const Secret& passphrase) {
+  o.force = true;
+  o.dry_run = true;
+  o.preview = [&](const std::string& restored, const RestoreReport& r) {
+    if (r.lost_blocks.empty()) {
+      std::fprintf(stderr, "s3oram %s: a forced restore of generation %llu would lose no block\n",
+                   command, static_cast<unsigned long long>(r.generation));
+    } else {
+      PrintLostFiles(command, restored, passphrase, r, /*would=*/true);
+    }
+    return Status::Ok();
+  };
+  auto r = RestoreState(o, passphrase);
+  if (!r.ok()) {
+    std::fprintf(stderr, "s3oram %s: what a forced restore would lose cannot be listed: %s\n",
+                 command, r.status().ToString().c_str());
+  }
 }
 
 std::string RestoredText(const std::string& state, const RestoreReport& r) {
@@ -168,11 +204,34 @@ std::optional<RestoreReport> RunRestore(const char* command, const RestoreArgs& 
     *exit_code = 2;
     return std::nullopt;
   }
+  if (options->dry_run) {
+    // What this restore would do, and what it would lose; nothing is created.
+    RestoreOptions o = *options;
+    o.preview = [&](const std::string& restored, const RestoreReport& r) {
+      PrintRestoreWarnings(command, r);
+      if (!r.lost_blocks.empty()) PrintLostFiles(command, restored, *pass, r, /*would=*/true);
+      return Status::Ok();
+    };
+    auto r = RestoreState(o, *pass);
+    if (!r.ok()) {
+      std::fprintf(stderr, "s3oram %s: dry run: %s\n", command, r.status().ToString().c_str());
+      if (IsOlderThanServersRefusal(r.status())) PreviewForcedRestore(command, *options, *pass);
+      *exit_code = 1;
+    } else {
+      std::printf(
+          "dry run: %s would be restored from backup generation %llu (%zu blocks "
+          "lost); nothing was written\n",
+          a.state.c_str(), static_cast<unsigned long long>(r->generation), r->lost_blocks.size());
+    }
+    return std::nullopt;
+  }
   std::unique_ptr<Progress> progress;
   auto r = RestoreState(*options, *pass, TransferProgress(command, progress));
   if (progress) progress->Finish();
   if (!r.ok()) {
     std::fprintf(stderr, "s3oram %s: %s\n", command, r.status().ToString().c_str());
+    // Refused as older than the servers: say what --force would give up.
+    if (IsOlderThanServersRefusal(r.status())) PreviewForcedRestore(command, *options, *pass);
     *exit_code = 1;
     return std::nullopt;
   }

@@ -354,10 +354,14 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
           "cut short, was put in place, or the disk lost writes it had synced)";
       if (!allow_stale) {
         return Status::StaleState(
-            why + ". Writing with it would destroy what was written since. Put the newer copy "
-                  "back if there is one; otherwise move this one aside and restore the newest "
-                  "backup with `s3oram restore -s " + state_path +
-                  " --force` (what was written after that backup is lost)");
+            why +
+            ". Writing with it would destroy what was written since. Put the newer copy "
+            "back if there is one; otherwise move this one aside and restore the newest "
+            "backup with `s3oram restore -s " +
+            state_path +
+            " --force`: what was written after that backup is lost, and so are blocks "
+            "of older files that evictions have moved since (the restore names every "
+            "file part it loses)");
       }
       spdlog::warn("{}; opened read-only as asked", why);
     }

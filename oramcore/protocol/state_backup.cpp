@@ -653,17 +653,24 @@ std::string OlderMessage(const Header& h, std::size_t server, const std::string&
                          const wire::StatusReply& r) {
   return "backup generation " + std::to_string(h.generation) + " (taken " + TimeText(h.created) +
          ", " + std::to_string(h.counters.ne) + " evictions, seq " +
-         std::to_string(h.counters.seq) + ") is older than the servers: " +
-         ServerName(server, endpoint) + " has applied " + std::to_string(r.applied_evictions) +
-         " evictions, seq " + std::to_string(r.applied_seq) +
+         std::to_string(h.counters.seq) +
+         ") is older than the servers: " + ServerName(server, endpoint) + " has applied " +
+         std::to_string(r.applied_evictions) + " evictions, seq " + std::to_string(r.applied_seq) +
          ". Blocks written or read after the backup was taken have moved to positions it does "
          "not know, so they cannot be located (reading them fails authentication), and files "
          "changed after it keep their old contents or are missing; blocks an eviction moved "
          "since are lost too. Restore a newer backup if one exists, or pass --force to accept "
-         "that loss";
+         "that loss (with --dry-run, a forced restore lists every file part it would lose and "
+         "writes nothing)";
 }
 
 }  // namespace
+
+bool IsOlderThanServersRefusal(const Status& st) {
+  return st.code() == Status::Code::kFailedPrecondition &&
+         st.message().find(") is older than the servers: ") != std::string::npos &&
+         st.message().find("pass --force to accept that loss") != std::string::npos;
+}
 
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& client,
                                                                std::chrono::milliseconds timeout,
@@ -1207,6 +1214,8 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                                         "nothing was written");
     }
   }
+  if (o.preview) S3ORAM_RETURN_IF_ERROR(o.preview(tmp, report));
+  if (o.dry_run) return report;  // `temp` removes the restored copy
   struct stat wal {};
   if (::stat((tmp + "-wal").c_str(), &wal) == 0 && wal.st_size > 0) {
     return Status::IoError("SQLite left a write-ahead log beside " + tmp +

@@ -78,6 +78,8 @@ Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& pro
 Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup_key,
                                         const BackupProgressFn& progress = {});
 
+struct RestoreReport;
+
 struct RestoreOptions {
   std::string state_path;                // created; must not exist
   std::vector<std::string> servers;      // endpoints in party order
@@ -85,6 +87,16 @@ struct RestoreOptions {
   std::string client_key_file;           // this machine's CURVE secret key file
   std::uint64_t generation = 0;          // 0: the newest usable one
   bool force = false;                    // accept a backup older than the servers
+  // Everything but the publish: the restored state is built, adapted and
+  // checked against the servers, `preview` sees it, and it is discarded;
+  // state_path is not created. With `force`, the report's lost_blocks are
+  // what a forced restore would lose.
+  bool dry_run = false;
+  // If set, called with the restored state's temporary path (it opens with
+  // the passphrase) and the report, after it opened against the servers and
+  // before it is published or discarded; an error stops the restore with
+  // nothing published. For naming the files of lost_blocks beforehand.
+  std::function<Status(const std::string& restored_state, const RestoreReport& report)> preview;
   // Refresh only: replace a state that holds changes no backup has (its last
   // session ended without an upload); the old file is kept beside it as
   // STATE.discarded-<unix time>.
@@ -118,6 +130,11 @@ struct RestoreReport {
   // authenticate, what --force gave up.
   std::vector<std::string> warnings;
 };
+
+// The marker of RestoreState's refusal of a backup older than the servers
+// (FailedPrecondition), which --force would accept by giving up the blocks
+// RestoreReport::lost_blocks lists.
+bool IsOlderThanServersRefusal(const Status& st);
 
 // Restores the state as described in the file comment of state_backup.cpp:
 // nothing is written unless a generation authenticates, its counters are

@@ -313,12 +313,31 @@ TEST_F(StateBackupTest, BackupOlderThanTheServersNeedsForce) {
   EXPECT_NE(m.find("older than the servers"), std::string::npos) << m;
   EXPECT_NE(m.find("cannot be located"), std::string::npos) << m;
   EXPECT_NE(m.find("--force"), std::string::npos) << m;
+  EXPECT_NE(m.find("--dry-run"), std::string::npos) << m;
+  EXPECT_TRUE(IsOlderThanServersRefusal(refused.status())) << m;
+  EXPECT_TRUE(NothingWritten("old.s3oram"));
+
+  // A forced dry run says beforehand what the forced restore loses (issue
+  // 42: it used to say only "what was written after that backup"), shows the
+  // restored state to `preview`, and writes nothing.
+  RestoreOptions dry = Restore("old.s3oram");
+  dry.force = true;
+  dry.dry_run = true;
+  bool previewed = false;
+  dry.preview = [&](const std::string& restored, const RestoreReport&) {
+    previewed = std::filesystem::exists(restored);
+    return Status::Ok();
+  };
+  auto would = RestoreState(dry, TestPassphrase());
+  ASSERT_TRUE(would.ok()) << would.status().ToString();
+  EXPECT_TRUE(previewed);
   EXPECT_TRUE(NothingWritten("old.s3oram"));
 
   RestoreOptions forced = Restore("old.s3oram");
   forced.force = true;
   auto r = RestoreState(forced, TestPassphrase());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->lost_blocks, would->lost_blocks) << "the dry run predicted other losses";
   ASSERT_FALSE(r->warnings.empty());
   EXPECT_NE(r->warnings[0].find("forced"), std::string::npos) << r->warnings[0];
   // It opens (the salvaged state is consistent with the servers' counters).
