@@ -292,6 +292,18 @@ void RewriteSlotWithItsDigest(testing::TestFs& fs, const OramParams& params, std
   ASSERT_TRUE(fs.cluster->Restart(server).ok());
 }
 
+// Writes blocks 0..A+1, past one eviction, so that the last one (A + 1)
+// sits in the root, which the next eviction reads (and copies to its
+// snapshot), with its deferred root write landed; *slot is its root slot.
+void WriteLastBlockIntoRoot(OramClient& c, std::uint64_t seed, Model* model, std::uint32_t* slot) {
+  *model = WriteBlocks(c, c.params().evict_rate + 2, seed);
+  ASSERT_TRUE(c.Read(0).ok());  // lands the deferred root write
+  const PositionEntry* e = c.position_map().Find(c.params().evict_rate + 1);
+  ASSERT_NE(e, nullptr);
+  ASSERT_EQ(e->pos.level, 0u) << "the last block written is not in the root";
+  *slot = e->pos.slot;
+}
+
 // Shares changed on one server's disk together with their digests (what a
 // memory fault before the digest, or a server rewriting its file, leaves):
 // no digest check can see it; the scrub's cross-server check does, names the
@@ -368,13 +380,8 @@ TEST(ConsistencyTest, AChangedRootSlotInTheEvictionsSnapshotIsFoundNamedAndRepai
   {
     auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
-    model = WriteBlocks(**c, params.evict_rate + 2, seed);
-    const BlockId in_root = params.evict_rate + 1;
-    ASSERT_TRUE((*c)->Read(0).ok());  // lands its deferred root write
-    const PositionEntry* e = (*c)->position_map().Find(in_root);
-    ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->pos.level, 0u) << "the last block written is not in the root";
-    slot = e->pos.slot;
+    WriteLastBlockIntoRoot(**c, seed, &model, &slot);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
   }
   std::printf("[ seed     ] %llu: live root slot %u rewritten on server %zu with its digest\n",
               static_cast<unsigned long long>(seed), slot, bad);
@@ -449,15 +456,10 @@ TEST(ConsistencyTest, AValueWrongAtRestIsLostButEvictionsGoOn) {
     ASSERT_TRUE(c.ok()) << c.status().ToString();
     // Past one eviction, and the last block written sits in the root, which
     // the next eviction reads (and copies to the root's sibling child).
-    model = WriteBlocks(**c, params.evict_rate + 2, seed);
+    WriteLastBlockIntoRoot(**c, seed, &model, &slot);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
     lost = params.evict_rate + 1;
-    // Its root write is deferred to the next access: make it land.
-    ASSERT_TRUE((*c)->Read(0).ok());
-    const PositionEntry* e = (*c)->position_map().Find(lost);
-    ASSERT_NE(e, nullptr);
-    ASSERT_EQ(e->pos.level, 0u) << "the last block written is not in the root";
     bucket = 1;
-    slot = e->pos.slot;
     before = AppliedEvictions(**c);
   }
   std::printf("[ seed     ] %llu: root slot %u rewritten on servers %zu and %zu, then server %zu "
