@@ -302,8 +302,13 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
   if (const auto* pr = std::get_if<wire::ParityReply>(&r->body)) {
     const auto& q = std::get<wire::ParityRequest>(req->body);
     const std::uint64_t z = handler.store() ? handler.store()->meta().shape.bucket_size : 0;
-    if (pr->first_bucket != q.first_bucket || pr->damaged.size() != q.count * z ||
-        pr->digests.size() != q.count * z * wire::kParityElemsPerSlot) {
+    // Bucket 0 is the pending eviction's root snapshot: one bucket if the
+    // store holds one, else an empty answer (wire::kRootSnapshotBucket).
+    const bool snapshot = handler.store() && handler.store()->HoldsPendingRootSnapshot();
+    const std::uint64_t buckets =
+        q.first_bucket != wire::kRootSnapshotBucket ? q.count : (snapshot ? 1 : 0);
+    if (pr->first_bucket != q.first_bucket || pr->damaged.size() != buckets * z ||
+        pr->digests.size() != buckets * z * wire::kParityElemsPerSlot) {
       Fail("a PARITY reply does not cover exactly the range asked for");
     }
   }
