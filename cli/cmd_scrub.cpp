@@ -194,8 +194,24 @@ void RegisterScrub(CLI::App& app, int* exit_code) {
       }
     }
     // Every slot verified and agrees: a problem a mount recorded earlier
-    // (s3oram status) has been repaired.
-    if (*exit_code == 0 && (*client)->problem_note()) {
+    // (s3oram status) has been repaired. Damaged storage is repaired when
+    // every server verifies; an inconsistency a mount met is not while an
+    // eviction is still pending: the note may record its refusal, which
+    // only its commit ends (the next mount retries it, and the commit
+    // clears a note of its refusal).
+    const auto& recorded = (*client)->problem_note();
+    auto pending = (*client)->PendingEviction();
+    const bool wait_for_commit =
+        recorded && !recorded->damaged && (!pending.ok() || pending->has_value());
+    if (*exit_code == 0 && wait_for_commit && pending.ok()) {
+      std::printf(
+          "the problem recorded earlier stays until eviction %llu, still pending, "
+          "commits: the next mount retries it\n",
+          static_cast<unsigned long long>(**pending));
+    } else if (*exit_code == 0 && wait_for_commit) {
+      std::fprintf(stderr, "s3oram scrub: the problem recorded earlier stays (%s)\n",
+                   pending.status().ToString().c_str());
+    } else if (*exit_code == 0 && recorded) {
       if (Status c = (*client)->ClearProblemNote(); c.ok()) {
         std::printf("the problem recorded earlier is repaired: %s\n",
                     "every server verifies again");

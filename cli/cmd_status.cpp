@@ -80,14 +80,28 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
                 HumanBytes(double(pm.live_blocks()) * p.block_bytes).c_str(),
                 HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str());
     // Exactly the checks OramClient::CheckEvictionMac runs now.
-    std::printf("evictions   checked for consistency%s\n",
-                p.mac_elems == 0 ? " only (made before share MACs: a lying server can destroy "
-                                   "what an eviction moves; docs/SECURITY.md)"
-                : (*client)->rekey()
-                    ? " only while the rekey is under way (its buckets mix slots tagged under "
-                      "two keys, which no share MAC check verifies: until it ends a lying server "
-                      "can destroy what an eviction moves; docs/SECURITY.md)"
-                    : " and by share MAC");
+    const char* mac_check = "";
+    switch ((*client)->eviction_mac_check()) {
+      case OramClient::EvictionMacCheck::kWhole:
+        mac_check = " and by share MAC";
+        break;
+      case OramClient::EvictionMacCheck::kOneHalf:
+        mac_check =
+            " and by half of the share MAC while the rekey is under way (its buckets "
+            "mix slots tagged under two keys that share that half: a wrong value passes "
+            "with probability 2^-60 instead of 2^-120)";
+        break;
+      case OramClient::EvictionMacCheck::kNone:
+        mac_check = p.mac_elems == 0
+                        ? " only (made before share MACs: a lying server can destroy what an "
+                          "eviction moves; docs/SECURITY.md)"
+                        : " only while the rekey is under way (it was begun by an s3oram "
+                          "without share MAC halves, so its two keys share no tag: until it "
+                          "ends a lying server can destroy what an eviction moves; "
+                          "docs/SECURITY.md)";
+        break;
+    }
+    std::printf("evictions   checked for consistency%s\n", mac_check);
     std::printf("client      epoch %llu, seq %llu, evictions %llu, accesses since eviction %llu/%u\n",
                 static_cast<unsigned long long>(c.epoch), static_cast<unsigned long long>(c.seq),
                 static_cast<unsigned long long>(c.ne), static_cast<unsigned long long>(c.nr),

@@ -2,6 +2,7 @@
 
 #include <sodium.h>
 
+#include <algorithm>
 #include <cassert>
 
 #include "oramcore/math/lazy_sum.h"
@@ -11,14 +12,27 @@ namespace s3oram::share_mac {
 using field::lazy::Fold;
 using field::lazy::kProductsPerFold;
 
-ShareMacKey::ShareMacKey(std::span<const std::uint8_t, kKeyBytes> secret, std::size_t data_elems)
+ShareMacKey::ShareMacKey(SecretSpan secret, std::size_t data_elems)
+    : ShareMacKey(secret, secret, data_elems) {}
+
+ShareMacKey::ShareMacKey(SecretSpan half0_secret, SecretSpan half1_secret, std::size_t data_elems)
     : d_(data_elems), weights_(kShareMacElems * data_elems) {
   assert(d_ > 0);
   static_assert(randombytes_SEEDBYTES == kKeyBytes);
-  // ChaCha20 under the secret with a fixed nonce: the same weights in every
+  // ChaCha20 under each secret with a fixed nonce: the same weights in every
   // libsodium version (ShareMacTest.KnownAnswer pins them), which the tags
-  // stored on the servers depend on.
-  randombytes_buf_deterministic(weights_.data(), weights_.size() * sizeof(Elem), secret.data());
+  // stored on the servers depend on. Half h takes rows [2h, 2h + 2) of its
+  // secret's expansion, so equal secrets give the one-secret key.
+  const std::size_t half_elems = kElemsPerHalf * d_;
+  std::vector<Elem> expansion(weights_.size());
+  const SecretSpan secrets[kHalves] = {half0_secret, half1_secret};
+  for (std::size_t h = 0; h < kHalves; ++h) {
+    randombytes_buf_deterministic(expansion.data(), expansion.size() * sizeof(Elem),
+                                  secrets[h].data());
+    std::copy_n(expansion.begin() + static_cast<std::ptrdiff_t>(h * half_elems), half_elems,
+                weights_.begin() + static_cast<std::ptrdiff_t>(h * half_elems));
+  }
+  sodium_memzero(expansion.data(), expansion.size() * sizeof(Elem));
   for (Elem& w : weights_) {
     w &= field::kPrime;
     if (w == field::kPrime) w = 0;  // 0 twice as likely as any other value: 2^-30 per element
@@ -72,7 +86,8 @@ void ShareMacKey::Tag(std::span<Elem> slot) const {
   Compute(slot.first(d_), slot.data() + d_);
 }
 
-bool ShareMacKey::Verify(std::span<const Elem> slot) const {
+bool ShareMacKey::TagsMatch(std::span<const Elem> slot, std::size_t first,
+                            std::size_t count) const {
   if (slot.size() != slot_elems()) return false;
   for (Elem e : slot) {
     if (e >= field::kPrime) return false;
@@ -81,9 +96,18 @@ bool ShareMacKey::Verify(std::span<const Elem> slot) const {
   Compute(slot.first(d_), want);
   // The tags are secret-dependent: compare without an early exit.
   Elem diff = 0;
-  for (std::size_t r = 0; r < kShareMacElems; ++r) diff |= want[r] ^ slot[d_ + r];
+  for (std::size_t r = first; r < first + count; ++r) diff |= want[r] ^ slot[d_ + r];
   sodium_memzero(want, sizeof want);
   return diff == 0;
+}
+
+bool ShareMacKey::Verify(std::span<const Elem> slot) const {
+  return TagsMatch(slot, 0, kShareMacElems);
+}
+
+bool ShareMacKey::VerifyHalf(std::span<const Elem> slot, std::size_t half) const {
+  assert(half < kHalves);
+  return TagsMatch(slot, half * kElemsPerHalf, kElemsPerHalf);
 }
 
 void ShareMacKey::TagNaive(std::span<Elem> slot) const {

@@ -4,8 +4,15 @@
 //
 // A slot of m = d + kShareMacElems elements is d data elements x followed by
 //   tag[r] = sum_c key[r][c] * x[c]   (mod p),   r < kShareMacElems,
-// key a kShareMacElems x d matrix expanded from a 32-byte secret only the
-// client holds (subkeys.h, context "s3osmac_"). The map x -> (x, tag) is
+// key a kShareMacElems x d matrix only the client holds. Its rows come in two
+// halves of kElemsPerHalf rows, each expanded from a 32-byte secret of its
+// own: row r is row r of the expansion of secret[r / kElemsPerHalf]. With
+// both secrets equal (every filesystem before its first rekey: the secret of
+// subkeys.h, context "s3osmac_") that is one expansion of one secret, as it
+// always was. A rekey replaces one half's secret (state/client_state.h), so
+// while it re-tags the tree every slot, re-tagged or not, carries valid tags
+// under the other half, and an eviction is checked by that half
+// (VerifyHalf) rather than not at all. The map x -> (x, tag) is
 // linear, so every linear combination of tagged slots is a tagged slot: the
 // all-zero slot (holes, dummies), every slot an eviction computes (a
 // permutation of tagged slots), every retrieval answer. An eviction's
@@ -18,8 +25,8 @@
 // the check only if the opened combination's error has data part e and tag
 // part f with f = key * e: probability <= 2^-30 per tag element for e != 0
 // (weights are uniform up to the one folded value), (2^-30)^4 = 2^-120 for
-// the four. It is not a signature: the client, which holds the key, can forge
-// tags, and the block seal (block_seal.h) still decides which block a value is.
+// the four; (2^-30)^2 = 2^-60 for one half. It is not a signature: the client, which holds the key,
+// can forge tags, and the block seal (block_seal.h) still decides which block a value is.
 #pragma once
 
 #include <cstddef>
@@ -34,12 +41,18 @@ namespace s3oram::share_mac {
 using field::Elem;
 
 inline constexpr std::size_t kShareMacElems = 4;
+inline constexpr std::size_t kHalves = 2;
+inline constexpr std::size_t kElemsPerHalf = kShareMacElems / kHalves;
 inline constexpr std::size_t kKeyBytes = 32;
+using SecretSpan = std::span<const std::uint8_t, kKeyBytes>;
 
 class ShareMacKey {
  public:
-  // `data_elems` is d, the number of data elements of a slot (> 0).
-  ShareMacKey(std::span<const std::uint8_t, kKeyBytes> secret, std::size_t data_elems);
+  // `data_elems` is d, the number of data elements of a slot (> 0). One
+  // secret keys both halves.
+  ShareMacKey(SecretSpan secret, std::size_t data_elems);
+  // Half h keyed by `half_secrets[h]`.
+  ShareMacKey(SecretSpan half0_secret, SecretSpan half1_secret, std::size_t data_elems);
   ~ShareMacKey();
   ShareMacKey(const ShareMacKey&) = delete;
   ShareMacKey& operator=(const ShareMacKey&) = delete;
@@ -53,11 +66,16 @@ class ShareMacKey {
   // True if slot[d, m) are the tags of slot[0, d) and every element is
   // canonical. slot.size() == slot_elems().
   [[nodiscard]] bool Verify(std::span<const Elem> slot) const;
+  // The same for the tag elements of half h < kHalves only (slot[d + 2h],
+  // slot[d + 2h + 1]): an error survives it with probability <= 2^-60.
+  [[nodiscard]] bool VerifyHalf(std::span<const Elem> slot, std::size_t half) const;
   // The definition, element by element, for the property tests.
   void TagNaive(std::span<Elem> slot) const;
 
  private:
   void Compute(std::span<const Elem> data, Elem* tags) const;
+  // Constant-time comparison of tag elements [first, first + count).
+  bool TagsMatch(std::span<const Elem> slot, std::size_t first, std::size_t count) const;
 
   std::size_t d_;
   std::vector<Elem> weights_;  // kShareMacElems rows of d, row-major; secret

@@ -16,6 +16,7 @@
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
+#include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/random_elems.h"
@@ -228,26 +229,21 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::shared_ptr<UnlockedState> shared(std::move(unlocked));
   client->sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
   client->backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
-  const Secret mac_secret = DeriveShareMacKey(shared->master());
   S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(std::move(shared)));
   const FsConfig& config = client->store_->config();
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
                              .WithContext("parameters in " + state_path));
+  const auto data_elems = static_cast<std::size_t>(config.params.data_elems_per_slot());
   if (config.params.mac_elems > 0) {
-    client->mac_ = std::make_unique<share_mac::ShareMacKey>(
-        std::span<const std::uint8_t, share_mac::kKeyBytes>(mac_secret.data(), share_mac::kKeyBytes),
-        static_cast<std::size_t>(config.params.data_elems_per_slot()));
+    client->mac_ = MakeShareMacKey(client->store_->share_mac_secrets(), data_elems);
   }
   if (client->store_->rekey()) {
     // A rotation under way: blocks not re-sealed yet are under the previous key.
-    const Secret& previous = client->store_->rekey_old_master();
-    client->sealer_->AcceptPrevious(previous);
+    client->sealer_->AcceptPrevious(client->store_->rekey_old_master());
     if (client->mac_) {
-      const Secret previous_mac = DeriveShareMacKey(previous);
-      client->previous_mac_ = std::make_unique<share_mac::ShareMacKey>(
-          std::span<const std::uint8_t, share_mac::kKeyBytes>(previous_mac.data(),
-                                                              share_mac::kKeyBytes),
-          static_cast<std::size_t>(config.params.data_elems_per_slot()));
+      const ShareMacSecrets& previous = *client->store_->rekey_old_share_mac();
+      client->previous_mac_ = MakeShareMacKey(previous, data_elems);
+      client->rotation_shared_half_ = SharedHalf(previous, client->store_->share_mac_secrets());
     }
   }
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
@@ -1066,10 +1062,21 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   }
   batch.SetCounters(next);
   batch.RemovePending(plan.eviction);
+  // A recorded refusal of this eviction is over: it committed.
+  const auto& note = store_->problem_note();
+  const bool refusal_resolved =
+      note && !note->damaged &&
+      note->text.rfind("eviction " + std::to_string(plan.eviction) + " ", 0) == 0;
+  if (refusal_resolved) batch.SetProblemNote(std::nullopt);
   // Durable: the servers have moved the blocks; positions must not roll back.
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);
     S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  }
+  if (refusal_resolved) {
+    noted_problem_.clear();
+    spdlog::info("eviction {} committed: the problem recorded when it was refused is resolved",
+                 plan.eviction);
   }
   counters_ = next;
   if (!moves_applied) S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
@@ -1244,6 +1251,19 @@ bool OramClient::SlotMacValid(std::span<const Elem> slot) const {
   return mac_->Verify(slot) || (previous_mac_ && previous_mac_->Verify(slot));
 }
 
+OramClient::EvictionMacCheck OramClient::eviction_mac_check() const {
+  if (!mac_) return EvictionMacCheck::kNone;
+  if (!previous_mac_) return EvictionMacCheck::kWhole;
+  return rotation_shared_half_ ? EvictionMacCheck::kOneHalf : EvictionMacCheck::kNone;
+}
+
+bool OramClient::CombinationMacValid(std::span<const Elem> opened) const {
+  if (!previous_mac_) return mac_->Verify(opened);
+  // Both keys give the shared half the same rows, so one VerifyHalf covers
+  // slots tagged under either.
+  return rotation_shared_half_ && mac_->VerifyHalf(opened, *rotation_shared_half_);
+}
+
 Status OramClient::RecordRekeyProgress(const RekeyProgress& progress) {
   ClientStateStore::Batch batch;
   batch.SetRekeyProgress(progress);
@@ -1258,6 +1278,7 @@ Status OramClient::EndRekey() {
   FaultPoint("rekey.finalize.after_commit");
   sealer_->ForgetPrevious();
   previous_mac_.reset();
+  rotation_shared_half_.reset();
   return Status::Ok();
 }
 
@@ -1371,7 +1392,9 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
 
 Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attempt,
                                     const std::vector<std::vector<Elem>>& combinations) {
-  if (!mac_) return Status::Ok();  // a filesystem made before share MACs
+  // A filesystem made before share MACs, or a rotation begun by a build
+  // before their halves: consistency is all that is checked.
+  if (eviction_mac_check() == EvictionMacCheck::kNone) return Status::Ok();
   const std::size_t m = params().elems_per_slot();
   const std::size_t n = combinations.size();
   // Each combination is a degree-t sharing like any slot: its shares must
@@ -1393,10 +1416,7 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
                      "the servers (a server answered the check about other shares than "
                      "it holds)");
     }
-    // While a rotation is under way the buckets mix slots tagged under the
-    // previous and the current key, and a combination of them verifies under
-    // neither: only consistency checks the eviction then.
-    if (previous_mac_ || mac_->Verify(opened)) continue;
+    if (CombinationMacValid(opened)) continue;
     // The output does not authenticate. Either a server dealt wrong shares
     // in this eviction, or a value that was already wrong at rest (all
     // servers agreeing on it: a server rebuilt from a damaged peer) was
@@ -1449,11 +1469,12 @@ Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
     for (std::size_t i = 0; i < ptrs.size(); ++i) row_ptrs[i] = ptrs[i] + r * m;
     if (!OpenChecked(row_ptrs, parity_rows_, lambda_, m, opened.data())) {
       return Status::Integrity("eviction " + std::to_string(eviction) +
-                               ": the servers' shares of the committed buckets' check "
-                               "combination are inconsistent across the servers " +
-                               ServerSetName());
+                               ": the buckets it reads are inconsistent across the servers " +
+                               ServerSetName() +
+                               " (a combination of them is not one sharing): a server's stored "
+                               "shares changed; s3oram scrub names the server");
     }
-    if (!mac_->Verify(opened)) return false;
+    if (!CombinationMacValid(opened)) return false;
   }
   return true;
 }
@@ -1557,6 +1578,14 @@ Status OramClient::RecordProblemNote(const std::string& text, bool damaged) {
   S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
   noted_problem_ = kept;
   return Status::Ok();
+}
+
+Result<std::optional<std::uint64_t>> OramClient::PendingEviction() const {
+  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, store_->LoadPending());
+  for (const PendingOp& op : pending) {
+    if (op.kind == kPendingEvictKind) return std::optional<std::uint64_t>(op.seq);
+  }
+  return std::optional<std::uint64_t>();
 }
 
 Status OramClient::ClearProblemNote() {

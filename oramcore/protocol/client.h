@@ -301,9 +301,15 @@ class OramClient {
   Status KeepBackupMark();
   // The last problem only a server's repair ends (client_state.h
   // ProblemNote), as recorded by the client that met it; ClearProblemNote
-  // forgets it (a clean scrub, a rebuild).
+  // forgets it (a clean scrub with no eviction pending, a rebuild). A note
+  // of a refused eviction ("eviction N was refused ...") is also forgotten
+  // by the commit of eviction N, in the same transaction: what it recorded
+  // now succeeds.
   const std::optional<ProblemNote>& problem_note() const { return store_->problem_note(); }
   Status ClearProblemNote();
+  // The eviction the state records as pending (logged before its PREPARE,
+  // not committed yet), if any.
+  Result<std::optional<std::uint64_t>> PendingEviction() const;
   // Records a problem found outside an access (s3oram scrub), so that
   // s3oram status names it as it names one a mount met (`damaged`: a
   // server's storage, which stops writes as below). Fails while another
@@ -323,12 +329,16 @@ class OramClient {
 
   // --- A master-key rotation (oramcore/protocol/rekey.h). -----------------------------
   // The rotation the state records as under way, if any. While one is, this
-  // client opens blocks and share MACs under the previous master key's
-  // subkeys as well as the current one's (it seals and tags under the
-  // current one only), and its eviction check leaves out the share-MAC half:
-  // a combination of slots tagged under two keys verifies under neither (the
-  // consistency half still runs).
+  // client opens blocks and share MACs under the previous keys as well as
+  // the current ones (it seals and tags under the current ones only). A
+  // combination of slots tagged under two share MAC keys verifies under
+  // neither, so its eviction check verifies the half of the tags both keys
+  // share (crypto/share_mac_secrets.h); a rotation begun by a build before
+  // halves shares none, and then only consistency is checked.
   const std::optional<RekeyProgress>& rekey() const { return store_->rekey(); }
+  // What CheckEvictionMac verifies now, for `s3oram status`.
+  enum class EvictionMacCheck { kNone, kOneHalf, kWhole };
+  EvictionMacCheck eviction_mac_check() const;
   // Records the rotation's progress (one commit, not durable: a crash
   // repeats a little of the work).
   Status RecordRekeyProgress(const RekeyProgress& progress);
@@ -552,10 +562,15 @@ class OramClient {
   // The share MAC (math/share_mac.h) of every slot this client writes and of
   // every eviction it commits; null for a filesystem made before share MACs.
   std::unique_ptr<share_mac::ShareMacKey> mac_;
-  // The previous master key's, while a rotation is under way (rekey()).
+  // The key before, while a rotation is under way (rekey()), and the half of
+  // the tags both share (none for a rotation begun before halves existed).
   std::unique_ptr<share_mac::ShareMacKey> previous_mac_;
+  std::optional<std::size_t> rotation_shared_half_;
   // Whether `slot` carries valid share-MAC tags (under mac_, or previous_mac_).
   bool SlotMacValid(std::span<const field::Elem> slot) const;
+  // Whether an opened combination of slots that may mix both keys carries
+  // the tags eviction_mac_check() names (mac_ non-null).
+  bool CombinationMacValid(std::span<const field::Elem> opened) const;
   std::unique_ptr<PositionMap> pm_;
   std::unique_ptr<ServerSet> servers_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)

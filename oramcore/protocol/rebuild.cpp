@@ -14,7 +14,7 @@
 #include "oramcore/base/random.h"
 #include "oramcore/crypto/block_seal.h"
 #include "oramcore/crypto/key_wrap.h"
-#include "oramcore/crypto/subkeys.h"
+#include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
 #include "oramcore/protocol/consistency.h"
@@ -140,8 +140,8 @@ Status ReconcileSurvivors(Session& s, const std::vector<std::size_t>& survivors,
 // shares disagree across the servers, and for each the server the share MAC
 // names as holding the odd share (OddShareOut). Replacing any other server
 // would fold the error into a consistent wrong sharing. Returns the named
-// servers' counts, one entry per party. `previous`: the previous master
-// key's, while a rotation is under way (a slot may be tagged under either).
+// servers' counts, one entry per party. `previous`: the key before, while a
+// rotation is under way (a slot may be tagged under either).
 Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(
     Session& s, const OramParams& p, const share_mac::ShareMacKey& key,
     const share_mac::ShareMacKey* previous) {
@@ -194,7 +194,6 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                           UnlockedState::Unlock(state_path, passphrase));
   // Seals this run's lease description.
   auto sealer = std::make_unique<BlockSealer>(unlocked->master(), unlocked->header().fs_id);
-  const Secret mac_secret = DeriveShareMacKey(unlocked->master());
   S3ORAM_ASSIGN_OR_RETURN(auto store,
                           ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
   const FsConfig& config = store->config();
@@ -305,20 +304,14 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
       }
     }
     if (k_findings.damaged == 0 && options.force && p.mac_elems > 0) {
-      const share_mac::ShareMacKey key(
-          std::span<const std::uint8_t, share_mac::kKeyBytes>(mac_secret.data(),
-                                                              share_mac::kKeyBytes),
-          static_cast<std::size_t>(p.data_elems_per_slot()));
+      const auto data_elems = static_cast<std::size_t>(p.data_elems_per_slot());
+      const auto key = MakeShareMacKey(store->share_mac_secrets(), data_elems);
       std::unique_ptr<share_mac::ShareMacKey> previous;
-      if (store->rekey()) {
-        const Secret previous_secret = DeriveShareMacKey(store->rekey_old_master());
-        previous = std::make_unique<share_mac::ShareMacKey>(
-            std::span<const std::uint8_t, share_mac::kKeyBytes>(previous_secret.data(),
-                                                                share_mac::kKeyBytes),
-            static_cast<std::size_t>(p.data_elems_per_slot()));
+      if (store->rekey_old_share_mac()) {
+        previous = MakeShareMacKey(*store->rekey_old_share_mac(), data_elems);
       }
       S3ORAM_ASSIGN_OR_RETURN(auto named,
-                              OddServersOfInconsistentSlots(s, p, key, previous.get()));
+                              OddServersOfInconsistentSlots(s, p, *key, previous.get()));
       for (std::size_t j = 0; j < named.size(); ++j) {
         if (j == K || named[j] == 0) continue;
         return Status::FailedPrecondition(

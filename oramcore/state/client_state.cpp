@@ -11,11 +11,17 @@
 // way, so the full u64 range round-trips. u32 fields are range-checked on load.
 //
 // While a master-key rotation is under way the header's user_version is
-// kRekeySchemaVersion instead (the schema is the same plus the rekey rows), so
-// that a build that does not know rotations refuses the file rather than
-// read blocks still sealed under the previous key as damaged.
+// kRekeyVersionOffset above the schema version (the schema is the same plus
+// the rekey rows), so that a build that does not know rotations refuses the
+// file rather than read blocks still sealed under the previous key as
+// damaged.
 //
-// Schema (version 2; version 1 had no key wrap and unsealed blocks):
+// Schema version 3 is version 2 plus the share MAC's secrets (the share_mac_
+// rows below), which a state gets from its first rekey on: a build that
+// derives the share MAC from the master key alone must refuse it, since it
+// would take every slot for damaged. A state without those rows stays at 2.
+//
+// Schema (version 2 or 3; version 1 had no key wrap and unsealed blocks):
 //   meta(key TEXT PRIMARY KEY, value)   schema_version, fs_id (16-byte BLOB),
 //                                       every OramParams field, allow_unsafe,
 //                                       kdf_ops, kdf_mem, key_salt (16-byte
@@ -34,7 +40,17 @@
 //                                       rekey_phase, rekey_next_block,
 //                                       rekey_purge_until: all four while a
 //                                       master-key rotation is under way,
-//                                       none otherwise
+//                                       none otherwise;
+//                                       share_mac_half0, share_mac_half1
+//                                       (32-byte BLOBs), share_mac_last_replaced
+//                                       (the ShareMacSecrets): all three in
+//                                       version 3, none in version 2 (both
+//                                       halves derived from the master key);
+//                                       rekey_old_share_mac_half0, _half1,
+//                                       _last_replaced: the pair before the
+//                                       rotation under way, if it started at
+//                                       version 3 (else derived from
+//                                       rekey_old_master)
 //   servers(idx INTEGER PRIMARY KEY, endpoint TEXT, public_key TEXT)
 //                                       idx = party index 0..n-1; public_key
 //                                       is the server's CURVE key (Z85)
@@ -59,16 +75,78 @@
 #include <utility>
 
 #include "oramcore/base/fault_point.h"
+#include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/share_mac.h"
-#include "oramcore/wire/curve_keys.h"
 #include "oramcore/state/sql.h"
+#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram {
 namespace {
 
 constexpr std::int64_t kSchemaVersion = 2;
-// Version 2 with a rotation under way: far from any later schema's number.
-constexpr std::int64_t kRekeySchemaVersion = kSchemaVersion + 1000;
+constexpr std::int64_t kStoredShareMacSchemaVersion = 3;
+// A version with a rotation under way: far from any later schema's number.
+constexpr std::int64_t kRekeyVersionOffset = 1000;
+
+constexpr const char* kShareMacPrefix = "share_mac_";
+constexpr const char* kOldShareMacPrefix = "rekey_old_share_mac_";
+
+// The ShareMacSecrets rows under `prefix`: nullopt if none is there,
+// Corruption if only some are or one is malformed.
+Result<std::optional<ShareMacSecrets>> ReadShareMacRows(sqlite3* db, const std::string& prefix) {
+  sql::Stmt st;
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "SELECT value FROM meta WHERE key = ?1"));
+  ShareMacSecrets out;
+  int present = 0;
+  for (std::size_t h = 0; h < share_mac::kHalves; ++h) {
+    const std::string key = prefix + "half" + std::to_string(h);
+    st.Text(1, key);
+    S3ORAM_ASSIGN_OR_RETURN(const bool row, st.Step("reading the share MAC secrets"));
+    if (row) {
+      if (sqlite3_column_type(st.get(), 0) != SQLITE_BLOB ||
+          sqlite3_column_bytes(st.get(), 0) != static_cast<int>(share_mac::kKeyBytes)) {
+        return Status::Corruption("meta row '" + key + "' is not a 32-byte blob");
+      }
+      out.half[h] = Secret::CopyOf(
+          std::span(static_cast<const std::uint8_t*>(sqlite3_column_blob(st.get(), 0)),
+                    share_mac::kKeyBytes));
+      ++present;
+    }
+    sqlite3_reset(st.get());
+  }
+  const std::string last_key = prefix + "last_replaced";
+  st.Text(1, last_key);
+  S3ORAM_ASSIGN_OR_RETURN(const bool row, st.Step("reading the share MAC secrets"));
+  if (row) {
+    const std::int64_t last = sqlite3_column_int64(st.get(), 0);
+    if (sqlite3_column_type(st.get(), 0) != SQLITE_INTEGER || last < 0 ||
+        last >= static_cast<std::int64_t>(share_mac::kHalves)) {
+      return Status::Corruption("meta row '" + last_key + "' is not a half (0 or 1)");
+    }
+    out.last_replaced = static_cast<std::size_t>(last);
+    ++present;
+  }
+  sqlite3_reset(st.get());
+  if (present == 0) return std::optional<ShareMacSecrets>();
+  if (present != static_cast<int>(share_mac::kHalves) + 1) {
+    return Status::Corruption("meta holds some of the rows " + prefix +
+                              "half0, half1, last_replaced but not all");
+  }
+  return std::optional<ShareMacSecrets>(std::move(out));
+}
+
+Status WriteShareMacRows(sqlite3* db, const std::string& prefix, const ShareMacSecrets& s) {
+  sql::Stmt st;
+  S3ORAM_RETURN_IF_ERROR(
+      st.Prepare(db,
+                 "INSERT OR REPLACE INTO meta(key, value) VALUES (?1 || 'half0', ?2), "
+                 "(?1 || 'half1', ?3), (?1 || 'last_replaced', ?4)"));
+  st.Text(1, prefix);
+  st.Blob(2, s.half[0].data(), s.half[0].size());
+  st.Blob(3, s.half[1].data(), s.half[1].size());
+  st.Int(4, static_cast<std::int64_t>(s.last_replaced));
+  return st.Exec("writing the share MAC secrets");
+}
 // PRAGMA application_id: "S3OR" read as a big-endian 32-bit integer, which is
 // how SQLite stores it at header offset 68 (so `xxd` shows "S3OR").
 constexpr std::int32_t kApplicationId = 0x53334f52;
@@ -285,6 +363,8 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::st
   store->path_ = path;
   store->config_ = config;
   store->state_ = std::shared_ptr<UnlockedState>(std::move(*unlocked));
+  store->schema_version_ = kSchemaVersion;
+  store->share_mac_ = DeriveShareMacSecrets(store->state_->master());
   auto opened = store->state_->OpenDatabase();
   if (!opened.ok()) return fail(opened.status());
   db = *opened;
@@ -374,18 +454,20 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
   }
   auto user_version = sql::QueryInt(db, "PRAGMA user_version");
   if (!user_version.ok()) return fail(user_version.status());
-  const bool rekeying = *user_version == kRekeySchemaVersion;
-  if (*user_version != kSchemaVersion && !rekeying) {
-    const bool newer = *user_version > kSchemaVersion;
+  const bool rekeying = *user_version >= kRekeyVersionOffset;
+  const std::int64_t schema_version = *user_version - (rekeying ? kRekeyVersionOffset : 0);
+  if (schema_version != kSchemaVersion && schema_version != kStoredShareMacSchemaVersion) {
+    const bool newer = schema_version > kStoredShareMacSchemaVersion;
     return fail(Status::Corruption(
         "client state schema version " + std::to_string(*user_version) +
         (newer ? " is newer than this build supports (" : " is not supported (this build reads ") +
-        "version " + std::to_string(kSchemaVersion) + ")" +
+        "versions " + std::to_string(kSchemaVersion) + " and " +
+        std::to_string(kStoredShareMacSchemaVersion) + ")" +
         (newer ? "; use a newer s3oram"
-               : *user_version == 1
-                     ? "; version 1 predates block encryption: create the filesystem again "
-                       "with s3oram init"
-                     : "")));
+         : *user_version == 1
+             ? "; version 1 predates block encryption: create the filesystem again "
+               "with s3oram init"
+             : "")));
   }
 
   // Meta rows. Every expected key must be present with the right type.
@@ -414,11 +496,12 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
     };
     auto schema = get_int("schema_version");
     if (!schema.ok()) return fail(schema.status());
-    if (*schema != kSchemaVersion) {
+    if (*schema != schema_version) {
       return fail(Status::Corruption("meta schema_version " + std::to_string(*schema) +
                                      " disagrees with the header's " +
-                                     std::to_string(kSchemaVersion)));
+                                     std::to_string(schema_version)));
     }
+    store->schema_version_ = schema_version;
     for (const ParamField& f : kParamFields) {
       auto v = get_int(f.key);
       if (!v.ok()) return fail(v.status());
@@ -621,6 +704,29 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
       store->rekey_ = r;
       store->rekey_old_master_ = Secret::CopyOf(std::span(
           static_cast<const std::uint8_t*>(sqlite3_column_blob(s, 0)), kMasterKeyBytes));
+    }
+  }
+  // The share MAC's secrets: stored exactly in version 3.
+  {
+    auto current = ReadShareMacRows(db, kShareMacPrefix);
+    if (!current.ok()) return fail(current.status());
+    if (current->has_value() != (schema_version == kStoredShareMacSchemaVersion)) {
+      return fail(Status::Corruption("schema version " + std::to_string(schema_version) +
+                                     (current->has_value()
+                                          ? " holds share MAC secrets, which only version 3 has"
+                                          : " lacks the share MAC secrets")));
+    }
+    store->share_mac_ = current->has_value() ? std::move(**current)
+                                             : DeriveShareMacSecrets(store->state_->master());
+    auto old = ReadShareMacRows(db, kOldShareMacPrefix);
+    if (!old.ok()) return fail(old.status());
+    if (old->has_value() && !rekeying) {
+      return fail(Status::Corruption(
+          "meta holds the share MAC secrets of a rotation but the header records no rekey"));
+    }
+    if (rekeying) {
+      store->rekey_old_share_mac_ =
+          old->has_value() ? std::move(**old) : DeriveShareMacSecrets(store->rekey_old_master_);
     }
   }
   // Touch the remaining tables so that a missing table fails Open, not a later
@@ -890,10 +996,12 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       S3ORAM_RETURN_IF_ERROR(st.Exec("writing the rekey progress"));
     }
     if (batch.end_rekey_) {
-      S3ORAM_RETURN_IF_ERROR(sql::Exec(
-          db_, "DELETE FROM meta WHERE key IN ('rekey_old_master', 'rekey_phase', "
-               "'rekey_next_block', 'rekey_purge_until')"));
-      const std::string version = "PRAGMA user_version = " + std::to_string(kSchemaVersion);
+      S3ORAM_RETURN_IF_ERROR(
+          sql::Exec(db_,
+                    "DELETE FROM meta WHERE key IN ('rekey_old_master', 'rekey_phase', "
+                    "'rekey_next_block', 'rekey_purge_until', 'rekey_old_share_mac_half0', "
+                    "'rekey_old_share_mac_half1', 'rekey_old_share_mac_last_replaced')"));
+      const std::string version = "PRAGMA user_version = " + std::to_string(schema_version_);
       S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, version.c_str()));
     }
     FaultPoint("state.commit.before");
@@ -927,6 +1035,7 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (batch.end_rekey_) {
     rekey_.reset();
     rekey_old_master_ = Secret();
+    rekey_old_share_mac_.reset();
   }
   return Status::Ok();
 }
@@ -935,6 +1044,17 @@ Status WriteRekeyStart(sqlite3* db, const Secret& old_master) {
   if (old_master.size() != kMasterKeyBytes) {
     return Status::InvalidArgument("rekey: the previous master key has the wrong size");
   }
+  // The share MAC: one half replaced, the pair before kept for the rotation
+  // (crypto/share_mac_secrets.h).
+  S3ORAM_ASSIGN_OR_RETURN(std::optional<ShareMacSecrets> stored,
+                          ReadShareMacRows(db, kShareMacPrefix));
+  const ShareMacSecrets previous = stored ? std::move(*stored) : DeriveShareMacSecrets(old_master);
+  S3ORAM_RETURN_IF_ERROR(WriteShareMacRows(db, kOldShareMacPrefix, previous));
+  S3ORAM_RETURN_IF_ERROR(WriteShareMacRows(db, kShareMacPrefix, RotateShareMacSecrets(previous)));
+  S3ORAM_RETURN_IF_ERROR(
+      sql::Exec(db, ("UPDATE meta SET value = " + std::to_string(kStoredShareMacSchemaVersion) +
+                     " WHERE key = 'schema_version'")
+                        .c_str()));
   Stmt st;
   S3ORAM_RETURN_IF_ERROR(st.Prepare(
       db, "INSERT OR REPLACE INTO meta(key, value) VALUES ('rekey_old_master', ?1), "
@@ -942,7 +1062,8 @@ Status WriteRekeyStart(sqlite3* db, const Secret& old_master) {
   st.Blob(1, old_master.data(), old_master.size());
   st.Int(2, static_cast<std::int64_t>(RekeyProgress::Phase::kReseal));
   S3ORAM_RETURN_IF_ERROR(st.Exec("writing the rekey start"));
-  const std::string version = "PRAGMA user_version = " + std::to_string(kRekeySchemaVersion);
+  const std::string version =
+      "PRAGMA user_version = " + std::to_string(kRekeyVersionOffset + kStoredShareMacSchemaVersion);
   return sql::Exec(db, version.c_str());
 }
 

@@ -28,6 +28,7 @@
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/key_wrap.h"
+#include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/state/state_file.h"
 #include "oramcore/tree/params.h"
 #include "oramcore/tree/position_map.h"
@@ -143,6 +144,11 @@ class ClientStateStore {
   // (empty when none).
   const std::optional<RekeyProgress>& rekey() const { return rekey_; }
   const Secret& rekey_old_master() const { return rekey_old_master_; }
+  // The share MAC's secrets every slot written now is tagged under, and,
+  // while a rotation is under way, the pair before it (slots not re-tagged
+  // yet verify under that one). crypto/share_mac_secrets.h.
+  const ShareMacSecrets& share_mac_secrets() const { return share_mac_; }
+  const std::optional<ShareMacSecrets>& rekey_old_share_mac() const { return rekey_old_share_mac_; }
   // How long the servers took to compute the last background eviction, in
   // ms (what paces the accesses beside the next one); 0 before any.
   std::uint64_t eviction_estimate_ms() const { return eviction_estimate_ms_; }
@@ -215,13 +221,17 @@ class ClientStateStore {
   std::uint64_t eviction_estimate_ms_ = 0;
   std::optional<RekeyProgress> rekey_;
   Secret rekey_old_master_;
+  std::int64_t schema_version_ = 0;
+  ShareMacSecrets share_mac_;
+  std::optional<ShareMacSecrets> rekey_old_share_mac_;
 };
 
 // Writes the rows that start a rotation into `db`, a fresh copy of a state
 // about to be sealed under a new master key (oramcore/state/master_key_switch.h):
-// the previous master key, phase kReseal from block 0, and the schema marker
-// that makes a build without rekey support refuse the file. Inside the
-// caller's transaction.
+// the previous master key, phase kReseal from block 0, the share MAC's
+// secrets with one half replaced and the pair before them kept, and the
+// schema marker that makes a build without rekey support (or without stored
+// share MAC secrets) refuse the file. Inside the caller's transaction.
 Status WriteRekeyStart(sqlite3* db, const Secret& old_master);
 
 }  // namespace s3oram

@@ -21,9 +21,10 @@
 
 #include "oramcore/base/private_file.h"
 #include "oramcore/crypto/key_wrap.h"
-#include "oramcore/crypto/subkeys.h"
+#include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
+#include "oramcore/state/client_state.h"
 #include "oramcore/state/state_file.h"
 #include "serverd/share_store.h"
 #include "tests/integration/fs_fixture.h"
@@ -59,6 +60,17 @@ Secret MasterOf(const std::string& path, const std::string& pass) {
   return u.ok() ? Secret::CopyOf((*u)->master().bytes()) : Secret();
 }
 
+// The share MAC secrets the state at `path` tags slots under now.
+ShareMacSecrets MacSecretsOf(const std::string& path, const std::string& pass) {
+  auto u = UnlockedState::Unlock(path, Secret::CopyOf(pass));
+  EXPECT_TRUE(u.ok()) << u.status().ToString();
+  if (!u.ok()) return {};
+  auto store = ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
+  EXPECT_TRUE(store.ok()) << store.status().ToString();
+  if (!store.ok()) return {};
+  return (*store)->share_mac_secrets().Copy();
+}
+
 struct SlotCensus {
   std::uint64_t zero = 0;
   std::uint64_t current = 0;   // tagged under the key being checked for
@@ -69,17 +81,13 @@ struct SlotCensus {
 // Every slot of every bucket place (live or free) of the servers' share
 // files, reconstructed from servers 0..t and classified by the share MAC key
 // it verifies under. The servers hold the same map (same evictions).
-SlotCensus CensusOfShares(const MountedFs& fs, const OramParams& p, const Secret& current_master,
-                          const Secret& previous_master) {
+SlotCensus CensusOfShares(const MountedFs& fs, const OramParams& p,
+                          const ShareMacSecrets& current_secrets,
+                          const ShareMacSecrets& previous_secrets) {
   SlotCensus out;
   const std::size_t d = static_cast<std::size_t>(p.data_elems_per_slot());
-  auto key_of = [d](const Secret& master) {
-    const Secret k = DeriveShareMacKey(master);
-    return std::make_unique<share_mac::ShareMacKey>(
-        std::span<const std::uint8_t, share_mac::kKeyBytes>(k.data(), share_mac::kKeyBytes), d);
-  };
-  const auto current = key_of(current_master);
-  const auto previous = key_of(previous_master);
+  const auto current = MakeShareMacKey(current_secrets, d);
+  const auto previous = MakeShareMacKey(previous_secrets, d);
   const std::size_t parties = p.threshold + 1;
   std::vector<std::vector<serverd::ShareStore::FileRange>> places(parties);
   std::vector<std::ifstream> files;
@@ -187,9 +195,11 @@ TEST(FsRekeyTest, KilledAnywhereItResumesAndLeavesNothingUnderTheOldKey) {
   const std::string third_file = WritePassfile(fs->Scratch("third-pass"), third);
   const Secret first_master = MasterOf(state, first);
   ASSERT_FALSE(first_master.empty());
-  const Secret no_key = Secret::CopyOf(std::string(kMasterKeyBytes, '\x5a'));
+  const ShareMacSecrets first_mac = MacSecretsOf(state, first);
+  const ShareMacSecrets no_key =
+      DeriveShareMacSecrets(Secret::CopyOf(std::string(kMasterKeyBytes, '\x5a')));
   {
-    const SlotCensus before = CensusOfShares(*fs, p, first_master, no_key);
+    const SlotCensus before = CensusOfShares(*fs, p, first_mac, no_key);
     std::printf("[ census   ] before: %s\n", Describe(before).c_str());
     EXPECT_GT(before.current, 0u) << "the census sees no tagged slot at all";
     EXPECT_EQ(before.neither, 0u);
@@ -221,6 +231,9 @@ TEST(FsRekeyTest, KilledAnywhereItResumesAndLeavesNothingUnderTheOldKey) {
   // no new rotation starts; the missing last backup is made up by hand.
   const Secret second_master = MasterOf(state, second);
   ASSERT_FALSE(second_master.empty());
+  const ShareMacSecrets second_mac = MacSecretsOf(state, second);
+  // One half of the share MAC replaced, the other shared with the key before.
+  EXPECT_EQ(SharedHalf(first_mac, second_mac), std::optional<std::size_t>(0));
   auto last = RunCli(to_second);
   EXPECT_EQ(last.exit_code, 2) << last.output;
   EXPECT_NE(last.output.find("no rekey is under way"), std::string::npos) << last.output;
@@ -229,7 +242,7 @@ TEST(FsRekeyTest, KilledAnywhereItResumesAndLeavesNothingUnderTheOldKey) {
   auto made_up = RunCli({CliPath(), "backup-state", "-s", state, "--passfile", second_file});
   ASSERT_EQ(made_up.exit_code, 0) << made_up.output;
   {
-    const SlotCensus after = CensusOfShares(*fs, p, second_master, first_master);
+    const SlotCensus after = CensusOfShares(*fs, p, second_mac, first_mac);
     std::printf("[ census   ] after the first rekey: %s\n", Describe(after).c_str());
     EXPECT_EQ(after.previous, 0u) << Describe(after);
     EXPECT_EQ(after.neither, 0u) << Describe(after);
@@ -270,12 +283,16 @@ TEST(FsRekeyTest, KilledAnywhereItResumesAndLeavesNothingUnderTheOldKey) {
   ASSERT_EQ(made_up_again.exit_code, 0) << made_up_again.output;
   const Secret third_master = MasterOf(state, third);
   ASSERT_FALSE(third_master.empty());
+  const ShareMacSecrets third_mac = MacSecretsOf(state, third);
+  // The other half this time: nothing of the first key's share MAC is left.
+  EXPECT_EQ(SharedHalf(second_mac, third_mac), std::optional<std::size_t>(1));
+  EXPECT_EQ(SharedHalf(first_mac, third_mac), std::nullopt);
   {
-    const SlotCensus after = CensusOfShares(*fs, p, third_master, second_master);
+    const SlotCensus after = CensusOfShares(*fs, p, third_mac, second_mac);
     std::printf("[ census   ] after the second rekey: %s\n", Describe(after).c_str());
     EXPECT_EQ(after.previous, 0u) << Describe(after);
     EXPECT_EQ(after.neither, 0u) << Describe(after);
-    const SlotCensus first_key = CensusOfShares(*fs, p, first_master, first_master);
+    const SlotCensus first_key = CensusOfShares(*fs, p, first_mac, first_mac);
     EXPECT_EQ(first_key.current, 0u) << "slots under the first key: " << Describe(first_key);
   }
   WritePassfile(fs->passfile(), third);
@@ -300,6 +317,7 @@ TEST(FsRekeyTest, OneRunStatesItsCostAndRekeysEverythingAndASecondDeviceRefreshe
   const std::string state = fs->state();
   const std::string pass = testing::ReadWholeFile(fs->passfile());
   const Secret old_master = MasterOf(state, pass);
+  const ShareMacSecrets old_mac = MacSecretsOf(state, pass);
 
   // The second device (this machine's client key, another state file).
   const std::string state_b = fs->Scratch("device-b.s3oram");
@@ -326,7 +344,8 @@ TEST(FsRekeyTest, OneRunStatesItsCostAndRekeysEverythingAndASecondDeviceRefreshe
   const Secret new_master = MasterOf(state, pass);
   ASSERT_FALSE(new_master.empty());
   EXPECT_FALSE(new_master.Equals(old_master));
-  const SlotCensus after = CensusOfShares(*fs, options.params, new_master, old_master);
+  const ShareMacSecrets new_mac = MacSecretsOf(state, pass);
+  const SlotCensus after = CensusOfShares(*fs, options.params, new_mac, old_mac);
   std::printf("[ census   ] %s\n", Describe(after).c_str());
   EXPECT_EQ(after.previous, 0u) << Describe(after);
   ASSERT_TRUE(fs->Mount());
@@ -342,6 +361,8 @@ TEST(FsRekeyTest, OneRunStatesItsCostAndRekeysEverythingAndASecondDeviceRefreshe
       RunCli({CliPath(), "refresh-state", "-s", state_b, "--passfile", fs->passfile()});
   ASSERT_EQ(refreshed.exit_code, 0) << refreshed.output;
   EXPECT_TRUE(MasterOf(state_b, pass).Equals(new_master));
+  // The share MAC secrets travel in the backup with the rest of the state.
+  EXPECT_TRUE(MacSecretsOf(state_b, pass).Equals(new_mac));
   ASSERT_TRUE(fs->Mount());
   EXPECT_TRUE(testing::FileHasContent(fs->Path("f"), content));
 }

@@ -17,12 +17,15 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/crypto/key_wrap.h"
 #include "oramcore/math/field.h"
-#include "oramcore/math/slot_digest.h"
+#include "oramcore/state/master_key_switch.h"
+#include "oramcore/state/state_file.h"
 #include "oramcore/tree/geometry.h"
 #include "serverd/share_store.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/integration/run_cli.h"
+#include "tests/integration/share_damage.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -30,8 +33,6 @@ namespace {
 
 using field::Elem;
 using Model = std::map<BlockId, std::vector<std::uint8_t>>;
-
-constexpr std::uint64_t kSeedOffset = 80;      // digest seed in a meta record
 
 std::string Liar() {
   const char* env = std::getenv("S3ORAM_SERVERD_LIAR");
@@ -126,11 +127,28 @@ Status DriveEviction(OramClient& c, const Model& model) {
   return st;
 }
 
+// Starts a master-key rotation in the state at `state` (what the first step
+// of `s3oram rekey` does, same passphrase) and re-seals nothing: every block
+// written before stays sealed and tagged under the previous keys.
+void StartRekey(const std::string& state) {
+  auto u = UnlockedState::Unlock(state, testing::TestPassphrase());
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  const Secret master = NewMasterKey();
+  auto wrap =
+      WrapMasterKey(master, testing::TestPassphrase(), (*u)->header().fs_id, testing::TestKdf());
+  ASSERT_TRUE(wrap.ok()) << wrap.status().ToString();
+  auto header = SwitchMasterKey(**u, *wrap, master, nullptr);
+  ASSERT_TRUE(header.ok()) << header.status().ToString();
+}
+
 // (b), (c) and a memory fault: prepared buckets that are not one sharing,
 // or one sharing of values that do not carry the client's share MAC, are
 // refused before COMMIT on every attempt; no server commits; with the server
-// honest again the eviction commits and every block reads back.
-void ExpectEvictionRefused(const std::string& kind, const std::string& why) {
+// honest again the eviction commits and every block reads back. With
+// `during_rekey` the buckets mix slots tagged under the share MAC keys
+// before and after a rotation, and the check verifies the half they share.
+void ExpectEvictionRefused(const std::string& kind, const std::string& why,
+                           bool during_rekey = false) {
   const std::uint64_t seed = testing::TestSeed();
   const OramParams params = testing::SmallParams(256, 4, 4);
   auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
@@ -146,10 +164,18 @@ void ExpectEvictionRefused(const std::string& kind, const std::string& why) {
     model = WriteBlocks(**c, 3, seed);
     before = AppliedEvictions(**c);
   }
+  if (during_rekey) {
+    StartRekey(fs->state);
+    ASSERT_FALSE(::testing::Test::HasFatalFailure());
+  }
   Become(*fs->cluster, liar, kind);
   {
     auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
     ASSERT_TRUE(c.ok()) << c.status().ToString();
+    if (during_rekey) {
+      ASSERT_TRUE((*c)->rekey());
+      EXPECT_EQ((*c)->eviction_mac_check(), OramClient::EvictionMacCheck::kOneHalf);
+    }
     const Status st = DriveEviction(**c, model);
     ASSERT_EQ(st.code(), Status::Code::kIntegrity) << st.ToString();
     EXPECT_NE(st.message().find(why), std::string::npos) << st.message();
@@ -158,12 +184,22 @@ void ExpectEvictionRefused(const std::string& kind, const std::string& why) {
     // Refused again at once: the memo keeps the peers' time.
     const Status again = (*c)->Write(0, model.at(0));
     EXPECT_EQ(again.code(), Status::Code::kIntegrity) << again.ToString();
+    ASSERT_TRUE((*c)->problem_note()) << "the refusal was not recorded";
   }
+  // The liar's storage is clean, so scrub finds nothing, but the refused
+  // eviction is still pending: the recorded problem stays until it commits.
+  const std::string auth = " -s " + fs->state + " --passfile " + fs->passfile;
+  const CliRun early = RunCli("scrub" + auth + " --plain-progress");
+  EXPECT_EQ(early.exit_code, 0) << early.output;
+  EXPECT_NE(early.output.find("stays until eviction"), std::string::npos) << early.output;
+  EXPECT_NE(RunCli("status" + auth).output.find("problem "), std::string::npos);
   Become(*fs->cluster, liar, "");
   ExpectBlocks(fs->state, model);
   auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
   ASSERT_TRUE(c.ok()) << c.status().ToString();
   EXPECT_GT(AppliedEvictions(**c)[0], before[0]) << "the eviction never committed";
+  EXPECT_FALSE((*c)->problem_note())
+      << "the commit left the note of its refusal: " << (*c)->problem_note()->text;
   c->reset();
   const CliRun scrub = RunCli("scrub -s " + fs->state + " --passfile " + fs->passfile +
                               " --plain-progress");
@@ -182,6 +218,13 @@ TEST(LyingServerTest, AWrongOutputWithAMatchingDigestIsRefusedBeforeCommit) {
 // sharing of it, which no parity check can see; the share MAC does.
 TEST(LyingServerTest, ConsistentWrongSharesAreRefusedBeforeCommit) {
   ExpectEvictionRefused("smp-consistent", "do not authenticate (share MAC)");
+}
+
+// Issue 42: the same while a master-key rotation is under way (it used to
+// leave the share MAC out of the check for the whole rotation).
+TEST(LyingServerTest, ConsistentWrongSharesDuringARekeyAreRefusedBeforeCommit) {
+  ExpectEvictionRefused("smp-consistent", "do not authenticate (share MAC)",
+                        /*during_rekey=*/true);
 }
 
 // (b) on a filesystem made before share MACs (mac_elems = 0): the limit of
@@ -259,36 +302,13 @@ TEST(LyingServerTest, ForgedCountersAreNamedAndRefused) {
   ExpectBlocks(fs->state, model);
 }
 
-// Changes one element of server `server`'s share of (bucket, slot) and
-// writes the slot's digest to match, the server stopped meanwhile: what a
-// memory fault before the digest, or a server rewriting its file, leaves.
+// Server `server`, stopped meanwhile, rewrites its share of (bucket, slot)
+// with the digest recomputed (share_damage.h).
 void RewriteSlotWithItsDigest(testing::TestFs& fs, const OramParams& params, std::size_t server,
                               std::uint64_t bucket, std::uint32_t slot, std::uint64_t seed) {
   ASSERT_TRUE(fs.cluster->Kill(server, SIGTERM).ok());
-  {
-    const std::string path = DataDir(*fs.cluster, server) + "/shares.bin";
-    std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
-    ASSERT_TRUE(f.good()) << path;
-    digest::Seed key_seed{};
-    f.seekg(static_cast<std::streamoff>(kSeedOffset));
-    f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
-    const std::size_t m = params.elems_per_slot();
-    // Where the bucket and its digests lie now (buckets move as evictions commit).
-    auto at = serverd::ShareStore::InspectFile(path);
-    ASSERT_TRUE(at.ok()) << at.status().ToString();
-    const auto data_at = static_cast<std::streamoff>((*at)[bucket].data + slot * m * sizeof(Elem));
-    std::vector<Elem> x(m);
-    f.seekg(data_at);
-    f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
-    x[seed % m] = field::Add(x[seed % m], 1 + static_cast<Elem>(seed % 1000));
-    digest::SlotDigest d{};
-    ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
-    f.seekp(data_at);
-    f.write(reinterpret_cast<const char*>(x.data()), static_cast<std::streamsize>(m * sizeof(Elem)));
-    f.seekp(static_cast<std::streamoff>((*at)[bucket].digests + slot * sizeof(d)));
-    f.write(reinterpret_cast<const char*>(d.data()), sizeof(d));
-    ASSERT_TRUE(f.good());
-  }
+  testing::RewriteSlotWithItsDigest(DataDir(*fs.cluster, server) + "/shares.bin", params, bucket,
+                                    slot, seed);
   ASSERT_TRUE(fs.cluster->Restart(server).ok());
 }
 

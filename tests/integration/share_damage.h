@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/math/field.h"
+#include "oramcore/math/slot_digest.h"
 #include "oramcore/tree/geometry.h"
 #include "oramcore/tree/params.h"
 #include "serverd/share_store.h"
@@ -104,6 +106,42 @@ inline std::string DamageShareFile(const std::string& shares, const OramParams& 
     }
   }
   return "?";
+}
+
+// The digest key's seed in a share file's meta record (serverd/share_store.h).
+inline constexpr std::uint64_t kDigestSeedOffset = 80;
+
+// Adds a nonzero value to one element of the share of (bucket, slot) in
+// `shares` (a stopped server's shares.bin) and writes the slot's digest to
+// match: what a memory fault before the digest, or a server rewriting its
+// own file, leaves. No digest check can see it; only the other servers'
+// shares can. `seed` picks the element and the value.
+inline void RewriteSlotWithItsDigest(const std::string& shares, const OramParams& p,
+                                     std::uint64_t bucket, std::uint32_t slot, std::uint64_t seed) {
+  std::fstream f(shares, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f.good()) << shares;
+  digest::Seed key_seed{};
+  f.seekg(static_cast<std::streamoff>(kDigestSeedOffset));
+  f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
+  const std::size_t m = p.elems_per_slot();
+  // Where the bucket and its digests lie now (buckets move as evictions commit).
+  auto at = serverd::ShareStore::InspectFile(shares);
+  ASSERT_TRUE(at.ok()) << at.status().ToString();
+  ASSERT_LT(bucket, at->size());
+  const auto data_at =
+      static_cast<std::streamoff>((*at)[bucket].data + slot * m * sizeof(field::Elem));
+  std::vector<field::Elem> x(m);
+  f.seekg(data_at);
+  f.read(reinterpret_cast<char*>(x.data()), static_cast<std::streamsize>(m * sizeof(field::Elem)));
+  x[seed % m] = field::Add(x[seed % m], 1 + static_cast<field::Elem>(seed % 1000));
+  digest::SlotDigest d{};
+  ASSERT_TRUE(digest::DigestKey(key_seed, m).Digest(x, &d));
+  f.seekp(data_at);
+  f.write(reinterpret_cast<const char*>(x.data()),
+          static_cast<std::streamsize>(m * sizeof(field::Elem)));
+  f.seekp(static_cast<std::streamoff>((*at)[bucket].digests + slot * sizeof(d)));
+  f.write(reinterpret_cast<const char*>(d.data()), sizeof(d));
+  ASSERT_TRUE(f.good());
 }
 
 // The servers other than `bad` that `text` calls damaged, lying or odd.

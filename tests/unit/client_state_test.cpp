@@ -541,8 +541,8 @@ TEST_F(ClientStateTest, RefusesForeignDatabaseInsideASealedFile) {
 TEST_F(ClientStateTest, RefusesFutureAndUnknownSchemaVersions) {
   FsConfig config = MakeConfig(rng_);
   std::string future = MakeState("future.db", config);
-  RawSql(future, "PRAGMA user_version = 3");
-  ExpectRefused(future, {"schema version 3", "newer", "version 2"});
+  RawSql(future, "PRAGMA user_version = 4");
+  ExpectRefused(future, {"schema version 4", "newer", "versions 2 and 3"});
 
   // Version 1 (before block encryption) is refused with the way out.
   std::string v1 = MakeState("v1.db", config);
@@ -761,6 +761,9 @@ TEST_F(ClientStateTest, ARekeyIsRecordedAdvancedAndEnded) {
     ASSERT_TRUE(plain.ok()) << plain.status().ToString();
     EXPECT_FALSE((*plain)->rekey());
     EXPECT_TRUE((*plain)->rekey_old_master().empty());
+    // Before any rekey the share MAC is the master key's, nothing stored.
+    EXPECT_TRUE((*plain)->share_mac_secrets().Equals(DeriveShareMacSecrets(TestMaster())));
+    EXPECT_FALSE((*plain)->rekey_old_share_mac());
     ClientStateStore::Batch b;
     b.SetRekeyProgress(RekeyProgress{});
     EXPECT_EQ((*plain)->Commit(b).code(), Status::Code::kInvalidArgument);
@@ -787,6 +790,7 @@ TEST_F(ClientStateTest, ARekeyIsRecordedAdvancedAndEnded) {
     return ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
   };
   const RekeyProgress purge{RekeyProgress::Phase::kPurge, 64, 99};
+  ShareMacSecrets rotated_mac;
   {
     auto store = open_new();
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -796,6 +800,16 @@ TEST_F(ClientStateTest, ARekeyIsRecordedAdvancedAndEnded) {
     ASSERT_TRUE((*store)->rekey());
     EXPECT_EQ(*(*store)->rekey(), RekeyProgress{});
     EXPECT_TRUE((*store)->rekey_old_master().Equals(TestMaster()));
+    // The share MAC: half 1 replaced, half 0 (the old master key's) kept,
+    // and the pair before kept for the rotation.
+    const ShareMacSecrets before = DeriveShareMacSecrets(TestMaster());
+    ASSERT_TRUE((*store)->rekey_old_share_mac());
+    EXPECT_TRUE((*store)->rekey_old_share_mac()->Equals(before));
+    const ShareMacSecrets& now = (*store)->share_mac_secrets();
+    EXPECT_EQ(now.last_replaced, 1u);
+    EXPECT_EQ(SharedHalf(now, before), std::optional<std::size_t>(0));
+    EXPECT_FALSE(now.half[1].Equals(before.half[1]));
+    rotated_mac = now.Copy();
     ClientStateStore::Batch b;
     b.SetRekeyProgress(purge);
     ASSERT_TRUE((*store)->Commit(b).ok());
@@ -812,10 +826,68 @@ TEST_F(ClientStateTest, ARekeyIsRecordedAdvancedAndEnded) {
     ASSERT_TRUE((*store)->Commit(b, /*durable=*/true).ok());
     EXPECT_FALSE((*store)->rekey());
     EXPECT_TRUE((*store)->rekey_old_master().empty());
+    EXPECT_FALSE((*store)->rekey_old_share_mac());
   }
-  auto store = open_new();
+  {
+    auto store = open_new();
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_FALSE((*store)->rekey());
+    EXPECT_FALSE((*store)->rekey_old_share_mac());
+    EXPECT_TRUE((*store)->share_mac_secrets().Equals(rotated_mac)) << "not stored for good";
+  }
+  // The next rotation replaces the other half: nothing of the first key's
+  // share MAC is left after it.
+  const Secret third = NewMasterKey();
+  auto third_wrap = WrapMasterKey(third, Secret::CopyOf(std::string_view("third")), config.fs_id,
+                                  MinimalKdfParams());
+  ASSERT_TRUE(third_wrap.ok());
+  {
+    auto u = UnlockedState::UnlockWithMaster(path, Secret::CopyOf(next.bytes()));
+    ASSERT_TRUE(u.ok()) << u.status().ToString();
+    ASSERT_TRUE(SwitchMasterKey(**u, *third_wrap, third, nullptr).ok());
+  }
+  auto u = UnlockedState::UnlockWithMaster(path, Secret::CopyOf(third.bytes()));
+  ASSERT_TRUE(u.ok()) << u.status().ToString();
+  auto store = ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
   ASSERT_TRUE(store.ok()) << store.status().ToString();
-  EXPECT_FALSE((*store)->rekey());
+  ASSERT_TRUE((*store)->rekey_old_share_mac());
+  EXPECT_TRUE((*store)->rekey_old_share_mac()->Equals(rotated_mac));
+  EXPECT_EQ((*store)->share_mac_secrets().last_replaced, 0u);
+  EXPECT_EQ(SharedHalf((*store)->share_mac_secrets(), rotated_mac), std::optional<std::size_t>(1));
+  EXPECT_EQ(SharedHalf((*store)->share_mac_secrets(), DeriveShareMacSecrets(TestMaster())),
+            std::nullopt);
+}
+
+// Version 3 holds the share MAC secrets and version 2 does not; anything
+// else is refused rather than read with the wrong key.
+TEST_F(ClientStateTest, RefusesShareMacRowsThatDisagreeWithTheSchemaVersion) {
+  FsConfig config = MakeConfig(rng_);
+  std::string v3 = MakeState("v3-without.db", config);
+  RawSql(v3, "PRAGMA user_version = 3; UPDATE meta SET value = 3 WHERE key = 'schema_version'");
+  ExpectRefused(v3, {"schema version 3", "lacks the share MAC secrets"});
+
+  std::string v2 = MakeState("v2-with.db", config);
+  RawSql(v2,
+         "INSERT INTO meta(key, value) VALUES ('share_mac_half0', zeroblob(32)), "
+         "('share_mac_half1', zeroblob(32)), ('share_mac_last_replaced', 0)");
+  ExpectRefused(v2, {"schema version 2", "only version 3"});
+
+  std::string partial = MakeState("partial.db", config);
+  RawSql(partial,
+         "INSERT INTO meta(key, value) VALUES ('share_mac_half0', zeroblob(32)); "
+         "PRAGMA user_version = 3; UPDATE meta SET value = 3 WHERE key = 'schema_version'");
+  ExpectRefused(partial, {"some of the rows", "not all"});
+
+  std::string short_key = MakeState("short.db", config);
+  RawSql(short_key,
+         "INSERT INTO meta(key, value) VALUES ('share_mac_half0', zeroblob(31)), "
+         "('share_mac_half1', zeroblob(32)), ('share_mac_last_replaced', 0); "
+         "PRAGMA user_version = 3; UPDATE meta SET value = 3 WHERE key = 'schema_version'");
+  ExpectRefused(short_key, {"share_mac_half0", "32-byte"});
+
+  std::string meta_disagrees = MakeState("meta.db", config);
+  RawSql(meta_disagrees, "PRAGMA user_version = 3");
+  ExpectRefused(meta_disagrees, {"meta schema_version 2", "header's 3"});
 }
 
 // The rows and the header's marker must agree; a damaged record is refused.

@@ -90,6 +90,64 @@ TEST(ShareMacTest, TagsDependOnTheSecret) {
   EXPECT_FALSE(b.Verify(slot)) << "a slot tagged under one key verifies under another";
 }
 
+// Two equal half secrets are the one-secret key: every slot tagged before
+// halves existed still verifies.
+TEST(ShareMacTest, EqualHalfSecretsAreTheOneSecretKey) {
+  auto rng = testing::SeededRng();
+  for (std::size_t d : {1u, 5u, 276u}) {
+    const Secret32 secret = SecretFrom(rng);
+    ShareMacKey one(secret, d), two(secret, secret, d);
+    std::vector<Elem> a = RandomTagged(rng, one);
+    std::vector<Elem> b = a;
+    two.Tag(b);
+    EXPECT_EQ(a, b) << "d=" << d;
+  }
+}
+
+// A rotation replaces one half: a combination of slots tagged under the key
+// before and the key after verifies under neither whole key, under the
+// shared half of both, and a changed value fails that half.
+TEST(ShareMacTest, TheSharedHalfVerifiesCombinationsOfBothKeysOfARotation) {
+  auto rng = testing::SeededRng();
+  const std::size_t d = 97;
+  const Secret32 kept = SecretFrom(rng), old_half = SecretFrom(rng), new_half = SecretFrom(rng);
+  for (std::size_t replaced = 0; replaced < kHalves; ++replaced) {
+    SCOPED_TRACE(replaced);
+    const std::size_t shared = 1 - replaced;
+    ShareMacKey before(replaced == 0 ? old_half : kept, replaced == 1 ? old_half : kept, d);
+    ShareMacKey after(replaced == 0 ? new_half : kept, replaced == 1 ? new_half : kept, d);
+    const std::vector<Elem> x = RandomTagged(rng, before);
+    const std::vector<Elem> y = RandomTagged(rng, after);
+    EXPECT_TRUE(before.VerifyHalf(x, shared) && after.VerifyHalf(x, shared));
+    EXPECT_TRUE(before.VerifyHalf(y, shared) && after.VerifyHalf(y, shared));
+    EXPECT_FALSE(after.VerifyHalf(x, replaced)) << "the replaced half verifies the old tags";
+    std::uniform_int_distribution<Elem> any(1, kPrime - 1);
+    const Elem a = any(rng), b = any(rng);
+    std::vector<Elem> mix(x.size());
+    for (std::size_t c = 0; c < mix.size(); ++c) {
+      mix[c] = field::Add(field::Mul(a, x[c]), field::Mul(b, y[c]));
+    }
+    EXPECT_FALSE(before.Verify(mix));
+    EXPECT_FALSE(after.Verify(mix));
+    EXPECT_TRUE(after.VerifyHalf(mix, shared));
+    EXPECT_TRUE(before.VerifyHalf(mix, shared));
+    // An error in the data, whatever the other half's tags say.
+    std::vector<Elem> wrong = mix;
+    const std::size_t at = std::uniform_int_distribution<std::size_t>(0, d - 1)(rng);
+    wrong[at] = field::Add(wrong[at], any(rng));
+    EXPECT_FALSE(after.VerifyHalf(wrong, shared));
+    // An error in the half's own tags.
+    std::vector<Elem> bad_tag = mix;
+    bad_tag[d + shared * kElemsPerHalf] = field::Add(bad_tag[d + shared * kElemsPerHalf], 1);
+    EXPECT_FALSE(after.VerifyHalf(bad_tag, shared));
+    // Non-canonical elements and the wrong length are refused.
+    std::vector<Elem> big = mix;
+    big[0] = kPrime;
+    EXPECT_FALSE(after.VerifyHalf(big, shared));
+    EXPECT_FALSE(after.VerifyHalf(std::vector<Elem>(mix.size() - 1, 0), shared));
+  }
+}
+
 TEST(ShareMacTest, KnownAnswer) {
   // The tags stored on the servers depend on this expansion: it must never
   // change (libsodium documents randombytes_buf_deterministic as stable).
