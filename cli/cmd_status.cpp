@@ -138,7 +138,7 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
     // before a mount trips over it.
     const FreshnessVerdict& fresh = (*client)->freshness();
     if (!fresh.inconsistent.empty()) {
-      std::printf("state       SERVER INCONSISTENT: %s; check it with `s3oram scrub -s %s`\n",
+      std::printf("state       SERVER INCONSISTENT: %s (`s3oram scrub -s %s` checks the shares)\n",
                   fresh.inconsistent.c_str(), state->c_str());
     }
     if (fresh.stale) {

@@ -385,13 +385,16 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
       S3ORAM_ASSIGN_OR_RETURN(auto backups, client->QueryBackupList(i));
       for (const auto& b : backups) views[i].generations.push_back(b.generation);
     }
+    S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, client->store_->LoadPending());
+    bool evicting = false;
+    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
     client->freshness_ = JudgeFreshness(client->counters_, client->store_->backup_mark(), views,
-                                        names, config.params.threshold);
+                                        names, config.params.threshold, evicting);
     const FreshnessVerdict& f = client->freshness_;
     for (const auto& w : f.warnings) spdlog::warn("{}", w);
     if (!f.inconsistent.empty() && !allow_stale) {
-      return Status::FailedPrecondition(f.inconsistent + "; check it with `s3oram scrub -s " +
-                                        state_path + "` and repair it with s3oram rebuild");
+      return Status::FailedPrecondition(f.inconsistent + " (`s3oram scrub -s " + state_path +
+                                        "` checks the shares)");
     }
     if (f.stale && !allow_stale) {
       return Status::StaleState(f.why + ": the state is stale, and writing with it would "
@@ -433,21 +436,6 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     // mount does not later read as unsaved work.
     (void)client->KeepBackupMark();
     return lease;
-  }
-  // A server ahead by one eviction is only possible while that eviction is
-  // pending in the state (it committed there before the client recorded it).
-  bool ahead = false;
-  for (const auto& r : reports) ahead |= r.reply.applied_evictions == client->counters_.ne + 1;
-  if (ahead) {
-    S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
-    bool evicting = false;
-    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
-    if (!evicting) {
-      return Status::StaleState(
-          "the servers have applied an eviction this client state does not know of: the state "
-          "file is older than the servers. " +
-          StaleStateFix(state_path));
-    }
   }
   // Root writes accesses logged but had not sent (or not seen acknowledged
   // by every server) when this state was last used, for slots nr, nr + 1,

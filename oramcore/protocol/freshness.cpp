@@ -28,8 +28,9 @@ std::uint64_t NewestAgreedGeneration(std::span<const ServerFreshness> servers, s
 }
 
 FreshnessVerdict JudgeFreshness(const Counters& state, const std::optional<BackupMark>& mark,
-                                 std::span<const ServerFreshness> servers,
-                                 std::span<const std::string> names, std::size_t t) {
+                                std::span<const ServerFreshness> servers,
+                                std::span<const std::string> names, std::size_t t,
+                                bool eviction_pending) {
   FreshnessVerdict v;
   const std::size_t k = t + 1;
   std::vector<std::uint64_t> epochs, evictions;
@@ -48,7 +49,9 @@ FreshnessVerdict JudgeFreshness(const Counters& state, const std::optional<Backu
                       std::to_string(v.agreed_store_epoch) + ", after this state's last use (epoch " +
                       std::to_string(state.epoch) + ")");
   }
-  if (agreed_evictions > state.ne + 1) {
+  // What the state accounts for: its own count, and its pending eviction.
+  const std::uint64_t accounted = state.ne + (eviction_pending ? 1 : 0);
+  if (agreed_evictions > accounted) {
     reasons.push_back("the servers have applied " + std::to_string(agreed_evictions) +
                       " evictions but this state knows " + std::to_string(state.ne));
   }
@@ -62,11 +65,14 @@ FreshnessVerdict JudgeFreshness(const Counters& state, const std::optional<Backu
 
   for (std::size_t i = 0; i < servers.size(); ++i) {
     const auto& s = servers[i];
-    if (s.applied_evictions > std::max(agreed_evictions, state.ne + 1) && v.inconsistent.empty()) {
+    if (s.applied_evictions > std::max(agreed_evictions, accounted) && v.inconsistent.empty()) {
       v.inconsistent = name(i) + " reports " + std::to_string(s.applied_evictions) +
                        " applied evictions, but no " + std::to_string(k) +
                        " servers agree on more than " + std::to_string(agreed_evictions) +
-                       ": its share store cannot match the others' (damaged, replaced or lying)";
+                       (eviction_pending ? "" : " and this state has no eviction pending") +
+                       ": its share store cannot match the others' (damaged, replaced or "
+                       "lying); repair it with s3oram rebuild --server " +
+                       std::to_string(i) + " --force";
     }
     if (s.store_epoch > std::max(v.agreed_store_epoch, state.epoch)) {
       v.warnings.push_back(name(i) + " alone reports tree changes under epoch " +

@@ -7,7 +7,7 @@
 //     read or wrote blocks, so this state's positions and root counter may be
 //     wrong;
 //   - the eviction count, by more than the one eviction a state may have
-//     pending;
+//     pending (by any when it has none pending);
 //   - the newest complete state backup generation, past the generation this
 //     state last uploaded or was restored from (its BackupMark): another
 //     device ended a session and uploaded its state, which may hold metadata
@@ -15,9 +15,11 @@
 // One server alone above the others cannot make a state stale (a lying or
 // damaged server, or a request that reached only it before its client
 // crashed); it is named in a warning. One server alone reporting more
-// evictions than t + 1 agree on is named as inconsistent: its tree cannot
-// match the others'. Values t + 1 servers agree on are the (t + 1)-th largest
-// reported, so t servers can neither invent nor hide a newer use.
+// evictions than t + 1 agree on, and than the state may have pending, is
+// named as inconsistent with its repair (a forced rebuild): its tree cannot
+// match the others'. (A server one eviction ahead is only possible while
+// that eviction is pending in the state: it committed there first.) Values t + 1 servers agree on
+// are the (t + 1)-th largest reported, so t servers can neither invent nor hide a newer use.
 //
 // Pure: the caller queries the servers.
 #pragma once
@@ -58,8 +60,11 @@ std::uint64_t AgreedAtLeast(std::span<const std::uint64_t> values, std::size_t k
 std::uint64_t NewestAgreedGeneration(std::span<const ServerFreshness> servers, std::size_t k);
 
 // `names[i]` names server i in messages ("server 1 (tcp://...)").
+// `eviction_pending`: the state records an eviction under way (eviction
+// state.ne), which may have committed on some servers already.
 FreshnessVerdict JudgeFreshness(const Counters& state, const std::optional<BackupMark>& mark,
-                                 std::span<const ServerFreshness> servers,
-                                 std::span<const std::string> names, std::size_t t);
+                                std::span<const ServerFreshness> servers,
+                                std::span<const std::string> names, std::size_t t,
+                                bool eviction_pending = true);
 
 }  // namespace s3oram

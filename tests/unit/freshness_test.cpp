@@ -110,6 +110,27 @@ TEST(FreshnessTest, ALoneServerAheadInEvictionsIsInconsistent) {
   EXPECT_NE(v.inconsistent.find("server 2 (c)"), std::string::npos) << v.inconsistent;
 }
 
+// One eviction ahead is what a pending eviction leaves (it committed on
+// one server first); without one pending it is a lone server's claim,
+// named with its repair, and t + 1 servers ahead make the state stale.
+TEST(FreshnessTest, OneEvictionAheadIsInconsistentUnlessTheStateHasItPending) {
+  const std::vector<std::string> names = {"server 0 (a)", "server 1 (b)", "server 2 (c)"};
+  const std::vector<ServerFreshness> lone = {Server(5, 3, {2}), Server(5, 4, {2}),
+                                             Server(5, 3, {2})};
+  auto pending = JudgeFreshness(State(5, 3), BackupMark{2, 5}, lone, names, 1, true);
+  EXPECT_FALSE(pending.stale);
+  EXPECT_TRUE(pending.inconsistent.empty()) << pending.inconsistent;
+  auto none = JudgeFreshness(State(5, 3), BackupMark{2, 5}, lone, names, 1, false);
+  EXPECT_FALSE(none.stale) << none.why;
+  EXPECT_NE(none.inconsistent.find("server 1 (b)"), std::string::npos) << none.inconsistent;
+  EXPECT_NE(none.inconsistent.find("rebuild --server 1 --force"), std::string::npos)
+      << none.inconsistent;
+  const std::vector<ServerFreshness> two = {Server(5, 4, {2}), Server(5, 4, {2}),
+                                            Server(5, 3, {2})};
+  EXPECT_TRUE(JudgeFreshness(State(5, 3), BackupMark{2, 5}, two, names, 1, false).stale);
+  EXPECT_FALSE(JudgeFreshness(State(5, 3), BackupMark{2, 5}, two, names, 1, true).stale);
+}
+
 TEST(FreshnessTest, AGenerationCountsOncePerServer) {
   // A server listing one generation twice is still one holder.
   const std::vector<ServerFreshness> s = {Server(5, 3, {2, 7, 7}), Server(5, 3, {2}),
