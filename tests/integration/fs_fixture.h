@@ -27,6 +27,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <concepts>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -282,6 +283,13 @@ inline std::optional<std::string> PreadUpTo(int fd, std::size_t n, off_t off) {
   out.resize(done);
   return out;
 }
+
+// A bool where the mode goes (WriteFile(p, d, /*do_fsync=*/true)) would
+// make mode 01 and no fsync: refused at compile time.
+template <typename B>
+  requires std::same_as<B, bool>
+auto WriteFile(const std::string& path, std::string_view data, B do_fsync)
+    -> ::testing::AssertionResult = delete;
 
 // Creates/truncates `path` with `data`; optionally fsyncs. Reports errno.
 inline ::testing::AssertionResult WriteFile(const std::string& path, std::string_view data,

@@ -52,7 +52,7 @@ std::map<std::string, std::string> WriteFiles(MountedFs& fs, int count, std::uin
   for (int i = 0; i < count; ++i) {
     const std::string name = prefix + std::to_string(i);
     files[name] = PatternBytes(20000 + 7919 * static_cast<std::size_t>(i), seed + i);
-    EXPECT_TRUE(WriteFile(fs.Path(name), files[name], /*do_fsync=*/true)) << name;
+    EXPECT_TRUE(WriteFile(fs.Path(name), files[name], 0644, /*do_fsync=*/true)) << name;
   }
   return files;
 }

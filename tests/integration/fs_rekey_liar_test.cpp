@@ -78,7 +78,7 @@ TEST(FsRekeyLiarTest, BucketsRewrittenByOneServerDuringARotationAreRefusedNamedA
   for (int i = 0; i < 4; ++i) {
     const std::string name = "old" + std::to_string(i);
     files[name] = PatternBytes(12000 + 4001 * static_cast<std::size_t>(i), seed + i);
-    ASSERT_TRUE(WriteFile(fs->Path(name), files[name], /*do_fsync=*/true)) << name;
+    ASSERT_TRUE(WriteFile(fs->Path(name), files[name], 0644, /*do_fsync=*/true)) << name;
   }
   ASSERT_TRUE(fs->Unmount());
 
@@ -133,7 +133,7 @@ TEST(FsRekeyLiarTest, BucketsRewrittenByOneServerDuringARotationAreRefusedNamedA
     for (int i = 0; i < 12 && !refused; ++i) {
       const std::string name = "new" + std::to_string(i);
       const std::string content = PatternBytes(20000, seed + 100 + i);
-      if (WriteFile(fs->Path(name), content, /*do_fsync=*/true)) {
+      if (WriteFile(fs->Path(name), content, 0644, /*do_fsync=*/true)) {
         files[name] = content;
       } else {
         refused = true;
