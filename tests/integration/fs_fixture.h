@@ -287,7 +287,7 @@ inline std::optional<std::string> PreadUpTo(int fd, std::size_t n, off_t off) {
 // A bool where the mode goes (WriteFile(p, d, /*do_fsync=*/true)) would
 // make mode 01 and no fsync: refused at compile time.
 template <typename B>
-  requires std::same_as<B, bool>
+requires std::same_as<B, bool>
 auto WriteFile(const std::string& path, std::string_view data, B do_fsync)
     -> ::testing::AssertionResult = delete;
 
