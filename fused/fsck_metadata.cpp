@@ -15,6 +15,7 @@
 
 #include "fused/fsck.h"
 #include "fused/fsck_internal.h"
+#include "oramcore/state/client_state.h"
 #include "oramcore/state/sql.h"
 
 namespace s3oram::fs {
@@ -300,6 +301,17 @@ FsckPhaseResult CheckMetadata(const FsckSnapshot& snap, const FsckOptions& optio
   std::set<BlockId> positioned;
   for (const auto& row : snap.positions) {
     if (positions_deleted_by_phase1.count(row.id) == 0) positioned.insert(row.id);
+  }
+  // A block whose access logged its root write but had not sent it when the
+  // client stopped (a kill): the next open sends it, which gives the block
+  // its position (oramcore/state/client_state.h, kPendingRootKind: slot u32,
+  // block id u64, mapped u8, ...). Its data are not lost.
+  for (const auto& op : snap.pending) {
+    if (op.kind != kPendingRootKind || op.payload.size() < 13 || op.payload[12] == 0) continue;
+    BlockId id = 0;
+    for (int i = 0; i < 8; ++i)
+      id |= BlockId{op.payload[4 + static_cast<std::size_t>(i)]} << (8 * i);
+    positioned.insert(id);
   }
   // A state that still has schema 2 is migrated by the daemon at its next
   // mount; its layout is whole blocks. Schema 3 records the slot count.
