@@ -32,6 +32,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <optional>
 #include <random>
@@ -652,6 +653,27 @@ class MountedFs {
   pid_t pid_ = 0;
   int mounts_ = 0;
 };
+
+// "CMD -s STATE --passfile PASS REST": a CLI command line for RunCli.
+inline std::string CliArgs(const MountedFs& fs, const std::string& cmd,
+                           const std::string& rest = "") {
+  return cmd + " -s " + fs.state() + " --passfile " + fs.passfile() + " " + rest;
+}
+
+// Every file (name -> content) reads back through the mount, byte for byte.
+inline void ExpectFilesIn(const MountedFs& fs, const std::map<std::string, std::string>& files) {
+  for (const auto& [name, want] : files) {
+    EXPECT_TRUE(FileHasContent(fs.Path(name), want)) << name;
+  }
+}
+
+// The client state at `path` opened with passphrase `pass` (not mounted),
+// for a test to read what the state records.
+inline Result<std::unique_ptr<ClientStateStore>> OpenStateWithPassphrase(const std::string& path,
+                                                                         const std::string& pass) {
+  S3ORAM_ASSIGN_OR_RETURN(auto unlocked, UnlockedState::Unlock(path, Secret::CopyOf(pass)));
+  return ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked)));
+}
 
 #define S3ORAM_SKIP_IN_REFERENCE(fs) \
   if (!(fs).reference()) {                \

@@ -27,6 +27,7 @@
 namespace s3oram {
 namespace {
 
+using testing::CliArgs;
 using testing::CliRun;
 using testing::MountedFs;
 using testing::PatternBytes;
@@ -41,10 +42,6 @@ std::string DataDir(const MountedFs& fs, std::size_t i) {
   return fs.test_fs()->cluster->dir() + "/data-" + std::to_string(i);
 }
 
-std::string Cli(const MountedFs& fs, const std::string& cmd, const std::string& rest = "") {
-  return cmd + " -s " + fs.state() + " --passfile " + fs.passfile() + " " + rest;
-}
-
 // Files written and fsynced through the mount: name -> content.
 std::map<std::string, std::string> WriteFiles(MountedFs& fs, int count, std::uint64_t seed,
                                               const std::string& prefix) {
@@ -55,12 +52,6 @@ std::map<std::string, std::string> WriteFiles(MountedFs& fs, int count, std::uin
     EXPECT_TRUE(WriteFile(fs.Path(name), files[name], 0644, /*do_fsync=*/true)) << name;
   }
   return files;
-}
-
-void ExpectFiles(MountedFs& fs, const std::map<std::string, std::string>& files) {
-  for (const auto& [name, want] : files) {
-    EXPECT_TRUE(testing::FileHasContent(fs.Path(name), want)) << name;
-  }
 }
 
 // The highest epoch server i's lease record holds (read beside the running server:
@@ -142,7 +133,7 @@ TEST(FsLyingCountersTest, AForgedLeaseEpochIsNamedNeverCopiedAndRebuildRepairsIt
   ASSERT_TRUE(fs->Unmount());
 
   ForgeLeaseEpoch(*fs, liar);
-  const CliRun status = RunCli(Cli(*fs, "status"));
+  const CliRun status = RunCli(CliArgs(*fs, "status"));
   std::printf("%s\n", status.output.c_str());
   EXPECT_NE(status.output.find("SERVER INCONSISTENT: server " + std::to_string(liar) + " (tcp://"),
             std::string::npos)
@@ -156,22 +147,22 @@ TEST(FsLyingCountersTest, AForgedLeaseEpochIsNamedNeverCopiedAndRebuildRepairsIt
     if (i == liar) continue;
     EXPECT_LT(HighestLeaseEpoch(*fs, i), std::uint64_t{1} << 32) << "server " << i;
   }
-  const CliRun fsck = RunCli(Cli(*fs, "fsck", "-n"));
+  const CliRun fsck = RunCli(CliArgs(*fs, "fsck", "-n"));
   EXPECT_EQ(fsck.output.find("rebuild --server " + std::to_string((liar + 1) % 3)),
             std::string::npos)
       << fsck.output;
 
   // The repair the message names.
   const CliRun rebuilt =
-      RunCli(Cli(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
+      RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
   EXPECT_LT(HighestLeaseEpoch(*fs, liar), std::uint64_t{1} << 32);
   ASSERT_TRUE(fs->Mount());
-  ExpectFiles(*fs, files);
+  testing::ExpectFilesIn(*fs, files);
   auto more = WriteFiles(*fs, 2, seed + 100, "g");
   ASSERT_TRUE(fs->Remount());
-  ExpectFiles(*fs, files);
-  ExpectFiles(*fs, more);
+  testing::ExpectFilesIn(*fs, files);
+  testing::ExpectFilesIn(*fs, more);
   for (std::size_t i = 0; i < 3; ++i) {
     EXPECT_LT(HighestLeaseEpoch(*fs, i), std::uint64_t{1} << 32) << "server " << i;
   }
@@ -191,7 +182,7 @@ TEST(FsLyingCountersTest, AForgedBackupGenerationIsNamedNeverCopiedAndRebuildRep
   ASSERT_GT(honest_before, 0u);
 
   ForgeBackupGeneration(*fs, liar);
-  const CliRun status = RunCli(Cli(*fs, "status"));
+  const CliRun status = RunCli(CliArgs(*fs, "status"));
   std::printf("%s\n", status.output.c_str());
   EXPECT_NE(status.output.find("SERVER INCONSISTENT: server " + std::to_string(liar) + " (tcp://"),
             std::string::npos)
@@ -205,7 +196,7 @@ TEST(FsLyingCountersTest, AForgedBackupGenerationIsNamedNeverCopiedAndRebuildRep
   ASSERT_TRUE(fs->Mount());
   auto more = WriteFiles(*fs, 2, seed + 100, "g");
   ASSERT_TRUE(fs->Unmount());
-  const CliRun backup = RunCli(Cli(*fs, "backup-state"));
+  const CliRun backup = RunCli(CliArgs(*fs, "backup-state"));
   EXPECT_NE(backup.exit_code, 0) << backup.output;
   ExpectNamed(backup.output, liar);
   for (std::size_t i = 0; i < 3; ++i) {
@@ -216,9 +207,9 @@ TEST(FsLyingCountersTest, AForgedBackupGenerationIsNamedNeverCopiedAndRebuildRep
   // The repair the message names, then a backup that every server takes, and
   // a restore on a new device from it holds every file.
   const CliRun rebuilt =
-      RunCli(Cli(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
+      RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
-  const CliRun again = RunCli(Cli(*fs, "backup-state"));
+  const CliRun again = RunCli(CliArgs(*fs, "backup-state"));
   ASSERT_EQ(again.exit_code, 0) << again.output;
   // (The rebuild uploads one too.) Every server holds the same newest one,
   // above the last before the forgery and nowhere near the forged one.
@@ -227,8 +218,8 @@ TEST(FsLyingCountersTest, AForgedBackupGenerationIsNamedNeverCopiedAndRebuildRep
   EXPECT_LT(now, honest_before + 10);
   for (std::size_t i = 1; i < 3; ++i) EXPECT_EQ(NewestGeneration(*fs, i), now) << "server " << i;
   ASSERT_TRUE(fs->Mount());
-  ExpectFiles(*fs, files);
-  ExpectFiles(*fs, more);
+  testing::ExpectFilesIn(*fs, files);
+  testing::ExpectFilesIn(*fs, more);
 }
 
 }  // namespace

@@ -30,6 +30,7 @@
 namespace s3oram {
 namespace {
 
+using testing::CliArgs;
 using testing::CliRun;
 using testing::MountedFs;
 using testing::PatternBytes;
@@ -38,17 +39,10 @@ using testing::WriteFile;
 
 using Files = std::map<std::string, std::string>;
 
-std::string Cli(const MountedFs& fs, const std::string& cmd, const std::string& rest = "") {
-  return cmd + " -s " + fs.state() + " --passfile " + fs.passfile() + " " + rest;
-}
-
 // The root slots that hold a live block, from the state at `path`.
 std::vector<std::uint32_t> LiveRootSlots(const std::string& path, const std::string& pass) {
   std::vector<std::uint32_t> out;
-  auto u = UnlockedState::Unlock(path, Secret::CopyOf(pass));
-  EXPECT_TRUE(u.ok()) << u.status().ToString();
-  if (!u.ok()) return out;
-  auto store = ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
+  auto store = testing::OpenStateWithPassphrase(path, pass);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   if (!store.ok()) return out;
   auto pm = (*store)->LoadPositionMap();
@@ -109,39 +103,37 @@ TEST(FsLyingRootTest, ALiveRootSlotHiddenInTheRootSnapshotIsNamedAndRepairedWith
   }
   (void)fs->Unmount();
   ASSERT_TRUE(refused) << "the eviction of the rewritten root slots was not refused:\n"
-                       << fs->log() << RunCli(Cli(*fs, "status")).output;
+                       << fs->log() << RunCli(CliArgs(*fs, "status")).output;
 
   // Scrub finds the change (in root.bin or still in the live root), names
   // the liar and keeps the recorded problem.
-  const CliRun scrub = RunCli(Cli(*fs, "scrub", "--plain-progress"));
+  const CliRun scrub = RunCli(CliArgs(*fs, "scrub", "--plain-progress"));
   std::printf("%s\n", scrub.output.c_str());
   EXPECT_EQ(scrub.exit_code, 4) << scrub.output;
   EXPECT_NE(scrub.output.find("server " + std::to_string(liar) + " holds the odd share"),
             std::string::npos)
       << scrub.output;
   EXPECT_EQ(scrub.output.find("repaired"), std::string::npos) << scrub.output;
-  EXPECT_NE(RunCli(Cli(*fs, "status")).output.find("problem "), std::string::npos);
+  EXPECT_NE(RunCli(CliArgs(*fs, "status")).output.find("problem "), std::string::npos);
 
   // The operator's guess is refused, naming the liar; the liar's rebuild works.
   const CliRun guess =
-      RunCli(Cli(*fs, "rebuild", "--server " + std::to_string(honest) + " --force"));
+      RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(honest) + " --force"));
   EXPECT_NE(guess.exit_code, 0) << guess.output;
   EXPECT_NE(guess.output.find("--server " + std::to_string(liar) + " --force"), std::string::npos)
       << guess.output;
   const CliRun rebuilt =
-      RunCli(Cli(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
+      RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
 
   ASSERT_TRUE(fs->Mount());
-  for (const auto& [name, want] : files) {
-    EXPECT_TRUE(testing::FileHasContent(fs->Path(name), want)) << name;
-  }
+  testing::ExpectFilesIn(*fs, files);
   ASSERT_TRUE(
       WriteFile(fs->Path("after"), PatternBytes(30000, seed + 999), 0644, /*do_fsync=*/true));
   ASSERT_TRUE(fs->Unmount());
-  const CliRun clean = RunCli(Cli(*fs, "scrub", "--plain-progress"));
+  const CliRun clean = RunCli(CliArgs(*fs, "scrub", "--plain-progress"));
   EXPECT_EQ(clean.exit_code, 0) << clean.output;
-  EXPECT_EQ(RunCli(Cli(*fs, "status")).output.find("problem "), std::string::npos);
+  EXPECT_EQ(RunCli(CliArgs(*fs, "status")).output.find("problem "), std::string::npos);
 }
 
 }  // namespace

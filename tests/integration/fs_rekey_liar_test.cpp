@@ -32,6 +32,7 @@
 namespace s3oram {
 namespace {
 
+using testing::CliArgs;
 using testing::CliPath;
 using testing::CliRun;
 using testing::MountedFs;
@@ -41,22 +42,9 @@ using testing::WriteFile;
 
 using Files = std::map<std::string, std::string>;
 
-std::string Cli(const MountedFs& fs, const std::string& cmd, const std::string& rest = "") {
-  return cmd + " -s " + fs.state() + " --passfile " + fs.passfile() + " " + rest;
-}
-
-void ExpectFiles(MountedFs& fs, const Files& files) {
-  for (const auto& [name, want] : files) {
-    EXPECT_TRUE(testing::FileHasContent(fs.Path(name), want)) << name;
-  }
-}
-
 // The number of evictions the state at `path` has committed.
 std::uint64_t CommittedEvictions(const std::string& path, const std::string& pass) {
-  auto u = UnlockedState::Unlock(path, Secret::CopyOf(pass));
-  EXPECT_TRUE(u.ok()) << u.status().ToString();
-  if (!u.ok()) return 0;
-  auto store = ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
+  auto store = testing::OpenStateWithPassphrase(path, pass);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
   return store.ok() ? (*store)->counters().ne : 0;
 }
@@ -90,7 +78,7 @@ TEST(FsRekeyLiarTest, BucketsRewrittenByOneServerDuringARotationAreRefusedNamedA
                        "--new-passfile", fs->passfile(), "--insecure-kdf", "--plain-progress"},
                       std::chrono::seconds(300), "", {"S3ORAM_FAULT=rekey.reseal.after_chunk"});
   ASSERT_TRUE(WIFSIGNALED(killed.wait_status)) << "not killed:\n" << killed.output;
-  const CliRun mid = RunCli(Cli(*fs, "status"));
+  const CliRun mid = RunCli(CliArgs(*fs, "status"));
   EXPECT_NE(mid.output.find("rekey       UNDER WAY"), std::string::npos) << mid.output;
   EXPECT_NE(mid.output.find("checked for consistency and by half of the share MAC"),
             std::string::npos)
@@ -148,7 +136,7 @@ TEST(FsRekeyLiarTest, BucketsRewrittenByOneServerDuringARotationAreRefusedNamedA
 
   // Scrub names the liar (the other two servers open to authentic values
   // under one key of the rotation or the other); the rebuild it names works.
-  const CliRun scrub = RunCli(Cli(*fs, "scrub", "--plain-progress"));
+  const CliRun scrub = RunCli(CliArgs(*fs, "scrub", "--plain-progress"));
   std::printf("%s\n", scrub.output.c_str());
   EXPECT_EQ(scrub.exit_code, 4) << scrub.output;
   EXPECT_NE(scrub.output.find("server " + std::to_string(liar) + " holds the odd share"),
@@ -157,12 +145,12 @@ TEST(FsRekeyLiarTest, BucketsRewrittenByOneServerDuringARotationAreRefusedNamedA
   EXPECT_NE(scrub.output.find("--server " + std::to_string(liar) + " --force"), std::string::npos)
       << scrub.output;
   const CliRun rebuilt =
-      RunCli(Cli(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
+      RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(liar) + " --force"));
   ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
 
   // Every fsynced byte is there, before and after the rotation ends.
   ASSERT_TRUE(fs->Mount());
-  ExpectFiles(*fs, files);
+  testing::ExpectFilesIn(*fs, files);
   ASSERT_TRUE(fs->Unmount());
   EXPECT_GT(CommittedEvictions(fs->state(), pass), ne) << "the refused eviction never committed";
   auto resumed =
@@ -171,13 +159,13 @@ TEST(FsRekeyLiarTest, BucketsRewrittenByOneServerDuringARotationAreRefusedNamedA
                       std::chrono::seconds(300));
   ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("rekey done: "), std::string::npos) << resumed.output;
-  const CliRun after = RunCli(Cli(*fs, "status"));
+  const CliRun after = RunCli(CliArgs(*fs, "status"));
   EXPECT_NE(after.output.find("checked for consistency and by share MAC"), std::string::npos)
       << after.output;
-  const CliRun clean = RunCli(Cli(*fs, "scrub", "--plain-progress"));
+  const CliRun clean = RunCli(CliArgs(*fs, "scrub", "--plain-progress"));
   EXPECT_EQ(clean.exit_code, 0) << clean.output;
   ASSERT_TRUE(fs->Mount());
-  ExpectFiles(*fs, files);
+  testing::ExpectFilesIn(*fs, files);
 }
 
 }  // namespace

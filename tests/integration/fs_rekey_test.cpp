@@ -62,13 +62,9 @@ Secret MasterOf(const std::string& path, const std::string& pass) {
 
 // The share MAC secrets the state at `path` tags slots under now.
 ShareMacSecrets MacSecretsOf(const std::string& path, const std::string& pass) {
-  auto u = UnlockedState::Unlock(path, Secret::CopyOf(pass));
-  EXPECT_TRUE(u.ok()) << u.status().ToString();
-  if (!u.ok()) return {};
-  auto store = ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(*u)));
+  auto store = testing::OpenStateWithPassphrase(path, pass);
   EXPECT_TRUE(store.ok()) << store.status().ToString();
-  if (!store.ok()) return {};
-  return (*store)->share_mac_secrets().Copy();
+  return store.ok() ? (*store)->share_mac_secrets().Copy() : ShareMacSecrets{};
 }
 
 struct SlotCensus {

@@ -307,6 +307,17 @@ class Story {
                          : found[rng_() % found.size()];
   }
 
+  // The buckets below the root on eviction `eviction`'s path.
+  std::vector<std::uint64_t> PathBelowRoot(std::uint64_t eviction) const {
+    const TreeGeometry geo = params_.geometry();
+    const LeafId leaf = geo.EvictionLeaf(eviction);
+    std::vector<std::uint64_t> buckets;
+    for (std::uint32_t level = 1; level <= params_.height; ++level) {
+      buckets.push_back(geo.BucketOnPath(leaf, level));
+    }
+    return buckets;
+  }
+
   static std::vector<Elem> Changed(std::span<const Elem> slot, std::mt19937_64& rng) {
     std::vector<Elem> x(slot.begin(), slot.end());
     const std::size_t at = rng() % x.size();
@@ -453,12 +464,7 @@ class Story {
         break;
       }
       case Edit::kPlantedShadow: {
-        const TreeGeometry geo = params_.geometry();
-        const LeafId leaf = geo.EvictionLeaf(meta.applied_evictions);
-        std::vector<std::uint64_t> buckets;
-        for (std::uint32_t level = 1; level <= params_.height; ++level) {
-          buckets.push_back(geo.BucketOnPath(leaf, level));
-        }
+        const std::vector<std::uint64_t> buckets = PathBelowRoot(meta.applied_evictions);
         ASSERT_TRUE(s.BeginShadow(meta.applied_evictions, 1, buckets).ok());
         std::vector<Elem> junk(s.bucket_elems());
         for (Elem& v : junk) v = static_cast<Elem>(rng_() % field::kPrime);
@@ -471,12 +477,7 @@ class Story {
       case Edit::kMetaEvictionsAhead: {
         // The next eviction claimed done without computing it: a shadow of
         // the path's buckets as they are, sealed and committed.
-        const TreeGeometry geo = params_.geometry();
-        const LeafId leaf = geo.EvictionLeaf(meta.applied_evictions);
-        std::vector<std::uint64_t> buckets;
-        for (std::uint32_t level = 1; level <= params_.height; ++level) {
-          buckets.push_back(geo.BucketOnPath(leaf, level));
-        }
+        const std::vector<std::uint64_t> buckets = PathBelowRoot(meta.applied_evictions);
         ASSERT_TRUE(s.BeginShadow(meta.applied_evictions, 1, buckets).ok());
         std::vector<Elem> same(s.bucket_elems());
         for (std::size_t i = 0; i < buckets.size(); ++i) {
