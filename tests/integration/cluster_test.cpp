@@ -295,7 +295,10 @@ TEST(ClusterTest, UpdateIsOneAccessThatRewritesTheBlockItRead) {
 }
 
 TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
-  auto fs = testing::MakeFs(SmallParams(128, 4, 4));
+  // A kill during an eviction leaves the two other servers waiting for the
+  // dead one's shares until their peer timeout: a short one keeps the fifteen
+  // kills from costing minutes (a slow peer only costs a new attempt).
+  auto fs = testing::MakeFs(SmallParams(128, 4, 4), /*peer_timeout_ms=*/3000);
   ASSERT_TRUE(fs);
   auto& [dir, cluster, config, state, passfile] = *fs;
   auto client = testing::TestOpen(state, FastRetryOptions());
