@@ -19,12 +19,12 @@
 #include "cli/key_options.h"
 #include "cli/progress.h"
 #include "fused/fsck.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/state_file.h"
-#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::cli {
 

@@ -5,8 +5,8 @@
 #include "cli/commands.h"
 #include "cli/key_options.h"
 #include "cli/param_options.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/protocol/client.h"
-#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::cli {
 

@@ -3,7 +3,7 @@
 #include <cstdio>
 
 #include "cli/commands.h"
-#include "oramcore/wire/curve_keys.h"
+#include "oramcore/crypto/curve_keys.h"
 
 namespace s3oram::cli {
 

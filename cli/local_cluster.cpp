@@ -21,7 +21,7 @@
 #include <thread>
 
 #include "oramcore/base/random.h"
-#include "oramcore/wire/curve_keys.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "serverd/config.h"
 
 namespace s3oram::cluster {

@@ -16,8 +16,8 @@
 #include <string>
 
 #include "oramcore/base/toml_check.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/math/field.h"
-#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram::serverd {
 namespace {

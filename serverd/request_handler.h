@@ -68,9 +68,12 @@ class RequestHandler {
   // Kernel threads in use.
   std::size_t threads() const;
 
+  // The handler's state and methods (serverd/request_handler_internal.h): named here for
+  // the handler's own files and its dispatch table; opaque to everyone else.
+  struct Impl;
+
  private:
   RequestHandler() = default;
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -19,14 +19,14 @@
 #include <utility>
 #include <vector>
 
+#include "oramcore/base/fault_point.h"
 #include "oramcore/base/secret.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/kernels.h"
-#include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/wire.h"
 #include "serverd/peer_exchange.h"
-#include "oramcore/base/fault_point.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"
 #include "serverd/smp_inbox.h"

@@ -51,19 +51,11 @@
 #include "oramcore/math/field.h"
 #include "oramcore/math/slot_digest.h"
 #include "oramcore/wire/wire.h"
+#include "serverd/server_meta.h"
 
 namespace s3oram::serverd {
 
 using field::Elem;
-
-struct ServerMeta {
-  wire::FsId fs_id{};
-  std::uint32_t server_index = 0;
-  wire::StoreShape shape;
-  std::uint64_t epoch = 0;
-  std::uint64_t applied_seq = 0;
-  std::uint64_t applied_evictions = 0;
-};
 
 // Not thread-safe for mutation: callers serialise mutating calls; Bucket() may
 // be read concurrently with other readers. The one exception, for background

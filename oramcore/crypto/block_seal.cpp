@@ -21,8 +21,8 @@ constexpr std::array<std::uint8_t, kLabelBytes> kLabel = {'s', '3', 'o', 'r', 'a
                                                           'l', 'o', 'c', 'k', ' ', 'v', '1', 0};
 using Ad = std::array<std::uint8_t, kLabelBytes + 16 + 8 + 8>;
 
-Ad MakeAd(const wire::FsId& fs_id, std::uint64_t block_id, std::uint64_t version) {
-  static_assert(sizeof(wire::FsId) == 16);
+Ad MakeAd(const FsId& fs_id, std::uint64_t block_id, std::uint64_t version) {
+  static_assert(sizeof(FsId) == 16);
   Ad ad{};
   std::copy(kLabel.begin(), kLabel.end(), ad.begin());
   std::copy(fs_id.begin(), fs_id.end(), ad.begin() + kLabelBytes);
@@ -35,7 +35,7 @@ Ad MakeAd(const wire::FsId& fs_id, std::uint64_t block_id, std::uint64_t version
 
 }  // namespace
 
-BlockSealer::BlockSealer(const Secret& master, const wire::FsId& fs_id)
+BlockSealer::BlockSealer(const Secret& master, const FsId& fs_id)
     : key_(DeriveBlockKey(master)), fs_id_(fs_id) {}
 
 void BlockSealer::Seal(std::uint64_t block_id, std::uint64_t version,

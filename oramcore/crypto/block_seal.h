@@ -22,17 +22,17 @@
 #include <cstdint>
 #include <span>
 
+#include "oramcore/base/ids.h"
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/seal_format.h"
-#include "oramcore/wire/wire.h"
 
 namespace s3oram {
 
 class BlockSealer {
  public:
   // `master` must hold kMasterKeyBytes; only the derived block key is kept.
-  BlockSealer(const Secret& master, const wire::FsId& fs_id);
+  BlockSealer(const Secret& master, const FsId& fs_id);
 
   // out.size() must be plaintext.size() + kSealOverhead.
   void Seal(std::uint64_t block_id, std::uint64_t version, std::span<const std::uint8_t> plaintext,
@@ -52,7 +52,7 @@ class BlockSealer {
                  std::span<const std::uint8_t> sealed, std::span<std::uint8_t> out) const;
   Secret key_;
   Secret previous_key_;  // empty unless a rotation is under way
-  wire::FsId fs_id_;
+  FsId fs_id_;
 };
 
 }  // namespace s3oram

@@ -21,8 +21,8 @@ constexpr std::array<std::uint8_t, 16> kWrapLabel = {'s', '3', 'o', 'r', 'a', 'm
                                                      'e', 'y', 'w', 'r', 'a', 'p', '1', 0};
 using WrapAdBytes = std::array<std::uint8_t, 16 + 16 + 8 + 8>;
 
-WrapAdBytes WrapAd(const wire::FsId& fs_id, const KdfParams& kdf) {
-  static_assert(sizeof(wire::FsId) == 16);
+WrapAdBytes WrapAd(const FsId& fs_id, const KdfParams& kdf) {
+  static_assert(sizeof(FsId) == 16);
   WrapAdBytes ad{};
   std::copy(kWrapLabel.begin(), kWrapLabel.end(), ad.begin());
   std::copy(fs_id.begin(), fs_id.end(), ad.begin() + 16);
@@ -99,8 +99,8 @@ Secret NewMasterKey() {
   return key;
 }
 
-Result<KeyWrap> WrapMasterKey(const Secret& master, const Secret& passphrase,
-                              const wire::FsId& fs_id, const KdfParams& kdf) {
+Result<KeyWrap> WrapMasterKey(const Secret& master, const Secret& passphrase, const FsId& fs_id,
+                              const KdfParams& kdf) {
   if (master.size() != kMasterKeyBytes) {
     return Status::InvalidArgument("a master key has " + std::to_string(kMasterKeyBytes) +
                                    " bytes");
@@ -119,8 +119,7 @@ Result<KeyWrap> WrapMasterKey(const Secret& master, const Secret& passphrase,
   return wrap;
 }
 
-Result<Secret> UnwrapMasterKey(const KeyWrap& wrap, const Secret& passphrase,
-                               const wire::FsId& fs_id) {
+Result<Secret> UnwrapMasterKey(const KeyWrap& wrap, const Secret& passphrase, const FsId& fs_id) {
   S3ORAM_ASSIGN_OR_RETURN(Secret kek, DeriveWrappingKey(passphrase, wrap.salt, wrap.kdf));
   const WrapAdBytes ad = WrapAd(fs_id, wrap.kdf);
   Secret master(kMasterKeyBytes);

@@ -17,9 +17,9 @@
 #include <array>
 #include <cstdint>
 
+#include "oramcore/base/ids.h"
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
-#include "oramcore/wire/wire.h"
 
 namespace s3oram {
 
@@ -65,12 +65,11 @@ Secret NewMasterKey();
 
 // Wraps `master` for filesystem `fs_id` under `passphrase` with a fresh salt
 // and nonce.
-Result<KeyWrap> WrapMasterKey(const Secret& master, const Secret& passphrase,
-                              const wire::FsId& fs_id, const KdfParams& kdf);
+Result<KeyWrap> WrapMasterKey(const Secret& master, const Secret& passphrase, const FsId& fs_id,
+                              const KdfParams& kdf);
 
 // The master key, or PermissionDenied if the passphrase is wrong (or the
 // record was altered).
-Result<Secret> UnwrapMasterKey(const KeyWrap& wrap, const Secret& passphrase,
-                               const wire::FsId& fs_id);
+Result<Secret> UnwrapMasterKey(const KeyWrap& wrap, const Secret& passphrase, const FsId& fs_id);
 
 }  // namespace s3oram

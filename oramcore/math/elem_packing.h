@@ -22,6 +22,10 @@
 namespace s3oram::wire {
 
 inline constexpr unsigned kElemWireBits = 31;
+// Largest element vector a decoder accepts (1 GiB of elements); the tree's
+// parameters are checked against it (tree/params.cpp), so it lives here,
+// below both.
+inline constexpr std::uint32_t kMaxElems = (1u << 28);
 
 // Bytes of a packed vector of `count` elements.
 constexpr std::size_t PackedElemBytes(std::size_t count) { return (count * kElemWireBits + 7) / 8; }

@@ -13,6 +13,7 @@
 
 #include "oramcore/base/random.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/shamir.h"
@@ -23,7 +24,6 @@
 #include "oramcore/protocol/scrub.h"
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
-#include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/transport.h"
 

@@ -74,13 +74,13 @@
 #include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/fresh_shares.h"
-#include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/transport.h"
 
 namespace s3oram {

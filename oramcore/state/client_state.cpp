@@ -75,10 +75,10 @@
 #include <utility>
 
 #include "oramcore/base/fault_point.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/share_mac.h"
 #include "oramcore/state/sql.h"
-#include "oramcore/wire/curve_keys.h"
 
 namespace s3oram {
 namespace {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/base/ids.h"
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/key_wrap.h"
@@ -32,14 +33,13 @@
 #include "oramcore/state/state_file.h"
 #include "oramcore/tree/params.h"
 #include "oramcore/tree/position_map.h"
-#include "oramcore/wire/wire.h"
 
 struct sqlite3;
 
 namespace s3oram {
 
 struct FsConfig {
-  wire::FsId fs_id{};
+  FsId fs_id{};
   OramParams params;
   std::vector<std::string> servers;  // ZeroMQ endpoints, index = party index
   std::vector<std::string> server_keys;  // CURVE public key (Z85) of each server

@@ -33,9 +33,9 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/base/ids.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/key_wrap.h"
-#include "oramcore/wire/wire.h"
 
 namespace s3oram {
 
@@ -47,7 +47,7 @@ inline constexpr std::size_t kStateHeaderUsedBytes = 192;  // format 2 fields an
 
 struct StateHeader {
   std::uint32_t format = kStateFormat;
-  wire::FsId fs_id{};
+  FsId fs_id{};
   std::uint64_t generation = 0;
   KeyWrap wrap;
   std::array<std::uint8_t, 16> binding{};  // format 2

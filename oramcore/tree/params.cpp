@@ -24,7 +24,6 @@
 #include "oramcore/math/elem_packing.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/share_mac.h"
-#include "oramcore/wire/wire.h"
 
 namespace s3oram {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "oramcore/base/status.h"
-#include "oramcore/wire/curve_keys.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {

@@ -27,13 +27,15 @@
 #include <variant>
 #include <vector>
 
+#include "oramcore/base/ids.h"
 #include "oramcore/base/status.h"
+#include "oramcore/math/elem_packing.h"
 #include "oramcore/math/field.h"
 
 namespace s3oram::wire {
 
 using field::Elem;
-using FsId = std::array<std::uint8_t, 16>;
+using FsId = s3oram::FsId;
 
 inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 2: element vectors packed at 31 bits (1 sent each as a u32).
@@ -43,8 +45,6 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 //    the server has snapshotted the root, and EVICT_RESULT waits for the end.
 inline constexpr std::uint16_t kWireVersion = 6;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
-// Largest element vector a decoder accepts (1 GiB of elements).
-inline constexpr std::uint32_t kMaxElems = (1u << 28);
 inline constexpr std::uint32_t kMaxString = 4096;
 // Largest party list or list of per-party vectors a decoder accepts.
 inline constexpr std::uint32_t kMaxParties = 64;

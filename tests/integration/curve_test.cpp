@@ -10,7 +10,7 @@
 #include <sstream>
 #include <thread>
 
-#include "oramcore/wire/curve_keys.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "serverd/config.h"
 #include "tests/integration/cluster_fixture.h"
 

@@ -13,7 +13,7 @@
 #include <thread>
 #include <vector>
 
-#include "oramcore/wire/curve_keys.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/transport.h"
 #include "tests/integration/cluster_fixture.h"

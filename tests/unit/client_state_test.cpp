@@ -21,9 +21,9 @@
 #include <tuple>
 #include <vector>
 
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/state/master_key_switch.h"
 #include "oramcore/state/state_file.h"
-#include "oramcore/wire/curve_keys.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {

@@ -16,9 +16,9 @@
 #include "oramcore/base/random.h"
 #include "oramcore/base/secret.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/passphrase.h"
-#include "oramcore/wire/curve_keys.h"
 #include "tests/support/test_seed.h"
 
 namespace s3oram {
@@ -28,8 +28,8 @@ namespace stdfs = std::filesystem;
 
 Secret Pass(std::string_view s) { return Secret::CopyOf(s); }
 
-wire::FsId RandomFsId() {
-  wire::FsId id;
+FsId RandomFsId() {
+  FsId id;
   random::Bytes(id);
   return id;
 }
@@ -69,7 +69,7 @@ TEST(SecretTest, CopiesMovesAndComparesInConstantTime) {
 }
 
 TEST(KeyWrapTest, RoundTripsAndRefusesWrongPassphraseOrFilesystem) {
-  const wire::FsId fs = RandomFsId();
+  const FsId fs = RandomFsId();
   Secret master = NewMasterKey();
   auto wrap = WrapMasterKey(master, Pass("right"), fs, MinimalKdfParams());
   ASSERT_TRUE(wrap.ok()) << wrap.status().ToString();
@@ -138,7 +138,7 @@ TEST(KeyWrapTest, CostsBelowOwaspsFloorAreNamed) {
 // During a master-key rotation a sealer opens blocks of the previous key
 // (same binding to id and version) but seals under the current one only.
 TEST(BlockSealTest, APreviousKeyOpensUntilItIsForgotten) {
-  const wire::FsId fs = RandomFsId();
+  const FsId fs = RandomFsId();
   const Secret old_master = NewMasterKey();
   const Secret new_master = NewMasterKey();
   BlockSealer old_sealer(old_master, fs);
@@ -164,7 +164,7 @@ TEST(BlockSealTest, APreviousKeyOpensUntilItIsForgotten) {
 
 TEST(BlockSealTest, RoundTripsAndDetectsEveryTamperingKind) {
   auto rng = testing::SeededRng();
-  const wire::FsId fs = RandomFsId();
+  const FsId fs = RandomFsId();
   Secret master = NewMasterKey();
   BlockSealer sealer(master, fs);
   std::vector<std::uint8_t> plain(4096);

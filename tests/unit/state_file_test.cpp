@@ -71,7 +71,7 @@ class StateFileTest : public ::testing::Test {
 
   testing::TempDir dir_;
   std::string path_;
-  wire::FsId fs_id_{};
+  FsId fs_id_{};
 };
 
 TEST_F(StateFileTest, OpensOnlyWithThePassphraseAndHidesNames) {

@@ -13,9 +13,9 @@
 #include <vector>
 
 #include "oramcore/base/random.h"
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/state/state_file.h"
-#include "oramcore/wire/curve_keys.h"
 #include "tests/support/file_bytes.h"
 #include "tests/support/temp_dir.h"
 

@@ -1,4 +1,4 @@
-#include "oramcore/wire/curve_keys.h"
+#include "oramcore/crypto/curve_keys.h"
 
 #include <fcntl.h>
 #include <sodium.h>
@@ -57,7 +57,8 @@ Result<Secret> DecodeSecretKey(const CurveKeypair& keys) {
 Result<CurveKeypair> GenerateCurveKeypair() {
   std::array<char, kCurveKeyChars + 1> pub{}, sec{};
   if (zmq_curve_keypair(pub.data(), sec.data()) != 0) {
-    return Status::FailedPrecondition("this libzmq cannot make CURVE keys (built without libsodium?)");
+    return Status::FailedPrecondition(
+        "this libzmq cannot make CURVE keys (built without libsodium?)");
   }
   CurveKeypair k;
   k.public_key.assign(pub.data(), kCurveKeyChars);

@@ -1,0 +1,97 @@
+// ShareStore as the target of a rebuild: a new share file written bucket by
+// bucket beside the old one, renamed over it by FinishRebuild.
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/types.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <bit>
+#include <cassert>
+#include <cerrno>
+#include <cstring>
+#include <future>
+#include <limits>
+#include <mutex>
+#include <string_view>
+#include <system_error>
+#include <unordered_set>
+#include <utility>
+
+#include "oramcore/base/durable_file.h"
+#include "oramcore/base/fault_point.h"
+#include "oramcore/base/random.h"
+#include "oramcore/math/slot_digest.h"
+#include "serverd/share_store_internal.h"
+
+namespace s3oram::serverd {
+
+bool ShareStore::rebuilding() const { return impl_->rebuilding; }
+
+Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (!im.rebuilding) {
+    return Status::FailedPrecondition("WriteBuckets: store is not being rebuilt");
+  }
+  return im.WriteWholeBuckets(first, data, im.rebuild_path, "WriteBuckets", "rebuilt bucket data");
+}
+
+Status ShareStore::CheckUnused() const {
+  const Impl& im = *impl_;
+  if (meta_.applied_seq != 0 || meta_.applied_evictions != 0 ||
+      im.shadow_state != Impl::ShadowState::kNone || im.root_snapshot != 0) {
+    return Status::FailedPrecondition(
+        "age fill: the tree in " + im.dir + " has been used (" + std::to_string(meta_.applied_seq) +
+        " accesses, " + std::to_string(meta_.applied_evictions) +
+        " evictions applied); filling would overwrite its blocks, so it is only for a new "
+        "filesystem");
+  }
+  return Status::Ok();
+}
+
+Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  S3ORAM_RETURN_IF_ERROR(CheckUnused());
+  S3ORAM_RETURN_IF_ERROR(
+      im.WriteWholeBuckets(first, data, im.shares_path, "FillUnusedBuckets", "age fill data"));
+  return im.Sync(im.fd.get(), im.shares_path);
+}
+
+Status ShareStore::FinishRebuild(const ServerMeta& meta) {
+  Impl& im = *impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (!im.rebuilding) {
+    return Status::FailedPrecondition("FinishRebuild: store is not being rebuilt");
+  }
+  if (meta.fs_id != meta_.fs_id || meta.server_index != meta_.server_index ||
+      !(meta.shape == meta_.shape)) {
+    return Status::InvalidArgument("FinishRebuild cannot change the store's identity or shape");
+  }
+  // Data and map durable, then the header, then the name: a shares.bin on
+  // disk is always complete. Every bucket was written in its own place.
+  im.SetIdentityPlaces();
+  {
+    const std::vector<std::uint8_t> map =
+        EncodeMap(meta.applied_evictions, im.places, im.geo.map_copy_bytes);
+    S3ORAM_RETURN_IF_ERROR(PwriteAll(
+        im.fd.get(), map.data(), map.size(),
+        im.geo.map_offset + (meta.applied_evictions % 2) * im.geo.map_copy_bytes, im.rebuild_path));
+  }
+  S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.rebuild_path));
+  S3ORAM_RETURN_IF_ERROR(im.WriteMeta(meta));
+  meta_ = meta;
+  if (::rename(im.rebuild_path.c_str(), im.shares_path.c_str()) != 0) {
+    return SysError("renaming " + im.rebuild_path + " to", im.shares_path, errno);
+  }
+  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
+  im.rebuilding = false;
+  return Status::Ok();
+}
+
+}  // namespace s3oram::serverd
