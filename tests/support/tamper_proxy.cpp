@@ -11,8 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/math/field.h"
-#include "oramcore/wire/curve_keys.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram::testing {
