@@ -9,7 +9,7 @@
 // digest of sum_q a_q * slot_q is sum_q a_q * digest(slot_q). A retrieval
 // answer is such a combination, so a server checks its answer against the
 // stored digests of the path in O(m + path slots) instead of re-reading every
-// slot (serverd/request_handler.cpp).
+// slot (CheckAnswer, serverd/handle_access.cpp).
 //
 // What it guarantees: a slot whose elements differ from the ones its digest was
 // computed from passes with probability p^-kDigestElems ~ 2^-62 for a change

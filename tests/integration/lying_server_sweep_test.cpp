@@ -110,7 +110,7 @@ const Entry kTable[] = {
     {"LieCounters", Edit::kLieCounters, true},
 };
 
-// CRC-32C, as the share file's header records use it (serverd/share_store.cpp).
+// CRC-32C, as the share file's header records use it (serverd/share_store_format.h).
 std::uint32_t Crc32c(const std::uint8_t* p, std::size_t n) {
   std::uint32_t c = 0xFFFFFFFFu;
   for (std::size_t i = 0; i < n; ++i) {

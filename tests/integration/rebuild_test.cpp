@@ -33,7 +33,7 @@ namespace {
 
 using field::Elem;
 
-constexpr std::uint64_t kHeaderRegion = 4096;  // share file header (share_store.cpp)
+constexpr std::uint64_t kHeaderRegion = 4096;  // share file header (share_store_format.h)
 
 using testing::CliRun;
 using testing::RunCli;
@@ -54,7 +54,7 @@ std::uint64_t AllocatedBytes(const std::string& path) {
 }
 
 // Bytes of a share file's data region (the buckets; the slot digests follow
-// it), from the shape in its header (share_store.cpp: height at 44, Z at 48,
+// it), from the shape in its header (share_store_format.h: height at 44, Z at 48,
 // m at 52).
 std::size_t DataRegionBytes(const std::vector<std::uint8_t>& file) {
   if (file.size() < kHeaderRegion) return 0;
