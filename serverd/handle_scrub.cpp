@@ -12,6 +12,22 @@
 
 namespace s3oram::serverd {
 
+namespace {
+
+// A scrub's or parity check's damaged slots, in the server's log with the repair.
+void LogDamage(std::uint64_t first, std::uint64_t count, const std::vector<std::uint8_t>& damaged,
+               std::uint32_t server) {
+  std::size_t bad = 0;
+  for (std::uint8_t f : damaged) bad += f;
+  if (bad == 0) return;
+  spdlog::error(
+      "scrub: {} damaged slots in buckets {}..{} of server {}'s share file; "
+      "repair: s3oram rebuild --server {}",
+      bad, first, first + count - 1, server, server);
+}
+
+}  // namespace
+
 Status RequestHandler::Impl::CheckScrubRange(std::uint64_t first, std::uint32_t count,
                                              const char* what) const {
   S3ORAM_RETURN_IF_ERROR(CheckRange(first, count, what));
@@ -45,14 +61,7 @@ Result<wire::Body> RequestHandler::Impl::HandleScrub(const wire::ScrubRequest& r
   wire::ScrubReply reply;
   reply.first_bucket = req.first_bucket;
   S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->Scrub(req.first_bucket, req.count));
-  std::size_t bad = 0;
-  for (std::uint8_t f : reply.damaged) bad += f;
-  if (bad > 0) {
-    spdlog::error(
-        "scrub: {} damaged slots in buckets {}..{} of server {}'s share file; "
-        "repair: s3oram rebuild --server {}",
-        bad, req.first_bucket, req.first_bucket + req.count - 1, config.index, config.index);
-  }
+  LogDamage(req.first_bucket, req.count, reply.damaged, config.index);
   return wire::Body{std::move(reply)};
 }
 
@@ -94,14 +103,7 @@ Result<wire::Body> RequestHandler::Impl::HandleParity(const wire::ParityRequest&
   reply.first_bucket = req.first_bucket;
   S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->Scrub(req.first_bucket, req.count, key, &digests));
   reply.digests = Flatten(digests);
-  std::size_t bad = 0;
-  for (std::uint8_t f : reply.damaged) bad += f;
-  if (bad > 0) {
-    spdlog::error(
-        "scrub: {} damaged slots in buckets {}..{} of server {}'s share file; "
-        "repair: s3oram rebuild --server {}",
-        bad, req.first_bucket, req.first_bucket + req.count - 1, config.index, config.index);
-  }
+  LogDamage(req.first_bucket, req.count, reply.damaged, config.index);
   return wire::Body{std::move(reply)};
 }
 
