@@ -8,11 +8,9 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <ctime>
 #include <optional>
 #include <string>
-#include <thread>
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
@@ -26,7 +24,8 @@
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
-#include "oramcore/wire/message_limits.h"
+#include "oramcore/protocol/server_addresses.h"
+#include "oramcore/wire/transport.h"
 
 namespace s3oram {
 
@@ -40,30 +39,6 @@ std::string StaleStateFix(const std::string& state_path) {
   return "Another device has used this filesystem since; fetch the newest state backup from "
          "the servers with `s3oram refresh-state -s " +
          state_path + "`, or mount with -o refresh_state";
-}
-
-// Opens a degree-t sharing of m elements (one pointer per party) into out,
-// after checking every element's shares against the code's parity checks.
-// False, out unspecified, if some element's shares do not lie on one
-// polynomial of degree t.
-bool OpenChecked(std::span<const Elem* const> shares,
-                 const std::vector<std::vector<Elem>>& parity_rows,
-                 const std::vector<Elem>& lambda, std::size_t m, Elem* out) {
-  for (const auto& row : parity_rows) {
-    for (std::size_t c = 0; c < m; ++c) {
-      Elem acc = 0;
-      for (std::size_t i = 0; i < shares.size(); ++i) {
-        acc = field::Add(acc, field::Mul(row[i], shares[i][c]));
-      }
-      if (acc != 0) return false;
-    }
-  }
-  shamir::Recover(shares, lambda, m, out);
-  return true;
-}
-
-wire::StoreShape ShapeOf(const OramParams& p) {
-  return wire::StoreShape{p.height, p.bucket_size, static_cast<std::uint32_t>(p.elems_per_slot())};
 }
 
 }  // namespace
@@ -122,7 +97,7 @@ wire::Header OramClient::NextHeader() {
 
 Status OramClient::Initialize(const std::string& state_path, const FsConfig& config_in,
                               const Secret& passphrase, const KdfParams& kdf,
-                              bool overwrite_servers) {
+                              bool overwrite_servers, const ServerConnector& connect) {
   FsConfig config = config_in;
   S3ORAM_RETURN_IF_ERROR(ValidateKdfParams(kdf));
   S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe));
@@ -146,11 +121,7 @@ Status OramClient::Initialize(const std::string& state_path, const FsConfig& con
                                    std::to_string(config.servers.size()) + " servers, " +
                                    std::to_string(config.server_keys.size()) + " keys)");
   }
-  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto servers,
-      ServerSet::Connect(config.servers, config.server_keys, client_key,
-                         wire::LimitsFor(ShapeOf(config.params), config.params.parties).reply_bytes));
+  S3ORAM_ASSIGN_OR_RETURN(auto servers, ConnectServers(connect, AddressesOf(config)));
   wire::Header header;
   header.fs_id = config.fs_id;
   header.epoch = 1;
@@ -261,11 +232,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
         RootCopies::Open(state_path + ".roots", 2 * std::size_t{config.params.evict_rate},
                          static_cast<std::size_t>(config.params.elems_per_slot())));
   }
-  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
-  S3ORAM_ASSIGN_OR_RETURN(
-      client->servers_,
-      ServerSet::Connect(config.servers, config.server_keys, client_key,
-                         wire::LimitsFor(ShapeOf(config.params), config.params.parties).reply_bytes));
+  S3ORAM_ASSIGN_OR_RETURN(client->servers_, ConnectServers(options.connect, AddressesOf(config)));
 
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
@@ -586,601 +553,9 @@ std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
   auto copy = root_copies_->Get(
       RootCopies::Index(inflight_->record.eviction, at.pos.slot, p.evict_rate));
   if (!copy) return std::nullopt;
-  std::vector<std::uint8_t> sealed(p.sealed_bytes()), plain(p.block_bytes);
-  const auto data_part =
-      std::span<const Elem>(*copy).first(static_cast<std::size_t>(p.data_elems_per_slot()));
-  if (!field::Unpack(data_part, sealed) || (mac_ && !SlotMacValid(*copy)) ||
-      !sealer_->Open(id, at.version, sealed, plain)) {
-    return std::nullopt;
-  }
+  std::vector<std::uint8_t> plain(p.block_bytes);
+  if (!OpenSlot(id, at.version, *copy, plain)) return std::nullopt;
   return copy;
-}
-
-Status OramClient::RunEviction() {
-  if (inflight_) S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
-  for (const auto& op : pending) {
-    if (op.kind == kEvictKind) S3ORAM_RETURN_IF_ERROR(FinishPendingEviction());
-  }
-  if (counters_.nr < params().evict_rate) return Status::Ok();
-  if (writes_stopped_) return *writes_stopped_;
-  return StartEviction();
-}
-
-Status OramClient::StartEviction() {
-  const TreeGeometry geo = params().geometry();
-  TimeInto planning(stats_.timings.eviction_client_ns);
-  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
-  EvictionRecord record;
-  record.eviction = counters_.ne;
-  record.attempt = 1;
-  for (const auto& [id, pos] : plan.moves) record.before.emplace(id, pm_->Find(id)->pos);
-  // One durable transaction: the plan, the blocks at their new positions and
-  // the new round (nr = 0). A crash after it finishes this eviction at Open
-  // from the plan, before any access.
-  ClientStateStore::Batch intent;
-  for (const auto& [id, pos] : plan.moves) {
-    intent.PutPosition(id, PositionEntry{pos, pm_->Find(id)->version});
-  }
-  Counters next = counters_;
-  next.nr = 0;
-  intent.SetCounters(next);
-  record.plan = plan;
-  intent.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
-  planning.Stop();
-  {
-    TimeInto timer(stats_.timings.eviction_state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
-  }
-  FaultPoint("client.evict.after_intent");
-  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
-  counters_ = next;
-  inflight_ = InFlight{std::move(record), false, false, {}};
-  if (stats_.evictions == 0) {
-    spdlog::info("eviction {} started (every {} accesses); the servers compute it while the "
-                 "next {} accesses go on (s3oram status shows its progress)",
-                 counters_.ne, params().evict_rate, params().evict_rate);
-  }
-  return EnsureEvictionStarted();
-}
-
-Status OramClient::EnsureEvictionStarted() {
-  if (!inflight_ || inflight_->started) return Status::Ok();
-  if (eviction_refused_ && std::chrono::steady_clock::now() < eviction_retry_at_) {
-    return *eviction_refused_;
-  }
-  EvictionRecord& record = inflight_->record;
-  // A PREPARE that failed before every server started it is sent again
-  // under a new attempt (fresh shares), logged first; so is one that failed
-  // in an earlier call.
-  // Up to kMaxAttempts, all within one eviction timeout (a server that does
-  // not answer fails the access after that time, not after a multiple of it).
-  constexpr std::uint32_t kMaxAttempts = 4;
-  const auto began = std::chrono::steady_clock::now();
-  Status last;
-  for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
-    if (tries > 0 && std::chrono::steady_clock::now() - began >= options_.evictions.deadline) {
-      break;
-    }
-    if (inflight_->sent) {
-      ++record.attempt;
-      ++stats_.eviction_retries;
-      S3ORAM_RETURN_IF_ERROR(LogEvictionRecord(record));
-    }
-    inflight_->sent = true;
-    last = SendPrepare(*record.plan, record.attempt, EvictionBudgetLeft(began));
-    if (last.ok()) {
-      inflight_->started = true;
-      inflight_->started_at = std::chrono::steady_clock::now();
-      FaultPoint("client.evict.after_started");
-      return Status::Ok();
-    }
-    spdlog::warn("eviction {} attempt {} did not start: {}", record.eviction, record.attempt,
-                 last.ToString());
-    if (last.code() == Status::Code::kDamaged) break;
-  }
-  if (last.code() == Status::Code::kDamaged) {
-    eviction_refused_ = last.WithContext("eviction " + std::to_string(record.eviction) +
-                                         " cannot run until the damaged server is repaired");
-    eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
-    return *eviction_refused_;
-  }
-  return last.WithContext("starting eviction " + std::to_string(record.eviction));
-}
-
-TransportOptions OramClient::EvictionBudgetLeft(std::chrono::steady_clock::time_point started) const {
-  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - started);
-  TransportOptions budget = options_.evictions;
-  budget.deadline = spent < options_.evictions.deadline ? options_.evictions.deadline - spent
-                                                        : std::chrono::milliseconds(1);
-  // Resent after silence only past half the eviction's time: the servers
-  // answer EVICT_RESULT after exchanging shares with each other, minutes
-  // on a slow link or a busy machine. A connection that was replaced (a
-  // restarted server) still gets the request again at once.
-  budget.resend_after = std::max(budget.resend_after, budget.deadline / 2);
-  budget.resend_after = std::min(budget.resend_after, budget.deadline);
-  return budget;
-}
-
-Status OramClient::LogEvictionRecord(const EvictionRecord& record) {
-  ClientStateStore::Batch b;
-  b.RemovePending(record.eviction);
-  b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
-  return store_->Commit(b, /*durable=*/true);
-}
-
-void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed) {
-  // Polls only an eviction that has run a while, at fixed access counts: a
-  // shorter one costs at most that much wait at the round's end, and fast
-  // setups (small blocks, tests) send no STATUS at all.
-  static constexpr auto kProgressAfter = std::chrono::seconds(1);
-  static constexpr std::uint64_t kPollsPerRound = 16;
-  const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
-  // Once per `every` root slots (a pipelined batch takes several at once).
-  const std::uint64_t bucket = (counters_.nr + pending_roots_.size()) / every;
-  if (elapsed < kProgressAfter || bucket == progress_polled_bucket_ ||
-      progress_polled_bucket_ == kProgressDone) {
-    return;
-  }
-  progress_polled_bucket_ = bucket;
-  // A server's word is bounded by the client's own clock (it cannot have
-  // computed longer than the client has waited) and by the eviction
-  // timeout, so a wrong or lying reply paces no round beyond that.
-  const auto own = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed);
-  const auto cap = std::chrono::duration_cast<EvictionPacer::Duration>(options_.evictions.deadline);
-  EvictionPacer::Bounds slowest;
-  bool unbounded = false;  // a server in round 1: no upper bound yet
-  bool computing = false;  // some server still computes this eviction
-  for (const auto& r : QueryServers(options_.requests.resend_after)) {
-    if (!r.status.ok()) {
-      computing = true;  // says nothing: it may still be computing
-      continue;
-    }
-    if (!r.reply.evicting || r.reply.evicting_eviction != inflight_->record.eviction ||
-        r.reply.evicting_rounds != params().height) {
-      continue;
-    }
-    computing = true;
-    const auto server_elapsed = std::min<std::uint64_t>(
-        r.reply.evicting_elapsed_ms, static_cast<std::uint64_t>(std::max<std::int64_t>(0, own.count())));
-    const EvictionPacer::Bounds b = EvictionPacer::FromProgress(
-        std::chrono::milliseconds(server_elapsed), r.reply.evicting_round,
-        r.reply.evicting_rounds);
-    // The slowest server sets the pace.
-    slowest.lower = std::min(cap, std::max(slowest.lower, b.lower));
-    slowest.upper = std::min(cap, std::max(slowest.upper, b.upper));
-    unbounded = unbounded || (b.lower > EvictionPacer::Duration::zero() &&
-                              b.upper == EvictionPacer::Duration::zero());
-  }
-  if (unbounded) slowest.upper = EvictionPacer::Duration::zero();
-  pacer_.Provisional(slowest);
-  // Every server that answered has finished its part (all of them accepted
-  // the PREPARE before pacing began): no more polls this round; the result
-  // is collected at the round's end.
-  if (!computing) progress_polled_bucket_ = kProgressDone;
-}
-
-void OramClient::PaceBehindEviction(std::uint64_t done) {
-  if (!inflight_ || !inflight_->started) return;
-  const auto elapsed = std::chrono::steady_clock::now() - inflight_->started_at;
-  AskEvictionProgress(elapsed);
-  // The servers said the eviction is computed: the round's end will not
-  // wait for it, so the rest of the round goes unpaced.
-  if (progress_polled_bucket_ == kProgressDone) return;
-  const auto delay = pacer_.Step(elapsed, done, params().evict_rate);
-  if (delay <= EvictionPacer::Duration::zero()) return;
-  if (!pace_logged_) {
-    if (pacer_.estimate() <= EvictionPacer::Duration::zero()) {
-      spdlog::info("accesses are paced to eviction {}, the first this state sees: the servers' "
-                   "progress suggests {:.1f} s, and a round of {} accesses is made to last about "
-                   "that long, so that none waits for all of it at the end",
-                   inflight_->record.eviction,
-                   std::chrono::duration<double>(pacer_.provisional()).count(),
-                   params().evict_rate);
-    } else if (pacer_.provisional() > pacer_.estimate()) {
-      spdlog::info("accesses are paced to eviction {}: the servers' progress suggests {:.1f} s, "
-                   "longer than the last ({:.1f} s), and a round of {} accesses is made to last "
-                   "about that long, so that none waits for all of it at the end",
-                   inflight_->record.eviction,
-                   std::chrono::duration<double>(pacer_.provisional()).count(),
-                   std::chrono::duration<double>(pacer_.estimate()).count(), params().evict_rate);
-    } else {
-      spdlog::info("accesses are paced to eviction {} (the last took {:.1f} s): a round of {} "
-                   "accesses lasts at least that long, so that none waits for all of it at the "
-                   "end",
-                   inflight_->record.eviction,
-                   std::chrono::duration<double>(pacer_.estimate()).count(), params().evict_rate);
-    }
-    pace_logged_ = true;
-  }
-  TimeInto whole(stats_.timings.eviction_ns);
-  TimeInto timer(stats_.timings.eviction_pace_ns);
-  std::this_thread::sleep_for(delay);
-}
-
-Status OramClient::FinishInFlightEviction() {
-  if (!inflight_) return Status::Ok();
-  const auto started = std::chrono::steady_clock::now();
-  const std::uint64_t prepare_wait_before = stats_.timings.eviction_prepare_wait_ns;
-  EvictionRecord& record = inflight_->record;
-  const EvictionPlan plan = *record.plan;
-  // An attempt that went out but did not start everywhere may still run on
-  // some servers with the shares it carried: it is never sent again with
-  // other shares, the next attempt is.
-  if (!inflight_->started && inflight_->sent) ++record.attempt;
-  const bool was_started = inflight_->started;
-  const auto elapsed = started - inflight_->started_at;
-  S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/inflight_->started));
-  const bool first_attempt = record.attempt == 1;
-  inflight_.reset();
-  // An access that waited for the servers says so once, at info level: the
-  // eviction took longer than a round of accesses.
-  const auto waited = std::chrono::nanoseconds(stats_.timings.eviction_prepare_wait_ns -
-                                               prepare_wait_before);
-  // The pace of the next round, kept for the next mount too (not durable:
-  // a lost estimate only costs one unpaced round).
-  if (was_started && first_attempt && !read_only_) {
-    pacer_.Learn(elapsed, waited);
-    ClientStateStore::Batch b;
-    b.SetEvictionEstimate(static_cast<std::uint64_t>(
-        std::chrono::duration_cast<std::chrono::milliseconds>(pacer_.estimate()).count()));
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
-  }
-  pacer_.ForgetProvisional();  // also when nothing was learned
-  progress_polled_bucket_ = kNoBucket;
-  if (waited >= kSlowEviction) {
-    spdlog::info("accesses waited {:.1f} s for eviction {} to be computed (the servers took "
-                 "longer than a round of {} accesses); committed after {:.1f} s in all",
-                 std::chrono::duration<double>(waited).count(), plan.eviction,
-                 params().evict_rate,
-                 std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count());
-  }
-  return Status::Ok();
-}
-
-Status OramClient::FinishPendingEviction() {
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
-  const PendingOp* op = nullptr;
-  for (const auto& p : pending) {
-    if (p.kind == kEvictKind) op = &p;
-  }
-  if (!op) {
-    // A due eviction that is not under way yet waits for the repair while
-    // writes are stopped; Open succeeds all the same (reads need no more).
-    if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
-    return Status::Ok();
-  }
-  S3ORAM_ASSIGN_OR_RETURN(
-      EvictionRecord record,
-      DecodeEvictionRecord(op->payload, params().geometry(), params().capacity_blocks));
-  if (record.eviction != counters_.ne) {
-    return Status::Corruption("pending eviction " + std::to_string(record.eviction) +
-                              " does not match the eviction counter " +
-                              std::to_string(counters_.ne));
-  }
-  ++stats_.eviction_retries;
-  if (record.plan) {
-    // Background: the map holds the new positions already; the servers may
-    // have finished this very attempt (a clean unmount leaves it running).
-    const EvictionPlan plan = *record.plan;
-    S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/true));
-  } else {
-    // Logged by a client that ran evictions to the end while accesses
-    // waited: the plan follows from the positions, which it then updates.
-    S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
-                            PlanEviction(params().geometry(), counters_.ne, *pm_));
-    ++record.attempt;
-    S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/false));
-  }
-  // The round the access counter is in may be full already (the eviction
-  // was started at its end and the client stopped there): the next starts.
-  if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
-  return Status::Ok();
-}
-
-Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
-                               const TransportOptions& budget) {
-  const OramParams& p = params();
-  const std::size_t step_elems = 2 * std::size_t{p.bucket_size} * p.bucket_size;
-  std::vector<Elem> dense(plan.steps.size() * step_elems);
-  {
-    const TimeInto expanding(stats_.timings.eviction_client_ns);
-    for (std::size_t s = 0; s < plan.steps.size(); ++s) {
-      ExpandStepMatrix(plan.steps[s], p.bucket_size,
-                       std::span<Elem>(dense).subspan(s * step_elems, step_elems));
-    }
-  }
-  // Fresh shares for every attempt: a retry must not reuse randomness.
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies,
-      ExchangeShared(
-          dense,
-          [&plan, attempt](std::vector<Elem>&& share) {
-            return wire::Body{
-                wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf, std::move(share)}};
-          },
-          wire::MessageType::kEvictStartedReply, budget, stats_.timings.eviction_client_ns,
-          stats_.timings.eviction_prepare_wait_ns));
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    const auto& r = std::get<wire::EvictStartedReply>(replies[i].body);
-    if (r.eviction != plan.eviction || r.attempt != attempt) {
-      return Status::Protocol("server " + std::to_string(i) + " started eviction " +
-                              std::to_string(r.eviction) + " attempt " + std::to_string(r.attempt) +
-                              " instead of " + std::to_string(plan.eviction) + " attempt " +
-                              std::to_string(attempt));
-    }
-  }
-  return Status::Ok();
-}
-
-Status OramClient::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
-                                 const TransportOptions& budget) {
-  const wire::Header h = NextHeader();
-  const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
-  TimeInto timer(stats_.timings.eviction_prepare_wait_ns);
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, servers_->Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    if (std::get<wire::EvictPrepareReply>(replies[i].body).eviction != eviction) {
-      return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
-    }
-  }
-  return Status::Ok();
-}
-
-Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& record,
-                                    bool collect_first) {
-  // A server refused this eviction for damaged storage a moment ago: it will
-  // again until it is repaired, and every attempt costs the other servers'
-  // SMP timeout. Accesses that need the eviction fail at once meanwhile (the
-  // tree is unchanged; nothing is lost), then it is tried again.
-  if (eviction_refused_ && std::chrono::steady_clock::now() < eviction_retry_at_) {
-    return *eviction_refused_;
-  }
-  const OramParams& p = params();
-
-  // If any server already committed this eviction, every server prepared it
-  // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
-  bool committed_somewhere = false;
-  if (collect_first || record.attempt > 1) {
-    for (const auto& r : QueryServers(options_.requests.deadline)) {
-      if (!r.status.ok()) return r.status.WithContext("finishing eviction");
-      if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
-    }
-  }
-
-  if (!committed_somewhere) {
-    // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
-    // servers refuse an attempt quickly), all within one eviction timeout:
-    // a server that does not answer fails the eviction after that time, not
-    // after a multiple of it.
-    constexpr std::uint32_t kMaxAttempts = 4;
-    const auto started = std::chrono::steady_clock::now();
-    auto budget_left = [&]() { return EvictionBudgetLeft(started); };
-    Status last;
-    if (collect_first) {
-      // The servers may have it done already (in flight, or left running).
-      last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
-      if (last.ok()) last = CheckPreparedEviction(plan.eviction, record.attempt);
-      if (!last.ok()) {
-        spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
-                     last.ToString());
-      }
-    }
-    if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged)) {
-      for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
-        // Checked before the first try too when the servers were asked for
-        // a result first: if that used the whole time, a new attempt now
-        // would only make them drop the one nearly done.
-        if ((tries > 0 || collect_first) &&
-            std::chrono::steady_clock::now() - started >= options_.evictions.deadline) {
-          break;
-        }
-        if (collect_first || tries > 0) {
-          ++record.attempt;
-          ++stats_.eviction_retries;
-        }
-        S3ORAM_RETURN_IF_ERROR(LogEvictionRecord(record));
-        last = SendPrepare(plan, record.attempt, budget_left());
-        if (last.ok()) last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
-        // Verified before anything commits: the prepared buckets must be
-        // consistent sharings on every server. A failure (a fault in a
-        // server's memory or computation, or wrong shares dealt in the
-        // exchange) leaves every server's live tree as it was; a new attempt
-        // recomputes the eviction with fresh randomness.
-        if (last.ok()) last = CheckPreparedEviction(plan.eviction, record.attempt);
-        if (last.ok()) break;
-        spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
-                     last.ToString());
-        // A server whose stored shares failed their digests refuses every
-        // attempt the same way until it is repaired: stop here, with the tree
-        // as it was (no server committed anything).
-        if (last.code() == Status::Code::kDamaged) break;
-      }
-    }
-    if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {
-      eviction_refused_ = last.WithContext(
-          "eviction " + std::to_string(plan.eviction) +
-          (last.code() == Status::Code::kDamaged
-               ? " cannot run until the damaged server is repaired"
-               : " was refused: its result was inconsistent on every attempt; run s3oram scrub"));
-      eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
-      spdlog::error("{}", eviction_refused_->message());
-      return *eviction_refused_;
-    }
-    if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
-    eviction_refused_.reset();
-  }
-
-  FaultPoint("client.evict.after_prepare");
-  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
-  std::vector<std::vector<std::uint8_t>> frames;
-  for (std::size_t i = 0; i < p.parties; ++i) {
-    frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
-  }
-  {
-    TimeInto timer(stats_.timings.eviction_commit_wait_ns);
-    S3ORAM_RETURN_IF_ERROR(servers_
-                               ->Exchange(frames, h, wire::MessageType::kEvictCommitReply,
-                                          options_.requests)
-                               .status()
-                               .WithContext("committing eviction " +
-                                            std::to_string(plan.eviction)));
-  }
-
-  FaultPoint("client.evict.after_commit");
-  // Every server has made the eviction live: record it (and, for a record
-  // without a plan, the new positions, with the next round).
-  Counters next = counters_;
-  next.ne = plan.eviction + 1;
-  ClientStateStore::Batch batch;
-  const bool moves_applied = record.plan.has_value();
-  if (!moves_applied) {
-    next.nr = 0;
-    for (const auto& [id, pos] : plan.moves) {
-      const PositionEntry* e = pm_->Find(id);
-      if (!e) {
-        return Status::Corruption("eviction moved block " + std::to_string(id) +
-                                  " that is not mapped");
-      }
-      batch.PutPosition(id, PositionEntry{pos, e->version});
-    }
-  }
-  batch.SetCounters(next);
-  batch.RemovePending(plan.eviction);
-  // A recorded refusal of this eviction is over: it committed.
-  const auto& note = store_->problem_note();
-  const bool refusal_resolved =
-      note && !note->damaged &&
-      note->text.rfind("eviction " + std::to_string(plan.eviction) + " ", 0) == 0;
-  if (refusal_resolved) batch.SetProblemNote(std::nullopt);
-  // Durable: the servers have moved the blocks; positions must not roll back.
-  {
-    TimeInto timer(stats_.timings.eviction_state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
-  }
-  if (refusal_resolved) {
-    noted_problem_.clear();
-    spdlog::info("eviction {} committed: the problem recorded when it was refused is resolved",
-                 plan.eviction);
-  }
-  counters_ = next;
-  if (!moves_applied) S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
-  ++stats_.evictions;
-  spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
-                plan.moves.size());
-  return Status::Ok();
-}
-
-// ---- the single-writer lease ------------------------------------------------
-
-Status OramClient::SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply) {
-  wire::Header h = NextHeader();
-  auto frame = wire::Encode(h, body);
-  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->ExchangeWith({server}, {frame}, h,
-                                                               wire::MessageType::kLeaseReply,
-                                                               options_.requests));
-  if (reply) *reply = std::get<wire::LeaseReply>(replies[0].body);
-  return Status::Ok();
-}
-
-namespace {
-
-std::string Ago(std::uint64_t ms) {
-  const std::uint64_t s = ms / 1000;
-  if (s < 120) return std::to_string(s) + " s";
-  if (s < 7200) return std::to_string(s / 60) + " min";
-  return std::to_string(s / 3600) + " h";
-}
-
-}  // namespace
-
-Status OramClient::AcquireLease(const std::string& state_path) {
-  const LeaseHolder me = CurrentLeaseHolder(state_path, options_.lease_purpose);
-  const std::string sealed = SealHolder(*sealer_, counters_.epoch, me);
-  const bool force = options_.force_lease;
-  std::vector<std::size_t> granted;
-  std::vector<std::pair<std::size_t, wire::LeaseReply>> refusals;
-  auto give_back = [&] {
-    // A failed open leaves nothing held.
-    for (std::size_t i : granted) (void)SendLease(i, wire::LeaseReleaseRequest{}, nullptr);
-  };
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    wire::LeaseReply r;
-    if (Status failure = SendLease(i, wire::LeaseAcquireRequest{force, sealed}, &r); !failure.ok()) {
-      give_back();
-      return failure.WithContext("acquiring the filesystem's lease");
-    }
-    if (r.granted) {
-      granted.push_back(i);
-    } else {
-      refusals.emplace_back(i, std::move(r));
-    }
-  }
-  // A crashed process of this very state file may have left the lease held
-  // on some servers (all, or only those it could not release it on: a
-  // server that was down at its unmount). Its epoch is the one this state
-  // had when it was opened (that process made it durable here before
-  // acquiring). Only such records are taken over without --force, each on
-  // the server that holds it: a refusal naming anyone else, or an older
-  // record a server replays, stands, so no server's word displaces a live
-  // client.
-  std::optional<LeaseHolder> first_other;
-  std::size_t first_other_server = 0;
-  const wire::LeaseReply* first_other_reply = nullptr;
-  std::vector<std::size_t> dead_twin;
-  for (const auto& [i, r] : refusals) {
-    const auto holder = OpenHolder(*sealer_, r.holder_epoch, r.holder);
-    if (!force && holder && r.holder_epoch == opened_epoch_ &&
-        HolderIsDeadLocalTwin(*holder, state_path)) {
-      dead_twin.push_back(i);
-      continue;
-    }
-    if (first_other_reply == nullptr) {
-      first_other = holder;
-      first_other_server = i;
-      first_other_reply = &r;
-    }
-  }
-  if (first_other_reply == nullptr && !dead_twin.empty()) {
-    const auto& r = refusals.front().second;
-    spdlog::warn("taking over the lease of a crashed client of this state file on this machine "
-                 "({} of {} servers held it): {}",
-                 dead_twin.size(), servers_->size(),
-                 DescribeHolder(*OpenHolder(*sealer_, r.holder_epoch, r.holder)));
-    for (std::size_t i : dead_twin) {
-      wire::LeaseReply r2;
-      Status st = SendLease(i, wire::LeaseAcquireRequest{true, sealed}, &r2);
-      if (st.ok() && !r2.granted) st = Status::LeaseHeld("server " + std::to_string(i) +
-                                                         " refused the takeover");
-      if (!st.ok()) {
-        give_back();
-        return st.WithContext("taking over the lease of a crashed client");
-      }
-      granted.push_back(i);
-    }
-    refusals.clear();
-  }
-  if (refusals.empty()) {
-    lease_held_ = true;
-    lease_sealed_ = sealed;
-    if (force) spdlog::warn("took the filesystem's lease over as epoch {}", counters_.epoch);
-    spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
-    return Status::Ok();
-  }
-  give_back();
-  const wire::LeaseReply& refusal = *first_other_reply;
-  const std::string who =
-      first_other ? DescribeHolder(*first_other)
-                  : "a client with epoch " + std::to_string(refusal.holder_epoch) +
-                        " whose description does not authenticate with this key";
-  return Status::LeaseHeld(
-      "the filesystem is in use by " + who + " (server " + std::to_string(first_other_server) +
-      ": lease held for " + Ago(refusal.held_ms) + ", holder last active " + Ago(refusal.idle_ms) +
-      " ago). Only one client may write it. If that client is gone for good, take the lease "
-      "over with --force: it is then fenced off and can change nothing");
 }
 
 Result<std::vector<wire::BackupInfo>> OramClient::QueryBackupList(std::size_t server) {
@@ -1233,6 +608,28 @@ Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
   std::optional<std::size_t> odd = OddShareOut(shares, *mac_);
   if (!odd && previous_mac_) odd = OddShareOut(shares, *previous_mac_);
   return odd;
+}
+
+bool OramClient::OpenSlot(BlockId id, std::uint64_t version, std::span<const Elem> slot,
+                          std::span<std::uint8_t> plain, bool* packed) const {
+  const OramParams& p = params();
+  std::vector<std::uint8_t> sealed(p.sealed_bytes());
+  const bool unpacked =
+      field::Unpack(slot.first(static_cast<std::size_t>(p.data_elems_per_slot())), sealed);
+  if (packed != nullptr) *packed = unpacked;
+  // The tags are checked too, so that no changed element of a slot goes
+  // unnoticed (the seal covers only the data part).
+  return unpacked && (!mac_ || SlotMacValid(slot)) && sealer_->Open(id, version, sealed, plain);
+}
+
+void OramClient::SealSlot(BlockId id, std::uint64_t version, std::span<const std::uint8_t> plain,
+                          std::span<Elem> slot) const {
+  const OramParams& p = params();
+  std::vector<std::uint8_t> sealed(p.sealed_bytes());
+  sealer_->Seal(id, version, plain, sealed);
+  std::fill(slot.begin(), slot.end(), Elem{0});
+  field::Pack(sealed, slot.first(static_cast<std::size_t>(p.data_elems_per_slot())));
+  if (mac_) mac_->Tag(slot);
 }
 
 bool OramClient::SlotMacValid(std::span<const Elem> slot) const {
@@ -1332,184 +729,6 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
   return Status::Ok();
 }
 
-Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt) {
-  if (parity_rows_.empty()) return Status::Ok();  // no redundancy to check with
-  const TimeInto timer(stats_.timings.eviction_check_ns);
-  wire::ParitySeed seed;
-  random::Bytes(seed);
-  wire::Header h = NextHeader();
-  const auto frame = wire::Encode(h, wire::EvictCheckRequest{eviction, attempt, seed});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies,
-      servers_->Exchange(frames, h, wire::MessageType::kEvictCheckReply, options_.requests));
-  const std::size_t m = params().elems_per_slot();
-  const std::size_t combined_elems = wire::kEvictCheckCombinations * m;
-  std::vector<std::vector<Elem>> digests;
-  std::vector<std::vector<Elem>> combinations;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    auto& r = std::get<wire::EvictCheckReply>(replies[i].body);
-    if (r.eviction != eviction) {
-      return Status::Protocol("server " + std::to_string(i) + " checked eviction " +
-                              std::to_string(r.eviction) + " instead of " +
-                              std::to_string(eviction));
-    }
-    if (r.combination.size() != combined_elems) {
-      return Status::Protocol("server " + std::to_string(i) + " sent " +
-                              std::to_string(r.combination.size()) +
-                              " combination elements for eviction " + std::to_string(eviction) +
-                              ", expected " + std::to_string(combined_elems));
-    }
-    digests.push_back(std::move(r.digests));
-    combinations.push_back(std::move(r.combination));
-  }
-  const auto bad = InconsistentSlots(parity_rows_, digests);
-  if (bad.empty()) return CheckEvictionMac(eviction, attempt, combinations);
-  const std::size_t Z = params().bucket_size;
-  const std::string where = "bucket index " + std::to_string(bad[0] / Z) + " slot " +
-                            std::to_string(bad[0] % Z);
-  spdlog::error("eviction {} attempt {}: {} prepared slots are not consistent sharings across "
-                "the servers (first: {} of the eviction's bucket list); not committed",
-                eviction, attempt, bad.size(), where);
-  return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
-                           std::to_string(attempt) + ": " + std::to_string(bad.size()) +
-                           " prepared slots are inconsistent across the servers " + ServerSetName() +
-                           " (first: " + where +
-                           "); a server computed or dealt wrong shares; nothing was committed");
-}
-
-Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attempt,
-                                    const std::vector<std::vector<Elem>>& combinations) {
-  // A filesystem made before share MACs, or a rotation begun by a build
-  // before their halves: consistency is all that is checked.
-  if (eviction_mac_check() == EvictionMacCheck::kNone) return Status::Ok();
-  const std::size_t m = params().elems_per_slot();
-  const std::size_t n = combinations.size();
-  // Each combination is a degree-t sharing like any slot: its shares must
-  // satisfy the parity checks (the per-slot digests already passed, so a
-  // failure here means a server answered about other shares than it holds),
-  // then the opened value must carry a valid tag.
-  auto refused = [&](const std::string& what) {
-    spdlog::error("eviction {} attempt {}: {}; not committed", eviction, attempt, what);
-    return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
-                             std::to_string(attempt) + ": " + what + " (servers " +
-                             ServerSetName() + "); nothing was committed");
-  };
-  std::vector<Elem> opened(m);
-  std::vector<const Elem*> ptrs(n);
-  for (std::size_t r = 0; r < wire::kEvictCheckCombinations; ++r) {
-    for (std::size_t i = 0; i < n; ++i) ptrs[i] = combinations[i].data() + r * m;
-    if (!OpenChecked(ptrs, parity_rows_, lambda_, m, opened.data())) {
-      return refused("the servers' shares of a check combination are inconsistent across "
-                     "the servers (a server answered the check about other shares than "
-                     "it holds)");
-    }
-    if (CombinationMacValid(opened)) continue;
-    // The output does not authenticate. Either a server dealt wrong shares
-    // in this eviction, or a value that was already wrong at rest (all
-    // servers agreeing on it: a server rebuilt from a damaged peer) was
-    // moved. Only the first is refused: refusing the second would stop every
-    // eviction through that bucket for good, and the value is lost either way.
-    S3ORAM_ASSIGN_OR_RETURN(const bool inputs_authentic, EvictionInputsAuthentic(eviction));
-    if (inputs_authentic) {
-      return refused("the prepared buckets are consistent across the servers but do not "
-                     "authenticate (share MAC) while the buckets they were computed from do: "
-                     "a server dealt a consistent sharing of wrong values during the eviction");
-    }
-    const Status at_rest = Status::Integrity(
-        "the buckets eviction " + std::to_string(eviction) +
-        " reads already hold a value that is consistent across the servers but does not "
-        "authenticate (share MAC): a block stored there is lost (e.g. a server was rebuilt "
-        "from a damaged peer). The eviction goes ahead checked for consistency only; "
-        "s3oram fsck -y --zero-damaged finds and frees the lost block");
-    spdlog::error("{}", at_rest.message());
-    NoteProblem(at_rest);
-    return Status::Ok();
-  }
-  return Status::Ok();
-}
-
-Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
-  const std::size_t m = params().elems_per_slot();
-  const std::size_t rows = wire::kEvictCheckCombinations;
-  wire::ParitySeed seed;
-  random::Bytes(seed);
-  wire::Header h = NextHeader();
-  const auto frame = wire::Encode(h, wire::MacOpenRequest{eviction, seed});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, servers_->Exchange(frames, h, wire::MessageType::kMacOpenReply,
-                                       options_.evictions));
-  std::vector<const Elem*> ptrs;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    const auto& r = std::get<wire::MacOpenReply>(replies[i].body);
-    if (r.eviction != eviction || r.combination.size() != rows * m) {
-      return Status::Protocol("server " + std::to_string(i) +
-                              " answered MAC_OPEN for another eviction or with " +
-                              std::to_string(r.combination.size()) + " elements, expected " +
-                              std::to_string(rows * m));
-    }
-    ptrs.push_back(r.combination.data());
-  }
-  std::vector<Elem> opened(m);
-  std::vector<const Elem*> row_ptrs(ptrs.size());
-  for (std::size_t r = 0; r < rows; ++r) {
-    for (std::size_t i = 0; i < ptrs.size(); ++i) row_ptrs[i] = ptrs[i] + r * m;
-    if (!OpenChecked(row_ptrs, parity_rows_, lambda_, m, opened.data())) {
-      return Status::Integrity("eviction " + std::to_string(eviction) +
-                               ": the buckets it reads are inconsistent across the servers " +
-                               ServerSetName() +
-                               " (a combination of them is not one sharing): a server's stored "
-                               "shares changed; s3oram scrub names the server");
-    }
-    if (!CombinationMacValid(opened)) return false;
-  }
-  return true;
-}
-
-Result<wire::LeaseReply> OramClient::QueryLease(std::size_t server) {
-  wire::LeaseReply r;
-  S3ORAM_RETURN_IF_ERROR(SendLease(server, wire::LeaseQueryRequest{}, &r));
-  return r;
-}
-
-Status OramClient::RenewLease() {
-  if (fenced_) return Status::LeaseHeld("this client was fenced off");
-  if (!lease_held_) return Status::FailedPrecondition("this client holds no lease");
-  // Same epoch and (re-sealed) description: servers just note the contact.
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    wire::LeaseReply r;
-    S3ORAM_RETURN_IF_ERROR(
-        SendLease(i, wire::LeaseAcquireRequest{false, lease_sealed_}, &r).WithContext("renewing the lease"));
-    if (!r.granted) {
-      return NoteFencing(Status::LeaseHeld("server " + std::to_string(i) +
-                                           " says another client (epoch " +
-                                           std::to_string(r.holder_epoch) +
-                                           ") took the lease over"));
-    }
-  }
-  return Status::Ok();
-}
-
-void OramClient::ReleaseLease() {
-  const auto saved = options_.requests;
-  options_.requests.deadline = std::min(options_.requests.deadline, std::chrono::milliseconds(3000));
-  options_.requests.resend_after = std::min(options_.requests.resend_after, options_.requests.deadline);
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    if (Status st = SendLease(i, wire::LeaseReleaseRequest{}, nullptr); !st.ok()) {
-      spdlog::warn("releasing the lease on server {}: {}", i, st.ToString());
-    }
-  }
-  options_.requests = saved;
-  lease_held_ = false;
-}
-
-Status OramClient::SettleEviction() {
-  if (!inflight_ || read_only_ || !lease_held_ || fenced_) return Status::Ok();
-  TimeInto timer(stats_.timings.eviction_ns);
-  return FinishInFlightEviction();
-}
-
 Status OramClient::Close() {
   // The last access's root write goes before the lease: a failure leaves it
   // logged in the state, and the next Open sends it. So does the eviction
@@ -1568,14 +787,6 @@ Status OramClient::RecordProblemNote(const std::string& text, bool damaged) {
   return Status::Ok();
 }
 
-Result<std::optional<std::uint64_t>> OramClient::PendingEviction() const {
-  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, store_->LoadPending());
-  for (const PendingOp& op : pending) {
-    if (op.kind == kPendingEvictKind) return std::optional<std::uint64_t>(op.seq);
-  }
-  return std::optional<std::uint64_t>();
-}
-
 Status OramClient::ClearProblemNote() {
   if (!store_->problem_note()) return Status::Ok();
   ClientStateStore::Batch b;
@@ -1584,17 +795,6 @@ Status OramClient::ClearProblemNote() {
   noted_problem_.clear();
   writes_stopped_.reset();
   return Status::Ok();
-}
-
-Status OramClient::NoteFencing(Status st) {
-  NoteProblem(st);
-  if (st.code() == Status::Code::kLeaseHeld && !fenced_) {
-    fenced_ = true;
-    spdlog::error("fenced off: {}. This client can no longer read or change the filesystem; "
-                  "nothing it had not committed is applied",
-                  st.message());
-  }
-  return st;
 }
 
 }  // namespace s3oram

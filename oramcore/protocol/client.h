@@ -63,11 +63,11 @@
 // Not thread-safe: one access at a time (callers serialise).
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <deque>
 #include <functional>
 #include <memory>
-#include <chrono>
 #include <optional>
 #include <span>
 #include <string>
@@ -83,7 +83,7 @@
 #include "oramcore/protocol/root_copies.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/tree/planner.h"
-#include "oramcore/wire/transport.h"
+#include "oramcore/wire/server_set.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {
@@ -107,6 +107,9 @@ struct ClientOptions {
   // be refused with kStaleState), to show it (s3oram status). Such a client
   // must not be used for anything that trusts the state's counters.
   bool allow_stale = false;
+  // How the client reaches its servers: empty for the network (every real
+  // use); tests pass an in-process cluster's (tests/support/in_process_cluster.h).
+  ServerConnector connect;
 };
 
 // Where the client's access time went, summed over every access since Open
@@ -152,7 +155,7 @@ class OramClient {
   // store (sparse, no data written). Fails if the state file exists.
   static Status Initialize(const std::string& state_path, const FsConfig& config,
                            const Secret& passphrase, const KdfParams& kdf,
-                           bool overwrite_servers = false);
+                           bool overwrite_servers = false, const ServerConnector& connect = {});
   // Unwraps the master key (PermissionDenied for a wrong passphrase), opens
   // the state, connects, checks every server serves this filesystem with the
   // expected shape, starts a new epoch and finishes a pending eviction.
@@ -482,6 +485,26 @@ class OramClient {
   // ones fails with it.
   Status RunChunk(std::span<const BatchItem> items,
                   std::vector<Result<std::vector<std::uint8_t>>>& out);
+  // RunChunk's steps, in order (defined with Chunk in client_access.cpp).
+  struct Chunk;
+  struct AccessWork;
+  enum class AccessEnd : std::uint8_t {
+    kNext,       // this access is finished (done or refused): go on with the next
+    kStopChunk,  // stop here; the caller goes on from this access (or fails with chunk_error)
+  };
+  Status BeforeChunk();
+  Status PlanChunk(Chunk& c);
+  // Plans access j; false: the in-flight eviction was committed early for
+  // it, and the whole chunk is planned again.
+  Result<bool> PlanAccess(Chunk& c, std::size_t j);
+  Status BuildRetrievals(Chunk& c);
+  void SendRetrievals(Chunk& c);
+  AccessEnd FinishAccess(Chunk& c, std::size_t j);
+  AccessEnd RecoverAccess(Chunk& c, std::size_t j, AccessWork& w);
+  AccessEnd ResealAccess(Chunk& c, std::size_t j, AccessWork& w);
+  Status RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uint8_t>>>& out);
+  // The root's last slot written: the pending root writes, then the eviction.
+  void EndRoundIfFull(BlockId last_access);
 
   // Retries that reveal nothing (docs/SECURITY.md, "Failed accesses"). A
   // retrieval of a block's path that went out but whose access did not
@@ -566,6 +589,16 @@ class OramClient {
   // the tags both share (none for a rotation begun before halves existed).
   std::unique_ptr<share_mac::ShareMacKey> previous_mac_;
   std::optional<std::size_t> rotation_shared_half_;
+  // The block codec, both directions: a block's bytes sealed as (id,
+  // version), packed into a slot's data elements, share-MAC tags over the
+  // slot (SealSlot; `slot` has elems_per_slot elements); and back, every one
+  // of them checked (OpenSlot: false, `plain` zeroed, unless the slot holds
+  // block `id` as `version`; *packed says whether the data part was even a
+  // valid packing).
+  void SealSlot(BlockId id, std::uint64_t version, std::span<const std::uint8_t> plain,
+                std::span<field::Elem> slot) const;
+  bool OpenSlot(BlockId id, std::uint64_t version, std::span<const field::Elem> slot,
+                std::span<std::uint8_t> plain, bool* packed = nullptr) const;
   // Whether `slot` carries valid share-MAC tags (under mac_, or previous_mac_).
   bool SlotMacValid(std::span<const field::Elem> slot) const;
   // Whether an opened combination of slots that may mix both keys carries

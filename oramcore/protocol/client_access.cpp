@@ -318,10 +318,82 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
   return out;
 }
 
+// One pipelined chunk of accesses as RunChunk's steps see it: what each step
+// leaves for the next. Plan (where each block is) → BuildRetrievals (the
+// select and root shares) → SendRetrievals (one pipelined exchange, the root
+// writes it carried recorded) → FinishAccess for each access in order
+// (recover and authenticate, re-seal, log the root write) → RecordChunk (one
+// durable transaction, then memory) → EndRoundIfFull.
+struct OramClient::Chunk {
+  // Where access j finds its block, decided before anything is sent.
+  struct Plan {
+    std::optional<PositionEntry> where;         // its copy on the servers (as they will be)
+    std::optional<std::size_t> repeat_of;       // an earlier item of this chunk
+    std::optional<std::vector<Elem>> own_copy;  // served from the client's copy
+    std::uint64_t own_version = 0;              // the version own_copy is sealed under
+    LeafId leaf = 0;                            // the path retrieved
+    bool blind = false;  // a whole write of a quarantined block: its old copy is not read
+    // Whether the retrieval selects the block on its path (else it selects
+    // nothing on a random one, which looks the same to a server).
+    bool reads() const { return where && !repeat_of && !own_copy && !blind; }
+  };
+  // What a finished access left, for a later item of the chunk on the same block.
+  struct Done {
+    bool mapped = false;        // it left the block in the tree
+    std::uint64_t version = 0;  // under this version
+    std::vector<std::uint8_t> stored;
+  };
+
+  std::span<const BatchItem> items;  // the first k are this chunk's accesses
+  std::size_t q = 0;                 // root writes pending when it began
+  std::uint64_t base = 0;            // the root slot its first access writes
+  std::size_t k = 0;
+  std::vector<Plan> plans;
+  std::vector<ServerSet::Outgoing> requests;
+  std::vector<LeafId> revealed;  // the path each retrieval revealed (0: a random one)
+  std::vector<Outcome> outcomes;
+  std::vector<Result<std::vector<wire::Message>>> replies;
+  // Resends happened: a pipelined answer that does not authenticate may be
+  // garbage (a retrieval resent after a later root write), not a lie.
+  bool resent = false;
+  // The state transaction: the carried root writes, then each access.
+  Counters next;
+  ClientStateStore::Batch batch;
+  std::size_t carried = 0;  // pending root writes every server acknowledged
+  std::vector<std::optional<Done>> done;
+  std::vector<PendingRoot> roots;
+  std::vector<Result<std::vector<std::uint8_t>>> results;
+  Status chunk_error;    // why the chunk stopped early
+  Status first_refusal;  // why an access failed, for a quarantine
+  std::size_t finished = 0;
+};
+
 Status OramClient::RunChunk(std::span<const BatchItem> items,
                             std::vector<Result<std::vector<std::uint8_t>>>& out) {
+  S3ORAM_RETURN_IF_ERROR(BeforeChunk());
+  Chunk c;
+  c.items = items;
+  c.q = pending_roots_.size();
+  c.base = counters_.nr + c.q;
+  c.k = static_cast<std::size_t>(
+      std::min<std::uint64_t>({items.size(), kMaxPipelined, params().evict_rate - c.base}));
+  // Paced as the last of them would be alone: the accesses before it whose
+  // root writes the servers acknowledged, or will with this chunk.
+  PaceBehindEviction(c.base + c.k - 1 - (c.q > 0 ? 1 : 0));
+  S3ORAM_RETURN_IF_ERROR(PlanChunk(c));
+  S3ORAM_RETURN_IF_ERROR(BuildRetrievals(c));
+  SendRetrievals(c);
+  for (std::size_t j = 0; j < c.k; ++j, ++c.finished) {
+    if (FinishAccess(c, j) == AccessEnd::kStopChunk) break;
+  }
+  S3ORAM_RETURN_IF_ERROR(RecordChunk(c, out));
+  if (!c.chunk_error.ok()) return c.chunk_error;
+  EndRoundIfFull(items[c.finished == 0 ? 0 : c.finished - 1].id);
+  return Status::Ok();
+}
+
+Status OramClient::BeforeChunk() {
   const OramParams& p = params();
-  const TreeGeometry geo = p.geometry();
   // A deferred root write in the root's last slot goes alone (an earlier
   // flush before the eviction failed), and an eviction left pending by an
   // earlier failure must finish first: the root has no free slot until then.
@@ -351,399 +423,377 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
       if (root_slot_dirty_) S3ORAM_RETURN_IF_ERROR(RepairRootSlot());
     }
   }
+  return Status::Ok();
+}
 
-  // Access j's retrieval carries pending root write j (if there is one) and
-  // its own root write goes to slot `base` + j, after every pending one.
-  const std::size_t q = pending_roots_.size();
-  const std::uint64_t base = counters_.nr + q;
-  const std::size_t k = static_cast<std::size_t>(
-      std::min<std::uint64_t>({items.size(), kMaxPipelined, p.evict_rate - base}));
-  // Paced as the last of them would be alone: the accesses before it whose
-  // root writes the servers acknowledged, or will with this chunk.
-  PaceBehindEviction(base + k - 1 - (q > 0 ? 1 : 0));
-
-  // Where each access finds its block, decided before anything is sent.
-  struct Plan {
-    std::optional<PositionEntry> where;         // its copy on the servers (as they will be)
-    std::optional<std::size_t> repeat_of;       // an earlier item of this chunk
-    std::optional<std::vector<Elem>> own_copy;  // served from the client's copy
-    std::uint64_t own_version = 0;              // the version own_copy is sealed under
-    LeafId leaf = 0;                            // the path retrieved
-    bool blind = false;  // a whole write of a quarantined block: its old copy is not read
-  };
-  std::vector<Plan> plans;
+Status OramClient::PlanChunk(Chunk& c) {
   for (bool planned = false; !planned;) {
-    plans.assign(k, Plan{});
+    c.plans.assign(c.k, Chunk::Plan{});
     planned = true;
-    for (std::size_t j = 0; j < k && planned; ++j) {
-      const BlockId id = items[j].id;
-      Plan& pl = plans[j];
-      for (std::size_t i = j; i-- > 0;) {
-        if (items[i].id == id) {
-          pl.repeat_of = i;
-          break;
-        }
-      }
-      if (pl.repeat_of) continue;
-      // Its newest copy may be a pending root write: retrieval x carries
-      // pending write x, and a server applies it before its retrieval and
-      // handles a connection's requests in order, so retrievals from x on
-      // find it in its root slot; earlier ones do not, and the client's own
-      // copy serves them.
-      std::optional<std::size_t> newest;
-      for (std::size_t x = 0; x < q; ++x) {
-        if (pending_roots_[x].id == id && pending_roots_[x].mapped) newest = x;
-      }
-      if (newest) {
-        const PendingRoot& r = pending_roots_[*newest];
-        if (*newest <= j) {
-          pl.where = r.moved;
-          pl.blind = !quarantined_.empty() && quarantined_.count(id) != 0;
-        } else {
-          pl.own_copy = r.elems;
-          pl.own_version = r.moved.version;
-        }
-        continue;
-      }
-      const PositionEntry* at = pm_->Find(id);
-      if (at) pl.where = *at;
-      pl.blind = at && !quarantined_.empty() && quarantined_.count(id) != 0;
-      // A block the eviction in flight moves is still where it was on the
-      // servers (they commit the eviction at the end of this round); one it
-      // takes out of a root slot this round may have overwritten is read
-      // from the client's own copy, behind a retrieval that selects nothing.
-      if (at && inflight_) {
-        const auto bt = inflight_->record.before.find(id);
-        if (bt != inflight_->record.before.end()) {
-          pl.where = PositionEntry{bt->second, at->version};
-          // Slots this round wrote, and those this chunk's retrievals may
-          // rewrite first (the pending ones; slot nr after a repair).
-          const std::uint64_t overwritten = counters_.nr + std::max<std::size_t>(q, 1);
-          if (bt->second.level == 0 && bt->second.slot < overwritten) {
-            pl.own_copy = RootCopyOf(id, *pl.where);
-            pl.own_version = at->version;
-            if (!pl.own_copy) {
-              // No usable copy (lost in a power failure, or written by
-              // another process): the block is only in the eviction's
-              // result. Commit it now (a server sees this one commit early)
-              // and plan again.
-              if (!early_commit_logged_) {
-                spdlog::info(
-                    "block {} is only in eviction {}'s result (no copy in {}): the "
-                    "eviction commits early",
-                    id, inflight_->record.eviction,
-                    root_copies_ ? root_copies_->path() : std::string("the root copies"));
-                early_commit_logged_ = true;
-              }
-              TimeInto timer(stats_.timings.eviction_ns);
-              S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
-              planned = false;
-            }
-          }
-        }
-      }
+    for (std::size_t j = 0; j < c.k && planned; ++j) {
+      S3ORAM_ASSIGN_OR_RETURN(planned, PlanAccess(c, j));
     }
   }
+  return Status::Ok();
+}
 
-  // The requests: retrieval j with fresh random select shares of its path
-  // (an all-zero select over a random path where the block is not read from
-  // the servers: that looks exactly like a real one), carrying pending root
-  // write j afresh shared.
-  const std::size_t n = geo.path_slots();
-  const std::size_t m = p.elems_per_slot();
-  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, NextMutationHeaders(k));
-  std::vector<ServerSet::Outgoing> requests(k);
-  {
-    TimeInto timer(stats_.timings.client_compute_ns);
-    std::vector<std::vector<Elem>> select_shares(p.parties), root_shares(p.parties);
-    for (std::size_t j = 0; j < k; ++j) {
-      Plan& pl = plans[j];
-      std::vector<Elem> select(n, 0);
-      const bool reads = pl.where && !pl.repeat_of && !pl.own_copy && !pl.blind;
-      if (reads) {
-        pl.leaf = pl.where->pos.leaf;
-        select[std::size_t{pl.where->pos.level} * p.bucket_size + pl.where->pos.slot] = 1;
-      } else {
-        pl.leaf = geo.first_leaf() + random::Below(geo.num_leaves());
-      }
-      ShareVector(select, p.threshold, select_shares);
-      const bool carries = j < q;
-      if (carries) ShareVector(pending_roots_[j].elems, p.threshold, root_shares);
-      ServerSet::Outgoing& o = requests[j];
-      o.header = headers[j];
-      o.expected_reply = wire::MessageType::kRetrieveReply;
-      for (std::size_t i = 0; i < p.parties; ++i) {
-        if (carries) {
-          o.frames.push_back(
-              wire::Encode(headers[j], wire::Body{wire::RetrieveWriteRootRequest{
-                                           pending_roots_[j].slot, std::move(root_shares[i]),
-                                           pl.leaf, std::move(select_shares[i])}}));
-        } else {
-          o.frames.push_back(wire::Encode(
-              headers[j], wire::Body{wire::RetrieveRequest{pl.leaf, std::move(select_shares[i])}}));
-        }
-        select_shares[i] = {};
-        root_shares[i] = {};
-      }
+Result<bool> OramClient::PlanAccess(Chunk& c, std::size_t j) {
+  const BlockId id = c.items[j].id;
+  Chunk::Plan& pl = c.plans[j];
+  for (std::size_t i = j; i-- > 0;) {
+    if (c.items[i].id == id) {
+      pl.repeat_of = i;
+      return true;
     }
   }
-  // The paths that go out with a block's position (0: a random path).
-  std::vector<LeafId> revealed(k, 0);
-  for (std::size_t j = 0; j < k; ++j) {
-    const Plan& pl = plans[j];
-    if (pl.where && !pl.repeat_of && !pl.own_copy && !pl.blind) revealed[j] = pl.leaf;
+  const bool quarantined = !quarantined_.empty() && quarantined_.count(id) != 0;
+  // Its newest copy may be a pending root write: retrieval x carries
+  // pending write x, and a server applies it before its retrieval and
+  // handles a connection's requests in order, so retrievals from x on
+  // find it in its root slot; earlier ones do not, and the client's own
+  // copy serves them.
+  std::optional<std::size_t> newest;
+  for (std::size_t x = 0; x < c.q; ++x) {
+    if (pending_roots_[x].id == id && pending_roots_[x].mapped) newest = x;
   }
-  std::vector<Outcome> outcomes(k, Outcome::kUnanswered);
+  if (newest) {
+    const PendingRoot& r = pending_roots_[*newest];
+    if (*newest <= j) {
+      pl.where = r.moved;
+      pl.blind = quarantined;
+    } else {
+      pl.own_copy = r.elems;
+      pl.own_version = r.moved.version;
+    }
+    return true;
+  }
+  const PositionEntry* at = pm_->Find(id);
+  if (at) pl.where = *at;
+  pl.blind = at && quarantined;
+  if (!at || !inflight_) return true;
+  // A block the eviction in flight moves is still where it was on the
+  // servers (they commit the eviction at the end of this round); one it
+  // takes out of a root slot this round may have overwritten is read
+  // from the client's own copy, behind a retrieval that selects nothing.
+  const auto bt = inflight_->record.before.find(id);
+  if (bt == inflight_->record.before.end()) return true;
+  pl.where = PositionEntry{bt->second, at->version};
+  // Slots this round wrote, and those this chunk's retrievals may
+  // rewrite first (the pending ones; slot nr after a repair).
+  const std::uint64_t overwritten = counters_.nr + std::max<std::size_t>(c.q, 1);
+  if (bt->second.level != 0 || bt->second.slot >= overwritten) return true;
+  pl.own_copy = RootCopyOf(id, *pl.where);
+  pl.own_version = at->version;
+  if (pl.own_copy) return true;
+  // No usable copy (lost in a power failure, or written by another
+  // process): the block is only in the eviction's result. Commit it now (a
+  // server sees this one commit early) and plan again.
+  if (!early_commit_logged_) {
+    spdlog::info(
+        "block {} is only in eviction {}'s result (no copy in {}): the eviction commits early", id,
+        inflight_->record.eviction,
+        root_copies_ ? root_copies_->path() : std::string("the root copies"));
+    early_commit_logged_ = true;
+  }
+  TimeInto timer(stats_.timings.eviction_ns);
+  S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
+  return false;
+}
+
+Status OramClient::BuildRetrievals(Chunk& c) {
+  // Retrieval j: fresh random select shares of its path (an all-zero
+  // select over a random path where the block is not read from the
+  // servers: that looks exactly like a real one), carrying pending root
+  // write j afresh shared.
+  const OramParams& p = params();
+  const TreeGeometry geo = p.geometry();
+  const std::size_t n = geo.path_slots();
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, NextMutationHeaders(c.k));
+  c.requests.assign(c.k, ServerSet::Outgoing{});
+  c.revealed.assign(c.k, 0);
+  TimeInto timer(stats_.timings.client_compute_ns);
+  std::vector<std::vector<Elem>> select_shares(p.parties), root_shares(p.parties);
+  for (std::size_t j = 0; j < c.k; ++j) {
+    Chunk::Plan& pl = c.plans[j];
+    std::vector<Elem> select(n, 0);
+    if (pl.reads()) {
+      pl.leaf = pl.where->pos.leaf;
+      select[std::size_t{pl.where->pos.level} * p.bucket_size + pl.where->pos.slot] = 1;
+      c.revealed[j] = pl.leaf;
+    } else {
+      pl.leaf = geo.first_leaf() + random::Below(geo.num_leaves());
+    }
+    ShareVector(select, p.threshold, select_shares);
+    const bool carries = j < c.q;
+    if (carries) ShareVector(pending_roots_[j].elems, p.threshold, root_shares);
+    ServerSet::Outgoing& o = c.requests[j];
+    o.header = headers[j];
+    o.expected_reply = wire::MessageType::kRetrieveReply;
+    for (std::size_t i = 0; i < p.parties; ++i) {
+      if (carries) {
+        o.frames.push_back(
+            wire::Encode(headers[j], wire::Body{wire::RetrieveWriteRootRequest{
+                                         pending_roots_[j].slot, std::move(root_shares[i]), pl.leaf,
+                                         std::move(select_shares[i])}}));
+      } else {
+        o.frames.push_back(wire::Encode(
+            headers[j], wire::Body{wire::RetrieveRequest{pl.leaf, std::move(select_shares[i])}}));
+      }
+      select_shares[i] = {};
+      root_shares[i] = {};
+    }
+  }
+  return Status::Ok();
+}
+
+void OramClient::SendRetrievals(Chunk& c) {
+  c.outcomes.assign(c.k, Outcome::kUnanswered);
   chunk_sent_ = true;
-  Status first_refusal = Status::Ok();  // why an access failed, for a quarantine
   const std::uint64_t resends_before = servers_->stats().resends;
-  std::vector<Result<std::vector<wire::Message>>> replies;
   {
     TimeInto timer(stats_.timings.retrieve_wait_ns);
-    std::vector<std::size_t> all(p.parties);
+    std::vector<std::size_t> all(params().parties);
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    replies = servers_->ExchangeSequence(all, requests, options_.requests);
+    c.replies = servers_->ExchangeSequence(all, c.requests, options_.requests);
   }
-  requests.clear();
+  c.requests.clear();
   // A server that lost its connection and got requests again answers a
   // retrieval sent again after a later root write over a changed root: such
   // an answer is garbage, and a pipelined access that does not authenticate
   // after resends is tried again alone, not failed.
-  const bool resent = k > 1 && servers_->stats().resends != resends_before;
+  c.resent = c.k > 1 && servers_->stats().resends != resends_before;
 
   // Every server holds the root writes the answered requests carried, up to
   // the first request that failed: they are recorded in the transaction that
   // records this chunk's accesses. From that request on, the slots the
   // pending writes go to may be inconsistent: they are rewritten before the
   // next retrieval.
-  Counters next = counters_;
-  ClientStateStore::Batch batch;
-  std::size_t carried = 0;
-  while (carried < std::min(q, k) && replies[carried].ok()) {
-    if (carried == 0) FaultPoint("client.access.after_write_root");
-    RecordRootWritten(pending_roots_[carried], batch, next);
-    ++carried;
+  c.next = counters_;
+  c.done.assign(c.k, std::nullopt);
+  const std::size_t carrying = std::min(c.q, c.k);
+  while (c.carried < carrying && c.replies[c.carried].ok()) {
+    if (c.carried == 0) FaultPoint("client.access.after_write_root");
+    RecordRootWritten(pending_roots_[c.carried], c.batch, c.next);
+    ++c.carried;
   }
-  if (carried < std::min(q, k)) root_slot_dirty_ = true;
-  if (carried > 0) root_slot_dirty_ = root_slot_dirty_ && carried < std::min(q, k);
+  if (c.carried < carrying) root_slot_dirty_ = true;
+  if (c.carried > 0) root_slot_dirty_ = root_slot_dirty_ && c.carried < carrying;
+}
 
-  // The accesses, in order, each as Access performs it.
-  struct Done {
-    bool mapped = false;        // it left the block in the tree
-    std::uint64_t version = 0;  // under this version
-    std::vector<std::uint8_t> stored;
-  };
-  std::vector<std::optional<Done>> done(k);
-  std::vector<PendingRoot> roots;
-  std::vector<Result<std::vector<std::uint8_t>>> results;
-  Status chunk_error = Status::Ok();
-  std::size_t finished = 0;
-  for (std::size_t j = 0; j < k; ++j, ++finished) {
-    if (!replies[j].ok()) {
-      chunk_error = replies[j].status();
-      if (IsAnsweredFailure(chunk_error)) outcomes[j] = Outcome::kRefused;
-      break;
-    }
-    const BatchItem& item = items[j];
-    const BlockId id = item.id;
-    Plan& pl = plans[j];
-    TimeInto compute(stats_.timings.client_compute_ns);
-    std::vector<std::uint8_t> previous(p.block_bytes, 0);
-    std::vector<std::uint8_t> sealed(p.sealed_bytes());
-    std::vector<Elem> elems;
-    bool held = false;  // the block had a copy before this access
-    std::uint64_t old_version = 0;
-    bool authentic = true;
-    if (pl.repeat_of) {
-      // What the earlier item left; it failed: this one goes in the next
-      // chunk, on its own retrieval.
-      if (!done[*pl.repeat_of]) break;
-      const Done& d = *done[*pl.repeat_of];
-      held = d.mapped;
-      old_version = d.mapped ? d.version : 0;
-      if (d.mapped) previous = d.stored;
-      elems.assign(m, 0);
-    } else {
-      if (pl.own_copy) {
-        elems = std::move(*pl.own_copy);
-        held = true;
-        old_version = pl.own_version;
-      } else if (pl.blind) {
-        // Nothing to read: the new version replaces the old, which stays
-        // behind as an unmapped slot (the next eviction through it drops it).
-        elems.assign(m, 0);
-        old_version = pl.where->version;
-      } else {
-        std::vector<const Elem*> answers;
-        for (std::size_t i = 0; i < replies[j].value().size(); ++i) {
-          const auto& ans = std::get<wire::RetrieveReply>(replies[j].value()[i].body).answer;
-          if (ans.size() != m) {
-            chunk_error = Status::Protocol("server " + std::to_string(i) + " answered " +
-                                           std::to_string(ans.size()) + " elements, expected " +
-                                           std::to_string(m));
-            outcomes[j] = Outcome::kRefused;
-            break;
-          }
-          answers.push_back(ans.data());
-        }
-        if (!chunk_error.ok()) break;
-        elems.resize(m);
-        shamir::Recover(answers, lambda_, m, elems.data());
-        held = pl.where.has_value();
-        old_version = held ? pl.where->version : 0;
-      }
-      // The tags are checked too, so that no changed element of an answer
-      // goes unnoticed (the seal covers only the data part).
-      if (held) {
-        const std::span<const Elem> data_part =
-            std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
-        authentic = field::Unpack(data_part, sealed) && (!mac_ || SlotMacValid(elems)) &&
-                    sealer_->Open(id, old_version, sealed, previous);
-      }
-    }
-    // A write of the whole block does not need the old content: one that
-    // does not authenticate (a block destroyed by a fault or a lying server)
-    // is replaced by a fresh version all the same. The retrieval ran as for
-    // any access, so the servers see the same access either way.
-    const bool whole_write = item.op == AccessOp::kWrite && !item.modify;
-    if (!authentic && resent) break;  // tried again alone in the next chunk
-    if (!authentic && whole_write) {
-      spdlog::warn(
-          "block {} (version {}) did not authenticate; it is overwritten whole with "
-          "version {}",
-          id, old_version, old_version + 1);
-      std::fill(previous.begin(), previous.end(), 0);
-    } else if (!authentic) {
-      // Nothing of this access is written or logged: the block stays where
-      // it is, and the next access to it retries the same path.
-      const std::span<const Elem> data_part =
-          std::span<const Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot()));
-      const bool packed = field::Unpack(data_part, sealed);
-      Status bad = Status::Integrity(
-          "block " + std::to_string(id) + " (version " + std::to_string(old_version) +
-          ") failed authentication" + (packed ? "" : " (not even a valid packing)") +
-          ": one of the servers " + ServerSetName() +
-          " returned tampered, swapped or stale data, or the client state does not match them");
-      spdlog::error("{}", bad.message());
-      results.emplace_back(bad);
-      outcomes[j] = Outcome::kRefused;
-      if (first_refusal.ok()) first_refusal = bad;
-      continue;
-    }
-    // What goes to the root: the new data (write), the old data changed by
-    // `modify` (update) or the old (read), sealed under the next version with
-    // a fresh nonce, so every rewrite looks new. A read of an unmapped block
-    // writes an all-zero slot nobody will read.
-    std::vector<std::uint8_t> updated;
-    std::span<const std::uint8_t> data = item.data;
-    if (item.modify) {
-      updated = previous;
-      (*item.modify)(updated);
-      data = updated;
-    }
-    const bool mapped = held || item.op == AccessOp::kWrite;
-    if (mapped) {
-      sealer_->Seal(id, old_version + 1, item.op == AccessOp::kWrite ? data : previous, sealed);
-      elems.assign(m, 0);
-      field::Pack(sealed,
-                  std::span<Elem>(elems).first(static_cast<std::size_t>(p.data_elems_per_slot())));
-      if (mac_) mac_->Tag(elems);
-    } else {
-      elems.assign(m, 0);
-    }
-    compute.Stop();
+// One access of a chunk between its answer and its root write.
+struct OramClient::AccessWork {
+  std::vector<std::uint8_t> previous;  // the block's bytes before the access
+  std::vector<Elem> elems;             // the recovered slot, then the new one
+  bool held = false;                   // the block had a copy before this access
+  std::uint64_t old_version = 0;
+  bool authentic = true;
+  bool packed = true;  // the recovered data part was a valid packing
+};
 
-    // This access's root write, deferred to a later request: the slot after
-    // every pending one. Logged with this chunk's record, so once AccessMany
-    // returns a crash cannot lose it (Open sends it).
-    PendingRoot root;
-    root.slot = static_cast<std::uint32_t>(base + roots.size());
-    root.key = kPendingRootKey + root.slot;
-    root.id = id;
-    root.mapped = mapped;
-    root.moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, root.slot};
-    root.moved.version = old_version + 1;
-    root.elems = std::move(elems);
-    batch.AddPending(PendingOp{root.key, kRootKind, EncodeRootPayload(root)});
-    // The client's own copy of the root write, before the access is
-    // recorded: the next round may need it while this round's eviction is
-    // in flight.
-    if (root_copies_) {
-      if (Status st = root_copies_->Put(RootCopies::Index(current_round(), root.slot, p.evict_rate),
-                                        root.elems);
-          !st.ok()) {
-        chunk_error = st;
-        break;
+OramClient::AccessEnd OramClient::FinishAccess(Chunk& c, std::size_t j) {
+  if (!c.replies[j].ok()) {
+    c.chunk_error = c.replies[j].status();
+    if (IsAnsweredFailure(c.chunk_error)) c.outcomes[j] = Outcome::kRefused;
+    return AccessEnd::kStopChunk;
+  }
+  TimeInto compute(stats_.timings.client_compute_ns);
+  AccessWork w;
+  w.previous.assign(params().block_bytes, 0);
+  const AccessEnd recovered = RecoverAccess(c, j, w);
+  if (recovered != AccessEnd::kNext) return recovered;
+  const BatchItem& item = c.items[j];
+  // A write of the whole block does not need the old content: one that
+  // does not authenticate (a block destroyed by a fault or a lying server)
+  // is replaced by a fresh version all the same. The retrieval ran as for
+  // any access, so the servers see the same access either way.
+  const bool whole_write = item.op == AccessOp::kWrite && !item.modify;
+  if (!w.authentic && c.resent) return AccessEnd::kStopChunk;  // tried again alone next
+  if (!w.authentic && whole_write) {
+    spdlog::warn(
+        "block {} (version {}) did not authenticate; it is overwritten whole with version {}",
+        item.id, w.old_version, w.old_version + 1);
+    std::fill(w.previous.begin(), w.previous.end(), 0);
+  } else if (!w.authentic) {
+    // Nothing of this access is written or logged: the block stays where
+    // it is, and the next access to it retries the same path.
+    Status bad = Status::Integrity(
+        "block " + std::to_string(item.id) + " (version " + std::to_string(w.old_version) +
+        ") failed authentication" + (w.packed ? "" : " (not even a valid packing)") +
+        ": one of the servers " + ServerSetName() +
+        " returned tampered, swapped or stale data, or the client state does not match them");
+    spdlog::error("{}", bad.message());
+    c.results.emplace_back(bad);
+    c.outcomes[j] = Outcome::kRefused;
+    if (c.first_refusal.ok()) c.first_refusal = bad;
+    return AccessEnd::kNext;
+  }
+  return ResealAccess(c, j, w);
+}
+
+OramClient::AccessEnd OramClient::RecoverAccess(Chunk& c, std::size_t j, AccessWork& w) {
+  const OramParams& p = params();
+  const std::size_t m = p.elems_per_slot();
+  const BlockId id = c.items[j].id;
+  Chunk::Plan& pl = c.plans[j];
+  if (pl.repeat_of) {
+    // What the earlier item left; it failed: this one goes in the next
+    // chunk, on its own retrieval.
+    if (!c.done[*pl.repeat_of]) return AccessEnd::kStopChunk;
+    const Chunk::Done& d = *c.done[*pl.repeat_of];
+    w.held = d.mapped;
+    w.old_version = d.mapped ? d.version : 0;
+    if (d.mapped) w.previous = d.stored;
+    w.elems.assign(m, 0);
+    return AccessEnd::kNext;
+  }
+  if (pl.own_copy) {
+    w.elems = std::move(*pl.own_copy);
+    w.held = true;
+    w.old_version = pl.own_version;
+  } else if (pl.blind) {
+    // Nothing to read: the new version replaces the old, which stays
+    // behind as an unmapped slot (the next eviction through it drops it).
+    w.elems.assign(m, 0);
+    w.old_version = pl.where->version;
+  } else {
+    std::vector<const Elem*> answers;
+    for (std::size_t i = 0; i < c.replies[j].value().size(); ++i) {
+      const auto& ans = std::get<wire::RetrieveReply>(c.replies[j].value()[i].body).answer;
+      if (ans.size() != m) {
+        c.chunk_error = Status::Protocol("server " + std::to_string(i) + " answered " +
+                                         std::to_string(ans.size()) + " elements, expected " +
+                                         std::to_string(m));
+        c.outcomes[j] = Outcome::kRefused;
+        return AccessEnd::kStopChunk;
       }
+      answers.push_back(ans.data());
     }
-    // Ids, versions and positions only (this log stays on the client): never bytes.
-    spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
-                  item.modify ? "update" : (item.op == AccessOp::kWrite ? "write" : "read"), id,
-                  old_version, mapped ? root.moved.version : 0, root.slot,
-                  pl.where && !pl.own_copy && !pl.repeat_of ? pl.where->pos.leaf : 0);
-    Done d;
-    d.mapped = mapped;
-    d.version = root.moved.version;
-    d.stored = item.modify ? updated
-                           : (item.op == AccessOp::kWrite
-                                  ? std::vector<std::uint8_t>(item.data.begin(), item.data.end())
-                                  : previous);
-    done[j] = d;
-    roots.push_back(std::move(root));
-    results.emplace_back(item.modify || item.op == AccessOp::kRead ? std::move(d.stored)
-                                                                   : std::move(previous));
+    w.elems.resize(m);
+    shamir::Recover(answers, lambda_, m, w.elems.data());
+    w.held = pl.where.has_value();
+    w.old_version = w.held ? pl.where->version : 0;
+  }
+  if (w.held) w.authentic = OpenSlot(id, w.old_version, w.elems, w.previous, &w.packed);
+  return AccessEnd::kNext;
+}
+
+OramClient::AccessEnd OramClient::ResealAccess(Chunk& c, std::size_t j, AccessWork& w) {
+  const OramParams& p = params();
+  const TreeGeometry geo = p.geometry();
+  const BatchItem& item = c.items[j];
+  const Chunk::Plan& pl = c.plans[j];
+  // What goes to the root: the new data (write), the old data changed by
+  // `modify` (update) or the old (read), sealed under the next version with
+  // a fresh nonce, so every rewrite looks new. A read of an unmapped block
+  // writes an all-zero slot nobody will read.
+  std::vector<std::uint8_t> updated;
+  std::span<const std::uint8_t> data = item.data;
+  if (item.modify) {
+    updated = w.previous;
+    (*item.modify)(updated);
+    data = updated;
+  }
+  const bool mapped = w.held || item.op == AccessOp::kWrite;
+  w.elems.assign(p.elems_per_slot(), 0);
+  if (mapped) {
+    SealSlot(item.id, w.old_version + 1, item.op == AccessOp::kWrite ? data : w.previous, w.elems);
   }
 
+  // This access's root write, deferred to a later request: the slot after
+  // every pending one. Logged with this chunk's record, so once AccessMany
+  // returns a crash cannot lose it (Open sends it).
+  PendingRoot root;
+  root.slot = static_cast<std::uint32_t>(c.base + c.roots.size());
+  root.key = kPendingRootKey + root.slot;
+  root.id = item.id;
+  root.mapped = mapped;
+  root.moved.pos = Position{geo.first_leaf() + random::Below(geo.num_leaves()), 0, root.slot};
+  root.moved.version = w.old_version + 1;
+  root.elems = std::move(w.elems);
+  c.batch.AddPending(PendingOp{root.key, kRootKind, EncodeRootPayload(root)});
+  // The client's own copy of the root write, before the access is
+  // recorded: the next round may need it while this round's eviction is
+  // in flight.
+  if (root_copies_) {
+    if (Status st = root_copies_->Put(RootCopies::Index(current_round(), root.slot, p.evict_rate),
+                                      root.elems);
+        !st.ok()) {
+      c.chunk_error = st;
+      return AccessEnd::kStopChunk;
+    }
+  }
+  // Ids, versions and positions only (this log stays on the client): never bytes.
+  spdlog::debug("access {} block {}: version {} -> {}, root slot {}, retrieved leaf {}",
+                item.modify ? "update" : (item.op == AccessOp::kWrite ? "write" : "read"), item.id,
+                w.old_version, mapped ? root.moved.version : 0, root.slot,
+                pl.where && !pl.own_copy && !pl.repeat_of ? pl.where->pos.leaf : 0);
+  Chunk::Done d;
+  d.mapped = mapped;
+  d.version = root.moved.version;
+  d.stored = item.modify ? updated
+                         : (item.op == AccessOp::kWrite
+                                ? std::vector<std::uint8_t>(item.data.begin(), item.data.end())
+                                : w.previous);
+  c.results.emplace_back(item.modify || item.op == AccessOp::kRead ? d.stored
+                                                                   : std::move(w.previous));
+  c.done[j] = std::move(d);
+  c.roots.push_back(std::move(root));
+  return AccessEnd::kNext;
+}
+
+Status OramClient::RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uint8_t>>>& out) {
   // One transaction records the root writes the servers acknowledged and
   // this chunk's accesses (their root writes pending). Their results reach
   // the caller only once it committed: an access that returned is one a
   // crash cannot lose.
-  batch.SetCounters(next);
-  if (carried > 0 || !roots.empty()) {
+  const std::span<const BatchItem> accesses = c.items.first(c.k);
+  c.batch.SetCounters(c.next);
+  if (c.carried > 0 || !c.roots.empty()) {
     TimeInto timer(stats_.timings.state_commit_ns);
-    if (Status st = store_->Commit(batch, /*durable=*/true); !st.ok()) {
+    if (Status st = store_->Commit(c.batch, /*durable=*/true); !st.ok()) {
       // None of them happened: every path that went out is exposed.
-      NoteExposures(items.first(k), revealed, std::vector<Outcome>(k, Outcome::kUnanswered), st);
+      NoteExposures(accesses, c.revealed, std::vector<Outcome>(c.k, Outcome::kUnanswered), st);
       return st;
     }
   }
-  for (std::size_t j = 0; j < k; ++j) {
-    if (done[j]) outcomes[j] = Outcome::kCompleted;
+  for (std::size_t j = 0; j < c.k; ++j) {
+    if (c.done[j]) c.outcomes[j] = Outcome::kCompleted;
   }
-  NoteExposures(items.first(k), revealed, outcomes, chunk_error.ok() ? first_refusal : chunk_error);
+  NoteExposures(accesses, c.revealed, c.outcomes,
+                c.chunk_error.ok() ? c.first_refusal : c.chunk_error);
   // The state on disk has all of it now; so must the memory, even if a
   // position does not fit the map (then this client reports the error).
   Status applied = Status::Ok();
-  for (std::size_t c = 0; c < carried; ++c) {
-    if (Status st = RootWrittenCommitted(next); !st.ok() && applied.ok()) applied = st;
+  for (std::size_t x = 0; x < c.carried; ++x) {
+    if (Status st = RootWrittenCommitted(c.next); !st.ok() && applied.ok()) applied = st;
   }
-  counters_ = next;
-  for (std::size_t j = 0; j < finished; ++j) {
+  counters_ = c.next;
+  for (std::size_t j = 0; j < c.finished; ++j) {
     // Taken out of the eviction in flight: its copy there is stale, its slot free.
-    if (done[j] && inflight_) inflight_->record.before.erase(items[j].id);
+    if (c.done[j] && inflight_) inflight_->record.before.erase(c.items[j].id);
   }
-  for (auto& r : roots) pending_roots_.push_back(std::move(r));
+  for (auto& r : c.roots) pending_roots_.push_back(std::move(r));
   S3ORAM_RETURN_IF_ERROR(applied);
-  for (auto& r : results) out.push_back(std::move(r));
-  if (!chunk_error.ok()) return chunk_error;
-
-  if (!pending_roots_.empty() && pending_roots_.back().slot + 1 >= p.evict_rate) {
-    // The root's last slot: the eviction reads the whole root, so the writes
-    // go now, then the eviction. The accesses themselves are recorded:
-    // report their results. A failed flush or eviction stays due and is
-    // retried (or reported) at the start of the next access.
-    Status st = FlushPendingRoots();
-    if (st.ok()) {
-      TimeInto timer(stats_.timings.eviction_ns);
-      st = RunEviction();
-    }
-    if (!st.ok()) {
-      NoteProblem(st);
-      spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne,
-                   items[finished == 0 ? 0 : finished - 1].id, st.ToString());
-    }
-  }
+  for (auto& r : c.results) out.push_back(std::move(r));
   return Status::Ok();
+}
+
+void OramClient::EndRoundIfFull(BlockId last_access) {
+  if (pending_roots_.empty() || pending_roots_.back().slot + 1 < params().evict_rate) return;
+  // The root's last slot: the eviction reads the whole root, so the writes
+  // go now, then the eviction. The accesses themselves are recorded: their
+  // results are reported. A failed flush or eviction stays due and is
+  // retried (or reported) at the start of the next access.
+  Status st = FlushPendingRoots();
+  if (st.ok()) {
+    TimeInto timer(stats_.timings.eviction_ns);
+    st = RunEviction();
+  }
+  if (!st.ok()) {
+    NoteProblem(st);
+    spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, last_access,
+                 st.ToString());
+  }
 }
 
 Status OramClient::CleanUpExposed() {

@@ -13,7 +13,6 @@
 
 #include "oramcore/base/random.h"
 #include "oramcore/crypto/block_seal.h"
-#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/shamir.h"
@@ -22,6 +21,7 @@
 #include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
 #include "oramcore/protocol/scrub.h"
+#include "oramcore/protocol/server_addresses.h"
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/wire/message_limits.h"
@@ -208,14 +208,10 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     return Status::InvalidArgument("server " + std::to_string(K) + " does not exist: this "
                                    "filesystem has servers 0.." + std::to_string(parties - 1));
   }
-  const wire::StoreShape shape{p.height, p.bucket_size,
-                               static_cast<std::uint32_t>(p.elems_per_slot())};
+  const wire::StoreShape shape = ShapeOf(p);
 
-  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(config.client_key_file));
   Session s{options, config, nullptr, store->counters().epoch, store->counters().seq};
-  S3ORAM_ASSIGN_OR_RETURN(s.servers,
-                          ServerSet::Connect(config.servers, config.server_keys, client_key,
-                                             wire::LimitsFor(shape, p.parties).reply_bytes));
+  S3ORAM_ASSIGN_OR_RETURN(s.servers, ConnectServers(options.client.connect, AddressesOf(config)));
 
   // ---- 1. Who is there, and in what state.
   bool k_live = false;  // K serves this filesystem: replacing it destroys a share

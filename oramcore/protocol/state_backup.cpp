@@ -74,7 +74,6 @@
 #include "oramcore/base/durable_file.h"
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
-#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/crypto/key_wrap.h"
 #include "oramcore/crypto/subkeys.h"
 #include "oramcore/math/field.h"
@@ -855,8 +854,11 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
                                    " already exists; restore refuses to overwrite a state");
     }
   }
-  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(o.client_key_file));
-  S3ORAM_ASSIGN_OR_RETURN(auto servers, ServerSet::Connect(o.servers, o.server_keys, client_key));
+  ServerAddresses addresses;
+  addresses.endpoints = o.servers;
+  addresses.server_keys = o.server_keys;
+  addresses.client_key_file = o.client_key_file;
+  S3ORAM_ASSIGN_OR_RETURN(auto servers, ConnectOverNetwork(addresses));
   const TransportOptions small{std::min(o.timeout, std::chrono::milliseconds(2000)), o.timeout};
   const TransportOptions bulk = BulkOptions(std::max(o.timeout, std::chrono::milliseconds(30000)));
   wire::Header h;  // fs_id learned from STATUS; no epoch (reads are not fenced)

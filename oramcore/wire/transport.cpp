@@ -108,7 +108,7 @@ void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_o
 
 }  // namespace
 
-struct ServerSet::Impl {
+struct NetworkServerSet::Impl {
   void* context = nullptr;
   std::vector<void*> sockets;
   std::vector<void*> monitors;  // PAIR sockets receiving each socket's events
@@ -136,12 +136,11 @@ struct ServerSet::Impl {
   }
 };
 
-ServerSet::~ServerSet() = default;
+NetworkServerSet::~NetworkServerSet() = default;
 
-Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::string>& endpoints,
-                                                      const std::vector<std::string>& server_keys,
-                                                      const CurveKeypair& client,
-                                                      std::uint64_t max_reply_bytes) {
+Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
+    const std::vector<std::string>& endpoints, const std::vector<std::string>& server_keys,
+    const CurveKeypair& client, std::uint64_t max_reply_bytes) {
   if (max_reply_bytes == 0 || max_reply_bytes > std::uint64_t{INT64_MAX}) {
     return Status::InvalidArgument("a reply size limit must be positive");
   }
@@ -155,7 +154,7 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
         CheckZ85Key(server_keys[i], "the public key of server " + std::to_string(i)));
   }
   S3ORAM_RETURN_IF_ERROR(CheckZ85Key(client.public_key, "the client's public key"));
-  std::unique_ptr<ServerSet> set(new ServerSet());
+  std::unique_ptr<NetworkServerSet> set(new NetworkServerSet());
   set->impl_ = std::make_unique<Impl>();
   Impl& impl = *set->impl_;
   impl.context = zmq_ctx_new();
@@ -217,18 +216,25 @@ Result<std::unique_ptr<ServerSet>> ServerSet::Connect(const std::vector<std::str
   return set;
 }
 
-std::size_t ServerSet::size() const { return impl_->sockets.size(); }
-const std::string& ServerSet::endpoint(std::size_t i) const { return impl_->endpoints.at(i); }
-
-Result<std::vector<wire::Message>> ServerSet::Exchange(
-    const std::vector<std::vector<std::uint8_t>>& frames, const wire::Header& header,
-    wire::MessageType expected_reply, const TransportOptions& options) {
-  std::vector<std::size_t> all(size());
-  for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-  return ExchangeWith(all, frames, header, expected_reply, options);
+std::size_t NetworkServerSet::size() const { return impl_->sockets.size(); }
+const std::string& NetworkServerSet::endpoint(std::size_t i) const {
+  return impl_->endpoints.at(i);
 }
 
-std::chrono::steady_clock::duration ServerSet::FirstResendSilence(
+Result<std::unique_ptr<ServerSet>> ConnectOverNetwork(const ServerAddresses& addresses) {
+  S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(addresses.client_key_file));
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto set, NetworkServerSet::Connect(addresses.endpoints, addresses.server_keys, client_key,
+                                          addresses.max_reply_bytes));
+  return std::unique_ptr<ServerSet>(std::move(set));
+}
+
+Result<std::unique_ptr<ServerSet>> ConnectServers(const ServerConnector& connector,
+                                                  const ServerAddresses& addresses) {
+  return connector ? connector(addresses) : ConnectOverNetwork(addresses);
+}
+
+std::chrono::steady_clock::duration NetworkServerSet::FirstResendSilence(
     std::size_t request_bytes, wire::MessageType expected_reply,
     const TransportOptions& options) const {
   using Clock = std::chrono::steady_clock;
@@ -248,24 +254,7 @@ std::chrono::steady_clock::duration ServerSet::FirstResendSilence(
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
 }
 
-Result<std::vector<wire::Message>> ServerSet::ExchangeWith(
-    const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
-    const wire::Header& header, wire::MessageType expected_reply, const TransportOptions& options) {
-  if (frames.size() != servers.size()) return Status::InvalidArgument("one frame per server expected");
-  const std::vector<RequestView> one{RequestView{header, expected_reply, &frames}};
-  return std::move(ExchangeViews(servers, one, options)[0]);
-}
-
-std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
-    const std::vector<std::size_t>& servers, const std::vector<Outgoing>& requests,
-    const TransportOptions& options) {
-  std::vector<RequestView> views;
-  views.reserve(requests.size());
-  for (const Outgoing& o : requests) views.push_back({o.header, o.expected_reply, &o.frames});
-  return ExchangeViews(servers, views, options);
-}
-
-std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeViews(
+std::vector<Result<std::vector<wire::Message>>> NetworkServerSet::ExchangeViews(
     const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
     const TransportOptions& options) {
   using Clock = std::chrono::steady_clock;
@@ -499,31 +488,9 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeViews(
       results.emplace_back(*failed[r]);
       continue;
     }
-    // The first error by server order, except that a server reporting damaged
-    // storage wins: it is the cause, and the others' errors are often its
-    // consequence (peers time out waiting for the SMP shares of a server that
-    // refused an eviction), which a caller would otherwise retry.
-    std::optional<std::size_t> first_error;
-    for (std::size_t k = 0; k < n; ++k) {
-      const auto* err = std::get_if<wire::ErrorReply>(&progress[r][k].reply.body);
-      if (err == nullptr) continue;
-      if (!first_error) first_error = k;
-      if (err->code == static_cast<std::uint32_t>(Status::Code::kDamaged)) {
-        first_error = k;
-        break;
-      }
-    }
-    if (first_error) {
-      const std::size_t k = *first_error;
-      results.emplace_back(
-          wire::StatusFromError(std::get<wire::ErrorReply>(progress[r][k].reply.body))
-              .WithContext("server " + std::to_string(servers[k]) + " (" +
-                           impl_->endpoints[servers[k]] + ")"));
-      continue;
-    }
     std::vector<wire::Message> replies(n);
     for (std::size_t k = 0; k < n; ++k) replies[k] = std::move(progress[r][k].reply);
-    results.emplace_back(std::move(replies));
+    results.push_back(ResultOfReplies(servers, std::move(replies)));
   }
   return results;
 }

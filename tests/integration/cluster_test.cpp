@@ -16,6 +16,7 @@
 
 #include "oramcore/math/elem_packing.h"
 #include "oramcore/math/field.h"
+#include "oramcore/wire/transport.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/test_scale.h"
 #include "tests/support/test_seed.h"
@@ -349,8 +350,8 @@ TEST(ClusterTest, ServerTellsARunningEvictionsProgress) {
   auto& [dir, cluster, config, state, passfile] = *fs;
   auto client_key = LoadCurveKeypair(cluster->client_key_file());
   ASSERT_TRUE(client_key.ok());
-  auto raw = ServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
-                                *client_key);
+  auto raw = NetworkServerSet::Connect({cluster->endpoints()[0]},
+                                       {cluster->server_public_keys()[0]}, *client_key);
   ASSERT_TRUE(raw.ok());
   auto client = testing::TestOpen(state, FastRetryOptions());
   ASSERT_TRUE(client.ok()) << client.status().ToString();
@@ -619,8 +620,8 @@ TEST(ClusterTest, PartialRootWriteIsRepairedAndStaleClientFenced) {
   wire::WriteRootRequest stale;
   auto client_key = LoadCurveKeypair(cluster->client_key_file());
   ASSERT_TRUE(client_key.ok());
-  auto raw = ServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
-                                *client_key);
+  auto raw = NetworkServerSet::Connect({cluster->endpoints()[0]},
+                                       {cluster->server_public_keys()[0]}, *client_key);
   ASSERT_TRUE(raw.ok());
   {
     auto a = testing::TestOpen(state, FastRetryOptions());

@@ -182,13 +182,13 @@ TEST(FrameLimitsTest, AClientRefusesRepliesBeyondItsLimit) {
   TransportOptions quick = testing::FastRetryOptions().requests;
   quick.deadline = std::chrono::milliseconds(3000);
   auto status = [&](std::uint64_t limit) {
-    auto set = ServerSet::Connect({fs->cluster->endpoints()[0]},
-                                  {fs->cluster->server_public_keys()[0]}, *keys, limit);
+    auto set = NetworkServerSet::Connect({fs->cluster->endpoints()[0]},
+                                         {fs->cluster->server_public_keys()[0]}, *keys, limit);
     EXPECT_TRUE(set.ok());
     return (*set)->Exchange({wire::Encode(h, wire::StatusRequest{})}, h,
                             wire::MessageType::kStatusReply, quick);
   };
-  EXPECT_TRUE(status(ServerSet::kDefaultMaxReplyBytes).ok());
+  EXPECT_TRUE(status(NetworkServerSet::kDefaultMaxReplyBytes).ok());
   // A STATUS reply is well over 64 bytes.
   auto refused = status(64);
   ASSERT_FALSE(refused.ok());

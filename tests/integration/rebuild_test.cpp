@@ -561,8 +561,8 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
 
   auto key = LoadCurveKeypair(fs->cluster->client_key_file());
   ASSERT_TRUE(key.ok());
-  auto servers = ServerSet::Connect(fs->cluster->endpoints(), fs->cluster->server_public_keys(),
-                                    *key);
+  auto servers =
+      NetworkServerSet::Connect(fs->cluster->endpoints(), fs->cluster->server_public_keys(), *key);
   ASSERT_TRUE(servers.ok());
   // This test plays a rebuild client: it holds server 0's lease in a newer
   // epoch, which it records in the state (as the rebuild would).

@@ -21,6 +21,7 @@
 #include <thread>
 #include <vector>
 
+#include "oramcore/wire/transport.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/tamper_proxy.h"
 #include "tests/support/test_seed.h"
@@ -213,8 +214,9 @@ TEST(TamperTest, SlowRepliesAreNotResentOnALiveConnection) {
   // is at least four times that, far above resend_after and above the delay
   // itself. A busier machine only makes the learned pace slower and the
   // silence longer.
-  const auto silence = (*c)->server_set().FirstResendSilence(
-      0, wire::MessageType::kRetrieveReply, options.requests);
+  const auto silence =
+      dynamic_cast<NetworkServerSet&>((*c)->server_set())
+          .FirstResendSilence(0, wire::MessageType::kRetrieveReply, options.requests);
   EXPECT_GE(silence, 4 * std::chrono::milliseconds(600));
   for (auto& p : lab->proxies) p->ClearTranscript();
   const std::uint64_t resends = (*c)->transport_stats().resends;

@@ -1,0 +1,130 @@
+// ServerSet: how the client side (the client, rebuild, restore) talks to the
+// ℓ servers of a filesystem, whatever carries the frames. Requests go out as
+// encoded frames and come back as decoded replies, one per server, matched to
+// the request by seq and type.
+//
+// Implementations: NetworkServerSet (wire/transport.h: ZeroMQ under CURVE,
+// resends, deadlines) for every real use; tests/support/in_process_cluster.h
+// runs the servers' real request handlers in this process, without sockets,
+// so that the client's access and eviction logic can be tested
+// deterministically, with a server that is down or lies.
+//
+// Contract of ExchangeViews (every implementation):
+//  * request r is handed to each server of the subset after request r - 1
+//    (a server sees one client's requests in the order sent);
+//  * a server that cannot answer request r (down, silent past the deadline,
+//    refused handshake) fails r and every later request of the call, with a
+//    Status naming the server (index and endpoint);
+//  * an ErrorReply from any server turns request r's result into that
+//    server's Status with "server i (endpoint)" as context: the first by
+//    server order, except that a server reporting damaged storage wins
+//    (ResultOfReplies);
+//  * otherwise request r's result holds one reply per server of the subset,
+//    in the subset's order, each of the expected type.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "oramcore/base/status.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+struct TransportOptions {
+  // The least silence before the request is sent again over a connection
+  // that was not replaced (longer for requests the link needs longer for,
+  // and doubled after every resend).
+  std::chrono::milliseconds resend_after{2000};
+  // Total time one exchange may take before it fails with Unavailable (in a
+  // sequence, each request from the answer to the one before it).
+  std::chrono::milliseconds deadline{30000};
+};
+
+struct TransportStats {
+  std::uint64_t bytes_sent = 0;      // request frames, all servers, retries included
+  std::uint64_t bytes_received = 0;  // accepted reply frames
+  std::uint64_t resends = 0;
+  // The part of bytes_sent that was resent (after a silence or a replaced
+  // connection): bytes_sent - bytes_resent is what the requests themselves
+  // cost, whatever the link's or the machine's delays made the client repeat.
+  std::uint64_t bytes_resent = 0;
+};
+
+class ServerSet {
+ public:
+  virtual ~ServerSet() = default;
+
+  virtual std::size_t size() const = 0;
+  // Where server i is, for messages ("tcp://host:port").
+  virtual const std::string& endpoint(std::size_t i) const = 0;
+  virtual const TransportStats& stats() const = 0;
+
+  // Sends frames[i] to server i (every i at once) and waits for every reply
+  // of type expected_reply.
+  Result<std::vector<wire::Message>> Exchange(const std::vector<std::vector<std::uint8_t>>& frames,
+                                              const wire::Header& header,
+                                              wire::MessageType expected_reply,
+                                              const TransportOptions& options);
+  // Same, for a subset of servers (indices), e.g. STATUS to one server;
+  // frames[k] goes to servers[k].
+  Result<std::vector<wire::Message>> ExchangeWith(
+      const std::vector<std::size_t>& servers, const std::vector<std::vector<std::uint8_t>>& frames,
+      const wire::Header& header, wire::MessageType expected_reply,
+      const TransportOptions& options);
+
+  // One request of a sequence: frames[k] goes to the k-th server of the
+  // subset, all under `header` (each request its own seq).
+  struct Outgoing {
+    wire::Header header;
+    wire::MessageType expected_reply = wire::MessageType::kError;
+    std::vector<std::vector<std::uint8_t>> frames;
+  };
+  // Pipelining: sends every request of `requests` to each server of the
+  // subset at once, in order, without waiting for replies, and collects
+  // every reply; result r is as ExchangeWith's for request r.
+  std::vector<Result<std::vector<wire::Message>>> ExchangeSequence(
+      const std::vector<std::size_t>& servers, const std::vector<Outgoing>& requests,
+      const TransportOptions& options);
+
+  // A request as ExchangeViews takes it: its frames stay the caller's.
+  struct RequestView {
+    wire::Header header;
+    wire::MessageType expected_reply;
+    const std::vector<std::vector<std::uint8_t>>* frames;
+  };
+  // The one operation an implementation provides (the contract above); the
+  // three above are views of it. Every request has one frame per server of
+  // the subset (else every result is InvalidArgument).
+  virtual std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
+      const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
+      const TransportOptions& options) = 0;
+
+ protected:
+  // Request r's result from the replies of the subset's servers (replies[k]
+  // from servers[k], each of the expected type or an ErrorReply), as the
+  // contract says.
+  Result<std::vector<wire::Message>> ResultOfReplies(const std::vector<std::size_t>& servers,
+                                                     std::vector<wire::Message> replies) const;
+};
+
+// Where a filesystem's servers are and how this client proves who it is.
+struct ServerAddresses {
+  std::vector<std::string> endpoints;
+  std::vector<std::string> server_keys;  // CURVE public keys (Z85), one per endpoint
+  std::string client_key_file;           // the client's CURVE secret key file
+  // The largest reply frame accepted (wire::LimitsFor(shape).reply_bytes
+  // when the shape is known).
+  std::uint64_t max_reply_bytes = std::uint64_t{32} << 20;
+};
+
+// Makes the ServerSet a client uses. Empty means over the network
+// (ConnectOverNetwork, wire/transport.h); tests pass an in-process one.
+using ServerConnector =
+    std::function<Result<std::unique_ptr<ServerSet>>(const ServerAddresses& addresses)>;
+
+}  // namespace s3oram

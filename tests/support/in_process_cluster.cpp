@@ -1,0 +1,433 @@
+#include "tests/support/in_process_cluster.h"
+
+#include <atomic>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <utility>
+
+#include "oramcore/math/field.h"
+#include "serverd/config.h"
+#include "serverd/peer_exchange.h"
+#include "serverd/request_handler.h"
+#include "serverd/share_store.h"
+#include "serverd/smp_inbox.h"
+
+namespace s3oram::testing {
+
+namespace {
+
+using field::Elem;
+using Clock = std::chrono::steady_clock;
+
+std::string EndpointOf(std::size_t i) { return "in-process://server" + std::to_string(i); }
+
+}  // namespace
+
+// The SMP shares in flight between the servers: one inbox per server, and
+// which servers are cut off. One lock for all; waiters are woken on every
+// delivery and every change of who is down or superseded.
+struct InProcessCluster::Hub {
+ public:
+  explicit Hub(std::size_t servers)
+      : inboxes_(servers), down_(servers, false), superseding_(servers) {}
+
+  std::mutex mu;
+  std::condition_variable changed;
+
+  serverd::SmpInbox& inbox(std::size_t i) { return inboxes_[i]; }
+  bool down(std::size_t i) const { return down_[i]; }
+  void SetDown(std::size_t i, bool down) {
+    {
+      const std::lock_guard lock(mu);
+      down_[i] = down;
+    }
+    changed.notify_all();
+  }
+  // A newer attempt of an eviction reached server i while it computes an
+  // older one: the older one stops at its next wait (as in serverd::Server).
+  void Supersede(std::size_t i, std::pair<std::uint64_t, std::uint32_t> attempt) {
+    {
+      const std::lock_guard lock(mu);
+      if (!superseding_[i] || *superseding_[i] < attempt) superseding_[i] = attempt;
+    }
+    changed.notify_all();
+  }
+  const std::optional<std::pair<std::uint64_t, std::uint32_t>>& superseding(std::size_t i) const {
+    return superseding_[i];
+  }
+
+ private:
+  std::vector<serverd::SmpInbox> inboxes_;
+  std::vector<bool> down_;
+  std::vector<std::optional<std::pair<std::uint64_t, std::uint32_t>>> superseding_;
+};
+
+namespace {
+
+using PeerHub = InProcessCluster::Hub;
+
+// Server `me`'s side of the SMP rounds, through the hub.
+class InProcessPeers final : public serverd::PeerExchange {
+ public:
+  InProcessPeers(PeerHub& hub, std::uint32_t me, std::size_t parties,
+                 std::chrono::milliseconds timeout)
+      : hub_(hub), me_(me), parties_(parties), timeout_(timeout) {}
+
+  Status Send(const std::vector<std::vector<std::uint8_t>>& frames) override {
+    if (frames.size() != parties_) {
+      return Status::InvalidArgument("in-process peers: " + std::to_string(frames.size()) +
+                                     " frames for " + std::to_string(parties_) + " parties");
+    }
+    {
+      const std::lock_guard lock(hub_.mu);
+      if (hub_.down(me_)) return Status::Ok();  // sent into a cut link
+      for (std::size_t p = 0; p < parties_; ++p) {
+        if (p == me_) continue;
+        bytes_sent_ += frames[p].size();
+        if (hub_.down(p)) continue;
+        wire::Header h;
+        wire::SmpShares m;
+        S3ORAM_RETURN_IF_ERROR(wire::DecodeSmpSharesInto(frames[p], &h, &m));
+        hub_.inbox(p).Put(serverd::SmpInbox::Key{m.eviction, m.attempt, m.round, me_},
+                          std::move(m.shares), /*applied=*/0);
+      }
+    }
+    hub_.changed.notify_all();
+    return Status::Ok();
+  }
+
+  Result<std::vector<std::span<const Elem>>> Await(const serverd::SmpRound& r) override {
+    std::unique_lock lock(hub_.mu);
+    serverd::SmpInbox& inbox = hub_.inbox(me_);
+    auto key = [&](std::size_t p) {
+      return serverd::SmpInbox::Key{r.eviction, r.attempt, r.round, static_cast<std::uint32_t>(p)};
+    };
+    auto have_all = [&] {
+      for (std::size_t p = 0; p < parties_; ++p) {
+        if (p != me_ && !inbox.Has(key(p))) return false;
+      }
+      return true;
+    };
+    auto superseded = [&] {
+      const auto& s = hub_.superseding(me_);
+      return s && s->first == r.eviction && s->second > r.attempt;
+    };
+    const auto deadline = Clock::now() + timeout_;
+    while (!have_all()) {
+      if (superseded()) {
+        return Status::Unavailable("eviction " + std::to_string(r.eviction) + " attempt " +
+                                   std::to_string(r.attempt) + " superseded by the client");
+      }
+      if (hub_.changed.wait_until(lock, deadline) == std::cv_status::timeout && !have_all()) {
+        std::string missing;
+        for (std::size_t p = 0; p < parties_; ++p) {
+          if (p != me_ && !inbox.Has(key(p))) {
+            missing += (missing.empty() ? "" : ", ") + std::to_string(p);
+          }
+        }
+        return Status::Unavailable("eviction " + std::to_string(r.eviction) + " attempt " +
+                                   std::to_string(r.attempt) + " round " + std::to_string(r.round) +
+                                   ": no SMP shares from peer(s) " + missing + " within " +
+                                   std::to_string(timeout_.count()) + " ms");
+      }
+    }
+    std::vector<std::span<const Elem>> out;
+    for (std::size_t p = 0; p < parties_; ++p) {
+      if (p != me_) out.emplace_back(inbox.At(key(p)));
+    }
+    return out;
+  }
+
+  void Release(const serverd::SmpRound& r) override {
+    const std::lock_guard lock(hub_.mu);
+    for (std::size_t p = 0; p < parties_; ++p) {
+      if (p == me_) continue;
+      hub_.inbox(me_).Release(
+          serverd::SmpInbox::Key{r.eviction, r.attempt, r.round, static_cast<std::uint32_t>(p)});
+    }
+  }
+
+  void Reset() override {
+    const std::lock_guard lock(hub_.mu);
+    hub_.inbox(me_).Clear();
+  }
+
+  std::uint64_t bytes_sent() const override { return bytes_sent_; }
+
+ private:
+  PeerHub& hub_;
+  const std::uint32_t me_;
+  const std::size_t parties_;
+  const std::chrono::milliseconds timeout_;
+  std::atomic<std::uint64_t> bytes_sent_{0};
+};
+
+}  // namespace
+
+struct InProcessCluster::Server {
+  std::size_t index = 0;
+  serverd::ServerConfig config;
+  PeerHub* hub = nullptr;
+  std::unique_ptr<InProcessPeers> peers;
+
+  std::mutex mu;  // one request at a time; guards everything below
+  std::unique_ptr<serverd::RequestHandler> handler;
+  std::thread prepare;  // RequestHandler::RunPrepare of the last EVICT_PREPARE
+  std::atomic<bool> prepare_done{true};
+  Liar liar;
+  std::chrono::milliseconds delay{0};
+  std::uint64_t handled = 0;
+
+  ~Server() { JoinPrepare(); }
+
+  void JoinPrepare() {
+    if (prepare.joinable()) prepare.join();
+  }
+
+  Status Start() {
+    auto h = serverd::RequestHandler::Create(config, *peers);
+    if (!h.ok())
+      return h.status().WithContext("starting in-process server " + std::to_string(index));
+    handler = std::move(h).value();
+    return Status::Ok();
+  }
+
+  // As serverd::Server serves one client frame: during an eviction's
+  // computation, the frames the handler admits beside it are answered at
+  // once and any other waits for the computation to end.
+  std::vector<std::uint8_t> Serve(std::span<const std::uint8_t> frame) {
+    std::chrono::milliseconds wait;
+    {
+      const std::lock_guard lock(mu);
+      wait = delay;
+    }
+    if (wait.count() > 0) std::this_thread::sleep_for(wait);
+    const std::lock_guard lock(mu);
+    ++handled;
+    if (prepare.joinable()) {
+      if (!prepare_done.load()) {
+        if (const auto attempt = serverd::RequestHandler::PrepareAttemptOf(frame)) {
+          hub->Supersede(index, *attempt);
+        }
+        if (serverd::RequestHandler::ServedDuringPrepare(frame)) return handler->Handle(frame);
+      }
+      prepare.join();
+    }
+    std::vector<std::uint8_t> reply = handler->Handle(frame);
+    if (handler->HasPendingPrepare()) {
+      prepare_done.store(false);
+      prepare = std::thread([this] {
+        handler->RunPrepare();
+        prepare_done.store(true);
+      });
+    }
+    return reply;
+  }
+};
+
+// One client's connection: a ServerSet over the cluster's servers.
+class InProcessCluster::Connection final : public ServerSet {
+ public:
+  explicit Connection(InProcessCluster& cluster) : cluster_(cluster) {
+    for (std::size_t i = 0; i < cluster.size(); ++i) endpoints_.push_back(EndpointOf(i));
+  }
+
+  std::size_t size() const override { return endpoints_.size(); }
+  const std::string& endpoint(std::size_t i) const override { return endpoints_.at(i); }
+  const TransportStats& stats() const override { return stats_; }
+
+  std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
+      const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
+      const TransportOptions& options) override {
+    const std::size_t n = servers.size(), count = requests.size();
+    std::vector<std::optional<Status>> failed(count);
+    for (std::size_t r = 0; r < count; ++r) {
+      if (requests[r].frames->size() != n) {
+        failed[r] = Status::InvalidArgument("one frame per server expected");
+      }
+    }
+    for (std::size_t k = 0; k < n; ++k) {
+      if (servers[k] >= size()) {
+        for (auto& f : failed)
+          f = Status::InvalidArgument("no server " + std::to_string(servers[k]));
+      }
+    }
+    std::vector<std::vector<wire::Message>> replies(count, std::vector<wire::Message>(n));
+    std::vector<bool> server_failed(n, false);
+    // Request r goes to every server before request r + 1 (an EVICT_PREPARE
+    // reaches every server before anything that waits for its computation).
+    for (std::size_t r = 0; r < count; ++r) {
+      if (failed[r]) continue;
+      for (std::size_t k = 0; k < n && !failed[r]; ++k) {
+        const std::size_t i = servers[k];
+        const std::string who = "server " + std::to_string(i) + " (" + endpoints_[i] + ")";
+        auto fail_from = [&](const Status& st) {
+          server_failed[k] = true;
+          for (std::size_t q = r; q < count; ++q) {
+            if (!failed[q]) failed[q] = st;
+          }
+        };
+        if (server_failed[k]) break;
+        Server& server = *cluster_.servers_[i];
+        if (cluster_.down(i)) {
+          fail_from(Status::Unavailable(
+              "timeout: " + endpoints_[i] + " did not answer within " +
+              std::to_string(options.deadline.count()) + " ms (no " +
+              wire::MessageTypeName(requests[r].expected_reply) +
+              "); the server is down, hung or unreachable (in process: set down)"));
+          break;
+        }
+        const auto& frame = (*requests[r].frames)[k];
+        stats_.bytes_sent += frame.size();
+        const std::vector<std::uint8_t> reply = server.Serve(frame);
+        auto decoded = wire::Decode(reply);
+        if (!decoded.ok()) {
+          fail_from(decoded.status().WithContext(who));
+          break;
+        }
+        wire::Message m = std::move(decoded).value();
+        if (m.header.seq != requests[r].header.seq ||
+            (m.header.type != requests[r].expected_reply &&
+             m.header.type != wire::MessageType::kError)) {
+          fail_from(Status::Protocol(who + ": reply " + wire::MessageTypeName(m.header.type) +
+                                     " seq " + std::to_string(m.header.seq) + " to " +
+                                     "a request wanting " +
+                                     wire::MessageTypeName(requests[r].expected_reply) + " seq " +
+                                     std::to_string(requests[r].header.seq)));
+          break;
+        }
+        stats_.bytes_received += reply.size();
+        Liar liar;
+        {
+          const std::lock_guard lock(server.mu);
+          liar = server.liar;
+        }
+        if (liar) liar(m);
+        replies[r][k] = std::move(m);
+      }
+    }
+    std::vector<Result<std::vector<wire::Message>>> results;
+    results.reserve(count);
+    for (std::size_t r = 0; r < count; ++r) {
+      if (failed[r]) {
+        results.emplace_back(*failed[r]);
+      } else {
+        results.push_back(ResultOfReplies(servers, std::move(replies[r])));
+      }
+    }
+    return results;
+  }
+
+ private:
+  InProcessCluster& cluster_;
+  std::vector<std::string> endpoints_;
+  TransportStats stats_;
+};
+
+Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Create(const std::string& dir,
+                                                                   const Options& options) {
+  if (options.servers < 3) {
+    return Status::InvalidArgument("an in-process cluster needs at least 3 servers");
+  }
+  std::unique_ptr<InProcessCluster> cluster(new InProcessCluster());
+  cluster->dir_ = dir;
+  cluster->options_ = options;
+  cluster->hub_ = std::make_unique<Hub>(options.servers);
+  for (std::size_t i = 0; i < options.servers; ++i) {
+    auto s = std::make_unique<Server>();
+    s->index = i;
+    s->hub = cluster->hub_.get();
+    serverd::ServerConfig& c = s->config;
+    c.index = static_cast<std::uint32_t>(i);
+    c.listen = EndpointOf(i);
+    c.peer_listen = EndpointOf(i) + "/peers";
+    c.data_dir = dir + "/server" + std::to_string(i);
+    c.threads = 1;
+    c.eviction_nice = 0;
+    c.sync = options.sync;
+    c.peer_timeout_ms = static_cast<std::uint32_t>(options.peer_timeout.count());
+    for (std::size_t j = 0; j < options.servers; ++j) {
+      if (j != i) c.peers.push_back({static_cast<std::uint32_t>(j), EndpointOf(j) + "/peers", ""});
+    }
+    std::error_code ec;
+    std::filesystem::create_directories(c.data_dir, ec);
+    if (ec) return Status::IoError("creating " + c.data_dir + ": " + ec.message());
+    s->peers =
+        std::make_unique<InProcessPeers>(*s->hub, c.index, options.servers, options.peer_timeout);
+    S3ORAM_RETURN_IF_ERROR(s->Start());
+    cluster->servers_.push_back(std::move(s));
+  }
+  return cluster;
+}
+
+InProcessCluster::~InProcessCluster() {
+  // The computations first (they wait for each other's shares), then the
+  // handlers and their peers.
+  for (auto& s : servers_) {
+    const std::lock_guard lock(s->mu);
+    s->JoinPrepare();
+  }
+  servers_.clear();
+}
+
+std::size_t InProcessCluster::size() const { return servers_.size(); }
+
+std::vector<std::string> InProcessCluster::endpoints() const {
+  std::vector<std::string> out;
+  for (std::size_t i = 0; i < size(); ++i) out.push_back(EndpointOf(i));
+  return out;
+}
+
+ServerConnector InProcessCluster::connector() {
+  return [this](const ServerAddresses& addresses) -> Result<std::unique_ptr<ServerSet>> {
+    if (addresses.endpoints != endpoints()) {
+      return Status::InvalidArgument("these addresses do not name this in-process cluster's " +
+                                     std::to_string(size()) + " servers in order");
+    }
+    return std::unique_ptr<ServerSet>(new Connection(*this));
+  };
+}
+
+bool InProcessCluster::down(std::size_t server) const {
+  const std::lock_guard lock(hub_->mu);
+  return hub_->down(server);
+}
+
+void InProcessCluster::SetDown(std::size_t server, bool down) { hub_->SetDown(server, down); }
+
+void InProcessCluster::SetDelay(std::size_t server, std::chrono::milliseconds delay) {
+  const std::lock_guard lock(servers_.at(server)->mu);
+  servers_[server]->delay = delay;
+}
+
+void InProcessCluster::SetLiar(std::size_t server, Liar liar) {
+  const std::lock_guard lock(servers_.at(server)->mu);
+  servers_[server]->liar = std::move(liar);
+}
+
+Status InProcessCluster::Restart(std::size_t server) {
+  Server& s = *servers_.at(server);
+  const std::lock_guard lock(s.mu);
+  s.JoinPrepare();
+  s.handler.reset();
+  s.peers->Reset();
+  return s.Start();
+}
+
+std::uint64_t InProcessCluster::applied_evictions(std::size_t server) {
+  Server& s = *servers_.at(server);
+  const std::lock_guard lock(s.mu);
+  const serverd::ShareStore* store = s.handler->store();
+  return store ? store->meta().applied_evictions : 0;
+}
+
+std::uint64_t InProcessCluster::requests_handled(std::size_t server) {
+  Server& s = *servers_.at(server);
+  const std::lock_guard lock(s.mu);
+  return s.handled;
+}
+
+}  // namespace s3oram::testing

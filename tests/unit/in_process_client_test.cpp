@@ -1,0 +1,311 @@
+// The client's access path and evictor against the servers' real request
+// handlers in this process (tests/support/in_process_cluster.h): no server
+// processes, no sockets, so every step runs deterministically, and a server
+// that is down, restarted or lying is one call away. The real-process tests
+// (tests/integration/) keep covering the network, CURVE and crashes.
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <random>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "oramcore/math/field.h"
+#include "oramcore/protocol/client.h"
+#include "tests/integration/cluster_fixture.h"
+#include "tests/support/in_process_cluster.h"
+#include "tests/support/temp_dir.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::BlockModel;
+using testing::InProcessCluster;
+using testing::ModelAccess;
+
+// A filesystem on an in-process cluster: the cluster, its client state, and
+// the options that reach the cluster. Small blocks, an eviction every
+// kEvictRate accesses.
+constexpr std::uint32_t kBlockBytes = 128, kEvictRate = 4, kHeight = 4;
+
+struct InProcessFs {
+  testing::TempDir dir;
+  std::unique_ptr<InProcessCluster> cluster;
+  std::string state;
+  ClientOptions options;
+
+  InProcessFs() {
+    InProcessCluster::Options o;
+    o.peer_timeout = std::chrono::milliseconds(2000);
+    auto c = InProcessCluster::Create(dir.Sub("servers"), o);
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok()) return;
+    cluster = std::move(c).value();
+    FsConfig config;
+    config.params = testing::SmallParams(kBlockBytes, kEvictRate, kHeight);
+    config.servers = cluster->endpoints();
+    // Neither is used in process (no CURVE), but the state keeps one per server.
+    config.server_keys.assign(cluster->size(), std::string(40, '0'));
+    config.client_key_file = dir.Sub("unused-client.key");
+    state = dir.Sub("fs.s3oram");
+    const Status st = OramClient::Initialize(state, config, testing::TestPassphrase(),
+                                             testing::TestKdf(), false, cluster->connector());
+    EXPECT_TRUE(st.ok()) << st.ToString();
+    options.connect = cluster->connector();
+    // A request to a server that is down fails at once in process; the
+    // deadline only names itself in the message.
+    options.requests.deadline = std::chrono::milliseconds(1000);
+  }
+
+  Result<std::unique_ptr<OramClient>> Open() {
+    return OramClient::Open(state, testing::TestPassphrase(), options);
+  }
+};
+
+// Fills `model` with writes of `count` blocks through `client` (ids 0..count-1).
+::testing::AssertionResult WriteBlocks(OramClient& client, BlockModel& model, BlockId count,
+                                       std::uint64_t tag) {
+  for (BlockId id = 0; id < count; ++id) {
+    auto r = ModelAccess(client, model, id, /*write=*/true, tag);
+    if (!r) return r;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+::testing::AssertionResult ReadAll(OramClient& client, BlockModel& model) {
+  std::vector<BlockId> ids;
+  for (const auto& [id, bytes] : model) ids.push_back(id);
+  for (BlockId id : ids) {
+    auto r = ModelAccess(client, model, id, /*write=*/false, 0);
+    if (!r) return r;
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// The access path end to end: retrieval, recovery, authentication, re-seal
+// and root write, across evictions every kEvictRate accesses; every server
+// applies every eviction the client commits, and a reopened client reads
+// the same bytes.
+TEST(InProcessClientTest, RandomAccessesAcrossEvictionsReadBackWhatWasWritten) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto rng = testing::SeededRng();
+  BlockModel model;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    for (int i = 0; i < 80; ++i) {
+      const BlockId id = rng() % 24;
+      const bool write = rng() % 2 == 0 || model.count(id) == 0;
+      ASSERT_TRUE(ModelAccess(**client, model, id, write, rng())) << "access " << i;
+    }
+    ASSERT_TRUE((*client)->Close().ok());  // commits the eviction in flight
+    const std::uint64_t evictions = (*client)->counters().ne;
+    EXPECT_GE(evictions, 80u / kEvictRate - 1);
+    for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
+      EXPECT_EQ(fs.cluster->applied_evictions(i), evictions) << "server " << i;
+    }
+  }
+  auto again = fs.Open();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(ReadAll(**again, model));
+}
+
+// The plan: a block whose newest copy is a root write not sent yet (the
+// write just before, or an earlier item of the same pipelined chunk) is
+// read from there, not from its older place in the tree; an item that
+// repeats an earlier one's block sees that item's result. Pipelined chunks
+// of random reads, writes and updates, with repeats, against a model.
+TEST(InProcessClientTest, PipelinedChunksWithRepeatsSeeTheNewestCopyOfEachBlock) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  auto rng = testing::SeededRng();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  for (int round = 0; round < 12; ++round) {
+    // A write, then at once a read of the same block (its root write pending).
+    const BlockId w = rng() % 6;
+    ASSERT_TRUE(ModelAccess(**client, model, w, /*write=*/true, rng()));
+    ASSERT_TRUE(ModelAccess(**client, model, w, /*write=*/false, 0)) << "round " << round;
+    // A chunk of up to kMaxPipelined items over 4 blocks: repeats are certain.
+    const std::size_t count = 2 + rng() % (OramClient::kMaxPipelined - 1);
+    std::vector<OramClient::BatchItem> items(count);
+    std::vector<std::vector<std::uint8_t>> data(count);
+    std::vector<std::vector<std::uint8_t>> expected(count);
+    const std::uint8_t bump = static_cast<std::uint8_t>(1 + rng() % 200);
+    const OramClient::BlockModifier add = [bump](std::span<std::uint8_t> bytes) {
+      for (auto& b : bytes) b = static_cast<std::uint8_t>(b + bump);
+    };
+    for (std::size_t i = 0; i < count; ++i) {
+      const BlockId id = rng() % 4;
+      items[i].id = id;
+      auto& held = model[id];
+      switch (rng() % 3) {
+        case 0:
+          items[i].op = AccessOp::kRead;
+          expected[i] = held;
+          break;
+        case 1:
+          items[i].op = AccessOp::kWrite;
+          data[i] = testing::Content(kBlockBytes, id, rng());
+          items[i].data = data[i];
+          expected[i] = held;  // a write returns what the block held before
+          held = data[i];
+          break;
+        default:
+          items[i].op = AccessOp::kWrite;
+          items[i].modify = &add;
+          add(held);
+          expected[i] = held;  // an update returns the new content
+          break;
+      }
+    }
+    auto results = (*client)->AccessMany(items);
+    ASSERT_EQ(results.size(), count);
+    for (std::size_t i = 0; i < count; ++i) {
+      ASSERT_TRUE(results[i].ok())
+          << "round " << round << " item " << i << ": " << results[i].status().ToString();
+      EXPECT_EQ(*results[i], expected[i])
+          << "round " << round << " item " << i << " (block " << items[i].id << ")";
+    }
+  }
+  EXPECT_TRUE(ReadAll(**client, model));
+}
+
+// A retrieval answer changed by one server (one element of its degree-2t
+// share) recovers to other bytes: the client refuses them (Integrity) and
+// returns no byte of them; once the server answers honestly the block reads
+// as written.
+TEST(InProcessClientTest, AChangedRetrievalAnswerIsRefusedAndNoWrongByteIsReturned) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  int lies = 0;
+  fs.cluster->SetLiar(1, [&](wire::Message& m) {
+    if (auto* r = std::get_if<wire::RetrieveReply>(&m.body); r && !r->answer.empty()) {
+      r->answer[0] = field::Add(r->answer[0], 1);
+      ++lies;
+    }
+  });
+  auto read = (*client)->Read(3);
+  EXPECT_GT(lies, 0);
+  ASSERT_FALSE(read.ok()) << "a changed answer was accepted";
+  EXPECT_EQ(read.status().code(), Status::Code::kIntegrity) << read.status().ToString();
+  fs.cluster->SetLiar(1, {});
+  EXPECT_TRUE(ReadAll(**client, model));
+}
+
+// A server that is down fails the access at once, naming the server; nothing
+// the client had written is lost, and the accesses go on when it returns.
+TEST(InProcessClientTest, ADownServerIsNamedAndTheAccessesGoOnWhenItReturns) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 5, 1));
+  fs.cluster->SetDown(2, true);
+  const Status st = (*client)->Write(1, testing::Content(kBlockBytes, 1, 99));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("in-process://server2"), std::string::npos) << st.ToString();
+  fs.cluster->SetDown(2, false);
+  // The refused write may or may not have reached the servers: either
+  // version of block 1 is right, so the model forgets it.
+  model.erase(1);
+  EXPECT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
+  EXPECT_TRUE(ReadAll(**client, model));
+}
+
+// The evictor: an eviction that cannot finish because a server is down is
+// finished (or tried again) once the server returns, and every server then
+// holds the same count of applied evictions as the client.
+TEST(InProcessClientTest, AnEvictionThatMeetsADownServerIsFinishedWhenItReturns) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, kEvictRate, 1));  // up to the first eviction
+  const std::uint64_t before = (*client)->counters().ne;
+  fs.cluster->SetDown(0, true);
+  int failures = 0;
+  for (BlockId id = kEvictRate; id < 3 * kEvictRate; ++id) {
+    if (!(*client)->Write(id, testing::Content(kBlockBytes, id, 5)).ok()) ++failures;
+  }
+  EXPECT_GT(failures, 0) << "accesses went on with a server down";
+  fs.cluster->SetDown(0, false);
+  for (BlockId id = kEvictRate; id < 3 * kEvictRate; ++id) model.erase(id);
+  ASSERT_TRUE(WriteBlocks(**client, model, 4 * kEvictRate, 3));
+  EXPECT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE((*client)->Close().ok());  // commits the eviction in flight
+  const std::uint64_t evictions = (*client)->counters().ne;
+  EXPECT_GT(evictions, before);
+  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
+    EXPECT_EQ(fs.cluster->applied_evictions(i), evictions) << "server " << i;
+  }
+}
+
+// The eviction's consistency check: a server whose EVICT_CHECK digests do
+// not match what it prepared (a liar, or damage between prepare and check)
+// stops the commit on every attempt, and the client refuses evictions for a
+// while (Integrity); nothing written is lost, and once the server answers
+// honestly the next client finishes the eviction and the evictions go on.
+TEST(InProcessClientTest, AnEvictionCheckThatDisagreesStopsTheCommit) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, kEvictRate - 1, 1));
+  const std::uint64_t before = (*client)->counters().ne;
+  int lies = 0;
+  fs.cluster->SetLiar(2, [&](wire::Message& m) {
+    if (auto* r = std::get_if<wire::EvictCheckReply>(&m.body); r && !r->digests.empty()) {
+      r->digests[0] = field::Add(r->digests[0], 1);
+      ++lies;
+    }
+  });
+  Status first_refusal;
+  for (BlockId id = kEvictRate - 1; id < 3 * kEvictRate; ++id) {
+    const Status st = (*client)->Write(id, testing::Content(kBlockBytes, id, 2));
+    if (!st.ok() && first_refusal.ok()) first_refusal = st;
+  }
+  ASSERT_GT(lies, 0) << "no eviction was checked";
+  EXPECT_EQ((*client)->counters().ne, before) << "an eviction committed on a check that lied";
+  EXPECT_EQ(first_refusal.code(), Status::Code::kIntegrity) << first_refusal.ToString();
+  fs.cluster->SetLiar(2, {});
+  client->reset();
+  auto again = fs.Open();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  for (BlockId id = kEvictRate - 1; id < 3 * kEvictRate; ++id) model.erase(id);
+  ASSERT_TRUE(WriteBlocks(**again, model, 4 * kEvictRate, 3));
+  EXPECT_TRUE(ReadAll(**again, model));
+  EXPECT_GT((*again)->counters().ne, before);
+}
+
+// A server restarted between two accesses (its handler and store reopened
+// from its directory) serves the same shares.
+TEST(InProcessClientTest, AServerRestartedBetweenAccessesLosesNothing) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 2 * kEvictRate + 1, 1));
+  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
+    ASSERT_TRUE(fs.cluster->Restart(i).ok()) << "server " << i;
+    ASSERT_TRUE(ReadAll(**client, model)) << "after restarting server " << i;
+  }
+}
+
+}  // namespace
+}  // namespace s3oram
