@@ -7,6 +7,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -182,420 +183,429 @@ Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(
   return named;
 }
 
-}  // namespace
-
-Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,
-                                    const RebuildOptions& options) {
-  random::EnsureInitialized();
-  RebuildReport report;
-  // The passphrase first (it opens the sealed state): a wrong one changes
-  // nothing anywhere.
-  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
-                          UnlockedState::Unlock(state_path, passphrase));
-  // Seals this run's lease description.
-  auto sealer = std::make_unique<BlockSealer>(unlocked->master(), unlocked->header().fs_id);
-  S3ORAM_ASSIGN_OR_RETURN(auto store,
-                          ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
-  const FsConfig& config = store->config();
-  const OramParams& p = config.params;
-  const std::size_t parties = config.servers.size();
-  const std::size_t K = options.target;
-  if (parties != p.parties) {
-    return Status::Corruption("state lists " + std::to_string(parties) + " servers for " +
-                              std::to_string(p.parties) + " parties");
-  }
-  if (K >= parties) {
-    return Status::InvalidArgument("server " + std::to_string(K) + " does not exist: this "
-                                   "filesystem has servers 0.." + std::to_string(parties - 1));
-  }
-  const wire::StoreShape shape = ShapeOf(p);
-
-  Session s{options, config, nullptr, store->counters().epoch, store->counters().seq};
-  S3ORAM_ASSIGN_OR_RETURN(s.servers, ConnectServers(options.client.connect, AddressesOf(config)));
-
-  // ---- 1. Who is there, and in what state.
+// One run of RebuildServer: what its phases learn and hand on.
+struct RebuildRun {
+  RebuildRun(const std::string& path, const RebuildOptions& opts)
+      : state_path(path), options(opts) {}
+  const std::string& state_path;
+  const RebuildOptions& options;
+  std::unique_ptr<ClientStateStore> store;
+  std::unique_ptr<BlockSealer> sealer;  // seals this run's lease description
+  std::optional<Session> s;
+  std::size_t K = 0;  // the server rebuilt
+  wire::StoreShape shape;
   bool k_live = false;  // K serves this filesystem: replacing it destroys a share
-  std::vector<wire::StatusReply> status(parties);
+  std::vector<wire::StatusReply> status;
   std::vector<std::size_t> survivors;
-  std::vector<std::uint64_t> epoch_of(parties, 0);  // max(store epoch, highest lease epoch)
+  std::vector<std::uint64_t> epoch_of;  // max(store epoch, highest lease epoch)
+  RebuildReport report;
+
+  const OramParams& params() const { return store->config().params; }
+  std::string Name(std::size_t i) const { return ::s3oram::Name(i, *s->servers); }
+};
+
+// ---- 1. Who is there, and in what state.
+Status SurveyServers(RebuildRun& r) {
+  Session& s = *r.s;
+  const FsConfig& config = r.store->config();
+  const std::size_t parties = config.servers.size();
+  r.status.assign(parties, wire::StatusReply{});
+  r.epoch_of.assign(parties, 0);
   for (std::size_t i = 0; i < parties; ++i) {
     wire::Header h = s.Next();
-    auto r = s.servers->ExchangeWith({i}, {wire::Encode(h, wire::StatusRequest{})}, h,
-                                     wire::MessageType::kStatusReply, options.client.requests);
-    if (!r.ok()) {
-      if (i == K) {
-        return r.status().WithContext(
-            "server " + std::to_string(K) + " (" + s.servers->endpoint(K) +
-            ") to be rebuilt is unreachable: start its s3oram-serverd (with an empty data "
-            "directory) first");
+    auto reply =
+        s.servers->ExchangeWith({i}, {wire::Encode(h, wire::StatusRequest{})}, h,
+                                wire::MessageType::kStatusReply, r.options.client.requests);
+    if (!reply.ok()) {
+      if (i == r.K) {
+        return reply.status().WithContext(
+            r.Name(r.K) +
+            " to be rebuilt is unreachable: start its s3oram-serverd (with an "
+            "empty data directory) first");
       }
-      spdlog::warn("{} is unreachable: {}", Name(i, *s.servers), r.status().ToString());
+      spdlog::warn("{} is unreachable: {}", r.Name(i), reply.status().ToString());
       continue;
     }
-    const wire::Message& m = r.value()[0];
-    status[i] = std::get<wire::StatusReply>(m.body);
-    const wire::StatusReply& st = status[i];
-    if (i == K) {
-      if (st.initialized && m.header.fs_id == config.fs_id && st.shape == shape) {
-        k_live = true;
-        continue;  // decided by the scrub below
+    const wire::Message& m = reply.value()[0];
+    r.status[i] = std::get<wire::StatusReply>(m.body);
+    const wire::StatusReply& st = r.status[i];
+    const bool ours = m.header.fs_id == config.fs_id;
+    if (i == r.K) {
+      if (st.initialized && ours && st.shape == r.shape) {
+        r.k_live = true;
+        continue;  // decided by ChooseSources
       }
-      if (st.initialized && !options.force) {
+      if (st.initialized && !r.options.force) {
         return Status::FailedPrecondition(
-            Name(K, *s.servers) + " still holds a live store of " +
-            (m.header.fs_id == config.fs_id ? std::string("this filesystem")
-                                            : std::string("another filesystem")) +
-            " (" + std::to_string(st.applied_evictions) +
+            r.Name(r.K) + " still holds a live store of " +
+            (ours ? std::string("this filesystem") : std::string("another filesystem")) + " (" +
+            std::to_string(st.applied_evictions) +
             " evictions applied); rebuild only a server that lost its data, or pass --force to "
             "replace that store");
       }
       continue;
     }
-    if (!st.initialized || m.header.fs_id != config.fs_id || !(st.shape == shape)) {
-      spdlog::warn("{} cannot contribute: {}", Name(i, *s.servers),
-                   st.rebuilding      ? "it is being rebuilt itself"
-                   : !st.initialized  ? "it holds no filesystem"
-                   : !(st.shape == shape) ? "its store has another shape"
-                                          : "it serves another filesystem");
+    if (!st.initialized || !ours || !(st.shape == r.shape)) {
+      spdlog::warn("{} cannot contribute: {}", r.Name(i),
+                   st.rebuilding            ? "it is being rebuilt itself"
+                   : !st.initialized        ? "it holds no filesystem"
+                   : !(st.shape == r.shape) ? "its store has another shape"
+                                            : "it serves another filesystem");
       continue;
     }
-    survivors.push_back(i);
+    r.survivors.push_back(i);
     // The new epoch must also be above every epoch a survivor granted its lease to.
-    S3ORAM_ASSIGN_OR_RETURN(wire::Message lm, s.Ask(i, wire::LeaseQueryRequest{},
-                                                    wire::MessageType::kLeaseReply,
-                                                    options.client.requests));
-    epoch_of[i] = std::max(st.epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
+    S3ORAM_ASSIGN_OR_RETURN(wire::Message lm,
+                            s.Ask(i, wire::LeaseQueryRequest{}, wire::MessageType::kLeaseReply,
+                                  r.options.client.requests));
+    r.epoch_of[i] = std::max(st.epoch, std::get<wire::LeaseReply>(lm.body).highest_epoch);
   }
-  // A live K is replaced only if it is the damaged one (or by --force), and
-  // never from a damaged survivor: each would turn one bad disk into a
-  // consistent wrong sharing on a second server. Every server scrubs its
-  // whole share file first (one extra read of it). For a K that lost its
-  // data this is skipped: the survivors check every bucket they contribute.
-  if (k_live) {
-    auto scrub = [&](std::size_t i) {
-      return ScrubWholeStore(p, [&](std::uint64_t first, std::uint32_t count)
-                                 -> Result<wire::ScrubReply> {
-        S3ORAM_ASSIGN_OR_RETURN(wire::Message m, s.Ask(i, wire::ScrubRequest{first, count},
-                                                       wire::MessageType::kScrubReply,
-                                                       options.client.requests));
-        return std::get<wire::ScrubReply>(m.body);
-      }, {});
-    };
-    S3ORAM_ASSIGN_OR_RETURN(ScrubFindings k_findings, scrub(K));
-    std::vector<std::size_t> clean;
-    for (std::size_t j : survivors) {
-      S3ORAM_ASSIGN_OR_RETURN(ScrubFindings f, scrub(j));
-      if (f.damaged == 0) {
-        clean.push_back(j);
-        continue;
-      }
-      spdlog::error("{} has {} damaged slots ({}); it cannot be a rebuild's source",
-                    Name(j, *s.servers), f.damaged, DescribeDamage(f));
-      if (k_findings.damaged == 0) {
-        return Status::FailedPrecondition(
-            "refusing to rebuild " + Name(K, *s.servers) + ": its share file verifies, but " +
-            Name(j, *s.servers) + " has " + std::to_string(f.damaged) + " damaged slots (" +
-            DescribeDamage(f) + "); rebuild that server instead: s3oram rebuild --server " +
-            std::to_string(j));
-      }
+  return Status::Ok();
+}
+
+// A forced rebuild of a K whose share file verifies is refused when the
+// share MAC names another server as holding the odd share of the slots
+// that disagree: replacing K would make the wrong values permanent.
+Status RefuseIfTheMacNamesAnother(RebuildRun& r) {
+  const OramParams& p = r.params();
+  const auto data_elems = static_cast<std::size_t>(p.data_elems_per_slot());
+  const auto key = MakeShareMacKey(r.store->share_mac_secrets(), data_elems);
+  std::unique_ptr<share_mac::ShareMacKey> previous;
+  if (r.store->rekey_old_share_mac()) {
+    previous = MakeShareMacKey(*r.store->rekey_old_share_mac(), data_elems);
+  }
+  S3ORAM_ASSIGN_OR_RETURN(auto named, OddServersOfInconsistentSlots(*r.s, p, *key, previous.get()));
+  for (std::size_t j = 0; j < named.size(); ++j) {
+    if (j == r.K || named[j] == 0) continue;
+    return Status::FailedPrecondition(
+        "refusing to rebuild " + r.Name(r.K) + ": the servers' shares disagree in " +
+        std::to_string(named[j]) + " slots and the share MAC names " + r.Name(j) +
+        " as holding the odd share (the other two agree on authentic values); rebuilding " +
+        "server " + std::to_string(r.K) +
+        " would make the wrong values permanent. Rebuild "
+        "that server instead: s3oram rebuild --server " +
+        std::to_string(j) + " --force");
+  }
+  if (named[r.K] > 0) {
+    spdlog::info("{} holds the odd share of {} inconsistent slots; replacing its share",
+                 r.Name(r.K), named[r.K]);
+  }
+  return Status::Ok();
+}
+
+// A live K is replaced only if it is the damaged one (or by --force), and
+// never from a damaged survivor: each would turn one bad disk into a
+// consistent wrong sharing on a second server. Every server scrubs its
+// whole share file first (one extra read of it). For a K that lost its
+// data this is skipped: the survivors check every bucket they contribute.
+Status ChooseSources(RebuildRun& r) {
+  if (!r.k_live) return Status::Ok();
+  const OramParams& p = r.params();
+  auto scrub = [&](std::size_t i) {
+    return ScrubWholeStore(
+        p,
+        [&](std::uint64_t first, std::uint32_t count) -> Result<wire::ScrubReply> {
+          S3ORAM_ASSIGN_OR_RETURN(
+              wire::Message m, r.s->Ask(i, wire::ScrubRequest{first, count},
+                                        wire::MessageType::kScrubReply, r.options.client.requests));
+          return std::get<wire::ScrubReply>(m.body);
+        },
+        {});
+  };
+  S3ORAM_ASSIGN_OR_RETURN(ScrubFindings k_findings, scrub(r.K));
+  std::vector<std::size_t> clean;
+  for (std::size_t j : r.survivors) {
+    S3ORAM_ASSIGN_OR_RETURN(ScrubFindings f, scrub(j));
+    if (f.damaged == 0) {
+      clean.push_back(j);
+      continue;
     }
-    if (k_findings.damaged == 0 && options.force && p.mac_elems > 0) {
-      const auto data_elems = static_cast<std::size_t>(p.data_elems_per_slot());
-      const auto key = MakeShareMacKey(store->share_mac_secrets(), data_elems);
-      std::unique_ptr<share_mac::ShareMacKey> previous;
-      if (store->rekey_old_share_mac()) {
-        previous = MakeShareMacKey(*store->rekey_old_share_mac(), data_elems);
-      }
-      S3ORAM_ASSIGN_OR_RETURN(auto named,
-                              OddServersOfInconsistentSlots(s, p, *key, previous.get()));
-      for (std::size_t j = 0; j < named.size(); ++j) {
-        if (j == K || named[j] == 0) continue;
-        return Status::FailedPrecondition(
-            "refusing to rebuild " + Name(K, *s.servers) + ": the servers' shares disagree in " +
-            std::to_string(named[j]) + " slots and the share MAC names " + Name(j, *s.servers) +
-            " as holding the odd share (the other two agree on authentic values); rebuilding " +
-            "server " + std::to_string(K) + " would make the wrong values permanent. Rebuild "
-            "that server instead: s3oram rebuild --server " + std::to_string(j) + " --force");
-      }
-      if (named[K] > 0) {
-        spdlog::info("{} holds the odd share of {} inconsistent slots; replacing its share",
-                     Name(K, *s.servers), named[K]);
-      }
-    }
-    if (k_findings.damaged == 0 && !options.force) {
+    spdlog::error("{} has {} damaged slots ({}); it cannot be a rebuild's source", r.Name(j),
+                  f.damaged, DescribeDamage(f));
+    if (k_findings.damaged == 0) {
       return Status::FailedPrecondition(
-          Name(K, *s.servers) + " still holds a live store of this filesystem (" +
-          std::to_string(status[K].applied_evictions) +
-          " evictions applied) and every slot of it verifies; rebuild only a server that lost "
-          "or damaged its data, or pass --force to replace that store");
+          "refusing to rebuild " + r.Name(r.K) + ": its share file verifies, but " + r.Name(j) +
+          " has " + std::to_string(f.damaged) + " damaged slots (" + DescribeDamage(f) +
+          "); rebuild that server instead: s3oram rebuild --server " + std::to_string(j));
     }
-    if (k_findings.damaged > 0) {
-      spdlog::info("{} has {} damaged slots ({}); replacing its share from the others",
-                   Name(K, *s.servers), k_findings.damaged, DescribeDamage(k_findings));
-    }
-    survivors = clean;
   }
-  if (survivors.size() < p.threshold + 1) {
-    return Status::Unavailable("only " + std::to_string(survivors.size()) +
-                               " surviving servers serve this filesystem; rebuilding server " +
-                               std::to_string(K) + " needs t + 1 = " +
-                               std::to_string(p.threshold + 1) + " of them reachable");
+  if (k_findings.damaged == 0 && r.options.force && p.mac_elems > 0) {
+    S3ORAM_RETURN_IF_ERROR(RefuseIfTheMacNamesAnother(r));
   }
+  if (k_findings.damaged == 0 && !r.options.force) {
+    return Status::FailedPrecondition(
+        r.Name(r.K) + " still holds a live store of this filesystem (" +
+        std::to_string(r.status[r.K].applied_evictions) +
+        " evictions applied) and every slot of it verifies; rebuild only a server that lost "
+        "or damaged its data, or pass --force to replace that store");
+  }
+  if (k_findings.damaged > 0) {
+    spdlog::info("{} has {} damaged slots ({}); replacing its share from the others", r.Name(r.K),
+                 k_findings.damaged, DescribeDamage(k_findings));
+  }
+  r.survivors = clean;
+  return Status::Ok();
+}
 
-  // The survivors must fit this state file (as OramClient::Open checks): the
-  // same number of evictions, or one more while that eviction is pending.
-  // Checked on the most advanced survivor, before anything changes.
-  {
-    std::uint64_t applied_evictions = 0;
-    for (std::size_t j : survivors) {
-      applied_evictions = std::max(applied_evictions, status[j].applied_evictions);
-    }
-    const std::uint64_t ne = store->counters().ne;
-    S3ORAM_ASSIGN_OR_RETURN(auto pending, store->LoadPending());
-    bool evicting = false;
-    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
-    if (applied_evictions < ne) {
-      return Status::FailedPrecondition(
-          "the surviving servers have applied " + std::to_string(applied_evictions) +
-          " evictions but this client state knows " + std::to_string(ne) +
-          ": the state file is newer than the servers");
-    }
-    if (applied_evictions > ne + (evicting ? 1 : 0)) {
-      return Status::FailedPrecondition(
-          "the surviving servers have applied " + std::to_string(applied_evictions) +
-          " evictions but this client state knows " + std::to_string(ne) +
-          ": the state file is older than the servers");
-    }
+// Enough survivors, and they fit this state file (as OramClient::Open
+// checks): the same number of evictions, or one more while that eviction
+// is pending. Checked on the most advanced survivor, before anything changes.
+Status CheckSurvivorsFitTheState(RebuildRun& r) {
+  const OramParams& p = r.params();
+  if (r.survivors.size() < p.threshold + 1) {
+    return Status::Unavailable(
+        "only " + std::to_string(r.survivors.size()) +
+        " surviving servers serve this filesystem; rebuilding server " + std::to_string(r.K) +
+        " needs t + 1 = " + std::to_string(p.threshold + 1) + " of them reachable");
   }
-
-  // ---- 2. A new epoch, durable before any request uses it: any other client
-  // of this filesystem is fenced off from here on (a write during the rebuild
-  // would leave K's copy stale).
-  // Both agreed by t + 1 survivors (or this state), a lone one believed only
-  // within kMaxCounterLead (oramcore/protocol/counter_agreement.h): a
-  // survivor with a forged counter is named, never followed. K's own
-  // counters do not count: it is replaced.
-  {
-    std::vector<std::uint64_t> epochs, seqs;
-    for (std::size_t j : survivors) {
-      epochs.push_back(epoch_of[j]);
-      seqs.push_back(status[j].applied_seq);
-    }
-    auto name = [&](std::size_t x) { return Name(survivors[x], *s.servers); };
-    const AdoptedCounter seq = AdoptCounter(seqs, s.seq, p.threshold);
-    S3ORAM_RETURN_IF_ERROR(
-        CounterOutlierError(seq, seqs, p.threshold, "applied request sequence", name));
-    S3ORAM_ASSIGN_OR_RETURN(s.epoch,
-                            NextAgreedCounter(epochs, s.epoch, p.threshold, "epoch", name));
-    s.seq = seq.value;
+  std::uint64_t applied_evictions = 0;
+  for (std::size_t j : r.survivors) {
+    applied_evictions = std::max(applied_evictions, r.status[j].applied_evictions);
   }
-  {
-    Counters c = store->counters();
-    c.epoch = s.epoch;
-    c.seq = s.seq;
-    ClientStateStore::Batch batch;
-    batch.SetCounters(c);
-    // A rebuild changes neither the filesystem's metadata nor any block's
-    // position: a state that equalled its last backup still does.
-    if (const auto& mark = store->backup_mark(); mark && mark->epoch == store->counters().epoch) {
-      batch.SetBackupMark(BackupMark{mark->generation, s.epoch});
-    }
-    S3ORAM_RETURN_IF_ERROR(store->Commit(batch, /*durable=*/true));
+  const std::uint64_t ne = r.store->counters().ne;
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, r.store->LoadPending());
+  bool evicting = false;
+  for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+  if (applied_evictions < ne) {
+    return Status::FailedPrecondition(
+        "the surviving servers have applied " + std::to_string(applied_evictions) +
+        " evictions but this client state knows " + std::to_string(ne) +
+        ": the state file is newer than the servers");
   }
+  if (applied_evictions > ne + (evicting ? 1 : 0)) {
+    return Status::FailedPrecondition(
+        "the surviving servers have applied " + std::to_string(applied_evictions) +
+        " evictions but this client state knows " + std::to_string(ne) +
+        ": the state file is older than the servers");
+  }
+  return Status::Ok();
+}
 
-  // The survivors' lease, so no mount changes the tree while it is copied.
-  S3ORAM_RETURN_IF_ERROR(AcquireSurvivorLeases(s, survivors, *sealer, state_path));
-  struct ReleaseOnExit {
-    Session& s;
-    const std::vector<std::size_t>& survivors;
-    ~ReleaseOnExit() {
-      if (!s.servers) return;
-      for (std::size_t j : survivors) {
-        (void)s.Ask(j, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
-                    s.options.client.requests);
-      }
-    }
-  } release{s, survivors};
-  S3ORAM_RETURN_IF_ERROR(ReconcileSurvivors(s, survivors, status, report));
-  const std::uint64_t applied_evictions = status[survivors.front()].applied_evictions;
-  std::uint64_t applied_seq = 0;
-  for (std::size_t j : survivors) applied_seq = std::max(applied_seq, status[j].applied_seq);
-  for (std::size_t i = 0; i < p.threshold + 1; ++i) report.participants.push_back(survivors[i]);
-  std::vector<std::uint32_t> participants;
-  for (std::size_t j : report.participants) participants.push_back(static_cast<std::uint32_t>(j));
-
-  // ---- 3. The data path.
+// ---- 2. A new epoch, durable before any request uses it: any other client
+// of this filesystem is fenced off from here on (a write during the rebuild
+// would leave K's copy stale).
+// Both agreed by t + 1 survivors (or this state), a lone one believed only
+// within kMaxCounterLead (oramcore/protocol/counter_agreement.h): a
+// survivor with a forged counter is named, never followed. K's own
+// counters do not count: it is replaced.
+Status AdoptNewEpoch(RebuildRun& r) {
+  Session& s = *r.s;
+  const OramParams& p = r.params();
+  std::vector<std::uint64_t> epochs, seqs;
+  for (std::size_t j : r.survivors) {
+    epochs.push_back(r.epoch_of[j]);
+    seqs.push_back(r.status[j].applied_seq);
+  }
+  auto name = [&](std::size_t x) { return r.Name(r.survivors[x]); };
+  const AdoptedCounter seq = AdoptCounter(seqs, s.seq, p.threshold);
   S3ORAM_RETURN_IF_ERROR(
-      s.Ask(K,
-            wire::RebuildBeginRequest{static_cast<std::uint32_t>(K), shape, applied_seq,
-                                      applied_evictions, options.force || k_live},
-            wire::MessageType::kRebuildBeginReply, options.client.requests)
-          .status()
-          .WithContext("starting the rebuild on " + Name(K, *s.servers)));
-  std::string from;
-  for (std::size_t j : report.participants) from += (from.empty() ? "" : ",") + std::to_string(j);
-  spdlog::info("rebuilding server {} from servers {} (evictions {}, seq {})", K, from,
-               applied_evictions, applied_seq);
+      CounterOutlierError(seq, seqs, p.threshold, "applied request sequence", name));
+  S3ORAM_ASSIGN_OR_RETURN(s.epoch, NextAgreedCounter(epochs, s.epoch, p.threshold, "epoch", name));
+  s.seq = seq.value;
+  Counters c = r.store->counters();
+  c.epoch = s.epoch;
+  c.seq = s.seq;
+  ClientStateStore::Batch batch;
+  batch.SetCounters(c);
+  // A rebuild changes neither the filesystem's metadata nor any block's
+  // position: a state that equalled its last backup still does.
+  if (const auto& mark = r.store->backup_mark(); mark && mark->epoch == r.store->counters().epoch) {
+    batch.SetBackupMark(BackupMark{mark->generation, s.epoch});
+  }
+  return r.store->Commit(batch, /*durable=*/true);
+}
 
+// ---- 3. The data path: what every range of it shares.
+struct DataPath {
+  std::uint64_t applied_evictions = 0;
+  std::uint64_t applied_seq = 0;
+  std::vector<std::uint32_t> participants;
   // A fresh session nonce: every run's masks are new, so two runs' replies
   // cannot be combined to cancel masks.
   wire::RebuildNonce nonce{};
-  random::Bytes(nonce);
-  const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
-  const std::uint64_t bucket_elems = std::uint64_t{shape.bucket_size} * shape.elems_per_slot;
-  const std::uint64_t bucket_bytes = bucket_elems * sizeof(field::Elem);
-  // At most what the servers' frame limits allow (wire/message_limits.h).
-  std::uint64_t per_range = wire::RebuildRangeBuckets(shape, options.range_bytes);
-  per_range = std::min<std::uint64_t>(per_range, wire::kMaxElems / bucket_elems);
-  report.buckets = buckets;
+  std::uint64_t bucket_elems = 0;
   // The data path moves megabytes per request: a resend after the usual 2 s
   // would only make a loaded server do the same range twice (harmless, see
   // the idempotency table, but wasteful).
-  const TransportOptions bulk{
-      std::max<std::chrono::milliseconds>(options.client.requests.resend_after,
-                                          std::chrono::seconds(30)),
-      std::max<std::chrono::milliseconds>(options.client.requests.deadline,
-                                          std::chrono::seconds(300))};
+  TransportOptions bulk;
+
+  wire::RebuildReadRequest Read(std::size_t target, std::uint64_t first, std::uint32_t count,
+                                bool dense) const {
+    wire::RebuildReadRequest req;
+    req.target = static_cast<std::uint32_t>(target);
+    req.participants = participants;
+    req.nonce = nonce;
+    req.first_bucket = first;
+    req.count = count;
+    req.dense = dense;
+    return req;
+  }
+};
+
+// The root snapshot of an eviction under way ("bucket 0", root.bin): the
+// target's share is rebuilt as a bucket's is, so that the eviction,
+// prepared again, reads the same root on every server (the live root may
+// hold later root writes by then). Carried over only if every participant
+// holds it: one that does not never started that eviction, which then
+// reads the live root when it is prepared again, everywhere alike.
+Status RebuildRootSnapshot(RebuildRun& r, const DataPath& d) {
+  Session& s = *r.s;
+  std::vector<std::vector<field::Elem>> snapshot;
+  for (std::size_t j : r.report.participants) {
+    auto m =
+        s.Ask(j, d.Read(r.K, 0, 1, /*dense=*/true), wire::MessageType::kRebuildReadReply, d.bulk);
+    if (!m.ok() && m.status().code() == Status::Code::kFailedPrecondition) return Status::Ok();
+    if (!m.ok()) return m.status().WithContext("reading the root snapshot");
+    auto& reply = std::get<wire::RebuildReadReply>(m->body);
+    if (reply.first_bucket != 0 || reply.holes != std::vector<std::uint8_t>{0} ||
+        reply.contribution.size() != d.bucket_elems) {
+      return Status::Protocol(r.Name(j) +
+                              " answered a rebuild read of the root snapshot with a malformed "
+                              "reply");
+    }
+    r.report.bytes_received += reply.contribution.size() * sizeof(field::Elem);
+    snapshot.push_back(std::move(reply.contribution));
+  }
+  wire::RebuildWriteRequest w;
+  w.first_bucket = 0;
+  w.holes = {0};
+  w.contributions = std::move(snapshot);
+  wire::Header h = s.Next();
+  auto frame = wire::Encode(h, w);
+  w = {};
+  S3ORAM_RETURN_IF_ERROR(
+      s.servers->ExchangeWith({r.K}, {frame}, h, wire::MessageType::kRebuildWriteReply, d.bulk)
+          .status()
+          .WithContext("writing the root snapshot on " + r.Name(r.K)));
+  r.report.root_snapshot = true;
+  spdlog::info("rebuilt the root snapshot of eviction {} on {}", d.applied_evictions, r.Name(r.K));
+  return Status::Ok();
+}
+
+// Buckets first .. first + count - 1: the participants' masked
+// contributions, combined by K.
+Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::uint32_t count) {
+  Session& s = *r.s;
+  std::vector<wire::RebuildReadReply> replies;
+  // Without `dense` survivors omit buckets that are file holes. Every server
+  // writes the same buckets (eviction paths and root slots are public), so
+  // the hole maps agree unless a filesystem reports holes differently; then
+  // the range is asked for again in full.
+  for (bool dense : {false, true}) {
+    replies.clear();
+    for (std::size_t j : r.report.participants) {
+      S3ORAM_ASSIGN_OR_RETURN(wire::Message m, s.Ask(j, d.Read(r.K, first, count, dense),
+                                                     wire::MessageType::kRebuildReadReply, d.bulk));
+      if (r.options.observe) r.options.observe(j, m);
+      auto& reply = std::get<wire::RebuildReadReply>(m.body);
+      std::uint64_t written = 0;
+      for (std::uint8_t f : reply.holes) written += f ? 0 : 1;
+      if (reply.first_bucket != first || reply.holes.size() != count ||
+          reply.contribution.size() != written * d.bucket_elems) {
+        return Status::Protocol(r.Name(j) + " answered a rebuild read of buckets " +
+                                std::to_string(first) + "+" + std::to_string(count) +
+                                " with a malformed reply");
+      }
+      r.report.bytes_received += reply.contribution.size() * sizeof(field::Elem);
+      replies.push_back(std::move(reply));
+    }
+    bool agree = true;
+    for (const auto& reply : replies) agree &= reply.holes == replies.front().holes;
+    if (agree) break;
+    if (dense) return Status::Protocol("survivors sent different hole maps for a dense read");
+    spdlog::debug("hole maps differ for buckets {}+{}; reading them in full", first, count);
+  }
+  wire::RebuildWriteRequest w;
+  w.first_bucket = first;
+  w.holes = replies.front().holes;
+  for (auto& reply : replies) w.contributions.push_back(std::move(reply.contribution));
+  for (std::uint8_t f : w.holes) r.report.buckets_written += f ? 0 : 1;
+  wire::Header h = s.Next();
+  if (r.options.observe) r.options.observe(r.K, wire::Message{h, w});
+  auto frame = wire::Encode(h, w);
+  w = {};
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto reply,
+      s.servers->ExchangeWith({r.K}, {frame}, h, wire::MessageType::kRebuildWriteReply, d.bulk));
+  const auto& wr = std::get<wire::RebuildWriteReply>(reply[0].body);
+  if (wr.next_bucket != first + count) {
+    return Status::Protocol(r.Name(r.K) + " reports bucket " + std::to_string(wr.next_bucket) +
+                            " as next, expected " + std::to_string(first + count));
+  }
+  return Status::Ok();
+}
+
+// ---- 3. The data path: REBUILD_BEGIN on K, the root snapshot, every range,
+// REBUILD_FINISH, and the seq used recorded.
+Status CopyShares(RebuildRun& r) {
+  Session& s = *r.s;
+  const OramParams& p = r.params();
+  const RebuildOptions& options = r.options;
+  DataPath d;
+  d.applied_evictions = r.status[r.survivors.front()].applied_evictions;
+  for (std::size_t j : r.survivors)
+    d.applied_seq = std::max(d.applied_seq, r.status[j].applied_seq);
+  for (std::size_t i = 0; i < p.threshold + 1; ++i) r.report.participants.push_back(r.survivors[i]);
+  for (std::size_t j : r.report.participants)
+    d.participants.push_back(static_cast<std::uint32_t>(j));
+  S3ORAM_RETURN_IF_ERROR(
+      s.Ask(r.K,
+            wire::RebuildBeginRequest{static_cast<std::uint32_t>(r.K), r.shape, d.applied_seq,
+                                      d.applied_evictions, options.force || r.k_live},
+            wire::MessageType::kRebuildBeginReply, options.client.requests)
+          .status()
+          .WithContext("starting the rebuild on " + r.Name(r.K)));
+  std::string from;
+  for (std::size_t j : r.report.participants) from += (from.empty() ? "" : ",") + std::to_string(j);
+  spdlog::info("rebuilding server {} from servers {} (evictions {}, seq {})", r.K, from,
+               d.applied_evictions, d.applied_seq);
+
+  random::Bytes(d.nonce);
+  const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
+  d.bucket_elems = std::uint64_t{r.shape.bucket_size} * r.shape.elems_per_slot;
+  const std::uint64_t bucket_bytes = d.bucket_elems * sizeof(field::Elem);
+  // At most what the servers' frame limits allow (wire/message_limits.h).
+  std::uint64_t per_range = wire::RebuildRangeBuckets(r.shape, options.range_bytes);
+  per_range = std::min<std::uint64_t>(per_range, wire::kMaxElems / d.bucket_elems);
+  r.report.buckets = buckets;
+  d.bulk = TransportOptions{std::max<std::chrono::milliseconds>(
+                                options.client.requests.resend_after, std::chrono::seconds(30)),
+                            std::max<std::chrono::milliseconds>(options.client.requests.deadline,
+                                                                std::chrono::seconds(300))};
   const std::uint64_t total_bytes = buckets * bucket_bytes;
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
-  // The root snapshot of an eviction under way ("bucket 0", root.bin): the
-  // target's share is rebuilt as a bucket's is, so that the eviction,
-  // prepared again, reads the same root on every server (the live root may
-  // hold later root writes by then). Carried over only if every participant
-  // holds it: one that does not never started that eviction, which then
-  // reads the live root when it is prepared again, everywhere alike.
-  {
-    std::vector<std::vector<field::Elem>> snapshot;
-    for (std::size_t j : report.participants) {
-      wire::RebuildReadRequest req;
-      req.target = static_cast<std::uint32_t>(K);
-      req.participants = participants;
-      req.nonce = nonce;
-      req.first_bucket = 0;
-      req.count = 1;
-      req.dense = true;
-      auto m = s.Ask(j, req, wire::MessageType::kRebuildReadReply, bulk);
-      if (!m.ok() && m.status().code() == Status::Code::kFailedPrecondition) break;
-      if (!m.ok()) return m.status().WithContext("reading the root snapshot");
-      auto& r = std::get<wire::RebuildReadReply>(m->body);
-      if (r.first_bucket != 0 || r.holes != std::vector<std::uint8_t>{0} ||
-          r.contribution.size() != bucket_elems) {
-        return Status::Protocol(Name(j, *s.servers) +
-                                " answered a rebuild read of the root snapshot with a malformed "
-                                "reply");
-      }
-      report.bytes_received += r.contribution.size() * sizeof(field::Elem);
-      snapshot.push_back(std::move(r.contribution));
-    }
-    if (snapshot.size() == report.participants.size()) {
-      wire::RebuildWriteRequest w;
-      w.first_bucket = 0;
-      w.holes = {0};
-      w.contributions = std::move(snapshot);
-      wire::Header h = s.Next();
-      auto frame = wire::Encode(h, w);
-      w = {};
-      S3ORAM_RETURN_IF_ERROR(s.servers
-                                 ->ExchangeWith({K}, {frame}, h,
-                                                wire::MessageType::kRebuildWriteReply, bulk)
-                                 .status()
-                                 .WithContext("writing the root snapshot on " +
-                                              Name(K, *s.servers)));
-      report.root_snapshot = true;
-      spdlog::info("rebuilt the root snapshot of eviction {} on {}", applied_evictions,
-                   Name(K, *s.servers));
-    }
-  }
-
+  S3ORAM_RETURN_IF_ERROR(RebuildRootSnapshot(r, d));
   for (std::uint64_t first = 1; first <= buckets;) {
     const auto count =
         static_cast<std::uint32_t>(std::min<std::uint64_t>(per_range, buckets - first + 1));
-    std::vector<wire::RebuildReadReply> replies;
-    // Without `dense` survivors omit buckets that are file holes. Every server
-    // writes the same buckets (eviction paths and root slots are public), so
-    // the hole maps agree unless a filesystem reports holes differently; then
-    // the range is asked for again in full.
-    for (bool dense : {false, true}) {
-      replies.clear();
-      for (std::size_t j : report.participants) {
-        wire::RebuildReadRequest req;
-        req.target = static_cast<std::uint32_t>(K);
-        req.participants = participants;
-        req.nonce = nonce;
-        req.first_bucket = first;
-        req.count = count;
-        req.dense = dense;
-        S3ORAM_ASSIGN_OR_RETURN(
-            wire::Message m,
-            s.Ask(j, req, wire::MessageType::kRebuildReadReply, bulk));
-        if (options.observe) options.observe(j, m);
-        auto& r = std::get<wire::RebuildReadReply>(m.body);
-        std::uint64_t written = 0;
-        for (std::uint8_t f : r.holes) written += f ? 0 : 1;
-        if (r.first_bucket != first || r.holes.size() != count ||
-            r.contribution.size() != written * bucket_elems) {
-          return Status::Protocol(Name(j, *s.servers) + " answered a rebuild read of buckets " +
-                                  std::to_string(first) + "+" + std::to_string(count) +
-                                  " with a malformed reply");
-        }
-        report.bytes_received += r.contribution.size() * sizeof(field::Elem);
-        replies.push_back(std::move(r));
-      }
-      bool agree = true;
-      for (const auto& r : replies) agree &= r.holes == replies.front().holes;
-      if (agree) break;
-      if (dense) return Status::Protocol("survivors sent different hole maps for a dense read");
-      spdlog::debug("hole maps differ for buckets {}+{}; reading them in full", first, count);
-    }
-    wire::RebuildWriteRequest w;
-    w.first_bucket = first;
-    w.holes = replies.front().holes;
-    for (auto& r : replies) w.contributions.push_back(std::move(r.contribution));
-    for (std::uint8_t f : w.holes) report.buckets_written += f ? 0 : 1;
-    wire::Header h = s.Next();
-    if (options.observe) options.observe(K, wire::Message{h, w});
-    auto frame = wire::Encode(h, w);
-    w = {};
-    S3ORAM_ASSIGN_OR_RETURN(
-        auto reply,
-        s.servers->ExchangeWith({K}, {frame}, h, wire::MessageType::kRebuildWriteReply, bulk));
-    const auto& wr = std::get<wire::RebuildWriteReply>(reply[0].body);
-    if (wr.next_bucket != first + count) {
-      return Status::Protocol(Name(K, *s.servers) + " reports bucket " +
-                              std::to_string(wr.next_bucket) + " as next, expected " +
-                              std::to_string(first + count));
-    }
+    S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, count));
     first += count;
     if (options.progress) options.progress("rebuild", (first - 1) * bucket_bytes, total_bytes);
   }
   // FINISH syncs the whole share file: give it the eviction budget.
-  S3ORAM_RETURN_IF_ERROR(s.Ask(K, wire::RebuildFinishRequest{applied_seq, applied_evictions},
+  S3ORAM_RETURN_IF_ERROR(s.Ask(r.K, wire::RebuildFinishRequest{d.applied_seq, d.applied_evictions},
                                wire::MessageType::kRebuildFinishReply, options.client.evictions)
                              .status()
-                             .WithContext("finishing the rebuild on " + Name(K, *s.servers)));
-  {
-    // Record the seq used: the next client continues above it.
-    Counters c = store->counters();
-    c.seq = std::max(c.seq, s.seq);
-    ClientStateStore::Batch batch;
-    batch.SetCounters(c);
-    // A problem a mount recorded (s3oram status) is taken as repaired; if
-    // it was another server's, the next access meets and records it again.
-    if (store->problem_note()) batch.SetProblemNote(std::nullopt);
-    S3ORAM_RETURN_IF_ERROR(store->Commit(batch, /*durable=*/true));
-  }
-  spdlog::info("server {} rebuilt: {} of {} buckets written", K, report.buckets_written, buckets);
-  for (std::size_t j : survivors) {
-    (void)s.Ask(j, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
-                options.client.requests);
-  }
-  s.servers.reset();
-  store.reset();
+                             .WithContext("finishing the rebuild on " + r.Name(r.K)));
+  // Record the seq used: the next client continues above it.
+  Counters c = r.store->counters();
+  c.seq = std::max(c.seq, s.seq);
+  ClientStateStore::Batch batch;
+  batch.SetCounters(c);
+  // A problem a mount recorded (s3oram status) is taken as repaired; if
+  // it was another server's, the next access meets and records it again.
+  if (r.store->problem_note()) batch.SetProblemNote(std::nullopt);
+  S3ORAM_RETURN_IF_ERROR(r.store->Commit(batch, /*durable=*/true));
+  spdlog::info("server {} rebuilt: {} of {} buckets written", r.K, r.report.buckets_written,
+               buckets);
+  return Status::Ok();
+}
 
-  // ---- 4. Verification through the ORAM: every live block must authenticate.
-  if (!options.verify) return report;
-  S3ORAM_ASSIGN_OR_RETURN(auto client, OramClient::Open(state_path, passphrase, options.client));
+// ---- 4. Verification through the ORAM: every live block must authenticate.
+Status VerifyThroughOram(RebuildRun& r, const Secret& passphrase) {
+  const RebuildOptions& options = r.options;
+  S3ORAM_ASSIGN_OR_RETURN(auto client, OramClient::Open(r.state_path, passphrase, options.client));
   std::vector<BlockId> live;
   const PositionMap& pm = client->position_map();
   for (BlockId id = 0; id < pm.capacity(); ++id) {
@@ -603,25 +613,87 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   }
   if (options.progress) options.progress("verify", 0, live.size());
   for (BlockId id : live) {
-    auto r = client->Read(id);
-    if (!r.ok()) {
-      return r.status().WithContext("verifying block " + std::to_string(id) +
-                                    " after rebuilding server " + std::to_string(K));
+    auto read = client->Read(id);
+    if (!read.ok()) {
+      return read.status().WithContext("verifying block " + std::to_string(id) +
+                                       " after rebuilding server " + std::to_string(r.K));
     }
-    ++report.blocks_verified;
-    if (options.progress) options.progress("verify", report.blocks_verified, live.size());
+    ++r.report.blocks_verified;
+    if (options.progress) options.progress("verify", r.report.blocks_verified, live.size());
   }
   S3ORAM_RETURN_IF_ERROR(client->Sync());
   // The reads moved every block: upload the state, so that another device
   // refreshing after this rebuild finds a backup as new as the servers.
   if (auto b = BackupState(*client); b.ok() && client->RecordBackup(b->generation, b->epoch).ok()) {
-    report.backup_generation = b->generation;
+    r.report.backup_generation = b->generation;
   } else {
-    spdlog::warn("rebuild: backing up the client state after the verification failed ({}); run "
-                 "`s3oram backup-state -s {}`",
-                 b.ok() ? "recording it in the state" : b.status().ToString(), state_path);
+    spdlog::warn(
+        "rebuild: backing up the client state after the verification failed ({}); run "
+        "`s3oram backup-state -s {}`",
+        b.ok() ? "recording it in the state" : b.status().ToString(), r.state_path);
   }
-  return report;
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,
+                                    const RebuildOptions& options) {
+  random::EnsureInitialized();
+  RebuildRun r(state_path, options);
+  // The passphrase first (it opens the sealed state): a wrong one changes
+  // nothing anywhere.
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                          UnlockedState::Unlock(state_path, passphrase));
+  r.sealer = std::make_unique<BlockSealer>(unlocked->master(), unlocked->header().fs_id);
+  S3ORAM_ASSIGN_OR_RETURN(
+      r.store, ClientStateStore::Open(std::shared_ptr<UnlockedState>(std::move(unlocked))));
+  const FsConfig& config = r.store->config();
+  const OramParams& p = config.params;
+  const std::size_t parties = config.servers.size();
+  r.K = options.target;
+  if (parties != p.parties) {
+    return Status::Corruption("state lists " + std::to_string(parties) + " servers for " +
+                              std::to_string(p.parties) + " parties");
+  }
+  if (r.K >= parties) {
+    return Status::InvalidArgument("server " + std::to_string(r.K) +
+                                   " does not exist: this "
+                                   "filesystem has servers 0.." +
+                                   std::to_string(parties - 1));
+  }
+  r.shape = ShapeOf(p);
+  r.s.emplace(
+      Session{options, config, nullptr, r.store->counters().epoch, r.store->counters().seq});
+  S3ORAM_ASSIGN_OR_RETURN(r.s->servers,
+                          ConnectServers(options.client.connect, AddressesOf(config)));
+
+  S3ORAM_RETURN_IF_ERROR(SurveyServers(r));
+  S3ORAM_RETURN_IF_ERROR(ChooseSources(r));
+  S3ORAM_RETURN_IF_ERROR(CheckSurvivorsFitTheState(r));
+  S3ORAM_RETURN_IF_ERROR(AdoptNewEpoch(r));
+
+  // The survivors' lease, so no mount changes the tree while it is copied;
+  // released however the copy ends.
+  S3ORAM_RETURN_IF_ERROR(AcquireSurvivorLeases(*r.s, r.survivors, *r.sealer, state_path));
+  struct ReleaseOnExit {
+    RebuildRun& r;
+    ~ReleaseOnExit() {
+      for (std::size_t j : r.survivors) {
+        (void)r.s->Ask(j, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
+                       r.options.client.requests);
+      }
+    }
+  };
+  {
+    const ReleaseOnExit release{r};
+    S3ORAM_RETURN_IF_ERROR(ReconcileSurvivors(*r.s, r.survivors, r.status, r.report));
+    S3ORAM_RETURN_IF_ERROR(CopyShares(r));
+  }
+  r.s.reset();
+  r.store.reset();
+  if (options.verify) S3ORAM_RETURN_IF_ERROR(VerifyThroughOram(r, passphrase));
+  return std::move(r.report);
 }
 
 }  // namespace s3oram
