@@ -173,230 +173,22 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   client->options_ = options;
   client->read_only_ = read_only;
   const bool allow_stale = read_only && options.allow_stale;
-  if (!read_only) {
-    // One writer per state file on this machine, whatever the servers say:
-    // two processes sharing one SQLite state would corrupt each other. The
-    // lock dies with the process (a crash leaves nothing to clean up).
-    client->state_lock_fd_ = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (client->state_lock_fd_ >= 0 && ::flock(client->state_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-      return Status::LeaseHeld("the client state " + state_path +
-                               " is in use by another process on this machine (a mounted "
-                               "s3oramfs, fsck, rebuild...): unmount or stop it first");
-    }
-  }
-  // Before anything changes (the epoch): a wrong passphrase leaves no trace.
-  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
-                          UnlockedState::Unlock(state_path, passphrase));
-  if (!read_only && !unlocked->current_format()) {
-    // A state of format 1 authenticates its pages but not its log's frame
-    // headers, under a key shared by every copy: rewrite it once.
-    S3ORAM_RETURN_IF_ERROR(unlocked->Rebind(&client->state_lock_fd_)
-                               .WithContext("converting " + state_path + " to state format " +
-                                            std::to_string(kStateFormat)));
-    spdlog::info("{}: converted to state format {} (every log frame authenticated, a key of "
-                 "its own)",
-                 state_path, kStateFormat);
-  }
-  std::shared_ptr<UnlockedState> shared(std::move(unlocked));
-  client->sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
-  client->backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
-  S3ORAM_ASSIGN_OR_RETURN(client->store_, ClientStateStore::Open(std::move(shared)));
-  const FsConfig& config = client->store_->config();
-  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
-                             .WithContext("parameters in " + state_path));
-  const auto data_elems = static_cast<std::size_t>(config.params.data_elems_per_slot());
-  if (config.params.mac_elems > 0) {
-    client->mac_ = MakeShareMacKey(client->store_->share_mac_secrets(), data_elems);
-  }
-  if (client->store_->rekey()) {
-    // A rotation under way: blocks not re-sealed yet are under the previous key.
-    client->sealer_->AcceptPrevious(client->store_->rekey_old_master());
-    if (client->mac_) {
-      const ShareMacSecrets& previous = *client->store_->rekey_old_share_mac();
-      client->previous_mac_ = MakeShareMacKey(previous, data_elems);
-      client->rotation_shared_half_ = SharedHalf(previous, client->store_->share_mac_secrets());
-    }
-  }
-  S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, client->store_->LoadPositionMap());
-  client->pm_ = std::make_unique<PositionMap>(std::move(pm));
-  client->counters_ = client->store_->counters();
-  client->pacer_ = EvictionPacer(std::chrono::milliseconds(client->store_->eviction_estimate_ms()));
-  if (config.servers.size() != config.params.parties) {
-    return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
-                              " servers for " + std::to_string(config.params.parties) + " parties");
-  }
-  if (!read_only) {
-    // Two rounds of root writes (background eviction, RootCopies).
-    S3ORAM_ASSIGN_OR_RETURN(
-        client->root_copies_,
-        RootCopies::Open(state_path + ".roots", 2 * std::size_t{config.params.evict_rate},
-                         static_cast<std::size_t>(config.params.elems_per_slot())));
-  }
-  S3ORAM_ASSIGN_OR_RETURN(client->servers_, ConnectServers(options.connect, AddressesOf(config)));
-
-  std::vector<Elem> xs;
-  for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
-  S3ORAM_ASSIGN_OR_RETURN(client->lambda_, shamir::LagrangeAtZero(xs));
-  S3ORAM_ASSIGN_OR_RETURN(client->parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
-
-  // Every server must serve this filesystem with this shape.
-  auto reports = client->QueryServers(options.requests.deadline);
-  std::vector<std::size_t> behind;
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
-    if (!r.status.ok()) return r.status;
-    if (!r.reply.initialized) {
-      // A server being rebuilt, or one that lost its disk, says so in its
-      // STATUS; name the command that fixes each case (oramcore/protocol/rebuild.h).
-      const std::string who = "server " + std::to_string(i) + " (" + r.endpoint + ")";
-      if (r.reply.rebuilding) {
-        return Status::FailedPrecondition(who + " is being rebuilt; finish it with s3oram rebuild "
-                                          "--server " + std::to_string(i));
-      }
-      return Status::FailedPrecondition(who + " holds no filesystem; run s3oram init, or s3oram "
-                                        "rebuild --server " + std::to_string(i) +
-                                        " if it lost its data");
-    }
-    if (r.reply.server_index != i || !(r.reply.shape == ShapeOf(config.params))) {
-      return Status::FailedPrecondition("server " + std::to_string(i) + " (" + r.endpoint +
-                                        ") serves a different share (index or shape mismatch)");
-    }
-    if (r.reply.applied_evictions < client->counters_.ne) behind.push_back(i);
-  }
-  // Servers behind the state's eviction count lost data (or were put back
-  // to an old copy): every one of them is named, not only the first.
-  if (!behind.empty()) {
-    std::string who;
-    for (std::size_t i : behind) {
-      who += std::string(who.empty() ? "" : ", ") + "server " + std::to_string(i) + " (" +
-             reports[i].endpoint + ") has applied only " +
-             std::to_string(reports[i].reply.applied_evictions);
-    }
-    const bool all = behind.size() == reports.size();
-    const bool rebuildable = reports.size() - behind.size() >= config.params.threshold + 1;
-    std::string fix;
-    if (all) {
-      fix =
-          ": every server is behind this state, so the servers were put back together (an "
-          "old copy of their data directories) or this state belongs to a newer copy of them. "
-          "Put their newest data back; otherwise restore a backup the servers are not behind "
-          "(s3oram restore --generation N) and accept losing what was written since";
-    } else if (!rebuildable) {
-      fix = ": fewer than t + 1 = " + std::to_string(config.params.threshold + 1) +
-            " servers hold the tree this state knows, so they cannot be rebuilt from the others. "
-            "Put their newest data back; otherwise restore a backup they are not behind "
-            "(s3oram restore --generation N) and accept losing what was written since";
-    } else {
-      fix = std::string(": ") + (behind.size() > 1 ? "those servers" : "the server") +
-            " lost data; repair with s3oram rebuild --server " + std::to_string(behind.front()) +
-            (behind.size() > 1 ? ", then the next one" : "");
-    }
-    return Status::FailedPrecondition(who + " evictions but the client state records " +
-                                      std::to_string(client->counters_.ne) + fix);
-  }
-  // Rolled back: every request's seq is at most one beyond what the state
-  // held durably when it was sent (NextMutationHeader), so t + 1 servers
-  // that applied more than that under this state's own epoch prove the state
-  // lost commits it had made: an older copy of the file or its log cut at an
-  // earlier commit (both still authenticate), or a disk that lost synced
-  // writes. Servers at a later epoch were written by another client (the
-  // freshness check below judges that); one server alone cannot make a
-  // state look rolled back.
-  {
-    std::vector<std::uint64_t> applied;
-    for (const auto& r : reports) {
-      applied.push_back(r.reply.epoch == client->counters_.epoch ? r.reply.applied_seq : 0);
-    }
-    const std::uint64_t agreed = AgreedAtLeast(applied, config.params.threshold + 1);
-    const std::uint64_t held = client->counters_.seq;
-    if (agreed > held + 1) {
-      const std::string why =
-          std::to_string(config.params.threshold + 1) + " servers have applied request " +
-          std::to_string(agreed) + " but the client state " + state_path + " records only " +
-          std::to_string(held) + ": the state was rolled back (an older copy of it, or its log "
-          "cut short, was put in place, or the disk lost writes it had synced)";
-      if (!allow_stale) {
-        return Status::StaleState(
-            why +
-            ". Writing with it would destroy what was written since. Put the newer copy "
-            "back if there is one; otherwise move this one aside and restore the newest "
-            "backup with `s3oram restore -s " +
-            state_path +
-            " --force`: what was written after that backup is lost, and so are blocks "
-            "of older files that evictions have moved since (the restore names every "
-            "file part it loses)");
-      }
-      spdlog::warn("{}; opened read-only as asked", why);
-    }
-  }
+  S3ORAM_RETURN_IF_ERROR(client->LoadState(state_path, passphrase));
+  S3ORAM_ASSIGN_OR_RETURN(const std::vector<ServerReport> reports,
+                          client->CheckServersHoldThisState());
+  S3ORAM_RETURN_IF_ERROR(client->RefuseIfRolledBack(reports, state_path, allow_stale));
   // The sequence t + 1 servers (or this state) agree on, raised to a lone
   // server's only within kMaxCounterLead (oramcore/protocol/counter_agreement.h);
-  // a writable open refuses an outlier below, with the epoch.
+  // a writable open refuses an outlier (StartEpoch).
   std::vector<std::uint64_t> applied_seqs;
   for (const auto& r : reports) applied_seqs.push_back(r.reply.applied_seq);
   const AdoptedCounter seq =
-      AdoptCounter(applied_seqs, client->counters_.seq, config.params.threshold);
+      AdoptCounter(applied_seqs, client->counters_.seq, client->params().threshold);
   client->counters_.seq = seq.value;
-  // Freshness, agreed by t + 1 servers (oramcore/protocol/freshness.h): a
-  // state another client has moved past (a copy of this state, a restored
-  // backup, a forced takeover, another device, also one that only renamed
-  // or created files and uploaded its state) must not be written with, nor
-  // published as the newest backup.
-  {
-    std::vector<ServerFreshness> views(reports.size());
-    std::vector<std::string> names;
-    for (std::size_t i = 0; i < reports.size(); ++i) {
-      views[i].store_epoch = reports[i].reply.epoch;
-      views[i].applied_evictions = reports[i].reply.applied_evictions;
-      names.push_back("server " + std::to_string(i) + " (" + reports[i].endpoint + ")");
-      S3ORAM_ASSIGN_OR_RETURN(auto backups, client->QueryBackupList(i));
-      for (const auto& b : backups) views[i].generations.push_back(b.generation);
-    }
-    S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, client->store_->LoadPending());
-    bool evicting = false;
-    for (const auto& op : pending) evicting |= op.kind == kEvictKind;
-    client->freshness_ = JudgeFreshness(client->counters_, client->store_->backup_mark(), views,
-                                        names, config.params.threshold, evicting);
-    const FreshnessVerdict& f = client->freshness_;
-    for (const auto& w : f.warnings) spdlog::warn("{}", w);
-    if (!f.inconsistent.empty() && !allow_stale) {
-      return Status::FailedPrecondition(f.inconsistent + " (`s3oram scrub -s " + state_path +
-                                        "` checks the shares)");
-    }
-    if (f.stale && !allow_stale) {
-      return Status::StaleState(f.why + ": the state is stale, and writing with it would "
-                                "destroy that client's data. " + StaleStateFix(state_path));
-    }
-  }
+  S3ORAM_RETURN_IF_ERROR(client->JudgeStateFreshness(reports, state_path, allow_stale));
   if (client->read_only_) return client;
 
-  // A new epoch for this client incarnation, durable before any request
-  // uses it; then the lease under that epoch. Every server must accept it,
-  // so it goes above the epoch t + 1 servers (or this state: a copy of it
-  // may have run elsewhere) agree on, and above a lone server's within
-  // kMaxCounterLead (a lease that reached only it before its client
-  // stopped). A server further above is named and refused, never followed:
-  // one forged lease record must not push every server to the last epoch.
-  const std::uint64_t opened_epoch = client->counters_.epoch;
-  auto name = [&](std::size_t i) {
-    return "server " + std::to_string(i) + " (" + reports[i].endpoint + ")";
-  };
-  S3ORAM_RETURN_IF_ERROR(CounterOutlierError(seq, applied_seqs, config.params.threshold,
-                                             "applied request sequence", name));
-  std::vector<std::uint64_t> epochs;
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, client->QueryLease(i));
-    epochs.push_back(std::max(reports[i].reply.epoch, lease.highest_epoch));
-  }
-  S3ORAM_ASSIGN_OR_RETURN(
-      client->counters_.epoch,
-      NextAgreedCounter(epochs, opened_epoch, config.params.threshold, "epoch", name));
-  {
-    ClientStateStore::Batch batch;
-    batch.SetCounters(client->counters_);
-    S3ORAM_RETURN_IF_ERROR(client->store_->Commit(batch, /*durable=*/true));
-  }
-  client->opened_epoch_ = opened_epoch;
+  S3ORAM_RETURN_IF_ERROR(client->StartEpoch(reports, seq, applied_seqs));
   if (Status lease = client->AcquireLease(state_path); !lease.ok()) {
     // Nothing was changed under the new epoch: a state that equalled its
     // last backup still does (its mark follows the epoch), so a refused
@@ -404,34 +196,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     (void)client->KeepBackupMark();
     return lease;
   }
-  // Root writes accesses logged but had not sent (or not seen acknowledged
-  // by every server) when this state was last used, for slots nr, nr + 1,
-  // ...: send them now, in order. They rewrite those slots completely, which
-  // is also the repair every Open needs.
-  {
-    S3ORAM_ASSIGN_OR_RETURN(auto pending, client->store_->LoadPending());
-    std::vector<PendingOp> roots;
-    for (auto& op : pending) {
-      if (op.kind != kRootKind) continue;
-      if (op.seq < kPendingRootKey || op.seq - kPendingRootKey >= config.params.evict_rate) {
-        return Status::Corruption("pending root write under an unexpected key " +
-                                  std::to_string(op.seq));
-      }
-      roots.push_back(std::move(op));
-    }
-    // Each under the key of its slot (kPendingRootKey + slot), so key order
-    // is slot order; DecodeRootPayload checks that they follow nr in turn.
-    std::sort(roots.begin(), roots.end(),
-              [](const PendingOp& a, const PendingOp& b) { return a.seq < b.seq; });
-    for (const auto& op : roots) {
-      S3ORAM_ASSIGN_OR_RETURN(
-          PendingRoot root,
-          client->DecodeRootPayload(op.payload, client->counters_.nr + client->pending_roots_.size()));
-      root.key = op.seq;
-      client->pending_roots_.push_back(std::move(root));
-    }
-    S3ORAM_RETURN_IF_ERROR(client->FlushPendingRoots());
-  }
+  S3ORAM_RETURN_IF_ERROR(client->ResendLoggedRootWrites());
   if (const auto& note = client->store_->problem_note(); note && note->damaged) {
     client->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
   }
@@ -440,6 +205,263 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     return finished;
   }
   return client;
+}
+
+Status OramClient::LoadState(const std::string& state_path, const Secret& passphrase) {
+  if (!read_only_) {
+    // One writer per state file on this machine, whatever the servers say:
+    // two processes sharing one SQLite state would corrupt each other. The
+    // lock dies with the process (a crash leaves nothing to clean up).
+    state_lock_fd_ = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
+    if (state_lock_fd_ >= 0 && ::flock(state_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
+      return Status::LeaseHeld("the client state " + state_path +
+                               " is in use by another process on this machine (a mounted "
+                               "s3oramfs, fsck, rebuild...): unmount or stop it first");
+    }
+  }
+  // Before anything changes (the epoch): a wrong passphrase leaves no trace.
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
+                          UnlockedState::Unlock(state_path, passphrase));
+  if (!read_only_ && !unlocked->current_format()) {
+    // A state of format 1 authenticates its pages but not its log's frame
+    // headers, under a key shared by every copy: rewrite it once.
+    S3ORAM_RETURN_IF_ERROR(unlocked->Rebind(&state_lock_fd_)
+                               .WithContext("converting " + state_path + " to state format " +
+                                            std::to_string(kStateFormat)));
+    spdlog::info("{}: converted to state format {} (every log frame authenticated, a key of "
+                 "its own)",
+                 state_path, kStateFormat);
+  }
+  std::shared_ptr<UnlockedState> shared(std::move(unlocked));
+  sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
+  backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
+  S3ORAM_ASSIGN_OR_RETURN(store_, ClientStateStore::Open(std::move(shared)));
+  const FsConfig& config = store_->config();
+  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
+                             .WithContext("parameters in " + state_path));
+  const auto data_elems = static_cast<std::size_t>(config.params.data_elems_per_slot());
+  if (config.params.mac_elems > 0) {
+    mac_ = MakeShareMacKey(store_->share_mac_secrets(), data_elems);
+  }
+  if (store_->rekey()) {
+    // A rotation under way: blocks not re-sealed yet are under the previous key.
+    sealer_->AcceptPrevious(store_->rekey_old_master());
+    if (mac_) {
+      const ShareMacSecrets& previous = *store_->rekey_old_share_mac();
+      previous_mac_ = MakeShareMacKey(previous, data_elems);
+      rotation_shared_half_ = SharedHalf(previous, store_->share_mac_secrets());
+    }
+  }
+  S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, store_->LoadPositionMap());
+  pm_ = std::make_unique<PositionMap>(std::move(pm));
+  counters_ = store_->counters();
+  pacer_ = EvictionPacer(std::chrono::milliseconds(store_->eviction_estimate_ms()));
+  if (config.servers.size() != config.params.parties) {
+    return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
+                              " servers for " + std::to_string(config.params.parties) + " parties");
+  }
+  if (!read_only_) {
+    // Two rounds of root writes (background eviction, RootCopies).
+    S3ORAM_ASSIGN_OR_RETURN(
+        root_copies_,
+        RootCopies::Open(state_path + ".roots", 2 * std::size_t{config.params.evict_rate},
+                         static_cast<std::size_t>(config.params.elems_per_slot())));
+  }
+  S3ORAM_ASSIGN_OR_RETURN(servers_, ConnectServers(options_.connect, AddressesOf(config)));
+  std::vector<Elem> xs;
+  for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
+  S3ORAM_ASSIGN_OR_RETURN(lambda_, shamir::LagrangeAtZero(xs));
+  S3ORAM_ASSIGN_OR_RETURN(parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
+  return Status::Ok();
+}
+
+Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
+  const OramParams& p = params();
+  // Every server must serve this filesystem with this shape.
+  std::vector<ServerReport> reports = QueryServers(options_.requests.deadline);
+  std::vector<std::size_t> behind;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const auto& r = reports[i];
+    if (!r.status.ok()) return r.status;
+    const std::string who = "server " + std::to_string(i) + " (" + r.endpoint + ")";
+    if (!r.reply.initialized) {
+      // A server being rebuilt, or one that lost its disk, says so in its
+      // STATUS; name the command that fixes each case (oramcore/protocol/rebuild.h).
+      if (r.reply.rebuilding) {
+        return Status::FailedPrecondition(who + " is being rebuilt; finish it with s3oram rebuild "
+                                          "--server " + std::to_string(i));
+      }
+      return Status::FailedPrecondition(who + " holds no filesystem; run s3oram init, or s3oram "
+                                        "rebuild --server " + std::to_string(i) +
+                                        " if it lost its data");
+    }
+    if (r.reply.server_index != i || !(r.reply.shape == ShapeOf(p))) {
+      return Status::FailedPrecondition(who +
+                                        " serves a different share (index or shape mismatch)");
+    }
+    if (r.reply.applied_evictions < counters_.ne) behind.push_back(i);
+  }
+  if (behind.empty()) return reports;
+  // Servers behind the state's eviction count lost data (or were put back
+  // to an old copy): every one of them is named, not only the first.
+  std::string who;
+  for (std::size_t i : behind) {
+    who += std::string(who.empty() ? "" : ", ") + "server " + std::to_string(i) + " (" +
+           reports[i].endpoint + ") has applied only " +
+           std::to_string(reports[i].reply.applied_evictions);
+  }
+  const bool all = behind.size() == reports.size();
+  const bool rebuildable = reports.size() - behind.size() >= p.threshold + 1;
+  std::string fix;
+  if (all) {
+    fix =
+        ": every server is behind this state, so the servers were put back together (an "
+        "old copy of their data directories) or this state belongs to a newer copy of them. "
+        "Put their newest data back; otherwise restore a backup the servers are not behind "
+        "(s3oram restore --generation N) and accept losing what was written since";
+  } else if (!rebuildable) {
+    fix = ": fewer than t + 1 = " + std::to_string(p.threshold + 1) +
+          " servers hold the tree this state knows, so they cannot be rebuilt from the others. "
+          "Put their newest data back; otherwise restore a backup they are not behind "
+          "(s3oram restore --generation N) and accept losing what was written since";
+  } else {
+    fix = std::string(": ") + (behind.size() > 1 ? "those servers" : "the server") +
+          " lost data; repair with s3oram rebuild --server " + std::to_string(behind.front()) +
+          (behind.size() > 1 ? ", then the next one" : "");
+  }
+  return Status::FailedPrecondition(who + " evictions but the client state records " +
+                                    std::to_string(counters_.ne) + fix);
+}
+
+Status OramClient::RefuseIfRolledBack(const std::vector<ServerReport>& reports,
+                                      const std::string& state_path, bool allow_stale) const {
+  // Rolled back: every request's seq is at most one beyond what the state
+  // held durably when it was sent (NextMutationHeader), so t + 1 servers
+  // that applied more than that under this state's own epoch prove the state
+  // lost commits it had made: an older copy of the file or its log cut at an
+  // earlier commit (both still authenticate), or a disk that lost synced
+  // writes. Servers at a later epoch were written by another client (the
+  // freshness check judges that); one server alone cannot make a state look
+  // rolled back.
+  const OramParams& p = params();
+  std::vector<std::uint64_t> applied;
+  for (const auto& r : reports) {
+    applied.push_back(r.reply.epoch == counters_.epoch ? r.reply.applied_seq : 0);
+  }
+  const std::uint64_t agreed = AgreedAtLeast(applied, p.threshold + 1);
+  const std::uint64_t held = counters_.seq;
+  if (agreed <= held + 1) return Status::Ok();
+  const std::string why = std::to_string(p.threshold + 1) + " servers have applied request " +
+                          std::to_string(agreed) + " but the client state " + state_path +
+                          " records only " + std::to_string(held) +
+                          ": the state was rolled back (an older copy of it, or its log "
+                          "cut short, was put in place, or the disk lost writes it had synced)";
+  if (allow_stale) {
+    spdlog::warn("{}; opened read-only as asked", why);
+    return Status::Ok();
+  }
+  return Status::StaleState(
+      why +
+      ". Writing with it would destroy what was written since. Put the newer copy "
+      "back if there is one; otherwise move this one aside and restore the newest "
+      "backup with `s3oram restore -s " +
+      state_path +
+      " --force`: what was written after that backup is lost, and so are blocks "
+      "of older files that evictions have moved since (the restore names every "
+      "file part it loses)");
+}
+
+Status OramClient::JudgeStateFreshness(const std::vector<ServerReport>& reports,
+                                       const std::string& state_path, bool allow_stale) {
+  // Freshness, agreed by t + 1 servers (oramcore/protocol/freshness.h): a
+  // state another client has moved past (a copy of this state, a restored
+  // backup, a forced takeover, another device, also one that only renamed
+  // or created files and uploaded its state) must not be written with, nor
+  // published as the newest backup.
+  std::vector<ServerFreshness> views(reports.size());
+  std::vector<std::string> names;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    views[i].store_epoch = reports[i].reply.epoch;
+    views[i].applied_evictions = reports[i].reply.applied_evictions;
+    names.push_back("server " + std::to_string(i) + " (" + reports[i].endpoint + ")");
+    S3ORAM_ASSIGN_OR_RETURN(auto backups, QueryBackupList(i));
+    for (const auto& b : backups) views[i].generations.push_back(b.generation);
+  }
+  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, store_->LoadPending());
+  bool evicting = false;
+  for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+  freshness_ =
+      JudgeFreshness(counters_, store_->backup_mark(), views, names, params().threshold, evicting);
+  const FreshnessVerdict& f = freshness_;
+  for (const auto& w : f.warnings) spdlog::warn("{}", w);
+  if (!f.inconsistent.empty() && !allow_stale) {
+    return Status::FailedPrecondition(f.inconsistent + " (`s3oram scrub -s " + state_path +
+                                      "` checks the shares)");
+  }
+  if (f.stale && !allow_stale) {
+    return Status::StaleState(f.why +
+                              ": the state is stale, and writing with it would "
+                              "destroy that client's data. " +
+                              StaleStateFix(state_path));
+  }
+  return Status::Ok();
+}
+
+Status OramClient::StartEpoch(const std::vector<ServerReport>& reports, const AdoptedCounter& seq,
+                              const std::vector<std::uint64_t>& applied_seqs) {
+  // A new epoch for this client incarnation, durable before any request
+  // uses it; then the lease under that epoch. Every server must accept it,
+  // so it goes above the epoch t + 1 servers (or this state: a copy of it
+  // may have run elsewhere) agree on, and above a lone server's within
+  // kMaxCounterLead (a lease that reached only it before its client
+  // stopped). A server further above is named and refused, never followed:
+  // one forged lease record must not push every server to the last epoch.
+  const std::uint64_t opened_epoch = counters_.epoch;
+  auto name = [&](std::size_t i) {
+    return "server " + std::to_string(i) + " (" + reports[i].endpoint + ")";
+  };
+  S3ORAM_RETURN_IF_ERROR(
+      CounterOutlierError(seq, applied_seqs, params().threshold, "applied request sequence", name));
+  std::vector<std::uint64_t> epochs;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, QueryLease(i));
+    epochs.push_back(std::max(reports[i].reply.epoch, lease.highest_epoch));
+  }
+  S3ORAM_ASSIGN_OR_RETURN(
+      counters_.epoch, NextAgreedCounter(epochs, opened_epoch, params().threshold, "epoch", name));
+  ClientStateStore::Batch batch;
+  batch.SetCounters(counters_);
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  opened_epoch_ = opened_epoch;
+  return Status::Ok();
+}
+
+Status OramClient::ResendLoggedRootWrites() {
+  // Root writes accesses logged but had not sent (or not seen acknowledged
+  // by every server) when this state was last used, for slots nr, nr + 1,
+  // ...: send them now, in order. They rewrite those slots completely, which
+  // is also the repair every Open needs.
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  std::vector<PendingOp> roots;
+  for (auto& op : pending) {
+    if (op.kind != kRootKind) continue;
+    if (op.seq < kPendingRootKey || op.seq - kPendingRootKey >= params().evict_rate) {
+      return Status::Corruption("pending root write under an unexpected key " +
+                                std::to_string(op.seq));
+    }
+    roots.push_back(std::move(op));
+  }
+  // Each under the key of its slot (kPendingRootKey + slot), so key order
+  // is slot order; DecodeRootPayload checks that they follow nr in turn.
+  std::sort(roots.begin(), roots.end(),
+            [](const PendingOp& a, const PendingOp& b) { return a.seq < b.seq; });
+  for (const auto& op : roots) {
+    S3ORAM_ASSIGN_OR_RETURN(PendingRoot root,
+                            DecodeRootPayload(op.payload, counters_.nr + pending_roots_.size()));
+    root.key = op.seq;
+    pending_roots_.push_back(std::move(root));
+  }
+  return FlushPendingRoots();
 }
 
 std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds timeout) {

@@ -91,6 +91,7 @@ namespace s3oram {
 namespace share_mac {
 class ShareMacKey;
 }  // namespace share_mac
+struct AdoptedCounter;  // oramcore/protocol/counter_agreement.h
 
 enum class AccessOp { kRead, kWrite };
 
@@ -388,6 +389,20 @@ class OramClient {
   static Result<std::unique_ptr<OramClient>> OpenImpl(const std::string& state_path,
                                                       const Secret& passphrase, bool read_only,
                                                       ClientOptions options);
+  // OpenImpl's steps, in order: the state, its keys and the connections;
+  // every server serves it with its shape and is not behind it; it was not
+  // rolled back; it is not stale (FreshnessVerdict); a writer then takes a
+  // new epoch (durable), the lease, sends the root writes the state logged
+  // and finishes a pending eviction.
+  Status LoadState(const std::string& state_path, const Secret& passphrase);
+  Result<std::vector<ServerReport>> CheckServersHoldThisState();
+  Status RefuseIfRolledBack(const std::vector<ServerReport>& reports, const std::string& state_path,
+                            bool allow_stale) const;
+  Status JudgeStateFreshness(const std::vector<ServerReport>& reports,
+                             const std::string& state_path, bool allow_stale);
+  Status StartEpoch(const std::vector<ServerReport>& reports, const AdoptedCounter& seq,
+                    const std::vector<std::uint64_t>& applied_seqs);
+  Status ResendLoggedRootWrites();
   std::string ServerSetName() const;
   wire::Header NextHeader();
   // The header of a request that may raise the servers' applied_seq (a

@@ -210,6 +210,16 @@ class ClientStateStore {
 
  private:
   ClientStateStore() = default;
+  // Open's steps: each reads one kind of row into the members and checks it
+  // (Corruption naming what is wrong; Open adds the path).
+  Status ReadMeta(sqlite3* db, std::int64_t schema_version);
+  Status ReadServers(sqlite3* db);
+  Status ReadCounters(sqlite3* db);
+  Status ReadEvictionEstimate(sqlite3* db);
+  Status ReadBackupMark(sqlite3* db);
+  Status ReadProblemNote(sqlite3* db);
+  Status ReadRekey(sqlite3* db, bool rekeying);
+  Status ReadShareMacSecrets(sqlite3* db, bool rekeying, std::int64_t schema_version);
   std::string path_;
   std::shared_ptr<UnlockedState> state_;  // released after ~ClientStateStore closes db_
   sqlite3* db_ = nullptr;

@@ -254,62 +254,61 @@ std::chrono::steady_clock::duration NetworkServerSet::FirstResendSilence(
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
 }
 
-std::vector<Result<std::vector<wire::Message>>> NetworkServerSet::ExchangeViews(
-    const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
-    const TransportOptions& options) {
+// One call of ExchangeViews: every request's progress on every server of
+// the subset, from the first send to the results.
+//
+// When to send a request again. TCP delivers what was sent on a live
+// connection, so a resend only helps when the connection it went out on was
+// replaced (the server restarted or the network dropped it; the monitor
+// counts the handshakes): then at once, every request of that server not
+// answered yet, in order. As a safety net it also resends after a silence
+// that scales with the link: resend_after, or four times what the request
+// and its reply should take (a round trip plus their bytes at the pace of
+// the earlier exchanges) if that is longer (a request of hundreds of KB
+// takes seconds on a home uplink, and resending it then would only queue a
+// duplicate behind it), doubling after every resend. A server answers its
+// requests in order, so only the first unanswered one of each server can
+// be silent; the silence and the deadline of the next one start when the
+// one before it is answered.
+class NetworkServerSet::OneExchange {
+ public:
   using Clock = std::chrono::steady_clock;
-  const std::size_t n = servers.size();
-  const std::size_t count = requests.size();
-  std::vector<Result<std::vector<wire::Message>>> results;
-  auto fail_all = [&](const Status& st) {
-    results.clear();
-    for (std::size_t r = 0; r < count; ++r) results.emplace_back(st);
-    return results;
-  };
-  for (const RequestView& o : requests) {
-    if (o.frames->size() != n) {
-      return fail_all(Status::InvalidArgument("one frame per server expected"));
-    }
-  }
-  if (count == 0) return results;
 
-  auto send = [&](std::size_t r, std::size_t k) -> Status {
-    void* s = impl_->sockets.at(servers[k]);
-    const auto& f = (*requests[r].frames)[k];
-    // Never blocks: a DEALER with no live connection (the server dropped
-    // it, e.g. for a frame over a limit, and ZeroMQ has not reconnected yet)
-    // would block a send forever. Such a request counts as sent and lost;
-    // the resend after silence, bounded by the deadline, covers it.
-    if (zmq_send(s, f.data(), f.size(), ZMQ_DONTWAIT) < 0) {
-      if (zmq_errno() == EAGAIN) return Status::Ok();
-      return Status::IoError(ZmqError(("sending to " + impl_->endpoints[servers[k]]).c_str()));
-    }
-    stats_.bytes_sent += f.size();
-    return Status::Ok();
-  };
+  OneExchange(NetworkServerSet& set, const std::vector<std::size_t>& servers,
+              const std::vector<RequestView>& requests, const TransportOptions& options)
+      : set_(set),
+        impl_(*set.impl_),
+        servers_(servers),
+        requests_(requests),
+        options_(options),
+        n_(servers.size()),
+        count_(requests.size()),
+        progress_(count_, std::vector<Progress>(n_)),
+        first_open_(n_, 0),
+        failed_(count_) {}
 
-  // When to send a request again. TCP delivers what was sent on a live
-  // connection, so a resend only helps when the connection it went out on was
-  // replaced (the server restarted or the network dropped it; the monitor
-  // counts the handshakes): then at once, every request of that server not
-  // answered yet, in order. As a safety net it also resends after a silence
-  // that scales with the link: resend_after, or four times what the request
-  // and its reply should take (a round trip plus their bytes at the pace of
-  // the earlier exchanges) if that is longer (a request of hundreds of KB
-  // takes seconds on a home uplink, and resending it then would only queue a
-  // duplicate behind it), doubling after every resend. A server answers its
-  // requests in order, so only the first unanswered one of each server can
-  // be silent; the silence and the deadline of the next one start when the
-  // one before it is answered.
-  std::size_t total_request_bytes = 0;
-  std::vector<Clock::duration> first_silence(count);
-  for (std::size_t r = 0; r < count; ++r) {
-    std::size_t bytes = 0;
-    for (const auto& f : *requests[r].frames) bytes += f.size();
-    total_request_bytes += bytes;
-    first_silence[r] = FirstResendSilence(bytes, requests[r].expected_reply, options);
+  std::vector<Result<std::vector<wire::Message>>> Run() {
+    for (const RequestView& o : requests_) {
+      if (o.frames->size() != n_)
+        return FailAll(Status::InvalidArgument("one frame per server expected"));
+    }
+    if (count_ == 0) return {};
+    if (Status st = SendAll(); !st.ok()) return FailAll(st);
+    for (;;) {
+      for (std::size_t k = 0; k < n_; ++k) Advance(k);
+      std::size_t open_servers = 0;
+      for (std::size_t k = 0; k < n_; ++k) open_servers += first_open_[k] < count_ ? 1 : 0;
+      if (open_servers == 0) break;
+      FailRefusedHandshakes();
+      auto next_wake = Clock::now() + options_.deadline;
+      if (Status st = ExpireAndResend(next_wake); !st.ok()) return FailAll(st);
+      if (Status st = PollReplies(next_wake); !st.ok()) return FailAll(st);
+    }
+    LearnPace();
+    return Results();
   }
 
+ private:
   // What is known of each server's exchange of each request.
   struct Progress {
     bool done = false;
@@ -320,179 +319,242 @@ std::vector<Result<std::vector<wire::Message>>> NetworkServerSet::ExchangeViews(
     Status decode_error;
     wire::Message reply;
   };
-  std::vector<std::vector<Progress>> progress(count, std::vector<Progress>(n));
-  std::vector<std::size_t> first_open(n, 0);  // per server: first request not answered
-  for (std::size_t r = 0; r < count; ++r) {
-    for (Progress& pr : progress[r]) pr.silence = first_silence[r];
+
+  std::vector<Result<std::vector<wire::Message>>> FailAll(const Status& st) const {
+    return std::vector<Result<std::vector<wire::Message>>>(count_, st);
   }
-  std::map<std::uint64_t, std::size_t> by_seq;
-  for (std::size_t r = 0; r < count; ++r) by_seq[requests[r].header.seq] = r;
-  const std::uint64_t reply_bytes_before = stats_.bytes_received;
-  bool reconnect_seen = false;
-  for (std::size_t k = 0; k < n; ++k) impl_->Drain(servers[k]);
-  const auto start = Clock::now();
-  for (std::size_t k = 0; k < n; ++k) {
-    for (std::size_t r = 0; r < count; ++r) {
-      if (Status st = send(r, k); !st.ok()) return fail_all(st);
-      progress[r][k].sent_at = progress[r][k].due_from = start;
-      progress[r][k].sent_on = impl_->connections[servers[k]];
+
+  Status Send(std::size_t r, std::size_t k) {
+    void* s = impl_.sockets.at(servers_[k]);
+    const auto& f = (*requests_[r].frames)[k];
+    // Never blocks: a DEALER with no live connection (the server dropped
+    // it, e.g. for a frame over a limit, and ZeroMQ has not reconnected yet)
+    // would block a send forever. Such a request counts as sent and lost;
+    // the resend after silence, bounded by the deadline, covers it.
+    if (zmq_send(s, f.data(), f.size(), ZMQ_DONTWAIT) < 0) {
+      if (zmq_errno() == EAGAIN) return Status::Ok();
+      return Status::IoError(ZmqError(("sending to " + impl_.endpoints[servers_[k]]).c_str()));
     }
+    set_.stats_.bytes_sent += f.size();
+    return Status::Ok();
   }
-  // A server's requests from `from` on that can no longer be answered.
-  std::vector<std::optional<Status>> failed(count);
-  auto fail_from = [&](std::size_t k, std::size_t from, const Status& st) {
-    for (std::size_t r = from; r < count; ++r) {
-      if (!progress[r][k].done && !failed[r]) failed[r] = st;
+
+  // Every request to every server, in order, each with its first silence.
+  Status SendAll() {
+    for (std::size_t r = 0; r < count_; ++r) {
+      std::size_t bytes = 0;
+      for (const auto& f : *requests_[r].frames) bytes += f.size();
+      total_request_bytes_ += bytes;
+      const auto silence = set_.FirstResendSilence(bytes, requests_[r].expected_reply, options_);
+      for (Progress& pr : progress_[r]) pr.silence = silence;
+      by_seq_[requests_[r].header.seq] = r;
     }
-    first_open[k] = count;
-  };
+    reply_bytes_before_ = set_.stats_.bytes_received;
+    for (std::size_t k = 0; k < n_; ++k) impl_.Drain(servers_[k]);
+    start_ = Clock::now();
+    for (std::size_t k = 0; k < n_; ++k) {
+      for (std::size_t r = 0; r < count_; ++r) {
+        S3ORAM_RETURN_IF_ERROR(Send(r, k));
+        progress_[r][k].sent_at = progress_[r][k].due_from = start_;
+        progress_[r][k].sent_on = impl_.connections[servers_[k]];
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Server k's requests from `from` on can no longer be answered.
+  void FailFrom(std::size_t k, std::size_t from, const Status& st) {
+    for (std::size_t r = from; r < count_; ++r) {
+      if (!progress_[r][k].done && !failed_[r]) failed_[r] = st;
+    }
+    first_open_[k] = count_;
+  }
 
   // Moves server k past the requests it answered and those another server
   // failed (nothing it says about them counts); the next one's silence and
   // deadline start now.
-  auto advance = [&](std::size_t k) {
-    std::size_t r = first_open[k];
-    while (r < count && (progress[r][k].done || failed[r])) ++r;
-    if (r != first_open[k] && r < count) {
+  void Advance(std::size_t k) {
+    std::size_t r = first_open_[k];
+    while (r < count_ && (progress_[r][k].done || failed_[r])) ++r;
+    if (r != first_open_[k] && r < count_) {
       const auto now = Clock::now();
-      progress[r][k].sent_at = std::max(progress[r][k].sent_at, now);
-      progress[r][k].due_from = std::max(progress[r][k].due_from, now);
+      progress_[r][k].sent_at = std::max(progress_[r][k].sent_at, now);
+      progress_[r][k].due_from = std::max(progress_[r][k].due_from, now);
     }
-    first_open[k] = std::max(first_open[k], r);
-  };
+    first_open_[k] = std::max(first_open_[k], r);
+  }
 
-  std::vector<zmq_pollitem_t> items(n);
-  std::vector<std::size_t> polled(n);
-  for (;;) {
-    for (std::size_t k = 0; k < n; ++k) advance(k);
-    std::size_t open_servers = 0;
-    for (std::size_t k = 0; k < n; ++k) open_servers += first_open[k] < count ? 1 : 0;
-    if (open_servers == 0) break;
-    const auto now = Clock::now();
-    // A refused or failed CURVE handshake will not heal by waiting: report it.
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t i = servers[k];
-      impl_->Drain(i);
-      if (first_open[k] < count && !impl_->handshake_errors[i].empty()) {
-        fail_from(k, first_open[k],
-                  Status::PermissionDenied("server " + std::to_string(i) + " (" +
-                                           impl_->endpoints[i] + "): " +
-                                           impl_->handshake_errors[i]));
+  // A refused or failed CURVE handshake will not heal by waiting: report it.
+  void FailRefusedHandshakes() {
+    for (std::size_t k = 0; k < n_; ++k) {
+      const std::size_t i = servers_[k];
+      impl_.Drain(i);
+      if (first_open_[k] < count_ && !impl_.handshake_errors[i].empty()) {
+        FailFrom(k, first_open_[k],
+                 Status::PermissionDenied("server " + std::to_string(i) + " (" +
+                                          impl_.endpoints[i] + "): " + impl_.handshake_errors[i]));
       }
     }
-    auto next_wake = now + options.deadline;
-    for (std::size_t k = 0; k < n; ++k) {
-      const std::size_t r0 = first_open[k];
-      if (r0 >= count) continue;
-      Progress& pr = progress[r0][k];
-      if (now - pr.due_from >= options.deadline) {
-        std::string who = impl_->endpoints[servers[k]];
+  }
+
+  // Fails each server's first open request past its deadline, resends what
+  // a replaced connection or a silence calls for, and brings next_wake
+  // forward to the next silence or deadline.
+  Status ExpireAndResend(Clock::time_point& next_wake) {
+    const auto now = Clock::now();
+    for (std::size_t k = 0; k < n_; ++k) {
+      const std::size_t r0 = first_open_[k];
+      if (r0 >= count_) continue;
+      Progress& pr = progress_[r0][k];
+      if (now - pr.due_from >= options_.deadline) {
+        std::string who = impl_.endpoints[servers_[k]];
         if (!pr.decode_error.ok()) who += " (" + pr.decode_error.ToString() + ")";
-        if (!impl_->handshake_ok[servers[k]]) who += " (no CURVE handshake completed)";
-        fail_from(k, r0,
-                  Status::Unavailable("timeout: " + who + " did not answer within " +
-                                      std::to_string(options.deadline.count()) + " ms (no " +
-                                      wire::MessageTypeName(requests[r0].expected_reply) +
-                                      "); the server is down, hung or unreachable"));
+        if (!impl_.handshake_ok[servers_[k]]) who += " (no CURVE handshake completed)";
+        FailFrom(k, r0,
+                 Status::Unavailable("timeout: " + who + " did not answer within " +
+                                     std::to_string(options_.deadline.count()) + " ms (no " +
+                                     wire::MessageTypeName(requests_[r0].expected_reply) +
+                                     "); the server is down, hung or unreachable"));
         continue;
       }
       // Resend where the connection was replaced since the send (a request
       // queued before the first connection goes out on it: not a reason):
       // everything unanswered, in order; or the first after the silence.
-      const std::uint64_t conns = impl_->connections[servers[k]];
+      const std::uint64_t conns = impl_.connections[servers_[k]];
       const bool reconnected = conns > std::max<std::uint64_t>(pr.sent_on, 1);
       if (reconnected || now - pr.sent_at >= pr.silence) {
-        const std::size_t last = reconnected ? count : r0 + 1;
+        const std::size_t last = reconnected ? count_ : r0 + 1;
         for (std::size_t r = r0; r < last; ++r) {
-          Progress& p = progress[r][k];
+          Progress& p = progress_[r][k];
           if (p.done) continue;
-          if (Status st = send(r, k); !st.ok()) return fail_all(st);
-          stats_.bytes_resent += (*requests[r].frames)[k].size();
-          ++stats_.resends;
-          if (!reconnected) p.silence = std::min<Clock::duration>(2 * p.silence, options.deadline);
+          S3ORAM_RETURN_IF_ERROR(Send(r, k));
+          set_.stats_.bytes_resent += (*requests_[r].frames)[k].size();
+          ++set_.stats_.resends;
+          if (!reconnected) p.silence = std::min<Clock::duration>(2 * p.silence, options_.deadline);
           p.sent_on = conns;
           if (r == r0) p.sent_at = now;
         }
-        if (reconnected) reconnect_seen = true;
+        if (reconnected) reconnect_seen_ = true;
       }
-      next_wake = std::min({next_wake, pr.sent_at + pr.silence, pr.due_from + options.deadline});
+      next_wake = std::min({next_wake, pr.sent_at + pr.silence, pr.due_from + options_.deadline});
     }
-    std::size_t polling = 0;
-    for (std::size_t k = 0; k < n; ++k) {
-      if (first_open[k] >= count) continue;
-      items[polling] = zmq_pollitem_t{impl_->sockets[servers[k]], 0, short{ZMQ_POLLIN}, 0};
-      polled[polling++] = k;
-    }
-    if (polling == 0) break;
-    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - Clock::now());
-    long timeout_ms = std::max<long>(1, static_cast<long>(wait.count()));
-    // Wake up at least every 100 ms to look at the monitors.
-    int rc = zmq_poll(items.data(), static_cast<int>(polling), std::min<long>(timeout_ms, 100));
-    if (rc < 0) {
-      if (zmq_errno() == EINTR) continue;
-      return fail_all(Status::IoError(ZmqError("zmq_poll")));
-    }
-    for (std::size_t q = 0; q < polling; ++q) {
-      if (!(items[q].revents & ZMQ_POLLIN)) continue;
-      const std::size_t k = polled[q];
-      Status* decode_error = &progress[first_open[k]][k].decode_error;
-      DrainReplies(
-          impl_->sockets[servers[k]],
-          [&](wire::Message& m, std::size_t size) {
-            const auto it = by_seq.find(m.header.seq);
-            if (it == by_seq.end()) return false;  // late reply to an earlier request
-            const std::size_t r = it->second;
-            Progress& p = progress[r][k];
-            if (p.done || failed[r]) return false;
-            if (m.header.type != requests[r].expected_reply &&
-                m.header.type != wire::MessageType::kError) {
-              *decode_error = Status::Protocol(
-                  std::string("unexpected reply type ") + wire::MessageTypeName(m.header.type) +
-                  ", wanted " + wire::MessageTypeName(requests[r].expected_reply));
-              return false;
-            }
-            stats_.bytes_received += size;
-            p.reply = std::move(m);
-            p.done = true;
-            return true;
-          },
-          decode_error);
-      advance(k);
-    }
+    return Status::Ok();
   }
 
-  // Learn the link's pace, timed from the first send: the round trip from
+  // Waits (until next_wake, at most 100 ms: the monitors are looked at in
+  // between) for replies and takes every one that answers an open request.
+  Status PollReplies(Clock::time_point next_wake) {
+    std::vector<zmq_pollitem_t> items;
+    std::vector<std::size_t> polled;
+    for (std::size_t k = 0; k < n_; ++k) {
+      if (first_open_[k] >= count_) continue;
+      items.push_back(zmq_pollitem_t{impl_.sockets[servers_[k]], 0, short{ZMQ_POLLIN}, 0});
+      polled.push_back(k);
+    }
+    if (items.empty()) return Status::Ok();
+    auto wait = std::chrono::duration_cast<std::chrono::milliseconds>(next_wake - Clock::now());
+    long timeout_ms = std::max<long>(1, static_cast<long>(wait.count()));
+    int rc =
+        zmq_poll(items.data(), static_cast<int>(items.size()), std::min<long>(timeout_ms, 100));
+    if (rc < 0) {
+      if (zmq_errno() == EINTR) return Status::Ok();
+      return Status::IoError(ZmqError("zmq_poll"));
+    }
+    for (std::size_t q = 0; q < items.size(); ++q) {
+      if (!(items[q].revents & ZMQ_POLLIN)) continue;
+      const std::size_t k = polled[q];
+      Status* decode_error = &progress_[first_open_[k]][k].decode_error;
+      DrainReplies(
+          impl_.sockets[servers_[k]],
+          [&](wire::Message& m, std::size_t size) { return Accept(k, m, size, decode_error); },
+          decode_error);
+      Advance(k);
+    }
+    return Status::Ok();
+  }
+
+  // A reply from server k: kept if it answers an open request with the
+  // expected type (or an error); late replies to earlier requests are dropped.
+  bool Accept(std::size_t k, wire::Message& m, std::size_t size, Status* decode_error) {
+    const auto it = by_seq_.find(m.header.seq);
+    if (it == by_seq_.end()) return false;  // late reply to an earlier request
+    const std::size_t r = it->second;
+    Progress& p = progress_[r][k];
+    if (p.done || failed_[r]) return false;
+    if (m.header.type != requests_[r].expected_reply &&
+        m.header.type != wire::MessageType::kError) {
+      *decode_error = Status::Protocol(std::string("unexpected reply type ") +
+                                       wire::MessageTypeName(m.header.type) + ", wanted " +
+                                       wire::MessageTypeName(requests_[r].expected_reply));
+      return false;
+    }
+    set_.stats_.bytes_received += size;
+    p.reply = std::move(m);
+    p.done = true;
+    return true;
+  }
+
+  // Learns the link's pace, timed from the first send: the round trip from
   // small exchanges (under 64 KiB), the time per byte beyond it from large
   // ones. An exchange that was resent on a silence counts too (an
   // overestimate, which only makes the next resends later); one that met a
   // reconnection does not (an outage says nothing of the link).
-  bool all_done = true;
-  for (std::size_t r = 0; r < count; ++r) all_done &= !failed[r];
-  if (all_done) {
-    const std::uint64_t received = stats_.bytes_received - reply_bytes_before;
-    impl_->reply_bytes[static_cast<int>(requests.back().expected_reply)] = received / count;
-    const double exchanged = static_cast<double>(total_request_bytes + received);
-    const double took = std::chrono::duration<double>(Clock::now() - start).count();
+  void LearnPace() {
+    for (std::size_t r = 0; r < count_; ++r) {
+      if (failed_[r]) return;
+    }
+    const std::uint64_t received = set_.stats_.bytes_received - reply_bytes_before_;
+    impl_.reply_bytes[static_cast<int>(requests_.back().expected_reply)] = received / count_;
+    const double exchanged = static_cast<double>(total_request_bytes_ + received);
+    const double took = std::chrono::duration<double>(Clock::now() - start_).count();
     auto smooth = [](double old, double sample) {
       return old == 0 ? sample : 0.75 * old + 0.25 * sample;
     };
-    if (!reconnect_seen && count == 1 && exchanged < 64.0 * 1024) {
-      impl_->round_trip_s = smooth(impl_->round_trip_s, took);
-    } else if (!reconnect_seen) {
-      impl_->seconds_per_byte =
-          smooth(impl_->seconds_per_byte, std::max(0.0, took - impl_->round_trip_s) / exchanged);
+    if (reconnect_seen_) return;
+    if (count_ == 1 && exchanged < 64.0 * 1024) {
+      impl_.round_trip_s = smooth(impl_.round_trip_s, took);
+    } else {
+      impl_.seconds_per_byte =
+          smooth(impl_.seconds_per_byte, std::max(0.0, took - impl_.round_trip_s) / exchanged);
     }
   }
-  for (std::size_t r = 0; r < count; ++r) {
-    if (failed[r]) {
-      results.emplace_back(*failed[r]);
-      continue;
+
+  std::vector<Result<std::vector<wire::Message>>> Results() {
+    std::vector<Result<std::vector<wire::Message>>> results;
+    results.reserve(count_);
+    for (std::size_t r = 0; r < count_; ++r) {
+      if (failed_[r]) {
+        results.emplace_back(*failed_[r]);
+        continue;
+      }
+      std::vector<wire::Message> replies(n_);
+      for (std::size_t k = 0; k < n_; ++k) replies[k] = std::move(progress_[r][k].reply);
+      results.push_back(set_.ResultOfReplies(servers_, std::move(replies)));
     }
-    std::vector<wire::Message> replies(n);
-    for (std::size_t k = 0; k < n; ++k) replies[k] = std::move(progress[r][k].reply);
-    results.push_back(ResultOfReplies(servers, std::move(replies)));
+    return results;
   }
-  return results;
+
+  NetworkServerSet& set_;
+  NetworkServerSet::Impl& impl_;
+  const std::vector<std::size_t>& servers_;
+  const std::vector<RequestView>& requests_;
+  const TransportOptions& options_;
+  const std::size_t n_;
+  const std::size_t count_;
+  std::vector<std::vector<Progress>> progress_;
+  std::vector<std::size_t> first_open_;  // per server: first request not answered
+  std::vector<std::optional<Status>> failed_;
+  std::map<std::uint64_t, std::size_t> by_seq_;
+  std::size_t total_request_bytes_ = 0;
+  std::uint64_t reply_bytes_before_ = 0;
+  Clock::time_point start_;
+  bool reconnect_seen_ = false;
+};
+
+std::vector<Result<std::vector<wire::Message>>> NetworkServerSet::ExchangeViews(
+    const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
+    const TransportOptions& options) {
+  return OneExchange(*this, servers, requests, options).Run();
 }
 
 }  // namespace s3oram

@@ -74,6 +74,7 @@ class NetworkServerSet final : public ServerSet {
 
  private:
   NetworkServerSet() = default;
+  class OneExchange;  // one ExchangeViews call (transport.cpp)
   struct Impl;
   std::unique_ptr<Impl> impl_;
   TransportStats stats_;

@@ -31,6 +31,7 @@
 #include "oramcore/base/status.h"
 #include "oramcore/math/elem_packing.h"
 #include "oramcore/math/field.h"
+#include "oramcore/wire/wire_limits.h"
 
 namespace s3oram::wire {
 
@@ -45,9 +46,6 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 //    the server has snapshotted the root, and EVICT_RESULT waits for the end.
 inline constexpr std::uint16_t kWireVersion = 6;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
-inline constexpr std::uint32_t kMaxString = 4096;
-// Largest party list or list of per-party vectors a decoder accepts.
-inline constexpr std::uint32_t kMaxParties = 64;
 // Bytes of a rebuild session nonce.
 inline constexpr std::size_t kRebuildNonceBytes = 32;
 

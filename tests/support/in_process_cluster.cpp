@@ -8,6 +8,7 @@
 #include <thread>
 #include <utility>
 
+#include "oramcore/crypto/curve_keys.h"
 #include "oramcore/math/field.h"
 #include "serverd/config.h"
 #include "serverd/peer_exchange.h"
@@ -336,6 +337,18 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Create(const std::st
   cluster->dir_ = dir;
   cluster->options_ = options;
   cluster->hub_ = std::make_unique<Hub>(options.servers);
+  // Each server's CURVE keypair: no link uses it in process, but the
+  // rebuild's pairwise masks are derived from the servers' keys.
+  std::vector<std::string> public_keys;
+  std::error_code made;
+  std::filesystem::create_directories(dir, made);
+  if (made) return Status::IoError("creating " + dir + ": " + made.message());
+  for (std::size_t i = 0; i < options.servers; ++i) {
+    S3ORAM_ASSIGN_OR_RETURN(CurveKeypair keys, GenerateCurveKeypair());
+    S3ORAM_RETURN_IF_ERROR(WriteCurveKeypair(keys, dir + "/server" + std::to_string(i)));
+    public_keys.push_back(keys.public_key);
+  }
+  cluster->public_keys_ = public_keys;
   for (std::size_t i = 0; i < options.servers; ++i) {
     auto s = std::make_unique<Server>();
     s->index = i;
@@ -349,8 +362,12 @@ Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Create(const std::st
     c.eviction_nice = 0;
     c.sync = options.sync;
     c.peer_timeout_ms = static_cast<std::uint32_t>(options.peer_timeout.count());
+    c.secret_key_file = dir + "/server" + std::to_string(i) + ".key";
     for (std::size_t j = 0; j < options.servers; ++j) {
-      if (j != i) c.peers.push_back({static_cast<std::uint32_t>(j), EndpointOf(j) + "/peers", ""});
+      if (j != i) {
+        c.peers.push_back(
+            {static_cast<std::uint32_t>(j), EndpointOf(j) + "/peers", public_keys[j]});
+      }
     }
     std::error_code ec;
     std::filesystem::create_directories(c.data_dir, ec);
@@ -416,6 +433,21 @@ Status InProcessCluster::Restart(std::size_t server) {
   s.peers->Reset();
   return s.Start();
 }
+
+Status InProcessCluster::Wipe(std::size_t server) {
+  Server& s = *servers_.at(server);
+  const std::lock_guard lock(s.mu);
+  s.JoinPrepare();
+  s.handler.reset();
+  s.peers->Reset();
+  std::error_code ec;
+  std::filesystem::remove_all(s.config.data_dir, ec);
+  if (!ec) std::filesystem::create_directories(s.config.data_dir, ec);
+  if (ec) return Status::IoError("wiping " + s.config.data_dir + ": " + ec.message());
+  return s.Start();
+}
+
+const std::vector<std::string>& InProcessCluster::public_keys() const { return public_keys_; }
 
 std::uint64_t InProcessCluster::applied_evictions(std::size_t server) {
   Server& s = *servers_.at(server);

@@ -76,6 +76,13 @@ class InProcessCluster {
   // the same directory.
   Status Restart(std::size_t server);
 
+  // Server i as a disk replacement leaves it: its data directory emptied,
+  // started again waiting for INIT (or a rebuild).
+  Status Wipe(std::size_t server);
+  // The servers' CURVE public keys (Z85), for a state's server_keys: no link
+  // uses them in process, but a rebuild's masks derive from them.
+  const std::vector<std::string>& public_keys() const;
+
   // What server i applied: its store's applied-evictions count (0 before INIT).
   std::uint64_t applied_evictions(std::size_t server);
   // Requests server i has handled, of every kind.
@@ -90,6 +97,7 @@ class InProcessCluster {
   bool down(std::size_t server) const;
   std::unique_ptr<Hub> hub_;  // outlives servers_ (the destructor clears them first)
   std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::string> public_keys_;
   std::string dir_;
   Options options_;
 };

@@ -13,6 +13,7 @@
 
 #include "oramcore/math/field.h"
 #include "oramcore/protocol/client.h"
+#include "oramcore/protocol/rebuild.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/in_process_cluster.h"
 #include "tests/support/temp_dir.h"
@@ -46,8 +47,9 @@ struct InProcessFs {
     FsConfig config;
     config.params = testing::SmallParams(kBlockBytes, kEvictRate, kHeight);
     config.servers = cluster->endpoints();
-    // Neither is used in process (no CURVE), but the state keeps one per server.
-    config.server_keys.assign(cluster->size(), std::string(40, '0'));
+    // No link uses CURVE in process; the state keeps the servers' keys all
+    // the same (a rebuild's masks derive from them). The client's is unused.
+    config.server_keys = cluster->public_keys();
     config.client_key_file = dir.Sub("unused-client.key");
     state = dir.Sub("fs.s3oram");
     const Status st = OramClient::Initialize(state, config, testing::TestPassphrase(),
@@ -305,6 +307,41 @@ TEST(InProcessClientTest, AServerRestartedBetweenAccessesLosesNothing) {
     ASSERT_TRUE(fs.cluster->Restart(i).ok()) << "server " << i;
     ASSERT_TRUE(ReadAll(**client, model)) << "after restarting server " << i;
   }
+}
+
+// A server that lost its disk (its directory emptied) is named by the next
+// Open, then rebuilt from the others (RebuildServer through the same
+// in-process connection: the survivors' masked contributions combined on
+// it); every block reads back, and every retrieval needs all three shares,
+// the rebuilt one among them.
+TEST(InProcessClientTest, AServerThatLostItsDiskIsRebuiltFromTheOthers) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  BlockModel model;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_TRUE(WriteBlocks(**client, model, 3 * kEvictRate + 2, 1));
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  ASSERT_TRUE(fs.cluster->Wipe(1).ok());
+  {
+    auto refused = fs.Open();
+    ASSERT_FALSE(refused.ok()) << "a server that lost its data was not noticed";
+    EXPECT_NE(refused.status().message().find("rebuild --server 1"), std::string::npos)
+        << refused.status().ToString();
+  }
+  RebuildOptions options;
+  options.target = 1;
+  options.client = fs.options;
+  auto report = RebuildServer(fs.state, testing::TestPassphrase(), options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->blocks_verified, model.size());
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 2 * kEvictRate, 2));
+  EXPECT_TRUE(ReadAll(**client, model));
 }
 
 }  // namespace
