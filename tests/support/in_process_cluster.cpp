@@ -188,6 +188,15 @@ struct InProcessCluster::Server {
     if (prepare.joinable()) prepare.join();
   }
 
+  // As a crash between two requests: the computation under way ends first
+  // (the peers' shares it waits for, or its timeout), then the handler and
+  // every SMP share buffered for it. Start() opens the directory again.
+  void Stop() {
+    JoinPrepare();
+    handler.reset();
+    peers->Reset();
+  }
+
   Status Start() {
     auto h = serverd::RequestHandler::Create(config, *peers);
     if (!h.ok())
@@ -428,18 +437,14 @@ void InProcessCluster::SetLiar(std::size_t server, Liar liar) {
 Status InProcessCluster::Restart(std::size_t server) {
   Server& s = *servers_.at(server);
   const std::lock_guard lock(s.mu);
-  s.JoinPrepare();
-  s.handler.reset();
-  s.peers->Reset();
+  s.Stop();
   return s.Start();
 }
 
 Status InProcessCluster::Wipe(std::size_t server) {
   Server& s = *servers_.at(server);
   const std::lock_guard lock(s.mu);
-  s.JoinPrepare();
-  s.handler.reset();
-  s.peers->Reset();
+  s.Stop();
   std::error_code ec;
   std::filesystem::remove_all(s.config.data_dir, ec);
   if (!ec) std::filesystem::create_directories(s.config.data_dir, ec);
