@@ -228,7 +228,8 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
     report_outliers(epochs, c.epoch, "epoch");
     // Client-state backups (s3oram backup-state, and every clean unmount).
     asked.clear();
-    auto backups = ListBackups(**client, std::chrono::milliseconds(*timeout_ms), evicting);
+    auto backups =
+        ListBackups((*client)->session(), std::chrono::milliseconds(*timeout_ms), evicting);
     for (std::size_t i = 0; i < backups.size(); ++i) {
       if (!reports[i].status.ok()) continue;  // already reported unreachable
       if (evicting[i]) {

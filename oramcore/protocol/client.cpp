@@ -44,55 +44,18 @@ std::string StaleStateFix(const std::string& state_path) {
 }  // namespace
 
 OramClient::~OramClient() {
+  if (!session_) return;  // Open failed before it had a session
   // As Close(): a failed flush stays logged for the next Open.
-  if (!pending_roots_.empty() && lease_held_ && !fenced_) {
+  if (!pending_roots_.empty() && session_->lease_held() && !session_->fenced()) {
     if (Status st = FlushPendingRoots(); !st.ok()) {
       spdlog::warn("the last accesses' root writes stay pending in the state: {}", st.ToString());
     }
   }
   if (Status st = SettleEviction(); !st.ok()) {
     spdlog::warn("eviction {} stays under way in the state (the next Open finishes it): {}",
-                 counters_.ne, st.ToString());
+                 session_->counters().ne, st.ToString());
   }
-  if (lease_held_ && !fenced_) ReleaseLease();
-  if (state_lock_fd_ >= 0) ::close(state_lock_fd_);
-}
-
-const FsConfig& OramClient::config() const { return store_->config(); }
-const Counters& OramClient::counters() const { return counters_; }
-const TransportStats& OramClient::transport_stats() const { return servers_->stats(); }
-const std::string& OramClient::state_path() const { return store_->path(); }
-
-std::string OramClient::ServerSetName() const {
-  std::string out = "{";
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    out += (i ? ", " : "") + std::to_string(i) + "=" + servers_->endpoint(i);
-  }
-  return out + "}";
-}
-
-Result<wire::Header> OramClient::NextMutationHeader() {
-  // The rollback rule (OpenImpl): no server may apply a request more than
-  // one seq beyond what the state holds on disk. Every access commits
-  // durably, so this commits only where several requests go between two
-  // commits (an eviction's checks before its COMMIT, a retry after a
-  // failure).
-  if (!read_only_ && counters_.seq > store_->durable_seq()) {
-    Counters c = store_->counters();
-    c.seq = counters_.seq;
-    ClientStateStore::Batch b;
-    b.SetCounters(c);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
-  }
-  return NextHeader();
-}
-
-wire::Header OramClient::NextHeader() {
-  wire::Header h;
-  h.fs_id = config().fs_id;
-  h.epoch = counters_.epoch;
-  h.seq = ++counters_.seq;
-  return h;
+  if (session_->lease_held() && !session_->fenced()) session_->ReleaseLease();
 }
 
 Status OramClient::Initialize(const std::string& state_path, const FsConfig& config_in,
@@ -161,19 +124,15 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenReadOnly(const std::string& 
   return OpenImpl(state_path, passphrase, /*read_only=*/true, options);
 }
 
-const std::shared_ptr<UnlockedState>& OramClient::unlocked_state() const {
-  return store_->unlocked();
-}
-
 Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& state_path,
                                                          const Secret& passphrase, bool read_only,
                                                          ClientOptions options) {
   random::EnsureInitialized();
   std::unique_ptr<OramClient> client(new OramClient());
-  client->options_ = options;
-  client->read_only_ = read_only;
   const bool allow_stale = read_only && options.allow_stale;
-  S3ORAM_RETURN_IF_ERROR(client->LoadState(state_path, passphrase));
+  S3ORAM_ASSIGN_OR_RETURN(client->session_,
+                          ClientSession::Open(state_path, passphrase, read_only, options));
+  S3ORAM_RETURN_IF_ERROR(client->LoadState());
   S3ORAM_ASSIGN_OR_RETURN(const std::vector<ServerReport> reports,
                           client->CheckServersHoldThisState());
   S3ORAM_RETURN_IF_ERROR(client->RefuseIfRolledBack(reports, state_path, allow_stale));
@@ -183,13 +142,13 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   std::vector<std::uint64_t> applied_seqs;
   for (const auto& r : reports) applied_seqs.push_back(r.reply.applied_seq);
   const AdoptedCounter seq =
-      AdoptCounter(applied_seqs, client->counters_.seq, client->params().threshold);
-  client->counters_.seq = seq.value;
+      AdoptCounter(applied_seqs, client->session_->counters().seq, client->params().threshold);
+  client->session_->counters().seq = seq.value;
   S3ORAM_RETURN_IF_ERROR(client->JudgeStateFreshness(reports, state_path, allow_stale));
-  if (client->read_only_) return client;
+  if (client->session_->read_only()) return client;
 
   S3ORAM_RETURN_IF_ERROR(client->StartEpoch(reports, seq, applied_seqs));
-  if (Status lease = client->AcquireLease(state_path); !lease.ok()) {
+  if (Status lease = client->session_->AcquireLease(client->opened_epoch_); !lease.ok()) {
     // Nothing was changed under the new epoch: a state that equalled its
     // last backup still does (its mark follows the epoch), so a refused
     // mount does not later read as unsaved work.
@@ -197,77 +156,28 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     return lease;
   }
   S3ORAM_RETURN_IF_ERROR(client->ResendLoggedRootWrites());
-  if (const auto& note = client->store_->problem_note(); note && note->damaged) {
-    client->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
+  if (const auto& note = client->session_->store().problem_note(); note && note->damaged) {
+    client->session_->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
   }
   if (Status finished = client->FinishPendingEviction(); !finished.ok()) {
-    client->NoteProblem(finished);
+    client->session_->NoteProblem(finished);
     return finished;
   }
   return client;
 }
 
-Status OramClient::LoadState(const std::string& state_path, const Secret& passphrase) {
-  if (!read_only_) {
-    // One writer per state file on this machine, whatever the servers say:
-    // two processes sharing one SQLite state would corrupt each other. The
-    // lock dies with the process (a crash leaves nothing to clean up).
-    state_lock_fd_ = ::open(state_path.c_str(), O_RDONLY | O_CLOEXEC);
-    if (state_lock_fd_ >= 0 && ::flock(state_lock_fd_, LOCK_EX | LOCK_NB) != 0) {
-      return Status::LeaseHeld("the client state " + state_path +
-                               " is in use by another process on this machine (a mounted "
-                               "s3oramfs, fsck, rebuild...): unmount or stop it first");
-    }
-  }
-  // Before anything changes (the epoch): a wrong passphrase leaves no trace.
-  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<UnlockedState> unlocked,
-                          UnlockedState::Unlock(state_path, passphrase));
-  if (!read_only_ && !unlocked->current_format()) {
-    // A state of format 1 authenticates its pages but not its log's frame
-    // headers, under a key shared by every copy: rewrite it once.
-    S3ORAM_RETURN_IF_ERROR(unlocked->Rebind(&state_lock_fd_)
-                               .WithContext("converting " + state_path + " to state format " +
-                                            std::to_string(kStateFormat)));
-    spdlog::info("{}: converted to state format {} (every log frame authenticated, a key of "
-                 "its own)",
-                 state_path, kStateFormat);
-  }
-  std::shared_ptr<UnlockedState> shared(std::move(unlocked));
-  sealer_ = std::make_unique<BlockSealer>(shared->master(), shared->header().fs_id);
-  backup_key_ = DeriveBackupKey(shared->master());  // for BackupState
-  S3ORAM_ASSIGN_OR_RETURN(store_, ClientStateStore::Open(std::move(shared)));
-  const FsConfig& config = store_->config();
-  S3ORAM_RETURN_IF_ERROR(ValidateParams(config.params, config.allow_unsafe)
-                             .WithContext("parameters in " + state_path));
-  const auto data_elems = static_cast<std::size_t>(config.params.data_elems_per_slot());
-  if (config.params.mac_elems > 0) {
-    mac_ = MakeShareMacKey(store_->share_mac_secrets(), data_elems);
-  }
-  if (store_->rekey()) {
-    // A rotation under way: blocks not re-sealed yet are under the previous key.
-    sealer_->AcceptPrevious(store_->rekey_old_master());
-    if (mac_) {
-      const ShareMacSecrets& previous = *store_->rekey_old_share_mac();
-      previous_mac_ = MakeShareMacKey(previous, data_elems);
-      rotation_shared_half_ = SharedHalf(previous, store_->share_mac_secrets());
-    }
-  }
-  S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, store_->LoadPositionMap());
+Status OramClient::LoadState() {
+  const FsConfig& config = session_->config();
+  S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, session_->store().LoadPositionMap());
   pm_ = std::make_unique<PositionMap>(std::move(pm));
-  counters_ = store_->counters();
-  pacer_ = EvictionPacer(std::chrono::milliseconds(store_->eviction_estimate_ms()));
-  if (config.servers.size() != config.params.parties) {
-    return Status::Corruption("state lists " + std::to_string(config.servers.size()) +
-                              " servers for " + std::to_string(config.params.parties) + " parties");
-  }
-  if (!read_only_) {
+  pacer_ = EvictionPacer(std::chrono::milliseconds(session_->store().eviction_estimate_ms()));
+  if (!session_->read_only()) {
     // Two rounds of root writes (background eviction, RootCopies).
     S3ORAM_ASSIGN_OR_RETURN(
-        root_copies_,
-        RootCopies::Open(state_path + ".roots", 2 * std::size_t{config.params.evict_rate},
-                         static_cast<std::size_t>(config.params.elems_per_slot())));
+        root_copies_, RootCopies::Open(session_->state_path() + ".roots",
+                                       2 * std::size_t{config.params.evict_rate},
+                                       static_cast<std::size_t>(config.params.elems_per_slot())));
   }
-  S3ORAM_ASSIGN_OR_RETURN(servers_, ConnectServers(options_.connect, AddressesOf(config)));
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
   S3ORAM_ASSIGN_OR_RETURN(lambda_, shamir::LagrangeAtZero(xs));
@@ -278,7 +188,7 @@ Status OramClient::LoadState(const std::string& state_path, const Secret& passph
 Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
   const OramParams& p = params();
   // Every server must serve this filesystem with this shape.
-  std::vector<ServerReport> reports = QueryServers(options_.requests.deadline);
+  std::vector<ServerReport> reports = QueryServers(session_->options().requests.deadline);
   std::vector<std::size_t> behind;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
@@ -299,7 +209,7 @@ Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
       return Status::FailedPrecondition(who +
                                         " serves a different share (index or shape mismatch)");
     }
-    if (r.reply.applied_evictions < counters_.ne) behind.push_back(i);
+    if (r.reply.applied_evictions < session_->counters().ne) behind.push_back(i);
   }
   if (behind.empty()) return reports;
   // Servers behind the state's eviction count lost data (or were put back
@@ -330,7 +240,7 @@ Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
           (behind.size() > 1 ? ", then the next one" : "");
   }
   return Status::FailedPrecondition(who + " evictions but the client state records " +
-                                    std::to_string(counters_.ne) + fix);
+                                    std::to_string(session_->counters().ne) + fix);
 }
 
 Status OramClient::RefuseIfRolledBack(const std::vector<ServerReport>& reports,
@@ -346,10 +256,10 @@ Status OramClient::RefuseIfRolledBack(const std::vector<ServerReport>& reports,
   const OramParams& p = params();
   std::vector<std::uint64_t> applied;
   for (const auto& r : reports) {
-    applied.push_back(r.reply.epoch == counters_.epoch ? r.reply.applied_seq : 0);
+    applied.push_back(r.reply.epoch == session_->counters().epoch ? r.reply.applied_seq : 0);
   }
   const std::uint64_t agreed = AgreedAtLeast(applied, p.threshold + 1);
-  const std::uint64_t held = counters_.seq;
+  const std::uint64_t held = session_->counters().seq;
   if (agreed <= held + 1) return Status::Ok();
   const std::string why = std::to_string(p.threshold + 1) + " servers have applied request " +
                           std::to_string(agreed) + " but the client state " + state_path +
@@ -387,11 +297,11 @@ Status OramClient::JudgeStateFreshness(const std::vector<ServerReport>& reports,
     S3ORAM_ASSIGN_OR_RETURN(auto backups, QueryBackupList(i));
     for (const auto& b : backups) views[i].generations.push_back(b.generation);
   }
-  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, store_->LoadPending());
+  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, session_->store().LoadPending());
   bool evicting = false;
   for (const auto& op : pending) evicting |= op.kind == kEvictKind;
-  freshness_ =
-      JudgeFreshness(counters_, store_->backup_mark(), views, names, params().threshold, evicting);
+  freshness_ = JudgeFreshness(session_->counters(), session_->store().backup_mark(), views, names,
+                              params().threshold, evicting);
   const FreshnessVerdict& f = freshness_;
   for (const auto& w : f.warnings) spdlog::warn("{}", w);
   if (!f.inconsistent.empty() && !allow_stale) {
@@ -416,7 +326,7 @@ Status OramClient::StartEpoch(const std::vector<ServerReport>& reports, const Ad
   // kMaxCounterLead (a lease that reached only it before its client
   // stopped). A server further above is named and refused, never followed:
   // one forged lease record must not push every server to the last epoch.
-  const std::uint64_t opened_epoch = counters_.epoch;
+  const std::uint64_t opened_epoch = session_->counters().epoch;
   auto name = [&](std::size_t i) {
     return "server " + std::to_string(i) + " (" + reports[i].endpoint + ")";
   };
@@ -428,10 +338,11 @@ Status OramClient::StartEpoch(const std::vector<ServerReport>& reports, const Ad
     epochs.push_back(std::max(reports[i].reply.epoch, lease.highest_epoch));
   }
   S3ORAM_ASSIGN_OR_RETURN(
-      counters_.epoch, NextAgreedCounter(epochs, opened_epoch, params().threshold, "epoch", name));
+      session_->counters().epoch,
+      NextAgreedCounter(epochs, opened_epoch, params().threshold, "epoch", name));
   ClientStateStore::Batch batch;
-  batch.SetCounters(counters_);
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+  batch.SetCounters(session_->counters());
+  S3ORAM_RETURN_IF_ERROR(session_->store().Commit(batch, /*durable=*/true));
   opened_epoch_ = opened_epoch;
   return Status::Ok();
 }
@@ -441,7 +352,7 @@ Status OramClient::ResendLoggedRootWrites() {
   // by every server) when this state was last used, for slots nr, nr + 1,
   // ...: send them now, in order. They rewrite those slots completely, which
   // is also the repair every Open needs.
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_->store().LoadPending());
   std::vector<PendingOp> roots;
   for (auto& op : pending) {
     if (op.kind != kRootKind) continue;
@@ -456,8 +367,9 @@ Status OramClient::ResendLoggedRootWrites() {
   std::sort(roots.begin(), roots.end(),
             [](const PendingOp& a, const PendingOp& b) { return a.seq < b.seq; });
   for (const auto& op : roots) {
-    S3ORAM_ASSIGN_OR_RETURN(PendingRoot root,
-                            DecodeRootPayload(op.payload, counters_.nr + pending_roots_.size()));
+    S3ORAM_ASSIGN_OR_RETURN(
+        PendingRoot root,
+        DecodeRootPayload(op.payload, session_->counters().nr + pending_roots_.size()));
     root.key = op.seq;
     pending_roots_.push_back(std::move(root));
   }
@@ -465,13 +377,14 @@ Status OramClient::ResendLoggedRootWrites() {
 }
 
 std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds timeout) {
-  std::vector<ServerReport> out(servers_->size());
-  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    out[i].endpoint = servers_->endpoint(i);
-    wire::Header h = NextHeader();
+  std::vector<ServerReport> out(session_->servers().size());
+  TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
+  for (std::size_t i = 0; i < session_->servers().size(); ++i) {
+    out[i].endpoint = session_->servers().endpoint(i);
+    wire::Header h = session_->NextHeader();
     auto frame = wire::Encode(h, wire::StatusRequest{});
-    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
+    auto r =
+        session_->servers().ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
     if (!r.ok()) {
       out[i].status = r.status();
       continue;
@@ -491,13 +404,14 @@ std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds tim
 }
 
 std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds timeout) {
-  std::vector<ServerStats> out(servers_->size());
-  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    out[i].endpoint = servers_->endpoint(i);
-    wire::Header h = NextHeader();
+  std::vector<ServerStats> out(session_->servers().size());
+  TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
+  for (std::size_t i = 0; i < session_->servers().size(); ++i) {
+    out[i].endpoint = session_->servers().endpoint(i);
+    wire::Header h = session_->NextHeader();
     auto frame = wire::Encode(h, wire::StatsRequest{});
-    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatsReply, opts);
+    auto r =
+        session_->servers().ExchangeWith({i}, {frame}, h, wire::MessageType::kStatsReply, opts);
     if (!r.ok()) {
       out[i].status = r.status();
       continue;
@@ -510,14 +424,15 @@ std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds 
 Result<wire::ScrubReply> OramClient::ScrubServer(std::size_t server, std::uint64_t first,
                                                  std::uint32_t count,
                                                  std::chrono::milliseconds timeout) {
-  if (server >= servers_->size()) {
+  if (server >= session_->servers().size()) {
     return Status::InvalidArgument("scrub: no server " + std::to_string(server));
   }
-  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
-  wire::Header h = NextHeader();
+  TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
+  wire::Header h = session_->NextHeader();
   auto frame = wire::Encode(h, wire::ScrubRequest{first, count});
-  S3ORAM_ASSIGN_OR_RETURN(auto replies, servers_->ExchangeWith({server}, {frame}, h,
-                                                               wire::MessageType::kScrubReply, opts));
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies,
+      session_->servers().ExchangeWith({server}, {frame}, h, wire::MessageType::kScrubReply, opts));
   return std::get<wire::ScrubReply>(replies[0].body);
 }
 
@@ -527,7 +442,7 @@ Result<std::vector<wire::Message>> OramClient::ExchangeShared(
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
     std::uint64_t& wait_ns) {
   const OramParams& p = params();
-  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
+  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_->NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
   {
     TimeInto timer(compute_ns);
@@ -539,7 +454,7 @@ Result<std::vector<wire::Message>> OramClient::ExchangeShared(
     }
   }
   TimeInto timer(wait_ns);
-  return servers_->Exchange(frames, h, expected_reply, options);
+  return session_->servers().Exchange(frames, h, expected_reply, options);
 }
 
 Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
@@ -548,24 +463,24 @@ Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
              [slot](std::vector<Elem>&& share) {
                return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
              },
-             wire::MessageType::kWriteRootReply, options_.requests,
+             wire::MessageType::kWriteRootReply, session_->options().requests,
              stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
       .status();
 }
 
 Status OramClient::Sync() {
-  if (read_only_) return Status::Ok();
+  if (session_->read_only()) return Status::Ok();
   if (!pending_roots_.empty()) return FlushPendingRoots();
   ClientStateStore::Batch batch;
-  batch.SetCounters(counters_);
-  return store_->Commit(batch, /*durable=*/true);
+  batch.SetCounters(session_->counters());
+  return session_->store().Commit(batch, /*durable=*/true);
 }
 
 Status OramClient::SyncKeepingLatestRootWrite() {
-  if (read_only_) return Status::Ok();
+  if (session_->read_only()) return Status::Ok();
   ClientStateStore::Batch batch;
-  batch.SetCounters(counters_);
-  return store_->Commit(batch, /*durable=*/true);
+  batch.SetCounters(session_->counters());
+  return session_->store().Commit(batch, /*durable=*/true);
 }
 
 std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
@@ -576,49 +491,52 @@ std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
       RootCopies::Index(inflight_->record.eviction, at.pos.slot, p.evict_rate));
   if (!copy) return std::nullopt;
   std::vector<std::uint8_t> plain(p.block_bytes);
-  if (!OpenSlot(id, at.version, *copy, plain)) return std::nullopt;
+  if (!session_->codec().Open(id, at.version, *copy, plain)) return std::nullopt;
   return copy;
 }
 
 Result<std::vector<wire::BackupInfo>> OramClient::QueryBackupList(std::size_t server) {
-  TransportOptions opts{std::min(options_.requests.deadline, options_.requests.resend_after),
-                        options_.requests.deadline};
-  wire::Header h = NextHeader();
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, servers_->ExchangeWith({server}, {wire::Encode(h, wire::BackupListRequest{})},
-                                           h, wire::MessageType::kBackupListReply, opts));
+  TransportOptions opts{
+      std::min(session_->options().requests.deadline, session_->options().requests.resend_after),
+      session_->options().requests.deadline};
+  wire::Header h = session_->NextHeader();
+  S3ORAM_ASSIGN_OR_RETURN(auto replies, session_->servers().ExchangeWith(
+                                            {server}, {wire::Encode(h, wire::BackupListRequest{})},
+                                            h, wire::MessageType::kBackupListReply, opts));
   return std::get<wire::BackupListReply>(replies[0].body).backups;
 }
 
 Status OramClient::RecordBackup(std::uint64_t generation, std::uint64_t snapshot_epoch) {
-  if (snapshot_epoch != counters_.epoch) {
+  if (snapshot_epoch != session_->counters().epoch) {
     return Status::FailedPrecondition("the backup was taken under epoch " +
                                       std::to_string(snapshot_epoch) + ", not this client's " +
-                                      std::to_string(counters_.epoch));
+                                      std::to_string(session_->counters().epoch));
   }
   ClientStateStore::Batch batch;
   batch.SetBackupMark(BackupMark{generation, snapshot_epoch});
-  return store_->Commit(batch, /*durable=*/true);
+  return session_->store().Commit(batch, /*durable=*/true);
 }
 
 Status OramClient::KeepBackupMark() {
-  const auto& mark = store_->backup_mark();
-  if (!mark || mark->epoch != opened_epoch_ || mark->epoch == counters_.epoch) return Status::Ok();
+  const auto& mark = session_->store().backup_mark();
+  if (!mark || mark->epoch != opened_epoch_ || mark->epoch == session_->counters().epoch)
+    return Status::Ok();
   ClientStateStore::Batch batch;
-  batch.SetBackupMark(BackupMark{mark->generation, counters_.epoch});
-  return store_->Commit(batch, /*durable=*/true);
+  batch.SetBackupMark(BackupMark{mark->generation, session_->counters().epoch});
+  return session_->store().Commit(batch, /*durable=*/true);
 }
 
 Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
                                                             std::uint32_t slot,
                                                             std::chrono::milliseconds timeout) {
-  if (!mac_) return std::optional<std::size_t>();
-  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
-  wire::Header h = NextHeader();
+  const BlockCodec& codec = session_->codec();
+  if (!codec.has_share_mac()) return std::optional<std::size_t>();
+  TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
+  wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::SlotShareRequest{bucket, slot});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(auto replies,
-                          servers_->Exchange(frames, h, wire::MessageType::kSlotShareReply, opts));
+  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(auto replies, session_->servers().Exchange(
+                                            frames, h, wire::MessageType::kSlotShareReply, opts));
   std::vector<std::vector<Elem>> shares;
   for (auto& r : replies) {
     auto& reply = std::get<wire::SlotShareReply>(r.body);
@@ -627,102 +545,46 @@ Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
     }
     shares.push_back(std::move(reply.share));
   }
-  std::optional<std::size_t> odd = OddShareOut(shares, *mac_);
-  if (!odd && previous_mac_) odd = OddShareOut(shares, *previous_mac_);
+  std::optional<std::size_t> odd = OddShareOut(shares, *codec.mac());
+  if (!odd && codec.previous_mac() != nullptr) odd = OddShareOut(shares, *codec.previous_mac());
   return odd;
-}
-
-bool OramClient::OpenSlot(BlockId id, std::uint64_t version, std::span<const Elem> slot,
-                          std::span<std::uint8_t> plain, bool* packed) const {
-  const OramParams& p = params();
-  std::vector<std::uint8_t> sealed(p.sealed_bytes());
-  const bool unpacked =
-      field::Unpack(slot.first(static_cast<std::size_t>(p.data_elems_per_slot())), sealed);
-  if (packed != nullptr) *packed = unpacked;
-  // The tags are checked too, so that no changed element of a slot goes
-  // unnoticed (the seal covers only the data part).
-  return unpacked && (!mac_ || SlotMacValid(slot)) && sealer_->Open(id, version, sealed, plain);
-}
-
-void OramClient::SealSlot(BlockId id, std::uint64_t version, std::span<const std::uint8_t> plain,
-                          std::span<Elem> slot) const {
-  const OramParams& p = params();
-  std::vector<std::uint8_t> sealed(p.sealed_bytes());
-  sealer_->Seal(id, version, plain, sealed);
-  std::fill(slot.begin(), slot.end(), Elem{0});
-  field::Pack(sealed, slot.first(static_cast<std::size_t>(p.data_elems_per_slot())));
-  if (mac_) mac_->Tag(slot);
-}
-
-bool OramClient::SlotMacValid(std::span<const Elem> slot) const {
-  return mac_->Verify(slot) || (previous_mac_ && previous_mac_->Verify(slot));
-}
-
-OramClient::EvictionMacCheck OramClient::eviction_mac_check() const {
-  if (!mac_) return EvictionMacCheck::kNone;
-  if (!previous_mac_) return EvictionMacCheck::kWhole;
-  return rotation_shared_half_ ? EvictionMacCheck::kOneHalf : EvictionMacCheck::kNone;
-}
-
-bool OramClient::CombinationMacValid(std::span<const Elem> opened) const {
-  if (!previous_mac_) return mac_->Verify(opened);
-  // Both keys give the shared half the same rows, so one VerifyHalf covers
-  // slots tagged under either.
-  return rotation_shared_half_ && mac_->VerifyHalf(opened, *rotation_shared_half_);
-}
-
-Status OramClient::RecordRekeyProgress(const RekeyProgress& progress) {
-  ClientStateStore::Batch batch;
-  batch.SetRekeyProgress(progress);
-  return store_->Commit(batch);
-}
-
-Status OramClient::EndRekey() {
-  ClientStateStore::Batch batch;
-  batch.EndRekey();
-  FaultPoint("rekey.finalize.before_commit");
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
-  FaultPoint("rekey.finalize.after_commit");
-  sealer_->ForgetPrevious();
-  previous_mac_.reset();
-  rotation_shared_half_.reset();
-  return Status::Ok();
 }
 
 Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first,
                                                              std::uint32_t count,
                                                              const wire::ParitySeed& seed,
                                                              std::chrono::milliseconds timeout) {
-  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
-  wire::Header h = NextHeader();
+  TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
+  wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::ParityRequest{first, count, seed});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(auto replies,
-                          servers_->Exchange(frames, h, wire::MessageType::kParityReply, opts));
+  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies, session_->servers().Exchange(frames, h, wire::MessageType::kParityReply, opts));
   std::vector<wire::ParityReply> out;
   for (auto& m : replies) out.push_back(std::move(std::get<wire::ParityReply>(m.body)));
   return out;
 }
 
 Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  if (counters_.ne != 0 || counters_.nr != 0 || inflight_ || !pending_roots_.empty()) {
+  if (session_->counters().ne != 0 || session_->counters().nr != 0 || inflight_ ||
+      !pending_roots_.empty()) {
     return Status::FailedPrecondition(
-        "age fill: this filesystem has been used (" + std::to_string(counters_.ne) +
-        " evictions, " + std::to_string(counters_.nr) +
+        "age fill: this filesystem has been used (" + std::to_string(session_->counters().ne) +
+        " evictions, " + std::to_string(session_->counters().nr) +
         " accesses since the last); filling would overwrite its blocks, so it is only for a "
         "new filesystem (benchmarks)");
   }
   // Every server unused before any writes: one that refused half-way would
   // leave the others' buckets filled and its own not, inconsistent sharings
   // that every read through them would refuse.
-  const auto reports = QueryServers(options_.requests.deadline);
+  const auto reports = QueryServers(session_->options().requests.deadline);
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (!r.status.ok()) return r.status;
     if (r.reply.applied_seq != 0 || r.reply.applied_evictions != 0 ||
         r.reply.prepared_eviction != 0 || r.reply.evicting) {
       return Status::FailedPrecondition(
-          "age fill: server " + std::to_string(i) + " (" + servers_->endpoint(i) +
+          "age fill: server " + std::to_string(i) + " (" + session_->servers().endpoint(i) +
           ") has applied " + std::to_string(r.reply.applied_seq) + " accesses and " +
           std::to_string(r.reply.applied_evictions) +
           " evictions; filling would overwrite its blocks, so it is only for a new filesystem");
@@ -734,12 +596,12 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
   for (std::uint64_t b = 1; b <= buckets; ++b) {
     // One bucket per request: a bucket can be hundreds of MB at large Z and
     // B, and progress is per bucket.
-    wire::Header h = NextHeader();
+    wire::Header h = session_->NextHeader();
     const auto frame = wire::Encode(h, wire::AgeFillRequest{b, 1, seed});
-    std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+    std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
     S3ORAM_ASSIGN_OR_RETURN(
-        auto replies,
-        servers_->Exchange(frames, h, wire::MessageType::kAgeFillReply, options_.evictions));
+        auto replies, session_->servers().Exchange(frames, h, wire::MessageType::kAgeFillReply,
+                                                   session_->options().evictions));
     for (std::size_t i = 0; i < replies.size(); ++i) {
       if (std::get<wire::AgeFillReply>(replies[i].body).first_bucket != b) {
         return Status::Protocol("server " + std::to_string(i) + " filled another bucket than " +
@@ -756,67 +618,16 @@ Status OramClient::Close() {
   // logged in the state, and the next Open sends it. So does the eviction
   // in flight (the next Open finishes it if this fails).
   Status flushed = Status::Ok();
-  if (!pending_roots_.empty() && lease_held_ && !fenced_) flushed = FlushPendingRoots();
+  if (!pending_roots_.empty() && session_->lease_held() && !session_->fenced())
+    flushed = FlushPendingRoots();
   if (Status settled = SettleEviction(); !settled.ok()) {
-    spdlog::warn("closing with eviction {} under way: {}", counters_.ne, settled.ToString());
+    spdlog::warn("closing with eviction {} under way: {}", session_->counters().ne,
+                 settled.ToString());
     if (flushed.ok()) flushed = settled;
   }
-  if (lease_held_ && !fenced_) ReleaseLease();
-  lease_held_ = false;
+  if (session_->lease_held() && !session_->fenced()) session_->ReleaseLease();
+  session_->ForgetLease();
   return flushed;
-}
-
-// Bytes of a problem's text kept in the state.
-constexpr std::size_t kProblemNoteMax = 2000;
-
-void OramClient::NoteProblem(const Status& st) {
-  const bool damaged = st.code() == Status::Code::kDamaged;
-  const bool inconsistent =
-      st.code() == Status::Code::kIntegrity &&
-      (st.message().find("inconsistent across the servers") != std::string::npos ||
-       st.message().find("authenticate (share MAC)") != std::string::npos);
-  if (!damaged && !inconsistent) return;
-  // One write per new problem, not per access.
-  // The stop's own refusal repeats a problem already recorded.
-  if (writes_stopped_ && st.message() == writes_stopped_->message()) return;
-  if (damaged) StopWrites(st, /*recorded=*/false);
-  if (noted_problem_ == st.message().substr(0, kProblemNoteMax)) return;
-  if (Status c = RecordProblemNote(st.message(), damaged); !c.ok()) {
-    spdlog::warn("recording the problem in the client state: {}", c.ToString());
-  }
-}
-
-void OramClient::StopWrites(const Status& st, bool recorded) {
-  if (writes_stopped_ || read_only_) return;
-  writes_stopped_ = Status::Damaged(
-      "writes are stopped until the damaged server is repaired (s3oram rebuild --server N "
-      "for the server named here, or a clean s3oram scrub), then the filesystem is opened "
-      "again: " +
-      st.message());
-  spdlog::error("{}: this client makes no more evictions or writes (reads go on while the root "
-                "has room) until that server is repaired: {}",
-                recorded ? "the state records damaged storage on a server"
-                         : "a server reported damaged storage",
-                st.message());
-}
-
-Status OramClient::RecordProblemNote(const std::string& text, bool damaged) {
-  const std::string kept = text.substr(0, kProblemNoteMax);
-  ClientStateStore::Batch b;
-  b.SetProblemNote(ProblemNote{kept, static_cast<std::uint64_t>(std::time(nullptr)), damaged});
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
-  noted_problem_ = kept;
-  return Status::Ok();
-}
-
-Status OramClient::ClearProblemNote() {
-  if (!store_->problem_note()) return Status::Ok();
-  ClientStateStore::Batch b;
-  b.SetProblemNote(std::nullopt);
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
-  noted_problem_.clear();
-  writes_stopped_.reset();
-  return Status::Ok();
 }
 
 }  // namespace s3oram

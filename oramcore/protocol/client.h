@@ -77,6 +77,7 @@
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/protocol/client_session.h"
 #include "oramcore/protocol/eviction_pacer.h"
 #include "oramcore/protocol/eviction_record.h"
 #include "oramcore/protocol/freshness.h"
@@ -88,30 +89,9 @@
 
 namespace s3oram {
 
-namespace share_mac {
-class ShareMacKey;
-}  // namespace share_mac
 struct AdoptedCounter;  // oramcore/protocol/counter_agreement.h
 
 enum class AccessOp { kRead, kWrite };
-
-struct ClientOptions {
-  TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
-  TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
-  // Take the lease over even if another client holds it (that client is then
-  // fenced off). For a holder that is gone for good; never the default.
-  bool force_lease = false;
-  // What this client is doing, shown to anyone refused the lease
-  // ("mounted on /mnt/x", "fsck", ...).
-  std::string lease_purpose;
-  // OpenReadOnly only: open a state another client has moved past (it would
-  // be refused with kStaleState), to show it (s3oram status). Such a client
-  // must not be used for anything that trusts the state's counters.
-  bool allow_stale = false;
-  // How the client reaches its servers: empty for the network (every real
-  // use); tests pass an in-process cluster's (tests/support/in_process_cluster.h).
-  ServerConnector connect;
-};
 
 // Where the client's access time went, summed over every access since Open
 // (nanoseconds of wall clock). The waits include the servers' work and the
@@ -171,10 +151,10 @@ class OramClient {
                                                           ClientOptions options = {});
   ~OramClient();
 
-  const FsConfig& config() const;
+  const FsConfig& config() const { return session_->config(); }
   const OramParams& params() const { return config().params; }
   std::uint64_t block_bytes() const { return params().block_bytes; }
-  const Counters& counters() const;
+  const Counters& counters() const { return session_->counters(); }
   const PositionMap& position_map() const { return *pm_; }
   // Whether block `id` has a copy in the tree: a position, or the last
   // access's root write (deferred) that gives it one.
@@ -285,7 +265,7 @@ class OramClient {
                                                  std::chrono::milliseconds timeout);
 
   // The lease as server i sees it (LEASE_QUERY; changes nothing).
-  Result<wire::LeaseReply> QueryLease(std::size_t server);
+  Result<wire::LeaseReply> QueryLease(std::size_t server) { return session_->QueryLease(server); }
   // The complete state backup generations server i holds (BACKUP_LIST).
   Result<std::vector<wire::BackupInfo>> QueryBackupList(std::size_t server);
 
@@ -293,7 +273,7 @@ class OramClient {
   // opened without allow_stale is never stale.
   const FreshnessVerdict& freshness() const { return freshness_; }
   // The state's backup mark (client_state.h BackupMark), if it has one.
-  const std::optional<BackupMark>& backup_mark() const { return store_->backup_mark(); }
+  const std::optional<BackupMark>& backup_mark() const { return session_->store().backup_mark(); }
   // Records that this client's state, as of `snapshot_epoch`, was uploaded
   // as backup generation `generation` (after the upload succeeded). Refused
   // unless snapshot_epoch is this client's epoch: the caller must hold the
@@ -309,8 +289,10 @@ class OramClient {
   // of a refused eviction ("eviction N was refused ...") is also forgotten
   // by the commit of eviction N, in the same transaction: what it recorded
   // now succeeds.
-  const std::optional<ProblemNote>& problem_note() const { return store_->problem_note(); }
-  Status ClearProblemNote();
+  const std::optional<ProblemNote>& problem_note() const {
+    return session_->store().problem_note();
+  }
+  Status ClearProblemNote() { return session_->ClearProblemNote(); }
   // The eviction the state records as pending (logged before its PREPARE,
   // not committed yet), if any.
   Result<std::optional<std::uint64_t>> PendingEviction() const;
@@ -318,7 +300,9 @@ class OramClient {
   // s3oram status names it as it names one a mount met (`damaged`: a
   // server's storage, which stops writes as below). Fails while another
   // process holds the state (a mount), which records it when it meets it.
-  Status RecordProblemNote(const std::string& text, bool damaged);
+  Status RecordProblemNote(const std::string& text, bool damaged) {
+    return session_->RecordProblemNote(text, damaged);
+  }
   // Fail-stop: set once a server has reported damaged storage to this client
   // (any request), or when it opened a state whose problem note records
   // such damage. From then on this client starts no eviction and performs
@@ -329,7 +313,7 @@ class OramClient {
   // the damage where the repair finds it: an eviction that refilled a
   // damaged empty slot would hide it, and writes would put new data onto a
   // failing disk. An eviction logged as pending before is still finished.
-  const std::optional<Status>& writes_stopped() const { return writes_stopped_; }
+  const std::optional<Status>& writes_stopped() const { return session_->writes_stopped(); }
 
   // --- A master-key rotation (oramcore/protocol/rekey.h). -----------------------------
   // The rotation the state records as under way, if any. While one is, this
@@ -339,16 +323,10 @@ class OramClient {
   // neither, so its eviction check verifies the half of the tags both keys
   // share (crypto/share_mac_secrets.h); a rotation begun by a build before
   // halves shares none, and then only consistency is checked.
-  const std::optional<RekeyProgress>& rekey() const { return store_->rekey(); }
+  const std::optional<RekeyProgress>& rekey() const { return session_->store().rekey(); }
   // What CheckEvictionMac verifies now, for `s3oram status`.
-  enum class EvictionMacCheck { kNone, kOneHalf, kWhole };
-  EvictionMacCheck eviction_mac_check() const;
-  // Records the rotation's progress (one commit, not durable: a crash
-  // repeats a little of the work).
-  Status RecordRekeyProgress(const RekeyProgress& progress);
-  // Ends it (durable): the previous master key leaves the state, and this
-  // client forgets its subkeys.
-  Status EndRekey();
+  using EvictionMacCheck = BlockCodec::CombinationCheck;
+  EvictionMacCheck eviction_mac_check() const { return session_->codec().combination_check(); }
   // The round whose root the accesses fill now (the eviction of that number
   // moves it out).
   std::uint64_t round() const { return current_round(); }
@@ -363,26 +341,24 @@ class OramClient {
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
   // which this client is fenced. Cheap; call it when idle (every few seconds).
-  Status RenewLease();
+  Status RenewLease() { return session_->RenewLease(); }
   // Releases the lease (a clean unmount). Further accesses fail. Idempotent.
   Status Close();
-  bool fenced() const { return fenced_; }
+  bool fenced() const { return session_->fenced(); }
 
   const ClientStats& stats() const { return stats_; }
-  const TransportStats& transport_stats() const;
+  const TransportStats& transport_stats() const { return session_->servers().stats(); }
 
-  // --- For the client-state backup (oramcore/protocol/state_backup.h) only. ---------
-  // The state file this client opened.
-  const std::string& state_path() const;
-  // The connections to the servers, and the header (current epoch, next seq)
-  // of the next request sent over them.
-  ServerSet& server_set() { return *servers_; }
-  wire::Header NextRequestHeader() { return NextHeader(); }
-  // The backup key, derived from the master key at Open (DeriveBackupKey);
-  // empty for a read-only client, which never holds the master key.
-  const Secret& backup_key() const { return backup_key_; }
-  // The unlocked state file (its VFS opens further connections to it).
-  const std::shared_ptr<UnlockedState>& unlocked_state() const;
+  // The state file this client opened, and its unlocked form (its VFS
+  // opens further connections to it: the filesystem's metadata).
+  const std::string& state_path() const { return session_->state_path(); }
+  const std::shared_ptr<UnlockedState>& unlocked_state() const {
+    return session_->unlocked_state();
+  }
+  // What the client's operations share (the state, the servers and request
+  // headers, the keys, the lease), for the state backup, restore and rekey
+  // (state_backup.h, rekey.h), which send requests of their own.
+  ClientSession& session() { return *session_; }
 
  private:
   OramClient() = default;
@@ -394,7 +370,7 @@ class OramClient {
   // rolled back; it is not stale (FreshnessVerdict); a writer then takes a
   // new epoch (durable), the lease, sends the root writes the state logged
   // and finishes a pending eviction.
-  Status LoadState(const std::string& state_path, const Secret& passphrase);
+  Status LoadState();
   Result<std::vector<ServerReport>> CheckServersHoldThisState();
   Status RefuseIfRolledBack(const std::vector<ServerReport>& reports, const std::string& state_path,
                             bool allow_stale) const;
@@ -403,13 +379,6 @@ class OramClient {
   Status StartEpoch(const std::vector<ServerReport>& reports, const AdoptedCounter& seq,
                     const std::vector<std::uint64_t>& applied_seqs);
   Status ResendLoggedRootWrites();
-  std::string ServerSetName() const;
-  wire::Header NextHeader();
-  // The header of a request that may raise the servers' applied_seq (a
-  // retrieval carrying a root write, an eviction's PREPARE or COMMIT): the
-  // state's seq is made durable first if requests went since the last
-  // durable commit.
-  Result<wire::Header> NextMutationHeader();
   // The end of a round (nr == A): the eviction in flight commits, then the
   // next one starts in the background.
   Status RunEviction();
@@ -486,10 +455,6 @@ class OramClient {
   // every one, in order.
   Status FlushPendingRoot();
   Status FlushPendingRoots();
-  // `count` request headers for mutations sent together: the state's seq is
-  // made durable first so that none is more than one beyond it (the
-  // rollback rule, NextMutationHeader).
-  Result<std::vector<wire::Header>> NextMutationHeaders(std::size_t count);
   // The chores before accesses (a full root flushed, the eviction due run,
   // the one in flight started, pacing, slot repair), then up to
   // kMaxPipelined of `items` (all valid) as one pipelined exchange; results
@@ -569,60 +534,18 @@ class OramClient {
   // Completed ones leave exposed_ and quarantined_ (a blind write).
   void NoteExposures(std::span<const BatchItem> items, const std::vector<LeafId>& revealed,
                      const std::vector<Outcome>& outcomes, const Status& why);
-  // Records a damaged-storage or inconsistency error in the state (once per
-  // distinct message) for `s3oram status`.
-  void NoteProblem(const Status& st);
-  // Acquires the lease on every server with the current epoch (see class
-  // comment); on refusal releases what it got and names the holder.
-  Status AcquireLease(const std::string& state_path);
-  Status SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply);
-  void ReleaseLease();
-  // Marks the client fenced when a server says another client holds the lease.
-  Status NoteFencing(Status st);
-
-  ClientOptions options_;
-  bool read_only_ = false;
   // Set when a server refused an eviction for damaged storage: PrepareAndCommit
   // returns it without asking again until eviction_retry_at_.
   static constexpr std::chrono::seconds kDamagedEvictionRetry{60};
   std::optional<Status> eviction_refused_;
-  std::optional<Status> writes_stopped_;  // see writes_stopped()
-  // Sets writes_stopped_ for damage `st` (a kDamaged status, met now or
-  // `recorded` in the state's problem note), logging once.
-  void StopWrites(const Status& st, bool recorded);
   std::chrono::steady_clock::time_point eviction_retry_at_{};
   // How long the last eviction run by RunEviction took; one that took at
   // least kSlowEviction is logged at info level, with the next one's start.
   std::chrono::steady_clock::duration last_eviction_time_{};
   static constexpr std::chrono::seconds kSlowEviction{2};
-  std::unique_ptr<ClientStateStore> store_;
-  std::unique_ptr<BlockSealer> sealer_;  // null when read-only
-  // The share MAC (math/share_mac.h) of every slot this client writes and of
-  // every eviction it commits; null for a filesystem made before share MACs.
-  std::unique_ptr<share_mac::ShareMacKey> mac_;
-  // The key before, while a rotation is under way (rekey()), and the half of
-  // the tags both share (none for a rotation begun before halves existed).
-  std::unique_ptr<share_mac::ShareMacKey> previous_mac_;
-  std::optional<std::size_t> rotation_shared_half_;
-  // The block codec, both directions: a block's bytes sealed as (id,
-  // version), packed into a slot's data elements, share-MAC tags over the
-  // slot (SealSlot; `slot` has elems_per_slot elements); and back, every one
-  // of them checked (OpenSlot: false, `plain` zeroed, unless the slot holds
-  // block `id` as `version`; *packed says whether the data part was even a
-  // valid packing).
-  void SealSlot(BlockId id, std::uint64_t version, std::span<const std::uint8_t> plain,
-                std::span<field::Elem> slot) const;
-  bool OpenSlot(BlockId id, std::uint64_t version, std::span<const field::Elem> slot,
-                std::span<std::uint8_t> plain, bool* packed = nullptr) const;
-  // Whether `slot` carries valid share-MAC tags (under mac_, or previous_mac_).
-  bool SlotMacValid(std::span<const field::Elem> slot) const;
-  // Whether an opened combination of slots that may mix both keys carries
-  // the tags eviction_mac_check() names (mac_ non-null).
-  bool CombinationMacValid(std::span<const field::Elem> opened) const;
+  std::unique_ptr<ClientSession> session_;
   std::unique_ptr<PositionMap> pm_;
-  std::unique_ptr<ServerSet> servers_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
-  Counters counters_;
   ClientStats stats_;
   bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
   // Deferred root writes of the last accesses, for slots nr, nr + 1, ... in
@@ -663,22 +586,16 @@ class OramClient {
   std::optional<InFlight> inflight_;
   // The round whose root the accesses write now (the eviction that will
   // move it out): ne, or ne + 1 while an eviction is in flight.
-  std::uint64_t current_round() const { return counters_.ne + (inflight_ ? 1 : 0); }
+  std::uint64_t current_round() const { return counters().ne + (inflight_ ? 1 : 0); }
   std::unique_ptr<RootCopies> root_copies_;  // null when read-only
   // The client's copy of block `id`, written to root slot at.pos.slot in the
   // round the eviction in flight moves out, if it authenticates as version
   // at.version; nullopt otherwise.
   std::optional<std::vector<field::Elem>> RootCopyOf(BlockId id, const PositionEntry& at) const;
   bool early_commit_logged_ = false;
-  bool lease_held_ = false;
-  int state_lock_fd_ = -1;  // flock'ed for the client's life (writers only)
-  std::string lease_sealed_;  // this client's sealed description, as acquired
-  bool fenced_ = false;
   FreshnessVerdict freshness_;
   std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
   std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
-  std::string noted_problem_;       // the ProblemNote text this client last wrote
-  Secret backup_key_;            // empty when read-only
 };
 
 }  // namespace s3oram

@@ -21,8 +21,9 @@ using namespace client_internal;
 
 Status OramClient::RepairRootSlot() {
   std::vector<Elem> zeros(params().elems_per_slot(), 0);
-  S3ORAM_RETURN_IF_ERROR(WriteRoot(static_cast<std::uint32_t>(counters_.nr), zeros)
-                             .WithContext("rewriting root slot " + std::to_string(counters_.nr)));
+  S3ORAM_RETURN_IF_ERROR(
+      WriteRoot(static_cast<std::uint32_t>(session_->counters().nr), zeros)
+          .WithContext("rewriting root slot " + std::to_string(session_->counters().nr)));
   root_slot_dirty_ = false;
   return Status::Ok();
 }
@@ -94,7 +95,7 @@ void OramClient::RecordRootWritten(const PendingRoot& root, ClientStateStore::Ba
 Status OramClient::RootWrittenCommitted(const Counters& next) {
   PendingRoot root = std::move(pending_roots_.front());
   pending_roots_.pop_front();
-  counters_ = next;
+  session_->counters() = next;
   ++stats_.accesses;
   if (root.mapped) return pm_->Place(root.id, root.moved.pos, root.moved.version);
   return Status::Ok();
@@ -112,11 +113,11 @@ Status OramClient::FlushPendingRoot() {
   if (pending_roots_.size() == 1) root_slot_dirty_ = false;
   FaultPoint("client.access.after_write_root");
   ClientStateStore::Batch batch;
-  Counters next = counters_;
+  Counters next = session_->counters();
   RecordRootWritten(pending_roots_.front(), batch, next);
   {
     TimeInto timer(stats_.timings.state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(batch, /*durable=*/true));
   }
   return RootWrittenCommitted(next);
 }
@@ -128,7 +129,7 @@ Status OramClient::FlushPendingRoots() {
   // failed, are recorded in one transaction.
   const OramParams& p = params();
   const std::size_t k = pending_roots_.size();
-  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, NextMutationHeaders(k));
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, session_->NextMutationHeaders(k));
   std::vector<ServerSet::Outgoing> requests(k);
   {
     TimeInto timer(stats_.timings.client_compute_ns);
@@ -150,7 +151,7 @@ Status OramClient::FlushPendingRoots() {
     TimeInto timer(stats_.timings.root_write_wait_ns);
     std::vector<std::size_t> all(p.parties);
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    replies = servers_->ExchangeSequence(all, requests, options_.requests);
+    replies = session_->servers().ExchangeSequence(all, requests, session_->options().requests);
   }
   std::size_t written = 0;
   while (written < k && replies[written].ok()) ++written;
@@ -158,37 +159,16 @@ Status OramClient::FlushPendingRoots() {
   if (written > 0) {
     FaultPoint("client.access.after_write_root");
     ClientStateStore::Batch batch;
-    Counters next = counters_;
+    Counters next = session_->counters();
     for (std::size_t j = 0; j < written; ++j) RecordRootWritten(pending_roots_[j], batch, next);
     {
       TimeInto timer(stats_.timings.state_commit_ns);
-      S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+      S3ORAM_RETURN_IF_ERROR(session_->store().Commit(batch, /*durable=*/true));
     }
     for (std::size_t j = 0; j < written; ++j) S3ORAM_RETURN_IF_ERROR(RootWrittenCommitted(next));
   }
   if (written < k) return replies[written].status();
   return Status::Ok();
-}
-
-Result<std::vector<wire::Header>> OramClient::NextMutationHeaders(std::size_t count) {
-  if (count <= 1) {
-    S3ORAM_ASSIGN_OR_RETURN(wire::Header h, NextMutationHeader());
-    return std::vector<wire::Header>{h};
-  }
-  // The rollback rule (OpenImpl): no server may apply a request more than one
-  // seq beyond what the state holds on disk, so the seqs of requests that go
-  // out together are made durable first.
-  const std::uint64_t last = counters_.seq + count;
-  if (last > store_->durable_seq() + 1) {
-    Counters c = store_->counters();
-    c.seq = last - 1;
-    ClientStateStore::Batch b;
-    b.SetCounters(c);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
-  }
-  std::vector<wire::Header> out;
-  for (std::size_t i = 0; i < count; ++i) out.push_back(NextHeader());
-  return out;
 }
 
 Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
@@ -213,13 +193,13 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
   // Checked before every chunk: a gate may have let a Close (or an access
   // that learnt of a fence) run in between.
   auto unusable = [&]() -> std::optional<Status> {
-    if (fenced_) {
+    if (session_->fenced()) {
       return Status::LeaseHeld(
           "this client was fenced off: another client took the filesystem's lease over, so this "
           "one can no longer read or change anything");
     }
-    if (read_only_) return Status::FailedPrecondition("client opened read-only");
-    if (!lease_held_) return Status::FailedPrecondition("client closed");
+    if (session_->read_only()) return Status::FailedPrecondition("client opened read-only");
+    if (!session_->lease_held()) return Status::FailedPrecondition("client closed");
     return std::nullopt;
   };
   if (auto st = unusable()) return fail_rest(*st);
@@ -237,7 +217,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     // Paths exposed by a failed access are read back first, whatever comes
     // next (see exposed_).
     if (!exposed_.empty()) {
-      if (Status st = CleanUpExposed(); !st.ok()) return fail_rest(NoteFencing(st));
+      if (Status st = CleanUpExposed(); !st.ok()) return fail_rest(session_->NoteFencing(st));
       if (auto st = unusable()) return fail_rest(*st);
       // Every exposure ends in a cleanup that returns OK (read back or
       // quarantined); should one not, nothing else may go before it.
@@ -257,8 +237,8 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     } else if (it.op == AccessOp::kWrite && !it.modify && it.data.size() != p.block_bytes) {
       refused = Status::InvalidArgument("a write carries exactly " + std::to_string(p.block_bytes) +
                                         " bytes, got " + std::to_string(it.data.size()));
-    } else if (it.op == AccessOp::kWrite && writes_stopped_) {
-      refused = *writes_stopped_;
+    } else if (it.op == AccessOp::kWrite && session_->writes_stopped()) {
+      refused = *session_->writes_stopped();
     } else if (const Status* why = quarantined(it)) {
       // The code of the failure (integrity, damaged storage ...), so that
       // callers treat it as they treated the failure itself.
@@ -281,8 +261,8 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
       // The gate may have let another caller's access fail and expose a
       // path: its read-back comes before this chunk (back to the top).
       if (!exposed_.empty()) continue;
-      if (it.op == AccessOp::kWrite && writes_stopped_) {  // stopped in between
-        out.emplace_back(*writes_stopped_);
+      if (it.op == AccessOp::kWrite && session_->writes_stopped()) {  // stopped in between
+        out.emplace_back(*session_->writes_stopped());
         ++next;
         continue;
       }
@@ -292,7 +272,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
       const BatchItem& v = items[valid];
       if (v.id >= p.capacity_blocks) break;
       if (v.op == AccessOp::kWrite &&
-          (writes_stopped_ || (!v.modify && v.data.size() != p.block_bytes)))
+          (session_->writes_stopped() || (!v.modify && v.data.size() != p.block_bytes)))
         break;
       if (quarantined(v)) break;
       ++valid;
@@ -308,12 +288,12 @@ std::vector<Result<std::vector<std::uint8_t>>> OramClient::AccessMany(
     // always finishes or fails.
     limit = finished < given ? 1 : kMaxPipelined;
     if (!st.ok()) {
-      st = NoteFencing(st);
+      st = session_->NoteFencing(st);
       return fail_rest(st);
     }
   }
   for (auto& r : out) {
-    if (!r.ok()) r = NoteFencing(r.status());
+    if (!r.ok()) r = session_->NoteFencing(r.status());
   }
   return out;
 }
@@ -374,7 +354,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
   Chunk c;
   c.items = items;
   c.q = pending_roots_.size();
-  c.base = counters_.nr + c.q;
+  c.base = session_->counters().nr + c.q;
   c.k = static_cast<std::size_t>(
       std::min<std::uint64_t>({items.size(), kMaxPipelined, params().evict_rate - c.base}));
   // Paced as the last of them would be alone: the accesses before it whose
@@ -400,7 +380,7 @@ Status OramClient::BeforeChunk() {
   if (!pending_roots_.empty() && pending_roots_.back().slot + 1 >= p.evict_rate) {
     S3ORAM_RETURN_IF_ERROR(FlushPendingRoots());
   }
-  if (counters_.nr >= p.evict_rate) {
+  if (session_->counters().nr >= p.evict_rate) {
     TimeInto timer(stats_.timings.eviction_ns);
     S3ORAM_RETURN_IF_ERROR(RunEviction());
   }
@@ -480,7 +460,7 @@ Result<bool> OramClient::PlanAccess(Chunk& c, std::size_t j) {
   pl.where = PositionEntry{bt->second, at->version};
   // Slots this round wrote, and those this chunk's retrievals may
   // rewrite first (the pending ones; slot nr after a repair).
-  const std::uint64_t overwritten = counters_.nr + std::max<std::size_t>(c.q, 1);
+  const std::uint64_t overwritten = session_->counters().nr + std::max<std::size_t>(c.q, 1);
   if (bt->second.level != 0 || bt->second.slot >= overwritten) return true;
   pl.own_copy = RootCopyOf(id, *pl.where);
   pl.own_version = at->version;
@@ -508,7 +488,7 @@ Status OramClient::BuildRetrievals(Chunk& c) {
   const OramParams& p = params();
   const TreeGeometry geo = p.geometry();
   const std::size_t n = geo.path_slots();
-  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, NextMutationHeaders(c.k));
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Header> headers, session_->NextMutationHeaders(c.k));
   c.requests.assign(c.k, ServerSet::Outgoing{});
   c.revealed.assign(c.k, 0);
   TimeInto timer(stats_.timings.client_compute_ns);
@@ -549,26 +529,26 @@ Status OramClient::BuildRetrievals(Chunk& c) {
 void OramClient::SendRetrievals(Chunk& c) {
   c.outcomes.assign(c.k, Outcome::kUnanswered);
   chunk_sent_ = true;
-  const std::uint64_t resends_before = servers_->stats().resends;
+  const std::uint64_t resends_before = session_->servers().stats().resends;
   {
     TimeInto timer(stats_.timings.retrieve_wait_ns);
     std::vector<std::size_t> all(params().parties);
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    c.replies = servers_->ExchangeSequence(all, c.requests, options_.requests);
+    c.replies = session_->servers().ExchangeSequence(all, c.requests, session_->options().requests);
   }
   c.requests.clear();
   // A server that lost its connection and got requests again answers a
   // retrieval sent again after a later root write over a changed root: such
   // an answer is garbage, and a pipelined access that does not authenticate
   // after resends is tried again alone, not failed.
-  c.resent = c.k > 1 && servers_->stats().resends != resends_before;
+  c.resent = c.k > 1 && session_->servers().stats().resends != resends_before;
 
   // Every server holds the root writes the answered requests carried, up to
   // the first request that failed: they are recorded in the transaction that
   // records this chunk's accesses. From that request on, the slots the
   // pending writes go to may be inconsistent: they are rewritten before the
   // next retrieval.
-  c.next = counters_;
+  c.next = session_->counters();
   c.done.assign(c.k, std::nullopt);
   const std::size_t carrying = std::min(c.q, c.k);
   while (c.carried < carrying && c.replies[c.carried].ok()) {
@@ -619,7 +599,7 @@ OramClient::AccessEnd OramClient::FinishAccess(Chunk& c, std::size_t j) {
     Status bad = Status::Integrity(
         "block " + std::to_string(item.id) + " (version " + std::to_string(w.old_version) +
         ") failed authentication" + (w.packed ? "" : " (not even a valid packing)") +
-        ": one of the servers " + ServerSetName() +
+        ": one of the servers " + session_->ServerSetName() +
         " returned tampered, swapped or stale data, or the client state does not match them");
     spdlog::error("{}", bad.message());
     c.results.emplace_back(bad);
@@ -673,7 +653,8 @@ OramClient::AccessEnd OramClient::RecoverAccess(Chunk& c, std::size_t j, AccessW
     w.held = pl.where.has_value();
     w.old_version = w.held ? pl.where->version : 0;
   }
-  if (w.held) w.authentic = OpenSlot(id, w.old_version, w.elems, w.previous, &w.packed);
+  if (w.held)
+    w.authentic = session_->codec().Open(id, w.old_version, w.elems, w.previous, &w.packed);
   return AccessEnd::kNext;
 }
 
@@ -696,7 +677,8 @@ OramClient::AccessEnd OramClient::ResealAccess(Chunk& c, std::size_t j, AccessWo
   const bool mapped = w.held || item.op == AccessOp::kWrite;
   w.elems.assign(p.elems_per_slot(), 0);
   if (mapped) {
-    SealSlot(item.id, w.old_version + 1, item.op == AccessOp::kWrite ? data : w.previous, w.elems);
+    session_->codec().Seal(item.id, w.old_version + 1,
+                           item.op == AccessOp::kWrite ? data : w.previous, w.elems);
   }
 
   // This access's root write, deferred to a later request: the slot after
@@ -750,7 +732,7 @@ Status OramClient::RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uin
   c.batch.SetCounters(c.next);
   if (c.carried > 0 || !c.roots.empty()) {
     TimeInto timer(stats_.timings.state_commit_ns);
-    if (Status st = store_->Commit(c.batch, /*durable=*/true); !st.ok()) {
+    if (Status st = session_->store().Commit(c.batch, /*durable=*/true); !st.ok()) {
       // None of them happened: every path that went out is exposed.
       NoteExposures(accesses, c.revealed, std::vector<Outcome>(c.k, Outcome::kUnanswered), st);
       return st;
@@ -767,7 +749,7 @@ Status OramClient::RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uin
   for (std::size_t x = 0; x < c.carried; ++x) {
     if (Status st = RootWrittenCommitted(c.next); !st.ok() && applied.ok()) applied = st;
   }
-  counters_ = c.next;
+  session_->counters() = c.next;
   for (std::size_t j = 0; j < c.finished; ++j) {
     // Taken out of the eviction in flight: its copy there is stale, its slot free.
     if (c.done[j] && inflight_) inflight_->record.before.erase(c.items[j].id);
@@ -790,9 +772,9 @@ void OramClient::EndRoundIfFull(BlockId last_access) {
     st = RunEviction();
   }
   if (!st.ok()) {
-    NoteProblem(st);
-    spdlog::warn("eviction {} failed after access to block {}: {}", counters_.ne, last_access,
-                 st.ToString());
+    session_->NoteProblem(st);
+    spdlog::warn("eviction {} failed after access to block {}: {}", session_->counters().ne,
+                 last_access, st.ToString());
   }
 }
 
@@ -828,13 +810,13 @@ Status OramClient::CleanUpExposed() {
       if (!st.ok() && chunk_sent_ && IsAnsweredFailure(st)) {
         // That read-back failed as its access did (NoteExposures counted
         // it); the rest go on.
-        NoteProblem(st);
+        session_->NoteProblem(st);
         ++next;
         st = Status::Ok();
       }
     }
     for (const auto& r : out) {
-      if (!r.ok()) NoteProblem(r.status());
+      if (!r.ok()) session_->NoteProblem(r.status());
     }
   }
   cleaning_ = false;

@@ -52,21 +52,21 @@ bool OpenChecked(std::span<const Elem* const> shares,
 
 Status OramClient::RunEviction() {
   if (inflight_) S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_->store().LoadPending());
   for (const auto& op : pending) {
     if (op.kind == kEvictKind) S3ORAM_RETURN_IF_ERROR(FinishPendingEviction());
   }
-  if (counters_.nr < params().evict_rate) return Status::Ok();
-  if (writes_stopped_) return *writes_stopped_;
+  if (session_->counters().nr < params().evict_rate) return Status::Ok();
+  if (session_->writes_stopped()) return *session_->writes_stopped();
   return StartEviction();
 }
 
 Status OramClient::StartEviction() {
   const TreeGeometry geo = params().geometry();
   TimeInto planning(stats_.timings.eviction_client_ns);
-  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, counters_.ne, *pm_));
+  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, session_->counters().ne, *pm_));
   EvictionRecord record;
-  record.eviction = counters_.ne;
+  record.eviction = session_->counters().ne;
   record.attempt = 1;
   for (const auto& [id, pos] : plan.moves) record.before.emplace(id, pm_->Find(id)->pos);
   // One durable transaction: the plan, the blocks at their new positions and
@@ -76,7 +76,7 @@ Status OramClient::StartEviction() {
   for (const auto& [id, pos] : plan.moves) {
     intent.PutPosition(id, PositionEntry{pos, pm_->Find(id)->version});
   }
-  Counters next = counters_;
+  Counters next = session_->counters();
   next.nr = 0;
   intent.SetCounters(next);
   record.plan = plan;
@@ -84,17 +84,17 @@ Status OramClient::StartEviction() {
   planning.Stop();
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(intent, /*durable=*/true));
+    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(intent, /*durable=*/true));
   }
   FaultPoint("client.evict.after_intent");
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
-  counters_ = next;
+  session_->counters() = next;
   inflight_ = InFlight{std::move(record), false, false, {}};
   if (stats_.evictions == 0) {
     spdlog::info(
         "eviction {} started (every {} accesses); the servers compute it while the "
         "next {} accesses go on (s3oram status shows its progress)",
-        counters_.ne, params().evict_rate, params().evict_rate);
+        session_->counters().ne, params().evict_rate, params().evict_rate);
   }
   return EnsureEvictionStarted();
 }
@@ -114,7 +114,8 @@ Status OramClient::EnsureEvictionStarted() {
   const auto began = std::chrono::steady_clock::now();
   Status last;
   for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
-    if (tries > 0 && std::chrono::steady_clock::now() - began >= options_.evictions.deadline) {
+    if (tries > 0 &&
+        std::chrono::steady_clock::now() - began >= session_->options().evictions.deadline) {
       break;
     }
     if (inflight_->sent) {
@@ -147,9 +148,10 @@ TransportOptions OramClient::EvictionBudgetLeft(
     std::chrono::steady_clock::time_point started) const {
   const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - started);
-  TransportOptions budget = options_.evictions;
-  budget.deadline = spent < options_.evictions.deadline ? options_.evictions.deadline - spent
-                                                        : std::chrono::milliseconds(1);
+  TransportOptions budget = session_->options().evictions;
+  budget.deadline = spent < session_->options().evictions.deadline
+                        ? session_->options().evictions.deadline - spent
+                        : std::chrono::milliseconds(1);
   // Resent after silence only past half the eviction's time: the servers
   // answer EVICT_RESULT after exchanging shares with each other, minutes
   // on a slow link or a busy machine. A connection that was replaced (a
@@ -163,7 +165,7 @@ Status OramClient::LogEvictionRecord(const EvictionRecord& record) {
   ClientStateStore::Batch b;
   b.RemovePending(record.eviction);
   b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
-  return store_->Commit(b, /*durable=*/true);
+  return session_->store().Commit(b, /*durable=*/true);
 }
 
 void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed) {
@@ -174,7 +176,7 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   static constexpr std::uint64_t kPollsPerRound = 16;
   const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
   // Once per `every` root slots (a pipelined batch takes several at once).
-  const std::uint64_t bucket = (counters_.nr + pending_roots_.size()) / every;
+  const std::uint64_t bucket = (session_->counters().nr + pending_roots_.size()) / every;
   if (elapsed < kProgressAfter || bucket == progress_polled_bucket_ ||
       progress_polled_bucket_ == kProgressDone) {
     return;
@@ -184,11 +186,12 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   // computed longer than the client has waited) and by the eviction
   // timeout, so a wrong or lying reply paces no round beyond that.
   const auto own = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed);
-  const auto cap = std::chrono::duration_cast<EvictionPacer::Duration>(options_.evictions.deadline);
+  const auto cap =
+      std::chrono::duration_cast<EvictionPacer::Duration>(session_->options().evictions.deadline);
   EvictionPacer::Bounds slowest;
   bool unbounded = false;  // a server in round 1: no upper bound yet
   bool computing = false;  // some server still computes this eviction
-  for (const auto& r : QueryServers(options_.requests.resend_after)) {
+  for (const auto& r : QueryServers(session_->options().requests.resend_after)) {
     if (!r.status.ok()) {
       computing = true;  // says nothing: it may still be computing
       continue;
@@ -277,12 +280,12 @@ Status OramClient::FinishInFlightEviction() {
       std::chrono::nanoseconds(stats_.timings.eviction_prepare_wait_ns - prepare_wait_before);
   // The pace of the next round, kept for the next mount too (not durable:
   // a lost estimate only costs one unpaced round).
-  if (was_started && first_attempt && !read_only_) {
+  if (was_started && first_attempt && !session_->read_only()) {
     pacer_.Learn(elapsed, waited);
     ClientStateStore::Batch b;
     b.SetEvictionEstimate(static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(pacer_.estimate()).count()));
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(b));
+    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(b));
   }
   pacer_.ForgetProvisional();  // also when nothing was learned
   progress_polled_bucket_ = kNoBucket;
@@ -297,7 +300,7 @@ Status OramClient::FinishInFlightEviction() {
 }
 
 Status OramClient::FinishPendingEviction() {
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, store_->LoadPending());
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_->store().LoadPending());
   const PendingOp* op = nullptr;
   for (const auto& p : pending) {
     if (p.kind == kEvictKind) op = &p;
@@ -305,16 +308,17 @@ Status OramClient::FinishPendingEviction() {
   if (!op) {
     // A due eviction that is not under way yet waits for the repair while
     // writes are stopped; Open succeeds all the same (reads need no more).
-    if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
+    if (session_->counters().nr >= params().evict_rate && !session_->writes_stopped())
+      return RunEviction();
     return Status::Ok();
   }
   S3ORAM_ASSIGN_OR_RETURN(
       EvictionRecord record,
       DecodeEvictionRecord(op->payload, params().geometry(), params().capacity_blocks));
-  if (record.eviction != counters_.ne) {
+  if (record.eviction != session_->counters().ne) {
     return Status::Corruption("pending eviction " + std::to_string(record.eviction) +
                               " does not match the eviction counter " +
-                              std::to_string(counters_.ne));
+                              std::to_string(session_->counters().ne));
   }
   ++stats_.eviction_retries;
   if (record.plan) {
@@ -326,13 +330,14 @@ Status OramClient::FinishPendingEviction() {
     // Logged by a client that ran evictions to the end while accesses
     // waited: the plan follows from the positions, which it then updates.
     S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
-                            PlanEviction(params().geometry(), counters_.ne, *pm_));
+                            PlanEviction(params().geometry(), session_->counters().ne, *pm_));
     ++record.attempt;
     S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/false));
   }
   // The round the access counter is in may be full already (the eviction
   // was started at its end and the client stopped there): the next starts.
-  if (counters_.nr >= params().evict_rate && !writes_stopped_) return RunEviction();
+  if (session_->counters().nr >= params().evict_rate && !session_->writes_stopped())
+    return RunEviction();
   return Status::Ok();
 }
 
@@ -373,12 +378,13 @@ Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
 
 Status OramClient::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
                                  const TransportOptions& budget) {
-  const wire::Header h = NextHeader();
+  const wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
   TimeInto timer(stats_.timings.eviction_prepare_wait_ns);
   S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, servers_->Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
+      auto replies,
+      session_->servers().Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (std::get<wire::EvictPrepareReply>(replies[i].body).eviction != eviction) {
       return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
@@ -402,7 +408,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
   bool committed_somewhere = false;
   if (collect_first || record.attempt > 1) {
-    for (const auto& r : QueryServers(options_.requests.deadline)) {
+    for (const auto& r : QueryServers(session_->options().requests.deadline)) {
       if (!r.status.ok()) return r.status.WithContext("finishing eviction");
       if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
     }
@@ -432,7 +438,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
         // a result first: if that used the whole time, a new attempt now
         // would only make them drop the one nearly done.
         if ((tries > 0 || collect_first) &&
-            std::chrono::steady_clock::now() - started >= options_.evictions.deadline) {
+            std::chrono::steady_clock::now() - started >= session_->options().evictions.deadline) {
           break;
         }
         if (collect_first || tries > 0) {
@@ -472,7 +478,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   }
 
   FaultPoint("client.evict.after_prepare");
-  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
+  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_->NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
   for (std::size_t i = 0; i < p.parties; ++i) {
     frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
@@ -480,7 +486,8 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   {
     TimeInto timer(stats_.timings.eviction_commit_wait_ns);
     S3ORAM_RETURN_IF_ERROR(
-        servers_->Exchange(frames, h, wire::MessageType::kEvictCommitReply, options_.requests)
+        session_->servers()
+            .Exchange(frames, h, wire::MessageType::kEvictCommitReply, session_->options().requests)
             .status()
             .WithContext("committing eviction " + std::to_string(plan.eviction)));
   }
@@ -488,7 +495,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   FaultPoint("client.evict.after_commit");
   // Every server has made the eviction live: record it (and, for a record
   // without a plan, the new positions, with the next round).
-  Counters next = counters_;
+  Counters next = session_->counters();
   next.ne = plan.eviction + 1;
   ClientStateStore::Batch batch;
   const bool moves_applied = record.plan.has_value();
@@ -506,7 +513,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   batch.SetCounters(next);
   batch.RemovePending(plan.eviction);
   // A recorded refusal of this eviction is over: it committed.
-  const auto& note = store_->problem_note();
+  const auto& note = session_->store().problem_note();
   const bool refusal_resolved =
       note && !note->damaged &&
       note->text.rfind("eviction " + std::to_string(plan.eviction) + " ", 0) == 0;
@@ -514,14 +521,14 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   // Durable: the servers have moved the blocks; positions must not roll back.
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(store_->Commit(batch, /*durable=*/true));
+    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(batch, /*durable=*/true));
   }
   if (refusal_resolved) {
-    noted_problem_.clear();
+    session_->ProblemNoteCleared();
     spdlog::info("eviction {} committed: the problem recorded when it was refused is resolved",
                  plan.eviction);
   }
-  counters_ = next;
+  session_->counters() = next;
   if (!moves_applied) S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
   ++stats_.evictions;
   spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
@@ -536,12 +543,12 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
   const TimeInto timer(stats_.timings.eviction_check_ns);
   wire::ParitySeed seed;
   random::Bytes(seed);
-  wire::Header h = NextHeader();
+  wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::EvictCheckRequest{eviction, attempt, seed});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
+  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
   S3ORAM_ASSIGN_OR_RETURN(
-      auto replies,
-      servers_->Exchange(frames, h, wire::MessageType::kEvictCheckReply, options_.requests));
+      auto replies, session_->servers().Exchange(frames, h, wire::MessageType::kEvictCheckReply,
+                                                 session_->options().requests));
   const std::size_t m = params().elems_per_slot();
   const std::size_t combined_elems = wire::kEvictCheckCombinations * m;
   std::vector<std::vector<Elem>> digests;
@@ -574,7 +581,7 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
   return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
                            std::to_string(attempt) + ": " + std::to_string(bad.size()) +
                            " prepared slots are inconsistent across the servers " +
-                           ServerSetName() + " (first: " + where +
+                           session_->ServerSetName() + " (first: " + where +
                            "); a server computed or dealt wrong shares; nothing was committed");
 }
 
@@ -593,7 +600,7 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
     spdlog::error("eviction {} attempt {}: {}; not committed", eviction, attempt, what);
     return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
                              std::to_string(attempt) + ": " + what + " (servers " +
-                             ServerSetName() + "); nothing was committed");
+                             session_->ServerSetName() + "); nothing was committed");
   };
   std::vector<Elem> opened(m);
   std::vector<const Elem*> ptrs(n);
@@ -605,7 +612,7 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
           "the servers (a server answered the check about other shares than "
           "it holds)");
     }
-    if (CombinationMacValid(opened)) continue;
+    if (session_->codec().CombinationMacValid(opened)) continue;
     // The output does not authenticate. Either a server dealt wrong shares
     // in this eviction, or a value that was already wrong at rest (all
     // servers agreeing on it: a server rebuilt from a damaged peer) was
@@ -625,7 +632,7 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
         "from a damaged peer). The eviction goes ahead checked for consistency only; "
         "s3oram fsck -y --zero-damaged finds and frees the lost block");
     spdlog::error("{}", at_rest.message());
-    NoteProblem(at_rest);
+    session_->NoteProblem(at_rest);
     return Status::Ok();
   }
   return Status::Ok();
@@ -636,12 +643,12 @@ Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
   const std::size_t rows = wire::kEvictCheckCombinations;
   wire::ParitySeed seed;
   random::Bytes(seed);
-  wire::Header h = NextHeader();
+  wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::MacOpenRequest{eviction, seed});
-  std::vector<std::vector<std::uint8_t>> frames(servers_->size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies,
-      servers_->Exchange(frames, h, wire::MessageType::kMacOpenReply, options_.evictions));
+  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(auto replies,
+                          session_->servers().Exchange(frames, h, wire::MessageType::kMacOpenReply,
+                                                       session_->options().evictions));
   std::vector<const Elem*> ptrs;
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const auto& r = std::get<wire::MacOpenReply>(replies[i].body);
@@ -659,23 +666,24 @@ Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
     if (!OpenChecked(row_ptrs, parity_rows_, lambda_, m, opened.data())) {
       return Status::Integrity("eviction " + std::to_string(eviction) +
                                ": the buckets it reads are inconsistent across the servers " +
-                               ServerSetName() +
+                               session_->ServerSetName() +
                                " (a combination of them is not one sharing): a server's stored "
                                "shares changed; s3oram scrub names the server");
     }
-    if (!CombinationMacValid(opened)) return false;
+    if (!session_->codec().CombinationMacValid(opened)) return false;
   }
   return true;
 }
 
 Status OramClient::SettleEviction() {
-  if (!inflight_ || read_only_ || !lease_held_ || fenced_) return Status::Ok();
+  if (!inflight_ || session_->read_only() || !session_->lease_held() || session_->fenced())
+    return Status::Ok();
   TimeInto timer(stats_.timings.eviction_ns);
   return FinishInFlightEviction();
 }
 
 Result<std::optional<std::uint64_t>> OramClient::PendingEviction() const {
-  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, store_->LoadPending());
+  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, session_->store().LoadPending());
   for (const PendingOp& op : pending) {
     if (op.kind == kPendingEvictKind) return std::optional<std::uint64_t>(op.seq);
   }

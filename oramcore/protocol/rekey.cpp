@@ -88,7 +88,7 @@ Result<RekeyReport> RunRekey(OramClient& client, const RekeyOptions& options) {
         report.resealed += items.size();
       }
       r.next_block = id;
-      S3ORAM_RETURN_IF_ERROR(client.RecordRekeyProgress(r));
+      S3ORAM_RETURN_IF_ERROR(client.session().RecordRekeyProgress(r));
       FaultPoint("rekey.reseal.after_chunk");
       progress("reseal", report.resealed, total);
     }
@@ -97,7 +97,7 @@ Result<RekeyReport> RunRekey(OramClient& client, const RekeyOptions& options) {
     // counts from the round after it.
     r.phase = Phase::kPurge;
     r.purge_until = client.round() + PurgeRounds(p);
-    S3ORAM_RETURN_IF_ERROR(client.RecordRekeyProgress(r));
+    S3ORAM_RETURN_IF_ERROR(client.session().RecordRekeyProgress(r));
     FaultPoint("rekey.purge.recorded");
     spdlog::info("rekey: every block re-sealed; purging until eviction {}", r.purge_until);
   }
@@ -127,7 +127,7 @@ Result<RekeyReport> RunRekey(OramClient& client, const RekeyOptions& options) {
     progress("purge", std::min(ne - start_ne, total), total);
   }
   report.evictions = client.counters().ne - first_ne;
-  S3ORAM_RETURN_IF_ERROR(client.EndRekey());
+  S3ORAM_RETURN_IF_ERROR(client.session().EndRekey());
   spdlog::info("rekey: done; the previous master key is forgotten");
   return report;
 }

@@ -600,17 +600,17 @@ bool IsOlderThanServersRefusal(const Status& st) {
          st.message().find("pass --force to accept that loss") != std::string::npos;
 }
 
-std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& client,
+std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(ClientSession& session,
                                                                std::chrono::milliseconds timeout,
                                                                const std::vector<bool>& skip) {
-  ServerSet& servers = client.server_set();
+  ServerSet& servers = session.servers();
   std::vector<Result<std::vector<wire::BackupInfo>>> out;
   for (std::size_t i = 0; i < servers.size(); ++i) {
     if (i < skip.size() && skip[i]) {
       out.emplace_back(Status::Unavailable("not asked while it prepares an eviction"));
       continue;
     }
-    wire::Header h = client.NextRequestHeader();
+    wire::Header h = session.NextHeader();
     auto r = servers.ExchangeWith({i}, {wire::Encode(h, wire::BackupListRequest{})}, h,
                                   wire::MessageType::kBackupListReply,
                                   TransportOptions{timeout, timeout});
@@ -624,13 +624,14 @@ std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& clien
 }
 
 Result<BackupResult> BackupState(OramClient& client, const BackupProgressFn& progress) {
-  if (client.backup_key().empty()) {
+  const Secret& backup_key = client.session().backup_key();
+  if (backup_key.empty()) {
     return Status::FailedPrecondition("a state backup needs a client opened with the passphrase");
   }
   // A backup records no eviction under way: a device that restores it must
   // not find the servers one eviction ahead of it.
   S3ORAM_RETURN_IF_ERROR(client.SettleEviction().WithContext("before the state backup"));
-  return BackupStateWithKey(client, client.backup_key(), progress);
+  return BackupStateWithKey(client, backup_key, progress);
 }
 
 Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup_key,
@@ -666,22 +667,22 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   //    push every server to the last generation
   //    (oramcore/protocol/counter_agreement.h).
   std::vector<std::uint64_t> newest;
-  auto lists = ListBackups(client, std::chrono::milliseconds(30000));
+  auto lists = ListBackups(client.session(), std::chrono::milliseconds(30000));
   for (std::size_t i = 0; i < lists.size(); ++i) {
     if (!lists[i].ok()) {
       return lists[i].status().WithContext("listing the backups of " +
-                                           ServerName(i, client.server_set().endpoint(i)));
+                                           ServerName(i, client.session().servers().endpoint(i)));
     }
     std::uint64_t n = 0;
     for (const auto& b : lists[i].value()) n = std::max(n, b.generation);
     newest.push_back(n);
   }
   const auto& mark = client.backup_mark();
-  S3ORAM_ASSIGN_OR_RETURN(const std::uint64_t generation,
-                          NextAgreedCounter(newest, mark ? mark->generation : 0, params.threshold,
-                                            "backup generation", [&](std::size_t i) {
-                                              return ServerName(i, client.server_set().endpoint(i));
-                                            }));
+  S3ORAM_ASSIGN_OR_RETURN(
+      const std::uint64_t generation,
+      NextAgreedCounter(
+          newest, mark ? mark->generation : 0, params.threshold, "backup generation",
+          [&](std::size_t i) { return ServerName(i, client.session().servers().endpoint(i)); }));
 
   Header h;
   h.fs_id = config.fs_id;
@@ -712,7 +713,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
 
   // 4. Share and upload, chunk by chunk.
   const std::uint64_t total = field::ElemsForBytes(blob.size());
-  ServerSet& servers = client.server_set();
+  ServerSet& servers = client.session().servers();
   const std::size_t parties = servers.size();
   const std::uint64_t total_bytes = total * parties * sizeof(Elem);
   const TransportOptions opts = BulkOptions(std::chrono::milliseconds(120000));
@@ -726,7 +727,7 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
     field::Pack(std::span<const std::uint8_t>(blob).subspan(byte_off, bytes), packed);
     ShareVector(packed, params.threshold, shares);
     const bool last = offset + packed.size() == total;
-    wire::Header hdr = client.NextRequestHeader();
+    wire::Header hdr = client.session().NextHeader();
     std::vector<std::vector<std::uint8_t>> frames;
     for (std::size_t i = 0; i < parties; ++i) {
       frames.push_back(wire::Encode(

@@ -165,7 +165,7 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
 // unreachable server carries its error. Servers i with skip[i] set are not
 // asked (an Unavailable status says so): one busy preparing an eviction
 // answers only STATUS and STATS until it is done.
-std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(OramClient& client,
+std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(ClientSession& session,
                                                                std::chrono::milliseconds timeout,
                                                                const std::vector<bool>& skip = {});
 

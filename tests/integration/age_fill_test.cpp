@@ -93,11 +93,11 @@ TEST(AgeFillTest, FilledTreeHasNoHoleAndServesAccessesAndEvictionsLikeANewOne) {
   EXPECT_EQ(again.code(), Status::Code::kFailedPrecondition) << again.ToString();
   EXPECT_NE(again.message().find("has been used"), std::string::npos) << again.ToString();
   // ...and each server refuses on its own account, whatever a client says.
-  wire::Header h = (*client)->NextRequestHeader();
+  wire::Header h = (*client)->session().NextHeader();
   const auto frame = wire::Encode(h, wire::AgeFillRequest{1, 1, {}});
-  std::vector<std::vector<std::uint8_t>> frames((*client)->server_set().size(), frame);
-  auto refused = (*client)->server_set().Exchange(frames, h, wire::MessageType::kAgeFillReply,
-                                                  FastRetryOptions().requests);
+  std::vector<std::vector<std::uint8_t>> frames((*client)->session().servers().size(), frame);
+  auto refused = (*client)->session().servers().Exchange(
+      frames, h, wire::MessageType::kAgeFillReply, FastRetryOptions().requests);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kFailedPrecondition)
       << refused.status().ToString();

@@ -215,7 +215,7 @@ TEST(TamperTest, SlowRepliesAreNotResentOnALiveConnection) {
   // itself. A busier machine only makes the learned pace slower and the
   // silence longer.
   const auto silence =
-      dynamic_cast<NetworkServerSet&>((*c)->server_set())
+      dynamic_cast<NetworkServerSet&>((*c)->session().servers())
           .FirstResendSilence(0, wire::MessageType::kRetrieveReply, options.requests);
   EXPECT_GE(silence, 4 * std::chrono::milliseconds(600));
   for (auto& p : lab->proxies) p->ClearTranscript();

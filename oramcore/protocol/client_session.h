@@ -1,0 +1,163 @@
+// ClientSession: what every operation of one open client shares, underneath
+// the access path and the eviction (client.h) and beside them the state
+// backup, restore and rekey (state_backup.h, rekey.h):
+//   * the client state (client_state.h) and its counters as this process
+//     has moved them (seq runs ahead of the state between commits);
+//   * the servers (a ServerSet) and the header of every request sent to
+//     them: this client's epoch and the next seq, with the rollback rule
+//     (NextMutationHeader);
+//   * the keys: the block codec (block_codec.h) and the backup key;
+//   * the single-writer lease (client.h, class comment): acquired at Open,
+//     renewed, released; a client told another holds it is fenced;
+//   * the problems only a server's repair ends (the state's problem note),
+//     and the stop of writes a damaged server causes.
+// Guarantees: no request leaves without a header from here, so seqs never
+// repeat within an epoch; one writer per state file on this machine (a lock
+// held for the session's life); key material is zeroed when it ends.
+// Not thread-safe (the client serialises).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "oramcore/base/secret.h"
+#include "oramcore/base/status.h"
+#include "oramcore/protocol/block_codec.h"
+#include "oramcore/state/client_state.h"
+#include "oramcore/wire/server_set.h"
+#include "oramcore/wire/wire.h"
+
+namespace s3oram {
+
+struct ClientOptions {
+  TransportOptions requests{std::chrono::milliseconds(2000), std::chrono::milliseconds(30000)};
+  TransportOptions evictions{std::chrono::milliseconds(60000), std::chrono::milliseconds(600000)};
+  // Take the lease over even if another client holds it (that client is then
+  // fenced off). For a holder that is gone for good; never the default.
+  bool force_lease = false;
+  // What this client is doing, shown to anyone refused the lease
+  // ("mounted on /mnt/x", "fsck", ...).
+  std::string lease_purpose;
+  // OpenReadOnly only: open a state another client has moved past (it would
+  // be refused with kStaleState), to show it (s3oram status). Such a client
+  // must not be used for anything that trusts the state's counters.
+  bool allow_stale = false;
+  // How the client reaches its servers: empty for the network (every real
+  // use); tests pass an in-process cluster's (tests/support/in_process_cluster.h).
+  ServerConnector connect;
+};
+
+class ClientSession {
+ public:
+  // Takes the state file's lock (writers), unlocks the state with
+  // `passphrase` (PermissionDenied for a wrong one; nothing changes before),
+  // converts a state of an older format once (writers), derives the keys and
+  // connects to the servers the state names. Nothing is sent yet.
+  static Result<std::unique_ptr<ClientSession>> Open(const std::string& state_path,
+                                                     const Secret& passphrase, bool read_only,
+                                                     ClientOptions options);
+  ~ClientSession();
+  ClientSession(const ClientSession&) = delete;
+  ClientSession& operator=(const ClientSession&) = delete;
+
+  const ClientOptions& options() const { return options_; }
+  bool read_only() const { return read_only_; }
+  ClientStateStore& store() { return *store_; }
+  const ClientStateStore& store() const { return *store_; }
+  const FsConfig& config() const { return store_->config(); }
+  const OramParams& params() const { return config().params; }
+  const std::string& state_path() const { return store_->path(); }
+  // The unlocked state file (its VFS opens further connections to it).
+  const std::shared_ptr<UnlockedState>& unlocked_state() const { return store_->unlocked(); }
+  // The counters as this process moved them: the state's, with seq (and,
+  // after StartEpoch, epoch) ahead until the next commit records them.
+  Counters& counters() { return counters_; }
+  const Counters& counters() const { return counters_; }
+  const BlockCodec& codec() const { return *codec_; }
+  // Derived from the master key (DeriveBackupKey).
+  const Secret& backup_key() const { return backup_key_; }
+
+  ServerSet& servers() { return *servers_; }
+  const ServerSet& servers() const { return *servers_; }
+  // "{0=tcp://..., 1=...}", for messages that name the whole set.
+  std::string ServerSetName() const;
+  // The header of the next request: this epoch, the next seq.
+  wire::Header NextHeader();
+  // The header of a request that may raise the servers' applied_seq (a
+  // retrieval carrying a root write, an eviction's PREPARE or COMMIT): the
+  // state's seq is made durable first if requests went since the last
+  // durable commit, so that no server applies a seq more than one beyond
+  // what the state holds (the rollback rule: OramClient::RefuseIfRolledBack).
+  Result<wire::Header> NextMutationHeader();
+  // `count` such headers for mutations sent together (none more than one
+  // beyond the durable seq when the first goes).
+  Result<std::vector<wire::Header>> NextMutationHeaders(std::size_t count);
+
+  // --- The lease. -----------------------------------------------------------------
+  // Acquires it on every server under the current epoch; on refusal releases
+  // what it got and names the holder. A record left by a crashed process of
+  // this very state file (epoch `opened_epoch`, the state's before this Open
+  // raised it) is taken over without force_lease.
+  Status AcquireLease(std::uint64_t opened_epoch);
+  // The lease as server i sees it (LEASE_QUERY; changes nothing).
+  Result<wire::LeaseReply> QueryLease(std::size_t server);
+  // Tells the servers this client is alive; kLeaseHeld (and fenced) if
+  // another client took the lease over.
+  Status RenewLease();
+  // Releases it on every server (a short deadline; failures logged).
+  void ReleaseLease();
+  bool lease_held() const { return lease_held_; }
+  // Whether a server said another client took the lease over: this client
+  // then changes nothing more.
+  bool fenced() const { return fenced_; }
+  // Notes `st` (NoteProblem) and marks the session fenced if it is
+  // kLeaseHeld; returns it.
+  Status NoteFencing(Status st);
+  // The lease is given up (Close): nothing more is sent under it.
+  void ForgetLease() { lease_held_ = false; }
+
+  // --- Problems (client.h: problem_note, writes_stopped). --------------------------
+  // Records a damaged-storage or inconsistency error in the state (once per
+  // distinct message) for `s3oram status`; damage also stops writes.
+  void NoteProblem(const Status& st);
+  // Stops writes for damage `st` (met now, or `recorded` in the state's
+  // problem note), logging once; nothing for a read-only session.
+  void StopWrites(const Status& st, bool recorded);
+  const std::optional<Status>& writes_stopped() const { return writes_stopped_; }
+  Status RecordProblemNote(const std::string& text, bool damaged);
+  Status ClearProblemNote();
+  // A commit of the caller's removed the problem note (an eviction whose
+  // refusal it recorded committed): a recurrence is noted again.
+  void ProblemNoteCleared() { noted_problem_.clear(); }
+
+  // --- A master-key rotation (rekey.h). --------------------------------------------
+  // Records its progress (one commit, not durable).
+  Status RecordRekeyProgress(const RekeyProgress& progress);
+  // Ends it (durable): the previous master key leaves the state, and the
+  // codec forgets the previous keys.
+  Status EndRekey();
+
+ private:
+  ClientSession() = default;
+  Status SendLease(std::size_t server, const wire::Body& body, wire::LeaseReply* reply);
+
+  ClientOptions options_;
+  bool read_only_ = false;
+  int state_lock_fd_ = -1;  // flock'ed for the session's life (writers only)
+  std::unique_ptr<ClientStateStore> store_;
+  std::unique_ptr<BlockCodec> codec_;
+  Secret backup_key_;
+  std::unique_ptr<ServerSet> servers_;
+  Counters counters_;
+  bool lease_held_ = false;
+  bool fenced_ = false;
+  std::string lease_sealed_;  // this client's sealed description, as acquired
+  std::optional<Status> writes_stopped_;
+  std::string noted_problem_;  // the ProblemNote text this session last wrote
+};
+
+}  // namespace s3oram
