@@ -156,8 +156,9 @@ int WaitForChild(int fd, pid_t child) {
   return 1;
 }
 
-int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporter& reporter) {
-  const std::string state = cmd.state;
+// The request and eviction timeouts of the mount options, and the lease
+// taken for this mount.
+s3oram::ClientOptions MountClientOptions(const fs::MountCommand& cmd) {
   s3oram::ClientOptions options;
   options.requests.deadline = std::chrono::seconds(cmd.timeout_seconds);
   options.requests.resend_after = std::min<std::chrono::milliseconds>(
@@ -167,6 +168,17 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
       std::chrono::seconds(60), options.evictions.deadline);
   options.force_lease = cmd.force;
   options.lease_purpose = "mounted on " + cmd.mountpoint;
+  return options;
+}
+
+// Opens the client (fetching a newer state first under -o refresh_state) and
+// zeroes the passphrase once it is no longer needed. Null once the failure
+// has been reported.
+std::unique_ptr<s3oram::OramClient> OpenClient(const fs::MountCommand& cmd,
+                                               s3oram::Secret& passphrase,
+                                               StartupReporter& reporter) {
+  const std::string& state = cmd.state;
+  const s3oram::ClientOptions options = MountClientOptions(cmd);
   auto client = s3oram::OramClient::Open(state, passphrase, options);
   if (!client.ok() && client.status().code() == s3oram::Status::Code::kStaleState &&
       cmd.refresh_state) {
@@ -178,7 +190,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
     if (!refreshed.ok()) {
       reporter.Fail("cannot refresh " + state +
                     " (-o refresh_state): " + refreshed.status().ToString());
-      return 1;
+      return nullptr;
     }
     for (const auto& w : refreshed->warnings) spdlog::warn("refresh_state: {}", w);
     spdlog::info("refreshed {} from state backup generation {} (taken at unix time {})", state,
@@ -193,40 +205,38 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   passphrase = s3oram::Secret();  // zeroed: the client keeps the master key, guarded
   if (!client.ok()) {
     reporter.Fail("cannot open " + state + ": " + client.status().ToString());
-    return 1;
+    return nullptr;
   }
-  const auto& params = (*client)->params();
-  auto meta = fs::MetadataStore::Open((*client)->unlocked_state(), params.capacity_blocks,
+  return std::move(client).value();
+}
+
+// Opens the metadata database inside the state and frees the files a crash
+// left unlinked but not yet freed. Null once the failure has been reported.
+std::unique_ptr<fs::MetadataStore> OpenMetadata(s3oram::OramClient& client,
+                                                const std::string& state,
+                                                StartupReporter& reporter) {
+  const auto& params = client.params();
+  auto meta = fs::MetadataStore::Open(client.unlocked_state(), params.capacity_blocks,
                                       static_cast<std::uint32_t>(params.block_bytes));
   if (!meta.ok()) {
     reporter.Fail("cannot open the filesystem metadata in " + state + ": " +
                   meta.status().ToString());
-    return 1;
+    return nullptr;
   }
   std::uint64_t purged = 0;
   if (int e = (*meta)->PurgeOrphans(&purged); e != 0) {
     reporter.Fail("cannot free unlinked files left by a crash: " + (*meta)->last_error());
-    return 1;
+    return nullptr;
   }
   if (purged > 0) spdlog::info("freed {} unlinked files left by an earlier crash", purged);
+  return std::move(meta).value();
+}
 
-  fs::MetadataStore& md = **meta;
-  fs::OramBlockEngine engine(std::move(client).value(), cmd.pipeline_accesses);
-  if (cmd.constant_rate_ms != 0) {
-    engine.EnableConstantRate(std::chrono::milliseconds(cmd.constant_rate_ms));
-    spdlog::info("constant rate: one ORAM access every {} ms, a dummy one when nothing waits",
-                 cmd.constant_rate_ms);
-  }
-  const std::size_t pages =
-      static_cast<std::size_t>(cmd.cache_mib * (std::uint64_t{1} << 20) / engine.block_bytes());
-  fs::InodeLocks locks;
-  fs::BlockCache cache(engine, locks, pages,
-                       [&md](const std::vector<fs::WrittenExtent>& w) { return md.MarkWritten(w); });
-  fs::FileData data(md, cache, engine, locks, std::chrono::seconds(cmd.writeback_delay_seconds),
-                    cmd.readahead_blocks);
-  fs::Filesystem filesystem(md, data, kAttrTimeoutSeconds);
-
-  std::vector<std::string> argv_storage = cmd.fuse_args;
+// Creates the FUSE session from the mount's FUSE arguments (argv_storage
+// must outlive the session) and mounts it. Null once the failure has been
+// reported.
+fuse_session* MountSession(const fs::MountCommand& cmd, std::vector<std::string>& argv_storage,
+                           fs::Filesystem& filesystem, StartupReporter& reporter) {
   std::vector<char*> argv;
   for (auto& a : argv_storage) argv.push_back(a.data());
   fuse_args args = FUSE_ARGS_INIT(static_cast<int>(argv.size()), argv.data());
@@ -236,46 +246,59 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   fuse_opt_free_args(&args);
   if (se == nullptr) {
     reporter.Fail("cannot create the FUSE session (bad options?)");
-    return 1;
+    return nullptr;
   }
   if (fuse_set_signal_handlers(se) != 0) {
     fuse_session_destroy(se);
     reporter.Fail("cannot install signal handlers");
-    return 1;
+    return nullptr;
   }
   if (fuse_session_mount(se, cmd.mountpoint.c_str()) != 0) {
     fuse_remove_signal_handlers(se);
     fuse_session_destroy(se);
     reporter.Fail("cannot mount on " + cmd.mountpoint +
                   " (does it exist, and is nothing, not even a dead s3oramfs, mounted there?)");
-    return 1;
+    return nullptr;
   }
-  spdlog::info(
-      "mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
-      "readahead {} blocks, pipeline {} accesses)",
-      state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
-      cmd.writeback_delay_seconds, cmd.readahead_blocks, cmd.pipeline_accesses);
-  reporter.Succeed();
-  if (!cmd.foreground) DetachStdio();
-  sd_notify(0, "READY=1");
+  return se;
+}
 
-  // Keeps the lease's "last active" fresh while the mount is idle, so a
-  // refused second client can tell a live holder from a dead one, and notices
-  // a takeover even when nothing is being accessed.
-  std::mutex keepalive_mu;
-  std::condition_variable keepalive_cv;
-  bool stopping = false;
-  std::thread keepalive([&] {
-    std::unique_lock<std::mutex> lock(keepalive_mu);
-    while (!keepalive_cv.wait_for(lock, kLeaseKeepAlive, [&] { return stopping; })) {
-      lock.unlock();
-      Status st = engine.KeepAlive(kLeaseKeepAlive);
-      lock.lock();
-      if (st.code() == s3oram::Status::Code::kLeaseHeld) break;  // fenced: nothing more to renew
+// Keeps the lease's "last active" fresh while the mount is idle, so a
+// refused second client can tell a live holder from a dead one, and notices
+// a takeover even when nothing is being accessed.
+class LeaseKeepAlive {
+ public:
+  explicit LeaseKeepAlive(fs::OramBlockEngine& engine)
+      : thread_([this, &engine] {
+          std::unique_lock<std::mutex> lock(mu_);
+          while (!cv_.wait_for(lock, kLeaseKeepAlive, [&] { return stopping_; })) {
+            lock.unlock();
+            Status st = engine.KeepAlive(kLeaseKeepAlive);
+            lock.lock();
+            if (st.code() == s3oram::Status::Code::kLeaseHeld)
+              break;  // fenced: nothing more to renew
+          }
+        }) {}
+
+  void Stop() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stopping_ = true;
     }
-  });
+    cv_.notify_all();
+    thread_.join();
+  }
 
-  data.StartBackground();
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stopping_ = false;
+  std::thread thread_;  // last: started once the members it uses exist
+};
+
+// Serves until unmount or a signal; the loop's result, an aborted
+// connection counted as an unmount.
+int RunFuseLoop(const fs::MountCommand& cmd, fuse_session* se) {
   int rc = 0;
   if (cmd.single_thread) {
     rc = fuse_session_loop(se);
@@ -299,11 +322,10 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                  cmd.mountpoint);
     rc = 0;
   }
-  fuse_remove_signal_handlers(se);
-  fuse_session_unmount(se);
-  fuse_session_destroy(se);  // runs `destroy` if the kernel did not
-  data.StopBackground();     // Destroy writes back whatever is left
-  filesystem.Destroy();
+  return rc;
+}
+
+void LogStats(const fs::BlockCache& cache, const fs::OramBlockEngine& engine) {
   const auto cs = cache.stats();
   const auto es = engine.stats();
   spdlog::info(
@@ -317,12 +339,12 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
                  ts->ticks, ts->idle_ticks, ts->silent_ticks,
                  std::chrono::duration<double, std::milli>(ts->min_gap).count());
   }
-  {
-    std::lock_guard<std::mutex> lock(keepalive_mu);
-    stopping = true;
-  }
-  keepalive_cv.notify_all();
-  keepalive.join();
+}
+
+// After the session is gone: the last write-back, the state backup and the
+// lease. Returns the exit status.
+int FinishUnmount(fs::BlockCache& cache, fs::OramBlockEngine& engine, const std::string& state,
+                  int rc) {
   const bool flushed = cache.FlushAll() == 0;
   // Clean unmount: every block is written back and the state synced, so this
   // is the moment the state is worth backing up (still as the lease holder).
@@ -344,6 +366,56 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   if (Status st = engine.Close(); !st.ok()) spdlog::warn("releasing the lease: {}", st.ToString());
   if (!flushed) return 1;
   return rc < 0 ? 1 : 0;
+}
+
+int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporter& reporter) {
+  const std::string state = cmd.state;
+  std::unique_ptr<s3oram::OramClient> client = OpenClient(cmd, passphrase, reporter);
+  if (!client) return 1;
+  const auto& params = client->params();
+  std::unique_ptr<fs::MetadataStore> meta = OpenMetadata(*client, state, reporter);
+  if (!meta) return 1;
+
+  fs::MetadataStore& md = *meta;
+  fs::OramBlockEngine engine(std::move(client), cmd.pipeline_accesses);
+  if (cmd.constant_rate_ms != 0) {
+    engine.EnableConstantRate(std::chrono::milliseconds(cmd.constant_rate_ms));
+    spdlog::info("constant rate: one ORAM access every {} ms, a dummy one when nothing waits",
+                 cmd.constant_rate_ms);
+  }
+  const std::size_t pages =
+      static_cast<std::size_t>(cmd.cache_mib * (std::uint64_t{1} << 20) / engine.block_bytes());
+  fs::InodeLocks locks;
+  fs::BlockCache cache(engine, locks, pages, [&md](const std::vector<fs::WrittenExtent>& w) {
+    return md.MarkWritten(w);
+  });
+  fs::FileData data(md, cache, engine, locks, std::chrono::seconds(cmd.writeback_delay_seconds),
+                    cmd.readahead_blocks);
+  fs::Filesystem filesystem(md, data, kAttrTimeoutSeconds);
+
+  std::vector<std::string> argv_storage = cmd.fuse_args;
+  fuse_session* se = MountSession(cmd, argv_storage, filesystem, reporter);
+  if (se == nullptr) return 1;
+  spdlog::info(
+      "mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
+      "readahead {} blocks, pipeline {} accesses)",
+      state, cmd.mountpoint, params.capacity_blocks, params.block_bytes, cmd.cache_mib,
+      cmd.writeback_delay_seconds, cmd.readahead_blocks, cmd.pipeline_accesses);
+  reporter.Succeed();
+  if (!cmd.foreground) DetachStdio();
+  sd_notify(0, "READY=1");
+
+  LeaseKeepAlive keepalive(engine);
+  data.StartBackground();
+  const int rc = RunFuseLoop(cmd, se);
+  fuse_remove_signal_handlers(se);
+  fuse_session_unmount(se);
+  fuse_session_destroy(se);  // runs `destroy` if the kernel did not
+  data.StopBackground();     // Destroy writes back whatever is left
+  filesystem.Destroy();
+  LogStats(cache, engine);
+  keepalive.Stop();
+  return FinishUnmount(cache, engine, state, rc);
 }
 
 }  // namespace

@@ -34,6 +34,23 @@ struct RawOptions {
   bool from_config = false;  // STATE and MOUNTPOINT come from --config
   std::string* state = nullptr;
   std::string* error = nullptr;
+
+  RawOptions() = default;
+  RawOptions(const RawOptions&) = delete;
+  RawOptions& operator=(const RawOptions&) = delete;
+  // fuse_opt_parse strdup()s each value (freeing one given twice).
+  ~RawOptions() {
+    std::free(cache_size);
+    std::free(writeback_delay);
+    std::free(readahead);
+    std::free(pipeline);
+    std::free(constant_rate);
+    std::free(log_file);
+    std::free(log_level);
+    std::free(passfile);
+    std::free(timeout);
+    std::free(evict_timeout);
+  }
 };
 
 enum { kKeyDiscard = 100 };
@@ -201,6 +218,146 @@ Status WholeNumber(const char* name, const char* text, std::uint64_t min, std::u
   return Status::Ok();
 }
 
+// The file's values are the starting point; the command-line options parsed
+// later replace each one they name (the readers assign only what was given).
+void ApplyConfig(const ClientConfig& config, MountCommand* cmd,
+                 std::vector<std::string>* normalized) {
+  cmd->state = config.state;
+  cmd->mountpoint = config.mountpoint;
+  cmd->passfile = config.passfile;
+  cmd->log_file = config.log_file;
+  cmd->force = config.force;
+  cmd->refresh_state = config.refresh_state;
+  if (config.cache_mib) cmd->cache_mib = *config.cache_mib;
+  if (config.writeback_delay_seconds) {
+    cmd->writeback_delay_seconds = *config.writeback_delay_seconds;
+  }
+  if (config.readahead_blocks) cmd->readahead_blocks = *config.readahead_blocks;
+  if (config.pipeline_accesses) cmd->pipeline_accesses = *config.pipeline_accesses;
+  if (config.constant_rate_ms) cmd->constant_rate_ms = *config.constant_rate_ms;
+  if (config.timeout_seconds) cmd->timeout_seconds = *config.timeout_seconds;
+  if (config.evict_timeout_seconds) cmd->evict_timeout_seconds = *config.evict_timeout_seconds;
+  if (config.log_level) cmd->log_level = *config.log_level;
+  // Right after argv[0]: libfuse lets a later -o option win, so the
+  // command line's come after these.
+  std::vector<std::string> fuse_opts;
+  for (const auto& o : config.fuse_options) {
+    fuse_opts.emplace_back("-o");
+    fuse_opts.push_back(EscapeOptionValue(o));
+  }
+  normalized->insert(normalized->begin() + 1, fuse_opts.begin(), fuse_opts.end());
+}
+
+// The daemon's argv as fuse_opt_parse takes it: a mount helper's translated,
+// a --config file's values applied to *cmd (and its FUSE options inserted).
+Result<std::vector<std::string>> NormalizeArgs(int argc, const char* const* argv, MountCommand* cmd,
+                                               bool* config_error) {
+  std::vector<std::string> normalized;
+  if (cmd->invocation == Invocation::kMountHelper) {
+    S3ORAM_ASSIGN_OR_RETURN(normalized, TranslateHelperArgs(argc, argv, cmd));
+    return normalized;
+  }
+  bool informational = false;
+  S3ORAM_ASSIGN_OR_RETURN(normalized,
+                          ExtractConfigOption(argc, argv, &cmd->config_file, &informational));
+  if (!cmd->config_file.empty() && !informational) {
+    auto loaded = LoadClientConfig(cmd->config_file);
+    if (!loaded.ok()) {
+      if (config_error != nullptr) *config_error = true;
+      return loaded.status();
+    }
+    ApplyConfig(loaded.value(), cmd, &normalized);
+  }
+  return normalized;
+}
+
+// Our own -o options' values, checked and stored in *cmd.
+Status ApplyRawOptions(const RawOptions& raw, MountCommand* cmd) {
+  std::uint64_t v = 0;
+  if (raw.timeout) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("timeout", raw.timeout, 1, kMaxTimeoutSeconds, "seconds", &v));
+    cmd->timeout_seconds = static_cast<std::uint32_t>(v);
+  }
+  if (raw.evict_timeout) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("evict_timeout", raw.evict_timeout, 1, kMaxTimeoutSeconds, "seconds", &v));
+    cmd->evict_timeout_seconds = static_cast<std::uint32_t>(v);
+  }
+  if (raw.writeback_delay) {
+    S3ORAM_RETURN_IF_ERROR(WholeNumber("writeback_delay", raw.writeback_delay, 0,
+                                       kMaxWritebackDelaySeconds, "seconds", &v));
+    cmd->writeback_delay_seconds = static_cast<std::uint32_t>(v);
+  }
+  if (raw.readahead) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("readahead", raw.readahead, 0, kMaxReadaheadBlocks, "blocks", &v));
+    cmd->readahead_blocks = static_cast<std::uint32_t>(v);
+  }
+  if (raw.pipeline) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("pipeline", raw.pipeline, 1, kMaxPipelineAccesses, "accesses", &v));
+    cmd->pipeline_accesses = static_cast<std::uint32_t>(v);
+  }
+  if (raw.constant_rate) {
+    S3ORAM_RETURN_IF_ERROR(
+        WholeNumber("constant_rate", raw.constant_rate, 0, kMaxConstantRateMs, "milliseconds", &v));
+    if (v != 0 && v < kMinConstantRateMs) {
+      return Status::InvalidArgument("constant_rate must be 0 (off) or at least " +
+                                     std::to_string(kMinConstantRateMs) + " milliseconds, got " +
+                                     raw.constant_rate);
+    }
+    cmd->constant_rate_ms = static_cast<std::uint32_t>(v);
+  }
+  if (raw.cache_size) {
+    S3ORAM_RETURN_IF_ERROR(WholeNumber("cache_size", raw.cache_size, 1, kMaxCacheMib, "MiB", &v));
+    cmd->cache_mib = v;
+  }
+  if (raw.passfile) cmd->passfile = raw.passfile;
+
+  if (raw.log_file) cmd->log_file = raw.log_file;
+  if (raw.log_level) {
+    static constexpr std::string_view kLevels[] = {"trace", "debug", "info", "warn", "error"};
+    cmd->log_level = raw.log_level;
+    bool known = false;
+    for (auto l : kLevels) known = known || l == cmd->log_level;
+    if (!known) return Status::InvalidArgument("unknown log_level '" + cmd->log_level + "'");
+  }
+  return Status::Ok();
+}
+
+// Adds the options we always set, lets libfuse parse its own, and keeps what
+// remains for fuse_session_new.
+Status ParseFuseOptions(fuse_args* args, MountCommand* cmd) {
+  if (!cmd->state.empty()) {
+    // Absolute, so the mount table names the file whatever the cwd was.
+    if (char* abs = realpath(cmd->state.c_str(), nullptr)) {
+      cmd->state = abs;
+      std::free(abs);
+    }
+  }
+  std::string ours = "-osubtype=s3oramfs,default_permissions";
+  if (!cmd->state.empty()) ours += ",fsname=" + EscapeOptionValue(cmd->state);
+  if (fuse_opt_add_arg(args, ours.c_str()) != 0) return Status::IoError("out of memory");
+
+  fuse_cmdline_opts opts{};
+  if (fuse_parse_cmdline(args, &opts) != 0) {
+    return Status::InvalidArgument("invalid FUSE options (see --help)");
+  }
+  std::unique_ptr<char, decltype(&std::free)> mountpoint(opts.mountpoint, &std::free);
+  cmd->show_help = opts.show_help != 0;
+  cmd->show_version = opts.show_version != 0;
+  cmd->debug = opts.debug != 0;
+  cmd->single_thread = opts.singlethread != 0;
+  // A mount helper always detaches: mount(8) waits for it to return.
+  cmd->foreground = cmd->invocation == Invocation::kDaemon && (opts.foreground != 0 || cmd->debug);
+  // With --config there are no positional arguments: the mount point is the
+  // file's (made absolute and checked by the daemon, not by libfuse).
+  if (mountpoint) cmd->mountpoint = mountpoint.get();
+  for (int i = 0; i < args->argc; ++i) cmd->fuse_args.emplace_back(args->argv[i]);
+  return Status::Ok();
+}
+
 }  // namespace
 
 Invocation InvocationFromArgv0(std::string_view argv0) {
@@ -278,48 +435,7 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   cmd.invocation = InvocationFromArgv0(argv[0]);
 
   std::vector<std::string> normalized;
-  if (cmd.invocation == Invocation::kMountHelper) {
-    S3ORAM_ASSIGN_OR_RETURN(normalized, TranslateHelperArgs(argc, argv, &cmd));
-  } else {
-    bool informational = false;
-    S3ORAM_ASSIGN_OR_RETURN(normalized,
-                            ExtractConfigOption(argc, argv, &cmd.config_file, &informational));
-    if (!cmd.config_file.empty() && !informational) {
-      auto loaded = LoadClientConfig(cmd.config_file);
-      if (!loaded.ok()) {
-        if (config_error != nullptr) *config_error = true;
-        return loaded.status();
-      }
-      ClientConfig config = std::move(loaded).value();
-      // The file's values are the starting point; the command-line options
-      // parsed below replace each one they name (the readers below assign only
-      // what was given).
-      cmd.state = config.state;
-      cmd.mountpoint = config.mountpoint;
-      cmd.passfile = config.passfile;
-      cmd.log_file = config.log_file;
-      cmd.force = config.force;
-      cmd.refresh_state = config.refresh_state;
-      if (config.cache_mib) cmd.cache_mib = *config.cache_mib;
-      if (config.writeback_delay_seconds) {
-        cmd.writeback_delay_seconds = *config.writeback_delay_seconds;
-      }
-      if (config.readahead_blocks) cmd.readahead_blocks = *config.readahead_blocks;
-      if (config.pipeline_accesses) cmd.pipeline_accesses = *config.pipeline_accesses;
-      if (config.constant_rate_ms) cmd.constant_rate_ms = *config.constant_rate_ms;
-      if (config.timeout_seconds) cmd.timeout_seconds = *config.timeout_seconds;
-      if (config.evict_timeout_seconds) cmd.evict_timeout_seconds = *config.evict_timeout_seconds;
-      if (config.log_level) cmd.log_level = *config.log_level;
-      // Right after argv[0]: libfuse lets a later -o option win, so the
-      // command line's come after these.
-      std::vector<std::string> fuse_opts;
-      for (const auto& o : config.fuse_options) {
-        fuse_opts.emplace_back("-o");
-        fuse_opts.push_back(EscapeOptionValue(o));
-      }
-      normalized.insert(normalized.begin() + 1, fuse_opts.begin(), fuse_opts.end());
-    }
-  }
+  S3ORAM_ASSIGN_OR_RETURN(normalized, NormalizeArgs(argc, argv, &cmd, config_error));
   if (cmd.show_help) return cmd;
 
   std::vector<char*> cargv;
@@ -335,107 +451,12 @@ Result<MountCommand> ParseMountCommand(int argc, const char* const* argv, bool* 
   raw.error = &error;
   raw.from_config = !cmd.config_file.empty();
   if (fuse_opt_parse(args.get(), &raw, kOptionSpec, ProcessOption) != 0) {
-    std::free(raw.cache_size);
-    std::free(raw.writeback_delay);
-    std::free(raw.readahead);
-    std::free(raw.pipeline);
-    std::free(raw.constant_rate);
-    std::free(raw.log_file);
-    std::free(raw.log_level);
-    std::free(raw.passfile);
-    std::free(raw.timeout);
-    std::free(raw.evict_timeout);
     return Status::InvalidArgument(error.empty() ? "invalid options" : error);
   }
-  std::unique_ptr<char, decltype(&std::free)> timeout(raw.timeout, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> evict_timeout(raw.evict_timeout, &std::free);
   cmd.force = cmd.force || raw.force != 0;  // -o force adds to the file's; nothing removes it
   cmd.refresh_state = cmd.refresh_state || raw.refresh_state != 0;  // likewise
-  std::unique_ptr<char, decltype(&std::free)> cache_size(raw.cache_size, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> writeback_delay(raw.writeback_delay, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> readahead(raw.readahead, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> pipeline(raw.pipeline, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> constant_rate(raw.constant_rate, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> log_file(raw.log_file, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> log_level(raw.log_level, &std::free);
-  std::unique_ptr<char, decltype(&std::free)> passfile(raw.passfile, &std::free);
-  std::uint64_t v = 0;
-  if (timeout) {
-    S3ORAM_RETURN_IF_ERROR(
-        WholeNumber("timeout", timeout.get(), 1, kMaxTimeoutSeconds, "seconds", &v));
-    cmd.timeout_seconds = static_cast<std::uint32_t>(v);
-  }
-  if (evict_timeout) {
-    S3ORAM_RETURN_IF_ERROR(
-        WholeNumber("evict_timeout", evict_timeout.get(), 1, kMaxTimeoutSeconds, "seconds", &v));
-    cmd.evict_timeout_seconds = static_cast<std::uint32_t>(v);
-  }
-  if (writeback_delay) {
-    S3ORAM_RETURN_IF_ERROR(WholeNumber("writeback_delay", writeback_delay.get(), 0,
-                                       kMaxWritebackDelaySeconds, "seconds", &v));
-    cmd.writeback_delay_seconds = static_cast<std::uint32_t>(v);
-  }
-  if (readahead) {
-    S3ORAM_RETURN_IF_ERROR(
-        WholeNumber("readahead", readahead.get(), 0, kMaxReadaheadBlocks, "blocks", &v));
-    cmd.readahead_blocks = static_cast<std::uint32_t>(v);
-  }
-  if (pipeline) {
-    S3ORAM_RETURN_IF_ERROR(
-        WholeNumber("pipeline", pipeline.get(), 1, kMaxPipelineAccesses, "accesses", &v));
-    cmd.pipeline_accesses = static_cast<std::uint32_t>(v);
-  }
-  if (constant_rate) {
-    S3ORAM_RETURN_IF_ERROR(WholeNumber("constant_rate", constant_rate.get(), 0,
-                                       kMaxConstantRateMs, "milliseconds", &v));
-    if (v != 0 && v < kMinConstantRateMs) {
-      return Status::InvalidArgument("constant_rate must be 0 (off) or at least " +
-                                     std::to_string(kMinConstantRateMs) + " milliseconds, got " +
-                                     constant_rate.get());
-    }
-    cmd.constant_rate_ms = static_cast<std::uint32_t>(v);
-  }
-  if (cache_size) {
-    S3ORAM_RETURN_IF_ERROR(WholeNumber("cache_size", cache_size.get(), 1, kMaxCacheMib, "MiB", &v));
-    cmd.cache_mib = v;
-  }
-  if (passfile) cmd.passfile = passfile.get();
-
-  if (log_file) cmd.log_file = log_file.get();
-  if (log_level) {
-    static constexpr std::string_view kLevels[] = {"trace", "debug", "info", "warn", "error"};
-    cmd.log_level = log_level.get();
-    bool known = false;
-    for (auto l : kLevels) known = known || l == cmd.log_level;
-    if (!known) return Status::InvalidArgument("unknown log_level '" + cmd.log_level + "'");
-  }
-
-  if (!cmd.state.empty()) {
-    // Absolute, so the mount table names the file whatever the cwd was.
-    if (char* abs = realpath(cmd.state.c_str(), nullptr)) {
-      cmd.state = abs;
-      std::free(abs);
-    }
-  }
-  std::string ours = "-osubtype=s3oramfs,default_permissions";
-  if (!cmd.state.empty()) ours += ",fsname=" + EscapeOptionValue(cmd.state);
-  if (fuse_opt_add_arg(args.get(), ours.c_str()) != 0) return Status::IoError("out of memory");
-
-  fuse_cmdline_opts opts{};
-  if (fuse_parse_cmdline(args.get(), &opts) != 0) {
-    return Status::InvalidArgument("invalid FUSE options (see --help)");
-  }
-  std::unique_ptr<char, decltype(&std::free)> mountpoint(opts.mountpoint, &std::free);
-  cmd.show_help = opts.show_help != 0;
-  cmd.show_version = opts.show_version != 0;
-  cmd.debug = opts.debug != 0;
-  cmd.single_thread = opts.singlethread != 0;
-  // A mount helper always detaches: mount(8) waits for it to return.
-  cmd.foreground = cmd.invocation == Invocation::kDaemon && (opts.foreground != 0 || cmd.debug);
-  // With --config there are no positional arguments: the mount point is the
-  // file's (made absolute and checked by the daemon, not by libfuse).
-  if (mountpoint) cmd.mountpoint = mountpoint.get();
-  for (int i = 0; i < args->argc; ++i) cmd.fuse_args.emplace_back(args->argv[i]);
+  S3ORAM_RETURN_IF_ERROR(ApplyRawOptions(raw, &cmd));
+  S3ORAM_RETURN_IF_ERROR(ParseFuseOptions(args.get(), &cmd));
   if (cmd.show_help || cmd.show_version) return cmd;
   if (cmd.state.empty()) return Status::InvalidArgument("missing STATE (the client state file)");
   if (cmd.mountpoint.empty()) return Status::InvalidArgument("missing MOUNTPOINT");

@@ -50,6 +50,44 @@ Result<Fd> LockDir(const std::string& dir) {
   return d;
 }
 
+// The header copy that holds the current meta.
+struct MetaCopy {
+  ServerMeta meta;
+  digest::Seed seed{};
+  std::uint32_t version = 0;
+  std::uint64_t generation = 0;
+};
+
+// The valid copy with the highest generation is the current meta; the other
+// is either one update older or a torn write of the newest update, whose data
+// was synced before the header write began but which was never acknowledged.
+Result<MetaCopy> PickMetaCopy(const std::uint8_t* header, const std::string& path) {
+  MetaCopy best;
+  bool found = false;
+  std::string why[2];
+  for (int c = 0; c < 2; ++c) {
+    ServerMeta m;
+    digest::Seed seed{};
+    std::uint32_t version = 0;
+    std::uint64_t gen = 0;
+    if (!DecodeMeta(header + c * kMetaCopyBytes, &m, &seed, &version, &gen, &why[c])) {
+      continue;
+    }
+    if (!found || gen > best.generation) {
+      best.meta = m;
+      best.generation = gen;
+      best.version = version;
+      best.seed = seed;
+      found = true;
+    }
+  }
+  if (!found) {
+    return Status::Corruption(path + ": no valid header copy (copy 0: " + why[0] +
+                              "; copy 1: " + why[1] + ")");
+  }
+  return best;
+}
+
 }  // namespace
 
 ShareStore::~ShareStore() = default;
@@ -225,6 +263,95 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   return store;
 }
 
+Status ShareStore::Impl::CheckSizeAndUpgrade(const ServerMeta& m, std::uint32_t version,
+                                             std::uint64_t size) {
+  const std::string& path = shares_path;
+  if (version == kMetaVersion1) {
+    // Any size from format 1's to format 3's: an upgrade may have been
+    // interrupted after it grew the file (the header is written last).
+    if (size < geo.v1_file_bytes || size > geo.file_bytes) {
+      return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
+                                ShapeText(m.shape) + " needs " + std::to_string(geo.v1_file_bytes) +
+                                " (format 1)");
+    }
+    return UpgradeToDigests(m);
+  }
+  if (version == kMetaVersion2) {
+    if (size < geo.v2_file_bytes || size > geo.file_bytes) {
+      return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
+                                ShapeText(m.shape) + " needs " + std::to_string(geo.v2_file_bytes) +
+                                " (format 2)");
+    }
+    key = std::make_unique<const digest::DigestKey>(seed, m.shape.elems_per_slot);
+    return UpgradeToSparePlaces(m);
+  }
+  if (size != geo.file_bytes) {
+    return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
+                              ShapeText(m.shape) + " needs " + std::to_string(geo.file_bytes));
+  }
+  key = std::make_unique<const digest::DigestKey>(seed, m.shape.elems_per_slot);
+  return ReadMapCopy(m.applied_evictions);
+}
+
+// A sealed shadow survives only if it belongs to this store and is the next
+// eviction; one for an earlier eviction is obsolete (its commit completed),
+// and anything unsealed, torn or foreign is ignored and overwritten by the
+// next BeginShadow.
+Status ShareStore::Impl::LoadSealedShadow(const ServerMeta& m) {
+  Fd sfd(::open(shadow_path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!sfd.valid() && errno != ENOENT) return SysError("opening", shadow_path, errno);
+  ShadowHeader sh;
+  if (sfd.valid() && ReadShadowHeader(sfd.get(), shadow_path, &sh) && sh.sealed &&
+      sh.version == kShadowVersion && sh.fs_id == m.fs_id && sh.shape == m.shape &&
+      sh.eviction == m.applied_evictions && sh.buckets.size() <= geo.spare) {
+    std::unordered_set<std::uint64_t> seen;
+    bool ok = true;
+    for (std::uint64_t b : sh.buckets) {
+      ok = ok && b >= 1 && b <= geo.num_buckets && seen.insert(b).second;
+    }
+    if (ok) {
+      // The shadow lies in the free places, in list order (BeginShadow);
+      // the digests are small (8 bytes a slot) and read now, the data stay
+      // on disk until Commit, which checks them against these.
+      std::vector<std::uint32_t> free = FreePlaces();
+      free.resize(sh.buckets.size());
+      std::vector<digest::SlotDigest> d(sh.buckets.size() * geo.z);
+      for (std::size_t i = 0; i < free.size(); ++i) {
+        S3ORAM_RETURN_IF_ERROR(PreadAll(fd.get(), d.data() + i * geo.z, geo.z * kDigestBytes,
+                                        PlaceDigestOffset(free[i]), shares_path));
+      }
+      SetShadowState(ShadowState::kSealed);
+      shadow = std::move(sh);
+      shadow_places = std::move(free);
+      shadow_filled.assign(shadow.buckets.size(), true);
+      shadow_digests = std::move(d);
+    }
+  }
+  shadow_fd = std::move(sfd);
+  return Status::Ok();
+}
+
+// The root snapshot counts only for the eviction not yet applied.
+Status ShareStore::Impl::LoadRootSnapshot(const ServerMeta& m) {
+  Fd rfd(::open(root_path.c_str(), O_RDWR | O_CLOEXEC));
+  if (!rfd.valid() && errno != ENOENT) return SysError("opening", root_path, errno);
+  RootHeader rh;
+  if (rfd.valid() && ReadRootHeader(rfd.get(), root_path, &rh) && rh.fs_id == m.fs_id &&
+      rh.eviction == m.applied_evictions && rh.bucket_bytes == geo.bucket_bytes && rh.z == geo.z) {
+    struct stat rst {};
+    const std::uint64_t need = kHeaderRegion + rh.bucket_bytes + rh.z * kDigestBytes;
+    if (::fstat(rfd.get(), &rst) == 0 && static_cast<std::uint64_t>(rst.st_size) >= need) {
+      std::vector<digest::SlotDigest> d(rh.z);
+      S3ORAM_RETURN_IF_ERROR(PreadAll(rfd.get(), d.data(), d.size() * kDigestBytes,
+                                      kHeaderRegion + rh.bucket_bytes, root_path));
+      root_snapshot = rh.eviction + 1;
+      root_digests = std::move(d);
+    }
+  }
+  root_fd = std::move(rfd);
+  return Status::Ok();
+}
+
 Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, bool sync) {
   S3ORAM_ASSIGN_OR_RETURN(Fd dir_fd, LockDir(dir));
   auto impl = std::make_unique<Impl>();
@@ -251,124 +378,22 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   std::array<std::uint8_t, kHeaderRegion> header{};
   S3ORAM_RETURN_IF_ERROR(PreadAll(impl->fd.get(), header.data(), header.size(), 0, path));
 
-  // The valid copy with the highest generation is the current meta; the other
-  // is either one update older or a torn write of the newest update, whose data
-  // was synced before the header write began but which was never acknowledged.
-  ServerMeta best;
-  std::uint64_t best_gen = 0;
-  std::uint32_t best_version = 0;
-  bool found = false;
-  std::string why[2];
-  for (int c = 0; c < 2; ++c) {
-    ServerMeta m;
-    digest::Seed seed{};
-    std::uint32_t version = 0;
-    std::uint64_t gen = 0;
-    if (!DecodeMeta(header.data() + c * kMetaCopyBytes, &m, &seed, &version, &gen, &why[c])) {
-      continue;
-    }
-    if (!found || gen > best_gen) {
-      best = m;
-      best_gen = gen;
-      best_version = version;
-      impl->seed = seed;
-      found = true;
-    }
-  }
-  if (!found) {
-    return Status::Corruption(path + ": no valid header copy (copy 0: " + why[0] +
-                              "; copy 1: " + why[1] + ")");
-  }
+  S3ORAM_ASSIGN_OR_RETURN(MetaCopy current, PickMetaCopy(header.data(), path));
+  const ServerMeta& best = current.meta;
+  impl->seed = current.seed;
   std::string shape_why;
   if (!ComputeGeometry(best.shape, &impl->geo, &shape_why)) {
     return Status::Corruption(path + ": header describes an impossible shape: " + shape_why);
   }
-  impl->generation = best_gen;
+  impl->generation = current.generation;
   impl->SetIdentityPlaces();
-  if (best_version == kMetaVersion1) {
-    // Any size from format 1's to format 3's: an upgrade may have been
-    // interrupted after it grew the file (the header is written last).
-    if (size < impl->geo.v1_file_bytes || size > impl->geo.file_bytes) {
-      return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
-                                ShapeText(best.shape) + " needs " +
-                                std::to_string(impl->geo.v1_file_bytes) + " (format 1)");
-    }
-    S3ORAM_RETURN_IF_ERROR(impl->UpgradeToDigests(best));
-  } else if (best_version == kMetaVersion2) {
-    if (size < impl->geo.v2_file_bytes || size > impl->geo.file_bytes) {
-      return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
-                                ShapeText(best.shape) + " needs " +
-                                std::to_string(impl->geo.v2_file_bytes) + " (format 2)");
-    }
-    impl->key = std::make_unique<const digest::DigestKey>(impl->seed, best.shape.elems_per_slot);
-    S3ORAM_RETURN_IF_ERROR(impl->UpgradeToSparePlaces(best));
-  } else if (size != impl->geo.file_bytes) {
-    return Status::Corruption(path + " is " + std::to_string(size) + " bytes but shape " +
-                              ShapeText(best.shape) + " needs " +
-                              std::to_string(impl->geo.file_bytes));
-  } else {
-    impl->key = std::make_unique<const digest::DigestKey>(impl->seed, best.shape.elems_per_slot);
-    S3ORAM_RETURN_IF_ERROR(impl->ReadMapCopy(best.applied_evictions));
-  }
+  S3ORAM_RETURN_IF_ERROR(impl->CheckSizeAndUpgrade(best, current.version, size));
   // Upgraded now (or format 3 already): a shadow an older server sealed moves
   // to where this one keeps shadows.
   S3ORAM_RETURN_IF_ERROR(impl->MoveOlderShadow(best));
   S3ORAM_RETURN_IF_ERROR(impl->Map(path));
-
-  // A sealed shadow survives only if it belongs to this store and is the next
-  // eviction; one for an earlier eviction is obsolete (its commit completed),
-  // and anything unsealed, torn or foreign is ignored and overwritten by the
-  // next BeginShadow.
-  Fd sfd(::open(impl->shadow_path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!sfd.valid() && errno != ENOENT) return SysError("opening", impl->shadow_path, errno);
-  ShadowHeader sh;
-  if (sfd.valid() && ReadShadowHeader(sfd.get(), impl->shadow_path, &sh) && sh.sealed &&
-      sh.version == kShadowVersion && sh.fs_id == best.fs_id && sh.shape == best.shape &&
-      sh.eviction == best.applied_evictions && sh.buckets.size() <= impl->geo.spare) {
-    std::unordered_set<std::uint64_t> seen;
-    bool ok = true;
-    for (std::uint64_t b : sh.buckets) {
-      ok = ok && b >= 1 && b <= impl->geo.num_buckets && seen.insert(b).second;
-    }
-    if (ok) {
-      // The shadow lies in the free places, in list order (BeginShadow);
-      // the digests are small (8 bytes a slot) and read now, the data stay
-      // on disk until Commit, which checks them against these.
-      std::vector<std::uint32_t> free = impl->FreePlaces();
-      free.resize(sh.buckets.size());
-      std::vector<digest::SlotDigest> d(sh.buckets.size() * impl->geo.z);
-      for (std::size_t i = 0; i < free.size(); ++i) {
-        S3ORAM_RETURN_IF_ERROR(PreadAll(impl->fd.get(), d.data() + i * impl->geo.z,
-                                        impl->geo.z * kDigestBytes,
-                                        impl->PlaceDigestOffset(free[i]), path));
-      }
-      impl->SetShadowState(Impl::ShadowState::kSealed);
-      impl->shadow = std::move(sh);
-      impl->shadow_places = std::move(free);
-      impl->shadow_filled.assign(impl->shadow.buckets.size(), true);
-      impl->shadow_digests = std::move(d);
-    }
-  }
-  impl->shadow_fd = std::move(sfd);
-
-  // The root snapshot counts only for the eviction not yet applied.
-  Fd rfd(::open(impl->root_path.c_str(), O_RDWR | O_CLOEXEC));
-  if (!rfd.valid() && errno != ENOENT) return SysError("opening", impl->root_path, errno);
-  RootHeader rh;
-  if (rfd.valid() && ReadRootHeader(rfd.get(), impl->root_path, &rh) && rh.fs_id == best.fs_id &&
-      rh.eviction == best.applied_evictions && rh.bucket_bytes == impl->geo.bucket_bytes &&
-      rh.z == impl->geo.z) {
-    struct stat rst {};
-    const std::uint64_t need = kHeaderRegion + rh.bucket_bytes + rh.z * kDigestBytes;
-    if (::fstat(rfd.get(), &rst) == 0 && static_cast<std::uint64_t>(rst.st_size) >= need) {
-      std::vector<digest::SlotDigest> d(rh.z);
-      S3ORAM_RETURN_IF_ERROR(PreadAll(rfd.get(), d.data(), d.size() * kDigestBytes,
-                                      kHeaderRegion + rh.bucket_bytes, impl->root_path));
-      impl->root_snapshot = rh.eviction + 1;
-      impl->root_digests = std::move(d);
-    }
-  }
-  impl->root_fd = std::move(rfd);
+  S3ORAM_RETURN_IF_ERROR(impl->LoadSealedShadow(best));
+  S3ORAM_RETURN_IF_ERROR(impl->LoadRootSnapshot(best));
 
   std::unique_ptr<ShareStore> store(new ShareStore());
   store->impl_ = std::move(impl);

@@ -421,6 +421,14 @@ struct ShareStore::Impl {
     return Status::Ok();
   }
 
+  // Open's steps once the current header copy `m` (of format `version`) is
+  // chosen (share_store.cpp): the file's size against the shape, upgrading an
+  // older format; then the sealed shadow and the root snapshot, each kept
+  // only if it belongs to the eviction not yet applied.
+  Status CheckSizeAndUpgrade(const ServerMeta& m, std::uint32_t version, std::uint64_t size);
+  Status LoadSealedShadow(const ServerMeta& m);
+  Status LoadRootSnapshot(const ServerMeta& m);
+
   // Writes `m` as the next generation into the copy not holding the current
   // one, then syncs unless `sync_now` is false (the caller then syncs before
   // relying on it). The caller updates meta_ only once this returns OK.

@@ -246,6 +246,146 @@ Status ClientStateStore::ReplaceMachineConfig(const std::vector<std::string>& se
   return Status::Ok();
 }
 
+namespace {
+
+// Commit's writes, each inside its transaction (an error leaves the rollback
+// to Commit).
+
+// Erases before puts, so that a batch that erases and re-puts a block leaves
+// it placed.
+Status WritePositions(sqlite3* db, const std::vector<BlockId>& erases,
+                      const std::vector<std::pair<BlockId, PositionEntry>>& puts) {
+  if (!erases.empty()) {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "DELETE FROM positions WHERE id = ?1"));
+    for (BlockId id : erases) {
+      st.U64(1, id);
+      S3ORAM_RETURN_IF_ERROR(st.Exec("erasing position"));
+    }
+  }
+  if (!puts.empty()) {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(st.Prepare(
+        db,
+        "INSERT INTO positions(id, leaf, level, slot, version) VALUES (?1, ?2, ?3, ?4, ?5) "
+        "ON CONFLICT(id) DO UPDATE SET leaf = excluded.leaf, level = excluded.level, "
+        "slot = excluded.slot, version = excluded.version"));
+    for (const auto& [id, e] : puts) {
+      st.U64(1, id);
+      st.U64(2, e.pos.leaf);
+      st.Int(3, e.pos.level);
+      st.Int(4, e.pos.slot);
+      st.U64(5, e.version);
+      S3ORAM_RETURN_IF_ERROR(st.Exec("writing position"));
+    }
+  }
+  return Status::Ok();
+}
+
+// Removals before additions, so that a seq can be retired and reused in one
+// batch.
+Status WritePending(sqlite3* db, const std::vector<std::uint64_t>& remove,
+                    const std::vector<PendingOp>& add) {
+  if (!remove.empty()) {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "DELETE FROM pending WHERE seq = ?1"));
+    for (std::uint64_t seq : remove) {
+      st.U64(1, seq);
+      S3ORAM_RETURN_IF_ERROR(st.Exec("removing pending operation"));
+    }
+  }
+  if (!add.empty()) {
+    Stmt st;
+    // Plain INSERT: adding a seq that is already pending is a caller bug,
+    // and the primary-key violation aborts the whole batch.
+    S3ORAM_RETURN_IF_ERROR(
+        st.Prepare(db, "INSERT INTO pending(seq, kind, payload) VALUES (?1, ?2, ?3)"));
+    for (const PendingOp& op : add) {
+      st.U64(1, op.seq);
+      st.Text(2, op.kind);
+      st.Blob(3, op.payload.data(), op.payload.size());
+      S3ORAM_RETURN_IF_ERROR(st.Exec("adding pending operation"));
+    }
+  }
+  return Status::Ok();
+}
+
+Status WriteCounters(sqlite3* db, const Counters& c) {
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(
+      st.Prepare(db, "UPDATE counters SET nr = ?1, ne = ?2, seq = ?3, epoch = ?4 WHERE id = 0"));
+  st.U64(1, c.nr);
+  st.U64(2, c.ne);
+  st.U64(3, c.seq);
+  st.U64(4, c.epoch);
+  S3ORAM_RETURN_IF_ERROR(st.Exec("writing counters"));
+  if (sqlite3_changes(db) != 1) return Status::Corruption("counters row missing");
+  return Status::Ok();
+}
+
+Status WriteBackupMark(sqlite3* db, const BackupMark& mark) {
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(
+      st.Prepare(db,
+                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('backup_generation', ?1), "
+                 "('backup_epoch', ?2)"));
+  st.U64(1, mark.generation);
+  st.U64(2, mark.epoch);
+  return st.Exec("writing the backup mark");
+}
+
+Status WriteEvictionEstimate(sqlite3* db, std::uint64_t ms) {
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(
+      db, "INSERT OR REPLACE INTO meta(key, value) VALUES ('eviction_estimate_ms', ?1)"));
+  st.U64(1, ms);
+  return st.Exec("writing the eviction estimate");
+}
+
+// Replaces the note, or (nullopt) clears it.
+Status WriteProblemNote(sqlite3* db, const std::optional<ProblemNote>& note) {
+  S3ORAM_RETURN_IF_ERROR(sql::Exec(
+      db, "DELETE FROM meta WHERE key IN ('problem_text', 'problem_unix', 'problem_damaged')"));
+  if (const auto& n = note) {
+    Stmt st;
+    S3ORAM_RETURN_IF_ERROR(st.Prepare(
+        db,
+        "INSERT INTO meta(key, value) VALUES ('problem_text', ?1), ('problem_unix', ?2), "
+        "('problem_damaged', ?3)"));
+    st.Text(1, n->text);
+    st.U64(2, n->unix_seconds);
+    st.U64(3, n->damaged ? 1 : 0);
+    S3ORAM_RETURN_IF_ERROR(st.Exec("writing the problem note"));
+  }
+  return Status::Ok();
+}
+
+Status WriteRekeyProgress(sqlite3* db, const RekeyProgress& r) {
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(
+      st.Prepare(db,
+                 "INSERT OR REPLACE INTO meta(key, value) VALUES ('rekey_phase', ?1), "
+                 "('rekey_next_block', ?2), ('rekey_purge_until', ?3)"));
+  st.Int(1, static_cast<std::int64_t>(r.phase));
+  st.U64(2, r.next_block);
+  st.U64(3, r.purge_until);
+  return st.Exec("writing the rekey progress");
+}
+
+// Drops the rotation's rows (the previous master key's cell overwritten:
+// Commit turned secure_delete on) and puts the schema marker back.
+Status WriteRekeyEnd(sqlite3* db, std::int64_t schema_version) {
+  S3ORAM_RETURN_IF_ERROR(
+      sql::Exec(db,
+                "DELETE FROM meta WHERE key IN ('rekey_old_master', 'rekey_phase', "
+                "'rekey_next_block', 'rekey_purge_until', 'rekey_old_share_mac_half0', "
+                "'rekey_old_share_mac_half1', 'rekey_old_share_mac_last_replaced')"));
+  const std::string version = "PRAGMA user_version = " + std::to_string(schema_version);
+  return sql::Exec(db, version.c_str());
+}
+
+}  // namespace
+
 Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (batch.empty()) return Status::Ok();
   // Reject entries that could never be loaded back before touching the
@@ -266,120 +406,24 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   // The previous master key's cell is overwritten, not only unlinked.
   if (batch.end_rekey_) S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "PRAGMA secure_delete = ON"));
 
-  // Order inside the transaction: erases before puts (so a batch that erases
-  // and re-puts a block leaves it placed), pending removals before additions
-  // (so a seq can be retired and reused in one batch), counters last.
+  // Order inside the transaction: positions, then pending operations, then
+  // counters, then the meta rows (each step orders its own rows).
   auto apply = [&]() -> Status {
     // IMMEDIATE takes the write lock now, so a competing writer makes us wait
     // (busy timeout) or fail here, not half-way through the batch.
     S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "BEGIN IMMEDIATE"));
-    if (!batch.erases_.empty()) {
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(db_, "DELETE FROM positions WHERE id = ?1"));
-      for (BlockId id : batch.erases_) {
-        st.U64(1, id);
-        S3ORAM_RETURN_IF_ERROR(st.Exec("erasing position"));
-      }
-    }
-    if (!batch.puts_.empty()) {
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(
-          db_,
-          "INSERT INTO positions(id, leaf, level, slot, version) VALUES (?1, ?2, ?3, ?4, ?5) "
-          "ON CONFLICT(id) DO UPDATE SET leaf = excluded.leaf, level = excluded.level, "
-          "slot = excluded.slot, version = excluded.version"));
-      for (const auto& [id, e] : batch.puts_) {
-        st.U64(1, id);
-        st.U64(2, e.pos.leaf);
-        st.Int(3, e.pos.level);
-        st.Int(4, e.pos.slot);
-        st.U64(5, e.version);
-        S3ORAM_RETURN_IF_ERROR(st.Exec("writing position"));
-      }
-    }
-    if (!batch.remove_pending_.empty()) {
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(db_, "DELETE FROM pending WHERE seq = ?1"));
-      for (std::uint64_t seq : batch.remove_pending_) {
-        st.U64(1, seq);
-        S3ORAM_RETURN_IF_ERROR(st.Exec("removing pending operation"));
-      }
-    }
-    if (!batch.add_pending_.empty()) {
-      Stmt st;
-      // Plain INSERT: adding a seq that is already pending is a caller bug,
-      // and the primary-key violation aborts the whole batch.
-      S3ORAM_RETURN_IF_ERROR(
-          st.Prepare(db_, "INSERT INTO pending(seq, kind, payload) VALUES (?1, ?2, ?3)"));
-      for (const PendingOp& op : batch.add_pending_) {
-        st.U64(1, op.seq);
-        st.Text(2, op.kind);
-        st.Blob(3, op.payload.data(), op.payload.size());
-        S3ORAM_RETURN_IF_ERROR(st.Exec("adding pending operation"));
-      }
-    }
-    if (batch.counters_) {
-      const Counters& c = *batch.counters_;
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(
-          db_, "UPDATE counters SET nr = ?1, ne = ?2, seq = ?3, epoch = ?4 WHERE id = 0"));
-      st.U64(1, c.nr);
-      st.U64(2, c.ne);
-      st.U64(3, c.seq);
-      st.U64(4, c.epoch);
-      S3ORAM_RETURN_IF_ERROR(st.Exec("writing counters"));
-      if (sqlite3_changes(db_) != 1) return Status::Corruption("counters row missing");
-    }
-    if (batch.backup_mark_) {
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(
-          db_, "INSERT OR REPLACE INTO meta(key, value) VALUES ('backup_generation', ?1), "
-               "('backup_epoch', ?2)"));
-      st.U64(1, batch.backup_mark_->generation);
-      st.U64(2, batch.backup_mark_->epoch);
-      S3ORAM_RETURN_IF_ERROR(st.Exec("writing the backup mark"));
-    }
+    S3ORAM_RETURN_IF_ERROR(WritePositions(db_, batch.erases_, batch.puts_));
+    S3ORAM_RETURN_IF_ERROR(WritePending(db_, batch.remove_pending_, batch.add_pending_));
+    if (batch.counters_) S3ORAM_RETURN_IF_ERROR(WriteCounters(db_, *batch.counters_));
+    if (batch.backup_mark_) S3ORAM_RETURN_IF_ERROR(WriteBackupMark(db_, *batch.backup_mark_));
     if (batch.eviction_estimate_ms_) {
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(
-          db_, "INSERT OR REPLACE INTO meta(key, value) VALUES ('eviction_estimate_ms', ?1)"));
-      st.U64(1, *batch.eviction_estimate_ms_);
-      S3ORAM_RETURN_IF_ERROR(st.Exec("writing the eviction estimate"));
+      S3ORAM_RETURN_IF_ERROR(WriteEvictionEstimate(db_, *batch.eviction_estimate_ms_));
     }
-    if (batch.problem_note_) {
-      S3ORAM_RETURN_IF_ERROR(sql::Exec(
-          db_, "DELETE FROM meta WHERE key IN ('problem_text', 'problem_unix', 'problem_damaged')"));
-      if (const auto& n = *batch.problem_note_) {
-        Stmt st;
-        S3ORAM_RETURN_IF_ERROR(st.Prepare(
-            db_, "INSERT INTO meta(key, value) VALUES ('problem_text', ?1), ('problem_unix', ?2), "
-                 "('problem_damaged', ?3)"));
-        st.Text(1, n->text);
-        st.U64(2, n->unix_seconds);
-        st.U64(3, n->damaged ? 1 : 0);
-        S3ORAM_RETURN_IF_ERROR(st.Exec("writing the problem note"));
-      }
-    }
+    if (batch.problem_note_) S3ORAM_RETURN_IF_ERROR(WriteProblemNote(db_, *batch.problem_note_));
     if (batch.rekey_progress_) {
-      const RekeyProgress& r = *batch.rekey_progress_;
-      Stmt st;
-      S3ORAM_RETURN_IF_ERROR(st.Prepare(
-          db_, "INSERT OR REPLACE INTO meta(key, value) VALUES ('rekey_phase', ?1), "
-               "('rekey_next_block', ?2), ('rekey_purge_until', ?3)"));
-      st.Int(1, static_cast<std::int64_t>(r.phase));
-      st.U64(2, r.next_block);
-      st.U64(3, r.purge_until);
-      S3ORAM_RETURN_IF_ERROR(st.Exec("writing the rekey progress"));
+      S3ORAM_RETURN_IF_ERROR(WriteRekeyProgress(db_, *batch.rekey_progress_));
     }
-    if (batch.end_rekey_) {
-      S3ORAM_RETURN_IF_ERROR(
-          sql::Exec(db_,
-                    "DELETE FROM meta WHERE key IN ('rekey_old_master', 'rekey_phase', "
-                    "'rekey_next_block', 'rekey_purge_until', 'rekey_old_share_mac_half0', "
-                    "'rekey_old_share_mac_half1', 'rekey_old_share_mac_last_replaced')"));
-      const std::string version = "PRAGMA user_version = " + std::to_string(schema_version_);
-      S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, version.c_str()));
-    }
+    if (batch.end_rekey_) S3ORAM_RETURN_IF_ERROR(WriteRekeyEnd(db_, schema_version_));
     FaultPoint("state.commit.before");
     S3ORAM_RETURN_IF_ERROR(sql::Exec(db_, "COMMIT"));
     FaultPoint("state.commit.after");
