@@ -402,17 +402,56 @@ std::string TimeText(std::uint64_t unix_seconds) {
   return buf;
 }
 
-// Step 3 of the restore for one generation (see the file comment).
-Result<Decoded> DecodeGeneration(std::uint64_t generation, const wire::FsId& fs_id,
-                                 const std::map<std::size_t, std::vector<Elem>>& shares,
-                                 std::size_t t, const Secret& passphrase,
-                                 const std::vector<std::string>& endpoints) {
-  std::vector<std::size_t> holders;
-  for (const auto& [i, v] : shares) holders.push_back(i);
-  const std::size_t n = shares.begin()->second.size();
-  std::vector<std::vector<std::size_t>> choices;
-  std::vector<std::size_t> cur;
-  Subsets(holders, t + 1, 0, cur, choices);
+// Step 3 of the restore for one generation (see the file comment), in two
+// passes over the choices of t + 1 of the servers holding a share.
+class GenerationDecoder {
+ public:
+  GenerationDecoder(std::uint64_t generation, const wire::FsId& fs_id,
+                    const std::map<std::size_t, std::vector<Elem>>& shares, std::size_t t,
+                    const std::vector<std::string>& endpoints)
+      : generation_(generation), fs_id_(fs_id), shares_(shares), t_(t), endpoints_(endpoints) {
+    for (const auto& [i, v] : shares) holders_.push_back(i);
+    n_ = shares.begin()->second.size();
+  }
+
+  Result<Decoded> Decode(const Secret& passphrase) {
+    S3ORAM_ASSIGN_OR_RETURN(std::vector<Candidate> candidates, Candidates());
+    // Pass 2: unwrap (once per distinct key wrap: Argon2id is slow), rebuild
+    // the whole blob and authenticate it.
+    for (const Candidate& cand : candidates) {
+      const std::optional<Secret>* master = Unwrap(cand, passphrase);
+      if (master == nullptr || !*master) continue;
+      S3ORAM_ASSIGN_OR_RETURN(std::optional<Decoded> d, Open(cand, DeriveBackupKey(**master)));
+      if (d) return std::move(*d);
+    }
+    if (all_consistent_ && wrong_passphrase_seen_) {
+      return Status::PermissionDenied(
+          "wrong passphrase: it does not unwrap the master key in "
+          "backup generation " +
+          std::to_string(generation_) + " (whose shares are consistent across the servers)");
+    }
+    return Status::Integrity("backup generation " + std::to_string(generation_) +
+                             " failed reconstruction or "
+                             "authentication with every choice of " +
+                             std::to_string(t_ + 1) + " of the servers " +
+                             SetName(holders_, endpoints_) +
+                             (all_consistent_ ? "" : " (their shares disagree)") +
+                             ": a server holds tampered or damaged data" +
+                             (wrong_passphrase_seen_ ? ", or the passphrase is wrong" : "") +
+                             "; last problem: " + last_problem_);
+  }
+
+ private:
+  struct Candidate {
+    std::vector<std::size_t> choice;
+    std::vector<Elem> lambda;
+    std::vector<std::size_t> mismatched;
+    Header header;
+  };
+
+  std::string From(const std::vector<std::size_t>& choice) const {
+    return "shares of servers " + SetName(choice, endpoints_);
+  }
 
   // Pass 1, cheap: for each choice of t+1 shares, which other shares lie on
   // its polynomial, and the header it reconstructs (from the first groups
@@ -420,114 +459,125 @@ Result<Decoded> DecodeGeneration(std::uint64_t generation, const wire::FsId& fs_
   // possibly with absurd Argon2id costs; pass 2 therefore tries the choices
   // in order of increasing KDF cost, so a lying server can at most make the
   // client try cheaper (hence quickly failing) unwraps before the real one.
-  struct Candidate {
-    std::vector<std::size_t> choice;
-    std::vector<Elem> lambda;
-    std::vector<std::size_t> mismatched;
-    Header header;
-  };
-  std::vector<Candidate> candidates;
-  bool all_consistent = true;
-  bool wrong_passphrase_seen = false;
-  std::string last_problem;
-  const std::size_t header_elems = std::min(n, field::ElemsForBytes(kBackupHeaderBytes));
-  for (std::size_t c = 0; c < choices.size(); ++c) {
-    Candidate cand;
-    cand.choice = choices[c];
-    std::vector<Elem> xs;
-    std::vector<const Elem*> ptrs;
-    for (std::size_t i : cand.choice) {
-      xs.push_back(shamir::PartyX(i));
-      ptrs.push_back(shares.at(i).data());
+  Result<std::vector<Candidate>> Candidates() {
+    std::vector<std::vector<std::size_t>> choices;
+    std::vector<std::size_t> cur;
+    Subsets(holders_, t_ + 1, 0, cur, choices);
+    std::vector<Candidate> candidates;
+    for (std::size_t c = 0; c < choices.size(); ++c) {
+      Candidate cand;
+      cand.choice = choices[c];
+      std::vector<Elem> xs;
+      for (std::size_t i : cand.choice) xs.push_back(shamir::PartyX(i));
+      S3ORAM_ASSIGN_OR_RETURN(cand.lambda, shamir::LagrangeAtZero(xs));
+      cand.mismatched = OffThePolynomial(cand.choice, xs);
+      if (c == 0 && !cand.mismatched.empty()) all_consistent_ = false;
+      if (std::optional<Header> header = HeaderOf(cand)) {
+        cand.header = *header;
+        candidates.push_back(std::move(cand));
+      }
     }
-    S3ORAM_ASSIGN_OR_RETURN(cand.lambda, shamir::LagrangeAtZero(xs));
-    for (std::size_t j : holders) {
-      if (std::find(cand.choice.begin(), cand.choice.end(), j) != cand.choice.end()) continue;
+    auto cost = [](const Candidate& c) {
+      const KdfParams& k = c.header.wrap.kdf;
+      return static_cast<double>(k.ops) * static_cast<double>(k.mem_bytes);
+    };
+    std::stable_sort(candidates.begin(), candidates.end(),
+                     [&cost](const Candidate& a, const Candidate& b) { return cost(a) < cost(b); });
+    return candidates;
+  }
+
+  // The holders outside `choice` whose shares do not lie on the polynomial
+  // the shares of `choice` (at `xs`) define.
+  std::vector<std::size_t> OffThePolynomial(const std::vector<std::size_t>& choice,
+                                            const std::vector<Elem>& xs) const {
+    std::vector<std::size_t> mismatched;
+    for (std::size_t j : holders_) {
+      if (std::find(choice.begin(), choice.end(), j) != choice.end()) continue;
       const std::vector<Elem> w = LagrangeAt(xs, shamir::PartyX(j));
-      const std::vector<Elem>& actual = shares.at(j);
-      for (std::size_t e = 0; e < n; ++e) {
+      const std::vector<Elem>& actual = shares_.at(j);
+      for (std::size_t e = 0; e < n_; ++e) {
         Elem predicted = 0;
-        for (std::size_t k = 0; k < ptrs.size(); ++k) {
-          predicted = field::Add(predicted, field::Mul(w[k], ptrs[k][e]));
+        for (std::size_t k = 0; k < choice.size(); ++k) {
+          predicted = field::Add(predicted, field::Mul(w[k], shares_.at(choice[k])[e]));
         }
         if (predicted != actual[e]) {
-          cand.mismatched.push_back(j);
+          mismatched.push_back(j);
           break;
         }
       }
     }
-    if (c == 0 && !cand.mismatched.empty()) all_consistent = false;
+    return mismatched;
+  }
+
+  // The header `cand`'s shares reconstruct, if it decodes and matches this
+  // generation (else nullopt, the problem noted).
+  std::optional<Header> HeaderOf(const Candidate& cand) {
+    const std::size_t header_elems = std::min(n_, field::ElemsForBytes(kBackupHeaderBytes));
     std::vector<Elem> head(header_elems);
-    shamir::Recover(ptrs, cand.lambda, header_elems, head.data());
+    shamir::Recover(Pointers(cand.choice), cand.lambda, header_elems, head.data());
     std::vector<std::uint8_t> head_bytes(field::BytesForElems(header_elems));
-    const std::string from = "shares of servers " + SetName(cand.choice, endpoints);
     if (!field::Unpack(head, head_bytes)) {
-      last_problem = from + " do not reconstruct a valid packing";
-      continue;
+      last_problem_ = From(cand.choice) + " do not reconstruct a valid packing";
+      return std::nullopt;
     }
     auto header = DecodeHeader(head_bytes);
     if (!header.ok()) {
-      last_problem = from + ": " + header.status().message();
-      continue;
+      last_problem_ = From(cand.choice) + ": " + header.status().message();
+      return std::nullopt;
     }
-    if (field::ElemsForBytes(BlobBytes(header->padded)) != n ||
-        header->generation != generation || header->fs_id != fs_id) {
-      last_problem = from + ": the header does not match the stored generation (size, number "
-                            "or filesystem id)";
-      continue;
+    if (field::ElemsForBytes(BlobBytes(header->padded)) != n_ ||
+        header->generation != generation_ || header->fs_id != fs_id_) {
+      last_problem_ = From(cand.choice) +
+                      ": the header does not match the stored generation "
+                      "(size, number or filesystem id)";
+      return std::nullopt;
     }
-    cand.header = *header;
-    candidates.push_back(std::move(cand));
+    return *header;
   }
-  auto cost = [](const Candidate& c) {
-    const KdfParams& k = c.header.wrap.kdf;
-    return static_cast<double>(k.ops) * static_cast<double>(k.mem_bytes);
-  };
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [&cost](const Candidate& a, const Candidate& b) { return cost(a) < cost(b); });
 
-  // Pass 2: unwrap (once per distinct key wrap: Argon2id is slow), rebuild
-  // the whole blob and authenticate it.
-  std::vector<std::pair<KeyWrap, std::optional<Secret>>> unwrapped;
-  for (const Candidate& cand : candidates) {
-    const Header& h = cand.header;
-    const std::string from = "shares of servers " + SetName(cand.choice, endpoints);
-    auto known = std::find_if(unwrapped.begin(), unwrapped.end(),
-                              [&h](const auto& u) { return u.first == h.wrap; });
-    if (known == unwrapped.end()) {
-      auto key = UnwrapMasterKey(h.wrap, passphrase, fs_id);
-      if (key.ok()) {
-        unwrapped.emplace_back(h.wrap, std::move(key).value());
-      } else {
-        // PermissionDenied: wrong passphrase, or a damaged wrap. Anything
-        // else (KDF parameters out of range, Argon2id out of memory) comes
-        // from a garbage header: this choice's problem, not the restore's.
-        if (key.status().code() == Status::Code::kPermissionDenied) {
-          wrong_passphrase_seen = true;
-        }
-        last_problem = from + ": " + key.status().message();
-        unwrapped.emplace_back(h.wrap, std::nullopt);
-        continue;
-      }
-      known = unwrapped.end() - 1;
-    }
-    if (!known->second) continue;
-    Secret key = DeriveBackupKey(*known->second);
-
+  std::vector<const Elem*> Pointers(const std::vector<std::size_t>& choice) const {
     std::vector<const Elem*> ptrs;
-    for (std::size_t i : cand.choice) ptrs.push_back(shares.at(i).data());
-    std::vector<Elem> elems(n);
-    shamir::Recover(ptrs, cand.lambda, n, elems.data());
-    std::vector<std::uint8_t> blob(field::BytesForElems(n));
+    for (std::size_t i : choice) ptrs.push_back(shares_.at(i).data());
+    return ptrs;
+  }
+
+  // The master key `cand`'s key wrap gives under `passphrase`, unwrapped once
+  // per distinct wrap (nullopt inside: it did not unwrap).
+  const std::optional<Secret>* Unwrap(const Candidate& cand, const Secret& passphrase) {
+    const Header& h = cand.header;
+    auto known = std::find_if(unwrapped_.begin(), unwrapped_.end(),
+                              [&h](const auto& u) { return u.first == h.wrap; });
+    if (known != unwrapped_.end()) return &known->second;
+    auto key = UnwrapMasterKey(h.wrap, passphrase, fs_id_);
+    if (key.ok()) {
+      unwrapped_.emplace_back(h.wrap, std::move(key).value());
+    } else {
+      // PermissionDenied: wrong passphrase, or a damaged wrap. Anything
+      // else (KDF parameters out of range, Argon2id out of memory) comes
+      // from a garbage header: this choice's problem, not the restore's.
+      if (key.status().code() == Status::Code::kPermissionDenied) wrong_passphrase_seen_ = true;
+      last_problem_ = From(cand.choice) + ": " + key.status().message();
+      unwrapped_.emplace_back(h.wrap, std::nullopt);
+    }
+    return &unwrapped_.back().second;
+  }
+
+  // The whole blob `cand`'s shares reconstruct, authenticated under
+  // `backup_key`: the snapshot, or nullopt (the problem noted).
+  Result<std::optional<Decoded>> Open(const Candidate& cand, const Secret& backup_key) {
+    const Header& h = cand.header;
+    std::vector<Elem> elems(n_);
+    shamir::Recover(Pointers(cand.choice), cand.lambda, n_, elems.data());
+    std::vector<std::uint8_t> blob(field::BytesForElems(n_));
     if (!field::Unpack(elems, blob)) {
-      last_problem = from + " do not reconstruct a valid packing";
-      continue;
+      last_problem_ = From(cand.choice) + " do not reconstruct a valid packing";
+      return std::optional<Decoded>();
     }
     // Bytes past the blob inside the last packing group must be zero.
     if (!std::all_of(blob.begin() + static_cast<std::ptrdiff_t>(BlobBytes(h.padded)), blob.end(),
                      [](std::uint8_t b) { return b == 0; })) {
-      last_problem = from + ": non-zero bytes after the blob";
-      continue;
+      last_problem_ = From(cand.choice) + ": non-zero bytes after the blob";
+      return std::optional<Decoded>();
     }
     const auto header_bytes = std::span<const std::uint8_t>(blob).first(kBackupHeaderBytes);
     const Ad ad = MakeAd(h, header_bytes);
@@ -535,10 +585,10 @@ Result<Decoded> DecodeGeneration(std::uint64_t generation, const wire::FsId& fs_
     unsigned long long len = 0;
     if (crypto_aead_xchacha20poly1305_ietf_decrypt(
             padded.data(), &len, nullptr, blob.data() + kBackupHeaderBytes, h.padded + kTagBytes,
-            ad.data(), ad.size(), h.nonce.data(), key.data()) != 0 ||
+            ad.data(), ad.size(), h.nonce.data(), backup_key.data()) != 0 ||
         len != h.padded) {
-      last_problem = from + " fail authentication";
-      continue;
+      last_problem_ = From(cand.choice) + " fail authentication";
+      return std::optional<Decoded>();
     }
     std::uint64_t size = 0;
     for (std::size_t i = 0; i < kLengthPrefix; ++i) {
@@ -546,7 +596,7 @@ Result<Decoded> DecodeGeneration(std::uint64_t generation, const wire::FsId& fs_
     }
     if (size == 0 || size > h.padded - kLengthPrefix) {
       // Authenticated, so written by a client with the key: a bug, not tampering.
-      return Status::Corruption("backup generation " + std::to_string(generation) +
+      return Status::Corruption("backup generation " + std::to_string(generation_) +
                                 " authenticates but declares an impossible state size");
     }
     Decoded d;
@@ -554,25 +604,34 @@ Result<Decoded> DecodeGeneration(std::uint64_t generation, const wire::FsId& fs_
     d.snapshot = Secret::CopyOf(padded.bytes().subspan(kLengthPrefix, size));
     d.used = cand.choice;
     for (std::size_t j : cand.mismatched) {
-      d.warnings.push_back(ServerName(j, endpoints[j]) + " holds a damaged or altered share of "
-                           "backup generation " + std::to_string(generation) +
-                           "; restored from the servers " + SetName(cand.choice, endpoints) +
+      d.warnings.push_back(ServerName(j, endpoints_[j]) +
+                           " holds a damaged or altered share of "
+                           "backup generation " +
+                           std::to_string(generation_) + "; restored from the servers " +
+                           SetName(cand.choice, endpoints_) +
                            " (rewrite its share with s3oram backup-state)");
     }
-    return d;
+    return std::optional<Decoded>(std::move(d));
   }
-  if (all_consistent && wrong_passphrase_seen) {
-    return Status::PermissionDenied("wrong passphrase: it does not unwrap the master key in backup "
-                                    "generation " + std::to_string(generation) +
-                                    " (whose shares are consistent across the servers)");
-  }
-  return Status::Integrity(
-      "backup generation " + std::to_string(generation) + " failed reconstruction or "
-      "authentication with every choice of " + std::to_string(t + 1) + " of the servers " +
-      SetName(holders, endpoints) + (all_consistent ? "" : " (their shares disagree)") +
-      ": a server holds tampered or damaged data" +
-      (wrong_passphrase_seen ? ", or the passphrase is wrong" : "") + "; last problem: " +
-      last_problem);
+
+  const std::uint64_t generation_;
+  const wire::FsId& fs_id_;
+  const std::map<std::size_t, std::vector<Elem>>& shares_;
+  const std::size_t t_;
+  const std::vector<std::string>& endpoints_;
+  std::vector<std::size_t> holders_;
+  std::size_t n_ = 0;  // elements of each share
+  bool all_consistent_ = true;
+  bool wrong_passphrase_seen_ = false;
+  std::string last_problem_;
+  std::vector<std::pair<KeyWrap, std::optional<Secret>>> unwrapped_;
+};
+
+Result<Decoded> DecodeGeneration(std::uint64_t generation, const wire::FsId& fs_id,
+                                 const std::map<std::size_t, std::vector<Elem>>& shares,
+                                 std::size_t t, const Secret& passphrase,
+                                 const std::vector<std::string>& endpoints) {
+  return GenerationDecoder(generation, fs_id, shares, t, endpoints).Decode(passphrase);
 }
 
 std::string OlderMessage(const Header& h, std::size_t server, const std::string& endpoint,
