@@ -44,7 +44,7 @@ std::string StaleStateFix(const std::string& state_path) {
 }  // namespace
 
 OramClient::~OramClient() {
-  if (!session_) return;  // Open failed before it had a session
+  if (!evictor_) return;  // Open failed before the client was whole: nothing held yet
   // As Close(): a failed flush stays logged for the next Open.
   if (!pending_roots_.empty() && session_->lease_held() && !session_->fenced()) {
     if (Status st = FlushPendingRoots(); !st.ok()) {
@@ -159,7 +159,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   if (const auto& note = client->session_->store().problem_note(); note && note->damaged) {
     client->session_->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
   }
-  if (Status finished = client->FinishPendingEviction(); !finished.ok()) {
+  if (Status finished = client->evictor_->FinishPending(); !finished.ok()) {
     client->session_->NoteProblem(finished);
     return finished;
   }
@@ -170,7 +170,6 @@ Status OramClient::LoadState() {
   const FsConfig& config = session_->config();
   S3ORAM_ASSIGN_OR_RETURN(PositionMap pm, session_->store().LoadPositionMap());
   pm_ = std::make_unique<PositionMap>(std::move(pm));
-  pacer_ = EvictionPacer(std::chrono::milliseconds(session_->store().eviction_estimate_ms()));
   if (!session_->read_only()) {
     // Two rounds of root writes (background eviction, RootCopies).
     S3ORAM_ASSIGN_OR_RETURN(
@@ -182,13 +181,14 @@ Status OramClient::LoadState() {
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
   S3ORAM_ASSIGN_OR_RETURN(lambda_, shamir::LagrangeAtZero(xs));
   S3ORAM_ASSIGN_OR_RETURN(parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
+  evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, lambda_, parity_rows_);
   return Status::Ok();
 }
 
 Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
   const OramParams& p = params();
   // Every server must serve this filesystem with this shape.
-  std::vector<ServerReport> reports = QueryServers(session_->options().requests.deadline);
+  std::vector<ServerReport> reports = session_->QueryServers(session_->options().requests.deadline);
   std::vector<std::size_t> behind;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
@@ -376,33 +376,6 @@ Status OramClient::ResendLoggedRootWrites() {
   return FlushPendingRoots();
 }
 
-std::vector<ServerReport> OramClient::QueryServers(std::chrono::milliseconds timeout) {
-  std::vector<ServerReport> out(session_->servers().size());
-  TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
-  for (std::size_t i = 0; i < session_->servers().size(); ++i) {
-    out[i].endpoint = session_->servers().endpoint(i);
-    wire::Header h = session_->NextHeader();
-    auto frame = wire::Encode(h, wire::StatusRequest{});
-    auto r =
-        session_->servers().ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
-    if (!r.ok()) {
-      out[i].status = r.status();
-      continue;
-    }
-    const wire::Message& m = r.value()[0];
-    if (m.header.fs_id != config().fs_id) {
-      if (const auto* sr = std::get_if<wire::StatusReply>(&m.body); sr && sr->initialized) {
-        out[i].status = Status::FailedPrecondition("server " + std::to_string(i) + " (" +
-                                                   out[i].endpoint +
-                                                   ") serves another filesystem");
-        continue;
-      }
-    }
-    out[i].reply = std::get<wire::StatusReply>(m.body);
-  }
-  return out;
-}
-
 std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds timeout) {
   std::vector<ServerStats> out(session_->servers().size());
   TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
@@ -436,35 +409,15 @@ Result<wire::ScrubReply> OramClient::ScrubServer(std::size_t server, std::uint64
   return std::get<wire::ScrubReply>(replies[0].body);
 }
 
-Result<std::vector<wire::Message>> OramClient::ExchangeShared(
-    std::span<const Elem> secret,
-    const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
-    wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
-    std::uint64_t& wait_ns) {
-  const OramParams& p = params();
-  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_->NextMutationHeader());
-  std::vector<std::vector<std::uint8_t>> frames;
-  {
-    TimeInto timer(compute_ns);
-    std::vector<std::vector<Elem>> shares(p.parties);
-    ShareVector(secret, p.threshold, shares);
-    for (auto& share : shares) {
-      frames.push_back(wire::Encode(h, make_request(std::move(share))));
-      share = {};  // frames hold the bytes now; keep peak memory at one copy
-    }
-  }
-  TimeInto timer(wait_ns);
-  return session_->servers().Exchange(frames, h, expected_reply, options);
-}
-
 Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
-  return ExchangeShared(
-             elems,
-             [slot](std::vector<Elem>&& share) {
-               return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
-             },
-             wire::MessageType::kWriteRootReply, session_->options().requests,
-             stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
+  return session_
+      ->ExchangeShared(
+          elems,
+          [slot](std::vector<Elem>&& share) {
+            return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
+          },
+          wire::MessageType::kWriteRootReply, session_->options().requests,
+          stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
       .status();
 }
 
@@ -485,10 +438,10 @@ Status OramClient::SyncKeepingLatestRootWrite() {
 
 std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
                                                         const PositionEntry& at) const {
-  if (!root_copies_ || !inflight_) return std::nullopt;
+  const EvictionRecord* in_flight = evictor_->in_flight();
+  if (!root_copies_ || in_flight == nullptr) return std::nullopt;
   const OramParams& p = params();
-  auto copy = root_copies_->Get(
-      RootCopies::Index(inflight_->record.eviction, at.pos.slot, p.evict_rate));
+  auto copy = root_copies_->Get(RootCopies::Index(in_flight->eviction, at.pos.slot, p.evict_rate));
   if (!copy) return std::nullopt;
   std::vector<std::uint8_t> plain(p.block_bytes);
   if (!session_->codec().Open(id, at.version, *copy, plain)) return std::nullopt;
@@ -566,8 +519,8 @@ Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first
 }
 
 Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
-  if (session_->counters().ne != 0 || session_->counters().nr != 0 || inflight_ ||
-      !pending_roots_.empty()) {
+  if (session_->counters().ne != 0 || session_->counters().nr != 0 ||
+      evictor_->in_flight() != nullptr || !pending_roots_.empty()) {
     return Status::FailedPrecondition(
         "age fill: this filesystem has been used (" + std::to_string(session_->counters().ne) +
         " evictions, " + std::to_string(session_->counters().nr) +
@@ -577,7 +530,7 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
   // Every server unused before any writes: one that refused half-way would
   // leave the others' buckets filled and its own not, inconsistent sharings
   // that every read through them would refuse.
-  const auto reports = QueryServers(session_->options().requests.deadline);
+  const auto reports = session_->QueryServers(session_->options().requests.deadline);
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
     if (!r.status.ok()) return r.status;

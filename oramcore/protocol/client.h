@@ -60,6 +60,11 @@
 //    `force_lease` is set; a client whose lease was taken over is fenced
 //    (every later access fails with kLeaseHeld) and changes nothing. The
 //    lease is released by Close() and by the destructor.
+// Structure: what the operations share (the state, the servers and request
+// headers, the keys, the lease) is a ClientSession (client_session.h); a
+// block becomes a slot and back through its BlockCodec (block_codec.h); the
+// evictions are an Evictor (evictor.h); the access path is this class's
+// RunChunk steps (client_access.cpp).
 // Not thread-safe: one access at a time (callers serialise).
 #pragma once
 
@@ -78,8 +83,9 @@
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
 #include "oramcore/protocol/client_session.h"
-#include "oramcore/protocol/eviction_pacer.h"
+#include "oramcore/protocol/client_stats.h"
 #include "oramcore/protocol/eviction_record.h"
+#include "oramcore/protocol/evictor.h"
 #include "oramcore/protocol/freshness.h"
 #include "oramcore/protocol/root_copies.h"
 #include "oramcore/state/client_state.h"
@@ -93,40 +99,10 @@ struct AdoptedCounter;  // oramcore/protocol/counter_agreement.h
 
 enum class AccessOp { kRead, kWrite };
 
-// Where the client's access time went, summed over every access since Open
-// (nanoseconds of wall clock). The waits include the servers' work and the
-// network; the servers' own STATS split them further.
-struct AccessTimings {
-  std::uint64_t client_compute_ns = 0;   // select and root sharing, encoding, recovery, open, seal
-  std::uint64_t retrieve_wait_ns = 0;    // RETRIEVE sent until every answer is in
-  std::uint64_t root_write_wait_ns = 0;  // WRITE_ROOT sent until every server acknowledged
-  std::uint64_t state_commit_ns = 0;     // the access's SQLite commit
-  std::uint64_t eviction_ns = 0;         // whole evictions; the four below are parts of it
-  std::uint64_t eviction_client_ns = 0;  // planning, matrices, sharing them, encoding
-  std::uint64_t eviction_prepare_wait_ns = 0;
-  std::uint64_t eviction_commit_wait_ns = 0;
-  std::uint64_t eviction_state_commit_ns = 0;  // intent and result records (durable)
-  std::uint64_t eviction_check_ns = 0;  // EVICT_CHECK: prepared buckets consistent everywhere
-  std::uint64_t eviction_pace_ns = 0;   // accesses held back to the eviction beside them (EvictionPacer)
-};
-
-struct ClientStats {
-  std::uint64_t accesses = 0;
-  std::uint64_t evictions = 0;
-  std::uint64_t eviction_retries = 0;
-  AccessTimings timings;
-};
-
 struct ServerStats {
   std::string endpoint;
   Status status;           // reachability
   wire::StatsReply reply;  // valid if status.ok()
-};
-
-struct ServerReport {
-  std::string endpoint;
-  Status status;            // reachability
-  wire::StatusReply reply;  // valid if status.ok()
 };
 
 class OramClient {
@@ -232,7 +208,9 @@ class OramClient {
   Status SyncKeepingLatestRootWrite();
 
   // STATUS of every server (unreachable ones carry an error status).
-  std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
+  std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout) {
+    return session_->QueryServers(timeout);
+  }
 
   // STATS of every server: its work counters (changes nothing).
   std::vector<ServerStats> QueryServerStats(std::chrono::milliseconds timeout);
@@ -295,7 +273,7 @@ class OramClient {
   Status ClearProblemNote() { return session_->ClearProblemNote(); }
   // The eviction the state records as pending (logged before its PREPARE,
   // not committed yet), if any.
-  Result<std::optional<std::uint64_t>> PendingEviction() const;
+  Result<std::optional<std::uint64_t>> PendingEviction() const { return evictor_->Pending(); }
   // Records a problem found outside an access (s3oram scrub), so that
   // s3oram status names it as it names one a mount met (`damaged`: a
   // server's storage, which stops writes as below). Fails while another
@@ -324,7 +302,7 @@ class OramClient {
   // share (crypto/share_mac_secrets.h); a rotation begun by a build before
   // halves shares none, and then only consistency is checked.
   const std::optional<RekeyProgress>& rekey() const { return session_->store().rekey(); }
-  // What CheckEvictionMac verifies now, for `s3oram status`.
+  // What Evictor::CheckMac verifies now, for `s3oram status`.
   using EvictionMacCheck = BlockCodec::CombinationCheck;
   EvictionMacCheck eviction_mac_check() const { return session_->codec().combination_check(); }
   // The round whose root the accesses fill now (the eviction of that number
@@ -336,7 +314,7 @@ class OramClient {
   // under way. Before a state backup and at Close (a server sees this
   // eviction commit before the end of the round: at an unmount, which it sees
   // anyway). OK if none is in flight.
-  Status SettleEviction();
+  Status SettleEviction() { return evictor_->Settle(); }
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
@@ -379,54 +357,6 @@ class OramClient {
   Status StartEpoch(const std::vector<ServerReport>& reports, const AdoptedCounter& seq,
                     const std::vector<std::uint64_t>& applied_seqs);
   Status ResendLoggedRootWrites();
-  // The end of a round (nr == A): the eviction in flight commits, then the
-  // next one starts in the background.
-  Status RunEviction();
-  // Plans eviction ne, logs it (plan, positions before and after, nr = 0),
-  // moves the blocks in the map and starts it on the servers.
-  Status StartEviction();
-  // Sends the in-flight eviction's PREPARE until every server has started it
-  // (its root copied aside): no root write of the next round goes before.
-  Status EnsureEvictionStarted();
-  // Waits for the in-flight eviction, checks and commits it.
-  Status FinishInFlightEviction();
-  // Finishes an eviction the state records as under way (Open, or an
-  // earlier failure).
-  Status FinishPendingEviction();
-  // PREPARE (attempts from first_attempt on) unless `collect_first` and the
-  // servers finished attempt first_attempt already (EVICT_RESULT); then
-  // EVICT_CHECK and COMMIT, and the record: the counters (and, when
-  // `record.plan` is absent, the moves, which are then not in the map yet).
-  Status PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& record, bool collect_first);
-  // EVICT_PREPARE of `attempt` with fresh shares of the plan's matrices, until
-  // every server answered EVICT_STARTED.
-  Status SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
-                     const TransportOptions& budget);
-  // EVICT_RESULT: waits until every server prepared `attempt`.
-  Status AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
-                       const TransportOptions& budget);
-  // EVICT_CHECK on every server: Integrity if the prepared buckets of this
-  // attempt are not consistent sharings (oramcore/protocol/consistency.h) or,
-  // with share MACs, if random combinations of them do not authenticate.
-  Status CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt);
-  // The share-MAC half of that check on the servers' combination shares
-  // (kEvictCheckCombinations * m elements from each server, sizes checked).
-  // A failure whose inputs do not authenticate either is logged and noted
-  // but not refused (see the comment in the definition).
-  Status CheckEvictionMac(std::uint64_t eviction, std::uint32_t attempt,
-                          const std::vector<std::vector<field::Elem>>& combinations);
-  // MAC_OPEN: whether random combinations of the committed buckets eviction
-  // `eviction` reads carry valid share MACs.
-  Result<bool> EvictionInputsAuthentic(std::uint64_t eviction);
-  // Shares `secret` afresh among the servers and sends server i the request
-  // make_request(its shares), all under one new header; returns the replies.
-  // `compute_ns` and `wait_ns` accumulate the time spent sharing and encoding,
-  // and waiting for the replies.
-  Result<std::vector<wire::Message>> ExchangeShared(
-      std::span<const field::Elem> secret,
-      const std::function<wire::Body(std::vector<field::Elem>&&)>& make_request,
-      wire::MessageType expected_reply, const TransportOptions& options,
-      std::uint64_t& compute_ns, std::uint64_t& wait_ns);
   // The root write an access leaves for the next request to carry: slot nr
   // gets `elems` (the sealed block, packed), and once every server has it the
   // block (if `mapped`) moves to `moved`. Logged in the state as pending.
@@ -534,15 +464,6 @@ class OramClient {
   // Completed ones leave exposed_ and quarantined_ (a blind write).
   void NoteExposures(std::span<const BatchItem> items, const std::vector<LeafId>& revealed,
                      const std::vector<Outcome>& outcomes, const Status& why);
-  // Set when a server refused an eviction for damaged storage: PrepareAndCommit
-  // returns it without asking again until eviction_retry_at_.
-  static constexpr std::chrono::seconds kDamagedEvictionRetry{60};
-  std::optional<Status> eviction_refused_;
-  std::chrono::steady_clock::time_point eviction_retry_at_{};
-  // How long the last eviction run by RunEviction took; one that took at
-  // least kSlowEviction is logged at info level, with the next one's start.
-  std::chrono::steady_clock::duration last_eviction_time_{};
-  static constexpr std::chrono::seconds kSlowEviction{2};
   std::unique_ptr<ClientSession> session_;
   std::unique_ptr<PositionMap> pm_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
@@ -551,42 +472,11 @@ class OramClient {
   // Deferred root writes of the last accesses, for slots nr, nr + 1, ... in
   // order (at most kMaxPipelined of them, all logged in the state).
   std::deque<PendingRoot> pending_roots_;
-  // The eviction started at the end of the last round and not committed yet
-  // (see the class comment), as logged; `started` once every server
-  // answered EVICT_STARTED.
-  struct InFlight {
-    EvictionRecord record;  // plan and positions before it
-    bool started = false;
-    // Its attempt went out at least once: the next try sends a new attempt,
-    // which servers still computing the old one take as the client giving up
-    // on it (a resent attempt would queue behind the computation it repeats).
-    bool sent = false;
-    std::chrono::steady_clock::time_point started_at;  // when every server started it
-  };
-  EvictionPacer pacer_;
-  bool pace_logged_ = false;
-  // Replaces the logged pending eviction with `record` (a new attempt number
-  // goes to disk before any server sees it), durably.
-  Status LogEvictionRecord(const EvictionRecord& record);
-  // Holds back an access that is ahead of the pace of the eviction beside it.
-  // `done`: the accesses of the round before the last of those about to go.
-  void PaceBehindEviction(std::uint64_t done);
-  // Every A/16 accesses of an eviction that has run 1 s or more, until the
-  // servers say it is computed: asks their STATUS for its progress and gives
-  // the pacer a provisional estimate (EvictionPacer::FromProgress), which
-  // paces the round when it is longer than the learned one.
-  void AskEvictionProgress(std::chrono::steady_clock::duration elapsed);
-  static constexpr std::uint64_t kNoBucket = ~std::uint64_t{0};
-  // The servers said the eviction is computed: no more polls until the next.
-  static constexpr std::uint64_t kProgressDone = kNoBucket - 1;
-  std::uint64_t progress_polled_bucket_ = kNoBucket;  // of the last poll: root slots / (A/16)
-  // What is left of one eviction timeout (options_.evictions) begun at
-  // `started`, for the attempts of one eviction to share.
-  TransportOptions EvictionBudgetLeft(std::chrono::steady_clock::time_point started) const;
-  std::optional<InFlight> inflight_;
   // The round whose root the accesses write now (the eviction that will
   // move it out): ne, or ne + 1 while an eviction is in flight.
-  std::uint64_t current_round() const { return counters().ne + (inflight_ ? 1 : 0); }
+  std::uint64_t current_round() const {
+    return counters().ne + (evictor_->in_flight() != nullptr ? 1 : 0);
+  }
   std::unique_ptr<RootCopies> root_copies_;  // null when read-only
   // The client's copy of block `id`, written to root slot at.pos.slot in the
   // round the eviction in flight moves out, if it authenticates as version
@@ -596,6 +486,9 @@ class OramClient {
   FreshnessVerdict freshness_;
   std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
   std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
+  // The evictions (evictor.h), over session_, *pm_, stats_, lambda_ and
+  // parity_rows_: declared after them, so destroyed first.
+  std::unique_ptr<Evictor> evictor_;
 };
 
 }  // namespace s3oram

@@ -359,7 +359,7 @@ Status OramClient::RunChunk(std::span<const BatchItem> items,
       std::min<std::uint64_t>({items.size(), kMaxPipelined, params().evict_rate - c.base}));
   // Paced as the last of them would be alone: the accesses before it whose
   // root writes the servers acknowledged, or will with this chunk.
-  PaceBehindEviction(c.base + c.k - 1 - (c.q > 0 ? 1 : 0));
+  evictor_->Pace(c.base + c.k - 1 - (c.q > 0 ? 1 : 0), c.base);
   S3ORAM_RETURN_IF_ERROR(PlanChunk(c));
   S3ORAM_RETURN_IF_ERROR(BuildRetrievals(c));
   SendRetrievals(c);
@@ -382,13 +382,13 @@ Status OramClient::BeforeChunk() {
   }
   if (session_->counters().nr >= p.evict_rate) {
     TimeInto timer(stats_.timings.eviction_ns);
-    S3ORAM_RETURN_IF_ERROR(RunEviction());
+    S3ORAM_RETURN_IF_ERROR(evictor_->RunEviction());
   }
   // No root write of this round before every server copied the last round's
   // root aside for the eviction in flight.
-  if (inflight_ && !inflight_->started) {
+  if (evictor_->in_flight() != nullptr && !evictor_->started()) {
     TimeInto timer(stats_.timings.eviction_ns);
-    S3ORAM_RETURN_IF_ERROR(EnsureEvictionStarted());
+    S3ORAM_RETURN_IF_ERROR(evictor_->EnsureStarted());
   }
   // Root slots from nr on may hold inconsistent sharings (an Open, a failed
   // root write). One deferred root write rewrites slot nr completely on
@@ -450,13 +450,14 @@ Result<bool> OramClient::PlanAccess(Chunk& c, std::size_t j) {
   const PositionEntry* at = pm_->Find(id);
   if (at) pl.where = *at;
   pl.blind = at && quarantined;
-  if (!at || !inflight_) return true;
+  const EvictionRecord* in_flight = evictor_->in_flight();
+  if (!at || in_flight == nullptr) return true;
   // A block the eviction in flight moves is still where it was on the
   // servers (they commit the eviction at the end of this round); one it
   // takes out of a root slot this round may have overwritten is read
   // from the client's own copy, behind a retrieval that selects nothing.
-  const auto bt = inflight_->record.before.find(id);
-  if (bt == inflight_->record.before.end()) return true;
+  const auto bt = in_flight->before.find(id);
+  if (bt == in_flight->before.end()) return true;
   pl.where = PositionEntry{bt->second, at->version};
   // Slots this round wrote, and those this chunk's retrievals may
   // rewrite first (the pending ones; slot nr after a repair).
@@ -471,12 +472,11 @@ Result<bool> OramClient::PlanAccess(Chunk& c, std::size_t j) {
   if (!early_commit_logged_) {
     spdlog::info(
         "block {} is only in eviction {}'s result (no copy in {}): the eviction commits early", id,
-        inflight_->record.eviction,
-        root_copies_ ? root_copies_->path() : std::string("the root copies"));
+        in_flight->eviction, root_copies_ ? root_copies_->path() : std::string("the root copies"));
     early_commit_logged_ = true;
   }
   TimeInto timer(stats_.timings.eviction_ns);
-  S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
+  S3ORAM_RETURN_IF_ERROR(evictor_->FinishInFlight());
   return false;
 }
 
@@ -752,7 +752,7 @@ Status OramClient::RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uin
   session_->counters() = c.next;
   for (std::size_t j = 0; j < c.finished; ++j) {
     // Taken out of the eviction in flight: its copy there is stale, its slot free.
-    if (c.done[j] && inflight_) inflight_->record.before.erase(c.items[j].id);
+    if (c.done[j]) evictor_->TakenOut(c.items[j].id);
   }
   for (auto& r : c.roots) pending_roots_.push_back(std::move(r));
   S3ORAM_RETURN_IF_ERROR(applied);
@@ -769,7 +769,7 @@ void OramClient::EndRoundIfFull(BlockId last_access) {
   Status st = FlushPendingRoots();
   if (st.ok()) {
     TimeInto timer(stats_.timings.eviction_ns);
-    st = RunEviction();
+    st = evictor_->RunEviction();
   }
   if (!st.ok()) {
     session_->NoteProblem(st);

@@ -13,12 +13,16 @@
 #include <utility>
 
 #include "oramcore/base/fault_point.h"
+#include "oramcore/base/time_into.h"
 #include "oramcore/crypto/subkeys.h"
+#include "oramcore/protocol/fresh_shares.h"
 #include "oramcore/protocol/lease_holder.h"
 #include "oramcore/protocol/server_addresses.h"
 #include "oramcore/wire/transport.h"
 
 namespace s3oram {
+
+using field::Elem;
 
 Result<std::unique_ptr<ClientSession>> ClientSession::Open(const std::string& state_path,
                                                            const Secret& passphrase, bool read_only,
@@ -364,6 +368,52 @@ Status ClientSession::EndRekey() {
   FaultPoint("rekey.finalize.after_commit");
   codec_->ForgetPrevious();
   return Status::Ok();
+}
+
+std::vector<ServerReport> ClientSession::QueryServers(std::chrono::milliseconds timeout) {
+  std::vector<ServerReport> out(servers_->size());
+  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    out[i].endpoint = servers_->endpoint(i);
+    wire::Header h = NextHeader();
+    auto frame = wire::Encode(h, wire::StatusRequest{});
+    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
+    if (!r.ok()) {
+      out[i].status = r.status();
+      continue;
+    }
+    const wire::Message& m = r.value()[0];
+    if (m.header.fs_id != config().fs_id) {
+      if (const auto* sr = std::get_if<wire::StatusReply>(&m.body); sr && sr->initialized) {
+        out[i].status = Status::FailedPrecondition("server " + std::to_string(i) + " (" +
+                                                   out[i].endpoint + ") serves another filesystem");
+        continue;
+      }
+    }
+    out[i].reply = std::get<wire::StatusReply>(m.body);
+  }
+  return out;
+}
+
+Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
+    std::span<const Elem> secret,
+    const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
+    wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
+    std::uint64_t& wait_ns) {
+  const OramParams& p = params();
+  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
+  std::vector<std::vector<std::uint8_t>> frames;
+  {
+    TimeInto timer(compute_ns);
+    std::vector<std::vector<Elem>> shares(p.parties);
+    ShareVector(secret, p.threshold, shares);
+    for (auto& share : shares) {
+      frames.push_back(wire::Encode(h, make_request(std::move(share))));
+      share = {};  // frames hold the bytes now; keep peak memory at one copy
+    }
+  }
+  TimeInto timer(wait_ns);
+  return servers_->Exchange(frames, h, expected_reply, options);
 }
 
 }  // namespace s3oram

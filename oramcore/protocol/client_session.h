@@ -19,13 +19,16 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
+#include "oramcore/math/field.h"
 #include "oramcore/protocol/block_codec.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/wire/server_set.h"
@@ -49,6 +52,12 @@ struct ClientOptions {
   // How the client reaches its servers: empty for the network (every real
   // use); tests pass an in-process cluster's (tests/support/in_process_cluster.h).
   ServerConnector connect;
+};
+
+struct ServerReport {
+  std::string endpoint;
+  Status status;            // reachability
+  wire::StatusReply reply;  // valid if status.ok()
 };
 
 class ClientSession {
@@ -96,6 +105,19 @@ class ClientSession {
   // `count` such headers for mutations sent together (none more than one
   // beyond the durable seq when the first goes).
   Result<std::vector<wire::Header>> NextMutationHeaders(std::size_t count);
+
+  // STATUS of every server, each asked alone (an unreachable one carries an
+  // error status; one that serves another filesystem, FailedPrecondition).
+  std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
+  // Shares `secret` afresh among the servers (degree t, the OS CSPRNG) and
+  // sends server i the request make_request(its shares), all under one
+  // mutation header; returns the replies. `compute_ns` and `wait_ns`
+  // accumulate the time spent sharing and encoding, and waiting.
+  Result<std::vector<wire::Message>> ExchangeShared(
+      std::span<const field::Elem> secret,
+      const std::function<wire::Body(std::vector<field::Elem>&&)>& make_request,
+      wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
+      std::uint64_t& wait_ns);
 
   // --- The lease. -----------------------------------------------------------------
   // Acquires it on every server under the current epoch; on refusal releases

@@ -6,6 +6,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstdio>
+#include <iterator>
 #include <random>
 #include <string>
 #include <variant>
@@ -113,6 +115,76 @@ TEST(InProcessClientTest, RandomAccessesAcrossEvictionsReadBackWhatWasWritten) {
   auto again = fs.Open();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(ReadAll(**again, model));
+}
+
+// The evictor's early commit: while eviction 0 is in flight, round 1's first
+// root write overwrites root slot 0, where the eviction still reads block 0
+// from (the servers copied the root aside). Block 0 is then served from the
+// client's own copy (RootCopies); with that copy damaged (a power loss, a
+// disk error) it is only in the eviction's result, so the access commits the
+// eviction at once (Evictor::FinishInFlight) and reads it from where the
+// eviction put it: the right bytes, and every server has applied the
+// eviction before the round's end.
+TEST(InProcessClientTest, ABlockOnlyInTheEvictionsResultCommitsItEarly) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  // Round 0: blocks 0..A-1 in root slots 0..A-1; its end starts eviction 0.
+  ASSERT_TRUE(WriteBlocks(**client, model, kEvictRate, 1));
+  ASSERT_EQ((*client)->round(), 1u) << "eviction 0 should be in flight";
+  // Round 1 overwrites root slot 0 (the write goes with the next request).
+  ASSERT_TRUE(ModelAccess(**client, model, 20, /*write=*/true, 2));
+  ASSERT_TRUE(ModelAccess(**client, model, 21, /*write=*/true, 3));
+  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
+    ASSERT_EQ(fs.cluster->applied_evictions(i), 0u) << "server " << i;
+  }
+  // The client's copies of the root's blocks are lost.
+  {
+    const std::string roots = fs.state + ".roots";
+    std::FILE* f = std::fopen(roots.c_str(), "r+b");
+    ASSERT_NE(f, nullptr) << roots;
+    ASSERT_EQ(std::fseek(f, 0, SEEK_END), 0);
+    const long size = std::ftell(f);
+    ASSERT_GT(size, 0);
+    std::rewind(f);
+    const std::vector<char> zeros(static_cast<std::size_t>(size), 0);
+    ASSERT_EQ(std::fwrite(zeros.data(), 1, zeros.size(), f), zeros.size());
+    ASSERT_EQ(std::fclose(f), 0);
+  }
+  ASSERT_TRUE(ModelAccess(**client, model, 0, /*write=*/false, 0));
+  EXPECT_LT((*client)->counters().nr, kEvictRate) << "the round has not ended";
+  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
+    EXPECT_EQ(fs.cluster->applied_evictions(i), 1u) << "server " << i;
+  }
+  EXPECT_TRUE(ReadAll(**client, model));
+}
+
+// The other side of the early commit: a block an access of round 1 took out
+// of eviction 0's reach (rewritten to round 1's root) is read from its new
+// place, never from where the eviction found it, so nothing commits early
+// and the servers see the eviction commit at the round's end, as always.
+TEST(InProcessClientTest, ABlockRewrittenBesideTheEvictionIsReadFromItsNewPlace) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, kEvictRate, 1));
+  ASSERT_EQ((*client)->round(), 1u) << "eviction 0 should be in flight";
+  // Block 0 rewritten in round 1 (taken out of the eviction); once its root
+  // write went out (with block 1's access) it is read from its new place,
+  // not through the eviction.
+  const BlockId ids[] = {0, 1, 0};
+  const bool writes[] = {true, false, false};
+  for (std::size_t a = 0; a < std::size(ids); ++a) {
+    ASSERT_TRUE(ModelAccess(**client, model, ids[a], writes[a], 2 + a)) << "access " << a;
+    for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
+      ASSERT_EQ(fs.cluster->applied_evictions(i), 0u) << "server " << i << " after access " << a;
+    }
+  }
+  EXPECT_TRUE(ReadAll(**client, model));
 }
 
 // The plan: a block whose newest copy is a root write not sent yet (the

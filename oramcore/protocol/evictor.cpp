@@ -1,7 +1,5 @@
-// OramClient's evictions (docs/ARCHITECTURE.md §5 and §8): the round's end
-// (RunEviction), the eviction started in the background and paced beside
-// the next round's accesses, its PREPARE, RESULT, CHECK and COMMIT, and the
-// recovery of one left under way. Declared in client.h.
+#include "oramcore/protocol/evictor.h"
+
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -12,19 +10,17 @@
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
+#include "oramcore/base/time_into.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
-#include "oramcore/protocol/client.h"
-#include "oramcore/protocol/client_internal.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/counter_agreement.h"
 
 namespace s3oram {
 
 using field::Elem;
-using namespace client_internal;
 
 namespace {
 
@@ -50,59 +46,68 @@ bool OpenChecked(std::span<const Elem* const> shares,
 
 }  // namespace
 
-Status OramClient::RunEviction() {
-  if (inflight_) S3ORAM_RETURN_IF_ERROR(FinishInFlightEviction());
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_->store().LoadPending());
+Evictor::Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats,
+                 const std::vector<Elem>& lambda, const std::vector<std::vector<Elem>>& parity_rows)
+    : session_(session),
+      pm_(pm),
+      stats_(stats),
+      lambda_(lambda),
+      parity_rows_(parity_rows),
+      pacer_(std::chrono::milliseconds(session.store().eviction_estimate_ms())) {}
+
+Status Evictor::RunEviction() {
+  if (inflight_) S3ORAM_RETURN_IF_ERROR(FinishInFlight());
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_.store().LoadPending());
   for (const auto& op : pending) {
-    if (op.kind == kEvictKind) S3ORAM_RETURN_IF_ERROR(FinishPendingEviction());
+    if (op.kind == kPendingEvictKind) S3ORAM_RETURN_IF_ERROR(FinishPending());
   }
-  if (session_->counters().nr < params().evict_rate) return Status::Ok();
-  if (session_->writes_stopped()) return *session_->writes_stopped();
+  if (session_.counters().nr < params().evict_rate) return Status::Ok();
+  if (session_.writes_stopped()) return *session_.writes_stopped();
   return StartEviction();
 }
 
-Status OramClient::StartEviction() {
+Status Evictor::StartEviction() {
   const TreeGeometry geo = params().geometry();
   TimeInto planning(stats_.timings.eviction_client_ns);
-  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, session_->counters().ne, *pm_));
+  S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, session_.counters().ne, pm_));
   EvictionRecord record;
-  record.eviction = session_->counters().ne;
+  record.eviction = session_.counters().ne;
   record.attempt = 1;
-  for (const auto& [id, pos] : plan.moves) record.before.emplace(id, pm_->Find(id)->pos);
+  for (const auto& [id, pos] : plan.moves) record.before.emplace(id, pm_.Find(id)->pos);
   // One durable transaction: the plan, the blocks at their new positions and
   // the new round (nr = 0). A crash after it finishes this eviction at Open
   // from the plan, before any access.
   ClientStateStore::Batch intent;
   for (const auto& [id, pos] : plan.moves) {
-    intent.PutPosition(id, PositionEntry{pos, pm_->Find(id)->version});
+    intent.PutPosition(id, PositionEntry{pos, pm_.Find(id)->version});
   }
-  Counters next = session_->counters();
+  Counters next = session_.counters();
   next.nr = 0;
   intent.SetCounters(next);
   record.plan = plan;
-  intent.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
+  intent.AddPending(PendingOp{record.eviction, kPendingEvictKind, EncodeEvictionRecord(record)});
   planning.Stop();
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(intent, /*durable=*/true));
+    S3ORAM_RETURN_IF_ERROR(session_.store().Commit(intent, /*durable=*/true));
   }
   FaultPoint("client.evict.after_intent");
-  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
-  session_->counters() = next;
+  S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, pm_));
+  session_.counters() = next;
   inflight_ = InFlight{std::move(record), false, false, {}};
   if (stats_.evictions == 0) {
     spdlog::info(
         "eviction {} started (every {} accesses); the servers compute it while the "
         "next {} accesses go on (s3oram status shows its progress)",
-        session_->counters().ne, params().evict_rate, params().evict_rate);
+        session_.counters().ne, params().evict_rate, params().evict_rate);
   }
-  return EnsureEvictionStarted();
+  return EnsureStarted();
 }
 
-Status OramClient::EnsureEvictionStarted() {
+Status Evictor::EnsureStarted() {
   if (!inflight_ || inflight_->started) return Status::Ok();
-  if (eviction_refused_ && std::chrono::steady_clock::now() < eviction_retry_at_) {
-    return *eviction_refused_;
+  if (refused_ && std::chrono::steady_clock::now() < retry_at_) {
+    return *refused_;
   }
   EvictionRecord& record = inflight_->record;
   // A PREPARE that failed before every server started it is sent again
@@ -115,16 +120,16 @@ Status OramClient::EnsureEvictionStarted() {
   Status last;
   for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
     if (tries > 0 &&
-        std::chrono::steady_clock::now() - began >= session_->options().evictions.deadline) {
+        std::chrono::steady_clock::now() - began >= session_.options().evictions.deadline) {
       break;
     }
     if (inflight_->sent) {
       ++record.attempt;
       ++stats_.eviction_retries;
-      S3ORAM_RETURN_IF_ERROR(LogEvictionRecord(record));
+      S3ORAM_RETURN_IF_ERROR(LogRecord(record));
     }
     inflight_->sent = true;
-    last = SendPrepare(*record.plan, record.attempt, EvictionBudgetLeft(began));
+    last = SendPrepare(*record.plan, record.attempt, BudgetLeft(began));
     if (last.ok()) {
       inflight_->started = true;
       inflight_->started_at = std::chrono::steady_clock::now();
@@ -136,21 +141,20 @@ Status OramClient::EnsureEvictionStarted() {
     if (last.code() == Status::Code::kDamaged) break;
   }
   if (last.code() == Status::Code::kDamaged) {
-    eviction_refused_ = last.WithContext("eviction " + std::to_string(record.eviction) +
-                                         " cannot run until the damaged server is repaired");
-    eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
-    return *eviction_refused_;
+    refused_ = last.WithContext("eviction " + std::to_string(record.eviction) +
+                                " cannot run until the damaged server is repaired");
+    retry_at_ = std::chrono::steady_clock::now() + kDamagedRetry;
+    return *refused_;
   }
   return last.WithContext("starting eviction " + std::to_string(record.eviction));
 }
 
-TransportOptions OramClient::EvictionBudgetLeft(
-    std::chrono::steady_clock::time_point started) const {
+TransportOptions Evictor::BudgetLeft(std::chrono::steady_clock::time_point started) const {
   const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
       std::chrono::steady_clock::now() - started);
-  TransportOptions budget = session_->options().evictions;
-  budget.deadline = spent < session_->options().evictions.deadline
-                        ? session_->options().evictions.deadline - spent
+  TransportOptions budget = session_.options().evictions;
+  budget.deadline = spent < session_.options().evictions.deadline
+                        ? session_.options().evictions.deadline - spent
                         : std::chrono::milliseconds(1);
   // Resent after silence only past half the eviction's time: the servers
   // answer EVICT_RESULT after exchanging shares with each other, minutes
@@ -161,14 +165,15 @@ TransportOptions OramClient::EvictionBudgetLeft(
   return budget;
 }
 
-Status OramClient::LogEvictionRecord(const EvictionRecord& record) {
+Status Evictor::LogRecord(const EvictionRecord& record) {
   ClientStateStore::Batch b;
   b.RemovePending(record.eviction);
-  b.AddPending(PendingOp{record.eviction, kEvictKind, EncodeEvictionRecord(record)});
-  return session_->store().Commit(b, /*durable=*/true);
+  b.AddPending(PendingOp{record.eviction, kPendingEvictKind, EncodeEvictionRecord(record)});
+  return session_.store().Commit(b, /*durable=*/true);
 }
 
-void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed) {
+void Evictor::AskProgress(std::chrono::steady_clock::duration elapsed,
+                          std::uint64_t root_slots_used) {
   // Polls only an eviction that has run a while, at fixed access counts: a
   // shorter one costs at most that much wait at the round's end, and fast
   // setups (small blocks, tests) send no STATUS at all.
@@ -176,7 +181,7 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   static constexpr std::uint64_t kPollsPerRound = 16;
   const std::uint64_t every = std::max<std::uint64_t>(1, params().evict_rate / kPollsPerRound);
   // Once per `every` root slots (a pipelined batch takes several at once).
-  const std::uint64_t bucket = (session_->counters().nr + pending_roots_.size()) / every;
+  const std::uint64_t bucket = root_slots_used / every;
   if (elapsed < kProgressAfter || bucket == progress_polled_bucket_ ||
       progress_polled_bucket_ == kProgressDone) {
     return;
@@ -187,11 +192,11 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   // timeout, so a wrong or lying reply paces no round beyond that.
   const auto own = std::chrono::duration_cast<std::chrono::milliseconds>(elapsed);
   const auto cap =
-      std::chrono::duration_cast<EvictionPacer::Duration>(session_->options().evictions.deadline);
+      std::chrono::duration_cast<EvictionPacer::Duration>(session_.options().evictions.deadline);
   EvictionPacer::Bounds slowest;
   bool unbounded = false;  // a server in round 1: no upper bound yet
   bool computing = false;  // some server still computes this eviction
-  for (const auto& r : QueryServers(session_->options().requests.resend_after)) {
+  for (const auto& r : session_.QueryServers(session_.options().requests.resend_after)) {
     if (!r.status.ok()) {
       computing = true;  // says nothing: it may still be computing
       continue;
@@ -220,10 +225,10 @@ void OramClient::AskEvictionProgress(std::chrono::steady_clock::duration elapsed
   if (!computing) progress_polled_bucket_ = kProgressDone;
 }
 
-void OramClient::PaceBehindEviction(std::uint64_t done) {
+void Evictor::Pace(std::uint64_t done, std::uint64_t root_slots_used) {
   if (!inflight_ || !inflight_->started) return;
   const auto elapsed = std::chrono::steady_clock::now() - inflight_->started_at;
-  AskEvictionProgress(elapsed);
+  AskProgress(elapsed, root_slots_used);
   // The servers said the eviction is computed: the round's end will not
   // wait for it, so the rest of the round goes unpaced.
   if (progress_polled_bucket_ == kProgressDone) return;
@@ -259,7 +264,7 @@ void OramClient::PaceBehindEviction(std::uint64_t done) {
   std::this_thread::sleep_for(delay);
 }
 
-Status OramClient::FinishInFlightEviction() {
+Status Evictor::FinishInFlight() {
   if (!inflight_) return Status::Ok();
   const auto started = std::chrono::steady_clock::now();
   const std::uint64_t prepare_wait_before = stats_.timings.eviction_prepare_wait_ns;
@@ -280,12 +285,12 @@ Status OramClient::FinishInFlightEviction() {
       std::chrono::nanoseconds(stats_.timings.eviction_prepare_wait_ns - prepare_wait_before);
   // The pace of the next round, kept for the next mount too (not durable:
   // a lost estimate only costs one unpaced round).
-  if (was_started && first_attempt && !session_->read_only()) {
+  if (was_started && first_attempt && !session_.read_only()) {
     pacer_.Learn(elapsed, waited);
     ClientStateStore::Batch b;
     b.SetEvictionEstimate(static_cast<std::uint64_t>(
         std::chrono::duration_cast<std::chrono::milliseconds>(pacer_.estimate()).count()));
-    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(b));
+    S3ORAM_RETURN_IF_ERROR(session_.store().Commit(b));
   }
   pacer_.ForgetProvisional();  // also when nothing was learned
   progress_polled_bucket_ = kNoBucket;
@@ -299,26 +304,26 @@ Status OramClient::FinishInFlightEviction() {
   return Status::Ok();
 }
 
-Status OramClient::FinishPendingEviction() {
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_->store().LoadPending());
+Status Evictor::FinishPending() {
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_.store().LoadPending());
   const PendingOp* op = nullptr;
   for (const auto& p : pending) {
-    if (p.kind == kEvictKind) op = &p;
+    if (p.kind == kPendingEvictKind) op = &p;
   }
   if (!op) {
     // A due eviction that is not under way yet waits for the repair while
     // writes are stopped; Open succeeds all the same (reads need no more).
-    if (session_->counters().nr >= params().evict_rate && !session_->writes_stopped())
+    if (session_.counters().nr >= params().evict_rate && !session_.writes_stopped())
       return RunEviction();
     return Status::Ok();
   }
   S3ORAM_ASSIGN_OR_RETURN(
       EvictionRecord record,
       DecodeEvictionRecord(op->payload, params().geometry(), params().capacity_blocks));
-  if (record.eviction != session_->counters().ne) {
+  if (record.eviction != session_.counters().ne) {
     return Status::Corruption("pending eviction " + std::to_string(record.eviction) +
                               " does not match the eviction counter " +
-                              std::to_string(session_->counters().ne));
+                              std::to_string(session_.counters().ne));
   }
   ++stats_.eviction_retries;
   if (record.plan) {
@@ -330,19 +335,19 @@ Status OramClient::FinishPendingEviction() {
     // Logged by a client that ran evictions to the end while accesses
     // waited: the plan follows from the positions, which it then updates.
     S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan,
-                            PlanEviction(params().geometry(), session_->counters().ne, *pm_));
+                            PlanEviction(params().geometry(), session_.counters().ne, pm_));
     ++record.attempt;
     S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/false));
   }
   // The round the access counter is in may be full already (the eviction
   // was started at its end and the client stopped there): the next starts.
-  if (session_->counters().nr >= params().evict_rate && !session_->writes_stopped())
+  if (session_.counters().nr >= params().evict_rate && !session_.writes_stopped())
     return RunEviction();
   return Status::Ok();
 }
 
-Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
-                               const TransportOptions& budget) {
+Status Evictor::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
+                            const TransportOptions& budget) {
   const OramParams& p = params();
   const std::size_t step_elems = 2 * std::size_t{p.bucket_size} * p.bucket_size;
   std::vector<Elem> dense(plan.steps.size() * step_elems);
@@ -356,7 +361,7 @@ Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
   // Fresh shares for every attempt: a retry must not reuse randomness.
   S3ORAM_ASSIGN_OR_RETURN(
       auto replies,
-      ExchangeShared(
+      session_.ExchangeShared(
           dense,
           [&plan, attempt](std::vector<Elem>&& share) {
             return wire::Body{
@@ -376,15 +381,15 @@ Status OramClient::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
   return Status::Ok();
 }
 
-Status OramClient::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
-                                 const TransportOptions& budget) {
-  const wire::Header h = session_->NextHeader();
+Status Evictor::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
+                              const TransportOptions& budget) {
+  const wire::Header h = session_.NextHeader();
   const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
-  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
   TimeInto timer(stats_.timings.eviction_prepare_wait_ns);
   S3ORAM_ASSIGN_OR_RETURN(
       auto replies,
-      session_->servers().Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
+      session_.servers().Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
   for (std::size_t i = 0; i < replies.size(); ++i) {
     if (std::get<wire::EvictPrepareReply>(replies[i].body).eviction != eviction) {
       return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
@@ -393,92 +398,101 @@ Status OramClient::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
   return Status::Ok();
 }
 
-Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& record,
-                                    bool collect_first) {
+Status Evictor::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& record,
+                                 bool collect_first) {
   // A server refused this eviction for damaged storage a moment ago: it will
   // again until it is repaired, and every attempt costs the other servers'
   // SMP timeout. Accesses that need the eviction fail at once meanwhile (the
   // tree is unchanged; nothing is lost), then it is tried again.
-  if (eviction_refused_ && std::chrono::steady_clock::now() < eviction_retry_at_) {
-    return *eviction_refused_;
+  if (refused_ && std::chrono::steady_clock::now() < retry_at_) {
+    return *refused_;
   }
-  const OramParams& p = params();
 
   // If any server already committed this eviction, every server prepared it
   // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
   bool committed_somewhere = false;
   if (collect_first || record.attempt > 1) {
-    for (const auto& r : QueryServers(session_->options().requests.deadline)) {
+    for (const auto& r : session_.QueryServers(session_.options().requests.deadline)) {
       if (!r.status.ok()) return r.status.WithContext("finishing eviction");
       if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
     }
   }
 
   if (!committed_somewhere) {
-    // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
-    // servers refuse an attempt quickly), all within one eviction timeout:
-    // a server that does not answer fails the eviction after that time, not
-    // after a multiple of it.
-    constexpr std::uint32_t kMaxAttempts = 4;
-    const auto started = std::chrono::steady_clock::now();
-    auto budget_left = [&]() { return EvictionBudgetLeft(started); };
-    Status last;
-    if (collect_first) {
-      // The servers may have it done already (in flight, or left running).
-      last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
-      if (last.ok()) last = CheckPreparedEviction(plan.eviction, record.attempt);
-      if (!last.ok()) {
-        spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
-                     last.ToString());
-      }
-    }
-    if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged)) {
-      for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
-        // Checked before the first try too when the servers were asked for
-        // a result first: if that used the whole time, a new attempt now
-        // would only make them drop the one nearly done.
-        if ((tries > 0 || collect_first) &&
-            std::chrono::steady_clock::now() - started >= session_->options().evictions.deadline) {
-          break;
-        }
-        if (collect_first || tries > 0) {
-          ++record.attempt;
-          ++stats_.eviction_retries;
-        }
-        S3ORAM_RETURN_IF_ERROR(LogEvictionRecord(record));
-        last = SendPrepare(plan, record.attempt, budget_left());
-        if (last.ok()) last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
-        // Verified before anything commits: the prepared buckets must be
-        // consistent sharings on every server. A failure (a fault in a
-        // server's memory or computation, or wrong shares dealt in the
-        // exchange) leaves every server's live tree as it was; a new attempt
-        // recomputes the eviction with fresh randomness.
-        if (last.ok()) last = CheckPreparedEviction(plan.eviction, record.attempt);
-        if (last.ok()) break;
-        spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
-                     last.ToString());
-        // A server whose stored shares failed their digests refuses every
-        // attempt the same way until it is repaired: stop here, with the tree
-        // as it was (no server committed anything).
-        if (last.code() == Status::Code::kDamaged) break;
-      }
-    }
-    if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {
-      eviction_refused_ = last.WithContext(
-          "eviction " + std::to_string(plan.eviction) +
-          (last.code() == Status::Code::kDamaged
-               ? " cannot run until the damaged server is repaired"
-               : " was refused: its result was inconsistent on every attempt; run s3oram scrub"));
-      eviction_retry_at_ = std::chrono::steady_clock::now() + kDamagedEvictionRetry;
-      spdlog::error("{}", eviction_refused_->message());
-      return *eviction_refused_;
-    }
-    if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
-    eviction_refused_.reset();
+    S3ORAM_RETURN_IF_ERROR(PrepareUntilChecked(plan, record, collect_first));
   }
+  return Commit(plan, record);
+}
 
+Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& record,
+                                    bool collect_first) {
+  // Up to kMaxAttempts PREPAREs (a peer's transient failure makes the
+  // servers refuse an attempt quickly), all within one eviction timeout:
+  // a server that does not answer fails the eviction after that time, not
+  // after a multiple of it.
+  constexpr std::uint32_t kMaxAttempts = 4;
+  const auto started = std::chrono::steady_clock::now();
+  auto budget_left = [&]() { return BudgetLeft(started); };
+  Status last;
+  if (collect_first) {
+    // The servers may have it done already (in flight, or left running).
+    last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
+    if (last.ok()) last = CheckPrepared(plan.eviction, record.attempt);
+    if (!last.ok()) {
+      spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
+                   last.ToString());
+    }
+  }
+  if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged)) {
+    for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
+      // Checked before the first try too when the servers were asked for
+      // a result first: if that used the whole time, a new attempt now
+      // would only make them drop the one nearly done.
+      if ((tries > 0 || collect_first) &&
+          std::chrono::steady_clock::now() - started >= session_.options().evictions.deadline) {
+        break;
+      }
+      if (collect_first || tries > 0) {
+        ++record.attempt;
+        ++stats_.eviction_retries;
+      }
+      S3ORAM_RETURN_IF_ERROR(LogRecord(record));
+      last = SendPrepare(plan, record.attempt, budget_left());
+      if (last.ok()) last = AwaitPrepared(plan.eviction, record.attempt, budget_left());
+      // Verified before anything commits: the prepared buckets must be
+      // consistent sharings on every server. A failure (a fault in a
+      // server's memory or computation, or wrong shares dealt in the
+      // exchange) leaves every server's live tree as it was; a new attempt
+      // recomputes the eviction with fresh randomness.
+      if (last.ok()) last = CheckPrepared(plan.eviction, record.attempt);
+      if (last.ok()) break;
+      spdlog::warn("eviction {} attempt {} failed: {}", plan.eviction, record.attempt,
+                   last.ToString());
+      // A server whose stored shares failed their digests refuses every
+      // attempt the same way until it is repaired: stop here, with the tree
+      // as it was (no server committed anything).
+      if (last.code() == Status::Code::kDamaged) break;
+    }
+  }
+  if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {
+    refused_ = last.WithContext(
+        "eviction " + std::to_string(plan.eviction) +
+        (last.code() == Status::Code::kDamaged
+             ? " cannot run until the damaged server is repaired"
+             : " was refused: its result was inconsistent on every attempt; run s3oram scrub"));
+    retry_at_ = std::chrono::steady_clock::now() + kDamagedRetry;
+    spdlog::error("{}", refused_->message());
+    return *refused_;
+  }
+  if (!last.ok()) return last.WithContext("eviction " + std::to_string(plan.eviction));
+  refused_.reset();
+  return Status::Ok();
+}
+
+Status Evictor::Commit(const EvictionPlan& plan, const EvictionRecord& record) {
+  const OramParams& p = params();
   FaultPoint("client.evict.after_prepare");
-  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_->NextMutationHeader());
+  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_.NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
   for (std::size_t i = 0; i < p.parties; ++i) {
     frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
@@ -486,8 +500,8 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   {
     TimeInto timer(stats_.timings.eviction_commit_wait_ns);
     S3ORAM_RETURN_IF_ERROR(
-        session_->servers()
-            .Exchange(frames, h, wire::MessageType::kEvictCommitReply, session_->options().requests)
+        session_.servers()
+            .Exchange(frames, h, wire::MessageType::kEvictCommitReply, session_.options().requests)
             .status()
             .WithContext("committing eviction " + std::to_string(plan.eviction)));
   }
@@ -495,14 +509,14 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   FaultPoint("client.evict.after_commit");
   // Every server has made the eviction live: record it (and, for a record
   // without a plan, the new positions, with the next round).
-  Counters next = session_->counters();
+  Counters next = session_.counters();
   next.ne = plan.eviction + 1;
   ClientStateStore::Batch batch;
   const bool moves_applied = record.plan.has_value();
   if (!moves_applied) {
     next.nr = 0;
     for (const auto& [id, pos] : plan.moves) {
-      const PositionEntry* e = pm_->Find(id);
+      const PositionEntry* e = pm_.Find(id);
       if (!e) {
         return Status::Corruption("eviction moved block " + std::to_string(id) +
                                   " that is not mapped");
@@ -513,7 +527,7 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   batch.SetCounters(next);
   batch.RemovePending(plan.eviction);
   // A recorded refusal of this eviction is over: it committed.
-  const auto& note = session_->store().problem_note();
+  const auto& note = session_.store().problem_note();
   const bool refusal_resolved =
       note && !note->damaged &&
       note->text.rfind("eviction " + std::to_string(plan.eviction) + " ", 0) == 0;
@@ -521,34 +535,32 @@ Status OramClient::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& re
   // Durable: the servers have moved the blocks; positions must not roll back.
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);
-    S3ORAM_RETURN_IF_ERROR(session_->store().Commit(batch, /*durable=*/true));
+    S3ORAM_RETURN_IF_ERROR(session_.store().Commit(batch, /*durable=*/true));
   }
   if (refusal_resolved) {
-    session_->ProblemNoteCleared();
+    session_.ProblemNoteCleared();
     spdlog::info("eviction {} committed: the problem recorded when it was refused is resolved",
                  plan.eviction);
   }
-  session_->counters() = next;
-  if (!moves_applied) S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, *pm_));
+  session_.counters() = next;
+  if (!moves_applied) S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, pm_));
   ++stats_.evictions;
   spdlog::debug("eviction {} along leaf {} committed: {} blocks moved", plan.eviction, plan.leaf,
                 plan.moves.size());
   return Status::Ok();
 }
 
-// ---- the single-writer lease ------------------------------------------------
-
-Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t attempt) {
+Status Evictor::CheckPrepared(std::uint64_t eviction, std::uint32_t attempt) {
   if (parity_rows_.empty()) return Status::Ok();  // no redundancy to check with
   const TimeInto timer(stats_.timings.eviction_check_ns);
   wire::ParitySeed seed;
   random::Bytes(seed);
-  wire::Header h = session_->NextHeader();
+  wire::Header h = session_.NextHeader();
   const auto frame = wire::Encode(h, wire::EvictCheckRequest{eviction, attempt, seed});
-  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
   S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, session_->servers().Exchange(frames, h, wire::MessageType::kEvictCheckReply,
-                                                 session_->options().requests));
+      auto replies, session_.servers().Exchange(frames, h, wire::MessageType::kEvictCheckReply,
+                                                session_.options().requests));
   const std::size_t m = params().elems_per_slot();
   const std::size_t combined_elems = wire::kEvictCheckCombinations * m;
   std::vector<std::vector<Elem>> digests;
@@ -570,7 +582,7 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
     combinations.push_back(std::move(r.combination));
   }
   const auto bad = InconsistentSlots(parity_rows_, digests);
-  if (bad.empty()) return CheckEvictionMac(eviction, attempt, combinations);
+  if (bad.empty()) return CheckMac(eviction, attempt, combinations);
   const std::size_t Z = params().bucket_size;
   const std::string where =
       "bucket index " + std::to_string(bad[0] / Z) + " slot " + std::to_string(bad[0] % Z);
@@ -581,15 +593,17 @@ Status OramClient::CheckPreparedEviction(std::uint64_t eviction, std::uint32_t a
   return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
                            std::to_string(attempt) + ": " + std::to_string(bad.size()) +
                            " prepared slots are inconsistent across the servers " +
-                           session_->ServerSetName() + " (first: " + where +
+                           session_.ServerSetName() + " (first: " + where +
                            "); a server computed or dealt wrong shares; nothing was committed");
 }
 
-Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attempt,
-                                    const std::vector<std::vector<Elem>>& combinations) {
+Status Evictor::CheckMac(std::uint64_t eviction, std::uint32_t attempt,
+                         const std::vector<std::vector<Elem>>& combinations) {
   // A filesystem made before share MACs, or a rotation begun by a build
   // before their halves: consistency is all that is checked.
-  if (eviction_mac_check() == EvictionMacCheck::kNone) return Status::Ok();
+  if (session_.codec().combination_check() == BlockCodec::CombinationCheck::kNone) {
+    return Status::Ok();
+  }
   const std::size_t m = params().elems_per_slot();
   const std::size_t n = combinations.size();
   // Each combination is a degree-t sharing like any slot: its shares must
@@ -600,7 +614,7 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
     spdlog::error("eviction {} attempt {}: {}; not committed", eviction, attempt, what);
     return Status::Integrity("eviction " + std::to_string(eviction) + " attempt " +
                              std::to_string(attempt) + ": " + what + " (servers " +
-                             session_->ServerSetName() + "); nothing was committed");
+                             session_.ServerSetName() + "); nothing was committed");
   };
   std::vector<Elem> opened(m);
   std::vector<const Elem*> ptrs(n);
@@ -612,13 +626,13 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
           "the servers (a server answered the check about other shares than "
           "it holds)");
     }
-    if (session_->codec().CombinationMacValid(opened)) continue;
+    if (session_.codec().CombinationMacValid(opened)) continue;
     // The output does not authenticate. Either a server dealt wrong shares
     // in this eviction, or a value that was already wrong at rest (all
     // servers agreeing on it: a server rebuilt from a damaged peer) was
     // moved. Only the first is refused: refusing the second would stop every
     // eviction through that bucket for good, and the value is lost either way.
-    S3ORAM_ASSIGN_OR_RETURN(const bool inputs_authentic, EvictionInputsAuthentic(eviction));
+    S3ORAM_ASSIGN_OR_RETURN(const bool inputs_authentic, InputsAuthentic(eviction));
     if (inputs_authentic) {
       return refused(
           "the prepared buckets are consistent across the servers but do not "
@@ -632,23 +646,23 @@ Status OramClient::CheckEvictionMac(std::uint64_t eviction, std::uint32_t attemp
         "from a damaged peer). The eviction goes ahead checked for consistency only; "
         "s3oram fsck -y --zero-damaged finds and frees the lost block");
     spdlog::error("{}", at_rest.message());
-    session_->NoteProblem(at_rest);
+    session_.NoteProblem(at_rest);
     return Status::Ok();
   }
   return Status::Ok();
 }
 
-Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
+Result<bool> Evictor::InputsAuthentic(std::uint64_t eviction) {
   const std::size_t m = params().elems_per_slot();
   const std::size_t rows = wire::kEvictCheckCombinations;
   wire::ParitySeed seed;
   random::Bytes(seed);
-  wire::Header h = session_->NextHeader();
+  wire::Header h = session_.NextHeader();
   const auto frame = wire::Encode(h, wire::MacOpenRequest{eviction, seed});
-  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
   S3ORAM_ASSIGN_OR_RETURN(auto replies,
-                          session_->servers().Exchange(frames, h, wire::MessageType::kMacOpenReply,
-                                                       session_->options().evictions));
+                          session_.servers().Exchange(frames, h, wire::MessageType::kMacOpenReply,
+                                                      session_.options().evictions));
   std::vector<const Elem*> ptrs;
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const auto& r = std::get<wire::MacOpenReply>(replies[i].body);
@@ -666,24 +680,24 @@ Result<bool> OramClient::EvictionInputsAuthentic(std::uint64_t eviction) {
     if (!OpenChecked(row_ptrs, parity_rows_, lambda_, m, opened.data())) {
       return Status::Integrity("eviction " + std::to_string(eviction) +
                                ": the buckets it reads are inconsistent across the servers " +
-                               session_->ServerSetName() +
+                               session_.ServerSetName() +
                                " (a combination of them is not one sharing): a server's stored "
                                "shares changed; s3oram scrub names the server");
     }
-    if (!session_->codec().CombinationMacValid(opened)) return false;
+    if (!session_.codec().CombinationMacValid(opened)) return false;
   }
   return true;
 }
 
-Status OramClient::SettleEviction() {
-  if (!inflight_ || session_->read_only() || !session_->lease_held() || session_->fenced())
+Status Evictor::Settle() {
+  if (!inflight_ || session_.read_only() || !session_.lease_held() || session_.fenced())
     return Status::Ok();
   TimeInto timer(stats_.timings.eviction_ns);
-  return FinishInFlightEviction();
+  return FinishInFlight();
 }
 
-Result<std::optional<std::uint64_t>> OramClient::PendingEviction() const {
-  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, session_->store().LoadPending());
+Result<std::optional<std::uint64_t>> Evictor::Pending() const {
+  S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, session_.store().LoadPending());
   for (const PendingOp& op : pending) {
     if (op.kind == kPendingEvictKind) return std::optional<std::uint64_t>(op.seq);
   }
