@@ -88,6 +88,18 @@ struct InProcessFs {
   return ::testing::AssertionSuccess();
 }
 
+// Whether every server of `cluster` has applied exactly `evictions` evictions.
+::testing::AssertionResult EveryServerApplied(InProcessCluster& cluster, std::uint64_t evictions) {
+  for (std::size_t i = 0; i < cluster.size(); ++i) {
+    const std::uint64_t applied = cluster.applied_evictions(i);
+    if (applied != evictions) {
+      return ::testing::AssertionFailure()
+             << "server " << i << " applied " << applied << " evictions, expected " << evictions;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
 // The access path end to end: retrieval, recovery, authentication, re-seal
 // and root write, across evictions every kEvictRate accesses; every server
 // applies every eviction the client commits, and a reopened client reads
@@ -108,9 +120,7 @@ TEST(InProcessClientTest, RandomAccessesAcrossEvictionsReadBackWhatWasWritten) {
     ASSERT_TRUE((*client)->Close().ok());  // commits the eviction in flight
     const std::uint64_t evictions = (*client)->counters().ne;
     EXPECT_GE(evictions, 80u / kEvictRate - 1);
-    for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
-      EXPECT_EQ(fs.cluster->applied_evictions(i), evictions) << "server " << i;
-    }
+    EXPECT_TRUE(EveryServerApplied(*fs.cluster, evictions));
   }
   auto again = fs.Open();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
@@ -137,9 +147,7 @@ TEST(InProcessClientTest, ABlockOnlyInTheEvictionsResultCommitsItEarly) {
   // Round 1 overwrites root slot 0 (the write goes with the next request).
   ASSERT_TRUE(ModelAccess(**client, model, 20, /*write=*/true, 2));
   ASSERT_TRUE(ModelAccess(**client, model, 21, /*write=*/true, 3));
-  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
-    ASSERT_EQ(fs.cluster->applied_evictions(i), 0u) << "server " << i;
-  }
+  ASSERT_TRUE(EveryServerApplied(*fs.cluster, 0u));
   // The client's copies of the root's blocks are lost.
   {
     const std::string roots = fs.state + ".roots";
@@ -155,9 +163,7 @@ TEST(InProcessClientTest, ABlockOnlyInTheEvictionsResultCommitsItEarly) {
   }
   ASSERT_TRUE(ModelAccess(**client, model, 0, /*write=*/false, 0));
   EXPECT_LT((*client)->counters().nr, kEvictRate) << "the round has not ended";
-  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
-    EXPECT_EQ(fs.cluster->applied_evictions(i), 1u) << "server " << i;
-  }
+  EXPECT_TRUE(EveryServerApplied(*fs.cluster, 1u));
   EXPECT_TRUE(ReadAll(**client, model));
 }
 
@@ -180,9 +186,7 @@ TEST(InProcessClientTest, ABlockRewrittenBesideTheEvictionIsReadFromItsNewPlace)
   const bool writes[] = {true, false, false};
   for (std::size_t a = 0; a < std::size(ids); ++a) {
     ASSERT_TRUE(ModelAccess(**client, model, ids[a], writes[a], 2 + a)) << "access " << a;
-    for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
-      ASSERT_EQ(fs.cluster->applied_evictions(i), 0u) << "server " << i << " after access " << a;
-    }
+    ASSERT_TRUE(EveryServerApplied(*fs.cluster, 0u)) << "after access " << a;
   }
   EXPECT_TRUE(ReadAll(**client, model));
 }
@@ -323,9 +327,7 @@ TEST(InProcessClientTest, AnEvictionThatMeetsADownServerIsFinishedWhenItReturns)
   ASSERT_TRUE((*client)->Close().ok());  // commits the eviction in flight
   const std::uint64_t evictions = (*client)->counters().ne;
   EXPECT_GT(evictions, before);
-  for (std::size_t i = 0; i < fs.cluster->size(); ++i) {
-    EXPECT_EQ(fs.cluster->applied_evictions(i), evictions) << "server " << i;
-  }
+  EXPECT_TRUE(EveryServerApplied(*fs.cluster, evictions));
 }
 
 // The eviction's consistency check: a server whose EVICT_CHECK digests do
