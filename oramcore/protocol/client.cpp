@@ -20,7 +20,6 @@
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
-#include "oramcore/protocol/client_internal.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
@@ -30,7 +29,6 @@
 namespace s3oram {
 
 using field::Elem;
-using namespace client_internal;
 
 namespace {
 
@@ -44,10 +42,10 @@ std::string StaleStateFix(const std::string& state_path) {
 }  // namespace
 
 OramClient::~OramClient() {
-  if (!evictor_) return;  // Open failed before the client was whole: nothing held yet
+  if (!access_) return;  // Open failed before the client was whole: nothing held yet
   // As Close(): a failed flush stays logged for the next Open.
-  if (!pending_roots_.empty() && session_->lease_held() && !session_->fenced()) {
-    if (Status st = FlushPendingRoots(); !st.ok()) {
+  if (!roots_->empty() && session_->lease_held() && !session_->fenced()) {
+    if (Status st = roots_->Flush(); !st.ok()) {
       spdlog::warn("the last accesses' root writes stay pending in the state: {}", st.ToString());
     }
   }
@@ -155,7 +153,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     (void)client->KeepBackupMark();
     return lease;
   }
-  S3ORAM_RETURN_IF_ERROR(client->ResendLoggedRootWrites());
+  S3ORAM_RETURN_IF_ERROR(client->roots_->ResendLogged());
   if (const auto& note = client->session_->store().problem_note(); note && note->damaged) {
     client->session_->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
   }
@@ -181,7 +179,10 @@ Status OramClient::LoadState() {
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
   S3ORAM_ASSIGN_OR_RETURN(lambda_, shamir::LagrangeAtZero(xs));
   S3ORAM_ASSIGN_OR_RETURN(parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
+  roots_ = std::make_unique<RootWriteQueue>(*session_, *pm_, stats_);
   evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, lambda_, parity_rows_);
+  access_ = std::make_unique<AccessPath>(*session_, *pm_, stats_, lambda_, *roots_, *evictor_,
+                                         root_copies_.get());
   return Status::Ok();
 }
 
@@ -299,7 +300,7 @@ Status OramClient::JudgeStateFreshness(const std::vector<ServerReport>& reports,
   }
   S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, session_->store().LoadPending());
   bool evicting = false;
-  for (const auto& op : pending) evicting |= op.kind == kEvictKind;
+  for (const auto& op : pending) evicting |= op.kind == kPendingEvictKind;
   freshness_ = JudgeFreshness(session_->counters(), session_->store().backup_mark(), views, names,
                               params().threshold, evicting);
   const FreshnessVerdict& f = freshness_;
@@ -347,35 +348,6 @@ Status OramClient::StartEpoch(const std::vector<ServerReport>& reports, const Ad
   return Status::Ok();
 }
 
-Status OramClient::ResendLoggedRootWrites() {
-  // Root writes accesses logged but had not sent (or not seen acknowledged
-  // by every server) when this state was last used, for slots nr, nr + 1,
-  // ...: send them now, in order. They rewrite those slots completely, which
-  // is also the repair every Open needs.
-  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_->store().LoadPending());
-  std::vector<PendingOp> roots;
-  for (auto& op : pending) {
-    if (op.kind != kRootKind) continue;
-    if (op.seq < kPendingRootKey || op.seq - kPendingRootKey >= params().evict_rate) {
-      return Status::Corruption("pending root write under an unexpected key " +
-                                std::to_string(op.seq));
-    }
-    roots.push_back(std::move(op));
-  }
-  // Each under the key of its slot (kPendingRootKey + slot), so key order
-  // is slot order; DecodeRootPayload checks that they follow nr in turn.
-  std::sort(roots.begin(), roots.end(),
-            [](const PendingOp& a, const PendingOp& b) { return a.seq < b.seq; });
-  for (const auto& op : roots) {
-    S3ORAM_ASSIGN_OR_RETURN(
-        PendingRoot root,
-        DecodeRootPayload(op.payload, session_->counters().nr + pending_roots_.size()));
-    root.key = op.seq;
-    pending_roots_.push_back(std::move(root));
-  }
-  return FlushPendingRoots();
-}
-
 std::vector<ServerStats> OramClient::QueryServerStats(std::chrono::milliseconds timeout) {
   std::vector<ServerStats> out(session_->servers().size());
   TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
@@ -409,21 +381,20 @@ Result<wire::ScrubReply> OramClient::ScrubServer(std::size_t server, std::uint64
   return std::get<wire::ScrubReply>(replies[0].body);
 }
 
-Status OramClient::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
-  return session_
-      ->ExchangeShared(
-          elems,
-          [slot](std::vector<Elem>&& share) {
-            return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
-          },
-          wire::MessageType::kWriteRootReply, session_->options().requests,
-          stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
-      .status();
+Result<std::vector<std::uint8_t>> OramClient::Access(AccessOp op, BlockId id,
+                                                     std::span<const std::uint8_t> data) {
+  const BatchItem item{op, id, data, nullptr};
+  return std::move(AccessMany(std::span<const BatchItem>(&item, 1))[0]);
+}
+
+Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModifier& modify) {
+  const BatchItem item{AccessOp::kWrite, id, {}, &modify};
+  return std::move(AccessMany(std::span<const BatchItem>(&item, 1))[0]);
 }
 
 Status OramClient::Sync() {
   if (session_->read_only()) return Status::Ok();
-  if (!pending_roots_.empty()) return FlushPendingRoots();
+  if (!roots_->empty()) return roots_->Flush();
   ClientStateStore::Batch batch;
   batch.SetCounters(session_->counters());
   return session_->store().Commit(batch, /*durable=*/true);
@@ -434,18 +405,6 @@ Status OramClient::SyncKeepingLatestRootWrite() {
   ClientStateStore::Batch batch;
   batch.SetCounters(session_->counters());
   return session_->store().Commit(batch, /*durable=*/true);
-}
-
-std::optional<std::vector<Elem>> OramClient::RootCopyOf(BlockId id,
-                                                        const PositionEntry& at) const {
-  const EvictionRecord* in_flight = evictor_->in_flight();
-  if (!root_copies_ || in_flight == nullptr) return std::nullopt;
-  const OramParams& p = params();
-  auto copy = root_copies_->Get(RootCopies::Index(in_flight->eviction, at.pos.slot, p.evict_rate));
-  if (!copy) return std::nullopt;
-  std::vector<std::uint8_t> plain(p.block_bytes);
-  if (!session_->codec().Open(id, at.version, *copy, plain)) return std::nullopt;
-  return copy;
 }
 
 Result<std::vector<wire::BackupInfo>> OramClient::QueryBackupList(std::size_t server) {
@@ -520,7 +479,7 @@ Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first
 
 Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   if (session_->counters().ne != 0 || session_->counters().nr != 0 ||
-      evictor_->in_flight() != nullptr || !pending_roots_.empty()) {
+      evictor_->in_flight() != nullptr || !roots_->empty()) {
     return Status::FailedPrecondition(
         "age fill: this filesystem has been used (" + std::to_string(session_->counters().ne) +
         " evictions, " + std::to_string(session_->counters().nr) +
@@ -571,8 +530,7 @@ Status OramClient::Close() {
   // logged in the state, and the next Open sends it. So does the eviction
   // in flight (the next Open finishes it if this fails).
   Status flushed = Status::Ok();
-  if (!pending_roots_.empty() && session_->lease_held() && !session_->fenced())
-    flushed = FlushPendingRoots();
+  if (!roots_->empty() && session_->lease_held() && !session_->fenced()) flushed = roots_->Flush();
   if (Status settled = SettleEviction(); !settled.ok()) {
     spdlog::warn("closing with eviction {} under way: {}", session_->counters().ne,
                  settled.ToString());

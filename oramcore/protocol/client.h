@@ -63,31 +63,33 @@
 // Structure: what the operations share (the state, the servers and request
 // headers, the keys, the lease) is a ClientSession (client_session.h); a
 // block becomes a slot and back through its BlockCodec (block_codec.h); the
-// evictions are an Evictor (evictor.h); the access path is this class's
-// RunChunk steps (client_access.cpp).
+// evictions are an Evictor (evictor.h); the deferred root writes are a
+// RootWriteQueue (root_write_queue.h); the accesses are an AccessPath
+// (access_path.h), whose chunk of pipelined accesses runs in steps. This
+// class opens and closes them and forwards to them.
 // Not thread-safe: one access at a time (callers serialise).
 #pragma once
 
 #include <chrono>
 #include <cstdint>
-#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <span>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/protocol/access_path.h"
 #include "oramcore/protocol/client_session.h"
 #include "oramcore/protocol/client_stats.h"
 #include "oramcore/protocol/eviction_record.h"
 #include "oramcore/protocol/evictor.h"
 #include "oramcore/protocol/freshness.h"
 #include "oramcore/protocol/root_copies.h"
+#include "oramcore/protocol/root_write_queue.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/tree/planner.h"
 #include "oramcore/wire/server_set.h"
@@ -96,8 +98,6 @@
 namespace s3oram {
 
 struct AdoptedCounter;  // oramcore/protocol/counter_agreement.h
-
-enum class AccessOp { kRead, kWrite };
 
 struct ServerStats {
   std::string endpoint;
@@ -135,11 +135,7 @@ class OramClient {
   // Whether block `id` has a copy in the tree: a position, or the last
   // access's root write (deferred) that gives it one.
   bool Holds(BlockId id) const {
-    if (pm_->Find(id) != nullptr) return true;
-    for (const auto& r : pending_roots_) {
-      if (r.id == id && r.mapped) return true;
-    }
-    return false;
+    return pm_->Find(id) != nullptr || roots_->NewestOf(id).has_value();
   }
 
   // One ORAM access. For kWrite, data.size() must equal block_bytes(); for kRead
@@ -159,7 +155,7 @@ class OramClient {
   // because every access rewrites its block anyway, and it looks the same to
   // the servers. Returns the stored content. `modify` must not call back into
   // this client. If the access fails, nothing of `modify`'s result was stored.
-  using BlockModifier = std::function<void(std::span<std::uint8_t>)>;
+  using BlockModifier = AccessPath::BlockModifier;
   Result<std::vector<std::uint8_t>> Update(BlockId id, const BlockModifier& modify);
 
   // Several accesses at once, pipelined: up to kMaxPipelined retrievals go to
@@ -175,13 +171,8 @@ class OramClient {
   // not stop the others unless the servers could not be reached, which fails
   // the rest too. Returns when every item's access is recorded (a crash
   // then loses none of them).
-  struct BatchItem {
-    AccessOp op = AccessOp::kRead;
-    BlockId id = 0;
-    std::span<const std::uint8_t> data;       // kWrite without modify: block_bytes()
-    const BlockModifier* modify = nullptr;    // an update (op is then kWrite)
-  };
-  static constexpr std::size_t kMaxPipelined = 8;
+  using BatchItem = AccessPath::BatchItem;
+  static constexpr std::size_t kMaxPipelined = AccessPath::kMaxPipelined;
   // Called before each chunk of pipelined accesses with the number of items
   // not yet done; returns the most the chunk may hold (1..kMaxPipelined).
   // Every access before the chunk is recorded when it is called, so it may
@@ -189,9 +180,11 @@ class OramClient {
   // calls with a lock may release it for a while): AccessMany keeps nothing
   // across chunks but its place in `items` and whether the last chunk
   // finished all it was given.
-  using ChunkGate = std::function<std::size_t(std::size_t remaining)>;
+  using ChunkGate = AccessPath::ChunkGate;
   std::vector<Result<std::vector<std::uint8_t>>> AccessMany(std::span<const BatchItem> items,
-                                                            const ChunkGate& gate = nullptr);
+                                                            const ChunkGate& gate = nullptr) {
+    return access_->AccessMany(items, gate);
+  }
 
   // Makes every committed access durable against power loss, not only against
   // a crash of this process (accesses commit with synchronous=NORMAL; this
@@ -307,7 +300,7 @@ class OramClient {
   EvictionMacCheck eviction_mac_check() const { return session_->codec().combination_check(); }
   // The round whose root the accesses fill now (the eviction of that number
   // moves it out).
-  std::uint64_t round() const { return current_round(); }
+  std::uint64_t round() const { return evictor_->current_round(); }
 
   // Commits the eviction the servers compute in the background now, waiting
   // for them if they are not done: afterwards the state records no eviction
@@ -356,139 +349,20 @@ class OramClient {
                              const std::string& state_path, bool allow_stale);
   Status StartEpoch(const std::vector<ServerReport>& reports, const AdoptedCounter& seq,
                     const std::vector<std::uint64_t>& applied_seqs);
-  Status ResendLoggedRootWrites();
-  // The root write an access leaves for the next request to carry: slot nr
-  // gets `elems` (the sealed block, packed), and once every server has it the
-  // block (if `mapped`) moves to `moved`. Logged in the state as pending.
-  struct PendingRoot {
-    std::uint64_t key = 0;  // in the state: kPendingRootKey + slot
-    std::uint32_t slot = 0;
-    BlockId id = 0;
-    bool mapped = false;
-    PositionEntry moved;
-    std::vector<field::Elem> elems;
-  };
-  static std::vector<std::uint8_t> EncodeRootPayload(const PendingRoot& r);
-  // A logged root write, expected for root slot `slot`.
-  Result<PendingRoot> DecodeRootPayload(const std::vector<std::uint8_t>& payload,
-                                        std::uint64_t slot) const;
-  Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
-  Status RepairRootSlot();
-  // Adds to `batch` what records the deferred root write as done: nr + 1, the
-  // block's new position, the pending record removed.
-  void RecordRootWritten(const PendingRoot& root, ClientStateStore::Batch& batch,
-                         Counters& next) const;
-  // Applies a committed RecordRootWritten of the oldest pending root write
-  // to the in-memory state.
-  Status RootWrittenCommitted(const Counters& next);
-  // Sends the oldest deferred root write alone (WRITE_ROOT) and records it /
-  // every one, in order.
-  Status FlushPendingRoot();
-  Status FlushPendingRoots();
-  // The chores before accesses (a full root flushed, the eviction due run,
-  // the one in flight started, pacing, slot repair), then up to
-  // kMaxPipelined of `items` (all valid) as one pipelined exchange; results
-  // appended to `out`, one per item it finished, in order. It may stop early
-  // without an error (an item that repeats one that failed; a pipelined
-  // access spoilt by resends): the caller goes on from there. An error: the
-  // servers could not be reached (or refused): the item after the finished
-  // ones fails with it.
-  Status RunChunk(std::span<const BatchItem> items,
-                  std::vector<Result<std::vector<std::uint8_t>>>& out);
-  // RunChunk's steps, in order (defined with Chunk in client_access.cpp).
-  struct Chunk;
-  struct AccessWork;
-  enum class AccessEnd : std::uint8_t {
-    kNext,       // this access is finished (done or refused): go on with the next
-    kStopChunk,  // stop here; the caller goes on from this access (or fails with chunk_error)
-  };
-  Status BeforeChunk();
-  Status PlanChunk(Chunk& c);
-  // Plans access j; false: the in-flight eviction was committed early for
-  // it, and the whole chunk is planned again.
-  Result<bool> PlanAccess(Chunk& c, std::size_t j);
-  Status BuildRetrievals(Chunk& c);
-  void SendRetrievals(Chunk& c);
-  AccessEnd FinishAccess(Chunk& c, std::size_t j);
-  AccessEnd RecoverAccess(Chunk& c, std::size_t j, AccessWork& w);
-  AccessEnd ResealAccess(Chunk& c, std::size_t j, AccessWork& w);
-  Status RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uint8_t>>>& out);
-  // The root's last slot written: the pending root writes, then the eviction.
-  void EndRoundIfFull(BlockId last_access);
-
-  // Retries that reveal nothing (docs/SECURITY.md, "Failed accesses"). A
-  // retrieval of a block's path that went out but whose access did not
-  // complete (integrity failure, a server's error or silence, a spoilt
-  // pipelined answer, a failed commit) leaves the block where it was: its
-  // leaf is exposed, and the block's own next access would retrieve the same
-  // path, telling a server that caused the failure which later access is the
-  // retry. Instead, before anything else, the next chunk reads every exposed
-  // block back along its exposed path (a cleanup read, an ordinary access
-  // that moves the block to the root under a fresh leaf), whatever the caller
-  // asks next; so the repeat follows the failure alone. A read-back that
-  // fails is tried again at once; after kCleanupAttempts failed read-backs
-  // in a row the block is quarantined for this client's life: reads and
-  // updates of it fail without a retrieval, a whole-block write replaces it
-  // along a fresh random path (a blind write).
-  struct Exposed {
-    BlockId id = 0;
-    LeafId leaf = 0;
-    std::uint32_t attempts = 0;  // cleanup reads that failed
-    Status why;                  // the last failure
-  };
-  static constexpr std::uint32_t kCleanupAttempts = 2;
-  std::vector<Exposed> exposed_;  // in the order their retrievals went out
-  // Quarantined blocks, with the failure of their last cleanup read.
-  std::unordered_map<BlockId, Status> quarantined_;
-  // A failure the servers answered with (a lie, damaged storage, a
-  // malformed answer, any error reply): a cleanup that meets one counts an
-  // attempt and goes on; a silence, a fence or this machine's own I/O error
-  // stops the cleanup and the chunk, and the exposures wait for the next.
-  static bool IsAnsweredFailure(const Status& st);
-  bool cleaning_ = false;                     // RunChunk is running cleanup reads
-  // Set by RunChunk once its retrievals went out: an error after that is
-  // the servers' answer to them, one before it is not.
-  bool chunk_sent_ = false;
-  // Runs the cleanup reads of exposed_ (see above); an error: the servers
-  // could not be reached (the exposures stay for the next chunk).
-  Status CleanUpExposed();
-  // How each access of a chunk ended, for NoteExposures.
-  enum class Outcome : std::uint8_t {
-    kCompleted,   // recorded: the block has a fresh position
-    kRefused,     // the servers answered and the access failed (integrity)
-    kUnanswered,  // no usable answer (a server's error or silence, resends, a failed commit)
-  };
-  // For each access j of a chunk whose retrieval revealed the path
-  // revealed[j] (0: none, a random path) and did not complete: exposed_
-  // gains it; during a cleanup a kRefused one counts a failed attempt.
-  // Completed ones leave exposed_ and quarantined_ (a blind write).
-  void NoteExposures(std::span<const BatchItem> items, const std::vector<LeafId>& revealed,
-                     const std::vector<Outcome>& outcomes, const Status& why);
   std::unique_ptr<ClientSession> session_;
   std::unique_ptr<PositionMap> pm_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
   ClientStats stats_;
-  bool root_slot_dirty_ = true;  // slot nr may hold an inconsistent sharing
-  // Deferred root writes of the last accesses, for slots nr, nr + 1, ... in
-  // order (at most kMaxPipelined of them, all logged in the state).
-  std::deque<PendingRoot> pending_roots_;
-  // The round whose root the accesses write now (the eviction that will
-  // move it out): ne, or ne + 1 while an eviction is in flight.
-  std::uint64_t current_round() const {
-    return counters().ne + (evictor_->in_flight() != nullptr ? 1 : 0);
-  }
   std::unique_ptr<RootCopies> root_copies_;  // null when read-only
-  // The client's copy of block `id`, written to root slot at.pos.slot in the
-  // round the eviction in flight moves out, if it authenticates as version
-  // at.version; nullopt otherwise.
-  std::optional<std::vector<field::Elem>> RootCopyOf(BlockId id, const PositionEntry& at) const;
-  bool early_commit_logged_ = false;
   FreshnessVerdict freshness_;
   std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
   std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
-  // The evictions (evictor.h), over session_, *pm_, stats_, lambda_ and
-  // parity_rows_: declared after them, so destroyed first.
+  // The deferred root writes, the evictions and the accesses, over the
+  // members above (and each over the ones before it): declared after them,
+  // so destroyed first. Set together by LoadState.
+  std::unique_ptr<RootWriteQueue> roots_;
   std::unique_ptr<Evictor> evictor_;
+  std::unique_ptr<AccessPath> access_;
 };
 
 }  // namespace s3oram

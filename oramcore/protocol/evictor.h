@@ -52,6 +52,9 @@ class Evictor {
 
   // The eviction in flight (plan, positions before it), if any.
   const EvictionRecord* in_flight() const { return inflight_ ? &inflight_->record : nullptr; }
+  // The round whose root the accesses write now (the eviction of that
+  // number moves it out): ne, or ne + 1 while an eviction is in flight.
+  std::uint64_t current_round() const { return session_.counters().ne + (inflight_ ? 1 : 0); }
   // Whether every server started it (copied the last round's root aside).
   bool started() const { return inflight_ && inflight_->started; }
   // An access took block `id` out of the eviction in flight: the copy the

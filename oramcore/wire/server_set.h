@@ -14,7 +14,9 @@
 //    (a server sees one client's requests in the order sent);
 //  * a server that cannot answer request r (down, silent past the deadline,
 //    refused handshake) fails r and every later request of the call, with a
-//    Status naming the server (index and endpoint);
+//    Status naming the server (index and endpoint); the other servers still
+//    get every request (a pipelined sender has sent them already), so
+//    requests after a failed one may have been applied by some servers;
 //  * an ErrorReply from any server turns request r's result into that
 //    server's Status with "server i (endpoint)" as context: the first by
 //    server order, except that a server reporting damaged storage wins

@@ -265,13 +265,19 @@ class InProcessCluster::Connection final : public ServerSet {
           f = Status::InvalidArgument("no server " + std::to_string(servers[k]));
       }
     }
+    std::vector<bool> invalid(count);
+    for (std::size_t r = 0; r < count; ++r) invalid[r] = failed[r].has_value();
     std::vector<std::vector<wire::Message>> replies(count, std::vector<wire::Message>(n));
     std::vector<bool> server_failed(n, false);
     // Request r goes to every server before request r + 1 (an EVICT_PREPARE
     // reaches every server before anything that waits for its computation).
+    // A server that failed gets nothing more; the others get every request,
+    // as from the network's pipelined sender, which has sent them already:
+    // a failure on one server leaves the requests after it applied on the
+    // others.
     for (std::size_t r = 0; r < count; ++r) {
-      if (failed[r]) continue;
-      for (std::size_t k = 0; k < n && !failed[r]; ++k) {
+      if (invalid[r]) continue;
+      for (std::size_t k = 0; k < n; ++k) {
         const std::size_t i = servers[k];
         const std::string who = "server " + std::to_string(i) + " (" + endpoints_[i] + ")";
         auto fail_from = [&](const Status& st) {
@@ -280,7 +286,7 @@ class InProcessCluster::Connection final : public ServerSet {
             if (!failed[q]) failed[q] = st;
           }
         };
-        if (server_failed[k]) break;
+        if (server_failed[k]) continue;
         Server& server = *cluster_.servers_[i];
         if (cluster_.down(i)) {
           fail_from(Status::Unavailable(
@@ -288,7 +294,7 @@ class InProcessCluster::Connection final : public ServerSet {
               std::to_string(options.deadline.count()) + " ms (no " +
               wire::MessageTypeName(requests[r].expected_reply) +
               "); the server is down, hung or unreachable (in process: set down)"));
-          break;
+          continue;
         }
         const auto& frame = (*requests[r].frames)[k];
         stats_.bytes_sent += frame.size();
@@ -296,7 +302,7 @@ class InProcessCluster::Connection final : public ServerSet {
         auto decoded = wire::Decode(reply);
         if (!decoded.ok()) {
           fail_from(decoded.status().WithContext(who));
-          break;
+          continue;
         }
         wire::Message m = std::move(decoded).value();
         if (m.header.seq != requests[r].header.seq ||
@@ -307,7 +313,7 @@ class InProcessCluster::Connection final : public ServerSet {
                                      "a request wanting " +
                                      wire::MessageTypeName(requests[r].expected_reply) + " seq " +
                                      std::to_string(requests[r].header.seq)));
-          break;
+          continue;
         }
         stats_.bytes_received += reply.size();
         Liar liar;
