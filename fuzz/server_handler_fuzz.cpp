@@ -280,7 +280,7 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
     Fail("INIT accepted a shape whose messages exceed the wire limit");
   }
   if (const auto* rr = std::get_if<wire::RetrieveReply>(&r->body)) {
-    if (handler.store() == nullptr || rr->answer.size() != handler.store()->slot_elems()) {
+    if (handler.store() == nullptr || rr->answer.size() != handler.store()->tree().slot_elems()) {
       Fail("a RETRIEVE answer is not one slot long");
     }
   }
@@ -304,7 +304,7 @@ void CheckReply(const std::vector<std::uint8_t>& frame, const std::vector<std::u
     const std::uint64_t z = handler.store() ? handler.store()->meta().shape.bucket_size : 0;
     // Bucket 0 is the pending eviction's root snapshot: one bucket if the
     // store holds one, else an empty answer (wire::kRootSnapshotBucket).
-    const bool snapshot = handler.store() && handler.store()->HoldsPendingRootSnapshot();
+    const bool snapshot = handler.store() && handler.store()->scrub().HoldsPendingRootSnapshot();
     const std::uint64_t buckets =
         q.first_bucket != wire::kRootSnapshotBucket ? q.count : (snapshot ? 1 : 0);
     if (pr->first_bucket != q.first_bucket || pr->damaged.size() != buckets * z ||
@@ -424,7 +424,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const bool rebuilding = last != nullptr && last->rebuilding();
   const std::optional<ServerMeta> meta =
       last && !rebuilding ? std::optional<ServerMeta>(last->meta()) : std::nullopt;
-  const std::uint64_t sealed = last ? last->SealedEviction() : 0;
+  const std::uint64_t sealed = last ? last->shadow().SealedEviction() : 0;
   handler.reset();
   auto reopened = NewHandler(env);
   if (rebuilding && reopened->store() != nullptr) {
@@ -434,7 +434,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const ShareStore* s = reopened->store();
     if (s == nullptr) Fail("after a restart the store is gone");
     if (!SameMeta(s->meta(), *meta)) Fail("after a restart the store's meta differs");
-    if (s->SealedEviction() != sealed) Fail("after a restart the sealed eviction differs");
+    if (s->shadow().SealedEviction() != sealed) Fail("after a restart the sealed eviction differs");
   }
   return 0;
 }

@@ -46,10 +46,11 @@ Result<wire::Body> RequestHandler::Impl::HandleRetrieve(const wire::RetrieveRequ
 
 Result<wire::Body> RequestHandler::Impl::Retrieve(std::uint64_t leaf,
                                                   const std::vector<Elem>& select) {
+  const LiveTree& tree = store->tree();
   const auto& shape = store->meta().shape;
   TreeGeometry geo{shape.height, shape.bucket_size};
   const auto t0 = Clock::now();
-  const std::size_t bucket = store->bucket_elems();
+  const std::size_t bucket = tree.bucket_elems();
   const std::size_t Z = shape.bucket_size;
   path_buffer.resize(bucket * geo.levels());
   std::vector<const Elem*> buckets;
@@ -69,22 +70,22 @@ Result<wire::Body> RequestHandler::Impl::Retrieve(std::uint64_t leaf,
     const std::uint64_t b = geo.BucketOnPath(leaf, l);
     std::vector<bool> hole{false};
     if (l > 0) {
-      S3ORAM_ASSIGN_OR_RETURN(hole, store->Holes(b, 1));
+      S3ORAM_ASSIGN_OR_RETURN(hole, tree.Holes(b, 1));
     }
     if (hole.at(0)) {
       // Left out as zeros: its digests must say zeros too, or the disk lost
       // data that was written there.
-      const auto d = store->Digests(b);
+      const auto d = tree.Digests(b);
       for (std::size_t s = 0; s < d.size(); ++s) {
         if (d[s] != digest::SlotDigest{}) {
-          return store->DamagedSlot(b, s, "it reads as never written, but was written");
+          return tree.DamagedSlot(b, s, "it reads as never written, but was written");
         }
       }
       skipped = true;
       continue;
     }
     std::span<Elem> scratch(path_buffer.data() + l * bucket, bucket);
-    S3ORAM_ASSIGN_OR_RETURN(const Elem* view, store->BucketForRead(b, scratch));
+    S3ORAM_ASSIGN_OR_RETURN(const Elem* view, tree.BucketForRead(b, scratch));
     buckets.push_back(view);
     written.push_back(b);
     written_select.insert(written_select.end(), select.begin() + static_cast<std::ptrdiff_t>(l * Z),
@@ -123,20 +124,21 @@ Status RequestHandler::Impl::CheckAnswer(const std::vector<std::uint64_t>& path_
                                          const std::vector<const Elem*>& views,
                                          std::span<const Elem> sel,
                                          std::span<const Elem> answer) const {
+  const LiveTree& tree = store->tree();
   const std::size_t Z = store->meta().shape.bucket_size;
   std::vector<digest::SlotDigest> stored;
   stored.reserve(path_buckets.size() * Z);
   for (std::uint64_t b : path_buckets) {
-    const auto d = store->Digests(b);
+    const auto d = tree.Digests(b);
     stored.insert(stored.end(), d.begin(), d.end());
   }
   digest::SlotDigest got{};
-  if (store->digest_key().Digest(answer, &got) && got == digest::Combine(sel, stored)) {
+  if (tree.digest_key().Digest(answer, &got) && got == digest::Combine(sel, stored)) {
     return Status::Ok();
   }
-  const std::size_t bucket = store->bucket_elems();
+  const std::size_t bucket = tree.bucket_elems();
   for (std::size_t i = 0; i < path_buckets.size(); ++i) {
-    S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(path_buckets[i], {views[i], bucket}));
+    S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(path_buckets[i], {views[i], bucket}));
   }
   return Status::Damaged("server " + std::to_string(config.index) +
                          ": a retrieval answer failed its digest check although every slot "
@@ -149,11 +151,12 @@ Result<wire::Body> RequestHandler::Impl::HandleRetrieveWriteRoot(
   S3ORAM_RETURN_IF_ERROR(CheckRetrieve(req.leaf, req.select));
   const auto t0 = Clock::now();
   std::optional<wire::Body> answer;
-  S3ORAM_RETURN_IF_ERROR(store->WriteSlot(1, req.slot, req.share, h.seq, h.epoch, [&]() -> Status {
-    S3ORAM_ASSIGN_OR_RETURN(wire::Body b, Retrieve(req.leaf, req.select));
-    answer = std::move(b);
-    return Status::Ok();
-  }));
+  S3ORAM_RETURN_IF_ERROR(
+      store->tree().WriteSlot(1, req.slot, req.share, h.seq, h.epoch, [&]() -> Status {
+        S3ORAM_ASSIGN_OR_RETURN(wire::Body b, Retrieve(req.leaf, req.select));
+        answer = std::move(b);
+        return Status::Ok();
+      }));
   ++stats.root_writes;
   // The root write's share of the time: all of it but the retrieval's own.
   const std::uint64_t total = Micros(Clock::now() - t0);
@@ -167,7 +170,7 @@ Result<wire::Body> RequestHandler::Impl::HandleWriteRoot(const wire::Header& h,
                                                          const wire::WriteRootRequest& req) {
   S3ORAM_RETURN_IF_ERROR(CheckWriteRoot(req.slot, req.share));
   const auto t0 = Clock::now();
-  S3ORAM_RETURN_IF_ERROR(store->WriteSlot(1, req.slot, req.share, h.seq, h.epoch));
+  S3ORAM_RETURN_IF_ERROR(store->tree().WriteSlot(1, req.slot, req.share, h.seq, h.epoch));
   ++stats.root_writes;
   stats.root_write_us += Micros(Clock::now() - t0);
   spdlog::debug("write_root seq {} slot {}", h.seq, req.slot);

@@ -47,7 +47,7 @@ Result<wire::Body> RequestHandler::Impl::HandlePrepare(const wire::Header& h,
   if ((job && std::make_pair(job->req.eviction, job->req.attempt) == same) ||
       (outcome && std::make_pair(outcome->eviction, outcome->attempt) == same &&
        outcome->status.ok()) ||
-      (sealed && *sealed == same && store->SealedEviction() == req.eviction + 1)) {
+      (sealed && *sealed == same && store->shadow().SealedEviction() == req.eviction + 1)) {
     return started;
   }
   const auto shape = meta.shape;
@@ -73,9 +73,9 @@ Result<wire::Body> RequestHandler::Impl::HandlePrepare(const wire::Header& h,
   // The root as the eviction reads it, kept until it commits: root writes
   // that follow change only the live root. A retried attempt (after a
   // restart too) reads the same snapshot.
-  S3ORAM_RETURN_IF_ERROR(store->SnapshotRoot(req.eviction));
+  S3ORAM_RETURN_IF_ERROR(store->shadow().SnapshotRoot(req.eviction));
   FaultPoint("server.evict_prepare.after_snapshot");
-  S3ORAM_RETURN_IF_ERROR(store->BeginShadow(req.eviction, req.attempt, j.list));
+  S3ORAM_RETURN_IF_ERROR(store->shadow().BeginShadow(req.eviction, req.attempt, j.list));
   j.req.eviction = req.eviction;
   j.req.attempt = req.attempt;
   j.req.leaf = req.leaf;
@@ -121,7 +121,8 @@ Result<wire::Body> RequestHandler::Impl::HandleResult(const wire::EvictResultReq
     if (!outcome->status.ok()) return outcome->status;
     return done;
   }
-  if (sealed && *sealed == same && store->SealedEviction() == req.eviction + 1) return done;
+  if (sealed && *sealed == same && store->shadow().SealedEviction() == req.eviction + 1)
+    return done;
   return Status::FailedPrecondition(
       "eviction " + std::to_string(req.eviction) + " attempt " + std::to_string(req.attempt) +
       " is neither under way nor prepared on this server (restarted, or superseded): prepare "
@@ -211,6 +212,10 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
       impl->progress.active = false;
     }
   } end_progress{this};
+  // This thread writes the shadow and reads the tree, beside the serving
+  // thread's accesses (store_shadow.h says which calls may).
+  EvictionShadow& shadow = store->shadow();
+  const LiveTree& tree = store->tree();
   const wire::EvictPrepareRequest& req = j.req;
   const std::vector<std::uint64_t>& list = j.list;
   const std::size_t Z = j.shape.bucket_size, m = j.shape.elems_per_slot, H = j.shape.height;
@@ -221,7 +226,7 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
   sibling_buffer.resize(bucket);
   // The root as it was when the PREPARE began (checked against its digests);
   // later sources are the previous step's output.
-  S3ORAM_RETURN_IF_ERROR(store->ReadRootSnapshot(req.eviction, source_buffer));
+  S3ORAM_RETURN_IF_ERROR(shadow.ReadRootSnapshot(req.eviction, source_buffer));
   const Elem* source = source_buffer.data();
   std::vector<Elem> prev;  // u_{k-1} after step k-1
   // Every other bucket the eviction reads is checked against its digests
@@ -247,11 +252,11 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
       // (fail-stop) instead of vanishing under the copy, where neither
       // scrub nor the rebuild of this server would find it any more.
       S3ORAM_ASSIGN_OR_RETURN(const Elem* old_sibling,
-                              store->BucketForRead(list[H + k - 1], sibling_buffer));
-      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[H + k - 1], {old_sibling, bucket}));
-      S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(
+                              tree.BucketForRead(list[H + k - 1], sibling_buffer));
+      S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(list[H + k - 1], {old_sibling, bucket}));
+      S3ORAM_RETURN_IF_ERROR(shadow.PutShadowBucket(
           H + k - 1, {source, bucket},
-          k == 1 ? store->RootSnapshotDigests() : store->ShadowBucketDigests(k - 2)));
+          k == 1 ? shadow.RootSnapshotDigests() : shadow.ShadowBucketDigests(k - 2)));
     }
     times.shadow += ElapsedMs(t0);
     SetProgress(k, wire::EvictPhase::kKernels);
@@ -259,16 +264,15 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
     const bool leaf_round = (k == H);
     product.resize(leaf_round ? 2 * bucket : bucket);
     std::span<const Elem> mk(req.matrices.data() + (k - 1) * step, step);
-    S3ORAM_ASSIGN_OR_RETURN(const Elem* target, store->BucketForRead(list[k - 1], target_buffer));
-    S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[k - 1], {target, bucket}));
+    S3ORAM_ASSIGN_OR_RETURN(const Elem* target, tree.BucketForRead(list[k - 1], target_buffer));
+    S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(list[k - 1], {target, bucket}));
     ParallelColumns(*evict_pool, m, [&](kernels::ColumnRange r) {
       kernels::EvictProduct(source, target, Z, m, mk, product.data(), r);
     });
     if (leaf_round) {
       std::span<const Elem> ms(req.matrices.data() + H * step, step);
-      S3ORAM_ASSIGN_OR_RETURN(const Elem* sib,
-                              store->BucketForRead(list[2 * H - 1], sibling_buffer));
-      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(list[2 * H - 1], {sib, bucket}));
+      S3ORAM_ASSIGN_OR_RETURN(const Elem* sib, tree.BucketForRead(list[2 * H - 1], sibling_buffer));
+      S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(list[2 * H - 1], {sib, bucket}));
       ParallelColumns(*evict_pool, m, [&](kernels::ColumnRange r) {
         kernels::EvictProduct(source, sib, Z, m, ms, product.data() + bucket, r);
       });
@@ -276,9 +280,9 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
     times.kernel += ElapsedMs(t0);
     S3ORAM_RETURN_IF_ERROR(ReshareRound(j, k, product, smp, combined, times));
     t0 = Clock::now();
-    S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(k - 1, {combined.data(), bucket}));
+    S3ORAM_RETURN_IF_ERROR(shadow.PutShadowBucket(k - 1, {combined.data(), bucket}));
     if (leaf_round) {
-      S3ORAM_RETURN_IF_ERROR(store->PutShadowBucket(2 * H - 1, {combined.data() + bucket, bucket}));
+      S3ORAM_RETURN_IF_ERROR(shadow.PutShadowBucket(2 * H - 1, {combined.data() + bucket, bucket}));
     }
     times.shadow += ElapsedMs(t0);
     // u_k is the first bucket of `combined`; taking its buffer instead of a
@@ -289,7 +293,7 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
   SetProgress(static_cast<std::uint32_t>(H), wire::EvictPhase::kSeal);
   auto t_seal = Clock::now();
   FaultPoint("server.evict_prepare.before_seal");
-  S3ORAM_RETURN_IF_ERROR(store->SealShadow());
+  S3ORAM_RETURN_IF_ERROR(shadow.SealShadow());
   FaultPoint("server.evict_prepare.after_seal");
   const double seal_ms = ElapsedMs(t_seal);
   const std::lock_guard lock(aside_mu);
@@ -311,7 +315,7 @@ Result<wire::Body> RequestHandler::Impl::HandleCommit(const wire::Header& h,
                                                       const wire::EvictCommitRequest& req) {
   const auto t0 = Clock::now();
   FaultPoint("server.evict_commit.before");
-  S3ORAM_RETURN_IF_ERROR(store->Commit(req.eviction, h.seq, h.epoch));
+  S3ORAM_RETURN_IF_ERROR(store->shadow().Commit(req.eviction, h.seq, h.epoch));
   const auto took = Clock::now() - t0;
   ++stats.commits;
   stats.commit_us += Micros(took);
@@ -322,34 +326,36 @@ Result<wire::Body> RequestHandler::Impl::HandleCommit(const wire::Header& h,
 }
 
 Result<wire::Body> RequestHandler::Impl::HandleEvictCheck(const wire::EvictCheckRequest& req) {
-  const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
+  const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->shadow().slot_elems()));
   std::vector<Elem> combination;
-  S3ORAM_ASSIGN_OR_RETURN(auto digests,
-                          store->ShadowDigests(req.eviction, req.attempt, key, req.seed,
-                                               wire::kEvictCheckCombinations, &combination));
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto digests, store->shadow().ShadowDigests(req.eviction, req.attempt, key, req.seed,
+                                                  wire::kEvictCheckCombinations, &combination));
   return wire::Body{wire::EvictCheckReply{req.eviction, Flatten(digests), std::move(combination)}};
 }
 
 Result<wire::Body> RequestHandler::Impl::HandleMacOpen(const wire::MacOpenRequest& req) {
+  const LiveTree& tree = store->tree();
+  const EvictionShadow& shadow = store->shadow();
   const ServerMeta& meta = store->meta();
   const TreeGeometry geo{meta.shape.height, meta.shape.bucket_size};
   const LeafId leaf = geo.EvictionLeaf(req.eviction);
   std::vector<BucketId> buckets;
   for (std::uint32_t k = 0; k <= geo.height; ++k) buckets.push_back(geo.BucketOnPath(leaf, k));
   buckets.push_back(TreeGeometry::Sibling(leaf));
-  const std::size_t Z = geo.bucket_size, m = static_cast<std::size_t>(store->slot_elems());
+  const std::size_t Z = geo.bucket_size, m = static_cast<std::size_t>(tree.slot_elems());
   const std::size_t rows = wire::kEvictCheckCombinations;
   const std::vector<Elem> weights = digest::CombinationWeights(req.seed, rows, buckets.size() * Z);
   wire::MacOpenReply reply{req.eviction, std::vector<Elem>(rows * m, 0)};
-  std::vector<Elem> bucket(store->bucket_elems());
+  std::vector<Elem> bucket(tree.bucket_elems());
   for (std::size_t i = 0; i < buckets.size(); ++i) {
     // The eviction read the root as snapshotted at its PREPARE (the live
     // one has the next round's writes by now).
-    if (buckets[i] == 1 && store->RootSnapshotEviction() == req.eviction + 1) {
-      S3ORAM_RETURN_IF_ERROR(store->ReadRootSnapshot(req.eviction, bucket));
+    if (buckets[i] == 1 && shadow.RootSnapshotEviction() == req.eviction + 1) {
+      S3ORAM_RETURN_IF_ERROR(shadow.ReadRootSnapshot(req.eviction, bucket));
     } else {
-      S3ORAM_RETURN_IF_ERROR(store->ReadBucket(buckets[i], bucket));
-      S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(buckets[i], bucket));
+      S3ORAM_RETURN_IF_ERROR(tree.ReadBucket(buckets[i], bucket));
+      S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(buckets[i], bucket));
     }
     for (std::size_t r = 0; r < rows; ++r) {
       digest::AddCombination(

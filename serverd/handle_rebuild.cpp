@@ -89,7 +89,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildBegin(const wire::Header& 
   max_epoch = h.epoch;
   spdlog::info("rebuilding filesystem {} (H={} Z={} m={}, {} buckets) from the other servers",
                HexId(h.fs_id), req.shape.height, req.shape.bucket_size, req.shape.elems_per_slot,
-               store->num_buckets());
+               store->rebuild().num_buckets());
   return wire::Body{wire::RebuildBeginReply{}};
 }
 
@@ -113,13 +113,13 @@ Status RequestHandler::Impl::CheckRebuildTarget(const wire::Header& h) const {
 
 Status RequestHandler::Impl::CheckRange(std::uint64_t first, std::uint64_t count,
                                         const char* what) const {
-  const std::uint64_t n = store->num_buckets();
+  const std::uint64_t n = store->tree().num_buckets();
   if (first < 1 || count < 1 || first > n || count > n - first + 1) {
     return Status::InvalidArgument(std::string(what) + ": bucket range " + std::to_string(first) +
                                    " + " + std::to_string(count) + " is outside 1.." +
                                    std::to_string(n));
   }
-  if (count * store->bucket_elems() > wire::kMaxElems) {
+  if (count * store->tree().bucket_elems() > wire::kMaxElems) {
     return Status::InvalidArgument(std::string(what) + ": " + std::to_string(count) +
                                    " buckets exceed one message's element limit");
   }
@@ -206,10 +206,11 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
   S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "rebuild read"));
   S3ORAM_RETURN_IF_ERROR(PrepareMasks(req));
   const MaskSession& ms = *mask_session;
+  const LiveTree& tree = store->tree();
 
   std::vector<bool> holes(req.count, false);
   if (!req.dense) {
-    S3ORAM_ASSIGN_OR_RETURN(holes, store->Holes(req.first_bucket, req.count));
+    S3ORAM_ASSIGN_OR_RETURN(holes, tree.Holes(req.first_bucket, req.count));
   }
   wire::RebuildReadReply reply;
   reply.first_bucket = req.first_bucket;
@@ -219,16 +220,16 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
     reply.holes[i] = holes[i] ? 1 : 0;
     written += holes[i] ? 0 : 1;
     if (holes[i]) {
-      const auto d = store->Digests(req.first_bucket + i);
+      const auto d = tree.Digests(req.first_bucket + i);
       for (std::size_t s = 0; s < d.size(); ++s) {
         if (d[s] != digest::SlotDigest{}) {
-          return store->DamagedSlot(req.first_bucket + i, s,
-                                    "it reads as never written, but was written");
+          return tree.DamagedSlot(req.first_bucket + i, s,
+                                  "it reads as never written, but was written");
         }
       }
     }
   }
-  const std::size_t be = store->bucket_elems();
+  const std::size_t be = tree.bucket_elems();
   reply.contribution.resize(written * be);
   // One pread per run of consecutive written buckets, straight into the reply.
   std::size_t out = 0;
@@ -240,10 +241,10 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
     std::size_t j = i;
     while (j < req.count && !holes[j]) ++j;
     std::span<Elem> run(reply.contribution.data() + out * be, (j - i) * be);
-    S3ORAM_RETURN_IF_ERROR(store->ReadBuckets(req.first_bucket + i, j - i, run));
+    S3ORAM_RETURN_IF_ERROR(tree.ReadBuckets(req.first_bucket + i, j - i, run));
     // A damaged source slot would be rebuilt into the target as a
     // consistent wrong sharing, beyond any later check: refuse instead.
-    S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(req.first_bucket + i, run));
+    S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(req.first_bucket + i, run));
     out += j - i;
     i = j;
   }
@@ -264,11 +265,12 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
 
 Result<wire::Body> RequestHandler::Impl::RebuildReadRootSnapshot(
     const wire::RebuildReadRequest& req) {
+  const EvictionShadow& shadow = store->shadow();
   if (req.count != 1) {
     return Status::InvalidArgument("rebuild read: the root snapshot (bucket 0) is read alone");
   }
   const std::uint64_t eviction = store->meta().applied_evictions;
-  if (store->RootSnapshotEviction() != eviction + 1) {
+  if (shadow.RootSnapshotEviction() != eviction + 1) {
     return Status::FailedPrecondition("rebuild read: no root snapshot of eviction " +
                                       std::to_string(eviction) + " here");
   }
@@ -277,9 +279,9 @@ Result<wire::Body> RequestHandler::Impl::RebuildReadRootSnapshot(
   wire::RebuildReadReply reply;
   reply.first_bucket = 0;
   reply.holes = {0};
-  reply.contribution.resize(store->bucket_elems());
+  reply.contribution.resize(shadow.bucket_elems());
   // Checked against its digests: damage must not be rebuilt into the target.
-  S3ORAM_RETURN_IF_ERROR(store->ReadRootSnapshot(eviction, reply.contribution));
+  S3ORAM_RETURN_IF_ERROR(shadow.ReadRootSnapshot(eviction, reply.contribution));
   for (Elem& e : reply.contribution) e = field::Mul(ms.lambda, e);
   rebuild::ApplyMasks(ms.pairs, 0, reply.contribution, mask_scratch);
   spdlog::debug("rebuild read for server {}: the root snapshot of eviction {}", req.target,
@@ -289,7 +291,7 @@ Result<wire::Body> RequestHandler::Impl::RebuildReadRootSnapshot(
 
 Result<wire::Body> RequestHandler::Impl::RebuildWriteRootSnapshot(
     const wire::RebuildWriteRequest& req) {
-  const std::size_t be = store->bucket_elems();
+  const std::size_t be = store->rebuild().bucket_elems();
   if (req.holes != std::vector<std::uint8_t>{0} || req.contributions.size() != threshold + 1) {
     return Status::InvalidArgument(
         "rebuild write: the root snapshot is one bucket from t + 1 "
@@ -306,7 +308,8 @@ Result<wire::Body> RequestHandler::Impl::RebuildWriteRootSnapshot(
   }
   rebuild_sum.resize(be);
   shamir::SmpCombine(parts, be, rebuild_sum.data());
-  S3ORAM_RETURN_IF_ERROR(store->WriteRootSnapshot(rebuild_target->applied_evictions, rebuild_sum));
+  S3ORAM_RETURN_IF_ERROR(
+      store->rebuild().WriteRootSnapshot(rebuild_target->applied_evictions, rebuild_sum));
   return wire::Body{wire::RebuildWriteReply{rebuild_target->next_bucket}};
 }
 
@@ -315,6 +318,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
   S3ORAM_RETURN_IF_ERROR(CheckRebuildTarget(h));
   const std::uint64_t count = req.holes.size();
   if (req.first_bucket == 0) return RebuildWriteRootSnapshot(req);
+  StoreRebuild& rebuild = store->rebuild();
   S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, count, "rebuild write"));
   if (req.first_bucket > rebuild_target->next_bucket) {
     return Status::InvalidArgument("rebuild write: range starts at bucket " +
@@ -329,7 +333,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
   }
   std::uint64_t written = 0;
   for (std::uint8_t f : req.holes) written += f ? 0 : 1;
-  const std::size_t be = store->bucket_elems();
+  const std::size_t be = rebuild.bucket_elems();
   const std::size_t n = written * be;
   std::vector<const Elem*> parts;
   for (std::size_t i = 0; i < req.contributions.size(); ++i) {
@@ -367,7 +371,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
     // consecutive in rebuild_sum too: one pwrite.
     std::size_t j = i;
     while (j < count && !skip[j]) ++j;
-    S3ORAM_RETURN_IF_ERROR(store->WriteBuckets(
+    S3ORAM_RETURN_IF_ERROR(rebuild.WriteBuckets(
         req.first_bucket + i, {rebuild_sum.data() + offset[i] * be, (j - i) * be}));
     i = j;
   }
@@ -385,10 +389,10 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildFinish(
   }
   S3ORAM_RETURN_IF_ERROR(CheckRebuildTarget(h));
   const RebuildTarget& rt = *rebuild_target;
-  if (rt.next_bucket != store->num_buckets() + 1) {
-    return Status::FailedPrecondition("rebuild finish: only buckets 1.." +
-                                      std::to_string(rt.next_bucket - 1) + " of " +
-                                      std::to_string(store->num_buckets()) + " were written");
+  if (rt.next_bucket != store->rebuild().num_buckets() + 1) {
+    return Status::FailedPrecondition(
+        "rebuild finish: only buckets 1.." + std::to_string(rt.next_bucket - 1) + " of " +
+        std::to_string(store->rebuild().num_buckets()) + " were written");
   }
   if (req.applied_seq != rt.applied_seq || req.applied_evictions != rt.applied_evictions) {
     return Status::InvalidArgument("rebuild finish: counters differ from REBUILD_BEGIN's");
@@ -397,12 +401,12 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildFinish(
   meta.epoch = std::max(rt.epoch, h.epoch);
   meta.applied_seq = rt.applied_seq;
   meta.applied_evictions = rt.applied_evictions;
-  S3ORAM_RETURN_IF_ERROR(store->FinishRebuild(meta));
+  S3ORAM_RETURN_IF_ERROR(store->rebuild().FinishRebuild(meta));
   rebuild_target.reset();
   max_epoch = std::max(max_epoch, meta.epoch);
   spdlog::info("rebuild of filesystem {} finished: {} evictions applied, seq {}, {} allocated",
                HexId(meta.fs_id), meta.applied_evictions, meta.applied_seq,
-               store->allocated_bytes());
+               store->inspection().allocated_bytes());
   return wire::Body{wire::RebuildFinishReply{}};
 }
 

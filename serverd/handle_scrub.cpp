@@ -31,7 +31,7 @@ void LogDamage(std::uint64_t first, std::uint64_t count, const std::vector<std::
 Status RequestHandler::Impl::CheckScrubRange(std::uint64_t first, std::uint32_t count,
                                              const char* what) const {
   S3ORAM_RETURN_IF_ERROR(CheckRange(first, count, what));
-  const std::uint64_t bytes = std::uint64_t{count} * store->bucket_elems() * sizeof(Elem);
+  const std::uint64_t bytes = std::uint64_t{count} * store->scrub().bucket_elems() * sizeof(Elem);
   if (count > 1 && bytes > wire::kMaxScrubBytes) {
     return Status::InvalidArgument(
         std::string(what) + ": " + std::to_string(count) + " buckets are " + std::to_string(bytes) +
@@ -51,8 +51,8 @@ Result<wire::Body> RequestHandler::Impl::HandleScrub(const wire::ScrubRequest& r
   S3ORAM_ASSIGN_OR_RETURN(const bool root, IsRootSnapshotRequest(req.first_bucket, req.count));
   if (root) {
     wire::ScrubReply reply;
-    if (store->HoldsPendingRootSnapshot()) {
-      S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->ScrubRootSnapshot(nullptr, nullptr));
+    if (store->scrub().HoldsPendingRootSnapshot()) {
+      S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->scrub().ScrubRootSnapshot(nullptr, nullptr));
       LogRootSnapshotDamage(reply.damaged);
     }
     return wire::Body{std::move(reply)};
@@ -60,7 +60,7 @@ Result<wire::Body> RequestHandler::Impl::HandleScrub(const wire::ScrubRequest& r
   S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "scrub"));
   wire::ScrubReply reply;
   reply.first_bucket = req.first_bucket;
-  S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->Scrub(req.first_bucket, req.count));
+  S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->scrub().Scrub(req.first_bucket, req.count));
   LogDamage(req.first_bucket, req.count, reply.damaged, config.index);
   return wire::Body{std::move(reply)};
 }
@@ -86,12 +86,12 @@ void RequestHandler::Impl::LogRootSnapshotDamage(const std::vector<std::uint8_t>
 
 Result<wire::Body> RequestHandler::Impl::HandleParity(const wire::ParityRequest& req) {
   S3ORAM_ASSIGN_OR_RETURN(const bool root, IsRootSnapshotRequest(req.first_bucket, req.count));
-  const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->slot_elems()));
+  const digest::DigestKey key(req.seed, static_cast<std::size_t>(store->scrub().slot_elems()));
   if (root) {
     wire::ParityReply reply;
-    if (store->HoldsPendingRootSnapshot()) {
+    if (store->scrub().HoldsPendingRootSnapshot()) {
       std::vector<digest::SlotDigest> digests;
-      S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->ScrubRootSnapshot(&key, &digests));
+      S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->scrub().ScrubRootSnapshot(&key, &digests));
       reply.digests = Flatten(digests);
       LogRootSnapshotDamage(reply.damaged);
     }
@@ -101,7 +101,8 @@ Result<wire::Body> RequestHandler::Impl::HandleParity(const wire::ParityRequest&
   std::vector<digest::SlotDigest> digests;
   wire::ParityReply reply;
   reply.first_bucket = req.first_bucket;
-  S3ORAM_ASSIGN_OR_RETURN(reply.damaged, store->Scrub(req.first_bucket, req.count, key, &digests));
+  S3ORAM_ASSIGN_OR_RETURN(reply.damaged,
+                          store->scrub().Scrub(req.first_bucket, req.count, key, &digests));
   reply.digests = Flatten(digests);
   LogDamage(req.first_bucket, req.count, reply.damaged, config.index);
   return wire::Body{std::move(reply)};
@@ -114,30 +115,32 @@ Result<wire::Body> RequestHandler::Impl::HandleSlotShare(const wire::SlotShareRe
                                    " >= bucket size " + std::to_string(z));
   }
   if (req.bucket == wire::kRootSnapshotBucket) {
-    S3ORAM_ASSIGN_OR_RETURN(auto share, store->RootSnapshotSlot(req.slot));
+    S3ORAM_ASSIGN_OR_RETURN(auto share, store->scrub().RootSnapshotSlot(req.slot));
     return wire::Body{wire::SlotShareReply{req.bucket, req.slot, std::move(share)}};
   }
   S3ORAM_RETURN_IF_ERROR(CheckRange(req.bucket, 1, "slot share"));
-  std::vector<Elem> bucket(store->bucket_elems());
-  S3ORAM_RETURN_IF_ERROR(store->ReadBucket(req.bucket, bucket));
-  S3ORAM_RETURN_IF_ERROR(store->VerifyBuckets(req.bucket, bucket));
-  const std::size_t m = static_cast<std::size_t>(store->slot_elems());
+  const LiveTree& tree = store->tree();
+  std::vector<Elem> bucket(tree.bucket_elems());
+  S3ORAM_RETURN_IF_ERROR(tree.ReadBucket(req.bucket, bucket));
+  S3ORAM_RETURN_IF_ERROR(tree.VerifyBuckets(req.bucket, bucket));
+  const std::size_t m = static_cast<std::size_t>(tree.slot_elems());
   const auto first = bucket.begin() + static_cast<std::ptrdiff_t>(req.slot * m);
   return wire::Body{wire::SlotShareReply{
       req.bucket, req.slot, std::vector<Elem>(first, first + static_cast<std::ptrdiff_t>(m))}};
 }
 
 Result<wire::Body> RequestHandler::Impl::HandleAgeFill(const wire::AgeFillRequest& req) {
+  AgeFill& fill = store->age_fill();
   S3ORAM_RETURN_IF_ERROR(CheckScrubRange(req.first_bucket, req.count, "age fill"));
-  S3ORAM_RETURN_IF_ERROR(store->CheckUnused());  // before expanding up to 256 MiB
-  const std::size_t be = static_cast<std::size_t>(store->bucket_elems());
+  S3ORAM_RETURN_IF_ERROR(fill.CheckUnused());  // before expanding up to 256 MiB
+  const std::size_t be = static_cast<std::size_t>(fill.bucket_elems());
   std::vector<Elem> data(std::size_t{req.count} * be);
   for (std::uint32_t i = 0; i < req.count; ++i) {
     age_fill::BucketShares(req.seed, req.first_bucket + i, threshold, config.index,
                            std::span<Elem>(data).subspan(i * be, be));
   }
-  S3ORAM_RETURN_IF_ERROR(store->FillUnusedBuckets(req.first_bucket, data));
-  if (req.first_bucket + req.count - 1 == store->num_buckets()) {
+  S3ORAM_RETURN_IF_ERROR(fill.FillUnusedBuckets(req.first_bucket, data));
+  if (req.first_bucket + req.count - 1 == fill.num_buckets()) {
     spdlog::info("age fill: every bucket of server {}'s tree written (benchmarks only)",
                  config.index);
   }

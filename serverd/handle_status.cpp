@@ -28,8 +28,8 @@ wire::StatusReply RequestHandler::Impl::MakeStatus() const {
     r.rebuilding = true;
     r.shape = store->meta().shape;
     r.epoch = rebuild_target ? rebuild_target->epoch : 0;
-    r.share_file_bytes = store->file_bytes();
-    r.allocated_bytes = store->allocated_bytes();
+    r.share_file_bytes = store->inspection().file_bytes();
+    r.allocated_bytes = store->inspection().allocated_bytes();
     r.peer_bytes_sent = peers->bytes_sent();
   } else if (store) {
     const ServerMeta& m = store->meta();
@@ -44,9 +44,9 @@ wire::StatusReply RequestHandler::Impl::MakeStatus() const {
       const std::lock_guard lock(aside_mu);
       running = progress.active;
     }
-    r.prepared_eviction = running ? 0 : store->SealedEviction();
-    r.share_file_bytes = store->file_bytes();
-    r.allocated_bytes = store->allocated_bytes();
+    r.prepared_eviction = running ? 0 : store->shadow().SealedEviction();
+    r.share_file_bytes = store->inspection().file_bytes();
+    r.allocated_bytes = store->inspection().allocated_bytes();
     r.peer_bytes_sent = peers->bytes_sent();
     if (Lies("counters")) r.epoch = r.applied_evictions = UINT64_MAX;
   }

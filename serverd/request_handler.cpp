@@ -154,7 +154,7 @@ Result<wire::Body> RequestHandler::Impl::HandleInit(const wire::Header& h,
   mask_session.reset();
   peers->Reset();
   spdlog::info("initialised filesystem {} (H={} Z={} m={}, {} bytes logical)", HexId(h.fs_id),
-               s.height, s.bucket_size, s.elems_per_slot, store->file_bytes());
+               s.height, s.bucket_size, s.elems_per_slot, store->inspection().file_bytes());
   return wire::Body{wire::InitReply{}};
 }
 

@@ -1,5 +1,7 @@
-// ShareStore: creating and opening the share file (and upgrading older formats),
-// the header, the live tree's buckets and the root write (see share_store.h).
+// ShareStore: creating and opening the share file (and upgrading older formats);
+// the views' shape (store_view.h); the LiveTree's bucket reads, holes, root
+// write and header (store_tree.h; its digest checks are in
+// share_store_scrub.cpp).
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
@@ -92,42 +94,38 @@ Result<MetaCopy> PickMetaCopy(const std::uint8_t* header, const std::string& pat
 
 ShareStore::~ShareStore() = default;
 
-std::uint64_t ShareStore::bucket_elems() const {
-  return std::uint64_t{meta_.shape.bucket_size} * meta_.shape.elems_per_slot;
+std::uint64_t StoreView::bucket_elems() const {
+  return std::uint64_t{s_.meta_.shape.bucket_size} * s_.meta_.shape.elems_per_slot;
 }
-std::uint64_t ShareStore::num_buckets() const { return impl_->geo.num_buckets; }
-std::uint64_t ShareStore::file_bytes() const { return impl_->geo.file_bytes; }
-std::uint64_t ShareStore::allocated_bytes() const {
-  struct stat st {};
-  if (::fstat(impl_->fd.get(), &st) != 0) return 0;
-  return static_cast<std::uint64_t>(st.st_blocks) * 512;
-}
+std::uint64_t StoreView::num_buckets() const { return s_.impl_->geo.num_buckets; }
 
-const Elem* ShareStore::Bucket(std::uint64_t b) const {
-  assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
+const Elem* LiveTree::Bucket(std::uint64_t b) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  assert(b >= 1 && b <= im.geo.num_buckets && "bucket out of range; callers validate");
   // The header region is 4096 bytes and buckets are whole elements, so every
   // bucket is Elem-aligned within the page-aligned mapping.
-  return reinterpret_cast<const Elem*>(impl_->map + impl_->BucketOffset(b));
+  return reinterpret_cast<const Elem*>(im.map + im.BucketOffset(b));
 }
 
-Status ShareStore::ReadBucket(std::uint64_t b, std::span<Elem> out) const {
-  if (b < 1 || b > impl_->geo.num_buckets || out.size() != bucket_elems()) {
+Status LiveTree::ReadBucket(std::uint64_t b, std::span<Elem> out) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  if (b < 1 || b > im.geo.num_buckets || out.size() != bucket_elems()) {
     return Status::InvalidArgument("ReadBucket: bucket or buffer size out of range");
   }
-  return PreadAll(impl_->fd.get(), out.data(), out.size_bytes(), impl_->BucketOffset(b),
-                  impl_->shares_path);
+  return PreadAll(im.fd.get(), out.data(), out.size_bytes(), im.BucketOffset(b), im.shares_path);
 }
 
-Result<const Elem*> ShareStore::BucketForRead(std::uint64_t b, std::span<Elem> scratch) const {
-  if (b < 1 || b > impl_->geo.num_buckets) {
+Result<const Elem*> LiveTree::BucketForRead(std::uint64_t b, std::span<Elem> scratch) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  if (b < 1 || b > im.geo.num_buckets) {
     return Status::InvalidArgument("BucketForRead: bucket out of range");
   }
   const std::uint64_t page = static_cast<std::uint64_t>(::sysconf(_SC_PAGESIZE));
-  const std::uint64_t off = impl_->BucketOffset(b);
+  const std::uint64_t off = im.BucketOffset(b);
   const std::uint64_t begin = off / page * page;
   const std::uint64_t end = off + bucket_elems() * sizeof(Elem);
   std::vector<unsigned char> resident((end - begin + page - 1) / page);
-  void* addr = const_cast<std::uint8_t*>(impl_->map + begin);  // mincore only inspects
+  void* addr = const_cast<std::uint8_t*>(im.map + begin);  // mincore only inspects
   if (::mincore(addr, end - begin, resident.data()) == 0 &&
       std::all_of(resident.begin(), resident.end(), [](unsigned char r) { return r & 1; })) {
     return Bucket(b);
@@ -401,32 +399,32 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   return store;
 }
 
-Status ShareStore::UpdateMeta(const ServerMeta& meta) {
-  S3ORAM_RETURN_IF_ERROR(impl_->Live());
-  if (!(meta.shape == meta_.shape)) {
+Status LiveTree::UpdateMeta(const ServerMeta& meta) {
+  ShareStore::Impl& im = *s_.impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  if (!(meta.shape == s_.meta_.shape)) {
     return Status::InvalidArgument("UpdateMeta cannot change the store shape (" +
-                                   ShapeText(meta_.shape) + " -> " + ShapeText(meta.shape) +
+                                   ShapeText(s_.meta_.shape) + " -> " + ShapeText(meta.shape) +
                                    "); create a new store");
   }
-  if (meta.applied_evictions != meta_.applied_evictions) {
+  if (meta.applied_evictions != s_.meta_.applied_evictions) {
     // Only Commit moves it, with the bucket map that goes with it.
     return Status::InvalidArgument("UpdateMeta cannot change the evictions applied");
   }
-  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(meta));
-  meta_ = meta;
+  S3ORAM_RETURN_IF_ERROR(im.WriteMeta(meta));
+  s_.meta_ = meta;
   return Status::Ok();
 }
 
-Status ShareStore::ReadBuckets(std::uint64_t first, std::uint64_t count,
-                               std::span<Elem> out) const {
-  const std::uint64_t n = impl_->geo.num_buckets;
+Status LiveTree::ReadBuckets(std::uint64_t first, std::uint64_t count, std::span<Elem> out) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  const std::uint64_t n = im.geo.num_buckets;
   if (first < 1 || count == 0 || first > n || count > n - first + 1 ||
       out.size() != count * bucket_elems()) {
     return Status::InvalidArgument("ReadBuckets: range or buffer size out of range");
   }
   // One read per run of buckets whose places follow each other (all of them
   // until the first eviction, most of them after).
-  const Impl& im = *impl_;
   const std::uint64_t be = bucket_elems();
   for (std::uint64_t i = 0; i < count;) {
     std::uint64_t run = 1;
@@ -441,30 +439,31 @@ Status ShareStore::ReadBuckets(std::uint64_t first, std::uint64_t count,
   return Status::Ok();
 }
 
-Result<std::vector<bool>> ShareStore::Holes(std::uint64_t first, std::uint64_t count) const {
-  return impl_->Holes(first, count);
+Result<std::vector<bool>> LiveTree::Holes(std::uint64_t first, std::uint64_t count) const {
+  return s_.impl_->Holes(first, count);
 }
 
-Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
-                             std::uint64_t seq, std::uint64_t epoch,
-                             const std::function<Status()>& while_syncing) {
-  S3ORAM_RETURN_IF_ERROR(impl_->Live());
-  if (bucket < 1 || bucket > impl_->geo.num_buckets) {
+Status LiveTree::WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span<const Elem> data,
+                           std::uint64_t seq, std::uint64_t epoch,
+                           const std::function<Status()>& while_syncing) {
+  ShareStore::Impl& im = *s_.impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  if (bucket < 1 || bucket > im.geo.num_buckets) {
     return Status::InvalidArgument("bucket " + std::to_string(bucket) + " out of range 1.." +
-                                   std::to_string(impl_->geo.num_buckets));
+                                   std::to_string(im.geo.num_buckets));
   }
-  if (slot >= meta_.shape.bucket_size) {
+  if (slot >= s_.meta_.shape.bucket_size) {
     return Status::InvalidArgument("slot " + std::to_string(slot) + " out of range 0.." +
-                                   std::to_string(meta_.shape.bucket_size - 1));
+                                   std::to_string(s_.meta_.shape.bucket_size - 1));
   }
   if (data.size() != slot_elems()) {
     return Status::InvalidArgument("slot data has " + std::to_string(data.size()) +
                                    " elements, expected " + std::to_string(slot_elems()));
   }
   const std::uint64_t off =
-      impl_->BucketOffset(bucket) + std::uint64_t{slot} * slot_elems() * sizeof(Elem);
+      im.BucketOffset(bucket) + std::uint64_t{slot} * slot_elems() * sizeof(Elem);
   digest::SlotDigest digest{};
-  if (!impl_->key->Digest(data, &digest)) {
+  if (!im.key->Digest(data, &digest)) {
     return Status::InvalidArgument("slot data hold an element that is not a field element");
   }
   // Data and header, then one fdatasync for both: the write is acknowledged
@@ -479,20 +478,19 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span
   // The digest rides in the same sync; torn against its slot by a power loss,
   // it is repaired with the slot (the client rewrites slot nr in full).
   S3ORAM_RETURN_IF_ERROR(
-      PwriteAll(impl_->fd.get(), data.data(), data.size_bytes(), off, impl_->shares_path));
-  S3ORAM_RETURN_IF_ERROR(impl_->WriteDigests(impl_->fd.get(), impl_->shares_path,
-                                             impl_->DigestOffset(bucket, slot), {&digest, 1}));
+      PwriteAll(im.fd.get(), data.data(), data.size_bytes(), off, im.shares_path));
+  S3ORAM_RETURN_IF_ERROR(
+      im.WriteDigests(im.fd.get(), im.shares_path, im.DigestOffset(bucket, slot), {&digest, 1}));
   FaultPoint("server.write_root.after_data");
-  ServerMeta m = meta_;
+  ServerMeta m = s_.meta_;
   m.applied_seq = std::max(m.applied_seq, seq);
   m.epoch = std::max(m.epoch, epoch);
-  S3ORAM_RETURN_IF_ERROR(impl_->WriteMeta(m, /*sync_now=*/false));
+  S3ORAM_RETURN_IF_ERROR(im.WriteMeta(m, /*sync_now=*/false));
   if (while_syncing) {
-    // meta_ changes only after both finished, so `while_syncing` sees the
+    // The store's meta_ changes only after both finished, so `while_syncing` sees the
     // header as it was (the new slot is in the page cache already).
     // The flush thread only syncs; the store's failure record is written here,
     // after the join, so nothing else in the store is shared with it.
-    Impl& im = *impl_;
     auto sync = std::async(std::launch::async, [&im] {
       return im.sync ? DataSync(im.fd.get(), im.shares_path) : Status::Ok();
     });
@@ -502,11 +500,11 @@ Status ShareStore::WriteSlot(std::uint64_t bucket, std::uint32_t slot, std::span
       im.SetFailure(synced.message());
       return synced;
     }
-    meta_ = m;
+    s_.meta_ = m;
     return during;
   }
-  S3ORAM_RETURN_IF_ERROR(impl_->Sync(impl_->fd.get(), impl_->shares_path));
-  meta_ = m;
+  S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
+  s_.meta_ = m;
   return Status::Ok();
 }
 

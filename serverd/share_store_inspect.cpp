@@ -1,5 +1,6 @@
-// ShareStore's layout seen from outside: where a bucket or the shadow lies in
-// the share file, for inspection and the damage tests.
+// StoreInspection (store_inspection.h): the share file seen from outside, its
+// size and where a bucket or the shadow lies in it, for STATUS, inspection and
+// the damage tests.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
@@ -30,23 +31,31 @@
 
 namespace s3oram::serverd {
 
-ShareStore::FileRange ShareStore::BucketInFile(std::uint64_t b) const {
-  assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
-  return {impl_->BucketOffset(b), impl_->DigestOffset(b)};
+std::uint64_t StoreInspection::file_bytes() const { return s_.impl_->geo.file_bytes; }
+std::uint64_t StoreInspection::allocated_bytes() const {
+  struct stat st {};
+  if (::fstat(s_.impl_->fd.get(), &st) != 0) return 0;
+  return static_cast<std::uint64_t>(st.st_blocks) * 512;
 }
 
-std::vector<ShareStore::FileRange> ShareStore::ShadowInFile() const {
-  const Impl& im = *impl_;
+StoreInspection::FileRange StoreInspection::BucketInFile(std::uint64_t b) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  assert(b >= 1 && b <= im.geo.num_buckets && "bucket out of range; callers validate");
+  return {im.BucketOffset(b), im.DigestOffset(b)};
+}
+
+std::vector<StoreInspection::FileRange> StoreInspection::ShadowInFile() const {
+  const ShareStore::Impl& im = *s_.impl_;
   std::vector<FileRange> out;
-  if (im.shadow_state == Impl::ShadowState::kNone) return out;
+  if (im.shadow_state == ShadowState::kNone) return out;
   for (const std::uint32_t q : im.shadow_places) {
     out.push_back({im.PlaceOffset(q), im.PlaceDigestOffset(q)});
   }
   return out;
 }
 
-Result<std::vector<ShareStore::FileRange>> ShareStore::InspectFile(const std::string& shares_path,
-                                                                   std::vector<FileRange>* places) {
+Result<std::vector<StoreInspection::FileRange>> StoreInspection::InspectFile(
+    const std::string& shares_path, std::vector<FileRange>* places) {
   Fd fd(::open(shares_path.c_str(), O_RDONLY | O_CLOEXEC));
   if (!fd.valid()) return SysError("opening", shares_path, errno);
   std::array<std::uint8_t, kHeaderRegion> header{};
@@ -70,7 +79,7 @@ Result<std::vector<ShareStore::FileRange>> ShareStore::InspectFile(const std::st
     }
   }
   if (!found) return Status::Corruption(shares_path + ": no valid header copy");
-  Impl im;
+  ShareStore::Impl im;
   im.shares_path = shares_path;
   std::string why;
   if (!ComputeGeometry(best.shape, &im.geo, &why))

@@ -1,7 +1,8 @@
 // ShareStore::Impl: the open share file, its mapping, the bucket map and the
 // state of the shadow, for the share store's own files (share_store.cpp,
 // share_store_scrub.cpp, share_store_rebuild.cpp, share_store_eviction.cpp,
-// share_store_inspect.cpp). The byte formats are in share_store_format.h.
+// share_store_inspect.cpp), which implement ShareStore and its views (the
+// views reach it as s_.impl_). The byte formats are in share_store_format.h.
 #pragma once
 
 #include <sys/mman.h>
@@ -34,8 +35,12 @@ static_assert(std::endian::native == std::endian::little,
               "the share file stores elements in host order; host must be little-endian");
 static_assert(sizeof(Elem) == 4);
 
+// Where the shadow is: none, being written (BeginShadow .. SealShadow), or
+// sealed and waiting for Commit.
+enum class ShadowState { kNone, kOpen, kSealed };
+
 struct ShareStore::Impl {
-  enum class ShadowState { kNone, kOpen, kSealed };
+  using ShadowState = serverd::ShadowState;
 
   std::string dir;
   std::string shares_path;
@@ -266,7 +271,7 @@ struct ShareStore::Impl {
     return hole;
   }
   // For each bucket of [first, first + count): true if it lies entirely in a
-  // file hole (ShareStore::Holes).
+  // file hole (LiveTree::Holes).
   Result<std::vector<bool>> Holes(std::uint64_t first, std::uint64_t count) const {
     const std::uint64_t n = geo.num_buckets;
     if (first < 1 || count == 0 || first > n || count > n - first + 1) {

@@ -1,5 +1,7 @@
-// ShareStore as the target of a rebuild: a new share file written bucket by
-// bucket beside the old one, renamed over it by FinishRebuild.
+// StoreRebuild (store_rebuild.h), the store as the target of a rebuild: a new
+// share file written bucket by bucket beside the old one, renamed over it by
+// FinishRebuild. And AgeFill (store_age_fill.h), which writes whole buckets the
+// same way into a live, unused tree.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
@@ -32,8 +34,8 @@ namespace s3oram::serverd {
 
 bool ShareStore::rebuilding() const { return impl_->rebuilding; }
 
-Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data) {
-  Impl& im = *impl_;
+Status StoreRebuild::WriteBuckets(std::uint64_t first, std::span<const Elem> data) {
+  ShareStore::Impl& im = *s_.impl_;
   S3ORAM_RETURN_IF_ERROR(im.Usable());
   if (!im.rebuilding) {
     return Status::FailedPrecondition("WriteBuckets: store is not being rebuilt");
@@ -41,21 +43,22 @@ Status ShareStore::WriteBuckets(std::uint64_t first, std::span<const Elem> data)
   return im.WriteWholeBuckets(first, data, im.rebuild_path, "WriteBuckets", "rebuilt bucket data");
 }
 
-Status ShareStore::CheckUnused() const {
-  const Impl& im = *impl_;
-  if (meta_.applied_seq != 0 || meta_.applied_evictions != 0 ||
-      im.shadow_state != Impl::ShadowState::kNone || im.root_snapshot != 0) {
+Status AgeFill::CheckUnused() const {
+  const ShareStore::Impl& im = *s_.impl_;
+  if (s_.meta_.applied_seq != 0 || s_.meta_.applied_evictions != 0 ||
+      im.shadow_state != ShadowState::kNone || im.root_snapshot != 0) {
     return Status::FailedPrecondition(
-        "age fill: the tree in " + im.dir + " has been used (" + std::to_string(meta_.applied_seq) +
-        " accesses, " + std::to_string(meta_.applied_evictions) +
+        "age fill: the tree in " + im.dir + " has been used (" +
+        std::to_string(s_.meta_.applied_seq) + " accesses, " +
+        std::to_string(s_.meta_.applied_evictions) +
         " evictions applied); filling would overwrite its blocks, so it is only for a new "
         "filesystem");
   }
   return Status::Ok();
 }
 
-Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data) {
-  Impl& im = *impl_;
+Status AgeFill::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> data) {
+  ShareStore::Impl& im = *s_.impl_;
   S3ORAM_RETURN_IF_ERROR(im.Live());
   S3ORAM_RETURN_IF_ERROR(CheckUnused());
   S3ORAM_RETURN_IF_ERROR(
@@ -63,14 +66,14 @@ Status ShareStore::FillUnusedBuckets(std::uint64_t first, std::span<const Elem> 
   return im.Sync(im.fd.get(), im.shares_path);
 }
 
-Status ShareStore::FinishRebuild(const ServerMeta& meta) {
-  Impl& im = *impl_;
+Status StoreRebuild::FinishRebuild(const ServerMeta& meta) {
+  ShareStore::Impl& im = *s_.impl_;
   S3ORAM_RETURN_IF_ERROR(im.Usable());
   if (!im.rebuilding) {
     return Status::FailedPrecondition("FinishRebuild: store is not being rebuilt");
   }
-  if (meta.fs_id != meta_.fs_id || meta.server_index != meta_.server_index ||
-      !(meta.shape == meta_.shape)) {
+  if (meta.fs_id != s_.meta_.fs_id || meta.server_index != s_.meta_.server_index ||
+      !(meta.shape == s_.meta_.shape)) {
     return Status::InvalidArgument("FinishRebuild cannot change the store's identity or shape");
   }
   // Data and map durable, then the header, then the name: a shares.bin on
@@ -85,13 +88,28 @@ Status ShareStore::FinishRebuild(const ServerMeta& meta) {
   }
   S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.rebuild_path));
   S3ORAM_RETURN_IF_ERROR(im.WriteMeta(meta));
-  meta_ = meta;
+  s_.meta_ = meta;
   if (::rename(im.rebuild_path.c_str(), im.shares_path.c_str()) != 0) {
     return SysError("renaming " + im.rebuild_path + " to", im.shares_path, errno);
   }
   if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
   im.rebuilding = false;
   return Status::Ok();
+}
+
+Status StoreRebuild::WriteRootSnapshot(std::uint64_t eviction, std::span<const Elem> data) {
+  ShareStore::Impl& im = *s_.impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
+  if (!im.rebuilding) {
+    return Status::FailedPrecondition("a root snapshot is written whole only by a rebuild");
+  }
+  if (data.size() != bucket_elems()) {
+    return Status::InvalidArgument("root snapshot has " + std::to_string(data.size()) +
+                                   " elements, expected " + std::to_string(bucket_elems()));
+  }
+  std::vector<digest::SlotDigest> d(im.geo.z);
+  S3ORAM_RETURN_IF_ERROR(im.DigestBuckets(data, d, "rebuilt root snapshot"));
+  return im.WriteRootFile(s_.meta_.fs_id, eviction, data.data(), std::move(d));
 }
 
 }  // namespace s3oram::serverd

@@ -1,5 +1,6 @@
-// ShareStore: the slot digests and their checks (Scrub, the verification of
-// bucket reads, the digests of the shadow).
+// The slot digests and their checks: the LiveTree's verification of bucket
+// reads (store_tree.h), and StoreScrub (store_scrub.h), the checks of a range
+// of the tree or of the root snapshot for SCRUB, PARITY and SLOT_SHARE.
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/file.h>
@@ -30,8 +31,8 @@
 
 namespace s3oram::serverd {
 
-Status ShareStore::VerifyBuckets(std::uint64_t first, std::span<const Elem> data) const {
-  const Impl& im = *impl_;
+Status LiveTree::VerifyBuckets(std::uint64_t first, std::span<const Elem> data) const {
+  const ShareStore::Impl& im = *s_.impl_;
   const std::uint64_t be = bucket_elems();
   const std::uint64_t n = im.geo.num_buckets;
   if (first < 1 || first > n || data.empty() || data.size() % be != 0 ||
@@ -52,15 +53,15 @@ Status ShareStore::VerifyBuckets(std::uint64_t first, std::span<const Elem> data
   return Status::Ok();
 }
 
-Result<std::vector<std::uint8_t>> ShareStore::Scrub(std::uint64_t first,
+Result<std::vector<std::uint8_t>> StoreScrub::Scrub(std::uint64_t first,
                                                     std::uint64_t count) const {
-  return Scrub(first, count, *impl_->key, nullptr);
+  return Scrub(first, count, *s_.impl_->key, nullptr);
 }
 
-Result<std::vector<std::uint8_t>> ShareStore::Scrub(
+Result<std::vector<std::uint8_t>> StoreScrub::Scrub(
     std::uint64_t first, std::uint64_t count, const digest::DigestKey& public_key,
     std::vector<digest::SlotDigest>* out_digests) const {
-  const Impl& im = *impl_;
+  const ShareStore::Impl& im = *s_.impl_;
   if (out_digests && public_key.slot_elems() != slot_elems()) {
     return Status::InvalidArgument("Scrub: public key for slots of another size");
   }
@@ -82,7 +83,7 @@ Result<std::vector<std::uint8_t>> ShareStore::Scrub(
       }
       continue;
     }
-    S3ORAM_RETURN_IF_ERROR(ReadBucket(b, bucket));
+    S3ORAM_RETURN_IF_ERROR(s_.tree_.ReadBucket(b, bucket));
     for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
       const std::span<const Elem> x{bucket.data() + slot * m, m};
       digest::SlotDigest got{};
@@ -96,78 +97,63 @@ Result<std::vector<std::uint8_t>> ShareStore::Scrub(
   return damaged;
 }
 
-Result<std::vector<digest::SlotDigest>> ShareStore::ShadowDigests(
-    std::uint64_t eviction, std::uint32_t attempt, const digest::DigestKey& public_key,
-    const digest::Seed& combination_seed, std::size_t combination_rows,
-    std::vector<Elem>* combination) const {
-  const Impl& im = *impl_;
-  if (im.shadow_state != Impl::ShadowState::kSealed || im.shadow.eviction != eviction ||
-      im.shadow.attempt != attempt) {
-    return Status::FailedPrecondition("no sealed shadow of eviction " + std::to_string(eviction) +
-                                      " attempt " + std::to_string(attempt) + " to check" +
-                                      (im.shadow_state == Impl::ShadowState::kSealed
-                                           ? " (the sealed one is eviction " +
-                                                 std::to_string(im.shadow.eviction) + " attempt " +
-                                                 std::to_string(im.shadow.attempt) + ")"
-                                           : std::string()));
-  }
-  if (public_key.slot_elems() != slot_elems()) {
-    return Status::InvalidArgument("ShadowDigests: public key for slots of another size");
-  }
-  const std::size_t m = slot_elems();
-  std::vector<Elem> bucket(bucket_elems());
-  const std::size_t slots = im.shadow.buckets.size() * im.geo.z;
-  std::vector<digest::SlotDigest> out(slots);
-  std::vector<Elem> weights;
-  if (combination != nullptr) {
-    weights = digest::CombinationWeights(combination_seed, combination_rows, slots);
-    combination->assign(combination_rows * m, 0);
-  }
-  for (std::size_t i = 0; i < im.shadow.buckets.size(); ++i) {
-    S3ORAM_RETURN_IF_ERROR(PreadAll(im.fd.get(), bucket.data(), im.geo.bucket_bytes,
-                                    im.PlaceOffset(im.shadow_places[i]), im.shares_path));
-    const digest::SlotDigest* want = im.shadow_digests.data() + i * im.geo.z;
-    for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
-      const std::span<const Elem> x{bucket.data() + slot * m, m};
-      digest::SlotDigest got{};
-      if (!im.key->Digest(x, &got) || got != want[slot]) {
-        return Status::Damaged(
-            "server " + std::to_string(meta_.server_index) + ": the prepared eviction " +
-            std::to_string(eviction) + " in " + im.shares_path + " is damaged (bucket " +
-            std::to_string(im.shadow.buckets[i]) + " slot " + std::to_string(slot) +
-            " differs from what was written); if "
-            "it stays, repair this server from the others: s3oram rebuild "
-            "--server " +
-            std::to_string(meta_.server_index));
-      }
-      (void)public_key.Digest(x, &out[i * im.geo.z + slot]);
-    }
-    // Every slot is canonical now (its stored digest matched), as the
-    // kernel requires.
-    for (std::size_t r = 0; r < combination_rows && combination != nullptr; ++r) {
-      digest::AddCombination(
-          bucket, m, std::span<const Elem>(weights).subspan(r * slots + i * im.geo.z, im.geo.z),
-          std::span<Elem>(*combination).subspan(r * m, m));
-    }
-  }
-  im.shadow_verified = true;
-  return out;
+std::span<const digest::SlotDigest> LiveTree::Digests(std::uint64_t b) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  assert(b >= 1 && b <= im.geo.num_buckets && "bucket out of range; callers validate");
+  return {im.StoredDigests(b), static_cast<std::size_t>(im.geo.z)};
 }
 
-std::span<const digest::SlotDigest> ShareStore::Digests(std::uint64_t b) const {
-  assert(b >= 1 && b <= impl_->geo.num_buckets && "bucket out of range; callers validate");
-  return {impl_->StoredDigests(b), static_cast<std::size_t>(impl_->geo.z)};
-}
+const digest::DigestKey& LiveTree::digest_key() const { return *s_.impl_->key; }
 
-const digest::DigestKey& ShareStore::digest_key() const { return *impl_->key; }
-
-Status ShareStore::DamagedSlot(std::uint64_t b, std::uint64_t slot, const std::string& what) const {
-  const std::string server = "server " + std::to_string(meta_.server_index);
+Status LiveTree::DamagedSlot(std::uint64_t b, std::uint64_t slot, const std::string& what) const {
+  const std::string server = "server " + std::to_string(s_.meta_.server_index);
   return Status::Damaged(server + " has damaged storage: bucket " + std::to_string(b) + " slot " +
-                         std::to_string(slot) + " of " + impl_->shares_path + " (" + what +
+                         std::to_string(slot) + " of " + s_.impl_->shares_path + " (" + what +
                          "); this server must be repaired from the others: s3oram rebuild "
                          "--server " +
-                         std::to_string(meta_.server_index));
+                         std::to_string(s_.meta_.server_index));
+}
+
+bool StoreScrub::HoldsPendingRootSnapshot() const {
+  const ShareStore::Impl& im = *s_.impl_;
+  return im.root_snapshot != 0 && im.root_snapshot == s_.meta_.applied_evictions + 1;
+}
+
+Result<std::vector<std::uint8_t>> StoreScrub::ScrubRootSnapshot(
+    const digest::DigestKey* public_key, std::vector<digest::SlotDigest>* out_digests) const {
+  const ShareStore::Impl& im = *s_.impl_;
+  if (!HoldsPendingRootSnapshot()) {
+    return Status::FailedPrecondition("no root snapshot of a pending eviction");
+  }
+  if (out_digests && (!public_key || public_key->slot_elems() != slot_elems())) {
+    return Status::InvalidArgument("ScrubRootSnapshot: public key for slots of another size");
+  }
+  std::vector<Elem> root(bucket_elems());
+  S3ORAM_RETURN_IF_ERROR(PreadAll(im.root_fd.get(), root.data(), root.size() * sizeof(Elem),
+                                  kHeaderRegion, im.root_path));
+  const std::size_t m = slot_elems();
+  std::vector<std::uint8_t> damaged(im.geo.z, 0);
+  if (out_digests) out_digests->assign(im.geo.z, digest::SlotDigest{});
+  for (std::uint64_t slot = 0; slot < im.geo.z; ++slot) {
+    const std::span<const Elem> x{root.data() + slot * m, m};
+    digest::SlotDigest got{};
+    const bool ok = im.key->Digest(x, &got) && got == im.root_digests[slot];
+    damaged[slot] = ok ? 0 : 1;
+    if (out_digests && ok) (void)public_key->Digest(x, &(*out_digests)[slot]);
+  }
+  return damaged;
+}
+
+Result<std::vector<Elem>> StoreScrub::RootSnapshotSlot(std::uint32_t slot) const {
+  if (!HoldsPendingRootSnapshot()) {
+    return Status::NotFound("no root snapshot of a pending eviction");
+  }
+  if (slot >= s_.impl_->geo.z) return Status::InvalidArgument("root snapshot slot out of range");
+  std::vector<Elem> root(bucket_elems());
+  S3ORAM_RETURN_IF_ERROR(s_.shadow_.ReadRootSnapshot(s_.meta_.applied_evictions, root));
+  const std::size_t m = slot_elems();
+  return std::vector<Elem>(root.begin() + static_cast<std::ptrdiff_t>(slot * m),
+                           root.begin() + static_cast<std::ptrdiff_t>((slot + 1) * m));
 }
 
 }  // namespace s3oram::serverd

@@ -29,7 +29,7 @@ void ExpectEveryBucketWritten(const std::string& shares, const OramParams& p) {
       std::uint64_t{p.bucket_size} * p.elems_per_slot() * sizeof(field::Elem);
   std::ifstream f(shares, std::ios::binary);
   ASSERT_TRUE(f.good()) << shares;
-  auto at = serverd::ShareStore::InspectFile(shares);
+  auto at = serverd::StoreInspection::InspectFile(shares);
   ASSERT_TRUE(at.ok()) << at.status().ToString();
   std::vector<char> bucket(bucket_bytes);
   for (std::uint64_t b = 1; b <= p.geometry().num_buckets(); ++b) {

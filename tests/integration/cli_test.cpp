@@ -252,7 +252,7 @@ TEST(CliTest, BenchAgeWritesEveryBucketBeforeMeasuring) {
     std::ifstream f(shares, std::ios::binary);
     ASSERT_TRUE(f.good()) << shares;
     // Where each bucket lies now (buckets move as evictions commit).
-    auto at = serverd::ShareStore::InspectFile(shares);
+    auto at = serverd::StoreInspection::InspectFile(shares);
     ASSERT_TRUE(at.ok()) << at.status().ToString();
     std::vector<char> bucket(bucket_bytes);
     for (std::uint64_t b = 1; b <= buckets; ++b) {

@@ -278,7 +278,7 @@ void DamageBlockBehindItsDigest(testing::MountedFs& fs, std::int64_t id, std::si
   ASSERT_TRUE(cluster.Kill(server, SIGTERM).ok());
   const std::string shares = cluster.dir() + "/data-" + std::to_string(server) + "/shares.bin";
   // Where the bucket and its digests lie now (buckets move as evictions commit).
-  auto at = serverd::ShareStore::InspectFile(shares);
+  auto at = serverd::StoreInspection::InspectFile(shares);
   ASSERT_TRUE(at.ok()) << at.status().ToString();
   const int fd = ::open(shares.c_str(), O_RDWR | O_CLOEXEC);
   ASSERT_GE(fd, 0) << shares << ": " << std::strerror(errno);
@@ -470,7 +470,7 @@ TEST_F(FsFsckTest, DamagedShareIsReportedWithItsFile) {
   // Where the bucket lies now (serverd/share_store.h: buckets move between
   // places as evictions commit).
   const std::string shares = fs_->test_fs()->cluster->dir() + "/data-1/shares.bin";
-  auto places = serverd::ShareStore::InspectFile(shares);
+  auto places = serverd::StoreInspection::InspectFile(shares);
   ASSERT_TRUE(places.ok()) << places.status().ToString();
   const std::uint64_t offset =
       (*places)[bucket].data + static_cast<std::uint64_t>(pos[2]) * p.slot_bytes();

@@ -85,13 +85,13 @@ SlotCensus CensusOfShares(const MountedFs& fs, const OramParams& p,
   const auto current = MakeShareMacKey(current_secrets, d);
   const auto previous = MakeShareMacKey(previous_secrets, d);
   const std::size_t parties = p.threshold + 1;
-  std::vector<std::vector<serverd::ShareStore::FileRange>> places(parties);
+  std::vector<std::vector<serverd::StoreInspection::FileRange>> places(parties);
   std::vector<std::ifstream> files;
   std::vector<field::Elem> xs;
   for (std::size_t i = 0; i < parties; ++i) {
     const std::string shares =
         fs.test_fs()->cluster->dir() + "/data-" + std::to_string(i) + "/shares.bin";
-    auto live = serverd::ShareStore::InspectFile(shares, &places[i]);
+    auto live = serverd::StoreInspection::InspectFile(shares, &places[i]);
     EXPECT_TRUE(live.ok()) << live.status().ToString();
     if (!live.ok()) return out;
     files.emplace_back(shares, std::ios::binary);

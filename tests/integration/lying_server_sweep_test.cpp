@@ -417,12 +417,12 @@ class Story {
     auto store = serverd::ShareStore::Open(DataDir());
     ASSERT_TRUE(store.ok()) << store.status().ToString();
     serverd::ShareStore& s = **store;
-    const std::size_t m = s.slot_elems();
+    const std::size_t m = s.tree().slot_elems();
     serverd::ServerMeta meta = s.meta();
     auto rewrite = [&](std::uint64_t bucket, std::uint32_t slot) {
-      const Elem* at = s.Bucket(bucket) + slot * m;
+      const Elem* at = s.tree().Bucket(bucket) + slot * m;
       const std::vector<Elem> x = Changed(std::span(at, m), rng_);
-      ASSERT_TRUE(s.WriteSlot(bucket, slot, x, meta.applied_seq, meta.epoch).ok());
+      ASSERT_TRUE(s.tree().WriteSlot(bucket, slot, x, meta.applied_seq, meta.epoch).ok());
       std::printf("server %zu rewrites bucket %llu slot %u (digest recomputed)\n", liar_,
                   static_cast<unsigned long long>(bucket), slot);
     };
@@ -454,38 +454,39 @@ class Story {
         // The live slot changed, copied into root.bin for the next eviction
         // (digests and all), and put back: only root.bin is wrong.
         const auto [b, slot] = LiveSlot(true);
-        const std::vector<Elem> original(s.Bucket(1) + slot * m, s.Bucket(1) + (slot + 1) * m);
+        const std::vector<Elem> original(s.tree().Bucket(1) + slot * m,
+                                         s.tree().Bucket(1) + (slot + 1) * m);
         const std::vector<Elem> x = Changed(original, rng_);
-        ASSERT_TRUE(s.WriteSlot(1, slot, x, meta.applied_seq, meta.epoch).ok());
-        ASSERT_TRUE(s.SnapshotRoot(meta.applied_evictions).ok());
-        ASSERT_TRUE(s.WriteSlot(1, slot, original, meta.applied_seq, meta.epoch).ok());
+        ASSERT_TRUE(s.tree().WriteSlot(1, slot, x, meta.applied_seq, meta.epoch).ok());
+        ASSERT_TRUE(s.shadow().SnapshotRoot(meta.applied_evictions).ok());
+        ASSERT_TRUE(s.tree().WriteSlot(1, slot, original, meta.applied_seq, meta.epoch).ok());
         std::printf("server %zu plants root.bin for eviction %llu, slot %u changed\n", liar_,
                     static_cast<unsigned long long>(meta.applied_evictions), slot);
         break;
       }
       case Edit::kPlantedShadow: {
         const std::vector<std::uint64_t> buckets = PathBelowRoot(meta.applied_evictions);
-        ASSERT_TRUE(s.BeginShadow(meta.applied_evictions, 1, buckets).ok());
-        std::vector<Elem> junk(s.bucket_elems());
+        ASSERT_TRUE(s.shadow().BeginShadow(meta.applied_evictions, 1, buckets).ok());
+        std::vector<Elem> junk(s.tree().bucket_elems());
         for (Elem& v : junk) v = static_cast<Elem>(rng_() % field::kPrime);
         for (std::size_t i = 0; i < buckets.size(); ++i) {
-          ASSERT_TRUE(s.PutShadowBucket(i, junk).ok());
+          ASSERT_TRUE(s.shadow().PutShadowBucket(i, junk).ok());
         }
-        ASSERT_TRUE(s.SealShadow().ok());
+        ASSERT_TRUE(s.shadow().SealShadow().ok());
         break;
       }
       case Edit::kMetaEvictionsAhead: {
         // The next eviction claimed done without computing it: a shadow of
         // the path's buckets as they are, sealed and committed.
         const std::vector<std::uint64_t> buckets = PathBelowRoot(meta.applied_evictions);
-        ASSERT_TRUE(s.BeginShadow(meta.applied_evictions, 1, buckets).ok());
-        std::vector<Elem> same(s.bucket_elems());
+        ASSERT_TRUE(s.shadow().BeginShadow(meta.applied_evictions, 1, buckets).ok());
+        std::vector<Elem> same(s.tree().bucket_elems());
         for (std::size_t i = 0; i < buckets.size(); ++i) {
-          ASSERT_TRUE(s.ReadBucket(buckets[i], same).ok());
-          ASSERT_TRUE(s.PutShadowBucket(i, same).ok());
+          ASSERT_TRUE(s.tree().ReadBucket(buckets[i], same).ok());
+          ASSERT_TRUE(s.shadow().PutShadowBucket(i, same).ok());
         }
-        ASSERT_TRUE(s.SealShadow().ok());
-        ASSERT_TRUE(s.Commit(meta.applied_evictions, meta.applied_seq, meta.epoch).ok());
+        ASSERT_TRUE(s.shadow().SealShadow().ok());
+        ASSERT_TRUE(s.shadow().Commit(meta.applied_evictions, meta.applied_seq, meta.epoch).ok());
         std::printf("server %zu claims eviction %llu applied without computing it\n", liar_,
                     static_cast<unsigned long long>(meta.applied_evictions));
         break;
@@ -505,7 +506,7 @@ class Story {
       }
       case Edit::kMetaSeqAhead:
         meta.applied_seq += std::uint64_t{1} << 40;
-        ASSERT_TRUE(s.UpdateMeta(meta).ok());
+        ASSERT_TRUE(s.tree().UpdateMeta(meta).ok());
         break;
       default:
         FAIL() << "no edit for " << entry_.name;

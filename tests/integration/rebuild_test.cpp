@@ -69,7 +69,7 @@ std::size_t DataRegionBytes(const std::vector<std::uint8_t>& file) {
 // move between places as evictions commit).
 std::vector<Elem> DataElems(const std::string& path) {
   const std::vector<std::uint8_t> file = ReadFile(path);
-  auto at = serverd::ShareStore::InspectFile(path);
+  auto at = serverd::StoreInspection::InspectFile(path);
   EXPECT_TRUE(at.ok()) << at.status().ToString();
   if (!at.ok()) return {};
   const std::size_t buckets = at->size() - 1;
@@ -173,7 +173,7 @@ void DamageElem(cluster::LocalCluster& c, std::size_t k, const OramParams& param
   ASSERT_TRUE(c.Kill(k, SIGTERM).ok());
   {
     const std::string path = DataDir(c, k) + "/shares.bin";
-    auto at = serverd::ShareStore::InspectFile(path);
+    auto at = serverd::StoreInspection::InspectFile(path);
     ASSERT_TRUE(at.ok()) << at.status().ToString();
     const auto off =
         static_cast<std::streamoff>((*at)[b].data + slot * params.slot_bytes() + 8);

@@ -42,15 +42,17 @@ inline void FlipBytes(const std::string& path, std::uint64_t offset, std::size_t
 
 // Where bucket b's data and digests lie in `shares` (a stopped server's
 // shares.bin), and those of each bucket of its shadow (none if it has none).
-inline serverd::ShareStore::FileRange BucketInFile(const std::string& shares, std::uint64_t b) {
-  auto at = serverd::ShareStore::InspectFile(shares);
+inline serverd::StoreInspection::FileRange BucketInFile(const std::string& shares,
+                                                        std::uint64_t b) {
+  auto at = serverd::StoreInspection::InspectFile(shares);
   EXPECT_TRUE(at.ok()) << at.status().ToString();
-  return at.ok() && b < at->size() ? (*at)[b] : serverd::ShareStore::FileRange{};
+  return at.ok() && b < at->size() ? (*at)[b] : serverd::StoreInspection::FileRange{};
 }
-inline std::vector<serverd::ShareStore::FileRange> ShadowInFile(const std::string& shares) {
+inline std::vector<serverd::StoreInspection::FileRange> ShadowInFile(const std::string& shares) {
   auto store = serverd::ShareStore::Open(shares.substr(0, shares.rfind('/')));
   EXPECT_TRUE(store.ok()) << store.status().ToString();
-  return store.ok() ? (*store)->ShadowInFile() : std::vector<serverd::ShareStore::FileRange>{};
+  return store.ok() ? (*store)->inspection().ShadowInFile()
+                    : std::vector<serverd::StoreInspection::FileRange>{};
 }
 
 // Damages `shares` (a stopped server's shares.bin) as `kind` says, at a
@@ -60,10 +62,10 @@ inline std::string DamageShareFile(const std::string& shares, const OramParams& 
   const TreeGeometry geo = p.geometry();
   const std::uint64_t slot_bytes = p.slot_bytes();
   // Where the buckets lie now (they move between places as evictions commit).
-  std::vector<serverd::ShareStore::FileRange> at;
+  std::vector<serverd::StoreInspection::FileRange> at;
   std::vector<std::uint64_t> written = {1};
   if (kind != ShareDamage::kHeaderCopy) {
-    auto inspected = serverd::ShareStore::InspectFile(shares);
+    auto inspected = serverd::StoreInspection::InspectFile(shares);
     EXPECT_TRUE(inspected.ok()) << inspected.status().ToString();
     if (!inspected.ok()) return "?";
     at = std::move(*inspected);
@@ -125,7 +127,7 @@ inline void RewriteSlotWithItsDigest(const std::string& shares, const OramParams
   f.read(reinterpret_cast<char*>(key_seed.data()), key_seed.size());
   const std::size_t m = p.elems_per_slot();
   // Where the bucket and its digests lie now (buckets move as evictions commit).
-  auto at = serverd::ShareStore::InspectFile(shares);
+  auto at = serverd::StoreInspection::InspectFile(shares);
   ASSERT_TRUE(at.ok()) << at.status().ToString();
   ASSERT_LT(bucket, at->size());
   const auto data_at =

@@ -103,7 +103,7 @@ class RequestHandlerTest : public ::testing::Test {
     handler_ = std::move(h).value();
   }
   wire::WriteRootRequest RootWrite() const {
-    return wire::WriteRootRequest{0, std::vector<Elem>(handler_->store()->slot_elems(), 7)};
+    return wire::WriteRootRequest{0, std::vector<Elem>(handler_->store()->tree().slot_elems(), 7)};
   }
   // Sends one request and returns the decoded reply body.
   wire::Body Call(const wire::Body& body, std::uint64_t seq = 1) {
@@ -169,14 +169,14 @@ TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
   EXPECT_NE(ErrorText(refused).find("peer 2 sent 7 SMP shares for round 0, expected 8"),
             std::string::npos)
       << ErrorText(refused);
-  EXPECT_EQ(handler_->store()->SealedEviction(), 0u);
+  EXPECT_EQ(handler_->store()->shadow().SealedEviction(), 0u);
 
   peers_.short_shares = false;
   prepare.attempt = 1;
   ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 3)));
   const wire::Body accepted = Call(wire::EvictResultRequest{0, 1}, 3);
   ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(accepted)) << ErrorText(accepted);
-  EXPECT_EQ(handler_->store()->SealedEviction(), 1u);
+  EXPECT_EQ(handler_->store()->shadow().SealedEviction(), 1u);
 }
 
 // EVICT_PREPARE copies the root aside before it answers (EVICT_STARTED): a
@@ -197,7 +197,7 @@ TEST_F(RequestHandlerTest, PrepareEvictsTheRootAsItWasWhenItStarted) {
                                           std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
   const wire::Body started = Call(prepare, 3);
   ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(started)) << ErrorText(started);
-  EXPECT_EQ(handler_->store()->RootSnapshotEviction(), 1u);
+  EXPECT_EQ(handler_->store()->shadow().RootSnapshotEviction(), 1u);
   ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
       Call(wire::WriteRootRequest{0, after}, 4)));
   const wire::Body done = Call(wire::EvictResultRequest{0, 1}, 5);
@@ -209,9 +209,9 @@ TEST_F(RequestHandlerTest, PrepareEvictsTheRootAsItWasWhenItStarted) {
             std::string::npos);
   ASSERT_TRUE(std::holds_alternative<wire::EvictCommitReply>(Call(wire::EvictCommitRequest{0}, 7)));
   const std::uint64_t s1 = TreeGeometry::Sibling(geo.BucketOnPath(leaf, 1));
-  const Elem* sibling = handler_->store()->Bucket(s1);
+  const Elem* sibling = handler_->store()->tree().Bucket(s1);
   EXPECT_EQ(std::vector<Elem>(sibling, sibling + 4), before);
-  const Elem* root = handler_->store()->Bucket(1);
+  const Elem* root = handler_->store()->tree().Bucket(1);
   EXPECT_EQ(std::vector<Elem>(root, root + 4), after);
 }
 
@@ -461,7 +461,7 @@ TEST_F(RequestHandlerTest, RetrievalOverHolesEqualsTheWholePathProduct) {
     want[c] = static_cast<Elem>(std::uint64_t{select[1]} * share[c] % field::kPrime);
   }
   EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, want);
-  auto holes = handler_->store()->Holes(1, geo.num_buckets());
+  auto holes = handler_->store()->tree().Holes(1, geo.num_buckets());
   ASSERT_TRUE(holes.ok()) << holes.status().ToString();
   EXPECT_FALSE(holes->at(0)) << "the root holds data";
   EXPECT_TRUE(holes->at(geo.BucketOnPath(geo.first_leaf(), 2) - 1)) << "the leaf is a hole";
@@ -576,7 +576,7 @@ TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
     ASSERT_EQ(::pwrite(fd, d, sizeof d, static_cast<off_t>(digest_at)), 8);
     ::close(fd);
   }
-  auto holes = handler_->store()->Holes(leaf_bucket, 1);
+  auto holes = handler_->store()->tree().Holes(leaf_bucket, 1);
   ASSERT_TRUE(holes.ok());
   if (!holes->at(0)) GTEST_SKIP() << "this filesystem does not report holes (SEEK_DATA)";
   got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 9);

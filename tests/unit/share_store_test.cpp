@@ -48,8 +48,8 @@ std::vector<Elem> RandomElems(std::mt19937_64& rng, std::size_t n) {
 }
 
 std::vector<Elem> ReadBucket(const ShareStore& s, std::uint64_t b) {
-  const Elem* p = s.Bucket(b);
-  return std::vector<Elem>(p, p + s.bucket_elems());
+  const Elem* p = s.tree().Bucket(b);
+  return std::vector<Elem>(p, p + s.tree().bucket_elems());
 }
 
 bool AllZero(const Elem* p, std::uint64_t n) {
@@ -105,12 +105,12 @@ std::vector<std::vector<Elem>> SealRandomShadow(ShareStore& s, std::uint64_t evi
                                                 const std::vector<std::uint64_t>& buckets,
                                                 std::mt19937_64& rng, std::uint32_t attempt = 0) {
   std::vector<std::vector<Elem>> data;
-  EXPECT_TRUE(s.BeginShadow(eviction, attempt, buckets).ok());
+  EXPECT_TRUE(s.shadow().BeginShadow(eviction, attempt, buckets).ok());
   for (std::size_t i = 0; i < buckets.size(); ++i) {
-    data.push_back(RandomElems(rng, s.bucket_elems()));
-    EXPECT_TRUE(s.PutShadowBucket(i, data.back()).ok());
+    data.push_back(RandomElems(rng, s.tree().bucket_elems()));
+    EXPECT_TRUE(s.shadow().PutShadowBucket(i, data.back()).ok());
   }
-  Status st = s.SealShadow();
+  Status st = s.shadow().SealShadow();
   EXPECT_TRUE(st.ok()) << st.ToString();
   return data;
 }
@@ -126,8 +126,8 @@ TEST(ShareStore, CreateIsSparseAndReadsZero) {
   ASSERT_NE(store, nullptr);
 
   const std::uint64_t buckets = (1ull << 17) - 1;
-  EXPECT_EQ(store->num_buckets(), buckets);
-  EXPECT_EQ(store->bucket_elems(), 64u * 1096u);
+  EXPECT_EQ(store->tree().num_buckets(), buckets);
+  EXPECT_EQ(store->tree().bucket_elems(), 64u * 1096u);
   // Header, buckets (~36.8 GB logical), then 8 bytes of digest per slot at the
   // next 4 KiB boundary; then, each from a 4 KiB boundary, 2H = 32 spare
   // places, their digests, and two copies of the bucket map (4 bytes a
@@ -139,11 +139,11 @@ TEST(ShareStore, CreateIsSparseAndReadsZero) {
   const std::uint64_t spare_end = page_up(digests_end) + 32 * bucket_bytes;
   const std::uint64_t spare_digests_end = page_up(spare_end) + 32 * 64 * 8;
   const std::uint64_t map_copy = page_up(32 + 4 * buckets + 4);
-  EXPECT_EQ(store->file_bytes(), page_up(spare_digests_end) + 2 * map_copy);
+  EXPECT_EQ(store->inspection().file_bytes(), page_up(spare_digests_end) + 2 * map_copy);
   struct stat st{};
   ASSERT_EQ(::stat((dir + "/shares.bin").c_str(), &st), 0);
-  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
-  EXPECT_LT(store->allocated_bytes(), 1u << 20) << "creating the store wrote data";
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->inspection().file_bytes());
+  EXPECT_LT(store->inspection().allocated_bytes(), 1u << 20) << "creating the store wrote data";
 
   ASSERT_EQ(::stat(dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0700u);
@@ -151,18 +151,18 @@ TEST(ShareStore, CreateIsSparseAndReadsZero) {
   EXPECT_EQ(st.st_mode & 0777, 0700u);
 
   for (std::uint64_t b : {std::uint64_t{1}, std::uint64_t{2}, buckets / 2, buckets}) {
-    EXPECT_TRUE(AllZero(store->Bucket(b), store->bucket_elems())) << "bucket " << b;
+    EXPECT_TRUE(AllZero(store->tree().Bucket(b), store->tree().bucket_elems())) << "bucket " << b;
   }
   EXPECT_EQ(store->meta().applied_seq, 0u);
-  EXPECT_EQ(store->SealedEviction(), 0u);
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
 
   // One slot at the far end allocates about one slot, not the file.
-  std::vector<Elem> slot(store->slot_elems(), 12345);
-  ASSERT_TRUE(store->WriteSlot(buckets, 63, slot, 1, 1).ok());
-  EXPECT_LT(store->allocated_bytes(), 1u << 20);
-  const Elem* last = store->Bucket(buckets);
-  EXPECT_TRUE(AllZero(last, 63 * store->slot_elems()));
-  EXPECT_TRUE(std::equal(slot.begin(), slot.end(), last + 63 * store->slot_elems()));
+  std::vector<Elem> slot(store->tree().slot_elems(), 12345);
+  ASSERT_TRUE(store->tree().WriteSlot(buckets, 63, slot, 1, 1).ok());
+  EXPECT_LT(store->inspection().allocated_bytes(), 1u << 20);
+  const Elem* last = store->tree().Bucket(buckets);
+  EXPECT_TRUE(AllZero(last, 63 * store->tree().slot_elems()));
+  EXPECT_TRUE(std::equal(slot.begin(), slot.end(), last + 63 * store->tree().slot_elems()));
 }
 
 TEST(ShareStore, WriteSlotReadsBackThroughMapping) {
@@ -172,18 +172,18 @@ TEST(ShareStore, WriteSlotReadsBackThroughMapping) {
   ASSERT_NE(store, nullptr);
   std::map<std::pair<std::uint64_t, std::uint32_t>, std::vector<Elem>> model;
   for (int i = 0; i < 40; ++i) {
-    const std::uint64_t b = 1 + rng() % store->num_buckets();
+    const std::uint64_t b = 1 + rng() % store->tree().num_buckets();
     const auto slot = static_cast<std::uint32_t>(rng() % 4);
-    auto data = RandomElems(rng, store->slot_elems());
-    ASSERT_TRUE(store->WriteSlot(b, slot, data, 100 + i, 7).ok());
+    auto data = RandomElems(rng, store->tree().slot_elems());
+    ASSERT_TRUE(store->tree().WriteSlot(b, slot, data, 100 + i, 7).ok());
     model[{b, slot}] = data;
   }
-  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+  for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b) {
     for (std::uint32_t slot = 0; slot < 4; ++slot) {
-      const Elem* p = store->Bucket(b) + slot * store->slot_elems();
+      const Elem* p = store->tree().Bucket(b) + slot * store->tree().slot_elems();
       auto it = model.find({b, slot});
       if (it == model.end()) {
-        EXPECT_TRUE(AllZero(p, store->slot_elems()));
+        EXPECT_TRUE(AllZero(p, store->tree().slot_elems()));
       } else {
         EXPECT_TRUE(std::equal(it->second.begin(), it->second.end(), p)) << b << "/" << slot;
       }
@@ -192,7 +192,7 @@ TEST(ShareStore, WriteSlotReadsBackThroughMapping) {
   EXPECT_EQ(store->meta().applied_seq, 139u);
   EXPECT_EQ(store->meta().epoch, 7u);
   // seq and epoch only move forward.
-  ASSERT_TRUE(store->WriteSlot(1, 0, model.begin()->second, 5, 3).ok());
+  ASSERT_TRUE(store->tree().WriteSlot(1, 0, model.begin()->second, 5, 3).ok());
   EXPECT_EQ(store->meta().applied_seq, 139u);
   EXPECT_EQ(store->meta().epoch, 7u);
 }
@@ -203,12 +203,12 @@ TEST(ShareStore, WriteSlotRejectsBadArguments) {
   ASSERT_NE(store, nullptr);
   std::vector<Elem> ok(8, 1);
   std::vector<Elem> short_data(7, 1);
-  EXPECT_EQ(store->WriteSlot(0, 0, ok, 1, 1).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(store->WriteSlot(16, 0, ok, 1, 1).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(store->WriteSlot(1, 4, ok, 1, 1).code(), Status::Code::kInvalidArgument);
-  EXPECT_EQ(store->WriteSlot(1, 0, short_data, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->tree().WriteSlot(0, 0, ok, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->tree().WriteSlot(16, 0, ok, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->tree().WriteSlot(1, 4, ok, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->tree().WriteSlot(1, 0, short_data, 1, 1).code(), Status::Code::kInvalidArgument);
   EXPECT_EQ(store->meta().applied_seq, 0u);
-  EXPECT_TRUE(store->WriteSlot(15, 3, ok, 1, 1).ok());
+  EXPECT_TRUE(store->tree().WriteSlot(15, 3, ok, 1, 1).ok());
 }
 
 // Benchmarks' age fill: whole buckets with digests on a tree never used, so
@@ -219,43 +219,44 @@ TEST(ShareStore, FillUnusedBucketsWritesEveryBucketUntilTheTreeIsUsed) {
   auto rng = testing::SeededRng();
   auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
   ASSERT_NE(store, nullptr);
-  const std::uint64_t n = store->num_buckets(), be = store->bucket_elems();
+  const std::uint64_t n = store->tree().num_buckets(), be = store->tree().bucket_elems();
   const auto data = RandomElems(rng, n * be);
-  EXPECT_EQ(store->FillUnusedBuckets(0, std::span(data).first(be)).code(),
+  EXPECT_EQ(store->age_fill().FillUnusedBuckets(0, std::span(data).first(be)).code(),
             Status::Code::kInvalidArgument);
-  EXPECT_EQ(store->FillUnusedBuckets(n, std::span(data).first(2 * be)).code(),
+  EXPECT_EQ(store->age_fill().FillUnusedBuckets(n, std::span(data).first(2 * be)).code(),
             Status::Code::kInvalidArgument);
-  ASSERT_TRUE(store->FillUnusedBuckets(1, std::span(data).first(be)).ok());
-  ASSERT_TRUE(store->FillUnusedBuckets(2, std::span(data).subspan(be)).ok());
-  auto holes = store->Holes(1, n);
+  ASSERT_TRUE(store->age_fill().FillUnusedBuckets(1, std::span(data).first(be)).ok());
+  ASSERT_TRUE(store->age_fill().FillUnusedBuckets(2, std::span(data).subspan(be)).ok());
+  auto holes = store->tree().Holes(1, n);
   ASSERT_TRUE(holes.ok()) << holes.status().ToString();
   for (std::uint64_t b = 0; b < n; ++b) {
     EXPECT_FALSE((*holes)[b]) << "bucket " << b + 1;
     EXPECT_TRUE(std::equal(data.begin() + static_cast<std::ptrdiff_t>(b * be),
                            data.begin() + static_cast<std::ptrdiff_t>((b + 1) * be),
-                           store->Bucket(b + 1)))
+                           store->tree().Bucket(b + 1)))
         << "bucket " << b + 1;
   }
-  auto flags = store->Scrub(1, n);
+  auto flags = store->scrub().Scrub(1, n);
   ASSERT_TRUE(flags.ok()) << flags.status().ToString();
   EXPECT_EQ(std::count(flags->begin(), flags->end(), 1), 0) << "a filled slot fails its digest";
 
-  std::vector<Elem> slot(store->slot_elems(), 7);
-  ASSERT_TRUE(store->WriteSlot(1, 0, slot, 1, 1).ok());
-  const Status refused = store->FillUnusedBuckets(2, std::span(data).first(be));
+  std::vector<Elem> slot(store->tree().slot_elems(), 7);
+  ASSERT_TRUE(store->tree().WriteSlot(1, 0, slot, 1, 1).ok());
+  const Status refused = store->age_fill().FillUnusedBuckets(2, std::span(data).first(be));
   EXPECT_EQ(refused.code(), Status::Code::kFailedPrecondition) << refused.ToString();
   EXPECT_NE(refused.message().find("has been used"), std::string::npos) << refused.ToString();
   EXPECT_TRUE(std::equal(data.begin() + static_cast<std::ptrdiff_t>(be),
-                         data.begin() + static_cast<std::ptrdiff_t>(2 * be), store->Bucket(2)));
+                         data.begin() + static_cast<std::ptrdiff_t>(2 * be),
+                         store->tree().Bucket(2)));
 
   // An eviction under way (its root snapshot taken) counts as use too.
   TempDir tmp2;
   auto fresh = MustCreate(tmp2.path(), MakeMeta(3, 4, 8));
   ASSERT_NE(fresh, nullptr);
-  EXPECT_TRUE(fresh->CheckUnused().ok());
-  ASSERT_TRUE(fresh->SnapshotRoot(0).ok());
-  EXPECT_EQ(fresh->CheckUnused().code(), Status::Code::kFailedPrecondition);
-  EXPECT_EQ(fresh->FillUnusedBuckets(2, std::span(data).first(be)).code(),
+  EXPECT_TRUE(fresh->age_fill().CheckUnused().ok());
+  ASSERT_TRUE(fresh->shadow().SnapshotRoot(0).ok());
+  EXPECT_EQ(fresh->age_fill().CheckUnused().code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(fresh->age_fill().FillUnusedBuckets(2, std::span(data).first(be)).code(),
             Status::Code::kFailedPrecondition);
 }
 
@@ -267,15 +268,17 @@ TEST(ShareStore, ReopenPersistsMetaAndData) {
   {
     auto store = MustCreate(tmp.path(), meta);
     ASSERT_NE(store, nullptr);
-    for (std::uint64_t b = 1; b <= store->num_buckets(); b += 3) {
-      ASSERT_TRUE(store->WriteSlot(b, static_cast<std::uint32_t>(b % 3),
-                                   RandomElems(rng, store->slot_elems()), b, 4)
+    for (std::uint64_t b = 1; b <= store->tree().num_buckets(); b += 3) {
+      ASSERT_TRUE(store->tree()
+                      .WriteSlot(b, static_cast<std::uint32_t>(b % 3),
+                                 RandomElems(rng, store->tree().slot_elems()), b, 4)
                       .ok());
     }
     ServerMeta m = store->meta();
     m.epoch = 99;
-    ASSERT_TRUE(store->UpdateMeta(m).ok());
-    for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) before.push_back(ReadBucket(*store, b));
+    ASSERT_TRUE(store->tree().UpdateMeta(m).ok());
+    for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b)
+      before.push_back(ReadBucket(*store, b));
   }
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
@@ -283,7 +286,7 @@ TEST(ShareStore, ReopenPersistsMetaAndData) {
   expect.epoch = 99;
   expect.applied_seq = 31;
   ExpectMetaEq(store->meta(), expect);
-  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+  for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b) {
     EXPECT_EQ(ReadBucket(*store, b), before[b - 1]) << "bucket " << b;
   }
 }
@@ -300,39 +303,42 @@ TEST(ShareStore, RootSnapshotKeepsTheEvictionsInputAcrossRootWritesAndRestarts) 
   {
     auto store = MustCreate(tmp.path(), meta);
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->RootSnapshotEviction(), 0u);
-    EXPECT_FALSE(store->SnapshotRoot(1).ok());  // not the next eviction
+    EXPECT_EQ(store->shadow().RootSnapshotEviction(), 0u);
+    EXPECT_FALSE(store->shadow().SnapshotRoot(1).ok());  // not the next eviction
     for (std::uint32_t q = 0; q < 4; ++q) {
-      ASSERT_TRUE(store->WriteSlot(1, q, RandomElems(rng, store->slot_elems()), q + 1, 1).ok());
+      ASSERT_TRUE(store->tree()
+                      .WriteSlot(1, q, RandomElems(rng, store->tree().slot_elems()), q + 1, 1)
+                      .ok());
     }
     root_before = ReadBucket(*store, 1);
-    ASSERT_TRUE(store->SnapshotRoot(0).ok());
-    EXPECT_EQ(store->RootSnapshotEviction(), 1u);
+    ASSERT_TRUE(store->shadow().SnapshotRoot(0).ok());
+    EXPECT_EQ(store->shadow().RootSnapshotEviction(), 1u);
     // The next round overwrites the live root.
-    ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, store->slot_elems()), 9, 1).ok());
+    ASSERT_TRUE(
+        store->tree().WriteSlot(1, 0, RandomElems(rng, store->tree().slot_elems()), 9, 1).ok());
     ASSERT_NE(ReadBucket(*store, 1), root_before);
     // A second snapshot of the same eviction keeps the first.
-    ASSERT_TRUE(store->SnapshotRoot(0).ok());
-    std::vector<Elem> got(store->bucket_elems());
-    ASSERT_TRUE(store->ReadRootSnapshot(0, got).ok());
+    ASSERT_TRUE(store->shadow().SnapshotRoot(0).ok());
+    std::vector<Elem> got(store->tree().bucket_elems());
+    ASSERT_TRUE(store->shadow().ReadRootSnapshot(0, got).ok());
     EXPECT_EQ(got, root_before);
   }
   {
     auto store = MustOpen(tmp.path());
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->RootSnapshotEviction(), 1u);
-    std::vector<Elem> got(store->bucket_elems());
-    ASSERT_TRUE(store->ReadRootSnapshot(0, got).ok());
+    EXPECT_EQ(store->shadow().RootSnapshotEviction(), 1u);
+    std::vector<Elem> got(store->tree().bucket_elems());
+    ASSERT_TRUE(store->shadow().ReadRootSnapshot(0, got).ok());
     EXPECT_EQ(got, root_before);
-    EXPECT_EQ(store->RootSnapshotDigests().size(), 4u);
-    EXPECT_FALSE(store->ReadRootSnapshot(1, got).ok());
+    EXPECT_EQ(store->shadow().RootSnapshotDigests().size(), 4u);
+    EXPECT_FALSE(store->shadow().ReadRootSnapshot(1, got).ok());
   }
   // Damage on disk: element 2 of slot 1 of the snapshot.
   FlipBytes(tmp.path() + "/root.bin", 4096 + (5 + 2) * sizeof(Elem), 1);
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  std::vector<Elem> got(store->bucket_elems());
-  const Status st = store->ReadRootSnapshot(0, got);
+  std::vector<Elem> got(store->tree().bucket_elems());
+  const Status st = store->shadow().ReadRootSnapshot(0, got);
   EXPECT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
   EXPECT_NE(st.message().find("root snapshot"), std::string::npos) << st.message();
 }
@@ -343,7 +349,7 @@ TEST(ShareStore, UpdateMetaCannotChangeShape) {
   ASSERT_NE(store, nullptr);
   ServerMeta m = store->meta();
   m.shape.bucket_size = 5;
-  EXPECT_EQ(store->UpdateMeta(m).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->tree().UpdateMeta(m).code(), Status::Code::kInvalidArgument);
 }
 
 TEST(ShareStore, CreateRefusesExistingUnlessOverwrite) {
@@ -352,7 +358,7 @@ TEST(ShareStore, CreateRefusesExistingUnlessOverwrite) {
   {
     auto store = MustCreate(tmp.path(), meta);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->WriteSlot(1, 0, std::vector<Elem>(8, 9), 3, 1).ok());
+    ASSERT_TRUE(store->tree().WriteSlot(1, 0, std::vector<Elem>(8, 9), 3, 1).ok());
   }
   auto again = ShareStore::Create(tmp.path(), meta, false);
   ASSERT_FALSE(again.ok());
@@ -363,7 +369,7 @@ TEST(ShareStore, CreateRefusesExistingUnlessOverwrite) {
   auto fresh = ShareStore::Create(tmp.path(), meta, true);
   ASSERT_TRUE(fresh.ok()) << fresh.status().ToString();
   ExpectMetaEq((*fresh)->meta(), meta);
-  EXPECT_TRUE(AllZero((*fresh)->Bucket(1), (*fresh)->bucket_elems()));
+  EXPECT_TRUE(AllZero((*fresh)->tree().Bucket(1), (*fresh)->tree().bucket_elems()));
   fresh = Status::NotFound("closed");  // release the store
   auto reopened = MustOpen(tmp.path());
   ASSERT_NE(reopened, nullptr);
@@ -386,8 +392,8 @@ TEST(ShareStore, OverwriteDiscardsSealedShadow) {
   fresh = Status::NotFound("closed");
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->SealedEviction(), 0u);
-  EXPECT_EQ(store->Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
+  EXPECT_EQ(store->shadow().Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
 }
 
 TEST(ShareStore, OpenMissingIsNotFound) {
@@ -439,8 +445,8 @@ TEST(ShareStore, OneTornHeaderCopyFallsBackToTheOther) {
     {
       auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
       ASSERT_NE(store, nullptr);
-      ASSERT_TRUE(store->WriteSlot(1, 0, std::vector<Elem>(8, 1), 5, 1).ok());
-      ASSERT_TRUE(store->WriteSlot(1, 1, std::vector<Elem>(8, 2), 7, 1).ok());
+      ASSERT_TRUE(store->tree().WriteSlot(1, 0, std::vector<Elem>(8, 1), 5, 1).ok());
+      ASSERT_TRUE(store->tree().WriteSlot(1, 1, std::vector<Elem>(8, 2), 7, 1).ok());
     }
     FlipBytes(tmp.path() + "/shares.bin", damaged + 30, 40);
     auto store = MustOpen(tmp.path());
@@ -448,8 +454,8 @@ TEST(ShareStore, OneTornHeaderCopyFallsBackToTheOther) {
     seen.push_back(store->meta().applied_seq);
     // The store keeps working and the next update lands in the damaged copy's
     // place or the other; either way a reopen sees it.
-    ASSERT_TRUE(store->WriteSlot(2, 0, std::vector<Elem>(8, 3), 9, 1).ok());
-    ASSERT_TRUE(store->WriteSlot(2, 1, std::vector<Elem>(8, 4), 11, 1).ok());
+    ASSERT_TRUE(store->tree().WriteSlot(2, 0, std::vector<Elem>(8, 3), 9, 1).ok());
+    ASSERT_TRUE(store->tree().WriteSlot(2, 1, std::vector<Elem>(8, 4), 11, 1).ok());
     store.reset();
     store = MustOpen(tmp.path());
     ASSERT_NE(store, nullptr);
@@ -483,7 +489,7 @@ TEST(ShareStore, WrongFileSizeIsCorruption) {
     {
       auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
       ASSERT_NE(store, nullptr);
-      size = store->file_bytes();
+      size = store->inspection().file_bytes();
     }
     ASSERT_EQ(::truncate((tmp.path() + "/shares.bin").c_str(),
                          static_cast<off_t>(static_cast<long>(size) + delta)),
@@ -511,28 +517,29 @@ TEST(ShareStore, ShadowCommitMovesData) {
   auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
   ASSERT_NE(store, nullptr);
   // Some live data the eviction reads; it must survive until the commit.
-  auto root_slot = RandomElems(rng, store->slot_elems());
-  ASSERT_TRUE(store->WriteSlot(1, 2, root_slot, 4, 1).ok());
+  auto root_slot = RandomElems(rng, store->tree().slot_elems());
+  ASSERT_TRUE(store->tree().WriteSlot(1, 2, root_slot, 4, 1).ok());
   std::vector<std::vector<Elem>> old;
-  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) old.push_back(ReadBucket(*store, b));
+  for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b)
+    old.push_back(ReadBucket(*store, b));
 
   auto shadow = SealRandomShadow(*store, 0, kPath, rng, 3);
-  EXPECT_EQ(store->SealedEviction(), 1u);
-  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+  EXPECT_EQ(store->shadow().SealedEviction(), 1u);
+  for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b) {
     EXPECT_EQ(ReadBucket(*store, b), old[b - 1]) << "bucket " << b << " changed before commit";
   }
-  ASSERT_TRUE(store->Commit(0, 10, 2).ok());
+  ASSERT_TRUE(store->shadow().Commit(0, 10, 2).ok());
   EXPECT_EQ(store->meta().applied_evictions, 1u);
   EXPECT_EQ(store->meta().applied_seq, 10u);
   EXPECT_EQ(store->meta().epoch, 2u);
-  EXPECT_EQ(store->SealedEviction(), 0u);
-  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
+  for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b) {
     auto it = std::find(kPath.begin(), kPath.end(), b);
     const auto& want = it == kPath.end() ? old[b - 1] : shadow[it - kPath.begin()];
     EXPECT_EQ(ReadBucket(*store, b), want) << "bucket " << b;
   }
   // Idempotent: a repeated commit (lost reply) changes nothing.
-  ASSERT_TRUE(store->Commit(0, 99, 99).ok());
+  ASSERT_TRUE(store->shadow().Commit(0, 99, 99).ok());
   EXPECT_EQ(store->meta().applied_seq, 10u);
   EXPECT_EQ(store->meta().applied_evictions, 1u);
 
@@ -540,8 +547,8 @@ TEST(ShareStore, ShadowCommitMovesData) {
   store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->meta().applied_evictions, 1u);
-  EXPECT_EQ(store->SealedEviction(), 0u) << "a committed shadow must be obsolete";
-  EXPECT_TRUE(store->Commit(0, 1, 1).ok());
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u) << "a committed shadow must be obsolete";
+  EXPECT_TRUE(store->shadow().Commit(0, 1, 1).ok());
   EXPECT_EQ(ReadBucket(*store, 13), shadow[3]);
 }
 
@@ -550,43 +557,43 @@ TEST(ShareStore, ShadowPreconditionsAndArguments) {
   auto rng = testing::SeededRng();
   auto store = MustCreate(tmp.path(), MakeMeta(3, 2, 4));
   ASSERT_NE(store, nullptr);
-  const auto bucket = RandomElems(rng, store->bucket_elems());
+  const auto bucket = RandomElems(rng, store->tree().bucket_elems());
   using C = Status::Code;
-  EXPECT_EQ(store->PutShadowBucket(0, bucket).code(), C::kFailedPrecondition);
-  EXPECT_EQ(store->SealShadow().code(), C::kFailedPrecondition);
-  EXPECT_EQ(store->Commit(0, 1, 1).code(), C::kFailedPrecondition);
-  EXPECT_EQ(store->Commit(5, 1, 1).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().PutShadowBucket(0, bucket).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().SealShadow().code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().Commit(0, 1, 1).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().Commit(5, 1, 1).code(), C::kFailedPrecondition);
 
   const std::vector<std::uint64_t> empty;
   const std::vector<std::uint64_t> dup = {1, 2, 1};
   const std::vector<std::uint64_t> zero = {0, 2};
   const std::vector<std::uint64_t> big = {1, 16};
-  EXPECT_EQ(store->BeginShadow(1, 0, kPath).code(), C::kFailedPrecondition);
-  EXPECT_EQ(store->BeginShadow(0, 0, empty).code(), C::kInvalidArgument);
-  EXPECT_EQ(store->BeginShadow(0, 0, dup).code(), C::kInvalidArgument);
-  EXPECT_EQ(store->BeginShadow(0, 0, zero).code(), C::kInvalidArgument);
-  EXPECT_EQ(store->BeginShadow(0, 0, big).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->shadow().BeginShadow(1, 0, kPath).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().BeginShadow(0, 0, empty).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->shadow().BeginShadow(0, 0, dup).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->shadow().BeginShadow(0, 0, zero).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->shadow().BeginShadow(0, 0, big).code(), C::kInvalidArgument);
 
-  ASSERT_TRUE(store->BeginShadow(0, 0, kPath).ok());
-  EXPECT_EQ(store->PutShadowBucket(4, bucket).code(), C::kInvalidArgument);
-  EXPECT_EQ(store->PutShadowBucket(0, std::span(bucket).first(bucket.size() - 1)).code(),
+  ASSERT_TRUE(store->shadow().BeginShadow(0, 0, kPath).ok());
+  EXPECT_EQ(store->shadow().PutShadowBucket(4, bucket).code(), C::kInvalidArgument);
+  EXPECT_EQ(store->shadow().PutShadowBucket(0, std::span(bucket).first(bucket.size() - 1)).code(),
             C::kInvalidArgument);
-  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(store->PutShadowBucket(i, bucket).ok());
+  for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(store->shadow().PutShadowBucket(i, bucket).ok());
   // Not sealed yet: nothing to commit.
-  EXPECT_EQ(store->Commit(0, 1, 1).code(), C::kFailedPrecondition);
-  EXPECT_EQ(store->SealedEviction(), 0u);
+  EXPECT_EQ(store->shadow().Commit(0, 1, 1).code(), C::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
   // Bucket index 3 was never written.
-  Status s = store->SealShadow();
+  Status s = store->shadow().SealShadow();
   EXPECT_EQ(s.code(), C::kFailedPrecondition);
   EXPECT_NE(s.message().find("bucket index 3"), std::string::npos) << s.message();
-  ASSERT_TRUE(store->PutShadowBucket(3, bucket).ok());
-  ASSERT_TRUE(store->SealShadow().ok());
-  EXPECT_TRUE(store->SealShadow().ok());  // sealing twice is harmless
-  EXPECT_EQ(store->Commit(1, 1, 1).code(), C::kFailedPrecondition);
-  ASSERT_TRUE(store->Commit(0, 1, 1).ok());
+  ASSERT_TRUE(store->shadow().PutShadowBucket(3, bucket).ok());
+  ASSERT_TRUE(store->shadow().SealShadow().ok());
+  EXPECT_TRUE(store->shadow().SealShadow().ok());  // sealing twice is harmless
+  EXPECT_EQ(store->shadow().Commit(1, 1, 1).code(), C::kFailedPrecondition);
+  ASSERT_TRUE(store->shadow().Commit(0, 1, 1).ok());
   // The next eviction must be 1; 0 is done.
-  EXPECT_EQ(store->BeginShadow(0, 0, kPath).code(), C::kFailedPrecondition);
-  EXPECT_TRUE(store->BeginShadow(1, 0, kPath).ok());
+  EXPECT_EQ(store->shadow().BeginShadow(0, 0, kPath).code(), C::kFailedPrecondition);
+  EXPECT_TRUE(store->shadow().BeginShadow(1, 0, kPath).ok());
 }
 
 TEST(ShareStore, CrashAfterSealThenCommitOnReopen) {
@@ -601,9 +608,9 @@ TEST(ShareStore, CrashAfterSealThenCommitOnReopen) {
   }
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->SealedEviction(), 1u);
-  EXPECT_TRUE(AllZero(store->Bucket(1), store->bucket_elems()));
-  ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+  EXPECT_EQ(store->shadow().SealedEviction(), 1u);
+  EXPECT_TRUE(AllZero(store->tree().Bucket(1), store->tree().bucket_elems()));
+  ASSERT_TRUE(store->shadow().Commit(0, 3, 1).ok());
   for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
   EXPECT_EQ(store->meta().applied_evictions, 1u);
 }
@@ -621,16 +628,17 @@ TEST(ShareStore, CrashAfterTheMapBeforeTheHeaderRecommits) {
   {
     auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->WriteSlot(13, 1, RandomElems(rng, 8), 2, 1).ok());
+    ASSERT_TRUE(store->tree().WriteSlot(13, 1, RandomElems(rng, 8), 2, 1).ok());
     old13 = ReadBucket(*store, 13);
     shadow = SealRandomShadow(*store, 0, kPath, rng);
-    const std::vector<ShareStore::FileRange> shadow_at = store->ShadowInFile();
+    const std::vector<StoreInspection::FileRange> shadow_at = store->inspection().ShadowInFile();
     header_before = ReadRange(shares, 0, 4096);
-    ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+    ASSERT_TRUE(store->shadow().Commit(0, 3, 1).ok());
     // Nothing was copied: each bucket now lies where its shadow was written.
     for (std::size_t i = 0; i < kPath.size(); ++i) {
-      EXPECT_EQ(store->BucketInFile(kPath[i]).data, shadow_at[i].data) << "bucket " << kPath[i];
-      EXPECT_EQ(store->BucketInFile(kPath[i]).digests, shadow_at[i].digests);
+      EXPECT_EQ(store->inspection().BucketInFile(kPath[i]).data, shadow_at[i].data)
+          << "bucket " << kPath[i];
+      EXPECT_EQ(store->inspection().BucketInFile(kPath[i]).digests, shadow_at[i].digests);
     }
   }
   WriteRange(shares, 0, header_before);  // the header write never happened
@@ -638,11 +646,11 @@ TEST(ShareStore, CrashAfterTheMapBeforeTheHeaderRecommits) {
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->meta().applied_evictions, 0u);
-  EXPECT_EQ(store->SealedEviction(), 1u);
+  EXPECT_EQ(store->shadow().SealedEviction(), 1u);
   EXPECT_EQ(ReadBucket(*store, 13), old13) << "the old tree must be whole";
-  Status st = store->VerifyBuckets(13, old13);
+  Status st = store->tree().VerifyBuckets(13, old13);
   EXPECT_TRUE(st.ok()) << st.ToString();
-  ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+  ASSERT_TRUE(store->shadow().Commit(0, 3, 1).ok());
   for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
   EXPECT_EQ(store->meta().applied_evictions, 1u);
   EXPECT_EQ(store->meta().applied_seq, 3u);
@@ -661,7 +669,7 @@ TEST(ShareStore, DamagedBucketMapIsDamage) {
     auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
     ASSERT_NE(store, nullptr);
     SealRandomShadow(*store, 0, kPath, rng);
-    ASSERT_TRUE(store->Commit(0, 3, 1).ok());
+    ASSERT_TRUE(store->shadow().Commit(0, 3, 1).ok());
   }
   struct stat st{};
   ASSERT_EQ(::stat((tmp.path() + "/shares.bin").c_str(), &st), 0);
@@ -680,19 +688,21 @@ TEST(ShareStore, UnsealedShadowIsIgnoredAfterReopen) {
   {
     auto store = MustCreate(tmp.path(), MakeMeta(3, 2, 4));
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->BeginShadow(0, 0, kPath).ok());
+    ASSERT_TRUE(store->shadow().BeginShadow(0, 0, kPath).ok());
     for (std::size_t i = 0; i < kPath.size(); ++i) {
-      ASSERT_TRUE(store->PutShadowBucket(i, RandomElems(rng, store->bucket_elems())).ok());
+      ASSERT_TRUE(
+          store->shadow().PutShadowBucket(i, RandomElems(rng, store->tree().bucket_elems())).ok());
     }
   }
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->SealedEviction(), 0u);
-  EXPECT_EQ(store->Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
-  EXPECT_EQ(store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems())).code(),
-            Status::Code::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
+  EXPECT_EQ(store->shadow().Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(
+      store->shadow().PutShadowBucket(0, RandomElems(rng, store->tree().bucket_elems())).code(),
+      Status::Code::kFailedPrecondition);
   auto shadow = SealRandomShadow(*store, 0, kPath, rng);
-  ASSERT_TRUE(store->Commit(0, 1, 1).ok());
+  ASSERT_TRUE(store->shadow().Commit(0, 1, 1).ok());
   EXPECT_EQ(ReadBucket(*store, kPath[0]), shadow[0]);
 }
 
@@ -706,15 +716,16 @@ TEST(ShareStore, NewAttemptInvalidatesOldSealedShadow) {
     ASSERT_NE(store, nullptr);
     SealRandomShadow(*store, 0, kPath, rng, 1);
     const std::vector<std::uint64_t> other = {1, 2, 5, 10, 11};
-    ASSERT_TRUE(store->BeginShadow(0, 2, other).ok());
-    EXPECT_EQ(store->SealedEviction(), 0u);
-    ASSERT_TRUE(store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems())).ok());
+    ASSERT_TRUE(store->shadow().BeginShadow(0, 2, other).ok());
+    EXPECT_EQ(store->shadow().SealedEviction(), 0u);
+    ASSERT_TRUE(
+        store->shadow().PutShadowBucket(0, RandomElems(rng, store->tree().bucket_elems())).ok());
   }
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->SealedEviction(), 0u);
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
   auto shadow = SealRandomShadow(*store, 0, kPath, rng, 3);
-  ASSERT_TRUE(store->Commit(0, 1, 1).ok());
+  ASSERT_TRUE(store->shadow().Commit(0, 1, 1).ok());
   for (std::size_t i = 0; i < kPath.size(); ++i) EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]);
 }
 
@@ -729,8 +740,8 @@ TEST(ShareStore, TornShadowHeaderMeansNoShadow) {
   FlipBytes(tmp.path() + "/shadow.bin", 80, 2);  // inside the bucket list
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->SealedEviction(), 0u);
-  EXPECT_EQ(store->Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ(store->shadow().SealedEviction(), 0u);
+  EXPECT_EQ(store->shadow().Commit(0, 1, 1).code(), Status::Code::kFailedPrecondition);
 }
 
 // Random slot writes, evictions and crashes against an in-memory model.
@@ -740,8 +751,8 @@ TEST(ShareStore, RandomOperationsMatchModelAcrossReopens) {
   const ServerMeta meta = MakeMeta(4, 3, 6);
   auto store = MustCreate(tmp.path(), meta);
   ASSERT_NE(store, nullptr);
-  const std::uint64_t nb = store->num_buckets();
-  const std::uint64_t be = store->bucket_elems();
+  const std::uint64_t nb = store->tree().num_buckets();
+  const std::uint64_t be = store->tree().bucket_elems();
   std::vector<std::vector<Elem>> model(nb + 1, std::vector<Elem>(be, 0));
   std::uint64_t seq = 0;
   std::uint64_t evictions = 0;
@@ -751,7 +762,7 @@ TEST(ShareStore, RandomOperationsMatchModelAcrossReopens) {
       const std::uint64_t b = 1 + rng() % nb;
       const auto slot = static_cast<std::uint32_t>(rng() % 3);
       auto data = RandomElems(rng, 6);
-      ASSERT_TRUE(store->WriteSlot(b, slot, data, ++seq, 1).ok());
+      ASSERT_TRUE(store->tree().WriteSlot(b, slot, data, ++seq, 1).ok());
       std::copy(data.begin(), data.end(), model[b].begin() + slot * 6);
     } else if (op < 9) {
       // A root-to-leaf path, sometimes with the sibling leaf.
@@ -766,9 +777,9 @@ TEST(ShareStore, RandomOperationsMatchModelAcrossReopens) {
         store.reset();
         store = MustOpen(tmp.path());
         ASSERT_NE(store, nullptr);
-        ASSERT_EQ(store->SealedEviction(), evictions + 1);
+        ASSERT_EQ(store->shadow().SealedEviction(), evictions + 1);
       }
-      ASSERT_TRUE(store->Commit(evictions, ++seq, 1).ok());
+      ASSERT_TRUE(store->shadow().Commit(evictions, ++seq, 1).ok());
       for (std::size_t i = 0; i < path.size(); ++i) model[path[i]] = shadow[i];
       ++evictions;
     } else {
@@ -789,9 +800,9 @@ TEST(ShareStore, SyncOffStillWorks) {
     auto r = ShareStore::Create(tmp.path(), MakeMeta(3, 2, 4), false, /*sync=*/false);
     ASSERT_TRUE(r.ok());
     auto& store = *r;
-    ASSERT_TRUE(store->WriteSlot(3, 1, RandomElems(rng, 4), 1, 1).ok());
+    ASSERT_TRUE(store->tree().WriteSlot(3, 1, RandomElems(rng, 4), 1, 1).ok());
     SealRandomShadow(*store, 0, kPath, rng);
-    ASSERT_TRUE(store->Commit(0, 2, 1).ok());
+    ASSERT_TRUE(store->shadow().Commit(0, 2, 1).ok());
   }
   auto r = ShareStore::Open(tmp.path(), /*sync=*/false);
   ASSERT_TRUE(r.ok());
@@ -821,7 +832,7 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
     // 8 slots of 4 KiB per bucket, 127 buckets: 4 MiB logical on a 1 MiB fs.
     auto store = MustCreate(dir, MakeMeta(6, 8, 1024));
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, 1024), 1, 1).ok());
+    ASSERT_TRUE(store->tree().WriteSlot(1, 0, RandomElems(rng, 1024), 1, 1).ok());
 
     // Fill the filesystem.
     {
@@ -833,8 +844,8 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
     // Slot writes into holes need new pages.
     Status s;
     std::uint64_t last_ok = 1;
-    for (std::uint64_t b = 2; b <= store->num_buckets(); ++b) {
-      s = store->WriteSlot(b, 0, RandomElems(rng, 1024), b, 1);
+    for (std::uint64_t b = 2; b <= store->tree().num_buckets(); ++b) {
+      s = store->tree().WriteSlot(b, 0, RandomElems(rng, 1024), b, 1);
       if (!s.ok()) break;
       last_ok = b;
     }
@@ -846,17 +857,18 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
 
     // An eviction cannot even reserve its shadow.
     const std::vector<std::uint64_t> path = {1, 2, 4, 8, 16, 32, 64};
-    Status b = store->BeginShadow(0, 0, path);
-    Status put = b.ok() ? store->PutShadowBucket(0, RandomElems(rng, store->bucket_elems()))
-                        : b;
+    Status b = store->shadow().BeginShadow(0, 0, path);
+    Status put =
+        b.ok() ? store->shadow().PutShadowBucket(0, RandomElems(rng, store->tree().bucket_elems()))
+               : b;
     EXPECT_EQ(put.code(), Status::Code::kNoSpace) << put.ToString();
-    EXPECT_EQ(store->SealedEviction(), 0u);
+    EXPECT_EQ(store->shadow().SealedEviction(), 0u);
     EXPECT_EQ(store->meta().applied_seq, last_ok);
   }
   {
     auto store = MustOpen(dir);
     ASSERT_NE(store, nullptr);
-    EXPECT_EQ(store->SealedEviction(), 0u);
+    EXPECT_EQ(store->shadow().SealedEviction(), 0u);
     EXPECT_EQ(store->meta().applied_evictions, 0u);
     ASSERT_EQ(::unlink(filler.c_str()), 0);
     // Space is back: an eviction and more writes succeed.
@@ -870,13 +882,13 @@ TEST(ShareStore, NoSpaceLeavesConsistentState) {
       }
     }
     // The copy fills holes in shares.bin, and not one page is free.
-    Status c = store->Commit(0, 500, 1);
+    Status c = store->shadow().Commit(0, 500, 1);
     EXPECT_EQ(c.code(), Status::Code::kNoSpace) << c.ToString();
     EXPECT_NE(c.message().find("No space"), std::string::npos) << c.message();
     EXPECT_EQ(store->meta().applied_evictions, 0u);
-    EXPECT_EQ(store->SealedEviction(), 1u) << "a failed commit must keep its shadow";
+    EXPECT_EQ(store->shadow().SealedEviction(), 1u) << "a failed commit must keep its shadow";
     ASSERT_EQ(::unlink(filler.c_str()), 0);
-    ASSERT_TRUE(store->Commit(0, 500, 1).ok());
+    ASSERT_TRUE(store->shadow().Commit(0, 500, 1).ok());
     EXPECT_EQ(store->meta().applied_evictions, 1u);
     for (std::size_t i = 0; i < path.size(); ++i) EXPECT_EQ(ReadBucket(*store, path[i]), shadow[i]);
   }
@@ -908,21 +920,21 @@ TEST(ShareStore, RebuildModeIsLiveOnlyAfterFinish) {
   EXPECT_TRUE((*s)->rebuilding());
   EXPECT_FALSE(std::filesystem::exists(dir.path() + "/shares.bin"));
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/shares.bin.rebuild"));
-  const std::uint64_t be = (*s)->bucket_elems();
+  const std::uint64_t be = (*s)->rebuild().bucket_elems();
   std::vector<Elem> slot(meta.shape.elems_per_slot, 1);
-  EXPECT_EQ((*s)->WriteSlot(1, 0, slot, 1, 1).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ((*s)->tree().WriteSlot(1, 0, slot, 1, 1).code(), Status::Code::kFailedPrecondition);
   const std::uint64_t list[] = {2};
-  EXPECT_EQ((*s)->BeginShadow(0, 1, list).code(), Status::Code::kFailedPrecondition);
+  EXPECT_EQ((*s)->shadow().BeginShadow(0, 1, list).code(), Status::Code::kFailedPrecondition);
   const std::vector<Elem> data = RandomElems(rng, 2 * be);
-  ASSERT_TRUE((*s)->WriteBuckets(4, data).ok());
-  EXPECT_FALSE((*s)->WriteBuckets(15, data).ok());  // runs past the last bucket
-  EXPECT_FALSE((*s)->WriteBuckets(4, std::span<const Elem>(data).first(be - 1)).ok());
+  ASSERT_TRUE((*s)->rebuild().WriteBuckets(4, data).ok());
+  EXPECT_FALSE((*s)->rebuild().WriteBuckets(15, data).ok());  // runs past the last bucket
+  EXPECT_FALSE((*s)->rebuild().WriteBuckets(4, std::span<const Elem>(data).first(be - 1)).ok());
   ServerMeta other = target;
   other.shape.height = 4;
-  EXPECT_FALSE((*s)->FinishRebuild(other).ok());
-  ASSERT_TRUE((*s)->FinishRebuild(target).ok());
+  EXPECT_FALSE((*s)->rebuild().FinishRebuild(other).ok());
+  ASSERT_TRUE((*s)->rebuild().FinishRebuild(target).ok());
   EXPECT_FALSE((*s)->rebuilding());
-  EXPECT_FALSE((*s)->WriteBuckets(4, data).ok());  // live now
+  EXPECT_FALSE((*s)->rebuild().WriteBuckets(4, data).ok());  // live now
   EXPECT_TRUE(std::filesystem::exists(dir.path() + "/shares.bin"));
   s->reset();
 
@@ -930,12 +942,12 @@ TEST(ShareStore, RebuildModeIsLiveOnlyAfterFinish) {
   ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
   ExpectMetaEq((*reopened)->meta(), target);
   std::vector<Elem> back(2 * be);
-  ASSERT_TRUE((*reopened)->ReadBuckets(4, 2, back).ok());
+  ASSERT_TRUE((*reopened)->tree().ReadBuckets(4, 2, back).ok());
   EXPECT_EQ(back, data);
   std::vector<Elem> zero(be);
-  ASSERT_TRUE((*reopened)->ReadBuckets(3, 1, zero).ok());
+  ASSERT_TRUE((*reopened)->tree().ReadBuckets(3, 1, zero).ok());
   EXPECT_TRUE(AllZero(zero.data(), be));
-  EXPECT_FALSE((*reopened)->ReadBuckets(15, 2, back).ok());
+  EXPECT_FALSE((*reopened)->tree().ReadBuckets(15, 2, back).ok());
 }
 
 // Holes: written buckets are never reported as holes; where the filesystem
@@ -948,9 +960,9 @@ TEST(ShareStore, HolesReportNeverWrittenBuckets) {
   auto s = ShareStore::Create(dir.path(), meta, false, true);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   std::vector<Elem> slot(meta.shape.elems_per_slot, 3);
-  ASSERT_TRUE((*s)->WriteSlot(5, 1, slot, 1, 1).ok());
-  ASSERT_TRUE((*s)->WriteSlot(9, 0, slot, 2, 1).ok());
-  auto holes = (*s)->Holes(1, 15);
+  ASSERT_TRUE((*s)->tree().WriteSlot(5, 1, slot, 1, 1).ok());
+  ASSERT_TRUE((*s)->tree().WriteSlot(9, 0, slot, 2, 1).ok());
+  auto holes = (*s)->tree().Holes(1, 15);
   ASSERT_TRUE(holes.ok()) << holes.status().ToString();
   ASSERT_EQ(holes->size(), 15u);
   EXPECT_FALSE((*holes)[4]);
@@ -961,11 +973,11 @@ TEST(ShareStore, HolesReportNeverWrittenBuckets) {
   for (std::size_t i : {1u, 2u, 6u, 10u, 11u, 12u, 13u, 14u}) {
     EXPECT_TRUE((*holes)[i]) << "bucket " << i + 1;
   }
-  auto part = (*s)->Holes(9, 2);
+  auto part = (*s)->tree().Holes(9, 2);
   ASSERT_TRUE(part.ok());
   EXPECT_EQ(*part, (std::vector<bool>{false, true}));
-  EXPECT_FALSE((*s)->Holes(0, 1).ok());
-  EXPECT_FALSE((*s)->Holes(15, 2).ok());
+  EXPECT_FALSE((*s)->tree().Holes(0, 1).ok());
+  EXPECT_FALSE((*s)->tree().Holes(15, 2).ok());
 }
 
 // ---- Fail-stop storage: slot digests.
@@ -976,8 +988,8 @@ struct SlotPlace {
   std::uint64_t digest;
 };
 SlotPlace PlaceOf(const ShareStore& store, std::uint64_t b, std::uint64_t slot) {
-  const ShareStore::FileRange r = store.BucketInFile(b);
-  return {r.data + slot * store.slot_elems() * 4, r.digests + slot * 8};
+  const StoreInspection::FileRange r = store.inspection().BucketInFile(b);
+  return {r.data + slot * store.tree().slot_elems() * 4, r.digests + slot * 8};
 }
 // The same in the layout of formats 1 and 2 (every bucket in its own place).
 SlotPlace Format2PlaceOf(const ServerMeta& meta, std::uint64_t b, std::uint64_t slot) {
@@ -989,8 +1001,8 @@ SlotPlace Format2PlaceOf(const ServerMeta& meta, std::uint64_t b, std::uint64_t 
 }
 
 std::vector<Elem> AllBuckets(const ShareStore& s) {
-  std::vector<Elem> all(s.num_buckets() * s.bucket_elems());
-  EXPECT_TRUE(s.ReadBuckets(1, s.num_buckets(), all).ok());
+  std::vector<Elem> all(s.tree().num_buckets() * s.tree().bucket_elems());
+  EXPECT_TRUE(s.tree().ReadBuckets(1, s.tree().num_buckets(), all).ok());
   return all;
 }
 
@@ -1001,15 +1013,18 @@ std::unique_ptr<ShareStore> FilledStore(const std::string& dir, const ServerMeta
                                         std::mt19937_64& rng, bool evict = true) {
   auto store = MustCreate(dir, meta);
   if (!store) return nullptr;
-  EXPECT_TRUE(
-      store->FillUnusedBuckets(1, RandomElems(rng, store->num_buckets() * store->bucket_elems()))
-          .ok());
+  EXPECT_TRUE(store->age_fill()
+                  .FillUnusedBuckets(1, RandomElems(rng, store->tree().num_buckets() *
+                                                             store->tree().bucket_elems()))
+                  .ok());
   if (evict) {
     SealRandomShadow(*store, 0, {2, 3}, rng);
-    EXPECT_TRUE(store->Commit(0, 1, 1).ok());
+    EXPECT_TRUE(store->shadow().Commit(0, 1, 1).ok());
   }
   for (std::uint32_t slot = 0; slot < meta.shape.bucket_size; ++slot) {
-    EXPECT_TRUE(store->WriteSlot(1, slot, RandomElems(rng, store->slot_elems()), 2 + slot, 1).ok());
+    EXPECT_TRUE(store->tree()
+                    .WriteSlot(1, slot, RandomElems(rng, store->tree().slot_elems()), 2 + slot, 1)
+                    .ok());
   }
   return store;
 }
@@ -1021,12 +1036,12 @@ TEST(ShareStoreDigests, EveryWrittenSlotVerifies) {
   auto store = FilledStore(tmp.path(), meta, rng);
   ASSERT_NE(store, nullptr);
   const auto all = AllBuckets(*store);
-  Status st = store->VerifyBuckets(1, all);
+  Status st = store->tree().VerifyBuckets(1, all);
   EXPECT_TRUE(st.ok()) << st.ToString();
   store.reset();
   store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  st = store->VerifyBuckets(1, AllBuckets(*store));
+  st = store->tree().VerifyBuckets(1, AllBuckets(*store));
   EXPECT_TRUE(st.ok()) << "after reopening (the key comes back from the header): " << st.ToString();
 }
 
@@ -1048,8 +1063,8 @@ TEST(ShareStoreDigests, DamageOnDiskIsNamedByBucketAndSlot) {
     FlipBytes(tmp.path() + "/shares.bin", in_digest ? at.digest + 2 : at.data + 9, 3);
     auto store = MustOpen(tmp.path());
     ASSERT_NE(store, nullptr);
-    for (std::uint64_t k = 1; k <= store->num_buckets(); ++k) {
-      Status st = store->VerifyBuckets(k, ReadBucket(*store, k));
+    for (std::uint64_t k = 1; k <= store->tree().num_buckets(); ++k) {
+      Status st = store->tree().VerifyBuckets(k, ReadBucket(*store, k));
       if (k != b) {
         EXPECT_TRUE(st.ok()) << "bucket " << k << ": " << st.ToString();
         continue;
@@ -1074,7 +1089,7 @@ TEST(ShareStoreDigests, ScrubListsEveryDamagedSlot) {
   {
     auto store = FilledStore(tmp.path(), meta, rng);
     ASSERT_NE(store, nullptr);
-    auto clean = store->Scrub(1, store->num_buckets());
+    auto clean = store->scrub().Scrub(1, store->tree().num_buckets());
     ASSERT_TRUE(clean.ok()) << clean.status().ToString();
     EXPECT_EQ(*clean, std::vector<std::uint8_t>(15 * 4, 0));
     // Bucket 3 lies in a spare place since the eviction of FilledStore.
@@ -1084,16 +1099,16 @@ TEST(ShareStoreDigests, ScrubListsEveryDamagedSlot) {
   }
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  auto flags = store->Scrub(1, store->num_buckets());
+  auto flags = store->scrub().Scrub(1, store->tree().num_buckets());
   ASSERT_TRUE(flags.ok()) << flags.status().ToString();
   std::vector<std::uint8_t> want(15 * 4, 0);
   want[(5 - 1) * 4 + 0] = want[(3 - 1) * 4 + 3] = want[(12 - 1) * 4 + 2] = 1;
   EXPECT_EQ(*flags, want);
-  auto part = store->Scrub(12, 2);
+  auto part = store->scrub().Scrub(12, 2);
   ASSERT_TRUE(part.ok());
   EXPECT_EQ(*part, (std::vector<std::uint8_t>{0, 0, 1, 0, 0, 0, 0, 0}));
-  EXPECT_FALSE(store->Scrub(0, 1).ok());
-  EXPECT_FALSE(store->Scrub(15, 2).ok());
+  EXPECT_FALSE(store->scrub().Scrub(0, 1).ok());
+  EXPECT_FALSE(store->scrub().Scrub(15, 2).ok());
 }
 
 TEST(ShareStoreDigests, NonFieldElementsAreNeverStored) {
@@ -1101,15 +1116,15 @@ TEST(ShareStoreDigests, NonFieldElementsAreNeverStored) {
   auto rng = testing::SeededRng();
   auto store = MustCreate(tmp.path(), MakeMeta(3, 4, 8));
   ASSERT_NE(store, nullptr);
-  auto slot = RandomElems(rng, store->slot_elems());
+  auto slot = RandomElems(rng, store->tree().slot_elems());
   slot[3] = field::kPrime;
-  EXPECT_EQ(store->WriteSlot(1, 0, slot, 1, 1).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(store->tree().WriteSlot(1, 0, slot, 1, 1).code(), Status::Code::kInvalidArgument);
   const std::uint64_t list[] = {2, 3};
-  ASSERT_TRUE(store->BeginShadow(0, 0, list).ok());
-  auto bucket = RandomElems(rng, store->bucket_elems());
+  ASSERT_TRUE(store->shadow().BeginShadow(0, 0, list).ok());
+  auto bucket = RandomElems(rng, store->tree().bucket_elems());
   bucket[9] = 0xffffffffu;
-  EXPECT_EQ(store->PutShadowBucket(0, bucket).code(), Status::Code::kCorruption);
-  EXPECT_EQ(store->SealShadow().code(), Status::Code::kFailedPrecondition)
+  EXPECT_EQ(store->shadow().PutShadowBucket(0, bucket).code(), Status::Code::kCorruption);
+  EXPECT_EQ(store->shadow().SealShadow().code(), Status::Code::kFailedPrecondition)
       << "the refused bucket counts as never written";
 }
 
@@ -1128,20 +1143,20 @@ TEST(ShareStoreDigests, DamagedShadowFailsCommitAndKeepsTheTree) {
   const auto before = AllBuckets(*store);
   SealRandomShadow(*store, 1, kPath, rng);
   // The last shadow bucket (index 3, bucket 13), slot 1, where it lies.
-  const std::vector<ShareStore::FileRange> shadow_at = store->ShadowInFile();
+  const std::vector<StoreInspection::FileRange> shadow_at = store->inspection().ShadowInFile();
   ASSERT_EQ(shadow_at.size(), kPath.size());
   store.reset();
   const std::uint64_t slot_bytes = meta.shape.elems_per_slot * 4;
   FlipBytes(tmp.path() + "/shares.bin", shadow_at[3].data + slot_bytes + 5, 2);
   store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  ASSERT_EQ(store->SealedEviction(), 2u);
-  Status st = store->Commit(1, 50, 3);
+  ASSERT_EQ(store->shadow().SealedEviction(), 2u);
+  Status st = store->shadow().Commit(1, 50, 3);
   EXPECT_EQ(st.code(), Status::Code::kDamaged) << st.ToString();
   EXPECT_NE(st.message().find("bucket 13 slot 1"), std::string::npos) << st.message();
   EXPECT_EQ(store->meta().applied_evictions, 1u);
   EXPECT_EQ(AllBuckets(*store), before) << "the failed commit changed the live tree";
-  st = store->VerifyBuckets(1, before);
+  st = store->tree().VerifyBuckets(1, before);
   EXPECT_TRUE(st.ok()) << st.ToString();
 }
 
@@ -1151,13 +1166,13 @@ TEST(ShareStoreDigests, RebuiltBucketsCarryDigests) {
   const ServerMeta meta = MakeMeta(3, 4, 8);
   auto s = ShareStore::CreateForRebuild(tmp.path(), meta, true);
   ASSERT_TRUE(s.ok()) << s.status().ToString();
-  const auto data = RandomElems(rng, 3 * (*s)->bucket_elems());
-  ASSERT_TRUE((*s)->WriteBuckets(5, data).ok());
-  ASSERT_TRUE((*s)->FinishRebuild(meta).ok());
+  const auto data = RandomElems(rng, 3 * (*s)->rebuild().bucket_elems());
+  ASSERT_TRUE((*s)->rebuild().WriteBuckets(5, data).ok());
+  ASSERT_TRUE((*s)->rebuild().FinishRebuild(meta).ok());
   s->reset();
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  Status st = store->VerifyBuckets(1, AllBuckets(*store));
+  Status st = store->tree().VerifyBuckets(1, AllBuckets(*store));
   EXPECT_TRUE(st.ok()) << st.ToString();
 }
 
@@ -1223,24 +1238,27 @@ TEST(ShareStoreDigests, Format1StoreIsUpgradedInPlace) {
   ExpectMetaEq(store->meta(), meta);
   struct stat st{};
   ASSERT_EQ(::stat((tmp.path() + "/shares.bin").c_str(), &st), 0);
-  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
-  for (std::uint64_t b = 1; b <= store->num_buckets(); ++b) {
-    Status v = store->VerifyBuckets(b, ReadBucket(*store, b));
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->inspection().file_bytes());
+  for (std::uint64_t b = 1; b <= store->tree().num_buckets(); ++b) {
+    Status v = store->tree().VerifyBuckets(b, ReadBucket(*store, b));
     if (b == 6) {
       EXPECT_EQ(v.code(), Status::Code::kDamaged) << v.ToString();
       EXPECT_NE(v.message().find("bucket 6 slot 2"), std::string::npos) << v.message();
     } else {
       EXPECT_TRUE(v.ok()) << "bucket " << b << ": " << v.ToString();
-      EXPECT_EQ(ReadBucket(*store, b),
-                std::vector<Elem>(before.begin() + static_cast<std::ptrdiff_t>((b - 1) * store->bucket_elems()),
-                                  before.begin() + static_cast<std::ptrdiff_t>(b * store->bucket_elems())));
+      EXPECT_EQ(
+          ReadBucket(*store, b),
+          std::vector<Elem>(
+              before.begin() + static_cast<std::ptrdiff_t>((b - 1) * store->tree().bucket_elems()),
+              before.begin() + static_cast<std::ptrdiff_t>(b * store->tree().bucket_elems())));
     }
   }
   // Upgraded for good: later writes, an eviction and a reopen keep format 3.
-  ASSERT_TRUE(store->WriteSlot(1, 0, RandomElems(rng, store->slot_elems()), 900, 2).ok());
+  ASSERT_TRUE(
+      store->tree().WriteSlot(1, 0, RandomElems(rng, store->tree().slot_elems()), 900, 2).ok());
   const std::uint64_t e = store->meta().applied_evictions;
   const auto shadow = SealRandomShadow(*store, e, {2, 5}, rng);
-  ASSERT_TRUE(store->Commit(e, 901, 2).ok());
+  ASSERT_TRUE(store->shadow().Commit(e, 901, 2).ok());
   store.reset();
   store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
@@ -1248,7 +1266,7 @@ TEST(ShareStoreDigests, Format1StoreIsUpgradedInPlace) {
   EXPECT_EQ(store->meta().applied_evictions, e + 1);
   EXPECT_EQ(ReadBucket(*store, 2), shadow[0]);
   EXPECT_EQ(ReadBucket(*store, 5), shadow[1]);
-  Status v = store->VerifyBuckets(1, ReadBucket(*store, 1));
+  Status v = store->tree().VerifyBuckets(1, ReadBucket(*store, 1));
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
@@ -1263,7 +1281,7 @@ TEST(ShareStoreDigests, InterruptedUpgradeStartsOver) {
     auto store = FilledStore(tmp.path(), meta, rng, /*evict=*/false);
     ASSERT_NE(store, nullptr);
     meta = store->meta();
-    full_size = store->file_bytes();
+    full_size = store->inspection().file_bytes();
   }
   MakeFormat1(tmp.path(), meta, 7);
   ASSERT_EQ(::truncate((tmp.path() + "/shares.bin").c_str(), static_cast<off_t>(full_size)), 0);
@@ -1272,7 +1290,7 @@ TEST(ShareStoreDigests, InterruptedUpgradeStartsOver) {
              std::vector<std::uint8_t>(8, 0x11));
   auto store = MustOpen(tmp.path());
   ASSERT_NE(store, nullptr);
-  Status v = store->VerifyBuckets(1, AllBuckets(*store));
+  Status v = store->tree().VerifyBuckets(1, AllBuckets(*store));
   EXPECT_TRUE(v.ok()) << v.ToString();
 }
 
@@ -1352,7 +1370,7 @@ TEST(ShareStoreDigests, Format2StoreWithASealedShadowIsUpgradedAndCommits) {
     meta = store->meta();
     before = AllBuckets(*store);
     for (std::size_t i = 0; i < kPath.size(); ++i) {
-      shadow.push_back(RandomElems(rng, store->bucket_elems()));
+      shadow.push_back(RandomElems(rng, store->tree().bucket_elems()));
     }
   }
   MakeFormat2WithSealedShadow(tmp.path(), meta, kPath, shadow);
@@ -1366,7 +1384,7 @@ TEST(ShareStoreDigests, Format2StoreWithASealedShadowIsUpgradedAndCommits) {
     // rewritten: the format-3 store moves the format-2 shadow again.
     auto first = MustOpen(tmp.path());
     ASSERT_NE(first, nullptr);
-    ASSERT_EQ(first->SealedEviction(), meta.applied_evictions + 1);
+    ASSERT_EQ(first->shadow().SealedEviction(), meta.applied_evictions + 1);
   }
   WriteRange(shadow_bin, 0, old_shadow);
   auto store = MustOpen(tmp.path());
@@ -1374,16 +1392,16 @@ TEST(ShareStoreDigests, Format2StoreWithASealedShadowIsUpgradedAndCommits) {
   ExpectMetaEq(store->meta(), meta);
   struct stat st{};
   ASSERT_EQ(::stat((tmp.path() + "/shares.bin").c_str(), &st), 0);
-  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->file_bytes());
+  EXPECT_EQ(static_cast<std::uint64_t>(st.st_size), store->inspection().file_bytes());
   EXPECT_EQ(AllBuckets(*store), before);
-  Status v = store->VerifyBuckets(1, before);
+  Status v = store->tree().VerifyBuckets(1, before);
   EXPECT_TRUE(v.ok()) << v.ToString();
-  ASSERT_EQ(store->SealedEviction(), meta.applied_evictions + 1);
-  ASSERT_TRUE(store->Commit(meta.applied_evictions, 77, 3).ok());
+  ASSERT_EQ(store->shadow().SealedEviction(), meta.applied_evictions + 1);
+  ASSERT_TRUE(store->shadow().Commit(meta.applied_evictions, 77, 3).ok());
   for (std::size_t i = 0; i < kPath.size(); ++i) {
     EXPECT_EQ(ReadBucket(*store, kPath[i]), shadow[i]) << "bucket " << kPath[i];
   }
-  v = store->VerifyBuckets(1, AllBuckets(*store));
+  v = store->tree().VerifyBuckets(1, AllBuckets(*store));
   EXPECT_TRUE(v.ok()) << v.ToString();
   const std::vector<Elem> after = AllBuckets(*store);
   store.reset();

@@ -1,0 +1,42 @@
+// StoreRebuild: a ShareStore (share_store.h) as the target of a server
+// rebuild. ShareStore::CreateForRebuild makes an empty sparse file,
+// shares.bin.rebuild; WriteBuckets fills it with the buckets reconstructed
+// from the other servers, WriteRootSnapshot writes the root snapshot of the
+// pending eviction if there is one, and FinishRebuild makes the store live.
+//
+// Guarantees: each call refuses a store that is not being rebuilt
+// (ShareStore::rebuilding()). Nothing is live before FinishRebuild: it syncs
+// the data and the bucket map, then the header, then renames the file to
+// shares.bin and syncs the directory, so a server restarted mid-rebuild comes
+// up empty rather than with half a share. Every bucket is written with fresh
+// digests of what was written (a new digest key per rebuild).
+#pragma once
+
+#include <cstdint>
+#include <span>
+
+#include "oramcore/base/status.h"
+#include "serverd/server_meta.h"
+#include "serverd/store_view.h"
+
+namespace s3oram::serverd {
+
+class StoreRebuild : public StoreView {
+ public:
+  // Writes data (whole buckets from `first` on) without syncing;
+  // FinishRebuild syncs everything.
+  Status WriteBuckets(std::uint64_t first, std::span<const Elem> data);
+  // Writes `data` (bucket_elems() elements, this server's share
+  // reconstructed from the others') as the root snapshot of `eviction`,
+  // durably, with fresh digests.
+  Status WriteRootSnapshot(std::uint64_t eviction, std::span<const Elem> data);
+  // fdatasync, header with `meta` (same fs id, index and shape), then the
+  // rename to shares.bin and a directory sync: the store is live from here on.
+  Status FinishRebuild(const ServerMeta& meta);
+
+ private:
+  friend class ShareStore;
+  explicit StoreRebuild(ShareStore& store) : StoreView(store) {}
+};
+
+}  // namespace s3oram::serverd
