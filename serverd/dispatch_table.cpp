@@ -6,7 +6,9 @@
 //
 // during_prepare marks what Server hands to Handle while an eviction's
 // PREPARE computes on another thread (request_handler.h): the accesses, the
-// lease and STATUS/STATS, which touch neither the shadow nor the job.
+// lease, STATUS/STATS and the reads of the client-state backups, which touch
+// neither the shadow nor the job. (A backup read still waits while a
+// BACKUP_PUT waits behind the PREPARE: Server's ServeAside.)
 #include <algorithm>
 #include <array>
 #include <span>
@@ -93,12 +95,14 @@ constexpr std::array kRoutes = {
               &Run<wire::RebuildWriteRequest, &Impl::HandleRebuildWrite>},
   Impl::Route{Type::kRebuildFinishRequest,      Sender::kSelfChecked,     false, false,
               &Run<wire::RebuildFinishRequest, &Impl::HandleRebuildFinish>},
-  // The client-state backups.
+  // The client-state backups. Their reads are answered beside a PREPARE:
+  // a client opening the filesystem after a crash lists them while the
+  // servers finish the eviction the dead client began.
   Impl::Route{Type::kBackupPutRequest,          Sender::kBackupWriter,    true,  false,
               &Run<wire::BackupPutRequest, &Impl::HandleBackupPut>},
-  Impl::Route{Type::kBackupListRequest,         Sender::kBackupReader,    true,  false,
+  Impl::Route{Type::kBackupListRequest,         Sender::kBackupReader,    true,  true,
               &Run<wire::BackupListRequest, &Impl::HandleBackupList>},
-  Impl::Route{Type::kBackupGetRequest,          Sender::kBackupReader,    true,  false,
+  Impl::Route{Type::kBackupGetRequest,          Sender::kBackupReader,    true,  true,
               &Run<wire::BackupGetRequest, &Impl::HandleBackupGet>},
 };
 // clang-format on

@@ -340,6 +340,12 @@ struct Server::Impl : PeerExchange {
     });
   }
 
+  bool BackupPutQueued() const {
+    return std::any_of(queued.begin(), queued.end(), [](const QueuedRequest& q) {
+      return wire::PeekType(q.frame) == wire::MessageType::kBackupPutRequest;
+    });
+  }
+
   // The computation ended: what queued behind it, up to the next PREPARE.
   void FinishPrepare() {
     // Joined first: the thread's signal is written by then, so reading it
@@ -358,14 +364,19 @@ struct Server::Impl : PeerExchange {
   }
 
   // A request that arrived while a PREPARE's computation runs: the accesses,
-  // the lease and STATUS/STATS are served now, the rest waits (bounded; past
-  // the bound it is refused).
+  // the lease, STATUS/STATS and the backups' reads are served now (the rows
+  // of dispatch_table.cpp say which), the rest waits (bounded; past the
+  // bound it is refused). A backup read waits too while a BACKUP_PUT waits:
+  // it must see the write sent before it.
   void ServeAside(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
     if (const auto attempt = RequestHandler::PrepareAttemptOf(frame)) {
       const std::lock_guard lock(superseding_mu);
       if (!superseding || *superseding < *attempt) superseding = *attempt;
     }
-    if (RequestHandler::ServedDuringPrepare(frame)) {
+    const auto type = wire::PeekType(frame);
+    const bool backup_read = type == wire::MessageType::kBackupListRequest ||
+                             type == wire::MessageType::kBackupGetRequest;
+    if (RequestHandler::ServedDuringPrepare(frame) && !(backup_read && BackupPutQueued())) {
       Reply(id, handler->Handle(frame));
       return;
     }

@@ -7,9 +7,11 @@
 // Requests are handled one at a time in arrival order by a RequestHandler
 // (request_handler.h: every check and every store mutation lives there); an
 // EVICT_PREPARE runs its rounds to completion (or to a peer timeout) on a
-// thread of its own, while this loop answers STATUS and STATS (with its
-// progress) and keeps every other request until it is done, so the store
-// never sees two mutations interleave. This class
+// thread of its own, while this loop answers the requests the dispatch
+// table marks as served during a prepare (the accesses, the lease, STATUS
+// with its progress, STATS, the backups' reads) and keeps every other
+// request until it is done, so the store never sees two mutations of the
+// same part interleave. This class
 // is the ZeroMQ side: the request loop and the PeerExchange over the peer
 // sockets, which buffers SMP shares that arrive early.
 #pragma once

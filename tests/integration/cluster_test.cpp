@@ -390,6 +390,21 @@ TEST(ClusterTest, ServerTellsARunningEvictionsProgress) {
   auto stats = (*raw)->Exchange({wire::Encode(h, wire::StatsRequest{})}, h,
                                 wire::MessageType::kStatsReply, FastRetryOptions().requests);
   EXPECT_TRUE(stats.ok()) << "STATS during the PREPARE: " << stats.status().ToString();
+  // The backups' reads too (a client opening the filesystem after a crash
+  // lists them while the servers finish the dead client's eviction): the
+  // list comes back while the same attempt still runs, not after it.
+  auto list = (*raw)->Exchange({wire::Encode(h, wire::BackupListRequest{})}, h,
+                               wire::MessageType::kBackupListReply, FastRetryOptions().requests);
+  EXPECT_TRUE(list.ok()) << "BACKUP_LIST during the PREPARE: " << list.status().ToString();
+  auto still = (*raw)->Exchange({wire::Encode(h, wire::StatusRequest{})}, h,
+                                wire::MessageType::kStatusReply, FastRetryOptions().requests);
+  ASSERT_TRUE(still.ok()) << still.status().ToString();
+  const auto& during = std::get<wire::StatusReply>(still.value()[0].body);
+  EXPECT_TRUE(during.evicting && during.evicting_eviction == seen->evicting_eviction &&
+              during.evicting_attempt == seen->evicting_attempt)
+      << "BACKUP_LIST was answered only after the PREPARE of eviction " << seen->evicting_eviction
+      << " attempt " << seen->evicting_attempt << " ended (now: evicting " << during.evicting
+      << ", eviction " << during.evicting_eviction << " attempt " << during.evicting_attempt << ")";
 
   // Server 2 died at its fault point; bring it back without one.
   for (int i = 0; i < 600 && !cluster->Exited(2); ++i) {
