@@ -200,15 +200,10 @@ struct CounterReports {
 
 // The single-writer lease (the holder's description is sealed: only the
 // epoch and the times are shown without the passphrase).
-void PrintLeases(OramClient& client, const std::vector<ServerReport>& reports,
-                 const std::vector<bool>& evicting) {
+void PrintLeases(OramClient& client, const std::vector<ServerReport>& reports) {
   CounterReports epochs{reports, client.params().threshold, {}, {}};
   for (std::size_t i = 0; i < reports.size(); ++i) {
     if (!reports[i].status.ok()) continue;
-    if (evicting[i]) {
-      std::printf("lease %zu     not asked while it prepares an eviction\n", i);
-      continue;
-    }
     auto lease = client.QueryLease(i);
     if (lease.ok()) epochs.Add(i, std::max(reports[i].reply.epoch, lease->highest_epoch));
     if (!lease.ok()) {
@@ -227,15 +222,11 @@ void PrintLeases(OramClient& client, const std::vector<ServerReport>& reports,
 
 // Client-state backups (s3oram backup-state, and every clean unmount).
 void PrintBackups(OramClient& client, const std::vector<ServerReport>& reports,
-                  const std::vector<bool>& evicting, std::chrono::milliseconds timeout) {
+                  std::chrono::milliseconds timeout) {
   CounterReports generations{reports, client.params().threshold, {}, {}};
-  auto backups = ListBackups(client.session(), timeout, evicting);
+  auto backups = ListBackups(client.session(), timeout);
   for (std::size_t i = 0; i < backups.size(); ++i) {
     if (!reports[i].status.ok()) continue;  // already reported unreachable
-    if (evicting[i]) {
-      std::printf("backup %zu    not asked while it prepares an eviction\n", i);
-      continue;
-    }
     if (!backups[i].ok()) {
       std::printf("backup %zu    cannot list: %s\n", i, backups[i].status().ToString().c_str());
       continue;
@@ -288,14 +279,10 @@ int RunStatus(const std::string& state, int timeout_ms, const std::string& passf
   auto reports = (*client)->QueryServers(std::chrono::milliseconds(timeout_ms));
   const int unreachable = PrintServers(reports);
   PrintStateNotes(state, **client);
-  // A server preparing an eviction answers nothing but STATUS and STATS
-  // until it is done (minutes at large blocks): it is not asked.
-  std::vector<bool> evicting(reports.size(), false);
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    evicting[i] = reports[i].status.ok() && reports[i].reply.evicting;
-  }
-  PrintLeases(**client, reports, evicting);
-  PrintBackups(**client, reports, evicting, std::chrono::milliseconds(timeout_ms));
+  // A server preparing an eviction answers these too (its dispatch table
+  // serves the lease and the backups' reads beside the PREPARE).
+  PrintLeases(**client, reports);
+  PrintBackups(**client, reports, std::chrono::milliseconds(timeout_ms));
   return unreachable ? 1 : 0;
 }
 

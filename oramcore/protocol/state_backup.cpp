@@ -660,15 +660,10 @@ bool IsOlderThanServersRefusal(const Status& st) {
 }
 
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(ClientSession& session,
-                                                               std::chrono::milliseconds timeout,
-                                                               const std::vector<bool>& skip) {
+                                                               std::chrono::milliseconds timeout) {
   ServerSet& servers = session.servers();
   std::vector<Result<std::vector<wire::BackupInfo>>> out;
   for (std::size_t i = 0; i < servers.size(); ++i) {
-    if (i < skip.size() && skip[i]) {
-      out.emplace_back(Status::Unavailable("not asked while it prepares an eviction"));
-      continue;
-    }
     wire::Header h = session.NextHeader();
     auto r = servers.ExchangeWith({i}, {wire::Encode(h, wire::BackupListRequest{})}, h,
                                   wire::MessageType::kBackupListReply,

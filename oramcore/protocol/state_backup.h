@@ -162,11 +162,9 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
                                    bool discard_local_changes = false);
 
 // The complete backup generations of each server (s3oram status); an
-// unreachable server carries its error. Servers i with skip[i] set are not
-// asked (an Unavailable status says so): one busy preparing an eviction
-// answers only STATUS and STATS until it is done.
+// unreachable server carries its error. A server preparing an eviction
+// answers too (BACKUP_LIST is served beside the PREPARE).
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(ClientSession& session,
-                                                               std::chrono::milliseconds timeout,
-                                                               const std::vector<bool>& skip = {});
+                                                               std::chrono::milliseconds timeout);
 
 }  // namespace s3oram
