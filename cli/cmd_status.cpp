@@ -98,9 +98,10 @@ int PrintServers(const std::vector<ServerReport>& reports) {
       continue;
     }
     std::printf(
-        "server %zu    %s  up, epoch %llu, applied seq %llu, evictions %llu%s, share %s "
-        "(%s allocated)\n",
-        i, r.endpoint.c_str(), static_cast<unsigned long long>(r.reply.epoch),
+        "server %zu    %s  up, answered in %.1f ms, epoch %llu, applied seq %llu, evictions "
+        "%llu%s, share %s (%s allocated)\n",
+        i, r.endpoint.c_str(), static_cast<double>(r.answered_in.count()) / 1000,
+        static_cast<unsigned long long>(r.reply.epoch),
         static_cast<unsigned long long>(r.reply.applied_seq),
         static_cast<unsigned long long>(r.reply.applied_evictions),
         r.reply.prepared_eviction ? " (one prepared)" : "",

@@ -63,12 +63,28 @@ constexpr double kAttrTimeoutSeconds = 1.0;
 // How often an idle mount tells the servers it is alive.
 constexpr std::chrono::seconds kLeaseKeepAlive{10};
 
-// Reports the start-up outcome to the waiting parent (or nowhere in the
-// foreground). Messages are for the user's terminal.
+// Reports the start-up outcome to the waiting parent (or to stderr in the
+// foreground). Messages are for the user's terminal. Over the pipe, a
+// notice is "2" + one line + "\n"; the outcome is "0" (mounted) or "1" +
+// the message, and ends the stream.
 class StartupReporter {
  public:
   explicit StartupReporter(int fd) : fd_(fd) {}
+  // What a slow start waits for ("server 0 is finishing eviction 26 ...");
+  // nothing once the start is over.
+  void Notice(const std::string& message) {
+    if (done_) return;
+    if (fd_ < 0) {
+      std::fprintf(stderr, "%s: %s\n", kProgram, message.c_str());
+      return;
+    }
+    std::string m = "2" + message;
+    std::replace(m.begin(), m.end(), '\n', ' ');
+    m += '\n';
+    (void)!write(fd_, m.data(), m.size());
+  }
   void Fail(const std::string& message) {
+    done_ = true;
     if (fd_ >= 0) {
       std::string m = "1" + message;
       (void)!write(fd_, m.data(), m.size());
@@ -79,6 +95,7 @@ class StartupReporter {
     }
   }
   void Succeed() {
+    done_ = true;
     if (fd_ >= 0) {
       (void)!write(fd_, "0", 1);
       close(fd_);
@@ -88,6 +105,7 @@ class StartupReporter {
 
  private:
   int fd_;
+  bool done_ = false;
 };
 
 void SetupLogging(const fs::MountCommand& cmd) {
@@ -128,17 +146,25 @@ void DetachStdio() {
   if (null > STDERR_FILENO) close(null);
 }
 
-// The parent side of the fork: wait for the child's verdict.
+// The parent side of the fork: prints the child's notices as they come and
+// waits for its verdict.
 int WaitForChild(int fd, pid_t child) {
   // "0" means mounted: return at once (a process the child started may
-  // still hold the pipe open). Anything else is read to the end.
+  // still hold the pipe open). "1" is read to the end.
   std::string msg;
   char buf[512];
   for (;;) {
+    // Complete notices first: "2" + line + "\n".
+    while (!msg.empty() && msg[0] == '2') {
+      const auto end = msg.find('\n');
+      if (end == std::string::npos) break;
+      std::fprintf(stderr, "%s: %s\n", kProgram, msg.substr(1, end - 1).c_str());
+      msg.erase(0, end + 1);
+    }
+    if (!msg.empty() && msg[0] == '0') break;
     ssize_t n = read(fd, buf, sizeof buf);
     if (n > 0) {
       msg.append(buf, static_cast<std::size_t>(n));
-      if (msg[0] == '0') break;
       continue;
     }
     if (n < 0 && errno == EINTR) continue;
@@ -148,7 +174,7 @@ int WaitForChild(int fd, pid_t child) {
   if (!msg.empty() && msg[0] == '0') return 0;
   int status = 0;
   waitpid(child, &status, 0);
-  if (msg.size() > 1) {
+  if (msg.size() > 1 && msg[0] == '1') {
     std::fprintf(stderr, "%s: %s\n", kProgram, msg.c_str() + 1);
   } else {
     std::fprintf(stderr, "%s: the daemon exited during start-up\n", kProgram);
@@ -178,7 +204,8 @@ std::unique_ptr<s3oram::OramClient> OpenClient(const fs::MountCommand& cmd,
                                                s3oram::Secret& passphrase,
                                                StartupReporter& reporter) {
   const std::string& state = cmd.state;
-  const s3oram::ClientOptions options = MountClientOptions(cmd);
+  s3oram::ClientOptions options = MountClientOptions(cmd);
+  options.on_wait = [&reporter](const std::string& what) { reporter.Notice(what); };
   auto client = s3oram::OramClient::Open(state, passphrase, options);
   if (!client.ok() && client.status().code() == s3oram::Status::Code::kStaleState &&
       cmd.refresh_state) {

@@ -162,6 +162,9 @@ Status RequestHandler::Impl::ReshareRound(const PrepareJob& j, std::uint32_t k,
     }
   }
   const std::vector<Elem>& mine = smp.own;
+  // With a delay on one server: its peers wait for its first round's
+  // shares (FsEvictionCrashTest kills the client then).
+  if (k == 1) FaultPoint("server.evict_prepare.first_send");
   S3ORAM_RETURN_IF_ERROR(peers->Send(smp.frames));
   // Mid-PREPARE: this server's round shares are out, its peers wait for
   // the next round that never comes.
@@ -260,6 +263,9 @@ Status RequestHandler::Impl::ComputePrepare(PrepareJob& j) {
     }
     times.shadow += ElapsedMs(t0);
     SetProgress(k, wire::EvictPhase::kKernels);
+    // With a delay: an eviction that stays in its kernels while its client
+    // is killed (FsEvictionCrashTest).
+    if (k == 1) FaultPoint("server.evict_prepare.first_kernels");
     t0 = Clock::now();
     const bool leaf_round = (k == H);
     product.resize(leaf_round ? 2 * bucket : bucket);

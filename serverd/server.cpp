@@ -367,7 +367,8 @@ struct Server::Impl : PeerExchange {
   // the lease, STATUS/STATS and the backups' reads are served now (the rows
   // of dispatch_table.cpp say which), the rest waits (bounded; past the
   // bound it is refused). A backup read waits too while a BACKUP_PUT waits:
-  // it must see the write sent before it.
+  // it must see the write sent before it. A request waits in the order it
+  // came; an EVICT_RESULT asked again moves to the end.
   void ServeAside(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
     if (const auto attempt = RequestHandler::PrepareAttemptOf(frame)) {
       const std::lock_guard lock(superseding_mu);
@@ -379,6 +380,19 @@ struct Server::Impl : PeerExchange {
     if (RequestHandler::ServedDuringPrepare(frame) && !(backup_read && BackupPutQueued())) {
       Reply(id, handler->Handle(frame));
       return;
+    }
+    // A client waiting for an eviction asks EVICT_RESULT again every few
+    // seconds (Evictor::AwaitPrepared) and takes the newest answer only:
+    // the newest replaces one queued from the same connection, so the wait
+    // holds one place in the queue however long the eviction runs.
+    if (type == wire::MessageType::kEvictResultRequest) {
+      const auto older = std::find_if(queued.begin(), queued.end(), [&](const QueuedRequest& q) {
+        return q.id == id && wire::PeekType(q.frame) == type;
+      });
+      if (older != queued.end()) {
+        queued_bytes -= older->frame.size();
+        queued.erase(older);
+      }
     }
     if (queued.size() >= kMaxQueuedRequests || queued_bytes + frame.size() > kMaxQueuedBytes) {
       // The seq from its fixed offset, as the handler echoes it for a frame

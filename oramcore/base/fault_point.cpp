@@ -21,7 +21,12 @@ struct Armed {
   std::string name;
   std::atomic<long> remaining;
   long sleep_ms = 0;  // "name~ms": sleep there every time instead of dying
+  std::string hold_path;  // "name?path": wait there while `path` exists
 };
+
+// A hold ends when its file is removed, or after this long whatever happens
+// (a test that dies leaves no process waiting for ever).
+constexpr auto kLongestHold = std::chrono::minutes(10);
 
 std::once_flag g_once;
 std::atomic<bool> g_any{false};
@@ -42,6 +47,11 @@ void Parse() {
     if (item.empty()) continue;
     long n = 1;
     long sleep_ms = 0;
+    std::string hold_path;
+    if (std::size_t q = item.find('?'); q != std::string::npos) {
+      hold_path = item.substr(q + 1);
+      item.resize(q);
+    }
     if (std::size_t tilde = item.find('~'); tilde != std::string::npos) {
       sleep_ms = std::max(0L, std::strtol(item.c_str() + tilde + 1, nullptr, 10));
       item.resize(tilde);
@@ -55,6 +65,7 @@ void Parse() {
     points->back().name = item;
     points->back().remaining.store(n);
     points->back().sleep_ms = sleep_ms;
+    points->back().hold_path = hold_path;
   }
   g_points = points;
   g_any.store(!points->empty(), std::memory_order_release);
@@ -66,6 +77,13 @@ void FaultPoint(const char* name) {
   std::call_once(g_once, Parse);
   if (!g_any.load(std::memory_order_acquire)) return;
   for (auto& p : *g_points) {
+    if (!p.hold_path.empty() && p.name == name) {
+      const auto until = std::chrono::steady_clock::now() + kLongestHold;
+      while (::access(p.hold_path.c_str(), F_OK) == 0 && std::chrono::steady_clock::now() < until) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+      continue;
+    }
     if (p.sleep_ms > 0 && p.name == name) {
       std::this_thread::sleep_for(std::chrono::milliseconds(p.sleep_ms));
       continue;

@@ -10,7 +10,9 @@
 //
 // "name~ms" instead makes every pass through the point sleep ms milliseconds
 // (tests that need a slow step, e.g. an eviction still computing while the
-// next round's accesses run), and kills nothing.
+// next round's accesses run), and kills nothing. "name?path" makes every
+// pass wait while the file `path` exists (at most 10 minutes): a test holds
+// a process at a point for as long as it needs, then removes the file.
 //
 // Unarmed (the variable unset, as in production), a point costs one relaxed
 // atomic load. The variable is read once, at the first point reached.

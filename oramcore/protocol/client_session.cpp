@@ -377,7 +377,10 @@ std::vector<ServerReport> ClientSession::QueryServers(std::chrono::milliseconds 
     out[i].endpoint = servers_->endpoint(i);
     wire::Header h = NextHeader();
     auto frame = wire::Encode(h, wire::StatusRequest{});
+    const auto asked = std::chrono::steady_clock::now();
     auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
+    out[i].answered_in = std::chrono::duration_cast<std::chrono::microseconds>(
+        std::chrono::steady_clock::now() - asked);
     if (!r.ok()) {
       out[i].status = r.status();
       continue;

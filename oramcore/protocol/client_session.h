@@ -52,12 +52,18 @@ struct ClientOptions {
   // How the client reaches its servers: empty for the network (every real
   // use); tests pass an in-process cluster's (tests/support/in_process_cluster.h).
   ServerConnector connect;
+  // Told (besides the log) what a long wait on busy servers is for ("server
+  // 0 is finishing eviction 26 ..."), e.g. the terminal of a mount that is
+  // starting. Called on the thread that waits.
+  std::function<void(const std::string&)> on_wait;
 };
 
 struct ServerReport {
   std::string endpoint;
   Status status;            // reachability
   wire::StatusReply reply;  // valid if status.ok()
+  // From the request to the answer (a first request includes connecting).
+  std::chrono::microseconds answered_in{0};
 };
 
 class ClientSession {

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <optional>
 #include <string>
 #include <thread>
@@ -383,18 +384,70 @@ Status Evictor::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
 
 Status Evictor::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
                               const TransportOptions& budget) {
-  const wire::Header h = session_.NextHeader();
-  const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
-  std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
+  using Clock = std::chrono::steady_clock;
+  const auto began = Clock::now();
+  const auto until = began + budget.deadline;
   TimeInto timer(stats_.timings.eviction_prepare_wait_ns);
-  S3ORAM_ASSIGN_OR_RETURN(
-      auto replies,
-      session_.servers().Exchange(frames, h, wire::MessageType::kEvictPrepareReply, budget));
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    if (std::get<wire::EvictPrepareReply>(replies[i].body).eviction != eviction) {
-      return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
+  for (;;) {
+    // One ask, answered the moment the last server is done. A server takes
+    // an ask that repeats one it still holds as a replacement (Server's
+    // ServeAside), so the wait holds one place in its queue.
+    const auto asked = Clock::now();
+    TransportOptions slice = budget;
+    slice.deadline = std::min<std::chrono::milliseconds>(
+        kAskAgain, std::chrono::duration_cast<std::chrono::milliseconds>(until - asked));
+    if (slice.deadline <= std::chrono::milliseconds(0))
+      slice.deadline = std::chrono::milliseconds(1);
+    const wire::Header h = session_.NextHeader();
+    const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
+    std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
+    auto replies =
+        session_.servers().Exchange(frames, h, wire::MessageType::kEvictPrepareReply, slice);
+    if (replies.ok()) {
+      for (std::size_t i = 0; i < replies->size(); ++i) {
+        if (std::get<wire::EvictPrepareReply>((*replies)[i].body).eviction != eviction) {
+          return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
+        }
+      }
+      return Status::Ok();
     }
+    // An answer (an attempt that failed, a refusal) ends the wait; silence
+    // within the budget does not: STATUS says whether the silent server is
+    // busy (asked again) or down (the wait fails now).
+    if (!IsSilence(replies.status()) || Clock::now() >= until) return replies.status();
+    S3ORAM_RETURN_IF_ERROR(TellProgress(eviction, Clock::now() - began));
   }
+}
+
+Status Evictor::TellProgress(std::uint64_t eviction, std::chrono::steady_clock::duration waited) {
+  const auto reports = session_.QueryServers(session_.options().requests.deadline);
+  std::string busy;
+  for (std::size_t i = 0; i < reports.size(); ++i) {
+    const ServerReport& r = reports[i];
+    if (!r.status.ok()) {
+      return r.status.WithContext("waiting for eviction " + std::to_string(eviction) + ": server " +
+                                  std::to_string(i) + " stopped answering");
+    }
+    const wire::StatusReply& p = r.reply;
+    if (!p.evicting) continue;
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "%sserver %zu is finishing eviction %llu (attempt %u, round %u/%u, %s), about "
+                  "%u %% after %.0f s",
+                  busy.empty() ? "" : "; ", i, static_cast<unsigned long long>(p.evicting_eviction),
+                  p.evicting_attempt, p.evicting_round, p.evicting_rounds,
+                  wire::EvictPhaseName(p.evicting_phase), p.evicting_permille / 10,
+                  static_cast<double>(p.evicting_elapsed_ms) / 1000);
+    busy += line;
+  }
+  const auto seconds = std::chrono::duration_cast<std::chrono::seconds>(waited).count();
+  const std::string message =
+      busy.empty() ? "waited " + std::to_string(seconds) + " s for the result of eviction " +
+                         std::to_string(eviction) +
+                         "; every server answers STATUS, none reports it under way"
+                   : busy + "; waiting for it (" + std::to_string(seconds) + " s so far)";
+  spdlog::info("{}", message);
+  if (session_.options().on_wait) session_.options().on_wait(message);
   return Status::Ok();
 }
 
@@ -443,7 +496,9 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
                    last.ToString());
     }
   }
-  if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged)) {
+  // A server that did not answer (nor its STATUS, AwaitPrepared) would not
+  // answer a new attempt either: the eviction fails now, naming it.
+  if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged && !IsSilence(last))) {
     for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
       // Checked before the first try too when the servers were asked for
       // a result first: if that used the whole time, a new attempt now
@@ -471,7 +526,7 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
       // A server whose stored shares failed their digests refuses every
       // attempt the same way until it is repaired: stop here, with the tree
       // as it was (no server committed anything).
-      if (last.code() == Status::Code::kDamaged) break;
+      if (last.code() == Status::Code::kDamaged || IsSilence(last)) break;
     }
   }
   if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {

@@ -104,9 +104,18 @@ class Evictor {
   // every server answered EVICT_STARTED.
   Status SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
                      const TransportOptions& budget);
-  // EVICT_RESULT: waits until every server prepared `attempt`.
+  // EVICT_RESULT: waits until every server prepared `attempt` (within
+  // `budget`), asking again every kAskAgain. Between asks, every server's
+  // STATUS (answered beside a PREPARE) tells busy from down: the progress of
+  // a busy one is logged and told to options().on_wait ("server 0 is
+  // finishing eviction 26 ..."), and a server that does not answer ends the
+  // wait then, named, not at the eviction's deadline.
   Status AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
                        const TransportOptions& budget);
+  // AwaitPrepared's STATUS round after `waited`: OK once the progress is
+  // told, else the failure of the first server that did not answer.
+  Status TellProgress(std::uint64_t eviction, std::chrono::steady_clock::duration waited);
+  static constexpr std::chrono::seconds kAskAgain{5};
   // EVICT_CHECK on every server: Integrity if the prepared buckets of this
   // attempt are not consistent sharings (oramcore/protocol/consistency.h) or,
   // with share MACs, if random combinations of them do not authenticate.

@@ -1,6 +1,7 @@
 #include "oramcore/wire/server_set.h"
 
 #include <optional>
+#include <string_view>
 #include <utility>
 #include <variant>
 
@@ -30,6 +31,24 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
   views.reserve(requests.size());
   for (const Outgoing& o : requests) views.push_back({o.header, o.expected_reply, &o.frames});
   return ExchangeViews(servers, views, options);
+}
+
+namespace {
+constexpr std::string_view kSilencePrefix = "timeout: ";
+}  // namespace
+
+Status SilenceStatus(const std::string& who, std::chrono::milliseconds deadline,
+                     wire::MessageType expected_reply, const std::string& detail) {
+  return Status::Unavailable(std::string(kSilencePrefix) + who + " did not answer within " +
+                             std::to_string(deadline.count()) + " ms (no " +
+                             wire::MessageTypeName(expected_reply) +
+                             "); the server is down, hung or unreachable" + detail);
+}
+
+bool IsSilence(const Status& st) {
+  // Anywhere in the message: callers add their context in front.
+  return st.code() == Status::Code::kUnavailable &&
+         st.message().find(kSilencePrefix) != std::string::npos;
 }
 
 Result<std::vector<wire::Message>> ServerSet::ResultOfReplies(

@@ -14,7 +14,8 @@
 //    (a server sees one client's requests in the order sent);
 //  * a server that cannot answer request r (down, silent past the deadline,
 //    refused handshake) fails r and every later request of the call, with a
-//    Status naming the server (index and endpoint); the other servers still
+//    Status naming the server (index and endpoint; SilenceStatus for a
+//    server silent past the deadline); the other servers still
 //    get every request (a pipelined sender has sent them already), so
 //    requests after a failed one may have been applied by some servers;
 //  * an ErrorReply from any server turns request r's result into that
@@ -113,6 +114,15 @@ class ServerSet {
   Result<std::vector<wire::Message>> ResultOfReplies(const std::vector<std::size_t>& servers,
                                                      std::vector<wire::Message> replies) const;
 };
+
+// The failure of a request server `who` ("tcp://host:port", perhaps with
+// more detail) did not answer within `deadline`: Unavailable, "timeout: ...".
+// Every implementation reports silence so; IsSilence tells it (with any
+// context added in front) from an answer (an ErrorReply, which is also
+// Unavailable when a server is too busy to queue a request).
+Status SilenceStatus(const std::string& who, std::chrono::milliseconds deadline,
+                     wire::MessageType expected_reply, const std::string& detail = "");
+bool IsSilence(const Status& st);
 
 // Where a filesystem's servers are and how this client proves who it is.
 struct ServerAddresses {

@@ -410,11 +410,7 @@ class NetworkServerSet::OneExchange {
         std::string who = impl_.endpoints[servers_[k]];
         if (!pr.decode_error.ok()) who += " (" + pr.decode_error.ToString() + ")";
         if (!impl_.handshake_ok[servers_[k]]) who += " (no CURVE handshake completed)";
-        FailFrom(k, r0,
-                 Status::Unavailable("timeout: " + who + " did not answer within " +
-                                     std::to_string(options_.deadline.count()) + " ms (no " +
-                                     wire::MessageTypeName(requests_[r0].expected_reply) +
-                                     "); the server is down, hung or unreachable"));
+        FailFrom(k, r0, SilenceStatus(who, options_.deadline, requests_[r0].expected_reply));
         continue;
       }
       // Resend where the connection was replaced since the send (a request

@@ -2,13 +2,18 @@
 // access goes through the wire protocol, the share files and the SMP rounds.
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <spdlog/sinks/ostream_sink.h>
+#include <spdlog/spdlog.h>
 #include <sys/wait.h>
 
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <future>
 #include <iterator>
+#include <mutex>
 #include <random>
+#include <sstream>
 #include <string_view>
 #include <thread>
 #include <unordered_map>
@@ -430,6 +435,106 @@ TEST(ClusterTest, ServerTellsARunningEvictionsProgress) {
   const auto& now = std::get<wire::StatusReply>(after.value()[0].body);
   EXPECT_GE(now.applied_evictions, 1u);
   EXPECT_TRUE(!now.evicting || now.evicting_eviction >= 1u) << now.evicting_eviction;
+}
+
+// Busy is not down (issue 45). The client waits for an eviction every
+// server still computes (held at a fault hold: "name?file"): every 5 s it
+// asks their STATUS and tells what they do (ClientOptions::on_wait). When
+// one of them stops answering (SIGSTOP), the wait ends at the next ask,
+// naming that server, not at the eviction's deadline (ten minutes here):
+// the access that ran it succeeds, the eviction stays due, and the next
+// access, which needs it, fails at once naming the server.
+TEST(ClusterTest, AWaitForAnEvictionTellsBusyServersFromADownOne) {
+  constexpr std::uint32_t kA = 4, kH = 4;
+  auto fs = testing::MakeFs(SmallParams(128, kA, kH));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  const std::string hold = dir.Sub("hold");
+  { std::ofstream(hold) << "held\n"; }
+  for (std::size_t i = 0; i < 3; ++i) {
+    ASSERT_TRUE(cluster->Kill(i, SIGTERM).ok());
+    ASSERT_TRUE(
+        cluster->Restart(i, {"S3ORAM_FAULT=server.evict_prepare.first_kernels?" + hold}).ok());
+  }
+  std::mutex told_mu;
+  std::vector<std::string> told;
+  ClientOptions options = FastRetryOptions();
+  options.requests.deadline = std::chrono::milliseconds(3000);
+  options.evictions.deadline = std::chrono::minutes(10);
+  options.on_wait = [&](const std::string& what) {
+    const std::lock_guard lock(told_mu);
+    told.push_back(what);
+  };
+  // The client's log, to read what the eviction's failure said.
+  std::ostringstream log;
+  auto sink = std::make_shared<spdlog::sinks::ostream_sink_mt>(log);
+  spdlog::default_logger()->sinks().push_back(sink);
+  auto client = testing::TestOpen(state, options);
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  // Destroyed before the client (which settles its eviction): nothing
+  // stays stopped or held, whatever failed.
+  struct Unblock {
+    cluster::LocalCluster& c;
+    std::string hold;
+    ~Unblock() {
+      (void)c.Kill(1, SIGCONT);
+      std::filesystem::remove(hold);
+      auto& sinks = spdlog::default_logger()->sinks();
+      sinks.erase(sinks.end() - 1);
+    }
+  } unblock{*cluster, hold};
+
+  const std::vector<std::uint8_t> data = Content(128, 1, 1);
+  // Round 0 fills the root and starts eviction 0 (held on every server);
+  // round 1's last access must finish it first.
+  auto writes = std::async(std::launch::async, [&]() -> Status {
+    for (std::uint32_t i = 0; i < 2 * kA; ++i) {
+      S3ORAM_RETURN_IF_ERROR((*client)->Write(i % kA, data));
+    }
+    return Status::Ok();
+  });
+  std::string first;
+  for (int i = 0; i < 1200 && first.empty(); ++i) {
+    {
+      const std::lock_guard lock(told_mu);
+      if (!told.empty()) first = told.front();
+    }
+    if (first.empty()) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  ASSERT_FALSE(first.empty()) << "the client never said what it waits for";
+  EXPECT_NE(first.find("server 0 is finishing eviction 0 (attempt 1, round 1/4, kernels)"),
+            std::string::npos)
+      << first;
+  EXPECT_NE(first.find("server 2 is finishing eviction 0"), std::string::npos) << first;
+
+  ASSERT_TRUE(cluster->Kill(1, SIGSTOP).ok());
+  // Bounded far below the eviction's deadline: the wait ends at the next
+  // ask (5 s) plus STATUS's deadline (3 s).
+  ASSERT_EQ(writes.wait_for(std::chrono::minutes(3)), std::future_status::ready)
+      << "the client still waits for a stopped server";
+  const Status written = writes.get();
+  EXPECT_TRUE(written.ok()) << written.ToString();
+  const std::string said = log.str();
+  EXPECT_NE(said.find("waiting for eviction 0: server 1 stopped answering: timeout: " +
+                      cluster->endpoints()[1] + " did not answer within 3000 ms (no STATUS_REPLY)"),
+            std::string::npos)
+      << said;
+  // The next access needs the eviction: it fails, naming server 1.
+  const Status next = (*client)->Write(0, data);
+  EXPECT_EQ(next.code(), Status::Code::kUnavailable) << next.ToString();
+  EXPECT_NE(next.message().find(cluster->endpoints()[1] + " did not answer"), std::string::npos)
+      << next.ToString();
+
+  // Server 1 back, the hold released: the same client goes on.
+  ASSERT_TRUE(cluster->Kill(1, SIGCONT).ok());
+  std::filesystem::remove(hold);
+  for (std::uint32_t i = 0; i < 2 * kA; ++i) {
+    auto st = (*client)->Write(i % kA, data);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+  }
+  auto back = (*client)->Read(0);
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(*back, data);
 }
 
 // Byte-frequency chi-square of share-file contents, ignoring all-zero slots

@@ -289,11 +289,8 @@ class InProcessCluster::Connection final : public ServerSet {
         if (server_failed[k]) continue;
         Server& server = *cluster_.servers_[i];
         if (cluster_.down(i)) {
-          fail_from(Status::Unavailable(
-              "timeout: " + endpoints_[i] + " did not answer within " +
-              std::to_string(options.deadline.count()) + " ms (no " +
-              wire::MessageTypeName(requests[r].expected_reply) +
-              "); the server is down, hung or unreachable (in process: set down)"));
+          fail_from(SilenceStatus(endpoints_[i], options.deadline, requests[r].expected_reply,
+                                  " (in process: set down)"));
           continue;
         }
         const auto& frame = (*requests[r].frames)[k];
