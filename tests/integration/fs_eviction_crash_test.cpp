@@ -54,17 +54,6 @@ const char* Name(Stretch s) {
   return "?";
 }
 
-// Writes a whole file and fsyncs it; 0 or the errno of the failing call.
-int WriteAndSync(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = 0;
-  if (!WriteAllFd(fd, data)) err = errno ? errno : EIO;
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  return err;
-}
-
 // STATUS of one server, straight over the wire (answered beside a PREPARE).
 class StatusProbe {
  public:

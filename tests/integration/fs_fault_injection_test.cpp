@@ -69,17 +69,6 @@ int KillPoints() {
   return n > 0 ? n : fallback;
 }
 
-// Writes a whole file and fsyncs it; 0 or the errno of the failing call.
-int WriteAndSync(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = 0;
-  if (!WriteAllFd(fd, data)) err = errno ? errno : EIO;
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  return err;
-}
-
 class FsFaultInjectionTest : public ::testing::TestWithParam<std::uint32_t> {};
 
 TEST_P(FsFaultInjectionTest, KillsAtRandomAndNamedPointsLoseNoFsyncedData) {

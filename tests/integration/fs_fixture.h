@@ -270,6 +270,18 @@ inline bool WriteAllFd(int fd, std::string_view data) {
   return true;
 }
 
+// Writes a whole file (created or truncated) and fsyncs it; 0 or the errno
+// of the failing call.
+inline int WriteAndSync(const std::string& path, std::string_view data) {
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return errno;
+  int err = 0;
+  if (!WriteAllFd(fd, data)) err = errno ? errno : EIO;
+  if (err == 0 && ::fsync(fd) != 0) err = errno;
+  ::close(fd);
+  return err;
+}
+
 // Reads up to n bytes at off (short only at EOF); nullopt with errno on error.
 inline std::optional<std::string> PreadUpTo(int fd, std::size_t n, off_t off) {
   std::string out(n, '\0');

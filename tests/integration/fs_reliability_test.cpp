@@ -24,18 +24,6 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-// Writes `data` to path (create/truncate) and fsyncs; errno of the first
-// failing call, or 0.
-int WriteAndSync(const std::string& path, const std::string& data) {
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return errno;
-  int err = 0;
-  if (!WriteAllFd(fd, data)) err = errno;
-  if (err == 0 && ::fsync(fd) != 0) err = errno;
-  ::close(fd);
-  return err;
-}
-
 // Starts a second daemon in the background (no -f): exit 0 once mounted.
 CmdResult MountInBackground(const MountedFs& fs, const std::string& state, const std::string& mnt,
                             const std::string& extra_opts) {
