@@ -9,7 +9,6 @@
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/counter_agreement.h"
-#include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/state_file.h"
 
 namespace s3oram::cli {
@@ -201,15 +200,18 @@ struct CounterReports {
 
 // The single-writer lease (the holder's description is sealed: only the
 // epoch and the times are shown without the passphrase).
-void PrintLeases(OramClient& client, const std::vector<ServerReport>& reports) {
+void PrintLeases(const OramClient& client, const std::vector<ServerReport>& reports,
+                 const std::vector<Result<wire::LeaseReply>>& leases) {
   CounterReports epochs{reports, client.params().threshold, {}, {}};
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    if (!reports[i].status.ok()) continue;
-    auto lease = client.QueryLease(i);
-    if (lease.ok()) epochs.Add(i, std::max(reports[i].reply.epoch, lease->highest_epoch));
-    if (!lease.ok()) {
-      std::printf("lease %zu     cannot query: %s\n", i, lease.status().ToString().c_str());
-    } else if (lease->holder_epoch == 0) {
+    if (!reports[i].status.ok()) continue;  // already reported unreachable
+    if (!leases[i].ok()) {
+      std::printf("lease %zu     cannot query: %s\n", i, leases[i].status().ToString().c_str());
+      continue;
+    }
+    const wire::LeaseReply* lease = &leases[i].value();
+    epochs.Add(i, std::max(reports[i].reply.epoch, lease->highest_epoch));
+    if (lease->holder_epoch == 0) {
       std::printf("lease %zu     free (not mounted)\n", i);
     } else {
       std::printf("lease %zu     held by epoch %llu for %llu s, last active %llu s ago\n", i,
@@ -222,11 +224,10 @@ void PrintLeases(OramClient& client, const std::vector<ServerReport>& reports) {
 }
 
 // Client-state backups (s3oram backup-state, and every clean unmount).
-void PrintBackups(OramClient& client, const std::vector<ServerReport>& reports,
-                  std::chrono::milliseconds timeout) {
+void PrintBackups(const OramClient& client, const std::vector<ServerReport>& reports,
+                  const std::vector<Result<std::vector<wire::BackupInfo>>>& backups) {
   CounterReports generations{reports, client.params().threshold, {}, {}};
-  auto backups = ListBackups(client.session(), timeout);
-  for (std::size_t i = 0; i < backups.size(); ++i) {
+  for (std::size_t i = 0; i < reports.size(); ++i) {
     if (!reports[i].status.ok()) continue;  // already reported unreachable
     if (!backups[i].ok()) {
       std::printf("backup %zu    cannot list: %s\n", i, backups[i].status().ToString().c_str());
@@ -270,20 +271,23 @@ int RunStatus(const std::string& state, int timeout_ms, const std::string& passf
   ClientOptions options;
   options.requests.deadline = std::chrono::milliseconds(timeout_ms);
   options.requests.resend_after = std::chrono::milliseconds(timeout_ms);
-  options.allow_stale = true;  // shown below, not refused
+  options.allow_stale = true;        // shown below, not refused
+  options.allow_unreachable = true;  // named below, the others shown
   auto client = OramClient::OpenReadOnly(state, *pass, options);
   if (!client.ok()) {
     std::fprintf(stderr, "s3oram status: %s\n", client.status().ToString().c_str());
     return 1;
   }
   PrintClientSummary(state, **client);
-  auto reports = (*client)->QueryServers(std::chrono::milliseconds(timeout_ms));
-  const int unreachable = PrintServers(reports);
+  // What the open asked: one round, every server at once and each on its
+  // own, so a slow or down server costs the command its own timeout once.
+  // A server preparing an eviction answers it (its dispatch table serves
+  // STATUS, BACKUP_LIST and LEASE_QUERY beside the PREPARE).
+  const OramClient::OpeningViews& views = (*client)->opened_with();
+  const int unreachable = PrintServers(views.reports);
   PrintStateNotes(state, **client);
-  // A server preparing an eviction answers these too (its dispatch table
-  // serves the lease and the backups' reads beside the PREPARE).
-  PrintLeases(**client, reports);
-  PrintBackups(**client, reports, std::chrono::milliseconds(timeout_ms));
+  PrintLeases(**client, views.reports, views.leases);
+  PrintBackups(**client, views.reports, views.backups);
   return unreachable ? 1 : 0;
 }
 

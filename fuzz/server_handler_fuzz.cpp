@@ -390,6 +390,13 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     env.peers.sends = 0;
     const std::optional<ServerMeta> before =
         store ? std::optional<ServerMeta>(store->meta()) : std::nullopt;
+    // A quick read as the serving loop answers it (from the state the last
+    // request left), then as the worker does: both well-formed answers.
+    if (RequestHandler::IsQuickRead(frame)) {
+      if (const auto quick = handler->AnswerQuickRead(frame)) {
+        CheckReply(frame, *quick, *handler, env.peers);
+      }
+    }
     const auto reply = handler->Handle(frame);
     CheckReply(frame, reply, *handler, env.peers);
     if (env.verbose) PrintExchange(frame, reply);

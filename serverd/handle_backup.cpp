@@ -51,10 +51,14 @@ Result<wire::Body> RequestHandler::Impl::HandleBackupGet(const wire::BackupGetRe
   return wire::Body{std::move(reply)};
 }
 
-Result<wire::Body> RequestHandler::Impl::HandleBackupList() {
+std::vector<wire::BackupInfo> RequestHandler::Impl::BackupListToSay() const {
   auto list = backups->List();
   if (Lies("counters")) list.push_back(wire::BackupInfo{UINT64_MAX, 1});
-  return wire::Body{wire::BackupListReply{std::move(list)}};
+  return list;
+}
+
+Result<wire::Body> RequestHandler::Impl::HandleBackupList() {
+  return wire::Body{wire::BackupListReply{BackupListToSay()}};
 }
 
 }  // namespace s3oram::serverd

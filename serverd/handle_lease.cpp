@@ -30,12 +30,13 @@ Status RequestHandler::Impl::CheckHolder(const wire::Header& h) {
   return Status::Ok();
 }
 
-std::uint64_t RequestHandler::Impl::MsSince(Clock::time_point t) const {
-  return static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t).count());
+wire::LeaseReply RequestHandler::Impl::LeaseState(bool granted) const {
+  return LeaseReplyOf(lease, max_epoch, lease_last_seen, granted);
 }
 
-wire::LeaseReply RequestHandler::Impl::LeaseState(bool granted) const {
+wire::LeaseReply RequestHandler::Impl::LeaseReplyOf(const LeaseRecord& lease,
+                                                    std::uint64_t max_epoch,
+                                                    Clock::time_point last_seen, bool granted) {
   wire::LeaseReply r;
   r.granted = granted;
   r.holder_epoch = lease.holder_epoch;
@@ -48,7 +49,8 @@ wire::LeaseReply RequestHandler::Impl::LeaseState(bool granted) const {
                                        std::chrono::system_clock::now().time_since_epoch())
                                        .count());
     r.held_ms = now_ms > lease.acquired_unix_ms ? now_ms - lease.acquired_unix_ms : 0;
-    r.idle_ms = MsSince(lease_last_seen);
+    r.idle_ms = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - last_seen).count());
   }
   return r;
 }

@@ -194,8 +194,12 @@ Result<wire::Body> RequestHandler::Impl::Dispatch(const wire::Message& msg) {
 std::vector<std::uint8_t> RequestHandler::Impl::Handle(std::span<const std::uint8_t> frame) {
   const auto t0 = Clock::now();
   std::vector<std::uint8_t> reply = HandleUntimed(frame);
-  ++stats.requests;
-  stats.busy_us += Micros(Clock::now() - t0);
+  {
+    const std::lock_guard lock(aside_mu);  // STATS may be answered on another thread
+    ++stats.requests;
+    stats.busy_us += Micros(Clock::now() - t0);
+  }
+  PublishQuickState();
   return reply;
 }
 
@@ -307,6 +311,7 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   } else {
     spdlog::info("no filesystem in {} yet; waiting for init", s->config.data_dir);
   }
+  s->PublishQuickState();
   std::unique_ptr<RequestHandler> h(new RequestHandler());
   h->impl_ = std::move(s);
   return h;
@@ -319,6 +324,20 @@ std::vector<std::uint8_t> RequestHandler::Handle(std::span<const std::uint8_t> f
 }
 
 bool RequestHandler::HasPendingPrepare() const { return impl_->job.has_value(); }
+
+bool RequestHandler::IsQuickRead(std::span<const std::uint8_t> frame) {
+  const auto type = wire::PeekType(frame);
+  return type == wire::MessageType::kStatusRequest || type == wire::MessageType::kStatsRequest ||
+         type == wire::MessageType::kLeaseQueryRequest ||
+         type == wire::MessageType::kBackupListRequest;
+}
+
+std::optional<std::vector<std::uint8_t>> RequestHandler::AnswerQuickRead(
+    std::span<const std::uint8_t> frame) {
+  return impl_->AnswerQuickRead(frame);
+}
+
+void RequestHandler::PublishQuickState() { impl_->PublishQuickState(); }
 
 void RequestHandler::RunPrepare() { impl_->RunPrepare(); }
 

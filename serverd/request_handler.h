@@ -60,6 +60,20 @@ class RequestHandler {
   // computation runs means the client gave up on that one.
   static std::optional<std::pair<std::uint64_t, std::uint32_t>> PrepareAttemptOf(
       std::span<const std::uint8_t> frame);
+  // The quick reads: STATUS, STATS, LEASE_QUERY and BACKUP_LIST. They
+  // change nothing, so a server answers them while another thread runs a
+  // request (an access reading cold buckets from a busy disk takes seconds):
+  // AnswerQuickRead is thread-safe and answers from the state the last
+  // finished request left (published by Handle, or by PublishQuickState
+  // after a PREPARE's computation ended), with the running PREPARE's
+  // progress as of now. nullopt: a request the checks would refuse (another
+  // filesystem, no store, a store being rebuilt) or an undecodable frame;
+  // the caller hands it to Handle in order, which says why.
+  static bool IsQuickRead(std::span<const std::uint8_t> frame);
+  std::optional<std::vector<std::uint8_t>> AnswerQuickRead(std::span<const std::uint8_t> frame);
+  // Publishes the state the quick reads answer from again (no other thread
+  // may run Handle or RunPrepare meanwhile).
+  void PublishQuickState();
   // Thread-safe: what STATUS says of the PREPARE under way (for the log).
   wire::StatusReply Progress() const;
 

@@ -184,8 +184,10 @@ struct RequestHandler::Impl {
   // holder: a client whose lease was taken over (--force) is fenced off even
   // if its epoch is newer than anything else this server saw.
   Status CheckHolder(const wire::Header& h);
-  std::uint64_t MsSince(Clock::time_point t) const;
   wire::LeaseReply LeaseState(bool granted) const;
+  // The reply LeaseState gives for that lease, epoch and last contact.
+  static wire::LeaseReply LeaseReplyOf(const LeaseRecord& lease, std::uint64_t max_epoch,
+                                       Clock::time_point last_seen, bool granted);
   // ACQUIRE with the header's epoch: granted when the lease is free, already
   // this epoch's (a resend, or the holder renewing it), or `force` is set.
   // Otherwise a LeaseReply with granted = false names the holder: refusing is
@@ -207,6 +209,25 @@ struct RequestHandler::Impl {
   // weighted alike: reading 5 %, kernels 55 %, SMP 20 %, peer wait 10 %,
   // combining and shadow writes 10 % (roughly their times at the defaults).
   wire::StatusReply WithProgress(wire::StatusReply r) const;
+
+  // The quick reads (RequestHandler::AnswerQuickRead) answer from this: the
+  // state the last request left, published by the thread that handled it
+  // (PublishQuickState) and read by another while the next request runs;
+  // always under aside_mu.
+  struct QuickState {
+    bool has_store = false;
+    bool live_store = false;  // a store, not being rebuilt
+    bool has_backups = false;
+    wire::FsId fs_id{};
+    wire::StatusReply status;  // MakeStatus(): the PREPARE's progress is added when asked
+    LeaseRecord lease;
+    std::uint64_t max_epoch = 0;
+    Clock::time_point lease_last_seen;
+    std::vector<wire::BackupInfo> backups;  // BackupListToSay()
+  };
+  QuickState quick;
+  void PublishQuickState();
+  std::optional<std::vector<std::uint8_t>> AnswerQuickRead(std::span<const std::uint8_t> frame);
 
   // handle_access.cpp
   Status CheckRetrieve(std::uint64_t leaf, const std::vector<Elem>& select) const;
@@ -291,6 +312,8 @@ struct RequestHandler::Impl {
 
   // handle_backup.cpp
   Result<wire::Body> HandleBackupList();
+  // The generations BACKUP_LIST names.
+  std::vector<wire::BackupInfo> BackupListToSay() const;
   // Backup reads check the filesystem id but not the epoch: they change
   // nothing, and a client restoring on a fresh machine has no epoch yet.
   Status CheckBackupRead(const wire::Header& h) const;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -44,8 +45,8 @@ std::string ZmqError(const std::string& what) { return what + ": " + zmq_strerro
 // Key of one SMP message: (eviction, attempt, round, sender).
 using SmpKey = SmpInbox::Key;
 
-// A client request received while an EVICT_PREPARE ran: its ROUTER identity
-// and frame, handled in arrival order once the PREPARE is done.
+// A client request waiting for the worker or behind an EVICT_PREPARE's
+// computation (or a reply going back): its ROUTER identity and frame.
 struct QueuedRequest {
   std::vector<std::uint8_t> id;
   std::vector<std::uint8_t> frame;
@@ -55,6 +56,12 @@ struct QueuedRequest {
 // a resend; these are for other clients' requests.
 constexpr std::size_t kMaxQueuedRequests = 64;
 constexpr std::size_t kMaxQueuedBytes = std::size_t{256} << 20;
+// What may wait for the worker: a client pipelines at most a few accesses.
+// Past it this thread stops taking requests from the socket until the worker
+// catches up, so ZeroMQ's queue (kClientQueue) and TCP push back on a flood
+// as they would on a server busy with one request.
+constexpr std::size_t kMaxInboxRequests = 64;
+constexpr std::size_t kMaxInboxBytes = std::size_t{32} << 20;
 // How often the log tells how far a running PREPARE is.
 constexpr auto kProgressLogEvery = std::chrono::seconds(10);
 
@@ -112,6 +119,32 @@ struct Server::Impl : PeerExchange {
   std::atomic<bool> prepare_finished{false};
   std::deque<QueuedRequest> queued;
   std::size_t queued_bytes = 0;
+
+  // The worker: every request but a quick read is handled there, one at a
+  // time in arrival order, so that this thread keeps receiving and answers
+  // the quick reads (STATUS, STATS, LEASE_QUERY, BACKUP_LIST:
+  // RequestHandler::AnswerQuickRead) while an access reads cold buckets
+  // from a busy disk, which takes seconds. A quick read from a connection
+  // that has a request waiting or running waits behind it (a client's
+  // requests are answered in the order it sent them). A job goes to the
+  // worker and its reply comes back under worker_mu; worker_done_fd tells
+  // this thread. While the worker runs, only it uses the handler's state
+  // and the peer sockets (this thread polls the peers only when it is idle).
+  std::thread worker;
+  std::mutex worker_mu;
+  std::condition_variable worker_cv;
+  std::optional<QueuedRequest> worker_job;    // to the worker
+  std::optional<QueuedRequest> worker_reply;  // from it: the id and the reply frame
+  bool worker_stop = false;
+  int worker_done_fd = -1;
+  // This thread's side: the request the worker runs (its id and type), what
+  // waits for it, and whether a PREPARE ended meanwhile (the quick reads'
+  // state is published again once it is done).
+  std::optional<std::vector<std::uint8_t>> running_id;
+  std::optional<wire::MessageType> running_type;
+  std::deque<QueuedRequest> inbox;
+  std::size_t inbox_bytes = 0;
+  bool republish = false;
   // The newest EVICT_PREPARE (eviction, attempt) queued behind a computation.
   // The client sends a newer attempt only once it gave up on the running one
   // (a server failed it, or it timed out), so the computation stops at its
@@ -123,8 +156,10 @@ struct Server::Impl : PeerExchange {
   Clock::time_point progress_logged;
 
   ~Impl() override {
+    StopWorker();
     if (prepare_thread.joinable()) prepare_thread.join();
     if (prepare_done_fd >= 0) close(prepare_done_fd);
+    if (worker_done_fd >= 0) close(worker_done_fd);
     for (auto& [i, s] : pushes) zmq_close(s);
     for (auto& [i, s] : push_monitors) zmq_close(s);
     if (pull) zmq_close(pull);
@@ -319,15 +354,90 @@ struct Server::Impl : PeerExchange {
     }
   }
 
-  // Handles one request, and starts the computation of an EVICT_PREPARE it
-  // began on prepare_thread.
-  void Serve(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
-    // Tests make a server slow with "server.serve~MS" (a flood then piles up
-    // in the queues, which must bound it).
-    FaultPoint("server.serve");
-    Reply(id, handler->Handle(frame));
+  void WorkerLoop() {
+    for (;;) {
+      QueuedRequest job;
+      {
+        std::unique_lock lock(worker_mu);
+        worker_cv.wait(lock, [&] { return worker_stop || worker_job.has_value(); });
+        if (!worker_job) return;
+        job = std::move(*worker_job);
+        worker_job.reset();
+      }
+      // Tests make a server slow with "server.serve~MS" (a flood then piles
+      // up in the queues, which must bound it).
+      FaultPoint("server.serve");
+      std::vector<std::uint8_t> reply = handler->Handle(job.frame);
+      {
+        const std::lock_guard lock(worker_mu);
+        worker_reply = QueuedRequest{std::move(job.id), std::move(reply)};
+      }
+      const std::uint64_t one = 1;
+      if (write(worker_done_fd, &one, sizeof one) < 0) {
+        spdlog::error("could not signal a handled request: {}", std::strerror(errno));
+      }
+    }
+  }
+
+  void StopWorker() {
+    if (!worker.joinable()) return;
+    {
+      const std::lock_guard lock(worker_mu);
+      worker_stop = true;
+      worker_job.reset();
+    }
+    worker_cv.notify_one();
+    worker.join();
+  }
+
+  bool worker_busy() const { return running_id.has_value(); }
+  // Whether this thread takes another request from the socket.
+  bool inbox_has_room() const {
+    return inbox.size() < kMaxInboxRequests && inbox_bytes < kMaxInboxBytes;
+  }
+
+  void StartOnWorker(QueuedRequest q) {
+    running_id = q.id;
+    running_type = wire::PeekType(q.frame);
+    {
+      const std::lock_guard lock(worker_mu);
+      worker_job = std::move(q);
+    }
+    worker_cv.notify_one();
+  }
+
+  // The worker's reply, if it has one: sent; then what the request changed
+  // (frame limits, a PREPARE to compute) and the next request.
+  void CollectWorkerReply() {
+    std::uint64_t count = 0;
+    if (read(worker_done_fd, &count, sizeof count) < 0 && errno != EAGAIN) {
+      spdlog::warn("reading the worker's signal: {}", std::strerror(errno));
+    }
+    std::optional<QueuedRequest> done;
+    {
+      const std::lock_guard lock(worker_mu);
+      done = std::move(worker_reply);
+      worker_reply.reset();
+    }
+    if (!done) return;
+    Reply(done->id, done->frame);
+    running_id.reset();
+    running_type.reset();
+    if (republish) {
+      handler->PublishQuickState();
+      republish = false;
+    }
     TightenLimits();
-    if (!handler->HasPendingPrepare()) return;
+    // A request served beside a running PREPARE leaves that PREPARE's job
+    // pending: only a PREPARE the worker just began starts a computation.
+    if (!preparing() && handler->HasPendingPrepare()) StartPrepare();
+    Pump();
+  }
+
+  // Starts the computation of the EVICT_PREPARE the worker just handled on
+  // prepare_thread; what waits for the worker and may not be served beside
+  // it now waits for the computation, in order.
+  void StartPrepare() {
     progress_logged = Clock::now();
     prepare_finished.store(false);
     prepare_thread = std::thread([this] {
@@ -338,79 +448,163 @@ struct Server::Impl : PeerExchange {
         spdlog::error("could not signal the end of a PREPARE: {}", std::strerror(errno));
       }
     });
+    std::deque<QueuedRequest> keep;
+    for (QueuedRequest& q : inbox) {
+      if (ServedBesidePrepare(q.frame)) {
+        keep.push_back(std::move(q));
+      } else {
+        queued_bytes += q.frame.size();
+        queued.push_back(std::move(q));
+      }
+    }
+    inbox = std::move(keep);
+    inbox_bytes = 0;
+    for (const QueuedRequest& q : inbox) inbox_bytes += q.frame.size();
+  }
+
+  // Hands the next waiting request to the worker if it is idle.
+  void Pump() {
+    while (!worker_busy() && !inbox.empty()) {
+      QueuedRequest q = std::move(inbox.front());
+      inbox.pop_front();
+      inbox_bytes -= q.frame.size();
+      if (preparing() && !ServedBesidePrepare(q.frame)) {
+        WaitForPrepare(std::move(q));
+      } else {
+        StartOnWorker(std::move(q));
+      }
+    }
   }
 
   bool BackupPutQueued() const {
-    return std::any_of(queued.begin(), queued.end(), [](const QueuedRequest& q) {
+    auto put = [](const QueuedRequest& q) {
       return wire::PeekType(q.frame) == wire::MessageType::kBackupPutRequest;
-    });
+    };
+    return running_type == wire::MessageType::kBackupPutRequest ||
+           std::any_of(queued.begin(), queued.end(), put) ||
+           std::any_of(inbox.begin(), inbox.end(), put);
   }
 
-  // The computation ended: what queued behind it, up to the next PREPARE.
+  // Whether a request of connection `id` waits or runs.
+  bool ConnectionWaits(const std::vector<std::uint8_t>& id) const {
+    auto same = [&](const QueuedRequest& q) { return q.id == id; };
+    return running_id == id || std::any_of(inbox.begin(), inbox.end(), same) ||
+           std::any_of(queued.begin(), queued.end(), same);
+  }
+
+  // The accesses, the lease, STATUS/STATS and the backups' reads are served
+  // while a PREPARE's computation runs (the rows of dispatch_table.cpp say
+  // which); a backup read waits while a BACKUP_PUT waits: it must see the
+  // write sent before it.
+  bool ServedBesidePrepare(std::span<const std::uint8_t> frame) const {
+    const auto type = wire::PeekType(frame);
+    const bool backup_read = type == wire::MessageType::kBackupListRequest ||
+                             type == wire::MessageType::kBackupGetRequest;
+    return RequestHandler::ServedDuringPrepare(frame) && !(backup_read && BackupPutQueued());
+  }
+
+  // Refuses a request as busy: the seq from its fixed offset, as the handler
+  // echoes it for a frame it cannot decode, so the client matches the error
+  // to its request (and retries).
+  void RefuseBusy(std::span<const std::uint8_t> id, std::span<const std::uint8_t> frame,
+                  const std::string& why) {
+    wire::Header h;
+    constexpr std::size_t kSeqOffset = 4 + 2 + 2 + 16 + 8;
+    if (frame.size() >= wire::kHeaderBytes) {
+      for (int b = 0; b < 8; ++b) h.seq |= std::uint64_t{frame[kSeqOffset + b]} << (8 * b);
+    }
+    Reply(id, wire::Encode(h, wire::ErrorFromStatus(Status::Unavailable(why))));
+  }
+
+  // A request that arrived: a quick read is answered now (unless its
+  // connection has a request waiting, or it is a backup read behind a
+  // BACKUP_PUT); the rest goes to the worker, in order, or waits for a
+  // PREPARE's computation.
+  void Receive(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
+    if (preparing()) NoteSuperseding(frame);
+    const bool backup_read = wire::PeekType(frame) == wire::MessageType::kBackupListRequest;
+    if (RequestHandler::IsQuickRead(frame) && !ConnectionWaits(id) &&
+        !(backup_read && BackupPutQueued())) {
+      if (auto reply = handler->AnswerQuickRead(frame)) {
+        Reply(id, *reply);
+        return;
+      }
+    }
+    if (preparing() && !ServedBesidePrepare(frame)) {
+      WaitForPrepare(QueuedRequest{std::move(id), std::move(frame)});
+      return;
+    }
+    if (!worker_busy() && inbox.empty()) {
+      StartOnWorker(QueuedRequest{std::move(id), std::move(frame)});
+      return;
+    }
+    inbox_bytes += frame.size();
+    inbox.push_back(QueuedRequest{std::move(id), std::move(frame)});
+  }
+
+  // An EVICT_PREPARE that arrives while another attempt's computation runs
+  // means the client gave up on that one.
+  void NoteSuperseding(std::span<const std::uint8_t> frame) {
+    if (const auto attempt = RequestHandler::PrepareAttemptOf(frame)) {
+      const std::lock_guard lock(superseding_mu);
+      if (!superseding || *superseding < *attempt) superseding = *attempt;
+    }
+  }
+
+  // The computation ended: the quick reads' state is published again (by
+  // the worker's next reply if it runs a request), and what waited for the
+  // computation goes to the worker, in order, after what waits for it
+  // already.
   void FinishPrepare() {
     // Joined first: the thread's signal is written by then, so reading it
     // leaves nothing behind for the next PREPARE's poll.
     prepare_thread.join();
     std::uint64_t count = 0;
-    if (read(prepare_done_fd, &count, sizeof count) < 0 && errno != EAGAIN) {
-      spdlog::warn("reading the PREPARE signal: {}", std::strerror(errno));
+    if (read(prepare_done_fd, &count, sizeof count) < 0) {
+      if (errno != EAGAIN) spdlog::warn("reading the PREPARE signal: {}", std::strerror(errno));
     }
-    while (!queued.empty() && !preparing()) {
-      QueuedRequest q = std::move(queued.front());
+    if (worker_busy()) {
+      republish = true;
+    } else {
+      handler->PublishQuickState();
+    }
+    while (!queued.empty()) {
+      inbox_bytes += queued.front().frame.size();
+      inbox.push_back(std::move(queued.front()));
       queued.pop_front();
-      queued_bytes -= q.frame.size();
-      Serve(std::move(q.id), std::move(q.frame));
     }
+    queued_bytes = 0;
+    Pump();
   }
 
-  // A request that arrived while a PREPARE's computation runs: the accesses,
-  // the lease, STATUS/STATS and the backups' reads are served now (the rows
-  // of dispatch_table.cpp say which), the rest waits (bounded; past the
-  // bound it is refused). A backup read waits too while a BACKUP_PUT waits:
-  // it must see the write sent before it. A request waits in the order it
-  // came; an EVICT_RESULT asked again moves to the end.
-  void ServeAside(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
-    if (const auto attempt = RequestHandler::PrepareAttemptOf(frame)) {
-      const std::lock_guard lock(superseding_mu);
-      if (!superseding || *superseding < *attempt) superseding = *attempt;
-    }
-    const auto type = wire::PeekType(frame);
-    const bool backup_read = type == wire::MessageType::kBackupListRequest ||
-                             type == wire::MessageType::kBackupGetRequest;
-    if (RequestHandler::ServedDuringPrepare(frame) && !(backup_read && BackupPutQueued())) {
-      Reply(id, handler->Handle(frame));
-      return;
-    }
+  // A request that waits for the PREPARE's computation (bounded; past the
+  // bound it is refused). A request waits in the order it came; an
+  // EVICT_RESULT asked again moves to the end.
+  void WaitForPrepare(QueuedRequest q) {
+    const auto type = wire::PeekType(q.frame);
     // A client waiting for an eviction asks EVICT_RESULT again every few
     // seconds (Evictor::AwaitPrepared) and takes the newest answer only:
     // the newest replaces one queued from the same connection, so the wait
     // holds one place in the queue however long the eviction runs.
     if (type == wire::MessageType::kEvictResultRequest) {
-      const auto older = std::find_if(queued.begin(), queued.end(), [&](const QueuedRequest& q) {
-        return q.id == id && wire::PeekType(q.frame) == type;
+      const auto older = std::find_if(queued.begin(), queued.end(), [&](const QueuedRequest& o) {
+        return o.id == q.id && wire::PeekType(o.frame) == type;
       });
       if (older != queued.end()) {
         queued_bytes -= older->frame.size();
         queued.erase(older);
       }
     }
-    if (queued.size() >= kMaxQueuedRequests || queued_bytes + frame.size() > kMaxQueuedBytes) {
-      // The seq from its fixed offset, as the handler echoes it for a frame
-      // it cannot decode: the client matches the error to its request.
-      wire::Header h;
-      constexpr std::size_t kSeqOffset = 4 + 2 + 2 + 16 + 8;
-      if (frame.size() >= wire::kHeaderBytes) {
-        for (int b = 0; b < 8; ++b) h.seq |= std::uint64_t{frame[kSeqOffset + b]} << (8 * b);
-      }
+    if (queued.size() >= kMaxQueuedRequests || queued_bytes + q.frame.size() > kMaxQueuedBytes) {
       const auto p = handler->Progress();
-      Reply(id, wire::Encode(h, wire::ErrorFromStatus(Status::Unavailable(
-                                    "busy: eviction " + std::to_string(p.evicting_eviction) +
-                                    " is being prepared and " + std::to_string(queued.size()) +
-                                    " requests already wait for it; try again"))));
+      RefuseBusy(q.id, q.frame,
+                 "busy: eviction " + std::to_string(p.evicting_eviction) +
+                     " is being prepared and " + std::to_string(queued.size()) +
+                     " requests already wait for it; try again");
       return;
     }
-    queued_bytes += frame.size();
-    queued.push_back(QueuedRequest{std::move(id), std::move(frame)});
+    queued_bytes += q.frame.size();
+    queued.push_back(std::move(q));
   }
 
   // Creates and binds both listening sockets (again, closing the old ones)
@@ -511,7 +705,8 @@ Status Server::Start() {
   Impl& s = *impl_;
   S3ORAM_ASSIGN_OR_RETURN(s.handler, RequestHandler::Create(s.config, s));
   s.prepare_done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (s.prepare_done_fd < 0) {
+  s.worker_done_fd = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (s.prepare_done_fd < 0 || s.worker_done_fd < 0) {
     return Status::IoError(std::string("eventfd: ") + std::strerror(errno));
   }
 
@@ -572,26 +767,32 @@ Status Server::Start() {
 
 Status Server::Run(const std::atomic<bool>& stop) {
   Impl& s = *impl_;
+  if (!s.worker.joinable()) s.worker = std::thread([&s] { s.WorkerLoop(); });
   while (!stop.load()) {
-    // While a PREPARE runs its thread owns the peer socket: poll the
-    // clients' socket and the PREPARE's end signal only.
+    // While a PREPARE runs its thread owns the peer sockets, and while the
+    // worker runs a request so does it: the peers' socket is polled only
+    // when neither does.
     const bool preparing = s.preparing();
-    zmq_pollitem_t items[2] = {{s.router, 0, ZMQ_POLLIN, 0},
+    const bool poll_peers = !preparing && !s.worker_busy();
+    zmq_pollitem_t items[3] = {{s.router, 0, s.inbox_has_room() ? short{ZMQ_POLLIN} : short{0}, 0},
+                               {nullptr, s.worker_done_fd, ZMQ_POLLIN, 0},
                                preparing ? zmq_pollitem_t{nullptr, s.prepare_done_fd, ZMQ_POLLIN, 0}
                                          : zmq_pollitem_t{s.pull, 0, ZMQ_POLLIN, 0}};
-    int rc = zmq_poll(items, 2, 200);
+    int rc = zmq_poll(items, preparing || poll_peers ? 3 : 2, 200);
     if (rc < 0) {
       if (zmq_errno() == EINTR) continue;
       return Status::IoError(ZmqError("zmq_poll"));
     }
     s.CheckPeerLinks();
+    // Also on the 200 ms tick, should an eventfd write have failed.
+    if ((items[1].revents & ZMQ_POLLIN) || s.worker_busy()) s.CollectWorkerReply();
     if (preparing) {
-      if ((items[1].revents & ZMQ_POLLIN) || s.prepare_finished.load()) {
+      if ((items[2].revents & ZMQ_POLLIN) || s.prepare_finished.load()) {
         s.FinishPrepare();
       } else {
         s.LogProgress();
       }
-    } else if (items[1].revents & ZMQ_POLLIN) {
+    } else if (poll_peers && (items[2].revents & ZMQ_POLLIN)) {
       S3ORAM_RETURN_IF_ERROR(s.DrainPeers());
     }
     if (!(items[0].revents & ZMQ_POLLIN)) continue;
@@ -621,16 +822,13 @@ Status Server::Run(const std::atomic<bool>& stop) {
     std::vector<std::uint8_t> id_bytes = Bytes(id), frame = Bytes(body);
     zmq_msg_close(&body);
     zmq_msg_close(&id);
-    if (s.preparing()) {
-      s.ServeAside(std::move(id_bytes), std::move(frame));
-    } else {
-      s.Serve(std::move(id_bytes), std::move(frame));
-    }
+    s.Receive(std::move(id_bytes), std::move(frame));
   }
   // A PREPARE under way ends by itself (its peers' timeout bounds it); a
-  // sealed shadow survives the restart, the client asks again. What queued
-  // behind it is dropped, as unread messages are.
+  // sealed shadow survives the restart, the client asks again. The request
+  // the worker runs ends too; what waited is dropped, as unread messages are.
   if (s.preparing()) s.prepare_thread.join();
+  s.StopWorker();
   spdlog::info("server {} stopping", s.config.index);
   return Status::Ok();
 }

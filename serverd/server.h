@@ -5,12 +5,17 @@
 // Sockets (all persistent): a ROUTER bound at config.listen for clients, a PULL
 // bound at config.peer_listen for SMP shares from peers, and one PUSH per peer.
 // Requests are handled one at a time in arrival order by a RequestHandler
-// (request_handler.h: every check and every store mutation lives there); an
+// (request_handler.h: every check and every store mutation lives there) on a
+// worker thread, while the loop keeps receiving: it answers the quick reads
+// (STATUS, STATS, LEASE_QUERY, BACKUP_LIST) itself from the state the last
+// finished request left (RequestHandler::AnswerQuickRead), so a busy server
+// still answers them in milliseconds, unless that client has a request
+// waiting (a client's requests are answered in the order it sent them). An
 // EVICT_PREPARE runs its rounds to completion (or to a peer timeout) on a
-// thread of its own, while this loop answers the requests the dispatch
+// thread of its own, while the worker serves the requests the dispatch
 // table marks as served during a prepare (the accesses, the lease, STATUS
-// with its progress, STATS, the backups' reads) and keeps every other
-// request until it is done, so the store never sees two mutations of the
+// with its progress, STATS, the backups' reads) and every other request
+// waits until it is done, so the store never sees two mutations of the
 // same part interleave. This class
 // is the ZeroMQ side: the request loop and the PeerExchange over the peer
 // sockets, which buffers SMP shares that arrive early.

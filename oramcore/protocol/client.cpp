@@ -128,11 +128,14 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   random::EnsureInitialized();
   std::unique_ptr<OramClient> client(new OramClient());
   const bool allow_stale = read_only && options.allow_stale;
+  const bool allow_unreachable = read_only && options.allow_unreachable;
   S3ORAM_ASSIGN_OR_RETURN(client->session_,
                           ClientSession::Open(state_path, passphrase, read_only, options));
   S3ORAM_RETURN_IF_ERROR(client->LoadState());
-  S3ORAM_ASSIGN_OR_RETURN(const std::vector<ServerReport> reports,
-                          client->CheckServersHoldThisState());
+  client->AskServersAtOpen();
+  const OpeningViews& views = client->opened_with_;
+  const std::vector<ServerReport>& reports = views.reports;
+  S3ORAM_RETURN_IF_ERROR(client->CheckServersHoldThisState(reports, allow_unreachable));
   S3ORAM_RETURN_IF_ERROR(client->RefuseIfRolledBack(reports, state_path, allow_stale));
   // The sequence t + 1 servers (or this state) agree on, raised to a lone
   // server's only within kMaxCounterLead (oramcore/protocol/counter_agreement.h);
@@ -142,7 +145,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
   const AdoptedCounter seq =
       AdoptCounter(applied_seqs, client->session_->counters().seq, client->params().threshold);
   client->session_->counters().seq = seq.value;
-  S3ORAM_RETURN_IF_ERROR(client->JudgeStateFreshness(reports, state_path, allow_stale));
+  S3ORAM_RETURN_IF_ERROR(client->JudgeStateFreshness(views, state_path, allow_stale));
   if (client->session_->read_only()) return client;
 
   S3ORAM_RETURN_IF_ERROR(client->StartEpoch(reports, seq, applied_seqs));
@@ -186,14 +189,41 @@ Status OramClient::LoadState() {
   return Status::Ok();
 }
 
-Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
+void OramClient::AskServersAtOpen() {
+  auto answers =
+      session_->AskEveryServer({{wire::StatusRequest{}, wire::MessageType::kStatusReply},
+                                {wire::BackupListRequest{}, wire::MessageType::kBackupListReply},
+                                {wire::LeaseQueryRequest{}, wire::MessageType::kLeaseReply}},
+                               session_->options().requests.deadline);
+  OpeningViews& views = opened_with_;
+  for (std::size_t i = 0; i < answers[0].size(); ++i) {
+    views.reports.push_back(session_->ReportOf(i, std::move(answers[0][i])));
+    const auto& backups = answers[1][i].reply;
+    if (backups.ok()) {
+      views.backups.emplace_back(std::get<wire::BackupListReply>(backups.value().body).backups);
+    } else {
+      views.backups.emplace_back(backups.status());
+    }
+    const auto& lease = answers[2][i].reply;
+    if (lease.ok()) {
+      views.leases.emplace_back(std::get<wire::LeaseReply>(lease.value().body));
+    } else {
+      views.leases.emplace_back(lease.status());
+    }
+  }
+}
+
+Status OramClient::CheckServersHoldThisState(const std::vector<ServerReport>& reports,
+                                             bool allow_unreachable) {
   const OramParams& p = params();
   // Every server must serve this filesystem with this shape.
-  std::vector<ServerReport> reports = session_->QueryServers(session_->options().requests.deadline);
   std::vector<std::size_t> behind;
+  std::size_t reachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
+    if (!r.status.ok() && allow_unreachable) continue;
     if (!r.status.ok()) return r.status;
+    ++reachable;
     const std::string who = "server " + std::to_string(i) + " (" + r.endpoint + ")";
     if (!r.reply.initialized) {
       // A server being rebuilt, or one that lost its disk, says so in its
@@ -212,7 +242,7 @@ Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
     }
     if (r.reply.applied_evictions < session_->counters().ne) behind.push_back(i);
   }
-  if (behind.empty()) return reports;
+  if (behind.empty()) return Status::Ok();
   // Servers behind the state's eviction count lost data (or were put back
   // to an old copy): every one of them is named, not only the first.
   std::string who;
@@ -221,8 +251,8 @@ Result<std::vector<ServerReport>> OramClient::CheckServersHoldThisState() {
            reports[i].endpoint + ") has applied only " +
            std::to_string(reports[i].reply.applied_evictions);
   }
-  const bool all = behind.size() == reports.size();
-  const bool rebuildable = reports.size() - behind.size() >= p.threshold + 1;
+  const bool all = behind.size() == reachable;
+  const bool rebuildable = reachable - behind.size() >= p.threshold + 1;
   std::string fix;
   if (all) {
     fix =
@@ -282,21 +312,27 @@ Status OramClient::RefuseIfRolledBack(const std::vector<ServerReport>& reports,
       "file part it loses)");
 }
 
-Status OramClient::JudgeStateFreshness(const std::vector<ServerReport>& reports,
-                                       const std::string& state_path, bool allow_stale) {
+Status OramClient::JudgeStateFreshness(const OpeningViews& opening, const std::string& state_path,
+                                       bool allow_stale) {
+  const std::vector<ServerReport>& reports = opening.reports;
   // Freshness, agreed by t + 1 servers (oramcore/protocol/freshness.h): a
   // state another client has moved past (a copy of this state, a restored
   // backup, a forced takeover, another device, also one that only renamed
   // or created files and uploaded its state) must not be written with, nor
   // published as the newest backup.
-  std::vector<ServerFreshness> views(reports.size());
+  // Servers left out (allow_unreachable: their STATUS failed) are judged
+  // by the others: t + 1 of those that answered.
+  std::vector<ServerFreshness> views;
   std::vector<std::string> names;
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    views[i].store_epoch = reports[i].reply.epoch;
-    views[i].applied_evictions = reports[i].reply.applied_evictions;
+    if (!reports[i].status.ok()) continue;
+    ServerFreshness& view = views.emplace_back();
+    view.store_epoch = reports[i].reply.epoch;
+    view.applied_evictions = reports[i].reply.applied_evictions;
     names.push_back("server " + std::to_string(i) + " (" + reports[i].endpoint + ")");
-    S3ORAM_ASSIGN_OR_RETURN(auto backups, QueryBackupList(i));
-    for (const auto& b : backups) views[i].generations.push_back(b.generation);
+    const auto& backups = opening.backups[i];
+    if (!backups.ok()) return backups.status();
+    for (const auto& b : backups.value()) view.generations.push_back(b.generation);
   }
   S3ORAM_ASSIGN_OR_RETURN(const std::vector<PendingOp> pending, session_->store().LoadPending());
   bool evicting = false;
@@ -335,8 +371,9 @@ Status OramClient::StartEpoch(const std::vector<ServerReport>& reports, const Ad
       CounterOutlierError(seq, applied_seqs, params().threshold, "applied request sequence", name));
   std::vector<std::uint64_t> epochs;
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    S3ORAM_ASSIGN_OR_RETURN(wire::LeaseReply lease, QueryLease(i));
-    epochs.push_back(std::max(reports[i].reply.epoch, lease.highest_epoch));
+    const auto& lease = opened_with_.leases[i];  // asked with the STATUS
+    if (!lease.ok()) return lease.status();
+    epochs.push_back(std::max(reports[i].reply.epoch, lease->highest_epoch));
   }
   S3ORAM_ASSIGN_OR_RETURN(
       session_->counters().epoch,
@@ -405,17 +442,6 @@ Status OramClient::SyncKeepingLatestRootWrite() {
   ClientStateStore::Batch batch;
   batch.SetCounters(session_->counters());
   return session_->store().Commit(batch, /*durable=*/true);
-}
-
-Result<std::vector<wire::BackupInfo>> OramClient::QueryBackupList(std::size_t server) {
-  TransportOptions opts{
-      std::min(session_->options().requests.deadline, session_->options().requests.resend_after),
-      session_->options().requests.deadline};
-  wire::Header h = session_->NextHeader();
-  S3ORAM_ASSIGN_OR_RETURN(auto replies, session_->servers().ExchangeWith(
-                                            {server}, {wire::Encode(h, wire::BackupListRequest{})},
-                                            h, wire::MessageType::kBackupListReply, opts));
-  return std::get<wire::BackupListReply>(replies[0].body).backups;
 }
 
 Status OramClient::RecordBackup(std::uint64_t generation, std::uint64_t snapshot_epoch) {

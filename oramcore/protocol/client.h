@@ -235,14 +235,20 @@ class OramClient {
   Result<std::optional<std::size_t>> OddServerOf(std::uint64_t bucket, std::uint32_t slot,
                                                  std::chrono::milliseconds timeout);
 
-  // The lease as server i sees it (LEASE_QUERY; changes nothing).
-  Result<wire::LeaseReply> QueryLease(std::size_t server) { return session_->QueryLease(server); }
-  // The complete state backup generations server i holds (BACKUP_LIST).
-  Result<std::vector<wire::BackupInfo>> QueryBackupList(std::size_t server);
-
   // Freshness as judged at Open (oramcore/protocol/freshness.h); a client
   // opened without allow_stale is never stale.
   const FreshnessVerdict& freshness() const { return freshness_; }
+
+  // What every server said at open, asked of all at once, each on its own:
+  // its STATUS, the state backups it holds and its lease (one round; a
+  // writable open takes its new epoch from the leases). A server that did
+  // not answer carries its failure in all three.
+  struct OpeningViews {
+    std::vector<ServerReport> reports;
+    std::vector<Result<std::vector<wire::BackupInfo>>> backups;
+    std::vector<Result<wire::LeaseReply>> leases;
+  };
+  const OpeningViews& opened_with() const { return opened_with_; }
   // The state's backup mark (client_state.h BackupMark), if it has one.
   const std::optional<BackupMark>& backup_mark() const { return session_->store().backup_mark(); }
   // Records that this client's state, as of `snapshot_epoch`, was uploaded
@@ -342,14 +348,18 @@ class OramClient {
   // new epoch (durable), the lease, sends the root writes the state logged
   // and finishes a pending eviction.
   Status LoadState();
-  Result<std::vector<ServerReport>> CheckServersHoldThisState();
+  void AskServersAtOpen();
+  // allow_unreachable: a server that did not answer is passed over.
+  Status CheckServersHoldThisState(const std::vector<ServerReport>& reports,
+                                   bool allow_unreachable);
   Status RefuseIfRolledBack(const std::vector<ServerReport>& reports, const std::string& state_path,
                             bool allow_stale) const;
-  Status JudgeStateFreshness(const std::vector<ServerReport>& reports,
-                             const std::string& state_path, bool allow_stale);
+  Status JudgeStateFreshness(const OpeningViews& views, const std::string& state_path,
+                             bool allow_stale);
   Status StartEpoch(const std::vector<ServerReport>& reports, const AdoptedCounter& seq,
                     const std::vector<std::uint64_t>& applied_seqs);
   std::unique_ptr<ClientSession> session_;
+  OpeningViews opened_with_;
   std::unique_ptr<PositionMap> pm_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
   ClientStats stats_;

@@ -370,30 +370,57 @@ Status ClientSession::EndRekey() {
   return Status::Ok();
 }
 
+std::vector<ServerSet::Answers> ClientSession::AskEveryServer(
+    const std::vector<ControlRequest>& requests, std::chrono::milliseconds timeout) {
+  const std::size_t n = servers_->size();
+  std::vector<std::size_t> all(n);
+  for (std::size_t i = 0; i < n; ++i) all[i] = i;
+  std::vector<std::vector<std::vector<std::uint8_t>>> frames;
+  std::vector<ServerSet::RequestView> views;
+  frames.reserve(requests.size());
+  views.reserve(requests.size());
+  for (const ControlRequest& q : requests) {
+    const wire::Header h = NextHeader();
+    frames.emplace_back(n, wire::Encode(h, q.body));
+    views.push_back({h, q.expected_reply, &frames.back()});
+  }
+  const TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  std::vector<ServerSet::Answers> answers =
+      servers_->ExchangeAnswers(all, views, opts, ServerSet::Wait::kEach);
+  for (ServerSet::Answers& per_server : answers) {
+    for (std::size_t i = 0; i < per_server.size(); ++i) {
+      per_server[i].reply = servers_->ReplyOrError(i, std::move(per_server[i]));
+    }
+  }
+  return answers;
+}
+
+ServerReport ClientSession::ReportOf(std::size_t server, ServerSet::Answer answer) const {
+  ServerReport report;
+  report.endpoint = servers_->endpoint(server);
+  report.answered_in = answer.after;
+  if (!answer.reply.ok()) {
+    report.status = answer.reply.status();
+    return report;
+  }
+  const wire::Message& m = answer.reply.value();
+  const auto& reply = std::get<wire::StatusReply>(m.body);
+  if (m.header.fs_id != config().fs_id && reply.initialized) {
+    report.status = Status::FailedPrecondition("server " + std::to_string(server) + " (" +
+                                               report.endpoint + ") serves another filesystem");
+    return report;
+  }
+  report.reply = reply;
+  return report;
+}
+
 std::vector<ServerReport> ClientSession::QueryServers(std::chrono::milliseconds timeout) {
-  std::vector<ServerReport> out(servers_->size());
-  TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
-    out[i].endpoint = servers_->endpoint(i);
-    wire::Header h = NextHeader();
-    auto frame = wire::Encode(h, wire::StatusRequest{});
-    const auto asked = std::chrono::steady_clock::now();
-    auto r = servers_->ExchangeWith({i}, {frame}, h, wire::MessageType::kStatusReply, opts);
-    out[i].answered_in = std::chrono::duration_cast<std::chrono::microseconds>(
-        std::chrono::steady_clock::now() - asked);
-    if (!r.ok()) {
-      out[i].status = r.status();
-      continue;
-    }
-    const wire::Message& m = r.value()[0];
-    if (m.header.fs_id != config().fs_id) {
-      if (const auto* sr = std::get_if<wire::StatusReply>(&m.body); sr && sr->initialized) {
-        out[i].status = Status::FailedPrecondition("server " + std::to_string(i) + " (" +
-                                                   out[i].endpoint + ") serves another filesystem");
-        continue;
-      }
-    }
-    out[i].reply = std::get<wire::StatusReply>(m.body);
+  auto answers =
+      AskEveryServer({{wire::StatusRequest{}, wire::MessageType::kStatusReply}}, timeout);
+  std::vector<ServerReport> out;
+  out.reserve(servers_->size());
+  for (std::size_t i = 0; i < answers[0].size(); ++i) {
+    out.push_back(ReportOf(i, std::move(answers[0][i])));
   }
   return out;
 }

@@ -49,6 +49,10 @@ struct ClientOptions {
   // be refused with kStaleState), to show it (s3oram status). Such a client
   // must not be used for anything that trusts the state's counters.
   bool allow_stale = false;
+  // OpenReadOnly only, to show what can be seen (s3oram status): servers
+  // that do not answer are left out of the open's checks instead of
+  // failing it (OramClient::opened_with() holds their failures).
+  bool allow_unreachable = false;
   // How the client reaches its servers: empty for the network (every real
   // use); tests pass an in-process cluster's (tests/support/in_process_cluster.h).
   ServerConnector connect;
@@ -112,9 +116,26 @@ class ClientSession {
   // beyond the durable seq when the first goes).
   Result<std::vector<wire::Header>> NextMutationHeaders(std::size_t count);
 
-  // STATUS of every server, each asked alone (an unreachable one carries an
-  // error status; one that serves another filesystem, FailedPrecondition).
+  // A request that needs no tree computation (STATUS, LEASE_QUERY,
+  // BACKUP_LIST): servers answer it beside an eviction's PREPARE.
+  struct ControlRequest {
+    wire::Body body;
+    wire::MessageType expected_reply;
+  };
+  // Sends every request to every server at once, in order, each server on
+  // its own (ServerSet::Wait::kEach): result[r][i] is server i's answer to
+  // requests[r], its reply of the expected type or why there is none (its
+  // silence past `timeout`, its ErrorReply as a Status naming it). A server
+  // that is down neither holds up nor fails the others' answers: the call
+  // takes as long as the slowest server, not the sum of all.
+  std::vector<ServerSet::Answers> AskEveryServer(const std::vector<ControlRequest>& requests,
+                                                 std::chrono::milliseconds timeout);
+  // STATUS of every server, all asked at once (an unreachable one carries
+  // an error status; one that serves another filesystem,
+  // FailedPrecondition).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
+  // The report of server i's STATUS answer (QueryServers' rule).
+  ServerReport ReportOf(std::size_t server, ServerSet::Answer answer) const;
   // Shares `secret` afresh among the servers (degree t, the OS CSPRNG) and
   // sends server i the request make_request(its shares), all under one
   // mutation header; returns the replies. `compute_ns` and `wait_ns`

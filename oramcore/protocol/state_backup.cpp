@@ -661,18 +661,15 @@ bool IsOlderThanServersRefusal(const Status& st) {
 
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(ClientSession& session,
                                                                std::chrono::milliseconds timeout) {
-  ServerSet& servers = session.servers();
+  auto answers = session.AskEveryServer(
+      {{wire::BackupListRequest{}, wire::MessageType::kBackupListReply}}, timeout);
   std::vector<Result<std::vector<wire::BackupInfo>>> out;
-  for (std::size_t i = 0; i < servers.size(); ++i) {
-    wire::Header h = session.NextHeader();
-    auto r = servers.ExchangeWith({i}, {wire::Encode(h, wire::BackupListRequest{})}, h,
-                                  wire::MessageType::kBackupListReply,
-                                  TransportOptions{timeout, timeout});
-    if (!r.ok()) {
-      out.emplace_back(r.status());
+  for (auto& answer : answers[0]) {
+    if (!answer.reply.ok()) {
+      out.emplace_back(answer.reply.status());
       continue;
     }
-    out.emplace_back(std::get<wire::BackupListReply>(r.value()[0].body).backups);
+    out.emplace_back(std::get<wire::BackupListReply>(answer.reply.value().body).backups);
   }
   return out;
 }

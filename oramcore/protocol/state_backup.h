@@ -161,7 +161,7 @@ Result<RestoreReport> RefreshState(const std::string& state_path, const Secret& 
                                    const BackupProgressFn& progress = {},
                                    bool discard_local_changes = false);
 
-// The complete backup generations of each server (s3oram status); an
+// The complete backup generations of each server, all asked at once; an
 // unreachable server carries its error. A server preparing an eviction
 // answers too (BACKUP_LIST is served beside the PREPARE).
 std::vector<Result<std::vector<wire::BackupInfo>>> ListBackups(ClientSession& session,

@@ -33,6 +33,42 @@ std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeSequence(
   return ExchangeViews(servers, views, options);
 }
 
+std::vector<Result<std::vector<wire::Message>>> ServerSet::ExchangeViews(
+    const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
+    const TransportOptions& options) {
+  std::vector<Answers> answers = ExchangeAnswers(servers, requests, options, Wait::kEvery);
+  std::vector<Result<std::vector<wire::Message>>> results;
+  results.reserve(answers.size());
+  for (Answers& per_server : answers) {
+    // Under kEvery every server without a reply holds the request's one
+    // failure, so the first by server order is it.
+    const Answer* failed = nullptr;
+    for (const Answer& a : per_server) {
+      if (!a.reply.ok()) {
+        failed = &a;
+        break;
+      }
+    }
+    if (failed != nullptr) {
+      results.emplace_back(failed->reply.status());
+      continue;
+    }
+    std::vector<wire::Message> replies;
+    replies.reserve(per_server.size());
+    for (Answer& a : per_server) replies.push_back(std::move(a.reply).value());
+    results.push_back(ResultOfReplies(servers, std::move(replies)));
+  }
+  return results;
+}
+
+Result<wire::Message> ServerSet::ReplyOrError(std::size_t server, Answer answer) const {
+  if (!answer.reply.ok()) return answer.reply.status();
+  const auto* err = std::get_if<wire::ErrorReply>(&answer.reply.value().body);
+  if (err == nullptr) return std::move(answer.reply);
+  return wire::StatusFromError(*err).WithContext("server " + std::to_string(server) + " (" +
+                                                 endpoint(server) + ")");
+}
+
 namespace {
 constexpr std::string_view kSilencePrefix = "timeout: ";
 }  // namespace

@@ -9,21 +9,29 @@
 // so that the client's access and eviction logic can be tested
 // deterministically, with a server that is down or lies.
 //
-// Contract of ExchangeViews (every implementation):
+// Contract of ExchangeAnswers (every implementation):
 //  * request r is handed to each server of the subset after request r - 1
 //    (a server sees one client's requests in the order sent);
 //  * a server that cannot answer request r (down, silent past the deadline,
-//    refused handshake) fails r and every later request of the call, with a
-//    Status naming the server (index and endpoint; SilenceStatus for a
-//    server silent past the deadline); the other servers still
-//    get every request (a pipelined sender has sent them already), so
-//    requests after a failed one may have been applied by some servers;
-//  * an ErrorReply from any server turns request r's result into that
-//    server's Status with "server i (endpoint)" as context: the first by
-//    server order, except that a server reporting damaged storage wins
-//    (ResultOfReplies);
-//  * otherwise request r's result holds one reply per server of the subset,
-//    in the subset's order, each of the expected type.
+//    refused handshake, an undecodable reply) fails r and every later request
+//    of the call on that server, with a Status naming the server (index and
+//    endpoint; SilenceStatus for a server silent past the deadline); the
+//    other servers still get every request (a pipelined sender has sent them
+//    already);
+//  * under Wait::kEvery a request needs every server: the first failure is
+//    request r's answer from every server that has not answered it yet, and
+//    they are not waited for; so requests after a failed one may have been
+//    applied by some servers. Under Wait::kEach every server is on its own:
+//    one server's failure is its own answer and nobody else's, and the call
+//    returns when every server answered or failed each request;
+//  * otherwise an answer is the server's reply as sent: of the expected type
+//    or an ErrorReply.
+// ExchangeViews (and Exchange, ExchangeWith, ExchangeSequence) are
+// Wait::kEvery with the replies turned into one result per request: the
+// failure, or an ErrorReply from any server as that server's Status with
+// "server i (endpoint)" as context (the first by server order, except that a
+// server reporting damaged storage wins: ResultOfReplies), or one reply per
+// server of the subset, in the subset's order, each of the expected type.
 #pragma once
 
 #include <chrono>
@@ -100,14 +108,36 @@ class ServerSet {
     wire::MessageType expected_reply;
     const std::vector<std::vector<std::uint8_t>>* frames;
   };
-  // The one operation an implementation provides (the contract above); the
-  // three above are views of it. Every request has one frame per server of
-  // the subset (else every result is InvalidArgument).
-  virtual std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
+  // What request r got from each server of the subset (Answers[r][k] from
+  // servers[k]): its reply, or why there is none.
+  struct Answer {
+    Result<wire::Message> reply;  // of the expected type, or an ErrorReply
+    // From the first send of the call to this reply or failure (a first
+    // request includes connecting).
+    std::chrono::microseconds after{0};
+  };
+  using Answers = std::vector<Answer>;
+  enum class Wait {
+    kEvery,  // a request needs every server: the first failure fails it for all
+    kEach,   // each server on its own (status, a quorum's answers)
+  };
+  // The one operation an implementation provides (the contract above). Every
+  // request has one frame per server of the subset (else every answer is
+  // InvalidArgument).
+  virtual std::vector<Answers> ExchangeAnswers(const std::vector<std::size_t>& servers,
+                                               const std::vector<RequestView>& requests,
+                                               const TransportOptions& options, Wait wait) = 0;
+  // ExchangeAnswers under Wait::kEvery, one result per request (the
+  // contract above); the three above are views of it.
+  std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
       const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
-      const TransportOptions& options) = 0;
+      const TransportOptions& options);
 
- protected:
+  // Server servers[k]'s answer as a result: an ErrorReply becomes that
+  // server's Status with "server i (endpoint)" as context.
+  Result<wire::Message> ReplyOrError(std::size_t server, Answer answer) const;
+
+ private:
   // Request r's result from the replies of the subset's servers (replies[k]
   // from servers[k], each of the expected type or an ErrorReply), as the
   // contract says.

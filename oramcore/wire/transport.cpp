@@ -254,8 +254,8 @@ std::chrono::steady_clock::duration NetworkServerSet::FirstResendSilence(
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
 }
 
-// One call of ExchangeViews: every request's progress on every server of
-// the subset, from the first send to the results.
+// One call of ExchangeAnswers: every request's progress on every server of
+// the subset, from the first send to the answers.
 //
 // When to send a request again. TCP delivers what was sent on a live
 // connection, so a resend only helps when the connection it went out on was
@@ -275,19 +275,20 @@ class NetworkServerSet::OneExchange {
   using Clock = std::chrono::steady_clock;
 
   OneExchange(NetworkServerSet& set, const std::vector<std::size_t>& servers,
-              const std::vector<RequestView>& requests, const TransportOptions& options)
+              const std::vector<RequestView>& requests, const TransportOptions& options, Wait wait)
       : set_(set),
         impl_(*set.impl_),
         servers_(servers),
         requests_(requests),
         options_(options),
+        wait_(wait),
         n_(servers.size()),
         count_(requests.size()),
         progress_(count_, std::vector<Progress>(n_)),
         first_open_(n_, 0),
-        failed_(count_) {}
+        abandoned_(count_) {}
 
-  std::vector<Result<std::vector<wire::Message>>> Run() {
+  std::vector<Answers> Run() {
     for (const RequestView& o : requests_) {
       if (o.frames->size() != n_)
         return FailAll(Status::InvalidArgument("one frame per server expected"));
@@ -305,7 +306,7 @@ class NetworkServerSet::OneExchange {
       if (Status st = PollReplies(next_wake); !st.ok()) return FailAll(st);
     }
     LearnPace();
-    return Results();
+    return TakeAnswers();
   }
 
  private:
@@ -318,10 +319,19 @@ class NetworkServerSet::OneExchange {
     std::uint64_t sent_on = 0;  // connections[i] when last sent
     Status decode_error;
     wire::Message reply;
+    std::optional<Status> failure;  // this server's own
+    Clock::time_point ended;        // when the reply or the failure came
   };
 
-  std::vector<Result<std::vector<wire::Message>>> FailAll(const Status& st) const {
-    return std::vector<Result<std::vector<wire::Message>>>(count_, st);
+  std::vector<Answers> FailAll(const Status& st) const {
+    return std::vector<Answers>(count_, Answers(n_, Answer{st, {}}));
+  }
+
+  // Request r is settled for server k: answered, failed there, or (kEvery)
+  // abandoned after another server failed it.
+  bool Settled(std::size_t r, std::size_t k) const {
+    const Progress& p = progress_[r][k];
+    return p.done || p.failure || abandoned_[r];
   }
 
   Status Send(std::size_t r, std::size_t k) {
@@ -362,20 +372,25 @@ class NetworkServerSet::OneExchange {
     return Status::Ok();
   }
 
-  // Server k's requests from `from` on can no longer be answered.
+  // Server k's requests from `from` on can no longer be answered (under
+  // kEvery, nobody's answers to them count any more).
   void FailFrom(std::size_t k, std::size_t from, const Status& st) {
+    const auto now = Clock::now();
     for (std::size_t r = from; r < count_; ++r) {
-      if (!progress_[r][k].done && !failed_[r]) failed_[r] = st;
+      if (Settled(r, k)) continue;
+      progress_[r][k].failure = st;
+      progress_[r][k].ended = now;
+      if (wait_ == Wait::kEvery) abandoned_[r] = st;
     }
     first_open_[k] = count_;
   }
 
-  // Moves server k past the requests it answered and those another server
-  // failed (nothing it says about them counts); the next one's silence and
-  // deadline start now.
+  // Moves server k past the requests it settled (and, under kEvery, those
+  // another server failed: nothing it says about them counts); the next
+  // one's silence and deadline start now.
   void Advance(std::size_t k) {
     std::size_t r = first_open_[k];
-    while (r < count_ && (progress_[r][k].done || failed_[r])) ++r;
+    while (r < count_ && Settled(r, k)) ++r;
     if (r != first_open_[k] && r < count_) {
       const auto now = Clock::now();
       progress_[r][k].sent_at = std::max(progress_[r][k].sent_at, now);
@@ -476,7 +491,7 @@ class NetworkServerSet::OneExchange {
     if (it == by_seq_.end()) return false;  // late reply to an earlier request
     const std::size_t r = it->second;
     Progress& p = progress_[r][k];
-    if (p.done || failed_[r]) return false;
+    if (Settled(r, k)) return false;
     if (m.header.type != requests_[r].expected_reply &&
         m.header.type != wire::MessageType::kError) {
       *decode_error = Status::Protocol(std::string("unexpected reply type ") +
@@ -487,6 +502,7 @@ class NetworkServerSet::OneExchange {
     set_.stats_.bytes_received += size;
     p.reply = std::move(m);
     p.done = true;
+    p.ended = Clock::now();
     return true;
   }
 
@@ -497,7 +513,9 @@ class NetworkServerSet::OneExchange {
   // reconnection does not (an outage says nothing of the link).
   void LearnPace() {
     for (std::size_t r = 0; r < count_; ++r) {
-      if (failed_[r]) return;
+      for (std::size_t k = 0; k < n_; ++k) {
+        if (!progress_[r][k].done) return;
+      }
     }
     const std::uint64_t received = set_.stats_.bytes_received - reply_bytes_before_;
     impl_.reply_bytes[static_cast<int>(requests_.back().expected_reply)] = received / count_;
@@ -515,19 +533,25 @@ class NetworkServerSet::OneExchange {
     }
   }
 
-  std::vector<Result<std::vector<wire::Message>>> Results() {
-    std::vector<Result<std::vector<wire::Message>>> results;
-    results.reserve(count_);
+  std::vector<Answers> TakeAnswers() {
+    std::vector<Answers> answers(count_);
     for (std::size_t r = 0; r < count_; ++r) {
-      if (failed_[r]) {
-        results.emplace_back(*failed_[r]);
-        continue;
+      answers[r].reserve(n_);
+      for (std::size_t k = 0; k < n_; ++k) {
+        Progress& p = progress_[r][k];
+        const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
+            (p.done || p.failure ? p.ended : Clock::now()) - start_);
+        if (abandoned_[r]) {
+          // kEvery: the request's one failure for every server.
+          answers[r].push_back(Answer{*abandoned_[r], after});
+        } else if (p.failure) {
+          answers[r].push_back(Answer{*p.failure, after});
+        } else {
+          answers[r].push_back(Answer{std::move(p.reply), after});
+        }
       }
-      std::vector<wire::Message> replies(n_);
-      for (std::size_t k = 0; k < n_; ++k) replies[k] = std::move(progress_[r][k].reply);
-      results.push_back(set_.ResultOfReplies(servers_, std::move(replies)));
     }
-    return results;
+    return answers;
   }
 
   NetworkServerSet& set_;
@@ -535,11 +559,12 @@ class NetworkServerSet::OneExchange {
   const std::vector<std::size_t>& servers_;
   const std::vector<RequestView>& requests_;
   const TransportOptions& options_;
+  const Wait wait_;
   const std::size_t n_;
   const std::size_t count_;
   std::vector<std::vector<Progress>> progress_;
   std::vector<std::size_t> first_open_;  // per server: first request not answered
-  std::vector<std::optional<Status>> failed_;
+  std::vector<std::optional<Status>> abandoned_;  // kEvery: the request's first failure
   std::map<std::uint64_t, std::size_t> by_seq_;
   std::size_t total_request_bytes_ = 0;
   std::uint64_t reply_bytes_before_ = 0;
@@ -547,10 +572,10 @@ class NetworkServerSet::OneExchange {
   bool reconnect_seen_ = false;
 };
 
-std::vector<Result<std::vector<wire::Message>>> NetworkServerSet::ExchangeViews(
+std::vector<ServerSet::Answers> NetworkServerSet::ExchangeAnswers(
     const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
-    const TransportOptions& options) {
-  return OneExchange(*this, servers, requests, options).Run();
+    const TransportOptions& options, Wait wait) {
+  return OneExchange(*this, servers, requests, options, wait).Run();
 }
 
 }  // namespace s3oram

@@ -66,15 +66,15 @@ class NetworkServerSet final : public ServerSet {
   // requests in the order they arrive). A server that times out (`deadline`
   // after it answered the request before), or whose handshake fails, fails
   // that request and every later one (and the other servers stop waiting for
-  // them). A reconnection resends a server's unanswered requests in order; a
-  // silence only the first of them.
-  std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
-      const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
-      const TransportOptions& options) override;
+  // them under Wait::kEvery). A reconnection resends a server's unanswered
+  // requests in order; a silence only the first of them.
+  std::vector<Answers> ExchangeAnswers(const std::vector<std::size_t>& servers,
+                                       const std::vector<RequestView>& requests,
+                                       const TransportOptions& options, Wait wait) override;
 
  private:
   NetworkServerSet() = default;
-  class OneExchange;  // one ExchangeViews call (transport.cpp)
+  class OneExchange;  // one ExchangeAnswers call (transport.cpp)
   struct Impl;
   std::unique_ptr<Impl> impl_;
   TransportStats stats_;

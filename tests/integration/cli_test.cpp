@@ -126,6 +126,32 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   EXPECT_NE(status.output.find("server 2"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find(" up,"), std::string::npos) << status.output;
   EXPECT_NE(status.output.find("lease 2     free"), std::string::npos) << status.output;
+  {
+    // One server stopped (SIGSTOP): status shows the other two, names the
+    // stopped one, and exits 1, after one timeout (every server is asked
+    // at once, each on its own).
+    std::ifstream pid_file(dir.Sub("c") + "/server-1.pid");
+    pid_t pid = 0;
+    ASSERT_TRUE(pid_file >> pid) << "no pid for server 1";
+    ASSERT_EQ(::kill(pid, SIGSTOP), 0);
+    struct Resume {
+      pid_t pid;
+      ~Resume() { ::kill(pid, SIGCONT); }
+    } resume{pid};
+    CliRun one_down = RunCli("status --timeout-ms 1000 --state " + dir.Sub("fs.s3oram") +
+                             " --passfile " + dir.Sub("pass"));
+    EXPECT_EQ(one_down.exit_code, 1) << one_down.output;
+    EXPECT_TRUE(std::regex_search(one_down.output,
+                                  std::regex(R"(server 1 +\S+ +UNREACHABLE: .*did not answer)")))
+        << one_down.output;
+    EXPECT_TRUE(std::regex_search(one_down.output, std::regex(R"(server 0 +\S+ +up,)")))
+        << one_down.output;
+    EXPECT_TRUE(std::regex_search(one_down.output, std::regex(R"(server 2 +\S+ +up,)")))
+        << one_down.output;
+    EXPECT_NE(one_down.output.find("lease 0     free"), std::string::npos) << one_down.output;
+    EXPECT_NE(one_down.output.find("backup 2    none"), std::string::npos) << one_down.output;
+    EXPECT_EQ(one_down.output.find("lease 1 "), std::string::npos) << one_down.output;
+  }
   // init refuses to overwrite the state file.
   CliRun again = RunCli("init --state " + dir.Sub("fs.s3oram") + servers + " --passfile " +
                         dir.Sub("pass"));

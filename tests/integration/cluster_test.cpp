@@ -342,6 +342,174 @@ TEST(ClusterTest, ServerKilledAndRestartedBetweenAccesses) {
   EXPECT_GE((*client)->stats().evictions, 10u);
 }
 
+// ServerSet::Wait over the network (wire/server_set.h): with server 1
+// stopped (SIGSTOP), kEach gives servers 0 and 2's answers to every request
+// and server 1's silence, named; kEvery fails every request for every
+// server, naming server 1. Resumed, every server answers both ways.
+TEST(ClusterTest, EachServerOnItsOwnAnswersBesideAStoppedOne) {
+  auto fs = testing::MakeFs(SmallParams(128, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  auto client_key = LoadCurveKeypair(cluster->client_key_file());
+  ASSERT_TRUE(client_key.ok());
+  auto set =
+      NetworkServerSet::Connect(cluster->endpoints(), cluster->server_public_keys(), *client_key);
+  ASSERT_TRUE(set.ok()) << set.status().ToString();
+  wire::Header h = testing::HeaderFromState(state);
+  // STATUS and LEASE_QUERY to every server, each call under new seqs (a
+  // late reply to an earlier call is never taken for an answer).
+  std::vector<std::vector<std::vector<std::uint8_t>>> frames;
+  frames.reserve(16);
+  auto ask = [&](ServerSet::Wait wait, std::chrono::milliseconds deadline) {
+    std::vector<ServerSet::RequestView> views;
+    const std::pair<wire::Body, wire::MessageType> requests[] = {
+        {wire::StatusRequest{}, wire::MessageType::kStatusReply},
+        {wire::LeaseQueryRequest{}, wire::MessageType::kLeaseReply}};
+    for (const auto& [body, expected] : requests) {
+      ++h.seq;
+      frames.emplace_back(3, wire::Encode(h, body));
+      views.push_back({h, expected, &frames.back()});
+    }
+    return (*set)->ExchangeAnswers({0, 1, 2}, views, TransportOptions{deadline / 2, deadline},
+                                   wait);
+  };
+  const std::string& stopped = cluster->endpoints()[1];
+  ASSERT_TRUE(cluster->Kill(1, SIGSTOP).ok());
+  struct Resume {
+    cluster::LocalCluster& c;
+    ~Resume() { (void)c.Kill(1, SIGCONT); }
+  } resume{*cluster};
+
+  const auto each = ask(ServerSet::Wait::kEach, std::chrono::milliseconds(1500));
+  ASSERT_EQ(each.size(), 2u);
+  for (std::size_t r = 0; r < each.size(); ++r) {
+    ASSERT_EQ(each[r].size(), 3u);
+    for (std::size_t k : {0, 2}) {
+      ASSERT_TRUE(each[r][k].reply.ok())
+          << "request " << r << ", server " << k << ": " << each[r][k].reply.status().ToString();
+      EXPECT_EQ(each[r][k].reply->header.type,
+                r == 0 ? wire::MessageType::kStatusReply : wire::MessageType::kLeaseReply);
+    }
+    ASSERT_FALSE(each[r][1].reply.ok());
+    EXPECT_TRUE(IsSilence(each[r][1].reply.status())) << each[r][1].reply.status().ToString();
+    EXPECT_NE(each[r][1].reply.status().message().find(stopped), std::string::npos)
+        << each[r][1].reply.status().ToString();
+  }
+
+  const auto every = ask(ServerSet::Wait::kEvery, std::chrono::milliseconds(1500));
+  ASSERT_EQ(every.size(), 2u);
+  for (std::size_t r = 0; r < every.size(); ++r) {
+    for (std::size_t k = 0; k < 3; ++k) {
+      ASSERT_FALSE(every[r][k].reply.ok()) << "request " << r << ", server " << k;
+      EXPECT_NE(every[r][k].reply.status().message().find(stopped), std::string::npos)
+          << every[r][k].reply.status().ToString();
+    }
+  }
+
+  ASSERT_TRUE(cluster->Kill(1, SIGCONT).ok());
+  for (ServerSet::Wait wait : {ServerSet::Wait::kEach, ServerSet::Wait::kEvery}) {
+    const auto all = ask(wait, std::chrono::milliseconds(30000));
+    for (std::size_t r = 0; r < all.size(); ++r) {
+      for (std::size_t k = 0; k < 3; ++k) {
+        EXPECT_TRUE(all[r][k].reply.ok())
+            << "request " << r << ", server " << k << ": " << all[r][k].reply.status().ToString();
+      }
+    }
+  }
+}
+
+// The quick reads (STATUS, LEASE_QUERY, BACKUP_LIST, STATS) are answered
+// while the server's worker is held inside another request (the fault hold
+// at "server.serve" keeps it there while a file exists, as an access
+// reading cold buckets from a busy disk would for seconds): only the
+// serving loop can answer them then, from the state before the held
+// request. A client's quick read sent behind its own held request waits for
+// it (a client's requests are answered in the order it sent them): its
+// LEASE_QUERY behind its LEASE_ACQUIRE sees the lease it took.
+TEST(ClusterTest, QuickReadsAreAnsweredWhileTheWorkerIsHeld) {
+  auto fs = testing::MakeFs(SmallParams(128, 4, 4));
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  const std::string hold = dir.Sub("hold");
+  ASSERT_TRUE(cluster->Kill(0, SIGTERM).ok());
+  ASSERT_TRUE(cluster->Restart(0, {"S3ORAM_FAULT=server.serve?" + hold}).ok());
+  auto client_key = LoadCurveKeypair(cluster->client_key_file());
+  ASSERT_TRUE(client_key.ok());
+  auto connect = [&] {
+    return NetworkServerSet::Connect({cluster->endpoints()[0]}, {cluster->server_public_keys()[0]},
+                                     *client_key);
+  };
+  auto held = connect();
+  auto asking = connect();
+  ASSERT_TRUE(held.ok() && asking.ok());
+  wire::Header h = testing::HeaderFromState(state);
+  auto next = [&] {
+    ++h.seq;
+    return h;
+  };
+  { std::ofstream(hold) << "held\n"; }
+
+  // Connection 1: a LEASE_ACQUIRE under a new epoch, which the worker takes
+  // and is held in, then a LEASE_QUERY.
+  std::vector<ServerSet::Outgoing> behind(2);
+  wire::Header acquire = next();
+  ++acquire.epoch;
+  behind[0].header = acquire;
+  behind[0].expected_reply = wire::MessageType::kLeaseReply;
+  behind[0].frames = {wire::Encode(acquire, wire::LeaseAcquireRequest{false, "test holder"})};
+  behind[1].header = next();
+  behind[1].header.epoch = acquire.epoch;
+  behind[1].expected_reply = wire::MessageType::kLeaseReply;
+  behind[1].frames = {wire::Encode(behind[1].header, wire::LeaseQueryRequest{})};
+  const TransportOptions patient{std::chrono::seconds(120), std::chrono::seconds(120)};
+  auto held_replies = std::async(std::launch::async,
+                                 [&] { return (*held)->ExchangeSequence({0}, behind, patient); });
+  // Destroyed before the future: a failed assertion releases the worker.
+  struct Release {
+    std::string file;
+    ~Release() { std::filesystem::remove(file); }
+  } release{hold};
+
+  // Connection 2: every quick read, answered while the worker is held.
+  std::vector<std::vector<std::vector<std::uint8_t>>> frames;
+  frames.reserve(4);
+  std::vector<ServerSet::RequestView> views;
+  const std::pair<wire::Body, wire::MessageType> quick[] = {
+      {wire::StatusRequest{}, wire::MessageType::kStatusReply},
+      {wire::LeaseQueryRequest{}, wire::MessageType::kLeaseReply},
+      {wire::BackupListRequest{}, wire::MessageType::kBackupListReply},
+      {wire::StatsRequest{}, wire::MessageType::kStatsReply}};
+  for (const auto& [body, expected] : quick) {
+    const wire::Header q = next();
+    frames.push_back({wire::Encode(q, body)});
+    views.push_back({q, expected, &frames.back()});
+  }
+  const auto answers = (*asking)->ExchangeAnswers(
+      {0}, views, TransportOptions{std::chrono::seconds(10), std::chrono::seconds(10)},
+      ServerSet::Wait::kEach);
+  ASSERT_EQ(answers.size(), 4u);
+  for (std::size_t r = 0; r < answers.size(); ++r) {
+    ASSERT_TRUE(answers[r][0].reply.ok()) << wire::MessageTypeName(views[r].expected_reply) << ": "
+                                          << answers[r][0].reply.status().ToString();
+    EXPECT_EQ(answers[r][0].reply->header.type, views[r].expected_reply);
+  }
+  const auto& status = std::get<wire::StatusReply>(answers[0][0].reply->body);
+  EXPECT_TRUE(status.initialized);
+  EXPECT_EQ(status.server_index, 0u);
+  // Answered from the state before the held LEASE_ACQUIRE.
+  EXPECT_EQ(std::get<wire::LeaseReply>(answers[1][0].reply->body).holder_epoch, 0u);
+  // The worker is still held, so connection 1 has no answer yet.
+  EXPECT_EQ(held_replies.wait_for(std::chrono::seconds(0)), std::future_status::timeout);
+
+  std::filesystem::remove(hold);
+  const auto replies = held_replies.get();
+  ASSERT_EQ(replies.size(), 2u);
+  ASSERT_TRUE(replies[0].ok()) << replies[0].status().ToString();
+  EXPECT_TRUE(std::get<wire::LeaseReply>((*replies[0])[0].body).granted);
+  ASSERT_TRUE(replies[1].ok()) << replies[1].status().ToString();
+  EXPECT_EQ(std::get<wire::LeaseReply>((*replies[1])[0].body).holder_epoch, acquire.epoch);
+}
+
 // A server answers STATUS and STATS while it prepares an eviction (it runs
 // the PREPARE on a thread of its own), with the eviction's progress. Server 2
 // dies at the point where it has queued its first round's shares

@@ -249,32 +249,34 @@ class InProcessCluster::Connection final : public ServerSet {
   const std::string& endpoint(std::size_t i) const override { return endpoints_.at(i); }
   const TransportStats& stats() const override { return stats_; }
 
-  std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
-      const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,
-      const TransportOptions& options) override {
+  std::vector<Answers> ExchangeAnswers(const std::vector<std::size_t>& servers,
+                                       const std::vector<RequestView>& requests,
+                                       const TransportOptions& options, Wait wait) override {
     const std::size_t n = servers.size(), count = requests.size();
-    std::vector<std::optional<Status>> failed(count);
+    // answer[r][k]: server k's reply to request r, or its failure.
+    std::vector<std::vector<std::optional<Result<wire::Message>>>> answer(
+        count, std::vector<std::optional<Result<wire::Message>>>(n));
+    std::vector<std::optional<Status>> abandoned(count);  // kEvery: r's first failure
     for (std::size_t r = 0; r < count; ++r) {
       if (requests[r].frames->size() != n) {
-        failed[r] = Status::InvalidArgument("one frame per server expected");
+        abandoned[r] = Status::InvalidArgument("one frame per server expected");
       }
     }
     for (std::size_t k = 0; k < n; ++k) {
       if (servers[k] >= size()) {
-        for (auto& f : failed)
+        for (auto& f : abandoned)
           f = Status::InvalidArgument("no server " + std::to_string(servers[k]));
       }
     }
     std::vector<bool> invalid(count);
-    for (std::size_t r = 0; r < count; ++r) invalid[r] = failed[r].has_value();
-    std::vector<std::vector<wire::Message>> replies(count, std::vector<wire::Message>(n));
+    for (std::size_t r = 0; r < count; ++r) invalid[r] = abandoned[r].has_value();
     std::vector<bool> server_failed(n, false);
     // Request r goes to every server before request r + 1 (an EVICT_PREPARE
     // reaches every server before anything that waits for its computation).
     // A server that failed gets nothing more; the others get every request,
     // as from the network's pipelined sender, which has sent them already:
-    // a failure on one server leaves the requests after it applied on the
-    // others.
+    // under kEvery a failure on one server leaves the requests after it
+    // applied on the others.
     for (std::size_t r = 0; r < count; ++r) {
       if (invalid[r]) continue;
       for (std::size_t k = 0; k < n; ++k) {
@@ -283,7 +285,8 @@ class InProcessCluster::Connection final : public ServerSet {
         auto fail_from = [&](const Status& st) {
           server_failed[k] = true;
           for (std::size_t q = r; q < count; ++q) {
-            if (!failed[q]) failed[q] = st;
+            if (!answer[q][k]) answer[q][k] = st;
+            if (wait == Wait::kEvery && !abandoned[q]) abandoned[q] = st;
           }
         };
         if (server_failed[k]) continue;
@@ -319,19 +322,20 @@ class InProcessCluster::Connection final : public ServerSet {
           liar = server.liar;
         }
         if (liar) liar(m);
-        replies[r][k] = std::move(m);
+        answer[r][k] = std::move(m);
       }
     }
-    std::vector<Result<std::vector<wire::Message>>> results;
-    results.reserve(count);
+    std::vector<Answers> answers(count);
     for (std::size_t r = 0; r < count; ++r) {
-      if (failed[r]) {
-        results.emplace_back(*failed[r]);
-      } else {
-        results.push_back(ResultOfReplies(servers, std::move(replies[r])));
+      for (std::size_t k = 0; k < n; ++k) {
+        if (abandoned[r]) {
+          answers[r].push_back(Answer{*abandoned[r], {}});
+        } else {
+          answers[r].push_back(Answer{std::move(*answer[r][k]), {}});
+        }
       }
     }
-    return results;
+    return answers;
   }
 
  private:

@@ -303,6 +303,57 @@ TEST(InProcessClientTest, ADownServerIsNamedAndTheAccessesGoOnWhenItReturns) {
   EXPECT_TRUE(ReadAll(**client, model));
 }
 
+// A read-only open to show the filesystem (s3oram status: allow_stale and
+// allow_unreachable) with server 1 down: it opens, holding what servers 0
+// and 2 said (STATUS, backups, lease) and server 1's failure, named, and
+// judges freshness by the two that answered. Any other open fails naming
+// server 1.
+TEST(InProcessClientTest, AnOpenForStatusShowsTheServersThatAnswerBesideADownOne) {
+  InProcessFs fs;
+  ASSERT_TRUE(fs.cluster);
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    BlockModel model;
+    ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  }
+  fs.cluster->SetDown(1, true);
+  ClientOptions o = fs.options;
+  o.allow_stale = true;
+  o.allow_unreachable = true;
+  auto shown = OramClient::OpenReadOnly(fs.state, testing::TestPassphrase(), o);
+  ASSERT_TRUE(shown.ok()) << shown.status().ToString();
+  const OramClient::OpeningViews& v = (*shown)->opened_with();
+  ASSERT_EQ(v.reports.size(), 3u);
+  ASSERT_EQ(v.leases.size(), 3u);
+  ASSERT_EQ(v.backups.size(), 3u);
+  for (std::size_t i : {0, 2}) {
+    ASSERT_TRUE(v.reports[i].status.ok()) << i << ": " << v.reports[i].status.ToString();
+    EXPECT_GT(v.reports[i].reply.applied_seq, 0u) << i;
+    ASSERT_TRUE(v.leases[i].ok()) << i << ": " << v.leases[i].status().ToString();
+    EXPECT_EQ(v.leases[i]->holder_epoch, 0u) << i;  // released at the close
+    EXPECT_TRUE(v.backups[i].ok()) << i;
+  }
+  EXPECT_TRUE(IsSilence(v.reports[1].status)) << v.reports[1].status.ToString();
+  EXPECT_NE(v.reports[1].status.message().find("in-process://server1"), std::string::npos)
+      << v.reports[1].status.ToString();
+  EXPECT_FALSE(v.leases[1].ok());
+  EXPECT_FALSE(v.backups[1].ok());
+  EXPECT_FALSE((*shown)->freshness().stale) << (*shown)->freshness().why;
+  EXPECT_TRUE((*shown)->freshness().inconsistent.empty()) << (*shown)->freshness().inconsistent;
+
+  o.allow_unreachable = false;
+  auto refused = OramClient::OpenReadOnly(fs.state, testing::TestPassphrase(), o);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_NE(refused.status().message().find("in-process://server1"), std::string::npos)
+      << refused.status().ToString();
+  o.allow_unreachable = true;  // a writable open never leaves a server out
+  auto writer = OramClient::Open(fs.state, testing::TestPassphrase(), o);
+  ASSERT_FALSE(writer.ok());
+  EXPECT_NE(writer.status().message().find("in-process://server1"), std::string::npos)
+      << writer.status().ToString();
+}
+
 // The evictor: an eviction that cannot finish because a server is down is
 // finished (or tried again) once the server returns, and every server then
 // holds the same count of applied evictions as the client.
