@@ -62,6 +62,9 @@ constexpr std::size_t kMaxQueuedBytes = std::size_t{256} << 20;
 // as they would on a server busy with one request.
 constexpr std::size_t kMaxInboxRequests = 64;
 constexpr std::size_t kMaxInboxBytes = std::size_t{32} << 20;
+// The ZeroMQ I/O thread (a bit mask) of the clients' socket and of the
+// peers' sockets.
+constexpr std::uint64_t kClientAffinity = 1, kPeerAffinity = 2;
 // How often the log tells how far a running PREPARE is.
 constexpr auto kProgressLogEvery = std::chrono::seconds(10);
 
@@ -621,7 +624,8 @@ struct Server::Impl : PeerExchange {
     wire::MessageLimits limits{kNoStoreFrameBytes, 0, kNoStoreFrameBytes};
     if (shape) limits = wire::LimitsFor(*shape, parties);
     auto open = [&](void*& socket, int type, const char* domain, const std::string& wanted,
-                    std::string& bound, std::uint64_t max_frame, int queue) -> Status {
+                    std::string& bound, std::uint64_t max_frame, int queue,
+                    std::uint64_t affinity) -> Status {
       if (socket != nullptr) {
         // A reply just queued (INIT's) still goes out.
         const int flush_ms = 1000;
@@ -638,7 +642,8 @@ struct Server::Impl : PeerExchange {
           zmq_setsockopt(socket, ZMQ_LINGER, &zero, sizeof zero) != 0 ||
           zmq_setsockopt(socket, ZMQ_MAXMSGSIZE, &max, sizeof max) != 0 ||
           zmq_setsockopt(socket, ZMQ_RCVHWM, &queue, sizeof queue) != 0 ||
-          zmq_setsockopt(socket, ZMQ_SNDHWM, &queue, sizeof queue) != 0) {
+          zmq_setsockopt(socket, ZMQ_SNDHWM, &queue, sizeof queue) != 0 ||
+          zmq_setsockopt(socket, ZMQ_AFFINITY, &affinity, sizeof affinity) != 0) {
         return Status::IoError(ZmqError(std::string("setting up the ") + domain + " socket"));
       }
       // The same address again (a port the OS chose at the first bind is kept).
@@ -662,9 +667,9 @@ struct Server::Impl : PeerExchange {
     // Replies a client has not taken are dropped past kClientQueue (it has
     // a pipelined batch outstanding at most).
     S3ORAM_RETURN_IF_ERROR(open(router, ZMQ_ROUTER, "clients", config.listen, router_endpoint,
-                                limits.request_bytes, kClientQueue));
+                                limits.request_bytes, kClientQueue, kClientAffinity));
     S3ORAM_RETURN_IF_ERROR(open(pull, ZMQ_PULL, "peers", config.peer_listen, pull_endpoint,
-                                limits.peer_bytes, kPeerQueue));
+                                limits.peer_bytes, kPeerQueue, kPeerAffinity));
     limited_for = shape;
     spdlog::info("frame limits: {} bytes from clients, {} bytes from peers{}",
                  limits.request_bytes, limits.peer_bytes,
@@ -712,6 +717,13 @@ Status Server::Start() {
 
   s.context = zmq_ctx_new();
   if (!s.context) return Status::IoError(ZmqError("zmq_ctx_new"));
+  // Two I/O threads, the clients' socket on one and the peers' sockets on
+  // the other (kClientAffinity, kPeerAffinity): CURVE decrypts on the I/O
+  // thread, and a STATUS must not wait behind an eviction's hundreds of MB
+  // of SMP shares.
+  if (zmq_ctx_set(s.context, ZMQ_IO_THREADS, 2) != 0) {
+    return Status::IoError(ZmqError("setting two ZeroMQ I/O threads"));
+  }
   // CURVE everywhere: this server's keypair on both bound sockets, the ZAP
   // handler admitting authorized clients on one and configured peers on the
   // other, and this keypair again towards each peer.
@@ -731,6 +743,7 @@ Status Server::Start() {
   for (const auto& p : s.config.peers) s.peer_keys[p.index] = p.public_key;
   for (const auto& p : s.config.peers) {
     void* push = make(ZMQ_PUSH);
+    zmq_setsockopt(push, ZMQ_AFFINITY, &kPeerAffinity, sizeof kPeerAffinity);
     zmq_setsockopt(push, ZMQ_LINGER, &zero, sizeof zero);
     zmq_setsockopt(push, ZMQ_SNDHWM, &zero, sizeof zero);
     int ivl = 100, ivl_max = 1000;
