@@ -3,6 +3,7 @@
 #include <spdlog/spdlog.h>
 
 #include <chrono>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <utility>
@@ -111,9 +112,12 @@ Result<wire::Body> RequestHandler::Impl::Retrieve(std::uint64_t leaf,
     }
   }
   const auto t_end = Clock::now();
-  ++stats.retrieves;
-  stats.retrieve_read_us += Micros(t_read - t0);
-  stats.retrieve_kernel_us += Micros(t_end - t_read);
+  {
+    const std::lock_guard lock(aside_mu);  // STATS is answered on another thread
+    ++stats.retrieves;
+    stats.retrieve_read_us += Micros(t_read - t0);
+    stats.retrieve_kernel_us += Micros(t_end - t_read);
+  }
   last_retrieve_us = Micros(t_end - t0);
   spdlog::trace("retrieve leaf {}: {:.2f} ms", leaf,
                 std::chrono::duration<double, std::milli>(t_end - t0).count());
@@ -157,11 +161,14 @@ Result<wire::Body> RequestHandler::Impl::HandleRetrieveWriteRoot(
         answer = std::move(b);
         return Status::Ok();
       }));
-  ++stats.root_writes;
   // The root write's share of the time: all of it but the retrieval's own.
   const std::uint64_t total = Micros(Clock::now() - t0);
   const std::uint64_t retrieval = last_retrieve_us;
-  stats.root_write_us += total > retrieval ? total - retrieval : 0;
+  {
+    const std::lock_guard lock(aside_mu);
+    ++stats.root_writes;
+    stats.root_write_us += total > retrieval ? total - retrieval : 0;
+  }
   spdlog::debug("retrieve+write_root seq {} slot {}", h.seq, req.slot);
   return std::move(*answer);
 }
@@ -171,8 +178,11 @@ Result<wire::Body> RequestHandler::Impl::HandleWriteRoot(const wire::Header& h,
   S3ORAM_RETURN_IF_ERROR(CheckWriteRoot(req.slot, req.share));
   const auto t0 = Clock::now();
   S3ORAM_RETURN_IF_ERROR(store->tree().WriteSlot(1, req.slot, req.share, h.seq, h.epoch));
-  ++stats.root_writes;
-  stats.root_write_us += Micros(Clock::now() - t0);
+  {
+    const std::lock_guard lock(aside_mu);
+    ++stats.root_writes;
+    stats.root_write_us += Micros(Clock::now() - t0);
+  }
   spdlog::debug("write_root seq {} slot {}", h.seq, req.slot);
   return wire::Body{wire::WriteRootReply{}};
 }

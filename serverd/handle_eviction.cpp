@@ -323,8 +323,11 @@ Result<wire::Body> RequestHandler::Impl::HandleCommit(const wire::Header& h,
   FaultPoint("server.evict_commit.before");
   S3ORAM_RETURN_IF_ERROR(store->shadow().Commit(req.eviction, h.seq, h.epoch));
   const auto took = Clock::now() - t0;
-  ++stats.commits;
-  stats.commit_us += Micros(took);
+  {
+    const std::lock_guard lock(aside_mu);  // STATS is answered on another thread
+    ++stats.commits;
+    stats.commit_us += Micros(took);
+  }
   spdlog::debug("commit seq {}: eviction {} applied in {:.1f} ms", h.seq, req.eviction,
                 std::chrono::duration<double, std::milli>(took).count());
   sealed.reset();

@@ -25,7 +25,7 @@ Result<wire::Body> RequestHandler::Impl::HandleStats() {
   return wire::Body{stats};
 }
 
-wire::StatusReply RequestHandler::Impl::MakeStatus() const {
+wire::StatusReply RequestHandler::Impl::MakeStatus(bool* preparing) const {
   wire::StatusReply r;
   r.server_index = config.index;
   if (store && store->rebuilding()) {
@@ -50,6 +50,7 @@ wire::StatusReply RequestHandler::Impl::MakeStatus() const {
       running = progress.active;
     }
     r.prepared_eviction = running ? 0 : store->shadow().SealedEviction();
+    if (preparing != nullptr) *preparing = running;
     r.share_file_bytes = store->inspection().file_bytes();
     r.allocated_bytes = store->inspection().allocated_bytes();
     r.peer_bytes_sent = peers->bytes_sent();
@@ -60,7 +61,7 @@ wire::StatusReply RequestHandler::Impl::MakeStatus() const {
 
 void RequestHandler::Impl::PublishQuickState() {
   QuickState q;
-  q.status = MakeStatus();  // takes aside_mu itself
+  q.status = MakeStatus(&q.status_while_preparing);  // takes aside_mu itself
   if (store) {
     q.has_store = true;
     q.live_store = !store->rebuilding();
@@ -88,6 +89,10 @@ std::optional<std::vector<std::uint8_t>> RequestHandler::Impl::AnswerQuickRead(
   const bool same_filesystem = quick.live_store && msg.header.fs_id == quick.fs_id;
   wire::Body body;
   if (std::holds_alternative<wire::StatusRequest>(msg.body)) {
+    // Published while a PREPARE computed, which has ended since: the
+    // published STATUS would say "nothing prepared" until the next
+    // publication; the ordered way answers it live.
+    if (quick.status_while_preparing && !progress.active) return std::nullopt;
     body = WithProgress(quick.status);
   } else if (std::holds_alternative<wire::StatsRequest>(msg.body)) {
     body = stats;

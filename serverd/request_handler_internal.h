@@ -99,9 +99,9 @@ struct RequestHandler::Impl {
   // was last heard from (by this process; a restart counts as contact).
   LeaseRecord lease;
   Clock::time_point lease_last_seen = Clock::now();
-  // Work counters since start (STATS); updated by the handlers below. The
-  // PREPARE's own (prepare_*) are written under aside_mu, and STATS copies
-  // the whole under it: a PREPARE may run on another thread.
+  // Work counters since start (STATS); updated by the handlers below, always
+  // under aside_mu: STATS copies the whole under it on the serving loop
+  // while the worker and a PREPARE's thread update them.
   wire::StatsReply stats;
   // The PREPARE under way: written by the thread running it, read by the
   // one answering STATUS: always under aside_mu.
@@ -202,7 +202,9 @@ struct RequestHandler::Impl {
   // the lease must not disturb the holder. STATS: the same rule.
   Result<wire::Body> HandleStatus();
   Result<wire::Body> HandleStats();
-  wire::StatusReply MakeStatus() const;
+  // `preparing`, if given: whether a PREPARE computed (its shadow was not
+  // read then).
+  wire::StatusReply MakeStatus(bool* preparing = nullptr) const;
   void SetProgress(std::uint32_t round, wire::EvictPhase phase);
   // `r` with the progress of the PREPARE under way (caller holds aside_mu).
   // The share done is estimated from the round and its phase, each round
@@ -220,6 +222,7 @@ struct RequestHandler::Impl {
     bool has_backups = false;
     wire::FsId fs_id{};
     wire::StatusReply status;  // MakeStatus(): the PREPARE's progress is added when asked
+    bool status_while_preparing = false;  // published while a PREPARE computed
     LeaseRecord lease;
     std::uint64_t max_epoch = 0;
     Clock::time_point lease_last_seen;

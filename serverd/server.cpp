@@ -129,7 +129,9 @@ struct Server::Impl : PeerExchange {
   // RequestHandler::AnswerQuickRead) while an access reads cold buckets
   // from a busy disk, which takes seconds. A quick read from a connection
   // that has a request waiting or running waits behind it (a client's
-  // requests are answered in the order it sent them). A job goes to the
+  // requests are answered in the order it sent them, except that what is
+  // served beside a PREPARE's computation goes ahead of what waits for
+  // it). A job goes to the
   // worker and its reply comes back under worker_mu; worker_done_fd tells
   // this thread. While the worker runs, only it uses the handler's state
   // and the peer sockets (this thread polls the peers only when it is idle).
@@ -488,11 +490,12 @@ struct Server::Impl : PeerExchange {
            std::any_of(inbox.begin(), inbox.end(), put);
   }
 
-  // Whether a request of connection `id` waits or runs.
+  // Whether a request of connection `id` waits for the worker or runs. (A
+  // request waiting for a PREPARE's computation does not count: what is
+  // served beside the computation goes ahead of it anyway.)
   bool ConnectionWaits(const std::vector<std::uint8_t>& id) const {
     auto same = [&](const QueuedRequest& q) { return q.id == id; };
-    return running_id == id || std::any_of(inbox.begin(), inbox.end(), same) ||
-           std::any_of(queued.begin(), queued.end(), same);
+    return running_id == id || std::any_of(inbox.begin(), inbox.end(), same);
   }
 
   // The accesses, the lease, STATUS/STATS and the backups' reads are served
@@ -524,7 +527,9 @@ struct Server::Impl : PeerExchange {
   // BACKUP_PUT); the rest goes to the worker, in order, or waits for a
   // PREPARE's computation.
   void Receive(std::vector<std::uint8_t> id, std::vector<std::uint8_t> frame) {
-    if (preparing()) NoteSuperseding(frame);
+    // Also before the computation started (its PREPARE may still wait for
+    // the worker): the newer attempt stops it at its next wait for peers.
+    NoteSuperseding(frame);
     const bool backup_read = wire::PeekType(frame) == wire::MessageType::kBackupListRequest;
     if (RequestHandler::IsQuickRead(frame) && !ConnectionWaits(id) &&
         !(backup_read && BackupPutQueued())) {
@@ -686,7 +691,12 @@ struct Server::Impl : PeerExchange {
     if (!store || (limited_for && *limited_for == store->meta().shape)) return;
     if (Status st = BindWithLimits(); !st.ok()) {
       spdlog::error("could not apply the frame limits of the new store: {}", st.ToString());
+      return;
     }
+    // The new socket dropped every connection: a reply to a request read
+    // on the old one would go nowhere, and its client sends it again.
+    inbox.clear();
+    inbox_bytes = 0;
   }
 
   void LogProgress() {
@@ -780,7 +790,10 @@ Status Server::Start() {
 
 Status Server::Run(const std::atomic<bool>& stop) {
   Impl& s = *impl_;
-  if (!s.worker.joinable()) s.worker = std::thread([&s] { s.WorkerLoop(); });
+  if (!s.worker.joinable()) {
+    s.worker_stop = false;
+    s.worker = std::thread([&s] { s.WorkerLoop(); });
+  }
   while (!stop.load()) {
     // While a PREPARE runs its thread owns the peer sockets, and while the
     // worker runs a request so does it: the peers' socket is polled only

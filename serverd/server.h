@@ -10,7 +10,8 @@
 // (STATUS, STATS, LEASE_QUERY, BACKUP_LIST) itself from the state the last
 // finished request left (RequestHandler::AnswerQuickRead), so a busy server
 // still answers them in milliseconds, unless that client has a request
-// waiting (a client's requests are answered in the order it sent them). An
+// waiting (a client's requests are answered in the order it sent them, but
+// for what is served beside an eviction's computation, below). An
 // EVICT_PREPARE runs its rounds to completion (or to a peer timeout) on a
 // thread of its own, while the worker serves the requests the dispatch
 // table marks as served during a prepare (the accesses, the lease, STATUS
