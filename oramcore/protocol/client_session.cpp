@@ -250,12 +250,6 @@ Status ClientSession::AcquireLease(std::uint64_t opened_epoch) {
       "over with --force: it is then fenced off and can change nothing");
 }
 
-Result<wire::LeaseReply> ClientSession::QueryLease(std::size_t server) {
-  wire::LeaseReply r;
-  S3ORAM_RETURN_IF_ERROR(SendLease(server, wire::LeaseQueryRequest{}, &r));
-  return r;
-}
-
 Status ClientSession::RenewLease() {
   if (fenced_) return Status::LeaseHeld("this client was fenced off");
   if (!lease_held_) return Status::FailedPrecondition("this client holds no lease");

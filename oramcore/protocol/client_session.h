@@ -152,8 +152,6 @@ class ClientSession {
   // this very state file (epoch `opened_epoch`, the state's before this Open
   // raised it) is taken over without force_lease.
   Status AcquireLease(std::uint64_t opened_epoch);
-  // The lease as server i sees it (LEASE_QUERY; changes nothing).
-  Result<wire::LeaseReply> QueryLease(std::size_t server);
   // Tells the servers this client is alive; kLeaseHeld (and fenced) if
   // another client took the lease over.
   Status RenewLease();
