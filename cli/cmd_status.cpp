@@ -1,14 +1,17 @@
 // s3oram status: reachability and progress of every server of a filesystem.
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdio>
-#include <ctime>
+#include <optional>
+#include <string>
 
 #include "cli/commands.h"
 #include "cli/key_options.h"
+#include "fused/control_socket.h"
+#include "fused/status_report.h"
 #include "oramcore/crypto/passphrase.h"
 #include "oramcore/protocol/client.h"
-#include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/state/state_file.h"
 
 namespace s3oram::cli {
@@ -40,223 +43,36 @@ void PrintSealedHeader(const std::string& state, const std::vector<StateHeader>&
       kPassphraseEnv);
 }
 
-// Exactly the checks OramClient::CheckEvictionMac runs now.
-const char* EvictionMacCheckText(OramClient::EvictionMacCheck check, std::uint32_t mac_elems) {
-  const char* mac_check = "";
-  switch (check) {
-    case OramClient::EvictionMacCheck::kWhole:
-      mac_check = " and by share MAC";
-      break;
-    case OramClient::EvictionMacCheck::kOneHalf:
-      mac_check =
-          " and by half of the share MAC while the rekey is under way (its buckets "
-          "mix slots tagged under two keys that share that half: a wrong value passes "
-          "with probability 2^-60 instead of 2^-120)";
-      break;
-    case OramClient::EvictionMacCheck::kNone:
-      mac_check = mac_elems == 0
-                      ? " only (made before share MACs: a lying server can destroy what an "
-                        "eviction moves; docs/SECURITY.md)"
-                      : " only while the rekey is under way (it was begun by an s3oram "
-                        "without share MAC halves, so its two keys share no tag: until it "
-                        "ends a lying server can destroy what an eviction moves; "
-                        "docs/SECURITY.md)";
-      break;
+// The answer of the mount daemon serving `state`, if one does
+// (fused/control_socket.h): no passphrase, no Argon2id, and no wait for the
+// access or eviction the mount has under way. nullopt when none serves it,
+// or when the one there fails to answer (said on stderr; the state is then
+// opened as without a mount).
+std::optional<int> AskTheMount(const std::string& state, int timeout_ms) {
+  // The servers' round takes up to timeout_ms; the daemon answers after it.
+  const auto wait = std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(5);
+  auto answer = fs::AskMountDaemon(state, "status " + std::to_string(timeout_ms), wait);
+  if (!answer.ok()) {
+    std::fprintf(stderr, "s3oram status: asking the mount failed (%s); opening the state instead\n",
+                 answer.status().ToString().c_str());
+    return std::nullopt;
   }
-  return mac_check;
-}
-
-// What the local state alone says: capacity used, eviction checks, counters.
-void PrintClientSummary(const std::string& state, const OramClient& client) {
-  const auto& c = client.counters();
-  const auto& p = client.params();
-  const auto& pm = client.position_map();
-  std::printf("filesystem  %s\n", state.c_str());
-  std::printf("blocks      %llu of %llu used (%s of %s)\n",
-              static_cast<unsigned long long>(pm.live_blocks()),
-              static_cast<unsigned long long>(p.capacity_blocks),
-              HumanBytes(double(pm.live_blocks()) * p.block_bytes).c_str(),
-              HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str());
-  std::printf("evictions   checked for consistency%s\n",
-              EvictionMacCheckText(client.eviction_mac_check(), p.mac_elems));
-  std::printf("client      epoch %llu, seq %llu, evictions %llu, accesses since eviction %llu/%u\n",
-              static_cast<unsigned long long>(c.epoch), static_cast<unsigned long long>(c.seq),
-              static_cast<unsigned long long>(c.ne), static_cast<unsigned long long>(c.nr),
-              p.evict_rate);
-}
-
-// One line per server (two while it evicts); returns how many are unreachable.
-int PrintServers(const std::vector<ServerReport>& reports) {
-  int unreachable = 0;
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    const auto& r = reports[i];
-    if (!r.status.ok()) {
-      std::printf("server %zu    %s  UNREACHABLE: %s\n", i, r.endpoint.c_str(),
-                  r.status.ToString().c_str());
-      ++unreachable;
-      continue;
-    }
-    std::printf(
-        "server %zu    %s  up, answered in %.1f ms, epoch %llu, applied seq %llu, evictions "
-        "%llu%s, share %s (%s allocated)\n",
-        i, r.endpoint.c_str(), static_cast<double>(r.answered_in.count()) / 1000,
-        static_cast<unsigned long long>(r.reply.epoch),
-        static_cast<unsigned long long>(r.reply.applied_seq),
-        static_cast<unsigned long long>(r.reply.applied_evictions),
-        r.reply.prepared_eviction ? " (one prepared)" : "",
-        HumanBytes(double(r.reply.share_file_bytes)).c_str(),
-        HumanBytes(double(r.reply.allocated_bytes)).c_str());
-    if (r.reply.evicting) {
-      std::printf(
-          "            evicting: eviction %llu (attempt %u), round %u/%u, %s, about %u%% "
-          "after %.0f s; accesses wait until it commits\n",
-          static_cast<unsigned long long>(r.reply.evicting_eviction), r.reply.evicting_attempt,
-          r.reply.evicting_round, r.reply.evicting_rounds,
-          wire::EvictPhaseName(r.reply.evicting_phase), r.reply.evicting_permille / 10,
-          static_cast<double>(r.reply.evicting_elapsed_ms) / 1000);
-    }
-  }
-  return unreachable;
-}
-
-// The state's own verdicts: freshness, a recorded problem, a rekey under
-// way, the last backup.
-void PrintStateNotes(const std::string& state, const OramClient& client) {
-  const auto& c = client.counters();
-  // The rule OramClient::Open applies (kStaleState, freshness.h), said
-  // before a mount trips over it.
-  const FreshnessVerdict& fresh = client.freshness();
-  if (!fresh.inconsistent.empty()) {
-    std::printf("state       SERVER INCONSISTENT: %s (`s3oram scrub -s %s` checks the shares)\n",
-                fresh.inconsistent.c_str(), state.c_str());
-  }
-  if (fresh.stale) {
-    std::printf(
-        "state       STALE: another device has used the filesystem since this state "
-        "was last used (%s); fetch the newer state with `s3oram refresh-state -s %s` "
-        "or mount with -o refresh_state\n",
-        fresh.why.c_str(), state.c_str());
-  }
-  for (const auto& w : fresh.warnings) std::printf("state       warning: %s\n", w.c_str());
-  if (const auto& note = client.problem_note()) {
-    char when[32] = "?";
-    const std::time_t t = static_cast<std::time_t>(note->unix_seconds);
-    std::tm tm{};
-    if (::gmtime_r(&t, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-    std::printf(
-        "problem     %s (last met %s; cleared by a clean `s3oram scrub` or the rebuild "
-        "it names)\n",
-        note->text.c_str(), when);
-    if (note->damaged) {
-      std::printf(
-          "writes      STOPPED: a server reported damaged storage, so a mount of this "
-          "state is read-only (changes fail with EROFS) and runs no eviction until "
-          "that server is repaired (the rebuild the problem line names, or a clean "
-          "scrub)\n");
-    }
-  }
-  if (const auto& r = client.rekey()) {
-    const bool reseal = r->phase == RekeyProgress::Phase::kReseal;
-    std::printf(
-        "rekey       UNDER WAY (%s %llu of %llu): blocks not re-sealed yet are still "
-        "sealed under the previous master key; finish it with `s3oram rekey -s %s`\n",
-        reseal ? "re-sealing, at block" : "purging, at eviction",
-        static_cast<unsigned long long>(reseal ? r->next_block : c.ne),
-        static_cast<unsigned long long>(reseal ? client.params().capacity_blocks : r->purge_until),
-        state.c_str());
-  }
-  if (const auto& mark = client.backup_mark()) {
-    std::printf("state       last uploaded as backup generation %llu%s\n",
-                static_cast<unsigned long long>(mark->generation),
-                mark->epoch == c.epoch ? ""
-                                       : "; changed since (its last session ended without "
-                                         "an upload)");
-  }
-}
-
-// Counters the next mount or backup adopts, as it will
-// (oramcore/protocol/counter_agreement.h): a server whose value t + 1
-// others do not come near is named here, before a mount refuses.
-struct CounterReports {
-  const std::vector<ServerReport>& reports;
-  std::size_t threshold;
-  std::vector<std::size_t> asked;  // the servers that answered, in order
-  std::vector<std::uint64_t> values;
-
-  void Add(std::size_t server, std::uint64_t value) {
-    asked.push_back(server);
-    values.push_back(value);
-  }
-  void PrintOutliers(std::uint64_t floor, const char* what) const {
-    if (asked.size() != reports.size()) return;  // judged only with every server's answer
-    auto name = [&](std::size_t x) {
-      return "server " + std::to_string(asked[x]) + " (" + reports[asked[x]].endpoint + ")";
-    };
-    const Status st =
-        CounterOutlierError(AdoptCounter(values, floor, threshold), values, threshold, what, name);
-    if (!st.ok()) std::printf("state       SERVER INCONSISTENT: %s\n", st.message().c_str());
-  }
-};
-
-// The single-writer lease (the holder's description is sealed: only the
-// epoch and the times are shown without the passphrase).
-void PrintLeases(const OramClient& client, const std::vector<ServerReport>& reports,
-                 const std::vector<Result<wire::LeaseReply>>& leases) {
-  CounterReports epochs{reports, client.params().threshold, {}, {}};
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    if (!reports[i].status.ok()) continue;  // already reported unreachable
-    if (!leases[i].ok()) {
-      std::printf("lease %zu     cannot query: %s\n", i, leases[i].status().ToString().c_str());
-      continue;
-    }
-    const wire::LeaseReply* lease = &leases[i].value();
-    epochs.Add(i, std::max(reports[i].reply.epoch, lease->highest_epoch));
-    if (lease->holder_epoch == 0) {
-      std::printf("lease %zu     free (not mounted)\n", i);
-    } else {
-      std::printf("lease %zu     held by epoch %llu for %llu s, last active %llu s ago\n", i,
-                  static_cast<unsigned long long>(lease->holder_epoch),
-                  static_cast<unsigned long long>(lease->held_ms / 1000),
-                  static_cast<unsigned long long>(lease->idle_ms / 1000));
-    }
-  }
-  epochs.PrintOutliers(client.counters().epoch, "epoch");
-}
-
-// Client-state backups (s3oram backup-state, and every clean unmount).
-void PrintBackups(const OramClient& client, const std::vector<ServerReport>& reports,
-                  const std::vector<Result<std::vector<wire::BackupInfo>>>& backups) {
-  CounterReports generations{reports, client.params().threshold, {}, {}};
-  for (std::size_t i = 0; i < reports.size(); ++i) {
-    if (!reports[i].status.ok()) continue;  // already reported unreachable
-    if (!backups[i].ok()) {
-      std::printf("backup %zu    cannot list: %s\n", i, backups[i].status().ToString().c_str());
-      continue;
-    }
-    const auto& list = backups[i].value();
-    generations.Add(i, list.empty() ? 0 : list.back().generation);
-    if (list.empty()) {
-      std::printf("backup %zu    none\n", i);
-      continue;
-    }
-    std::string gens;
-    for (const auto& b : list) gens += (gens.empty() ? "" : ", ") + std::to_string(b.generation);
-    std::printf("backup %zu    newest generation %llu (%s share, key epoch %llu); held: %s\n", i,
-                static_cast<unsigned long long>(list.back().generation),
-                HumanBytes(double(list.back().elems) * sizeof(field::Elem)).c_str(),
-                static_cast<unsigned long long>(list.back().key_epoch), gens.c_str());
-  }
-  const auto& mark = client.backup_mark();
-  generations.PrintOutliers(mark ? mark->generation : 0, "backup generation");
+  if (!answer->has_value()) return std::nullopt;
+  std::fputs((*answer)->text.c_str(), stdout);
+  return (*answer)->exit_code;
 }
 
 // The exit code: 0, or 1 when the state cannot be opened or a server is
-// unreachable, 2 when the passphrase cannot be read.
-int RunStatus(const std::string& state, int timeout_ms, const std::string& passfile) {
+// unreachable, 2 when the passphrase cannot be read (or the mount refused
+// the request).
+int RunStatus(const std::string& state, int timeout_ms, const std::string& passfile, bool direct) {
   auto headers = ReadStateHeader(state);
   if (!headers.ok()) {
     std::fprintf(stderr, "s3oram status: %s\n", headers.status().ToString().c_str());
     return 1;
+  }
+  if (!direct) {
+    if (const std::optional<int> code = AskTheMount(state, timeout_ms)) return *code;
   }
   PassphraseSource source{passfile, kPassphraseEnv, ::isatty(STDIN_FILENO) == 1};
   auto pass = ReadPassphrase(source, "Passphrase for " + state + ": ");
@@ -278,17 +94,13 @@ int RunStatus(const std::string& state, int timeout_ms, const std::string& passf
     std::fprintf(stderr, "s3oram status: %s\n", client.status().ToString().c_str());
     return 1;
   }
-  PrintClientSummary(state, **client);
   // What the open asked: one round, every server at once and each on its
   // own, so a slow or down server costs the command its own timeout once.
-  // A server preparing an eviction answers it (its dispatch table serves
-  // STATUS, BACKUP_LIST and LEASE_QUERY beside the PREPARE).
-  const OramClient::OpeningViews& views = (*client)->opened_with();
-  const int unreachable = PrintServers(views.reports);
-  PrintStateNotes(state, **client);
-  PrintLeases(**client, views.reports, views.leases);
-  PrintBackups(**client, views.reports, views.backups);
-  return unreachable ? 1 : 0;
+  // A server busy with an eviction answers it beside the work (serverd/server.h).
+  const fs::StatusReport report =
+      fs::RenderStatus((*client)->TakeSnapshot(), (*client)->opened_with());
+  std::fputs(report.text.c_str(), stdout);
+  return report.unreachable ? 1 : 0;
 }
 
 }  // namespace
@@ -298,11 +110,15 @@ void RegisterStatus(CLI::App& app, int* exit_code) {
   auto state = std::make_shared<std::string>();
   auto timeout_ms = std::make_shared<int>(5000);
   auto passfile = std::make_shared<std::string>();
+  auto direct = std::make_shared<bool>(false);
   cmd->add_option("-s,--state", *state, "client state file")->required();
   cmd->add_option("--timeout-ms", *timeout_ms, "per-server timeout")->capture_default_str();
   AddPassfileOption(cmd, *passfile);
-  cmd->callback([state, timeout_ms, passfile, exit_code] {
-    *exit_code = RunStatus(*state, *timeout_ms, *passfile);
+  cmd->add_flag("--direct", *direct,
+                "open the state with the passphrase even when a mount of it answers on its "
+                "control socket");
+  cmd->callback([state, timeout_ms, passfile, direct, exit_code] {
+    *exit_code = RunStatus(*state, *timeout_ms, *passfile, *direct);
   });
 }
 

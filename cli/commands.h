@@ -6,6 +6,8 @@
 #include <cstdint>
 #include <string>
 
+#include "oramcore/base/human_bytes.h"
+
 namespace s3oram::cli {
 
 // Defaults for a new filesystem (init, and params, which predicts for init),
@@ -44,6 +46,6 @@ void RegisterRefreshState(CLI::App& app, int* exit_code);
 
 // "1G", "512M", "64K", "4096" (binary units) -> bytes; throws CLI::ValidationError.
 std::uint64_t ParseSize(const std::string& text);
-std::string HumanBytes(double bytes);
+using s3oram::HumanBytes;  // oramcore/base/human_bytes.h
 
 }  // namespace s3oram::cli

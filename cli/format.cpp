@@ -1,5 +1,4 @@
 #include <cctype>
-#include <cmath>
 #include <cstdio>
 
 #include "cli/commands.h"
@@ -26,18 +25,6 @@ std::uint64_t ParseSize(const std::string& text) {
     throw CLI::ValidationError("size", "'" + text + "' is too large");
   }
   return value << shift;
-}
-
-std::string HumanBytes(double bytes) {
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  int u = 0;
-  while (std::fabs(bytes) >= 1024 && u < 5) {
-    bytes /= 1024;
-    ++u;
-  }
-  char buf[64];
-  std::snprintf(buf, sizeof buf, u == 0 ? "%.0f %s" : "%.1f %s", bytes, units[u]);
-  return buf;
 }
 
 }  // namespace s3oram::cli

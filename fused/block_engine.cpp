@@ -17,7 +17,25 @@ OramBlockEngine::OramBlockEngine(std::unique_ptr<OramClient> client, std::size_t
     : client_(std::move(client)),
       pipeline_(std::clamp<std::size_t>(pipeline, 1, OramClient::kMaxPipelined)),
       slicer_(pipeline_, slice, BatchSlicer::kDefaultWindow),
-      writes_stopped_(client_->writes_stopped().has_value()) {}
+      writes_stopped_(client_->writes_stopped().has_value()),
+      snapshot_(client_->TakeSnapshot()) {}
+
+void OramBlockEngine::AfterCall() {
+  writes_stopped_ = client_->writes_stopped().has_value();
+  OramClient::Snapshot taken = client_->TakeSnapshot();
+  const std::lock_guard<std::mutex> lock(snapshot_mu_);
+  snapshot_ = std::move(taken);
+}
+
+OramClient::Snapshot OramBlockEngine::snapshot() const {
+  const std::lock_guard<std::mutex> lock(snapshot_mu_);
+  return snapshot_;
+}
+
+Result<std::unique_ptr<StatusProbe>> OramBlockEngine::OpenStatusProbe() {
+  std::lock_guard<FairMutex> lock(mu_);
+  return StatusProbe::Open(client_->session());
+}
 
 std::uint32_t OramBlockEngine::block_bytes() const {
   return static_cast<std::uint32_t>(client_->block_bytes());
@@ -50,7 +68,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::ReadNow(std::uint64_t id) {
   // (as a dummy), so the servers see an ordinary access.
   const bool held = client_->Holds(id);
   auto r = client_->Read(id);
-  writes_stopped_ = client_->writes_stopped().has_value();
+  AfterCall();
   if (r.ok() && !held) {
     r = Status::Integrity("block " + std::to_string(id) +
                           " holds file data but the ORAM has no position for it: its data are "
@@ -69,7 +87,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::ReadNow(std::uint64_t id) {
 Status OramBlockEngine::WriteNow(std::uint64_t id, std::span<const std::uint8_t> data) {
   std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Write(id, data);
-  writes_stopped_ = client_->writes_stopped().has_value();
+  AfterCall();
   last_contact_ = std::chrono::steady_clock::now();
   ++stats_.writes;
   if (!s.ok()) {
@@ -83,7 +101,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::UpdateNow(std::uint64_t id,
                                                              const Modifier& modify) {
   std::lock_guard<FairMutex> lock(mu_);
   auto r = client_->Update(id, modify);
-  writes_stopped_ = client_->writes_stopped().has_value();
+  AfterCall();
   last_contact_ = std::chrono::steady_clock::now();
   ++stats_.updates;
   if (!r.ok()) {
@@ -138,7 +156,7 @@ OramBlockEngine::DummyOutcome OramBlockEngine::DummyAccess() {
   // is an ordinary access to the servers.
   const std::uint64_t id = random::Below(client_->params().capacity_blocks);
   auto r = client_->Read(id);
-  writes_stopped_ = client_->writes_stopped().has_value();
+  AfterCall();
   last_contact_ = std::chrono::steady_clock::now();
   if (r.ok()) {
     sodium_memzero(r->data(), r->size());  // file data nobody asked for
@@ -231,7 +249,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
   };
   auto results = client_->AccessMany(items, gate);
   end_piece(0, std::chrono::steady_clock::now());
-  writes_stopped_ = client_->writes_stopped().has_value();
+  AfterCall();
   last_contact_ = std::chrono::steady_clock::now();
   std::set<std::uint64_t> written;  // by an earlier operation of this batch
   for (std::size_t i = 0; i < ops.size(); ++i) {
@@ -304,14 +322,14 @@ Status OramBlockEngine::Sync() {
     if (s.ok()) {
       std::lock_guard<FairMutex> lock(mu_);
       s = client_->SyncKeepingLatestRootWrite();
-      writes_stopped_ = client_->writes_stopped().has_value();
+      AfterCall();
     }
     if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
     return s;
   }
   std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Sync();
-  writes_stopped_ = client_->writes_stopped().has_value();
+  AfterCall();
   if (!s.ok()) spdlog::error("syncing the client state failed: {}", s.ToString());
   return s;
 }
@@ -324,6 +342,7 @@ Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
   if (ticker_) return Status::Ok();
   if (std::chrono::steady_clock::now() - last_contact_ < idle) return Status::Ok();
   Status s = client_->RenewLease();
+  AfterCall();
   last_contact_ = std::chrono::steady_clock::now();
   if (!s.ok() && s.code() != Status::Code::kLeaseHeld) {
     spdlog::warn("renewing the lease failed: {}", s.ToString());
@@ -346,6 +365,7 @@ Result<BackupResult> OramBlockEngine::BackupState() {
   S3ORAM_RETURN_IF_ERROR(client_->RecordBackup(r.generation, r.epoch)
                              .WithContext("recording backup generation " +
                                           std::to_string(r.generation) + " in the state"));
+  AfterCall();
   return r;
 }
 

@@ -25,6 +25,7 @@
 #include "oramcore/base/status.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/state_backup.h"
+#include "oramcore/protocol/status_probe.h"
 
 namespace s3oram::fs {
 
@@ -128,6 +129,13 @@ class OramBlockEngine final : public BlockEngine {
   Status KeepAlive(std::chrono::steady_clock::duration idle);
   // Releases the lease (clean unmount); later calls fail.
   Status Close();
+  // The client's own state as of the latest call that finished
+  // (OramClient::TakeSnapshot), read without waiting for the access or
+  // eviction under way: what the mount's `s3oram status` shows.
+  OramClient::Snapshot snapshot() const;
+  // A StatusProbe on the client's servers (connections of its own, usable
+  // beside the accesses).
+  Result<std::unique_ptr<StatusProbe>> OpenStatusProbe();
 
   struct Stats {
     std::uint64_t reads = 0;
@@ -164,6 +172,9 @@ class OramBlockEngine final : public BlockEngine {
   // Under mu_: a read that waited a slice or longer makes later batches go
   // in pieces (see batch_slicer.h).
   void NoteReadWait(std::chrono::steady_clock::time_point asked);
+  // Under mu_, after every call into the client: mirrors what is read
+  // without the lock (writes_stopped_, snapshot_).
+  void AfterCall();
 
   mutable FairMutex mu_;  // FIFO: a read waits for the batches ahead of it only
   std::unique_ptr<OramClient> client_;
@@ -171,6 +182,8 @@ class OramBlockEngine final : public BlockEngine {
   BatchSlicer slicer_;  // under mu_
   Stats stats_;
   std::atomic<bool> writes_stopped_{false};  // mirrors client_->writes_stopped() after each call
+  mutable std::mutex snapshot_mu_;           // never held while waiting for mu_
+  OramClient::Snapshot snapshot_;            // under snapshot_mu_; taken by AfterCall
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
   std::unique_ptr<AccessTicker> ticker_;  // constant-rate mode only; set before any access
 };

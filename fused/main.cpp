@@ -10,7 +10,9 @@
 //     mount live (0) or failed (1, with the child's message on stderr);
 //  3. open the client state and connect to the servers (recovering a
 //     pending eviction), open the metadata and free crash orphans;
-//  4. create the FUSE session, mount, report success, detach stdio;
+//  4. create the FUSE session, mount, open the control socket
+//     (control_socket.h: `s3oram status` asks the mount), report success,
+//     detach stdio;
 //  5. serve with the multi-threaded loop until unmount or SIGTERM/SIGINT/
 //     SIGHUP; `destroy` writes back every cached block and syncs;
 //  6. back the client state up to the servers (oramcore/protocol/state_backup.h).
@@ -29,24 +31,29 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <charconv>
 #include <chrono>
 #include <climits>
 #include <condition_variable>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "fused/block_cache.h"
 #include "fused/block_engine.h"
+#include "fused/control_socket.h"
 #include "fused/file_data.h"
 #include "fused/filesystem.h"
 #include "fused/metadata_store.h"
 #include "fused/mount_options.h"
+#include "fused/status_report.h"
 #include "oramcore/base/logging.h"
 #include "oramcore/base/no_core_dumps.h"
 #include "oramcore/crypto/passphrase.h"
@@ -352,6 +359,73 @@ int RunFuseLoop(const fs::MountCommand& cmd, fuse_session* se) {
   return rc;
 }
 
+// The mount's answers on its control socket. "status <timeout ms>": the
+// text `s3oram status` prints, from the client's state as of its latest call
+// (no wait for the access or eviction under way) and one round of quick reads
+// to every server on the probe's own connections.
+class ControlAnswers {
+ public:
+  ControlAnswers(const fs::MountCommand& cmd, fs::OramBlockEngine& engine,
+                 std::unique_ptr<s3oram::StatusProbe> probe)
+      : cmd_(cmd), engine_(engine), probe_(std::move(probe)), since_(std::time(nullptr)) {}
+
+  fs::ControlAnswer operator()(const std::string& request) {
+    constexpr std::string_view kStatus = "status ";
+    long long timeout_ms = 0;
+    const char* first = request.data() + kStatus.size();
+    const char* last = request.data() + request.size();
+    if (request.size() <= kStatus.size() || request.compare(0, kStatus.size(), kStatus) != 0 ||
+        std::from_chars(first, last, timeout_ms).ptr != last || timeout_ms < 1 ||
+        timeout_ms > kMaxTimeoutMs) {
+      return {2, "unknown request (this mount answers \"status <timeout ms>\", 1.." +
+                     std::to_string(kMaxTimeoutMs) + ")\n"};
+    }
+    const s3oram::OramClient::Snapshot client = engine_.snapshot();
+    const s3oram::ServerViews servers = probe_->Ask(std::chrono::milliseconds(timeout_ms));
+    fs::StatusReport report = fs::RenderStatus(client, servers);
+    char since[32] = "?";
+    std::tm tm{};
+    if (::gmtime_r(&since_, &tm) != nullptr) {
+      std::strftime(since, sizeof since, "%Y-%m-%d %H:%M UTC", &tm);
+    }
+    std::string head = "mount       " + cmd_.mountpoint + " (s3oramfs-fused pid " +
+                       std::to_string(::getpid()) + ", since " + since +
+                       "): answered by the mount, no passphrase asked; the client's counters "
+                       "are as of its latest access\n";
+    return {report.unreachable ? 1 : 0, head + report.text};
+  }
+
+ private:
+  static constexpr long long kMaxTimeoutMs = 60000;  // an unmount waits for the round under way
+  const fs::MountCommand& cmd_;
+  fs::OramBlockEngine& engine_;
+  std::unique_ptr<s3oram::StatusProbe> probe_;
+  const std::time_t since_;
+};
+
+// The control socket, or null (logged) where it cannot be made: the mount
+// works without it, and `s3oram status` then opens the state itself.
+std::unique_ptr<fs::ControlServer> StartControlSocket(const fs::MountCommand& cmd,
+                                                      fs::OramBlockEngine& engine) {
+  auto probe = engine.OpenStatusProbe();
+  if (!probe.ok()) {
+    spdlog::warn("no control socket (s3oram status will ask for the passphrase): {}",
+                 probe.status().ToString());
+    return nullptr;
+  }
+  auto answers = std::make_shared<ControlAnswers>(cmd, engine, std::move(probe).value());
+  auto server = fs::ControlServer::Start(
+      cmd.state, [answers](const std::string& request) { return (*answers)(request); });
+  if (!server.ok()) {
+    spdlog::warn("no control socket (s3oram status will ask for the passphrase): {}",
+                 server.status().ToString());
+    return nullptr;
+  }
+  spdlog::info("control socket {}: s3oram status -s {} asks this mount", (*server)->path(),
+               cmd.state);
+  return std::move(server).value();
+}
+
 void LogStats(const fs::BlockCache& cache, const fs::OramBlockEngine& engine) {
   const auto cs = cache.stats();
   const auto es = engine.stats();
@@ -423,6 +497,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   std::vector<std::string> argv_storage = cmd.fuse_args;
   fuse_session* se = MountSession(cmd, argv_storage, filesystem, reporter);
   if (se == nullptr) return 1;
+  std::unique_ptr<fs::ControlServer> control = StartControlSocket(cmd, engine);
   spdlog::info(
       "mounted {} on {} ({} blocks of {} bytes, cache {} MiB, write-back delay {} s, "
       "readahead {} blocks, pipeline {} accesses)",
@@ -435,6 +510,7 @@ int Serve(const fs::MountCommand& cmd, s3oram::Secret passphrase, StartupReporte
   LeaseKeepAlive keepalive(engine);
   data.StartBackground();
   const int rc = RunFuseLoop(cmd, se);
+  control.reset();  // the mount is ending: status opens the state again
   fuse_remove_signal_handlers(se);
   fuse_session_unmount(se);
   fuse_session_destroy(se);  // runs `destroy` if the kernel did not

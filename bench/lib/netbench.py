@@ -23,6 +23,7 @@ import json
 import os
 import re
 import shutil
+import statistics
 import subprocess
 import sys
 
@@ -127,15 +128,35 @@ def cmd_record(a):
         for k in ("cold_reads", "wait_p50_ms", "wait_p99_ms", "wait_max_ms", "chunk_p50_s",
                   "chunk_max_s", "writer_seconds"):
             rec["probe_" + k] = pr.get(k)
+    if a.status:
+        with open(a.status) as f:
+            for k, v in json.load(f).items():
+                rec["status_" + k] = v
     print(json.dumps(rec))
+    return 0
+
+
+def cmd_status_summary(a):
+    """Lines "WAY SECONDS" (bench/net-bench's status job) -> p50 and max per way."""
+    times = {}
+    with open(a.times) as f:
+        for line in f:
+            way, sec = line.split()
+            times.setdefault(way, []).append(float(sec))
+    out = {"runs": min((len(v) for v in times.values()), default=0)}
+    for way, xs in times.items():
+        xs.sort()
+        out[way + "_p50_s"] = round(statistics.median(xs), 3)
+        out[way + "_max_s"] = round(xs[-1], 3)
+    print(json.dumps(out))
     return 0
 
 
 # ---------------------------------------------------------------------------
 JOB_ORDER = ["seqwrite", "seqread", "catread", "thinkread", "randread", "cp", "probe", "idle",
-             "rekey"]
+             "rekey", "status"]
 # Jobs that move no user bytes: each has a table of its own, not a bar in the plot.
-NO_USER_BYTES = ("idle", "rekey")
+NO_USER_BYTES = ("idle", "rekey", "status")
 PROFILE_ORDER = ["paper-home", "paper-lte", "lan", "local"]
 
 
@@ -220,6 +241,19 @@ def cmd_report(a):
             md.append(table_row(r, [
                 fmt(r["seconds"]), fmt(r["client_up_bytes"] / 1e6),
                 fmt(r["client_down_bytes"] / 1e6), fmt(r["server_peer_bytes"] / 1e6)]))
+    statuses = [r for r in rows if r["job"] == "status"]
+    if statuses:
+        md += ["", "`s3oram status` (job `status`, the mount idle): through the mount's control "
+               "socket, and with --direct (the state opened with this run's cheap KDF: the "
+               "network's part only); seconds per run:", "",
+               "| profile | B | init | age | runs | mount p50 s | mount max s | direct p50 s | "
+               "direct max s |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for r in statuses:
+            md.append(table_row(r, [
+                fmt(r.get("status_runs")), fmt(r.get("status_mount_p50_s")),
+                fmt(r.get("status_mount_max_s")), fmt(r.get("status_direct_p50_s")),
+                fmt(r.get("status_direct_max_s"))]))
     notes = sorted({r["note"] for r in rows if r.get("note")})
     if notes:
         md += ["", "Notes: " + "; ".join(notes)]
@@ -339,7 +373,11 @@ def main():
     s.add_argument("--user-bytes", type=int, required=True)
     s.add_argument("--fio")
     s.add_argument("--probe")
+    s.add_argument("--status")
     s.set_defaults(fn=cmd_record)
+    s = sub.add_parser("status-summary")
+    s.add_argument("times")
+    s.set_defaults(fn=cmd_status_summary)
     s = sub.add_parser("report")
     s.add_argument("outdir")
     s.set_defaults(fn=cmd_report)

@@ -190,27 +190,23 @@ Status OramClient::LoadState() {
 }
 
 void OramClient::AskServersAtOpen() {
-  auto answers =
-      session_->AskEveryServer({{wire::StatusRequest{}, wire::MessageType::kStatusReply},
-                                {wire::BackupListRequest{}, wire::MessageType::kBackupListReply},
-                                {wire::LeaseQueryRequest{}, wire::MessageType::kLeaseReply}},
-                               session_->options().requests.deadline);
-  OpeningViews& views = opened_with_;
-  for (std::size_t i = 0; i < answers[0].size(); ++i) {
-    views.reports.push_back(session_->ReportOf(i, std::move(answers[0][i])));
-    const auto& backups = answers[1][i].reply;
-    if (backups.ok()) {
-      views.backups.emplace_back(std::get<wire::BackupListReply>(backups.value().body).backups);
-    } else {
-      views.backups.emplace_back(backups.status());
-    }
-    const auto& lease = answers[2][i].reply;
-    if (lease.ok()) {
-      views.leases.emplace_back(std::get<wire::LeaseReply>(lease.value().body));
-    } else {
-      views.leases.emplace_back(lease.status());
-    }
-  }
+  opened_with_ = session_->AskViews(session_->options().requests.deadline);
+}
+
+OramClient::Snapshot OramClient::TakeSnapshot() const {
+  Snapshot s;
+  s.state_path = session_->state_path();
+  s.params = params();
+  s.counters = counters();
+  s.live_blocks = pm_->live_blocks();
+  s.eviction_mac_check = eviction_mac_check();
+  s.freshness = freshness_;
+  s.problem_note = problem_note();
+  s.rekey = rekey();
+  s.backup_mark = backup_mark();
+  s.writes_stopped = writes_stopped();
+  s.fenced = fenced();
+  return s;
 }
 
 Status OramClient::CheckServersHoldThisState(const std::vector<ServerReport>& reports,

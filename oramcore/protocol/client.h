@@ -235,19 +235,32 @@ class OramClient {
   Result<std::optional<std::size_t>> OddServerOf(std::uint64_t bucket, std::uint32_t slot,
                                                  std::chrono::milliseconds timeout);
 
+  // What `s3oram status` shows of this client's own state, copied so that it
+  // can be shown while the client is busy: a mount daemon keeps the one
+  // taken after its latest call (fused/block_engine.h) and answers status
+  // from it without waiting for the access or eviction under way.
+  struct Snapshot {
+    std::string state_path;
+    OramParams params;
+    Counters counters;  // as this process moved them (counters())
+    std::uint64_t live_blocks = 0;
+    BlockCodec::CombinationCheck eviction_mac_check = BlockCodec::CombinationCheck::kNone;
+    FreshnessVerdict freshness;
+    std::optional<ProblemNote> problem_note;
+    std::optional<RekeyProgress> rekey;
+    std::optional<BackupMark> backup_mark;
+    std::optional<Status> writes_stopped;
+    bool fenced = false;
+  };
+  Snapshot TakeSnapshot() const;
+
   // Freshness as judged at Open (oramcore/protocol/freshness.h); a client
   // opened without allow_stale is never stale.
   const FreshnessVerdict& freshness() const { return freshness_; }
 
-  // What every server said at open, asked of all at once, each on its own:
-  // its STATUS, the state backups it holds and its lease (one round; a
-  // writable open takes its new epoch from the leases). A server that did
-  // not answer carries its failure in all three.
-  struct OpeningViews {
-    std::vector<ServerReport> reports;
-    std::vector<Result<std::vector<wire::BackupInfo>>> backups;
-    std::vector<Result<wire::LeaseReply>> leases;
-  };
+  // What every server said at open (ClientSession::AskViews: one round; a
+  // writable open takes its new epoch from the leases).
+  using OpeningViews = ServerViews;
   const OpeningViews& opened_with() const { return opened_with_; }
   // The state's backup mark (client_state.h BackupMark), if it has one.
   const std::optional<BackupMark>& backup_mark() const { return session_->store().backup_mark(); }

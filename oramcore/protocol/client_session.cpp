@@ -366,7 +366,16 @@ Status ClientSession::EndRekey() {
 
 std::vector<ServerSet::Answers> ClientSession::AskEveryServer(
     const std::vector<ControlRequest>& requests, std::chrono::milliseconds timeout) {
-  const std::size_t n = servers_->size();
+  return AskEveryServerOf(
+      *servers_, [this] { return NextHeader(); }, requests, timeout,
+      options_.requests.resend_after);
+}
+
+std::vector<ServerSet::Answers> ClientSession::AskEveryServerOf(
+    ServerSet& servers, const std::function<wire::Header()>& next_header,
+    const std::vector<ControlRequest>& requests, std::chrono::milliseconds timeout,
+    std::chrono::milliseconds resend_after) {
+  const std::size_t n = servers.size();
   std::vector<std::size_t> all(n);
   for (std::size_t i = 0; i < n; ++i) all[i] = i;
   std::vector<std::vector<std::vector<std::uint8_t>>> frames;
@@ -374,24 +383,60 @@ std::vector<ServerSet::Answers> ClientSession::AskEveryServer(
   frames.reserve(requests.size());
   views.reserve(requests.size());
   for (const ControlRequest& q : requests) {
-    const wire::Header h = NextHeader();
+    const wire::Header h = next_header();
     frames.emplace_back(n, wire::Encode(h, q.body));
     views.push_back({h, q.expected_reply, &frames.back()});
   }
-  const TransportOptions opts{std::min(timeout, options_.requests.resend_after), timeout};
+  const TransportOptions opts{std::min(timeout, resend_after), timeout};
   std::vector<ServerSet::Answers> answers =
-      servers_->ExchangeAnswers(all, views, opts, ServerSet::Wait::kEach);
+      servers.ExchangeAnswers(all, views, opts, ServerSet::Wait::kEach);
   for (ServerSet::Answers& per_server : answers) {
     for (std::size_t i = 0; i < per_server.size(); ++i) {
-      per_server[i].reply = servers_->ReplyOrError(i, std::move(per_server[i]));
+      per_server[i].reply = servers.ReplyOrError(i, std::move(per_server[i]));
     }
   }
   return answers;
 }
 
+std::vector<ClientSession::ControlRequest> ClientSession::ViewRequests() {
+  return {{wire::StatusRequest{}, wire::MessageType::kStatusReply},
+          {wire::BackupListRequest{}, wire::MessageType::kBackupListReply},
+          {wire::LeaseQueryRequest{}, wire::MessageType::kLeaseReply}};
+}
+
+ServerViews ClientSession::ViewsOf(const ServerSet& servers, const FsId& fs_id,
+                                   std::vector<ServerSet::Answers> answers) {
+  ServerViews views;
+  for (std::size_t i = 0; i < answers[0].size(); ++i) {
+    views.reports.push_back(ReportOf(servers, fs_id, i, std::move(answers[0][i])));
+    const auto& backups = answers[1][i].reply;
+    if (backups.ok()) {
+      views.backups.emplace_back(std::get<wire::BackupListReply>(backups.value().body).backups);
+    } else {
+      views.backups.emplace_back(backups.status());
+    }
+    const auto& lease = answers[2][i].reply;
+    if (lease.ok()) {
+      views.leases.emplace_back(std::get<wire::LeaseReply>(lease.value().body));
+    } else {
+      views.leases.emplace_back(lease.status());
+    }
+  }
+  return views;
+}
+
+ServerViews ClientSession::AskViews(std::chrono::milliseconds timeout) {
+  return ViewsOf(*servers_, config().fs_id, AskEveryServer(ViewRequests(), timeout));
+}
+
 ServerReport ClientSession::ReportOf(std::size_t server, ServerSet::Answer answer) const {
+  return ReportOf(*servers_, config().fs_id, server, std::move(answer));
+}
+
+ServerReport ClientSession::ReportOf(const ServerSet& servers, const FsId& fs_id,
+                                     std::size_t server, ServerSet::Answer answer) {
   ServerReport report;
-  report.endpoint = servers_->endpoint(server);
+  report.endpoint = servers.endpoint(server);
   report.answered_in = answer.after;
   if (!answer.reply.ok()) {
     report.status = answer.reply.status();
@@ -399,7 +444,7 @@ ServerReport ClientSession::ReportOf(std::size_t server, ServerSet::Answer answe
   }
   const wire::Message& m = answer.reply.value();
   const auto& reply = std::get<wire::StatusReply>(m.body);
-  if (m.header.fs_id != config().fs_id && reply.initialized) {
+  if (m.header.fs_id != fs_id && reply.initialized) {
     report.status = Status::FailedPrecondition("server " + std::to_string(server) + " (" +
                                                report.endpoint + ") serves another filesystem");
     return report;

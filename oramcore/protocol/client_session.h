@@ -70,6 +70,16 @@ struct ServerReport {
   std::chrono::microseconds answered_in{0};
 };
 
+// What every server says of itself to an open or to `s3oram status`: its
+// STATUS, the state backups it holds and its lease, asked of all at once,
+// each on its own (ClientSession::AskViews, StatusProbe). A server that did
+// not answer carries its failure in all three.
+struct ServerViews {
+  std::vector<ServerReport> reports;
+  std::vector<Result<std::vector<wire::BackupInfo>>> backups;
+  std::vector<Result<wire::LeaseReply>> leases;
+};
+
 class ClientSession {
  public:
   // Takes the state file's lock (writers), unlocks the state with
@@ -130,12 +140,28 @@ class ClientSession {
   // takes as long as the slowest server, not the sum of all.
   std::vector<ServerSet::Answers> AskEveryServer(const std::vector<ControlRequest>& requests,
                                                  std::chrono::milliseconds timeout);
+  // AskEveryServer over any set of this filesystem's servers, each request
+  // under a header from `next_header` (StatusProbe asks on connections of
+  // its own); `resend_after` caps the wait before a request goes again.
+  static std::vector<ServerSet::Answers> AskEveryServerOf(
+      ServerSet& servers, const std::function<wire::Header()>& next_header,
+      const std::vector<ControlRequest>& requests, std::chrono::milliseconds timeout,
+      std::chrono::milliseconds resend_after);
+  // STATUS, BACKUP_LIST and LEASE_QUERY of every server in one round.
+  ServerViews AskViews(std::chrono::milliseconds timeout);
+  // The three quick reads AskViews sends, and the views of their answers
+  // (`answers` as AskEveryServerOf returns them for these requests).
+  static std::vector<ControlRequest> ViewRequests();
+  static ServerViews ViewsOf(const ServerSet& servers, const FsId& fs_id,
+                             std::vector<ServerSet::Answers> answers);
   // STATUS of every server, all asked at once (an unreachable one carries
   // an error status; one that serves another filesystem,
   // FailedPrecondition).
   std::vector<ServerReport> QueryServers(std::chrono::milliseconds timeout);
   // The report of server i's STATUS answer (QueryServers' rule).
   ServerReport ReportOf(std::size_t server, ServerSet::Answer answer) const;
+  static ServerReport ReportOf(const ServerSet& servers, const FsId& fs_id, std::size_t server,
+                               ServerSet::Answer answer);
   // Shares `secret` afresh among the servers (degree t, the OS CSPRNG) and
   // sends server i the request make_request(its shares), all under one
   // mutation header; returns the replies. `compute_ns` and `wait_ns`

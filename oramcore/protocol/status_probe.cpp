@@ -1,0 +1,33 @@
+#include "oramcore/protocol/status_probe.h"
+
+#include <utility>
+
+#include "oramcore/protocol/server_addresses.h"
+#include "oramcore/wire/transport.h"
+
+namespace s3oram {
+
+Result<std::unique_ptr<StatusProbe>> StatusProbe::Open(const ClientSession& session) {
+  std::unique_ptr<StatusProbe> probe(new StatusProbe());
+  S3ORAM_ASSIGN_OR_RETURN(probe->servers_,
+                          ConnectServers(session.options().connect, AddressesOf(session.config())));
+  probe->fs_id_ = session.config().fs_id;
+  probe->epoch_ = session.counters().epoch;
+  return probe;
+}
+
+ServerViews StatusProbe::Ask(std::chrono::milliseconds timeout) {
+  auto next_header = [this] {
+    wire::Header h;
+    h.fs_id = fs_id_;
+    h.epoch = epoch_;
+    h.seq = ++seq_;
+    return h;
+  };
+  return ClientSession::ViewsOf(
+      *servers_, fs_id_,
+      ClientSession::AskEveryServerOf(*servers_, next_header, ClientSession::ViewRequests(),
+                                      timeout, timeout));
+}
+
+}  // namespace s3oram
