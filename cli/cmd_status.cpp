@@ -1,6 +1,7 @@
 // s3oram status: reachability and progress of every server of a filesystem.
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <optional>
@@ -50,15 +51,18 @@ void PrintSealedHeader(const std::string& state, const std::vector<StateHeader>&
 // opened as without a mount).
 std::optional<int> AskTheMount(const std::string& state, int timeout_ms) {
   // The servers' round takes up to timeout_ms; the daemon answers after it.
-  const auto wait = std::chrono::milliseconds(timeout_ms) + std::chrono::seconds(5);
-  auto answer = fs::AskMountDaemon(state, "status " + std::to_string(timeout_ms), wait);
+  // A mount waits at most 10 s for a server (an unmount waits for its round).
+  const int ask_ms = std::clamp(timeout_ms, 1, 10000);
+  const auto wait = std::chrono::milliseconds(ask_ms) + std::chrono::seconds(5);
+  auto answer = fs::AskMountDaemon(state, "status " + std::to_string(ask_ms), wait);
   if (!answer.ok()) {
     std::fprintf(stderr, "s3oram status: asking the mount failed (%s); opening the state instead\n",
                  answer.status().ToString().c_str());
     return std::nullopt;
   }
   if (!answer->has_value()) return std::nullopt;
-  std::fputs((*answer)->text.c_str(), stdout);
+  // Exit 2: the mount refused the request (its text says why).
+  std::fputs((*answer)->text.c_str(), (*answer)->exit_code == 2 ? stderr : stdout);
   return (*answer)->exit_code;
 }
 

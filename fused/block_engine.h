@@ -122,6 +122,11 @@ class OramBlockEngine final : public BlockEngine {
   std::optional<AccessTicker::Stats> ticker_stats() const;
   // Callers waiting for the engine now (for tests and diagnostics).
   std::uint64_t waiters() const { return mu_.waiters(); }
+  // Since when the call under way (an access, a batch's piece, a sync, an
+  // eviction it runs) has held the engine; nullopt when none runs.
+  std::optional<std::chrono::steady_clock::time_point> busy_since() const {
+    return mu_.held_since();
+  }
   // OramClient::writes_stopped(), read without waiting for an access.
   bool WritesStopped() const override { return writes_stopped_.load(); }
   // Tells the servers this mount is alive unless an access did so within

@@ -12,6 +12,7 @@
 #include <cerrno>
 #include <charconv>
 #include <cstring>
+#include <exception>
 #include <thread>
 #include <utility>
 
@@ -137,7 +138,16 @@ struct ControlServer::Impl {
       }
       if (fds[1].revents != 0) return;
       const int fd = ::accept4(listen_fd, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-      if (fd < 0) continue;  // the peer gave up already, or EINTR
+      if (fd < 0) {
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          // The listener stays readable: wait a little (or for the stop)
+          // instead of spinning on it.
+          spdlog::warn("{}", Errno("control socket " + path + ": accept"));
+          pollfd stop{stop_fd, POLLIN, 0};
+          if (::poll(&stop, 1, 100) > 0) return;
+        }
+        continue;  // otherwise the peer gave up already, or EINTR
+      }
       Answer(fd);
       ::close(fd);
     }
@@ -167,8 +177,19 @@ struct ControlServer::Impl {
       if (n <= 0) return;  // gone before asking
       request.append(buf, static_cast<std::size_t>(n));
     }
+    if (request.find('\n') > kMaxRequestBytes) {
+      SendAll(fd, "exit 2\nno request line within the limits\n", deadline);
+      return;
+    }
     request.resize(request.find('\n'));
-    ControlAnswer answer = handler(request);
+    ControlAnswer answer;
+    try {
+      answer = handler(request);
+    } catch (const std::exception& e) {
+      // The mount must not die of a status: the asker is told instead.
+      spdlog::error("control socket {}: answering '{}' failed: {}", path, request, e.what());
+      answer = ControlAnswer{2, std::string("the mount could not answer: ") + e.what() + "\n"};
+    }
     SendAll(fd, "exit " + std::to_string(answer.exit_code) + "\n" + answer.text,
             Clock::now() + kAnswerSendDeadline);
   }
@@ -199,14 +220,22 @@ Result<std::unique_ptr<ControlServer>> ControlServer::Start(const std::string& s
   }
   impl->listen_fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (impl->listen_fd < 0) return Status::IoError(Errno("socket"));
-  if (::bind(impl->listen_fd, reinterpret_cast<const sockaddr*>(&place.addr), place.addr_len) !=
-      0) {
+  // Made private as it is made (the umask), so there is no moment at which
+  // the path is a socket others may use; the daemon creates no other file
+  // while it starts this.
+  const mode_t old_umask = ::umask(077);
+  const int bound =
+      ::bind(impl->listen_fd, reinterpret_cast<const sockaddr*>(&place.addr), place.addr_len);
+  const int bind_errno = errno;
+  ::umask(old_umask);
+  if (bound != 0) {
+    errno = bind_errno;
     return Status::IoError(Errno("cannot bind " + impl->path));
   }
-  // Before listen: until then a connect is refused, so no other user's
-  // process gets in between.
-  if (::fchmodat(place.dir_fd, place.base.c_str(), 0600, 0) != 0 ||
-      ::fstatat(place.dir_fd, place.base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0) {
+  // 0600 exactly (a socket needs no execute bit), and only on what bind
+  // made: a path swapped for a symlink since is refused, not followed.
+  if (::fstatat(place.dir_fd, place.base.c_str(), &st, AT_SYMLINK_NOFOLLOW) != 0 ||
+      !S_ISSOCK(st.st_mode) || ::fchmodat(place.dir_fd, place.base.c_str(), 0600, 0) != 0) {
     const Status failed = Status::IoError(Errno("cannot make " + impl->path + " private"));
     (void)::unlinkat(place.dir_fd, place.base.c_str(), 0);
     return failed;
@@ -230,7 +259,9 @@ Result<std::optional<ControlAnswer>> AskMountDaemon(const std::string& state_pat
     // no daemon can listen there.
     return std::optional<ControlAnswer>();
   }
-  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  // Non-blocking: a daemon that is frozen, or whose queue is full, makes
+  // connect fail at once (EAGAIN) instead of waiting without end.
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
   if (fd < 0) return Status::IoError(Errno("socket"));
   struct Closer {
     int fd;
@@ -238,6 +269,10 @@ Result<std::optional<ControlAnswer>> AskMountDaemon(const std::string& state_pat
   } closer{fd};
   if (::connect(fd, reinterpret_cast<const sockaddr*>(&place.addr), place.addr_len) != 0) {
     if (errno == ENOENT || errno == ECONNREFUSED) return std::optional<ControlAnswer>();
+    if (errno == EAGAIN) {
+      return Status::Unavailable("the mount's control socket " + path +
+                                 " has a full queue (is the daemon hung?)");
+    }
     return Status::IoError(Errno("cannot connect to the mount's control socket " + path));
   }
   auto uid = PeerUid(fd);
@@ -258,7 +293,7 @@ Result<std::optional<ControlAnswer>> AskMountDaemon(const std::string& state_pat
                                  std::to_string(timeout.count()) + " ms");
     }
     const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
-    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
     if (n < 0) return Status::IoError(Errno("reading " + path));
     if (n == 0) break;
     reply.append(buf, static_cast<std::size_t>(n));

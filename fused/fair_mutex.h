@@ -12,9 +12,11 @@
 // Meets the standard Lockable requirements (std::lock_guard, std::unique_lock).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 
 namespace s3oram::fs {
 
@@ -28,17 +30,20 @@ class FairMutex {
     std::unique_lock<std::mutex> guard(mu_);
     const std::uint64_t ticket = next_++;
     turn_.wait(guard, [&] { return serving_ == ticket; });
+    held_since_ = std::chrono::steady_clock::now();
   }
   bool try_lock() {
     const std::lock_guard<std::mutex> guard(mu_);
     if (serving_ != next_) return false;  // held, or others wait
     ++next_;
+    held_since_ = std::chrono::steady_clock::now();
     return true;
   }
   void unlock() {
     {
       const std::lock_guard<std::mutex> guard(mu_);
       ++serving_;
+      held_since_.reset();
     }
     // Every waiter checks whether its ticket is up; one is.
     turn_.notify_all();
@@ -48,12 +53,18 @@ class FairMutex {
     const std::lock_guard<std::mutex> guard(mu_);
     return next_ - serving_ - (next_ > serving_ ? 1 : 0);
   }
+  // Since when the holder has held it; nullopt when free (diagnostics).
+  std::optional<std::chrono::steady_clock::time_point> held_since() const {
+    const std::lock_guard<std::mutex> guard(mu_);
+    return held_since_;
+  }
 
  private:
   mutable std::mutex mu_;
   std::condition_variable turn_;
   std::uint64_t next_ = 0;     // the ticket the next arrival takes
   std::uint64_t serving_ = 0;  // the ticket that holds (or may take) the lock
+  std::optional<std::chrono::steady_clock::time_point> held_since_;
 };
 
 }  // namespace s3oram::fs

@@ -109,7 +109,7 @@ int PrintServers(std::string& out, const std::vector<ServerReport>& reports) {
 
 // The state's own verdicts: freshness, a recorded problem, a rekey under
 // way, the last backup.
-void PrintStateNotes(std::string& out, const OramClient::Snapshot& client) {
+void PrintStateNotes(std::string& out, const OramClient::Snapshot& client, bool live_mount) {
   const std::string& state = client.state_path;
   const auto& c = client.counters;
   // The rule OramClient::Open applies (kStaleState, freshness.h), said
@@ -144,6 +144,14 @@ void PrintStateNotes(std::string& out, const OramClient::Snapshot& client) {
               "scrub)\n");
     }
   }
+  if (client.writes_stopped && !(client.problem_note && client.problem_note->damaged)) {
+    Appendf(out, "writes      STOPPED: %s\n", client.writes_stopped->ToString().c_str());
+  }
+  if (client.fenced) {
+    Appendf(out,
+            "lease       FENCED: another client took the single-writer lease over; this "
+            "client changes nothing more (unmount it; the other holds the filesystem now)\n");
+  }
   if (const auto& r = client.rekey) {
     const bool reseal = r->phase == RekeyProgress::Phase::kReseal;
     Appendf(
@@ -159,6 +167,8 @@ void PrintStateNotes(std::string& out, const OramClient::Snapshot& client) {
     Appendf(out, "state       last uploaded as backup generation %llu%s\n",
             static_cast<unsigned long long>(mark->generation),
             mark->epoch == c.epoch ? ""
+            : live_mount           ? "; changed by this mount since (it uploads the state at "
+                                     "its unmount)"
                                    : "; changed since (its last session ended without "
                                      "an upload)");
   }
@@ -244,12 +254,13 @@ void PrintBackups(std::string& out, const OramClient::Snapshot& client,
 
 }  // namespace
 
-StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews& servers) {
+StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews& servers,
+                          bool live_mount) {
   StatusReport report;
   std::string& out = report.text;
   PrintClientSummary(out, client);
   report.unreachable = PrintServers(out, servers.reports);
-  PrintStateNotes(out, client);
+  PrintStateNotes(out, client, live_mount);
   PrintLeases(out, client, servers.reports, servers.leases);
   PrintBackups(out, client, servers.reports, servers.backups);
   return report;

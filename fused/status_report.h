@@ -18,6 +18,9 @@ struct StatusReport {
   int unreachable = 0;  // servers shown UNREACHABLE (status exits 1 if any)
 };
 
-StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews& servers);
+// `live_mount`: the snapshot is a running mount's (its epoch is the one it
+// opened, so its backup mark is behind until the unmount's upload).
+StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews& servers,
+                          bool live_mount = false);
 
 }  // namespace s3oram::fs

@@ -2,7 +2,8 @@
 // socket (fused/control_socket.h), as a user would run it: without the
 // passphrase; with one server stopped (named UNREACHABLE, the others shown);
 // while the mount's own access waits on stopped servers (answered from the
-// snapshot of its latest call, not after that access); after the daemon was
+// snapshot of its latest call, not after that access: the answer itself
+// says a call is under way, so the test knows it asked at that moment); after the daemon was
 // killed (the socket it left reads as no mount: status opens the state
 // itself); and not once the filesystem is unmounted (the socket is gone).
 #include <gtest/gtest.h>
@@ -74,7 +75,7 @@ TEST(FsStatusTest, TheMountAnswersStatusWithoutThePassphraseEvenWhileItsAccessWa
   auto& cluster = *fs->test_fs()->cluster;
   // One server stopped: named, the others shown in full, exit 1.
   ASSERT_TRUE(cluster.Kill(1, SIGSTOP).ok());
-  CliRun one_down = StatusWithoutPassphrase(*fs, "--timeout-ms 1000");
+  CliRun one_down = StatusWithoutPassphrase(*fs, "--timeout-ms 5000");
   ASSERT_TRUE(cluster.Kill(1, SIGCONT).ok());
   EXPECT_EQ(one_down.exit_code, 1) << one_down.output;
   EXPECT_NE(one_down.output.find(mount_line), std::string::npos) << one_down.output;
@@ -84,12 +85,18 @@ TEST(FsStatusTest, TheMountAnswersStatusWithoutThePassphraseEvenWhileItsAccessWa
 
   // Every server stopped while the mount writes a file back: that access
   // holds the ORAM until the servers return, and status is answered beside
-  // it (the servers named, the client's state as of its latest call).
+  // it (the servers named, the client's state as of its latest call). Asked
+  // until the answer says the call is under way (bounded: the access waits
+  // 120 s for the servers, the loop at most about 30 s).
   for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster.Kill(i, SIGSTOP).ok());
   int written = -1;
   std::thread writer([&] { written = WriteAndSync(fs->Path("b"), PatternBytes(70000, 2)); });
-  std::this_thread::sleep_for(std::chrono::seconds(2));  // the write-back starts meanwhile
-  CliRun all_down = StatusWithoutPassphrase(*fs, "--timeout-ms 1000");
+  CliRun all_down;
+  for (int attempt = 0; attempt < 20; ++attempt) {
+    all_down = StatusWithoutPassphrase(*fs, "--timeout-ms 1000");
+    if (all_down.output.find("a call under way") != std::string::npos) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  }
   for (std::size_t i = 0; i < 3; ++i) ASSERT_TRUE(cluster.Kill(i, SIGCONT).ok());
   writer.join();
   std::printf("[ status   ] of the mount while its write-back waits on stopped servers:\n%s",
@@ -98,6 +105,9 @@ TEST(FsStatusTest, TheMountAnswersStatusWithoutThePassphraseEvenWhileItsAccessWa
   EXPECT_EQ(all_down.exit_code, 1) << all_down.output;
   EXPECT_NE(all_down.output.find(mount_line), std::string::npos)
       << "status was not answered by the mount while its access waited:\n"
+      << all_down.output;
+  EXPECT_NE(all_down.output.find("a call under way"), std::string::npos)
+      << "no answer was given while the write-back held the ORAM:\n"
       << all_down.output;
   EXPECT_EQ(Count(all_down.output, "UNREACHABLE"), 3u) << all_down.output;
   EXPECT_NE(all_down.output.find("blocks      "), std::string::npos) << all_down.output;

@@ -4,8 +4,10 @@
 // a stale socket is replaced, anything else at the path is refused and left
 // alone; a path longer than sun_path works; the socket is private (0600)
 // and removed at the end; a peer that never sends its request, or one that
-// sends too much, does not keep the next asker waiting; an answer that is
-// not the protocol's is an error, not a status.
+// sends too much, does not keep the next asker waiting; a handler that
+// throws is an answer, not the end of the daemon; an answer that is not the
+// protocol's is an error, not a status; a daemon whose queue is full (hung)
+// is an error at once, not a wait without end.
 #include "fused/control_socket.h"
 
 #include <gtest/gtest.h>
@@ -17,6 +19,8 @@
 #include <atomic>
 #include <cstring>
 #include <fstream>
+#include <mutex>
+#include <stdexcept>
 #include <string>
 #include <thread>
 
@@ -47,8 +51,10 @@ TEST(ControlSocketTest, ARequestReachesTheHandlerAndItsAnswerTheAsker) {
   testing::TempDir dir;
   const std::string state = dir.path() + "/fs.state";
   std::atomic<int> calls{0};
+  std::mutex seen_mu;
   std::string seen;
   auto server = ControlServer::Start(state, [&](const std::string& request) {
+    const std::lock_guard<std::mutex> lock(seen_mu);
     seen = request;
     ++calls;
     return ControlAnswer{1, "line one\nline two\n"};
@@ -65,7 +71,10 @@ TEST(ControlSocketTest, ARequestReachesTheHandlerAndItsAnswerTheAsker) {
   ASSERT_TRUE(answer->has_value());
   EXPECT_EQ((*answer)->exit_code, 1);
   EXPECT_EQ((*answer)->text, "line one\nline two\n");
-  EXPECT_EQ(seen, "status 1000");
+  {
+    const std::lock_guard<std::mutex> lock(seen_mu);
+    EXPECT_EQ(seen, "status 1000");
+  }
   EXPECT_EQ(calls.load(), 1);
 
   server->reset();
@@ -108,6 +117,64 @@ TEST(ControlSocketTest, AnythingButASocketAtThePathIsRefusedAndLeftAlone) {
   EXPECT_EQ(kept, "a user's file");
   auto none = AskMountDaemon(state, "status 1000", 10s);
   EXPECT_TRUE(!none.ok() || !none->has_value());
+}
+
+TEST(ControlSocketTest, ASymlinkAtThePathIsRefusedAndItsTargetLeftAlone) {
+  testing::TempDir dir;
+  const std::string state = dir.path() + "/fs.state";
+  const std::string target = dir.path() + "/precious";
+  { std::ofstream(target) << "keep me"; }
+  ASSERT_EQ(::chmod(target.c_str(), 0644), 0);
+  ASSERT_EQ(::symlink(target.c_str(), (state + ".ctl").c_str()), 0);
+  auto server = ControlServer::Start(state, [](const std::string&) {
+    return ControlAnswer{0, "ok\n"};
+  });
+  ASSERT_FALSE(server.ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(target.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0644u) << "the symlink's target was changed";
+  std::ifstream in(target);
+  std::string kept((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(kept, "keep me");
+}
+
+TEST(ControlSocketTest, AHandlerThatThrowsIsAnAnswerAndTheServerGoesOn) {
+  testing::TempDir dir;
+  const std::string state = dir.path() + "/fs.state";
+  std::atomic<int> calls{0};
+  auto server = ControlServer::Start(state, [&](const std::string&) {
+    if (++calls == 1) throw std::runtime_error("out of something");
+    return ControlAnswer{0, "ok\n"};
+  });
+  ASSERT_TRUE(server.ok()) << server.status().ToString();
+  auto failed = AskMountDaemon(state, "status 1000", 10s);
+  ASSERT_TRUE(failed.ok() && failed->has_value()) << failed.status().ToString();
+  EXPECT_EQ((*failed)->exit_code, 2);
+  EXPECT_NE((*failed)->text.find("out of something"), std::string::npos) << (*failed)->text;
+  auto next = AskMountDaemon(state, "status 1000", 10s);
+  ASSERT_TRUE(next.ok() && next->has_value()) << next.status().ToString();
+  EXPECT_EQ((*next)->text, "ok\n");
+}
+
+TEST(ControlSocketTest, AFullQueueIsAnErrorAtOnceNotAWait) {
+  testing::TempDir dir;
+  const std::string state = dir.path() + "/fs.state";
+  // A "daemon" that listens but never accepts (hung), its queue already
+  // holding one connection.
+  const int fd = BindAt(state + ".ctl");
+  ASSERT_EQ(::listen(fd, 0), 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, (state + ".ctl").c_str(), sizeof addr.sun_path - 1);
+  const int queued = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_EQ(::connect(queued, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  auto answer = AskMountDaemon(state, "status 1000", 20s);
+  ::close(queued);
+  ::close(fd);
+  ASSERT_FALSE(answer.ok());
+  EXPECT_EQ(answer.status().code(), Status::Code::kUnavailable) << answer.status().ToString();
+  EXPECT_NE(answer.status().message().find("full queue"), std::string::npos)
+      << answer.status().ToString();
 }
 
 TEST(ControlSocketTest, APathLongerThanSunPathWorks) {
