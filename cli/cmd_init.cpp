@@ -44,6 +44,7 @@ void RegisterInit(CLI::App& app, int* exit_code) {
                     "the new filesystem's passphrase");
   AddKdfOptions(cmd, a->kdf);
   cmd->callback([a, exit_code] {
+    a->params.servers = static_cast<std::uint32_t>(a->servers.size());  // ℓ, and with it t
     auto p = ResolveParams(a->params, std::uint64_t{1} << 30);
     if (!p.ok()) {
       std::fprintf(stderr, "s3oram init: %s\n", p.status().ToString().c_str());

@@ -86,6 +86,10 @@ void RegisterParams(CLI::App& app, int* exit_code) {
   opts->block_bytes = kDefaultFsBlockBytes;
   opts->evict_rate = kDefaultFsEvictRate;
   AddParamOptions(cmd, *opts);
+  cmd->add_option("--servers", opts->servers,
+                  "servers the shares are spread over (l); the privacy threshold is "
+                  "t = (l - 1) / 2")
+      ->capture_default_str();
   cmd->add_flag("--json", *json, "print JSON");
   cmd->add_option(
          "--profile", link->profile,

@@ -28,6 +28,13 @@ Result<OramParams> ResolveParams(const ParamOptions& o, std::uint64_t default_ca
   p.block_bytes = o.block_bytes;
   p.evict_rate = o.evict_rate;
   p.lambda = o.lambda;
+  if (o.servers < 3 || o.servers > kMaxParties) {
+    return Status::InvalidArgument("need 3 to " + std::to_string(kMaxParties) + " servers, got " +
+                                   std::to_string(o.servers) +
+                                   " (t = 1 takes 2t + 1 = 3 to answer a retrieval)");
+  }
+  p.parties = o.servers;
+  p.threshold = (o.servers - 1) / 2;
   std::uint64_t n = o.blocks;
   if (n == 0 && !o.capacity.empty()) {
     std::uint64_t bytes;
@@ -70,6 +77,15 @@ std::string DescribeParams(const OramParams& p, bool allow_unsafe) {
                 static_cast<unsigned long long>(p.capacity_blocks),
                 HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str(),
                 static_cast<unsigned long long>(p.max_capacity_blocks()));
+  out << buf;
+  std::snprintf(buf, sizeof buf,
+                "  servers ℓ           %u, privacy threshold t = %u: %s learn%s anything of the "
+                "data or of which block is read; %u together could\n",
+                p.parties, p.threshold,
+                p.threshold == 1
+                    ? "no single server"
+                    : ("no " + std::to_string(p.threshold) + " servers together").c_str(),
+                p.threshold == 1 ? "s" : "", p.threshold + 1);
   out << buf;
   std::snprintf(buf, sizeof buf, "  tree height H       %u (%llu buckets)\n", p.height,
                 static_cast<unsigned long long>(p.geometry().num_buckets()));
@@ -119,15 +135,16 @@ std::string ParamsJson(const OramParams& p) {
       buf, sizeof buf,
       "{\"block_bytes\": %u, \"elems_per_slot\": %llu, \"capacity_blocks\": %llu, \"height\": %u, "
       "\"evict_rate\": %u, \"bucket_size\": %u, \"lambda\": %u, \"safe_bucket_size\": %u, "
+      "\"servers\": %u, \"threshold\": %u, "
       "\"log2_overflow_per_eviction\": %s, \"storage_bytes_per_server\": %.0f, "
       "\"slots_streamed\": %.0f, \"slot_multiplications\": %.0f, \"field_mults\": %.0f, "
       "\"client_upload_bytes\": %.0f, \"client_download_bytes\": %.0f, "
       "\"server_to_server_bytes\": %.0f}",
       p.block_bytes, static_cast<unsigned long long>(p.elems_per_slot()),
       static_cast<unsigned long long>(p.capacity_blocks), p.height, p.evict_rate, p.bucket_size,
-      p.lambda, MinSafeBucketSize(p.evict_rate, p.height, p.lambda, p.capacity_blocks),
-      overflow, c.storage_bytes_per_server, c.slots_streamed, c.slot_multiplications, c.field_mults,
-      c.client_upload_bytes, c.client_download_bytes, c.server_to_server_bytes);
+      p.lambda, MinSafeBucketSize(p.evict_rate, p.height, p.lambda, p.capacity_blocks), p.parties,
+      p.threshold, overflow, c.storage_bytes_per_server, c.slots_streamed, c.slot_multiplications,
+      c.field_mults, c.client_upload_bytes, c.client_download_bytes, c.server_to_server_bytes);
   return buf;
 }
 

@@ -65,6 +65,12 @@ void PrintClientSummary(std::string& out, const OramClient::Snapshot& client) {
           static_cast<unsigned long long>(p.capacity_blocks),
           HumanBytes(double(client.live_blocks) * p.block_bytes).c_str(),
           HumanBytes(double(p.capacity_blocks) * p.block_bytes).c_str());
+  const std::string who =
+      p.threshold == 1 ? std::string("no single server learns anything")
+                       : "no " + std::to_string(p.threshold) + " of them together learn anything";
+  Appendf(out,
+          "sharing     %u servers, privacy threshold t = %u (%s; a retrieval needs %u answers)\n",
+          p.parties, p.threshold, who.c_str(), 2 * p.threshold + 1);
   Appendf(out, "evictions   checked for consistency%s\n",
           EvictionMacCheckText(client.eviction_mac_check, p.mac_elems));
   Appendf(

@@ -48,7 +48,6 @@ constexpr std::uint32_t kMaxDistinctLevel = 60;
 constexpr std::uint32_t kMaxHeight = 40;
 constexpr std::uint32_t kMinBlockBytes = 16;
 constexpr std::uint32_t kMaxBlockBytes = 16u << 20;
-constexpr std::uint32_t kMaxParties = 16;
 constexpr std::uint64_t kShareFileHeaderBytes = 4096;
 
 // log C(n, k) for integers 0 <= k <= n (n held exactly in a double, n < 2^53).

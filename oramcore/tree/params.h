@@ -26,6 +26,9 @@ namespace s3oram {
 inline constexpr std::uint32_t kMaxBucketSize = 1u << 16;
 inline constexpr std::uint64_t kMaxCapacityBlocks = std::uint64_t{1} << 32;
 
+// The most servers a filesystem may have (ValidateParams).
+inline constexpr std::uint32_t kMaxParties = 16;
+
 struct OramParams {
   std::uint32_t height = 0;       // H
   std::uint32_t bucket_size = 0;  // Z
@@ -33,8 +36,8 @@ struct OramParams {
   std::uint32_t block_bytes = 0;  // B: plaintext bytes carried by one ORAM block
   std::uint64_t capacity_blocks = 0;  // N <= A * 2^(H-1)
   std::uint32_t lambda = 80;      // target: P(overflow per eviction) <= 2^-lambda
-  std::uint32_t parties = 3;      // ℓ
-  std::uint32_t threshold = 1;    // t
+  std::uint32_t parties = 3;      // ℓ, at most kMaxParties
+  std::uint32_t threshold = 1;    // t = (ℓ - 1) / 2 (ValidateParams)
   // Tag elements of the linear share MAC after each slot's data
   // (math/share_mac.h): kShareMacElems for every filesystem made since the
   // MAC exists, 0 for older ones (their state has no "mac_elems" row), whose

@@ -138,7 +138,9 @@ TEST(CliTest, ClusterInitStatusAndStop) {
       pid_t pid;
       ~Resume() { ::kill(pid, SIGCONT); }
     } resume{pid};
-    CliRun one_down = RunCli("status --timeout-ms 1000 --state " + dir.Sub("fs.s3oram") +
+    // 5 s: only the stopped server waits it out; a running one slowed by a
+    // busy machine is not taken for down.
+    CliRun one_down = RunCli("status --timeout-ms 5000 --state " + dir.Sub("fs.s3oram") +
                              " --passfile " + dir.Sub("pass"));
     EXPECT_EQ(one_down.exit_code, 1) << one_down.output;
     EXPECT_TRUE(std::regex_search(one_down.output,
@@ -162,6 +164,67 @@ TEST(CliTest, ClusterInitStatusAndStop) {
   CliRun down = RunCli("status --timeout-ms 500 --state " + dir.Sub("fs.s3oram") + " --passfile " +
                        dir.Sub("pass"));
   EXPECT_NE(down.exit_code, 0) << down.output;
+}
+
+// Four servers from the command line: `cluster start --servers 4`, `init`
+// with four endpoints (ℓ = 4, t = 1, printed), status of all four;
+// `params --servers` shows what each ℓ costs; fewer than three servers are
+// refused before anything is written.
+TEST(CliTest, FourServersFromInitToStatus) {
+  TempDir dir;
+  ClusterStopGuard guard{dir.Sub("c")};
+  CliRun start = RunCli("cluster start --servers 4 --dir " + dir.Sub("c") + " --log-level warn");
+  ASSERT_EQ(start.exit_code, 0) << start.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(
+      start.output, m,
+      std::regex(R"(servers:(( --server \S+ --server-key \S+){4}) --client-key (\S+))")))
+      << start.output;
+  const std::string servers = m[1];
+  const std::string client_key = " --client-key " + std::string(m[3]);
+  ASSERT_TRUE(WriteText(dir.Sub("pass"), "init passphrase\n").ok());
+  CliRun init =
+      RunCli("init --state " + dir.Sub("fs.s3oram") + servers + client_key + " --passfile " +
+             dir.Sub("pass") + kCheapKdf + " --block-size 512 --capacity 256K --evict-rate 8");
+  ASSERT_EQ(init.exit_code, 0) << init.output;
+  EXPECT_NE(init.output.find("on 4 servers"), std::string::npos) << init.output;
+  EXPECT_NE(init.output.find("servers ℓ           4, privacy threshold t = 1"), std::string::npos)
+      << init.output;
+  CliRun status =
+      RunCli("status --state " + dir.Sub("fs.s3oram") + " --passfile " + dir.Sub("pass"));
+  EXPECT_EQ(status.exit_code, 0) << status.output;
+  EXPECT_NE(status.output.find("sharing     4 servers, privacy threshold t = 1"), std::string::npos)
+      << status.output;
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_TRUE(std::regex_search(status.output,
+                                  std::regex("server " + std::to_string(i) + R"( +\S+ +up,)")))
+        << status.output;
+    EXPECT_NE(status.output.find("lease " + std::to_string(i) + "     free"), std::string::npos)
+        << status.output;
+  }
+  // Two servers: refused, nothing written.
+  const std::string first_two =
+      servers.substr(0, servers.find(" --server ", servers.find(" --server ", 1) + 1));
+  CliRun refused =
+      RunCli("init --state " + dir.Sub("two.s3oram") + first_two + client_key + " --passfile " +
+             dir.Sub("pass") + kCheapKdf + " --block-size 512 --capacity 256K --evict-rate 8");
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("need 3 to 16 servers, got 2"), std::string::npos)
+      << refused.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.Sub("two.s3oram")));
+  // What each ℓ costs: the client's upload and the servers' exchange grow with it.
+  CliRun p3 = RunCli("params --json --servers 3");
+  CliRun p4 = RunCli("params --json --servers 4");
+  ASSERT_EQ(p3.exit_code, 0) << p3.output;
+  ASSERT_EQ(p4.exit_code, 0) << p4.output;
+  EXPECT_NE(p4.output.find("\"servers\": 4, \"threshold\": 1"), std::string::npos) << p4.output;
+  std::smatch up3, up4;
+  ASSERT_TRUE(std::regex_search(p3.output, up3, std::regex(R"("client_upload_bytes": ([0-9]+))")));
+  ASSERT_TRUE(std::regex_search(p4.output, up4, std::regex(R"("client_upload_bytes": ([0-9]+))")));
+  EXPECT_NEAR(std::stod(up4[1]) / std::stod(up3[1]), 4.0 / 3.0, 1e-3) << p3.output << "\n"
+                                                                      << p4.output;
+  CliRun stop = RunCli("cluster stop --dir " + dir.Sub("c"));
+  EXPECT_EQ(stop.exit_code, 0) << stop.output;
 }
 
 // passwd rewraps the master key: data written under the old passphrase read
@@ -327,7 +390,13 @@ TEST(CliTest, ACommandHoldingAPassphraseCannotBeDumped) {
     if (::setgid(kNobody) != 0 || ::setuid(kNobody) != 0) ::_exit(126);
     char* const argv[] = {const_cast<char*>(cli.c_str()), const_cast<char*>("init"),
                           const_cast<char*>("--state"), const_cast<char*>("/nonexistent/fs.s3oram"),
+                          // Three servers (init refuses fewer before its prompt);
+                          // the command never gets as far as reaching them.
                           const_cast<char*>("--server"), const_cast<char*>("tcp://127.0.0.1:9"),
+                          const_cast<char*>("--server"), const_cast<char*>("tcp://127.0.0.1:9"),
+                          const_cast<char*>("--server"), const_cast<char*>("tcp://127.0.0.1:9"),
+                          const_cast<char*>("--server-key"), const_cast<char*>("k"),
+                          const_cast<char*>("--server-key"), const_cast<char*>("k"),
                           const_cast<char*>("--server-key"), const_cast<char*>("k"),
                           const_cast<char*>("--client-key"), const_cast<char*>("k"), nullptr};
     char* const envp[] = {const_cast<char*>("PATH=/usr/bin:/bin"), nullptr};

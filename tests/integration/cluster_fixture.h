@@ -24,9 +24,11 @@
 namespace s3oram::testing {
 
 inline std::unique_ptr<cluster::LocalCluster> StartCluster(const std::string& dir,
-                                                           std::uint32_t peer_timeout_ms = 20000) {
+                                                           std::uint32_t peer_timeout_ms = 20000,
+                                                           std::size_t servers = 3) {
   cluster::LocalClusterOptions o;
   o.dir = dir;
+  o.servers = servers;
   const char* env = std::getenv("S3ORAM_SERVERD");
   o.serverd_path = env && *env ? env : S3ORAM_TEST_SERVERD;
   // S3ORAM_TEST_SERVER_LOG=debug shows every eviction's phases in server-<i>.log.
@@ -146,7 +148,8 @@ inline void RepointServer(const std::string& state, int index, const std::string
   sqlite3_finalize(st);
 }
 
-// Three servers in a temporary directory with a freshly initialised filesystem
+// params.parties servers (three unless the test asks for more) in a
+// temporary directory with a freshly initialised filesystem
 // whose client state is `state`; its passphrase is also in the private file
 // `passfile` (for the CLI and the FUSE daemon). Use as
 //   auto fs = MakeFs(params); ASSERT_TRUE(fs); auto& [dir, cluster, config, state] = *fs;
@@ -161,7 +164,7 @@ struct TestFs {
 inline std::unique_ptr<TestFs> MakeFs(const OramParams& params,
                                      std::uint32_t peer_timeout_ms = 20000) {
   auto fs = std::make_unique<TestFs>();
-  fs->cluster = StartCluster(fs->dir.Sub("cluster"), peer_timeout_ms);
+  fs->cluster = StartCluster(fs->dir.Sub("cluster"), peer_timeout_ms, params.parties);
   if (!fs->cluster) return nullptr;
   fs->config.params = params;
   UseCluster(fs->config, *fs->cluster);

@@ -12,6 +12,7 @@
 #include <future>
 #include <iterator>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string_view>
@@ -70,6 +71,8 @@ class Workload {
     }
   }
   std::uint64_t verified() const { return verified_; }
+  // Goes on with another client of the same filesystem (reopened).
+  void Rebind(OramClient& client) { c_ = &client; }
 
  private:
   OramClient* c_;
@@ -127,6 +130,64 @@ TEST(ClusterTest, LongMixedWorkloadVerified) {
   EXPECT_GT(t.eviction_prepare_wait_ns, 0u);
   EXPECT_GE(t.eviction_ns, t.eviction_prepare_wait_ns + t.eviction_commit_wait_ns);
 }
+
+// More than three servers: ℓ = 4 (t = 1, one server of redundancy for the
+// degree-2 answers) and ℓ = 5 (t = 2): accesses and evictions over every
+// server's shares and SMP rounds, checked against a model, then again after
+// the client reopens the state.
+class ClusterServersTest : public ::testing::TestWithParam<std::uint32_t> {};
+
+TEST_P(ClusterServersTest, MoreServersServeAccessesAndEvictions) {
+  const std::uint32_t servers = GetParam();
+  OramParams params = SmallParams(/*block_bytes=*/256, /*A=*/8, /*H=*/5);
+  params.parties = servers;
+  params.threshold = (servers - 1) / 2;
+  const int accesses = testing::ScaledForBuild(1500, 3, 600);
+  auto fs = testing::MakeFs(params);
+  ASSERT_TRUE(fs);
+  auto& [dir, cluster, config, state, passfile] = *fs;
+  ASSERT_EQ(cluster->endpoints().size(), servers);
+  auto rng = testing::SeededRng();
+  std::optional<Workload> w;
+  {
+    auto client = testing::TestOpen(state, FastRetryOptions());
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    EXPECT_EQ((*client)->params().parties, servers);
+    w.emplace(**client, rng);
+    for (int i = 0; i < accesses; ++i) {
+      w->Step(0.5);
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+    w->VerifyAll();
+    if (::testing::Test::HasFatalFailure()) return;
+    EXPECT_GE((*client)->stats().evictions, 10u);
+    const auto reports = (*client)->QueryServers(std::chrono::milliseconds(5000));
+    ASSERT_EQ(reports.size(), servers);
+    for (const auto& r : reports) {
+      ASSERT_TRUE(r.status.ok()) << r.status.ToString();
+      EXPECT_EQ(r.reply.applied_evictions, (*client)->counters().ne) << r.endpoint;
+    }
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  // Reopened (a new epoch; the same shares): every block reads back as the
+  // model says.
+  auto again = testing::TestOpen(state, FastRetryOptions());
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  w->Rebind(**again);
+  w->VerifyAll();
+  std::printf(
+      "[ servers  ] %u servers (t = %u): %d accesses, %llu evictions, %llu blocks "
+      "verified (the last %llu after reopening)\n",
+      servers, (servers - 1) / 2, accesses,
+      static_cast<unsigned long long>((*again)->counters().ne),
+      static_cast<unsigned long long>(w->verified()),
+      static_cast<unsigned long long>((*again)->params().capacity_blocks));
+}
+
+INSTANTIATE_TEST_SUITE_P(FourAndFive, ClusterServersTest, ::testing::Values(4u, 5u),
+                         [](const ::testing::TestParamInfo<std::uint32_t>& param) {
+                           return std::to_string(param.param) + "Servers";
+                         });
 
 TEST(ClusterTest, ServerShutsDownCleanlyOnSigterm) {
   auto fs = testing::MakeFs(SmallParams(64, 4, 3));
