@@ -31,13 +31,28 @@ namespace {
 
 using namespace std::chrono_literals;
 
+// The address of the Unix socket at `path` (short enough for sun_path).
+sockaddr_un AddressOf(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  return addr;
+}
+
+// A raw client connection to the socket at `path` (asserting it connects).
+int ConnectTo(const std::string& path) {
+  sockaddr_un addr = AddressOf(path);
+  const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  EXPECT_EQ(::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0)
+      << std::strerror(errno);
+  return fd;
+}
+
 // A listening Unix socket bound at `path` that accepts nothing (as a killed
 // daemon's, once closed) or whose single connection gets `answer`.
 int BindAt(const std::string& path) {
   const int fd = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, path.c_str(), sizeof addr.sun_path - 1);
+  sockaddr_un addr = AddressOf(path);
   EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0) << std::strerror(errno);
   return fd;
 }
@@ -163,11 +178,7 @@ TEST(ControlSocketTest, AFullQueueIsAnErrorAtOnceNotAWait) {
   // holding one connection.
   const int fd = BindAt(state + ".ctl");
   ASSERT_EQ(::listen(fd, 0), 0);
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, (state + ".ctl").c_str(), sizeof addr.sun_path - 1);
-  const int queued = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(queued, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int queued = ConnectTo(state + ".ctl");
   auto answer = AskMountDaemon(state, "status 1000", 20s);
   ::close(queued);
   ::close(fd);
@@ -206,20 +217,15 @@ TEST(ControlSocketTest, ASilentOrFloodingPeerDoesNotKeepTheNextWaiting) {
     return ControlAnswer{0, "ok\n"};
   });
   ASSERT_TRUE(server.ok()) << server.status().ToString();
-  sockaddr_un addr{};
-  addr.sun_family = AF_UNIX;
-  std::strncpy(addr.sun_path, (state + ".ctl").c_str(), sizeof addr.sun_path - 1);
 
   // Connected, never sends: dropped after ControlServer::kRequestDeadline.
-  const int silent = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(silent, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int silent = ConnectTo(state + ".ctl");
   auto answer = AskMountDaemon(state, "status 1000", 60s);
   ASSERT_TRUE(answer.ok() && answer->has_value()) << answer.status().ToString();
   EXPECT_EQ((*answer)->text, "ok\n");
 
   // A request line longer than the limit: told so, the handler not called.
-  const int flood = ::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  ASSERT_EQ(::connect(flood, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  const int flood = ConnectTo(state + ".ctl");
   const std::string big(4 * ControlServer::kMaxRequestBytes, 'x');
   ASSERT_EQ(::send(flood, big.data(), big.size(), MSG_NOSIGNAL), static_cast<ssize_t>(big.size()));
   std::string reply;
