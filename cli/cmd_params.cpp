@@ -88,7 +88,7 @@ void RegisterParams(CLI::App& app, int* exit_code) {
   AddParamOptions(cmd, *opts);
   cmd->add_option("--servers", opts->servers,
                   "servers the shares are spread over (l); the privacy threshold is "
-                  "t = (l - 1) / 2")
+                  "t = 1 for any l")
       ->capture_default_str();
   cmd->add_flag("--json", *json, "print JSON");
   cmd->add_option(

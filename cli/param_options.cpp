@@ -34,7 +34,7 @@ Result<OramParams> ResolveParams(const ParamOptions& o, std::uint64_t default_ca
                                    " (t = 1 takes 2t + 1 = 3 to answer a retrieval)");
   }
   p.parties = o.servers;
-  p.threshold = (o.servers - 1) / 2;
+  p.threshold = kPrivacyThreshold;
   std::uint64_t n = o.blocks;
   if (n == 0 && !o.capacity.empty()) {
     std::uint64_t bytes;

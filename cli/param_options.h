@@ -21,8 +21,8 @@ struct ParamOptions {
   std::uint32_t evict_rate = kDefaultEvictRate;
   std::uint32_t lambda = kDefaultLambda;
   // ℓ, the servers holding shares: init takes it from its --server count,
-  // params from --servers. The privacy threshold is t = (ℓ - 1) / 2, the
-  // degree the servers reduce products to (3 and 4 servers: t = 1).
+  // params from --servers. The privacy threshold is t = kPrivacyThreshold
+  // = 1 whatever ℓ (oramcore/tree/params.h).
   std::uint32_t servers = 3;
   bool allow_unsafe = false;
 };

@@ -138,6 +138,8 @@ class OramBlockEngine final : public BlockEngine {
   // (OramClient::TakeSnapshot), read without waiting for the access or
   // eviction under way: what the mount's `s3oram status` shows.
   OramClient::Snapshot snapshot() const;
+  // OramClient::ServersDown(), read without waiting for the call under way.
+  std::vector<std::optional<ServerDown>> servers_down() const { return client_->ServersDown(); }
   // A StatusProbe on the client's servers (connections of its own, usable
   // beside the accesses).
   Result<std::unique_ptr<StatusProbe>> OpenStatusProbe();

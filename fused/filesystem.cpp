@@ -1,17 +1,19 @@
 #include "fused/filesystem.h"
 
-#include <spdlog/spdlog.h>
 #include <fcntl.h>
+#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <climits>
 #include <cstring>
 #include <string>
 #include <string_view>
+#include <thread>
 #include <vector>
 
 namespace s3oram::fs {
@@ -588,7 +590,21 @@ void Filesystem::Destroy() {
   if (destroyed_) return;
   destroyed_ = true;
   data_.StopBackground();  // no write-back or readahead races the final flush
-  if (int e = data_.FlushAllAndSync(); e != 0) {
+  int e = data_.FlushAllAndSync();
+  // The last chance for what is cached: a server that is down fails the
+  // write-back at once (wire/liveness_monitor.h), so the unmount tries again
+  // while it fails with EIO, for as long as a request's default timeout, in
+  // case the server returns (a restart takes seconds).
+  const auto give_up = std::chrono::steady_clock::now() + kUnmountWriteBackWait;
+  if (e == EIO) {
+    spdlog::warn("unmount: writing back cached blocks failed (EIO); trying again for up to {} s",
+                 std::chrono::duration_cast<std::chrono::seconds>(kUnmountWriteBackWait).count());
+  }
+  while (e == EIO && std::chrono::steady_clock::now() < give_up) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    e = data_.FlushAllAndSync();
+  }
+  if (e != 0) {
     // What is still dirty never reached the servers: those blocks are
     // marked so that reads of them fail (here, later and on other devices
     // through the state backup) instead of returning older bytes or zeros.

@@ -11,6 +11,7 @@
 #include <fuse_lowlevel.h>
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <mutex>
 #include <unordered_map>
@@ -29,6 +30,9 @@ class Filesystem {
 
   // Flushed and synced in `destroy` (unmount, SIGTERM); true once that ran.
   bool destroyed() const { return destroyed_; }
+  // How long `destroy` tries the write-back again while it fails with EIO
+  // (a server down, perhaps restarting) before the blocks are marked lost.
+  static constexpr std::chrono::seconds kUnmountWriteBackWait{30};
 
   // Handlers (public for the C callbacks; not an API).
   void Lookup(fuse_req_t req, fuse_ino_t parent, const char* name);

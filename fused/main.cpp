@@ -380,7 +380,8 @@ class ControlAnswers {
     }
     // An unmount waits for the round under way: bounded here, whatever was asked.
     timeout_ms = std::min(timeout_ms, kMaxTimeoutMs);
-    const s3oram::OramClient::Snapshot client = engine_.snapshot();
+    s3oram::OramClient::Snapshot client = engine_.snapshot();
+    client.down = engine_.servers_down();  // live, not as of the latest call
     const auto busy_since = engine_.busy_since();
     const std::uint64_t waiting = engine_.waiters();
     const s3oram::ServerViews servers = probe_->Ask(std::chrono::milliseconds(timeout_ms));

@@ -80,10 +80,17 @@ void PrintClientSummary(std::string& out, const OramClient::Snapshot& client) {
 }
 
 // One line per server (two while it evicts); returns how many are unreachable.
-int PrintServers(std::string& out, const std::vector<ServerReport>& reports) {
+int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
+                 const std::vector<std::optional<ServerDown>>& down) {
   int unreachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
+    if (i < down.size() && down[i]) {
+      // The client's own verdict (its requests to it fail at once), beside
+      // what this round of questions found.
+      Appendf(out, "server %zu    %s  the client counts it down %s; its requests fail at once\n", i,
+              r.endpoint.c_str(), DescribeDown(*down[i]).c_str());
+    }
     if (!r.status.ok()) {
       Appendf(out, "server %zu    %s  UNREACHABLE: %s\n", i, r.endpoint.c_str(),
               r.status.ToString().c_str());
@@ -265,7 +272,7 @@ StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews&
   StatusReport report;
   std::string& out = report.text;
   PrintClientSummary(out, client);
-  report.unreachable = PrintServers(out, servers.reports);
+  report.unreachable = PrintServers(out, servers.reports, client.down);
   PrintStateNotes(out, client, live_mount);
   PrintLeases(out, client, servers.reports, servers.leases);
   PrintBackups(out, client, servers.reports, servers.backups);

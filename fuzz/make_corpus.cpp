@@ -85,12 +85,18 @@ void WireCorpus(const fs::path& root) {
   w.Add("status_reply", wire::Encode(h, status));
   w.Add("init_request", wire::Encode(h, wire::InitRequest{1, fz::kMediumShape, true}));
   w.Add("init_reply", wire::Encode(h, wire::InitReply{}));
-  w.Add("retrieve_request", wire::Encode(h, wire::RetrieveRequest{11, Elems(16, 1)}));
+  w.Add("retrieve_request", wire::Encode(h, wire::RetrieveRequest{11, Elems(16, 1), {}}));
+  {
+    wire::ShareSeed seed;
+    seed.seed.fill(7);
+    seed.count = 16;
+    w.Add("retrieve_request_seeded", wire::Encode(h, wire::RetrieveRequest{11, {}, seed}));
+  }
   w.Add("retrieve_reply", wire::Encode(h, wire::RetrieveReply{Elems(20, 2)}));
-  w.Add("write_root_request", wire::Encode(h, wire::WriteRootRequest{3, Elems(20, 3)}));
+  w.Add("write_root_request", wire::Encode(h, wire::WriteRootRequest{3, Elems(20, 3), {}}));
   w.Add("write_root_reply", wire::Encode(h, wire::WriteRootReply{}));
   w.Add("retrieve_write_root_request",
-        wire::Encode(h, wire::RetrieveWriteRootRequest{3, Elems(20, 3), 11, Elems(16, 1)}));
+        wire::Encode(h, wire::RetrieveWriteRootRequest{3, Elems(20, 3), 11, Elems(16, 1), {}, {}}));
   w.Add("scrub_request", wire::Encode(h, wire::ScrubRequest{2, 5}));
   w.Add("scrub_reply", wire::Encode(h, wire::ScrubReply{2, {0, 1, 0, 0}}));
   wire::ParitySeed seed{};
@@ -104,7 +110,8 @@ void WireCorpus(const fs::path& root) {
   w.Add("slot_share_request", wire::Encode(h, wire::SlotShareRequest{2, 1}));
   w.Add("age_fill_request", wire::Encode(h, wire::AgeFillRequest{1, 1, {}}));
   w.Add("slot_share_reply", wire::Encode(h, wire::SlotShareReply{2, 1, Elems(6, 9)}));
-  w.Add("evict_prepare_request", wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4)}));
+  w.Add("evict_prepare_request",
+        wire::Encode(h, wire::EvictPrepareRequest{0, 1, 8, Elems(24, 4), {}}));
   w.Add("evict_prepare_reply", wire::Encode(h, wire::EvictPrepareReply{5}));
   w.Add("evict_started_reply", wire::Encode(h, wire::EvictStartedReply{5, 1}));
   w.Add("evict_result_request", wire::Encode(h, wire::EvictResultRequest{5, 1}));
@@ -135,7 +142,7 @@ void WireCorpus(const fs::path& root) {
   w.Add("rebuild_write_reply", wire::Encode(h, wire::RebuildWriteReply{3}));
   w.Add("rebuild_finish_request", wire::Encode(h, wire::RebuildFinishRequest{7, 3}));
   w.Add("rebuild_finish_reply", wire::Encode(h, wire::RebuildFinishReply{}));
-  w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}}));
+  w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}, {}}));
   w.Add("stats_request", wire::Encode(h, wire::StatsRequest{}));
   w.Add("stats_reply", wire::Encode(h, wire::StatsReply{9, 8, 7, 6, 5, 4, 3, 2, 1, 2, 3, 4, 5,
                                                         6, 7}));
@@ -302,17 +309,18 @@ void HandlerCorpus(const fs::path& root) {
   grown.insert(grown.end(), {1, 0, 0, 0});  // one element too many once the length is fixed
   Bytes truncated = wire::Encode(Hdr(7), med.Retrieve(0, 1));
   truncated.resize(20);
-  w.Add("malformed", Session(fz::kStartMedium).Lease()
+  w.Add("malformed", Session(fz::kStartMedium)
+                         .Lease()
                          .Frame(truncated)
                          .Frame(Bytes{0x00, 0x01, 0x02, 0x03})
                          .Send(Hdr(8), wire::StatusReply{})
                          .Send(Hdr(9), wire::SmpShares{0, 0, 0, 1, Elems(4, 1)})
                          .Send(Hdr(10), wire::ErrorReply{2, "x"})
                          .Frame(grown, fz::kFixLength)
-                         .Send(Hdr(11), wire::RetrieveRequest{3, Elems(16, 1)})
-                         .Send(Hdr(12), wire::RetrieveRequest{9, Elems(15, 1)})
-                         .Send(Hdr(13), wire::WriteRootRequest{4, Elems(20, 1)})
-                         .Send(Hdr(14), wire::EvictPrepareRequest{0, 0, 9, Elems(128, 1)})
+                         .Send(Hdr(11), wire::RetrieveRequest{3, Elems(16, 1), {}})
+                         .Send(Hdr(12), wire::RetrieveRequest{9, Elems(15, 1), {}})
+                         .Send(Hdr(13), wire::WriteRootRequest{4, Elems(20, 1), {}})
+                         .Send(Hdr(14), wire::EvictPrepareRequest{0, 0, 9, Elems(128, 1), {}})
                          .Send(Hdr(15), med.Prepare(5, 0))
                          .Send(Hdr(15), wire::EvictResultRequest{5, 0})
                          .Send(Hdr(16), wire::EvictCommitRequest{0})

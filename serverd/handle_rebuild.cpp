@@ -164,8 +164,8 @@ Status RequestHandler::Impl::PrepareMasks(const wire::RebuildReadRequest& req) {
     S3ORAM_ASSIGN_OR_RETURN(
         rebuild::PublicKey peer_public,
         DecodePublicKey(peer->public_key, "public key of peer " + std::to_string(j)));
-    S3ORAM_ASSIGN_OR_RETURN(Secret seed,
-                            rebuild::PairSeed(own_secret, own_public, peer_public, nonce));
+    S3ORAM_ASSIGN_OR_RETURN(Secret seed, rebuild::PairSeed(own_secret, own_public, peer_public,
+                                                           nonce, req.target, req.participants));
     ms.pairs.push_back(rebuild::PairMask{std::move(seed), config.index < j});
   }
   mask_session = std::move(ms);

@@ -6,13 +6,14 @@
 #include <cstring>
 #include <string_view>
 
+#include "oramcore/math/seed_stream.h"
+
 namespace s3oram::serverd::rebuild {
 
 namespace {
 
 constexpr std::string_view kLabel = "s3oram rebuild mask";
-constexpr std::size_t kBlockBytes = 64;  // one ChaCha20 block
-static_assert(crypto_stream_xchacha20_KEYBYTES == kSeedBytes);
+static_assert(kStreamSeedBytes == kSeedBytes);
 static_assert(crypto_scalarmult_BYTES == kKeyBytes && crypto_scalarmult_SCALARBYTES == kKeyBytes);
 
 std::array<std::uint8_t, crypto_stream_xchacha20_NONCEBYTES> BucketNonce(std::uint64_t bucket) {
@@ -21,20 +22,11 @@ std::array<std::uint8_t, crypto_stream_xchacha20_NONCEBYTES> BucketNonce(std::ui
   return n;
 }
 
-// Candidate element of a 4-byte keystream word: its low 31 bits; rejected if
-// equal to p, the only 31-bit value that is not a field element.
-inline bool Accept(const std::uint8_t* w, Elem* out) {
-  const Elem v =
-      (Elem{w[0]} | Elem{w[1]} << 8 | Elem{w[2]} << 16 | Elem{w[3]} << 24) & field::kPrime;
-  if (v == field::kPrime) return false;
-  *out = v;
-  return true;
-}
-
 }  // namespace
 
 Result<Secret> PairSeed(const Secret& own_secret, const PublicKey& own_public,
-                        const PublicKey& peer_public, const SessionNonce& nonce) {
+                        const PublicKey& peer_public, const SessionNonce& nonce,
+                        std::uint32_t target, std::span<const std::uint32_t> participants) {
   if (own_secret.size() != kKeyBytes) {
     return Status::InvalidArgument("rebuild masks: secret key must be 32 bytes");
   }
@@ -56,6 +48,15 @@ Result<Secret> PairSeed(const Secret& own_secret, const PublicKey& own_public,
   crypto_generichash_update(&st, nonce.data(), nonce.size());
   crypto_generichash_update(&st, lo.data(), lo.size());
   crypto_generichash_update(&st, hi.data(), hi.size());
+  auto add_u32 = [&st](std::uint32_t v) {
+    const std::array<std::uint8_t, 4> le = {
+        static_cast<std::uint8_t>(v), static_cast<std::uint8_t>(v >> 8),
+        static_cast<std::uint8_t>(v >> 16), static_cast<std::uint8_t>(v >> 24)};
+    crypto_generichash_update(&st, le.data(), le.size());
+  };
+  add_u32(target);
+  add_u32(static_cast<std::uint32_t>(participants.size()));
+  for (std::uint32_t p : participants) add_u32(p);
   crypto_generichash_update(&st, reinterpret_cast<const unsigned char*>(kLabel.data()),
                             kLabel.size());
   crypto_generichash_final(&st, seed.data(), seed.size());
@@ -65,29 +66,8 @@ Result<Secret> PairSeed(const Secret& own_secret, const PublicKey& own_public,
 
 void MaskStream(const Secret& seed, std::uint64_t bucket, std::span<Elem> out) {
   const auto nonce = BucketNonce(bucket);
-  const std::size_t n = out.size();
-  if (n == 0) return;
-  // Keystream for n words, rounded up to whole blocks; rejections (probability
-  // 2^-31 per word) are refilled from the blocks that follow.
-  const std::size_t blocks = (n * 4 + kBlockBytes - 1) / kBlockBytes;
-  std::vector<std::uint8_t> ks(blocks * kBlockBytes);
-  crypto_stream_xchacha20(ks.data(), ks.size(), nonce.data(), seed.data());
-  std::size_t filled = 0;
-  for (std::size_t w = 0; w + 4 <= ks.size() && filled < n; w += 4) {
-    if (Accept(ks.data() + w, &out[filled])) ++filled;
-  }
-  std::uint64_t next_block = blocks;
-  std::array<std::uint8_t, kBlockBytes> zero{}, more{};
-  while (filled < n) {
-    crypto_stream_xchacha20_xor_ic(more.data(), zero.data(), more.size(), nonce.data(),
-                                   next_block++, seed.data());
-    for (std::size_t w = 0; w < more.size() && filled < n; w += 4) {
-      if (Accept(more.data() + w, &out[filled])) ++filled;
-    }
-  }
-  // The keystream is as secret as the seed.
-  sodium_memzero(ks.data(), ks.size());
-  sodium_memzero(more.data(), more.size());
+  ElemsFromSeed(std::span<const std::uint8_t, kStreamSeedBytes>(seed.data(), kStreamSeedBytes),
+                nonce, out);
 }
 
 void ApplyMasks(std::span<const PairMask> pairs, std::uint64_t bucket, std::span<Elem> inout,

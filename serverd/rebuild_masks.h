@@ -46,11 +46,16 @@ using PublicKey = std::array<std::uint8_t, kKeyBytes>;
 using SessionNonce = std::array<std::uint8_t, kNonceBytes>;
 
 // The seed shared by this server (own_secret: 32-byte X25519 secret key, with
-// public key own_public) and a peer (peer_public). Symmetric: both ends get
-// the same seed. InvalidArgument if the shared point is degenerate (a
-// low-order peer key) or the two public keys are equal.
+// public key own_public) and a peer (peer_public) for the rebuild of server
+// `target` by `participants` under the client's session nonce. Symmetric:
+// both ends get the same seed. Bound to the target and the participants
+// too, so that a nonce used again for another target or set (four servers
+// and more allow several) still gives new masks. InvalidArgument if the
+// shared point is degenerate (a low-order peer key) or the two public keys
+// are equal.
 Result<Secret> PairSeed(const Secret& own_secret, const PublicKey& own_public,
-                        const PublicKey& peer_public, const SessionNonce& nonce);
+                        const PublicKey& peer_public, const SessionNonce& nonce,
+                        std::uint32_t target, std::span<const std::uint32_t> participants);
 
 // out = PRG(seed, bucket)[0 .. out.size()): uniform field elements.
 void MaskStream(const Secret& seed, std::uint64_t bucket, std::span<Elem> out);

@@ -23,6 +23,8 @@
 #include "oramcore/base/random.h"
 #include "oramcore/math/kernels.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/tree/params.h"
+#include "oramcore/wire/share_seeds.h"
 #include "serverd/backup_store.h"
 #include "serverd/lease_file.h"
 #include "serverd/lie.h"
@@ -219,6 +221,12 @@ std::vector<std::uint8_t> RequestHandler::Impl::HandleUntimed(std::span<const st
   }
   reply_header = decoded->header;
   if (store) reply_header.fs_id = store->meta().fs_id;
+  // A share sent as its seed is expanded before any check or handler reads it.
+  if (Status st = wire::ExpandShareSeeds(*decoded); !st.ok()) {
+    spdlog::warn("{} (seq {}) refused: {}", wire::MessageTypeName(decoded->header.type),
+                 decoded->header.seq, st.ToString());
+    return wire::Encode(reply_header, wire::ErrorFromStatus(st));
+  }
   auto result = Dispatch(*decoded);
   if (!result.ok()) {
     spdlog::warn("{} (seq {}) failed: {}", wire::MessageTypeName(decoded->header.type),
@@ -236,7 +244,7 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   s->config = config;
   s->peers = &peers;
   s->parties = s->config.peers.size() + 1;
-  s->threshold = (s->parties - 1) / 2;
+  s->threshold = kPrivacyThreshold;  // oramcore/tree/params.h
   if (s->threshold < 1) return Status::InvalidArgument("a server needs at least two peers");
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < s->parties; ++i) xs.push_back(shamir::PartyX(i));

@@ -147,6 +147,21 @@ void Create(std::span<const Elem> secrets, std::size_t t, std::span<const Elem> 
   ShareInto<false>(secrets, 1, t, coeffs, out);
 }
 
+void CreateThroughShare(std::span<const Elem> secrets, std::size_t fixed,
+                        std::span<const Elem> fixed_shares, std::span<Elem* const> out) {
+  const Elem inv_fixed = field::Inv(PartyX(fixed));
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (i == fixed) continue;
+    // share = s + c (r - s) = (1 - c) s + c r with c = x_i / x_fixed.
+    const Elem c = field::Mul(PartyX(i), inv_fixed);
+    const Elem one_minus_c = field::Sub(1, c);
+    Elem* o = out[i];
+    for (std::size_t j = 0; j < secrets.size(); ++j) {
+      o[j] = field::Add(field::Mul(one_minus_c, secrets[j]), field::Mul(c, fixed_shares[j]));
+    }
+  }
+}
+
 Result<std::vector<std::vector<Elem>>> ParityChecks(std::span<const Elem> xs, std::size_t t) {
   S3ORAM_RETURN_IF_ERROR(ValidatePoints(xs));
   const std::size_t n = xs.size();

@@ -37,6 +37,18 @@ struct Scheme {
 void Create(std::span<const Elem> secrets, std::size_t t, std::span<const Elem> coeffs,
             std::span<Elem* const> out);
 
+// The degree-1 sharing (t = 1) whose share at party `fixed` is given: for
+// every secret j, the line through (0, secrets[j]) and (PartyX(fixed),
+// fixed_shares[j]), evaluated at every other party:
+//   share_i[j] = s + (r - s) * x_i / x_fixed     (s = secrets[j], r = fixed_shares[j])
+// Its slope (r - s) / x_fixed is uniform and independent of s when r is, so
+// with fixed_shares drawn at random this is a sharing as random as Create's
+// with t = 1; the fixed party's share is then r itself, which lets it be sent
+// as the seed r was drawn from (oramcore/math/seed_stream.h). out[i] points
+// to n elements for every party i but `fixed`, whose pointer is not used.
+void CreateThroughShare(std::span<const Elem> secrets, std::size_t fixed,
+                        std::span<const Elem> fixed_shares, std::span<Elem* const> out);
+
 // Lagrange coefficients for interpolating at 0 from the points xs (distinct,
 // non-zero): secret = sum_i lambda[i] * y_i for any polynomial of degree < xs.size().
 // Computed with NTL.

@@ -207,7 +207,9 @@ Status AccessPath::BuildRetrievals(Chunk& c) {
   c.requests.assign(c.k, ServerSet::Outgoing{});
   c.revealed.assign(c.k, 0);
   TimeInto timer(stats_.timings.client_compute_ns);
+  // Server kSeededParty gets the seeds of its shares (fresh_shares.h).
   std::vector<std::vector<Elem>> select_shares(p.parties), root_shares(p.parties);
+  wire::ShareSeed select_seed, root_seed;
   for (std::size_t j = 0; j < c.k; ++j) {
     Chunk::Plan& pl = c.plans[j];
     std::vector<Elem> select(n, 0);
@@ -218,20 +220,25 @@ Status AccessPath::BuildRetrievals(Chunk& c) {
     } else {
       pl.leaf = geo.first_leaf() + random::Below(geo.num_leaves());
     }
-    ShareVector(select, p.threshold, select_shares);
+    ShareVectorSeeded(select, p.threshold, select_shares, select_seed);
     const bool carries = j < c.q;
-    if (carries) ShareVector(roots_[j].elems, p.threshold, root_shares);
+    if (carries) ShareVectorSeeded(roots_[j].elems, p.threshold, root_shares, root_seed);
     ServerSet::Outgoing& o = c.requests[j];
     o.header = headers[j];
     o.expected_reply = wire::MessageType::kRetrieveReply;
     for (std::size_t i = 0; i < p.parties; ++i) {
+      const bool seeded = i == kSeededParty;
       if (carries) {
-        o.frames.push_back(wire::Encode(headers[j], wire::Body{wire::RetrieveWriteRootRequest{
-                                                        roots_[j].slot, std::move(root_shares[i]),
-                                                        pl.leaf, std::move(select_shares[i])}}));
+        o.frames.push_back(wire::Encode(
+            headers[j], wire::Body{wire::RetrieveWriteRootRequest{
+                            roots_[j].slot, std::move(root_shares[i]), pl.leaf,
+                            std::move(select_shares[i]), seeded ? root_seed : wire::ShareSeed{},
+                            seeded ? select_seed : wire::ShareSeed{}}}));
       } else {
         o.frames.push_back(wire::Encode(
-            headers[j], wire::Body{wire::RetrieveRequest{pl.leaf, std::move(select_shares[i])}}));
+            headers[j],
+            wire::Body{wire::RetrieveRequest{pl.leaf, std::move(select_shares[i]),
+                                             seeded ? select_seed : wire::ShareSeed{}}}));
       }
       select_shares[i] = {};
       root_shares[i] = {};

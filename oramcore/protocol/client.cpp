@@ -206,7 +206,15 @@ OramClient::Snapshot OramClient::TakeSnapshot() const {
   s.backup_mark = backup_mark();
   s.writes_stopped = writes_stopped();
   s.fenced = fenced();
+  s.down = ServersDown();
   return s;
+}
+
+std::vector<std::optional<ServerDown>> OramClient::ServersDown() const {
+  const ServerSet& set = session_->servers();
+  std::vector<std::optional<ServerDown>> down(set.size());
+  for (std::size_t i = 0; i < down.size(); ++i) down[i] = set.Down(i);
+  return down;
 }
 
 Status OramClient::CheckServersHoldThisState(const std::vector<ServerReport>& reports,

@@ -251,8 +251,14 @@ class OramClient {
     std::optional<BackupMark> backup_mark;
     std::optional<Status> writes_stopped;
     bool fenced = false;
+    // Per server: whether this client counts it down (ServersDown()).
+    std::vector<std::optional<ServerDown>> down;
   };
   Snapshot TakeSnapshot() const;
+  // Per server, whether this client's transport counts it down, and why
+  // (wire/liveness_monitor.h). Thread-safe: it reads only the transport's
+  // verdicts, so it may be called beside a call under way.
+  std::vector<std::optional<ServerDown>> ServersDown() const;
 
   // Freshness as judged at Open (oramcore/protocol/freshness.h); a client
   // opened without allow_stale is never stale.

@@ -466,7 +466,7 @@ std::vector<ServerReport> ClientSession::QueryServers(std::chrono::milliseconds 
 
 Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     std::span<const Elem> secret,
-    const std::function<wire::Body(std::vector<Elem>&&)>& make_request,
+    const std::function<wire::Body(std::vector<Elem>&&, const wire::ShareSeed&)>& make_request,
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
     std::uint64_t& wait_ns) {
   const OramParams& p = params();
@@ -475,10 +475,12 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
   {
     TimeInto timer(compute_ns);
     std::vector<std::vector<Elem>> shares(p.parties);
-    ShareVector(secret, p.threshold, shares);
-    for (auto& share : shares) {
-      frames.push_back(wire::Encode(h, make_request(std::move(share))));
-      share = {};  // frames hold the bytes now; keep peak memory at one copy
+    wire::ShareSeed seed;
+    ShareVectorSeeded(secret, p.threshold, shares, seed);
+    for (std::size_t i = 0; i < shares.size(); ++i) {
+      frames.push_back(wire::Encode(
+          h, make_request(std::move(shares[i]), i == kSeededParty ? seed : wire::ShareSeed{})));
+      shares[i] = {};  // frames hold the bytes now; keep peak memory at one copy
     }
   }
   TimeInto timer(wait_ns);

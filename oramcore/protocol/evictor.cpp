@@ -364,9 +364,9 @@ Status Evictor::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
       auto replies,
       session_.ExchangeShared(
           dense,
-          [&plan, attempt](std::vector<Elem>&& share) {
-            return wire::Body{
-                wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf, std::move(share)}};
+          [&plan, attempt](std::vector<Elem>&& share, const wire::ShareSeed& seed) {
+            return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
+                                                        std::move(share), seed}};
           },
           wire::MessageType::kEvictStartedReply, budget, stats_.timings.eviction_client_ns,
           stats_.timings.eviction_prepare_wait_ns));

@@ -9,6 +9,7 @@
 #include "oramcore/math/field.h"
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
+#include "oramcore/wire/share_seeds.h"
 
 namespace s3oram {
 
@@ -26,6 +27,37 @@ inline void ShareVector(std::span<const field::Elem> secret, std::size_t t,
     ptrs.push_back(o.data());
   }
   shamir::Create(secret, t, coeffs, ptrs);
+}
+
+// The party whose share goes as its seed (wire::ShareSeed). Always the same
+// one, so every server sees the same sizes whatever is accessed.
+inline constexpr std::size_t kSeededParty = 0;
+
+// As ShareVector, but party kSeededParty's share is drawn from a fresh seed
+// (wire::NewShareSeed), which `seed` receives, and outs[kSeededParty] is left
+// empty: the sharing is the line through the secret and that pseudorandom
+// share (shamir::CreateThroughShare), which is only possible for t = 1; for
+// another t this is ShareVector, and seed.count is 0.
+inline void ShareVectorSeeded(std::span<const field::Elem> secret, std::size_t t,
+                              std::vector<std::vector<field::Elem>>& outs, wire::ShareSeed& seed) {
+  if (t != 1 || secret.empty()) {
+    seed = wire::ShareSeed{};
+    ShareVector(secret, t, outs);
+    return;
+  }
+  seed = wire::NewShareSeed(static_cast<std::uint32_t>(secret.size()));
+  const std::vector<field::Elem> drawn = wire::ExpandShareSeed(seed);
+  std::vector<field::Elem*> ptrs;
+  for (std::size_t i = 0; i < outs.size(); ++i) {
+    if (i == kSeededParty) {
+      outs[i].clear();
+      ptrs.push_back(nullptr);
+    } else {
+      outs[i].resize(secret.size());
+      ptrs.push_back(outs[i].data());
+    }
+  }
+  shamir::CreateThroughShare(secret, kSeededParty, drawn, ptrs);
 }
 
 }  // namespace s3oram

@@ -128,8 +128,8 @@ Status RootWriteQueue::WriteRoot(std::uint32_t slot, std::span<const Elem> elems
   return session_
       .ExchangeShared(
           elems,
-          [slot](std::vector<Elem>&& share) {
-            return wire::Body{wire::WriteRootRequest{slot, std::move(share)}};
+          [slot](std::vector<Elem>&& share, const wire::ShareSeed& seed) {
+            return wire::Body{wire::WriteRootRequest{slot, std::move(share), seed}};
           },
           wire::MessageType::kWriteRootReply, session_.options().requests,
           stats_.timings.client_compute_ns, stats_.timings.root_write_wait_ns)
@@ -210,14 +210,17 @@ Status RootWriteQueue::Flush() {
   {
     TimeInto timer(stats_.timings.client_compute_ns);
     std::vector<std::vector<Elem>> shares(p.parties);
+    wire::ShareSeed seed;
     for (std::size_t j = 0; j < k; ++j) {
-      ShareVector(entries_[j].elems, p.threshold, shares);
+      ShareVectorSeeded(entries_[j].elems, p.threshold, shares, seed);
       requests[j].header = headers[j];
       requests[j].expected_reply = wire::MessageType::kWriteRootReply;
-      for (auto& share : shares) {
+      for (std::size_t i = 0; i < shares.size(); ++i) {
         requests[j].frames.push_back(wire::Encode(
-            headers[j], wire::Body{wire::WriteRootRequest{entries_[j].slot, std::move(share)}}));
-        share = {};
+            headers[j],
+            wire::Body{wire::WriteRootRequest{entries_[j].slot, std::move(shares[i]),
+                                              i == kSeededParty ? seed : wire::ShareSeed{}}}));
+        shares[i] = {};
       }
     }
   }

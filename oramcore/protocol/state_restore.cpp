@@ -475,9 +475,8 @@ Result<RestoreReport> RestoreState(const RestoreOptions& o, const Secret& passph
         "public key each (got " +
         std::to_string(r.parties) + " servers, " + std::to_string(o.server_keys.size()) + " keys)");
   }
-  // The servers share with degree (l-1)/2 (RequestHandler); a backup shared
-  // with a smaller degree is still interpolated exactly from t+1 points.
-  r.t = (r.parties - 1) / 2;
+  // The servers share with degree kPrivacyThreshold (RequestHandler).
+  r.t = kPrivacyThreshold;
   // Refused before anything else: never overwrite a state (or adopt a stale
   // WAL that SQLite would replay into the restored file).
   for (const char* suffix : {"", "-wal", "-shm", "-journal"}) {

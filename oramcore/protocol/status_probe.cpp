@@ -9,8 +9,11 @@ namespace s3oram {
 
 Result<std::unique_ptr<StatusProbe>> StatusProbe::Open(const ClientSession& session) {
   std::unique_ptr<StatusProbe> probe(new StatusProbe());
-  S3ORAM_ASSIGN_OR_RETURN(probe->servers_,
-                          ConnectServers(session.options().connect, AddressesOf(session.config())));
+  // The session's own set logs each change of a server's liveness; this one,
+  // beside it, does not (it would log every change twice).
+  ServerAddresses addresses = AddressesOf(session.config());
+  addresses.log_liveness = false;
+  S3ORAM_ASSIGN_OR_RETURN(probe->servers_, ConnectServers(session.options().connect, addresses));
   probe->fs_id_ = session.config().fs_id;
   probe->epoch_ = session.counters().epoch;
   return probe;

@@ -43,8 +43,10 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
   };
   const double client_rtt = 2.0 * link.client_one_way_s;
 
-  // Per access: select vector and root-write share to every server, answers back.
-  const double up_access = l * (Z * (H + 1.0) + m) * elem;
+  // Per access: select vector and root-write share to every server (but one,
+  // which gets their seeds when t = 1: wire::ShareSeed), answers back.
+  const double share_uploads = p.threshold == 1 ? l - 1.0 : l;
+  const double up_access = share_uploads * (Z * (H + 1.0) + m) * elem;
   const double down_access = l * m * elem;
   const double t_up = wire_s(up_access, link.client_up_bps);
   const double t_down = wire_s(down_access, link.client_down_bps);
@@ -56,7 +58,7 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
   // Per eviction: the root's last write goes alone (its bytes are the access's
   // own, counted above; the round trip is extra), the matrix shares, H share
   // exchange rounds (H-1 internal buckets, one leaf round of two buckets), commit.
-  const double t_ev_up = wire_s(l * (H + 1.0) * 2.0 * Z * Z * elem, link.client_up_bps);
+  const double t_ev_up = wire_s(share_uploads * (H + 1.0) * 2.0 * Z * Z * elem, link.client_up_bps);
   const double t_ev_rtt = 3.0 * client_rtt;
   const double t_ev_peers = wire_s((H + 1.0) * (l - 1.0) * Z * m * elem, link.server_bps);
   const double t_ev_peer_rtt = H * link.server_one_way_s;

@@ -264,10 +264,10 @@ Status ValidateParams(const OramParams& p, bool allow_unsafe) {
   if (p.parties > kMaxParties) {
     return bad("at most " + std::to_string(kMaxParties) + " parties are supported");
   }
-  // The servers reduce degrees with t = floor((parties - 1) / 2), derived from
-  // their peer count, so the client must share with the same t.
-  if (p.threshold != (p.parties - 1) / 2) {
-    return bad("threshold t must be (parties - 1) / 2 = " + std::to_string((p.parties - 1) / 2) +
+  // The servers reduce degrees with t = kPrivacyThreshold, so the client
+  // must share with the same t.
+  if (p.threshold != kPrivacyThreshold) {
+    return bad("threshold t must be " + std::to_string(kPrivacyThreshold) +
                ", the degree the servers reduce to");
   }
   // Every message must fit the wire's vector limit: the eviction matrices
@@ -343,9 +343,13 @@ CostModel EstimateCost(const OramParams& p) {
   // and its sibling, 2 Z^2 slot-multiplications, once per A accesses.
   c.slot_multiplications = Z * H1 + 2.0 * Z * Z * H1 / A;
   c.field_mults = c.slot_multiplications * m;
-  // To every server: a select vector over the path, the root write of one slot,
-  // and 1/A of an eviction's matrix shares.
-  c.client_upload_bytes = l * (Z * H1 + m + H1 * 2.0 * Z * Z / A) * wire_elem;
+  // To every server but one: a select vector over the path, the root write
+  // of one slot, and 1/A of an eviction's matrix shares; with t = 1 the
+  // remaining server gets the seeds of its shares instead (wire::ShareSeed:
+  // 36 bytes each, two per access and one per eviction).
+  const double seeded = p.threshold == 1 ? 1.0 : 0.0;
+  c.client_upload_bytes = (l - seeded) * (Z * H1 + m + H1 * 2.0 * Z * Z / A) * wire_elem +
+                          seeded * (2.0 + 1.0 / A) * 36.0;
   // From every server: its share of the retrieved slot.
   c.client_download_bytes = l * m * wire_elem;
   // SMP: per eviction each server re-shares a bucket (Z m elements) to each of

@@ -28,6 +28,11 @@ inline constexpr std::uint64_t kMaxCapacityBlocks = std::uint64_t{1} << 32;
 
 // The most servers a filesystem may have (ValidateParams).
 inline constexpr std::uint32_t kMaxParties = 16;
+// The privacy threshold t of every filesystem, whatever its number of
+// servers ℓ: no single server learns anything (two together could). The
+// servers reduce products to this degree; servers beyond 2t + 1 = 3 are for
+// availability (answers from any three), not for a higher threshold.
+inline constexpr std::uint32_t kPrivacyThreshold = 1;
 
 struct OramParams {
   std::uint32_t height = 0;       // H
@@ -37,7 +42,7 @@ struct OramParams {
   std::uint64_t capacity_blocks = 0;  // N <= A * 2^(H-1)
   std::uint32_t lambda = 80;      // target: P(overflow per eviction) <= 2^-lambda
   std::uint32_t parties = 3;      // ℓ, at most kMaxParties
-  std::uint32_t threshold = 1;    // t = (ℓ - 1) / 2 (ValidateParams)
+  std::uint32_t threshold = 1;    // t = kPrivacyThreshold (ValidateParams)
   // Tag elements of the linear share MAC after each slot's data
   // (math/share_mac.h): kShareMacElems for every filesystem made since the
   // MAC exists, 0 for older ones (their state has no "mac_elems" row), whose
@@ -88,6 +93,7 @@ struct CostModel {
   double slot_multiplications;     // retrieval Z(H+1) + eviction 2 Z^2 (H+1) / A
   double field_mults;              // slot_multiplications * m
   double client_upload_bytes;      // all servers: select shares + root write + matrices / A
+                                   // (one server's as seeds when t = 1)
   double client_download_bytes;    // all servers: retrieval answers
   double server_to_server_bytes;   // all servers: SMP shares / A
   double storage_bytes_per_server; // share file size

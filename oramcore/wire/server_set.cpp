@@ -71,6 +71,7 @@ Result<wire::Message> ServerSet::ReplyOrError(std::size_t server, Answer answer)
 
 namespace {
 constexpr std::string_view kSilencePrefix = "timeout: ";
+constexpr std::string_view kDownPrefix = "down: ";
 }  // namespace
 
 Status SilenceStatus(const std::string& who, std::chrono::milliseconds deadline,
@@ -81,10 +82,19 @@ Status SilenceStatus(const std::string& who, std::chrono::milliseconds deadline,
                              "); the server is down, hung or unreachable" + detail);
 }
 
+Status DownStatus(std::size_t server, const std::string& endpoint, const ServerDown& down) {
+  return Status::Unavailable(
+      std::string(kDownPrefix) + "server " + std::to_string(server) + " (" + endpoint +
+      ") is down " + DescribeDown(down) +
+      "; start it, or restore the network between this client and it: until it answers, "
+      "requests that need it fail at once, and then go on by themselves");
+}
+
 bool IsSilence(const Status& st) {
   // Anywhere in the message: callers add their context in front.
   return st.code() == Status::Code::kUnavailable &&
-         st.message().find(kSilencePrefix) != std::string::npos;
+         (st.message().find(kSilencePrefix) != std::string::npos ||
+          st.message().find(kDownPrefix) != std::string::npos);
 }
 
 Result<std::vector<wire::Message>> ServerSet::ResultOfReplies(

@@ -15,9 +15,11 @@
 //  * a server that cannot answer request r (down, silent past the deadline,
 //    refused handshake, an undecodable reply) fails r and every later request
 //    of the call on that server, with a Status naming the server (index and
-//    endpoint; SilenceStatus for a server silent past the deadline); the
-//    other servers still get every request (a pipelined sender has sent them
-//    already);
+//    endpoint; SilenceStatus for a server silent past the deadline,
+//    DownStatus for one found down); the other servers still get every
+//    request (a pipelined sender has sent them already), except that a server
+//    known to be down when the call begins fails it at once, and then under
+//    Wait::kEvery nothing is sent to anyone;
 //  * under Wait::kEvery a request needs every server: the first failure is
 //    request r's answer from every server that has not answered it yet, and
 //    they are not waited for; so requests after a failed one may have been
@@ -38,10 +40,12 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "oramcore/base/status.h"
+#include "oramcore/wire/server_down.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {
@@ -74,6 +78,10 @@ class ServerSet {
   // Where server i is, for messages ("tcp://host:port").
   virtual const std::string& endpoint(std::size_t i) const = 0;
   virtual const TransportStats& stats() const = 0;
+  // Whether this client counts server i as down, and why (NetworkServerSet
+  // checks a server that leaves a request open; others never say so).
+  // Thread-safe in every implementation: it may be asked beside a call.
+  virtual std::optional<ServerDown> Down(std::size_t /*i*/) const { return std::nullopt; }
 
   // Sends frames[i] to server i (every i at once) and waits for every reply
   // of type expected_reply.
@@ -152,6 +160,10 @@ class ServerSet {
 // Unavailable when a server is too busy to queue a request).
 Status SilenceStatus(const std::string& who, std::chrono::milliseconds deadline,
                      wire::MessageType expected_reply, const std::string& detail = "");
+// The failure of a request to a server found down (wire/liveness_monitor.h):
+// Unavailable, "down: server i (endpoint) is down since ...", with what to
+// do. IsSilence is true of it too.
+Status DownStatus(std::size_t server, const std::string& endpoint, const ServerDown& down);
 bool IsSilence(const Status& st);
 
 // Where a filesystem's servers are and how this client proves who it is.
@@ -162,6 +174,10 @@ struct ServerAddresses {
   // The largest reply frame accepted (wire::LimitsFor(shape).reply_bytes
   // when the shape is known).
   std::uint64_t max_reply_bytes = std::uint64_t{32} << 20;
+  // Whether this set logs each change of a server's liveness (LivenessMonitor):
+  // a process's main set does; a second set beside it (StatusProbe) does
+  // not, so that each change is logged once.
+  bool log_liveness = true;
 };
 
 // Makes the ServerSet a client uses. Empty means over the network

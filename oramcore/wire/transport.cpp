@@ -11,6 +11,8 @@
 #include <optional>
 #include <string>
 
+#include "oramcore/wire/liveness_monitor.h"
+
 namespace s3oram {
 
 namespace {
@@ -122,14 +124,37 @@ struct NetworkServerSet::Impl {
   double seconds_per_byte = 0;
   double round_trip_s = 0;                   // smoothed duration of the small exchanges
   std::map<int, std::uint64_t> reply_bytes;  // last exchange's reply bytes, by reply type
+  // Tells a down server from a slow one (wire/liveness_monitor.h).
+  std::unique_ptr<LivenessMonitor> liveness;
+  // When this client's connection to each server last completed a
+  // handshake, as far as Drain has seen (a restarted server connects anew).
+  std::vector<std::chrono::steady_clock::time_point> handshake_seen;
+
+  // The verdict that server i is down, if it still holds: a check it failed
+  // after its connection's latest handshake. A server that connected since
+  // its last failed check (restarted, or its network is back) may be up: it
+  // is checked again, and requests go to it meanwhile.
+  std::optional<ServerDown> DownNow(std::size_t i) {
+    auto down = liveness->Down(i);
+    if (!down) return std::nullopt;
+    Drain(i);
+    if (handshake_seen[i] > down->last_failed_check) {
+      liveness->Check(i);
+      return std::nullopt;
+    }
+    return down;
+  }
 
   void Drain(std::size_t i) {
     bool ok = handshake_ok[i];
+    const std::uint64_t before = connections[i];
     DrainMonitor(monitors[i], &handshake_errors[i], &ok, &handshake_failures[i], &connections[i]);
     handshake_ok[i] = ok;
+    if (connections[i] != before) handshake_seen[i] = std::chrono::steady_clock::now();
   }
 
   ~Impl() {
+    liveness.reset();  // its sockets closed before the context ends
     for (void* s : sockets) zmq_close(s);
     for (void* m : monitors) zmq_close(m);
     if (context) zmq_ctx_term(context);
@@ -140,7 +165,7 @@ NetworkServerSet::~NetworkServerSet() = default;
 
 Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
     const std::vector<std::string>& endpoints, const std::vector<std::string>& server_keys,
-    const CurveKeypair& client, std::uint64_t max_reply_bytes) {
+    const CurveKeypair& client, std::uint64_t max_reply_bytes, bool log_liveness) {
   if (max_reply_bytes == 0 || max_reply_bytes > std::uint64_t{INT64_MAX}) {
     return Status::InvalidArgument("a reply size limit must be positive");
   }
@@ -213,10 +238,20 @@ Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
     }
     impl.endpoints.push_back(ep);
   }
+  std::vector<LivenessMonitor::Target> targets;
+  for (std::size_t i = 0; i < endpoints.size(); ++i)
+    targets.push_back({endpoints[i], server_keys[i]});
+  impl.liveness =
+      std::make_unique<LivenessMonitor>(impl.context, std::move(targets), client.public_key,
+                                        Secret::CopyOf(secret_bin.bytes()), log_liveness);
+  impl.handshake_seen.assign(endpoints.size(), std::chrono::steady_clock::time_point{});
   return set;
 }
 
 std::size_t NetworkServerSet::size() const { return impl_->sockets.size(); }
+std::optional<ServerDown> NetworkServerSet::Down(std::size_t i) const {
+  return impl_->liveness->Down(i);
+}
 const std::string& NetworkServerSet::endpoint(std::size_t i) const {
   return impl_->endpoints.at(i);
 }
@@ -225,7 +260,7 @@ Result<std::unique_ptr<ServerSet>> ConnectOverNetwork(const ServerAddresses& add
   S3ORAM_ASSIGN_OR_RETURN(CurveKeypair client_key, LoadCurveKeypair(addresses.client_key_file));
   S3ORAM_ASSIGN_OR_RETURN(
       auto set, NetworkServerSet::Connect(addresses.endpoints, addresses.server_keys, client_key,
-                                          addresses.max_reply_bytes));
+                                          addresses.max_reply_bytes, addresses.log_liveness));
   return std::unique_ptr<ServerSet>(std::move(set));
 }
 
@@ -294,6 +329,16 @@ class NetworkServerSet::OneExchange {
         return FailAll(Status::InvalidArgument("one frame per server expected"));
     }
     if (count_ == 0) return {};
+    // A server known to be down fails at once: under kEvery nothing is sent
+    // to anyone (no server applies what could not be applied everywhere).
+    for (std::size_t k = 0; k < n_; ++k) {
+      const std::size_t i = servers_[k];
+      if (auto down = impl_.DownNow(i)) {
+        const Status st = DownStatus(i, impl_.endpoints[i], *down);
+        if (wait_ == Wait::kEvery) return FailAll(st);
+        FailFrom(k, 0, st);
+      }
+    }
     if (Status st = SendAll(); !st.ok()) return FailAll(st);
     for (;;) {
       for (std::size_t k = 0; k < n_; ++k) Advance(k);
@@ -363,6 +408,7 @@ class NetworkServerSet::OneExchange {
     for (std::size_t k = 0; k < n_; ++k) impl_.Drain(servers_[k]);
     start_ = Clock::now();
     for (std::size_t k = 0; k < n_; ++k) {
+      if (first_open_[k] >= count_) continue;  // known down
       for (std::size_t r = 0; r < count_; ++r) {
         S3ORAM_RETURN_IF_ERROR(Send(r, k));
         progress_[r][k].sent_at = progress_[r][k].due_from = start_;
@@ -417,10 +463,19 @@ class NetworkServerSet::OneExchange {
   // forward to the next silence or deadline.
   Status ExpireAndResend(Clock::time_point& next_wake) {
     const auto now = Clock::now();
+    const auto suspect_after = impl_.liveness->SuspectAfter();
     for (std::size_t k = 0; k < n_; ++k) {
       const std::size_t r0 = first_open_[k];
       if (r0 >= count_) continue;
       Progress& pr = progress_[r0][k];
+      // Open for long: a server that is busy answers a check, one that is
+      // stopped, dead or cut off does not, and its requests fail now.
+      const std::size_t i = servers_[k];
+      if (now - pr.due_from >= suspect_after) impl_.liveness->Check(i);
+      if (auto down = impl_.DownNow(i); down && down->last_failed_check >= start_) {
+        FailFrom(k, r0, DownStatus(i, impl_.endpoints[i], *down));
+        continue;
+      }
       if (now - pr.due_from >= options_.deadline) {
         std::string who = impl_.endpoints[servers_[k]];
         if (!pr.decode_error.ok()) who += " (" + pr.decode_error.ToString() + ")";
@@ -527,6 +582,7 @@ class NetworkServerSet::OneExchange {
     if (reconnect_seen_) return;
     if (count_ == 1 && exchanged < 64.0 * 1024) {
       impl_.round_trip_s = smooth(impl_.round_trip_s, took);
+      impl_.liveness->SetRoundTrip(std::chrono::duration<double>(impl_.round_trip_s));
     } else {
       impl_.seconds_per_byte =
           smooth(impl_.seconds_per_byte, std::max(0.0, took - impl_.round_trip_s) / exchanged);
@@ -539,8 +595,9 @@ class NetworkServerSet::OneExchange {
       answers[r].reserve(n_);
       for (std::size_t k = 0; k < n_; ++k) {
         Progress& p = progress_[r][k];
-        const auto after = std::chrono::duration_cast<std::chrono::microseconds>(
-            (p.done || p.failure ? p.ended : Clock::now()) - start_);
+        // A server known down before anything was sent ended before start_.
+        const auto after = std::chrono::duration_cast<std::chrono::microseconds>(std::max(
+            Clock::duration::zero(), (p.done || p.failure ? p.ended : Clock::now()) - start_));
         if (abandoned_[r]) {
           // kEvery: the request's one failure for every server.
           answers[r].push_back(Answer{*abandoned_[r], after});

@@ -12,6 +12,12 @@
 // (ExchangeWith); a reply is accepted only if its seq and type match the
 // outstanding request, so late replies to earlier attempts are dropped. A
 // server that stays silent for the whole budget yields Unavailable.
+//
+// A server that leaves a request open past a short time is checked on a
+// connection of its own (wire/liveness_monitor.h): one that does not answer
+// the check is down, its open requests fail then (DownStatus, within about
+// 5 s instead of the deadline), and later requests that need it fail at once
+// until it answers a check again or connects anew.
 #pragma once
 
 #include <chrono>
@@ -42,7 +48,8 @@ class NetworkServerSet final : public ServerSet {
   static constexpr int kReceiveQueue = 64;
   static Result<std::unique_ptr<NetworkServerSet>> Connect(
       const std::vector<std::string>& endpoints, const std::vector<std::string>& server_keys,
-      const CurveKeypair& client, std::uint64_t max_reply_bytes = kDefaultMaxReplyBytes);
+      const CurveKeypair& client, std::uint64_t max_reply_bytes = kDefaultMaxReplyBytes,
+      bool log_liveness = true);
   ~NetworkServerSet() override;
   NetworkServerSet(const NetworkServerSet&) = delete;
   NetworkServerSet& operator=(const NetworkServerSet&) = delete;
@@ -50,6 +57,7 @@ class NetworkServerSet final : public ServerSet {
   std::size_t size() const override;
   const std::string& endpoint(std::size_t i) const override;
   const TransportStats& stats() const override { return stats_; }
+  std::optional<ServerDown> Down(std::size_t i) const override;
 
   // How long a request of `request_bytes` (all servers' frames together)
   // expecting `expected_reply` is waited for before it is first sent again

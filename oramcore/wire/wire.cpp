@@ -75,9 +75,15 @@ void Fields(Io& io, Ref<Io, InitRequest> m) {
 template <class Io>
 void Fields(Io&, Ref<Io, InitReply>) {}
 template <class Io>
+void Fields(Io& io, Ref<Io, ShareSeed> m) {
+  io.Fixed(m.seed, "share_seed.seed");
+  io.U32(m.count, "share_seed.count");
+}
+template <class Io>
 void Fields(Io& io, Ref<Io, RetrieveRequest> m) {
   io.U64(m.leaf, "leaf");
   io.Elems(m.select, "select");
+  Fields<Io>(io, m.select_seed);
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, RetrieveReply> m) {
@@ -87,6 +93,7 @@ template <class Io>
 void Fields(Io& io, Ref<Io, WriteRootRequest> m) {
   io.U32(m.slot, "slot");
   io.Elems(m.share, "share");
+  Fields<Io>(io, m.share_seed);
 }
 template <class Io>
 void Fields(Io&, Ref<Io, WriteRootReply>) {}
@@ -96,6 +103,7 @@ void Fields(Io& io, Ref<Io, EvictPrepareRequest> m) {
   io.U32(m.attempt, "attempt");
   io.U64(m.leaf, "leaf");
   io.Elems(m.matrices, "matrices");
+  Fields<Io>(io, m.matrices_seed);
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, EvictPrepareReply> m) {
@@ -272,6 +280,8 @@ void Fields(Io& io, Ref<Io, RetrieveWriteRootRequest> m) {
   io.Elems(m.share, "share");
   io.U64(m.leaf, "leaf");
   io.Elems(m.select, "select");
+  Fields<Io>(io, m.share_seed);
+  Fields<Io>(io, m.select_seed);
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, ScrubRequest> m) {
@@ -385,11 +395,11 @@ S3ORAM_WIRE_TAG(StatusRequest, kStatusRequest, 0);
 S3ORAM_WIRE_TAG(StatusReply, kStatusReply, 19);
 S3ORAM_WIRE_TAG(InitRequest, kInitRequest, 3);
 S3ORAM_WIRE_TAG(InitReply, kInitReply, 0);
-S3ORAM_WIRE_TAG(RetrieveRequest, kRetrieveRequest, 2);
+S3ORAM_WIRE_TAG(RetrieveRequest, kRetrieveRequest, 3);
 S3ORAM_WIRE_TAG(RetrieveReply, kRetrieveReply, 1);
-S3ORAM_WIRE_TAG(WriteRootRequest, kWriteRootRequest, 2);
+S3ORAM_WIRE_TAG(WriteRootRequest, kWriteRootRequest, 3);
 S3ORAM_WIRE_TAG(WriteRootReply, kWriteRootReply, 0);
-S3ORAM_WIRE_TAG(EvictPrepareRequest, kEvictPrepareRequest, 4);
+S3ORAM_WIRE_TAG(EvictPrepareRequest, kEvictPrepareRequest, 5);
 S3ORAM_WIRE_TAG(EvictPrepareReply, kEvictPrepareReply, 1);
 S3ORAM_WIRE_TAG(EvictCommitRequest, kEvictCommitRequest, 1);
 S3ORAM_WIRE_TAG(EvictCommitReply, kEvictCommitReply, 1);
@@ -414,7 +424,7 @@ S3ORAM_WIRE_TAG(BackupGetRequest, kBackupGetRequest, 3);
 S3ORAM_WIRE_TAG(BackupGetReply, kBackupGetReply, 3);
 S3ORAM_WIRE_TAG(StatsRequest, kStatsRequest, 0);
 S3ORAM_WIRE_TAG(StatsReply, kStatsReply, 15);
-S3ORAM_WIRE_TAG(RetrieveWriteRootRequest, kRetrieveWriteRootRequest, 4);
+S3ORAM_WIRE_TAG(RetrieveWriteRootRequest, kRetrieveWriteRootRequest, 6);
 S3ORAM_WIRE_TAG(ScrubRequest, kScrubRequest, 2);
 S3ORAM_WIRE_TAG(ScrubReply, kScrubReply, 2);
 S3ORAM_WIRE_TAG(ParityRequest, kParityRequest, 3);

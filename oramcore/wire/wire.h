@@ -44,7 +44,10 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 4: STATUS_REPLY tells an eviction's progress.
 // 5: background eviction: EVICT_PREPARE is answered with EVICT_STARTED once
 //    the server has snapshotted the root, and EVICT_RESULT waits for the end.
-inline constexpr std::uint16_t kWireVersion = 6;
+// 6: BACKUP_PUT and BACKUP_LIST carry the key epoch.
+// 7: RETRIEVE, WRITE_ROOT, RETRIEVE_WRITE_ROOT and EVICT_PREPARE may carry a
+//    share as its seed (ShareSeed).
+inline constexpr std::uint16_t kWireVersion = 7;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Bytes of a rebuild session nonce.
 inline constexpr std::size_t kRebuildNonceBytes = 32;
@@ -187,9 +190,22 @@ struct InitRequest {
 };
 struct InitReply {};
 
+// A server's share of a secret vector sent as the seed it is drawn from: a
+// degree-1 sharing may have one pseudorandom share (shamir::CreateThroughShare),
+// so the client sends that server 32 bytes instead of `count` elements, and
+// the server expands them (ElemsFromSeed, oramcore/math/seed_stream.h,
+// nonce kShareSeedNonce) before anything else (wire/share_seeds.h). count 0:
+// not seeded (the elements are in the message; the seed is all zero).
+struct ShareSeed {
+  std::array<std::uint8_t, 32> seed{};
+  std::uint32_t count = 0;
+  bool operator==(const ShareSeed&) const = default;
+};
+
 struct RetrieveRequest {
   std::uint64_t leaf = 0;
   std::vector<Elem> select;  // Z (H+1) shares of the select vector
+  ShareSeed select_seed;     // or their seed (select then empty)
 };
 struct RetrieveReply {
   std::vector<Elem> answer;  // m degree-2t shares
@@ -198,6 +214,7 @@ struct RetrieveReply {
 struct WriteRootRequest {
   std::uint32_t slot = 0;
   std::vector<Elem> share;  // m shares
+  ShareSeed share_seed;     // or their seed (share then empty)
 };
 struct WriteRootReply {};
 
@@ -206,6 +223,7 @@ struct EvictPrepareRequest {
   std::uint32_t attempt = 0;   // bumped by the client on every retry of the same eviction
   std::uint64_t leaf = 0;
   std::vector<Elem> matrices;  // (H+1) * 2Z * Z shares, steps in plan order
+  ShareSeed matrices_seed;     // or their seed (matrices then empty)
 };
 // The PREPARE's outcome, as the reply to EVICT_RESULT.
 struct EvictPrepareReply {
@@ -412,6 +430,8 @@ struct RetrieveWriteRootRequest {
   std::vector<Elem> share;   // m shares
   std::uint64_t leaf = 0;
   std::vector<Elem> select;  // Z (H+1) shares of the select vector
+  ShareSeed share_seed;      // or the seed of `share`
+  ShareSeed select_seed;     // or the seed of `select`
 };
 
 // Verify buckets [first_bucket, first_bucket + count) of the server's share

@@ -9,6 +9,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -16,6 +17,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "oramcore/math/field.h"
@@ -466,10 +468,25 @@ TEST(RebuildTest, TranscriptShowsOnlyMaskedTerms) {
   std::map<std::size_t, Elem> lambda;
   for (std::size_t i = 0; i < xs.size(); ++i) lambda[report->participants[i]] = (*lag)[i];
 
-  // Compares one received vector (buckets `first`.. with `holes`) against
-  // every share-derived value it must not reveal.
-  std::uint64_t compared = 0, matches = 0;
-  auto check = [&](std::uint64_t first, const std::vector<std::uint8_t>& holes,
+  // Each participant j sends c_j = L_j s_j + r_j, r_j a uniform mask
+  // independent of every share, so one comparison of c_j with any fixed
+  // share-derived value holds with probability exactly 1/p. Comparisons are
+  // not independent events, though: the same c_j arrives twice (in j's
+  // REBUILD_READ reply and again in REBUILD_WRITE, and once more if a range
+  // is read again densely), c_j = L_j s_j and c_i = L_i s_i are the same
+  // event when t + 1 = 2 (r_i = -r_j), and so are c_j = L_i s_i and
+  // c_i = L_j s_j; a zero share makes s and L s one value. So events are
+  // counted per position (bucket, element), once whatever the number of
+  // copies or comparisons that hold there: by the union bound a position
+  // shows a match with probability at most D / p, D = the comparisons made
+  // there, independently of the other positions.
+  const std::size_t n_elems = raw[k].size();
+  const std::size_t parts = report->participants.size();
+  std::vector<std::vector<Elem>> got(parts, std::vector<Elem>(n_elems));
+  std::vector<std::vector<std::uint8_t>> have(parts, std::vector<std::uint8_t>(n_elems, 0));
+  std::vector<std::uint8_t> hit(n_elems, 0);
+  std::uint64_t copies_differing = 0;
+  auto check = [&](std::size_t part, std::uint64_t first, const std::vector<std::uint8_t>& holes,
                    const std::vector<Elem>& c) {
     std::size_t at = 0;
     for (std::size_t i = 0; i < holes.size(); ++i) {
@@ -477,26 +494,43 @@ TEST(RebuildTest, TranscriptShowsOnlyMaskedTerms) {
       const std::size_t base = (first + i - 1) * be;
       for (std::size_t e = 0; e < be; ++e, ++at) {
         const Elem v = c[at];
-        for (std::size_t j : report->participants) {
-          const Elem s = raw[j][base + e];
-          matches += (v == s) + (v == field::Mul(lambda[j], s));
+        const std::size_t q = base + e;
+        // A position sent again must carry the same value: a second value
+        // under the same mask would reveal L_j (s - s').
+        if (have[part][q]) {
+          copies_differing += got[part][q] != v;
+          continue;
         }
-        matches += v == raw[k][base + e];
-        ++compared;
+        have[part][q] = 1;
+        got[part][q] = v;
+        bool match = v == raw[k][q];
+        for (std::size_t j : report->participants) {
+          const Elem s = raw[j][q];
+          match |= v == s || v == field::Mul(lambda[j], s);
+        }
+        hit[q] |= match;
       }
     }
+  };
+  auto part_of = [&](std::size_t server) {
+    for (std::size_t i = 0; i < parts; ++i) {
+      if (report->participants[i] == server) return i;
+    }
+    ADD_FAILURE() << "reply from server " << server << ", not a participant";
+    return std::size_t{0};
   };
   std::uint64_t written_buckets = 0;
   for (const auto& [server, r] : reads) {
     EXPECT_NE(server, k);
-    check(r.first_bucket, r.holes, r.contribution);
+    check(part_of(server), r.first_bucket, r.holes, r.contribution);
   }
   std::uint64_t sum_mismatch = 0, next = 1;
   for (const auto& w : writes) {
     EXPECT_EQ(w.first_bucket, next);
     next += w.holes.size();
-    ASSERT_EQ(w.contributions.size(), 2u);
-    for (const auto& c : w.contributions) check(w.first_bucket, w.holes, c);
+    ASSERT_EQ(w.contributions.size(), parts);
+    // The client forwards the replies in the order of the participants.
+    for (std::size_t i = 0; i < parts; ++i) check(i, w.first_bucket, w.holes, w.contributions[i]);
     std::size_t at = 0;
     for (std::size_t i = 0; i < w.holes.size(); ++i) {
       const std::size_t base = (w.first_bucket + i - 1) * be;
@@ -514,12 +548,50 @@ TEST(RebuildTest, TranscriptShowsOnlyMaskedTerms) {
   }
   EXPECT_EQ(next - 1, raw[k].size() / be) << "every bucket covered once, in order";
   EXPECT_GT(written_buckets, 0u);
-  EXPECT_GT(compared, 100000u);
   EXPECT_EQ(sum_mismatch, 0u) << "contributions must sum to the lost share";
-  // 5 comparisons per element, each true with probability 1/p for a masked
-  // value: the expectation is far below one.
-  EXPECT_LE(matches, 3u) << "of " << compared << " elements, " << matches
-                         << " equal a share-derived value";
+  EXPECT_EQ(copies_differing, 0u) << "a position sent twice with different values";
+
+  // No mask stream is used twice (another bucket, range, offset or retry):
+  // the masks r_j = c_j - L_j s_j, recovered here from the raw shares, must
+  // not repeat a run of 3 consecutive elements of one bucket anywhere. For
+  // uniform masks a repeat has probability below n^2 / p^3 < 1e-15.
+  std::uint64_t mask_repeats = 0;
+  for (std::size_t i = 0; i < parts; ++i) {
+    const std::size_t j = report->participants[i];
+    std::vector<std::pair<std::uint64_t, Elem>> runs;
+    for (std::size_t q = 0; q + 2 < n_elems; ++q) {
+      if (q % be + 2 >= be || !have[i][q] || !have[i][q + 1] || !have[i][q + 2]) continue;
+      Elem r[3];
+      for (std::size_t d = 0; d < 3; ++d) {
+        r[d] = field::Sub(got[i][q + d], field::Mul(lambda[j], raw[j][q + d]));
+      }
+      runs.emplace_back(std::uint64_t{r[0]} << 32 | r[1], r[2]);
+    }
+    std::sort(runs.begin(), runs.end());
+    mask_repeats += static_cast<std::uint64_t>(runs.end() - std::unique(runs.begin(), runs.end()));
+  }
+  EXPECT_EQ(mask_repeats, 0u) << "a mask stream was used twice";
+
+  std::uint64_t positions = 0, hits = 0;
+  for (std::size_t q = 0; q < n_elems; ++q) {
+    bool seen = false;
+    for (std::size_t i = 0; i < parts; ++i) seen |= have[i][q] != 0;
+    positions += seen;
+    hits += hit[q];
+  }
+  EXPECT_GT(positions, 100000u);
+  // At most D = t+1 received values times (2(t+1) + 1) share-derived ones
+  // per position; the limit L is the least with P(hits >= L) <=
+  // (positions * D / p)^L / L! below 1e-9.
+  const double mean = static_cast<double>(positions) *
+                      static_cast<double>(parts * (2 * parts + 1)) /
+                      static_cast<double>(field::kPrime);
+  std::uint64_t limit = 1;
+  double tail = mean;  // bounds P(hits >= limit)
+  while (tail > 1e-9) tail *= mean / static_cast<double>(++limit);
+  EXPECT_LT(hits, limit) << "of " << positions << " positions, " << hits
+                         << " show a share-derived value (at most " << limit - 1
+                         << " by chance, P < 1e-9)";
   ExpectBlocks(fs->state, model);
 }
 
@@ -618,11 +690,11 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   EXPECT_TRUE(std::get<wire::StatusReply>(st->body).rebuilding);
   EXPECT_FALSE(std::get<wire::StatusReply>(st->body).initialized);
   const std::vector<Elem> share(p.elems_per_slot(), 0);
-  ExpectRefused(Ask(**servers, 2, h, wire::WriteRootRequest{0, share},
+  ExpectRefused(Ask(**servers, 2, h, wire::WriteRootRequest{0, share, {}},
                     wire::MessageType::kWriteRootReply),
                 Status::Code::kFailedPrecondition, "being rebuilt");
   const std::vector<Elem> select(std::size_t{p.bucket_size} * (p.height + 1), 0);
-  ExpectRefused(Ask(**servers, 2, h, wire::RetrieveRequest{(1u << p.height), select},
+  ExpectRefused(Ask(**servers, 2, h, wire::RetrieveRequest{(1u << p.height), select, {}},
                     wire::MessageType::kRetrieveReply),
                 Status::Code::kFailedPrecondition, "being rebuilt");
   ExpectRefused(Ask(**servers, 2, h, wire::EvictCommitRequest{0},

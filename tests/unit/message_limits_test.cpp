@@ -27,8 +27,9 @@ void CheckShape(const StoreShape& shape, std::uint32_t parties) {
   const std::uint64_t bucket = Z * m;
   const std::uint64_t range = RebuildRangeBuckets(shape, ~std::uint64_t{0});
   // Requests.
-  EXPECT_LE(Size(RetrieveWriteRootRequest{0, Elems(m), 0, Elems((H + 1) * Z)}), l.request_bytes);
-  EXPECT_LE(Size(EvictPrepareRequest{0, 0, 0, Elems((H + 1) * 2 * Z * Z)}), l.request_bytes);
+  EXPECT_LE(Size(RetrieveWriteRootRequest{0, Elems(m), 0, Elems((H + 1) * Z), {}, {}}),
+            l.request_bytes);
+  EXPECT_LE(Size(EvictPrepareRequest{0, 0, 0, Elems((H + 1) * 2 * Z * Z), {}}), l.request_bytes);
   RebuildWriteRequest rw;
   rw.holes.assign(range, 0);
   for (std::uint32_t i = 0; i < parties; ++i) rw.contributions.push_back(Elems(range * bucket));

@@ -299,14 +299,11 @@ TEST(ParamsTest, ValidateRefusesStructuralErrorsEvenWhenUnsafeAllowed) {
     p.threshold = 2;
   });
   add("t=0", [](OramParams& p) { p.threshold = 0; });
-  add("t below (parties-1)/2", [](OramParams& p) {
+  add("t=2,parties=5", [](OramParams& p) {
     p.parties = 5;
-    p.threshold = 1;
+    p.threshold = 2;
   });
-  add("parties>16", [](OramParams& p) {
-    p.parties = 17;
-    p.threshold = 8;
-  });
+  add("parties>16", [](OramParams& p) { p.parties = 17; });
   add("file overflows", [](OramParams& p) {
     // 2^41 * 2^16 * ~17.9 MB > 2^64.
     p.height = 40;
@@ -333,8 +330,7 @@ TEST(ParamsTest, ValidateRefusesStructuralErrorsEvenWhenUnsafeAllowed) {
   EXPECT_EQ(too_big.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(too_big.message().find("wire limit"), std::string::npos) << too_big.ToString();
   edge.block_bytes = 4096;
-  edge.parties = 16;
-  edge.threshold = 7;
+  edge.parties = 16;  // t = 1 whatever the number of servers
   EXPECT_TRUE(ValidateParams(edge, false).ok());
 }
 
@@ -410,8 +406,10 @@ TEST(ParamsTest, EstimateCost) {
   EXPECT_DOUBLE_EQ(c.slots_streamed, Z * H1);
   EXPECT_DOUBLE_EQ(c.slot_multiplications, Z * H1 + 2 * Z * Z * H1 / A);
   EXPECT_DOUBLE_EQ(c.field_mults, c.slot_multiplications * m);
-  // On links an element takes 31 bits (wire packing), on disk 4 bytes.
-  EXPECT_DOUBLE_EQ(c.client_upload_bytes, l * (Z * H1 + m + H1 * 2 * Z * Z / A) * 31 / 8);
+  // On links an element takes 31 bits (wire packing), on disk 4 bytes; one
+  // server of the l gets 36-byte seeds instead of its shares (t = 1).
+  EXPECT_DOUBLE_EQ(c.client_upload_bytes,
+                   (l - 1) * (Z * H1 + m + H1 * 2 * Z * Z / A) * 31 / 8 + (2 + 1 / A) * 36);
   EXPECT_DOUBLE_EQ(c.client_download_bytes, l * m * 31 / 8);
   EXPECT_DOUBLE_EQ(c.server_to_server_bytes,
                    l * (l - 1) * (Z * m * 13 + 2 * Z * m) / A * 31 / 8);

@@ -32,13 +32,18 @@ SessionNonce NewNonce() {
   return n;
 }
 
+// The rebuild the masks below are for: server 3 by servers 0..2.
+constexpr std::uint32_t kTarget = 3;
+constexpr std::array<std::uint32_t, 3> kParticipants = {0, 1, 2};
+
 // Party `me`'s pair masks among `parties` (every other party is a peer).
 std::vector<PairMask> MasksOf(const std::vector<Party>& parties, std::size_t me,
                               const SessionNonce& nonce) {
   std::vector<PairMask> out;
   for (std::size_t j = 0; j < parties.size(); ++j) {
     if (j == me) continue;
-    auto seed = PairSeed(parties[me].secret, parties[me].pub, parties[j].pub, nonce);
+    auto seed = PairSeed(parties[me].secret, parties[me].pub, parties[j].pub, nonce, kTarget,
+                         kParticipants);
     EXPECT_TRUE(seed.ok()) << seed.status().ToString();
     out.push_back(PairMask{std::move(seed).value(), me < j});
   }
@@ -49,23 +54,31 @@ TEST(RebuildMasksTest, PairSeedsAreSymmetricAndSessionBound) {
   random::EnsureInitialized();
   Party a = NewParty(), b = NewParty(), c = NewParty();
   const SessionNonce n1 = NewNonce(), n2 = NewNonce();
-  auto ab = PairSeed(a.secret, a.pub, b.pub, n1);
-  auto ba = PairSeed(b.secret, b.pub, a.pub, n1);
-  auto ab2 = PairSeed(a.secret, a.pub, b.pub, n2);
-  auto ac = PairSeed(a.secret, a.pub, c.pub, n1);
+  auto ab = PairSeed(a.secret, a.pub, b.pub, n1, kTarget, kParticipants);
+  auto ba = PairSeed(b.secret, b.pub, a.pub, n1, kTarget, kParticipants);
+  auto ab2 = PairSeed(a.secret, a.pub, b.pub, n2, kTarget, kParticipants);
+  auto ac = PairSeed(a.secret, a.pub, c.pub, n1, kTarget, kParticipants);
   ASSERT_TRUE(ab.ok() && ba.ok() && ab2.ok() && ac.ok());
   EXPECT_TRUE(ab->Equals(*ba));
   EXPECT_FALSE(ab->Equals(*ab2));
   EXPECT_FALSE(ab->Equals(*ac));
+  // Another target or participant set under the same nonce: another seed
+  // (with four servers or more a client may rebuild several).
+  const std::array<std::uint32_t, 3> others = {0, 1, 4};
+  auto other_target = PairSeed(a.secret, a.pub, b.pub, n1, 2, kParticipants);
+  auto other_set = PairSeed(a.secret, a.pub, b.pub, n1, kTarget, others);
+  ASSERT_TRUE(other_target.ok() && other_set.ok());
+  EXPECT_FALSE(ab->Equals(*other_target));
+  EXPECT_FALSE(ab->Equals(*other_set));
   // A third party's keys give another seed: c cannot compute a-b's.
-  auto cb = PairSeed(c.secret, c.pub, b.pub, n1);
+  auto cb = PairSeed(c.secret, c.pub, b.pub, n1, kTarget, kParticipants);
   ASSERT_TRUE(cb.ok());
   EXPECT_FALSE(ab->Equals(*cb));
   // Degenerate inputs are refused.
-  EXPECT_FALSE(PairSeed(a.secret, a.pub, a.pub, n1).ok());
+  EXPECT_FALSE(PairSeed(a.secret, a.pub, a.pub, n1, kTarget, kParticipants).ok());
   PublicKey zero{};
-  EXPECT_FALSE(PairSeed(a.secret, a.pub, zero, n1).ok());
-  EXPECT_FALSE(PairSeed(Secret(16), a.pub, b.pub, n1).ok());
+  EXPECT_FALSE(PairSeed(a.secret, a.pub, zero, n1, kTarget, kParticipants).ok());
+  EXPECT_FALSE(PairSeed(Secret(16), a.pub, b.pub, n1, kTarget, kParticipants).ok());
 }
 
 TEST(RebuildMasksTest, MasksOfAllParticipantsSumToZero) {
@@ -100,8 +113,8 @@ TEST(RebuildMasksTest, StreamsAreDeterministicAndDifferPerBucketAndSession) {
   random::EnsureInitialized();
   Party a = NewParty(), b = NewParty();
   const SessionNonce n1 = NewNonce(), n2 = NewNonce();
-  auto s1 = PairSeed(a.secret, a.pub, b.pub, n1);
-  auto s2 = PairSeed(a.secret, a.pub, b.pub, n2);
+  auto s1 = PairSeed(a.secret, a.pub, b.pub, n1, kTarget, kParticipants);
+  auto s2 = PairSeed(a.secret, a.pub, b.pub, n2, kTarget, kParticipants);
   ASSERT_TRUE(s1.ok() && s2.ok());
   std::vector<Elem> x(4096), y(4096), z(4096), w(4096), prefix(100);
   MaskStream(*s1, 5, x);

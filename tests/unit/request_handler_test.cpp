@@ -103,7 +103,8 @@ class RequestHandlerTest : public ::testing::Test {
     handler_ = std::move(h).value();
   }
   wire::WriteRootRequest RootWrite() const {
-    return wire::WriteRootRequest{0, std::vector<Elem>(handler_->store()->tree().slot_elems(), 7)};
+    return wire::WriteRootRequest{
+        0, std::vector<Elem>(handler_->store()->tree().slot_elems(), 7), {}};
   }
   // Sends one request and returns the decoded reply body.
   wire::Body Call(const wire::Body& body, std::uint64_t seq = 1) {
@@ -160,8 +161,8 @@ TEST_F(RequestHandlerTest, PrepareRefusesPeerSharesOfTheWrongLength) {
   ASSERT_TRUE(std::holds_alternative<wire::InitReply>(Call(wire::InitRequest{0, shape, false})));
   ASSERT_TRUE(Acquire(2).granted);
   const TreeGeometry geo{shape.height, shape.bucket_size};
-  wire::EvictPrepareRequest prepare{0, 0, geo.EvictionLeaf(0),
-                                    std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
+  wire::EvictPrepareRequest prepare{
+      0, 0, geo.EvictionLeaf(0), std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1), {}};
   peers_.short_shares = true;
   // The PREPARE starts (EVICT_STARTED); its outcome is EVICT_RESULT's reply.
   ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 2)));
@@ -190,16 +191,16 @@ TEST_F(RequestHandlerTest, PrepareEvictsTheRootAsItWasWhenItStarted) {
   ASSERT_TRUE(Acquire(2).granted);
   const TreeGeometry geo{shape.height, shape.bucket_size};
   const std::vector<Elem> before{11, 12, 13, 14}, after{21, 22, 23, 24};
-  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
-      Call(wire::WriteRootRequest{0, before}, 2)));
+  ASSERT_TRUE(
+      std::holds_alternative<wire::WriteRootReply>(Call(wire::WriteRootRequest{0, before, {}}, 2)));
   const LeafId leaf = geo.EvictionLeaf(0);
-  const wire::EvictPrepareRequest prepare{0, 1, leaf,
-                                          std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
+  const wire::EvictPrepareRequest prepare{
+      0, 1, leaf, std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1), {}};
   const wire::Body started = Call(prepare, 3);
   ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(started)) << ErrorText(started);
   EXPECT_EQ(handler_->store()->shadow().RootSnapshotEviction(), 1u);
-  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
-      Call(wire::WriteRootRequest{0, after}, 4)));
+  ASSERT_TRUE(
+      std::holds_alternative<wire::WriteRootReply>(Call(wire::WriteRootRequest{0, after, {}}, 4)));
   const wire::Body done = Call(wire::EvictResultRequest{0, 1}, 5);
   ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(done)) << ErrorText(done);
   // A duplicate PREPARE of the same attempt is answered, not run again.
@@ -412,10 +413,10 @@ TEST_F(RequestHandlerTest, StatsCountsRequestsByKind) {
   const TreeGeometry geo{shape.height, shape.bucket_size};
   ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(Call(RootWrite(), 2)));
   const wire::Body retrieved =
-      Call(wire::RetrieveRequest{geo.first_leaf(), std::vector<Elem>(geo.path_slots(), 1)}, 3);
+      Call(wire::RetrieveRequest{geo.first_leaf(), std::vector<Elem>(geo.path_slots(), 1), {}}, 3);
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(retrieved)) << ErrorText(retrieved);
-  wire::EvictPrepareRequest prepare{0, 1, geo.EvictionLeaf(0),
-                                    std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1)};
+  wire::EvictPrepareRequest prepare{
+      0, 1, geo.EvictionLeaf(0), std::vector<Elem>((shape.height + 1) * 2 * 2 * 2, 1), {}};
   ASSERT_TRUE(std::holds_alternative<wire::EvictStartedReply>(Call(prepare, 4)));
   ASSERT_TRUE(std::holds_alternative<wire::EvictPrepareReply>(Call(wire::EvictResultRequest{0, 1}, 4)));
   ASSERT_TRUE(std::holds_alternative<wire::EvictCommitReply>(Call(wire::EvictCommitRequest{0}, 5)));
@@ -454,7 +455,8 @@ TEST_F(RequestHandlerTest, RetrievalOverHolesEqualsTheWholePathProduct) {
   std::vector<Elem> select(geo.path_slots());
   for (std::size_t i = 0; i < select.size(); ++i) select[i] = static_cast<Elem>(3 + 104729 * i % 65521);
   // Root slot 1 holds `share`; every other slot of the path was never written.
-  wire::Body got = Call(wire::RetrieveWriteRootRequest{1, share, geo.first_leaf(), select}, 3);
+  wire::Body got =
+      Call(wire::RetrieveWriteRootRequest{1, share, geo.first_leaf(), select, {}, {}}, 3);
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
   std::vector<Elem> want(share.size());
   for (std::size_t c = 0; c < share.size(); ++c) {
@@ -466,7 +468,7 @@ TEST_F(RequestHandlerTest, RetrievalOverHolesEqualsTheWholePathProduct) {
   EXPECT_FALSE(holes->at(0)) << "the root holds data";
   EXPECT_TRUE(holes->at(geo.BucketOnPath(geo.first_leaf(), 2) - 1)) << "the leaf is a hole";
   // A path of holes only below the root, through another leaf: the same.
-  got = Call(wire::RetrieveRequest{geo.first_leaf() + 1, select}, 4);
+  got = Call(wire::RetrieveRequest{geo.first_leaf() + 1, select, {}}, 4);
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
   EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, want);
 }
@@ -483,7 +485,8 @@ TEST_F(RequestHandlerTest, RetrieveWriteRootWritesFirstAndChecksBothPartsBeforeE
   };
   // Root slot 1 gets {5, 6, 7, 8}; the select picks exactly that slot (level 0).
   const std::vector<Elem> share{5, 6, 7, 8};
-  wire::Body got = Call(wire::RetrieveWriteRootRequest{1, share, geo.first_leaf(), unit_select(1)}, 3);
+  wire::Body got =
+      Call(wire::RetrieveWriteRootRequest{1, share, geo.first_leaf(), unit_select(1), {}, {}}, 3);
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
   EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, share);
   EXPECT_EQ(handler_->store()->meta().applied_seq, 3u);
@@ -492,22 +495,25 @@ TEST_F(RequestHandlerTest, RetrieveWriteRootWritesFirstAndChecksBothPartsBeforeE
   // slot 0 still reads as never written.
   std::vector<Elem> short_select = unit_select(0);
   short_select.pop_back();
-  got = Call(wire::RetrieveWriteRootRequest{0, {9, 9, 9, 9}, geo.first_leaf(), short_select}, 4);
+  got = Call(
+      wire::RetrieveWriteRootRequest{0, {9, 9, 9, 9}, geo.first_leaf(), short_select, {}, {}}, 4);
   EXPECT_NE(ErrorText(got).find("select vector"), std::string::npos) << ErrorText(got);
   // A bad root write (slot out of range) with a good select: refused too.
-  got = Call(wire::RetrieveWriteRootRequest{2, {9, 9, 9, 9}, geo.first_leaf(), unit_select(0)}, 5);
+  got = Call(
+      wire::RetrieveWriteRootRequest{2, {9, 9, 9, 9}, geo.first_leaf(), unit_select(0), {}, {}}, 5);
   EXPECT_NE(ErrorText(got).find("slot out of range"), std::string::npos) << ErrorText(got);
-  got = Call(wire::RetrieveRequest{geo.first_leaf(), unit_select(0)}, 6);
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), unit_select(0), {}}, 6);
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
   EXPECT_EQ(std::get<wire::RetrieveReply>(got).answer, std::vector<Elem>(4, 0));
   EXPECT_EQ(handler_->store()->meta().applied_seq, 3u);
 
   // Only the holder of the lease may send it.
   epoch_ = 1;
-  EXPECT_FALSE(ErrorText(Call(wire::RetrieveWriteRootRequest{0, share, geo.first_leaf(),
-                                                             unit_select(0)},
-                              7))
-                   .empty());
+  EXPECT_FALSE(
+      ErrorText(
+          Call(wire::RetrieveWriteRootRequest{0, share, geo.first_leaf(), unit_select(0), {}, {}},
+               7))
+          .empty());
   epoch_ = 2;
   got = Call(wire::StatsRequest{}, 8);
   ASSERT_TRUE(std::holds_alternative<wire::StatsReply>(got)) << ErrorText(got);
@@ -528,11 +534,11 @@ TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
   const TreeGeometry geo{shape.height, shape.bucket_size};
   std::vector<Elem> share(shape.elems_per_slot);
   for (std::size_t i = 0; i < share.size(); ++i) share[i] = static_cast<Elem>(11 + 31 * i);
-  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
-      Call(wire::WriteRootRequest{1, share}, 3)));
+  ASSERT_TRUE(
+      std::holds_alternative<wire::WriteRootReply>(Call(wire::WriteRootRequest{1, share, {}}, 3)));
   std::vector<Elem> select(geo.path_slots());
   for (std::size_t i = 0; i < select.size(); ++i) select[i] = static_cast<Elem>(5 + i);
-  wire::Body got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 4);
+  wire::Body got = Call(wire::RetrieveRequest{geo.first_leaf(), select, {}}, 4);
   ASSERT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
 
   // Root slot 1 changes on disk (16 bytes inside it).
@@ -545,7 +551,7 @@ TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
     ASSERT_EQ(::pwrite(fd, junk.data(), junk.size(), slot1 + 100), 16);
     ::close(fd);
   }
-  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 5);
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select, {}}, 5);
   const auto* err = std::get_if<wire::ErrorReply>(&got);
   ASSERT_NE(err, nullptr) << "a damaged slot was folded into an answer";
   EXPECT_EQ(err->code, static_cast<std::uint32_t>(Status::Code::kDamaged));
@@ -554,13 +560,13 @@ TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
   // The same path with a zero share for the damaged slot: the answer does not
   // use it.
   select[1] = 0;
-  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 6);
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select, {}}, 6);
   EXPECT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
   // A rewrite of the slot (the client's repair) makes it whole again.
   select[1] = 9;
-  ASSERT_TRUE(std::holds_alternative<wire::WriteRootReply>(
-      Call(wire::WriteRootRequest{1, share}, 7)));
-  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 8);
+  ASSERT_TRUE(
+      std::holds_alternative<wire::WriteRootReply>(Call(wire::WriteRootRequest{1, share, {}}, 7)));
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select, {}}, 8);
   EXPECT_TRUE(std::holds_alternative<wire::RetrieveReply>(got)) << ErrorText(got);
 
   // The leaf of the first path was never written (a hole); give it a digest,
@@ -579,7 +585,7 @@ TEST_F(RequestHandlerTest, DamagedSlotsFailRetrievalsThatUseThem) {
   auto holes = handler_->store()->tree().Holes(leaf_bucket, 1);
   ASSERT_TRUE(holes.ok());
   if (!holes->at(0)) GTEST_SKIP() << "this filesystem does not report holes (SEEK_DATA)";
-  got = Call(wire::RetrieveRequest{geo.first_leaf(), select}, 9);
+  got = Call(wire::RetrieveRequest{geo.first_leaf(), select, {}}, 9);
   err = std::get_if<wire::ErrorReply>(&got);
   ASSERT_NE(err, nullptr);
   EXPECT_EQ(err->code, static_cast<std::uint32_t>(Status::Code::kDamaged));

@@ -145,6 +145,48 @@ TEST(ShamirTest, CreateMatchesNaiveEvaluation) {
   }
 }
 
+// CreateThroughShare against the line written out with NTL's zz_p: the
+// fixed party's share is the given one, every other is the line through
+// (0, s) and (x_fixed, r) at its own x, and any two shares recover s.
+TEST(ShamirTest, CreateThroughShareIsTheLineThroughTheSecretAndTheFixedShare) {
+  auto rng = testing::SeededRng();
+  NTL::zz_p::init(kPrime);
+  for (std::size_t parties : {3u, 4u, 5u, 16u}) {
+    for (std::size_t fixed = 0; fixed < parties; ++fixed) {
+      const std::size_t n = 41;
+      auto secrets = UniformElems(rng, n);
+      auto fixed_shares = UniformElems(rng, n);
+      secrets[0] = 0;
+      fixed_shares[1] = 0;
+      secrets[2] = fixed_shares[2] = kPrime - 1;
+      Shares out(parties, std::vector<Elem>(n, 0xdeadbeef));
+      CreateThroughShare(secrets, fixed, fixed_shares, Pointers(out));
+      EXPECT_EQ(out[fixed], std::vector<Elem>(n, 0xdeadbeef)) << "the fixed party's is not written";
+      out[fixed] = fixed_shares;
+      for (std::size_t i = 0; i < parties; ++i) {
+        for (std::size_t j = 0; j < n; ++j) {
+          const NTL::zz_p s(secrets[j]), r(fixed_shares[j]);
+          const NTL::zz_p slope = (r - s) / NTL::zz_p(PartyX(fixed));
+          const NTL::zz_p want = s + slope * NTL::zz_p(PartyX(i));
+          ASSERT_EQ(out[i][j], static_cast<Elem>(NTL::rep(want)))
+              << "parties=" << parties << " fixed=" << fixed << " party=" << i << " j=" << j;
+        }
+      }
+      // Any two parties recover the secrets.
+      for (std::size_t a = 0; a < parties; ++a) {
+        const std::size_t b = (a + 1 + rng() % (parties - 1)) % parties;
+        const std::array<Elem, 2> xs = {PartyX(a), PartyX(b)};
+        auto lambda = LagrangeAtZero(xs);
+        ASSERT_TRUE(lambda.ok());
+        const std::array<const Elem*, 2> two = {out[a].data(), out[b].data()};
+        std::vector<Elem> got(n);
+        Recover(two, *lambda, n, got.data());
+        ASSERT_EQ(got, secrets) << "parties " << a << " and " << b;
+      }
+    }
+  }
+}
+
 TEST(ShamirTest, RecoverMatchesNaiveDotProduct) {
   // Recover is a dot product with lazy reduction: check it at the extremes
   // (every term (p-1)^2, the largest the 64-bit accumulator must hold) and on

@@ -69,16 +69,16 @@ bool Same(const InitRequest& a, const InitRequest& b) {
 }
 bool Same(const InitReply&, const InitReply&) { return true; }
 bool Same(const RetrieveRequest& a, const RetrieveRequest& b) {
-  return a.leaf == b.leaf && a.select == b.select;
+  return a.leaf == b.leaf && a.select == b.select && a.select_seed == b.select_seed;
 }
 bool Same(const RetrieveReply& a, const RetrieveReply& b) { return a.answer == b.answer; }
 bool Same(const WriteRootRequest& a, const WriteRootRequest& b) {
-  return a.slot == b.slot && a.share == b.share;
+  return a.slot == b.slot && a.share == b.share && a.share_seed == b.share_seed;
 }
 bool Same(const WriteRootReply&, const WriteRootReply&) { return true; }
 bool Same(const EvictPrepareRequest& a, const EvictPrepareRequest& b) {
-  return std::tie(a.eviction, a.attempt, a.leaf, a.matrices) ==
-         std::tie(b.eviction, b.attempt, b.leaf, b.matrices);
+  return std::tie(a.eviction, a.attempt, a.leaf, a.matrices, a.matrices_seed) ==
+         std::tie(b.eviction, b.attempt, b.leaf, b.matrices, b.matrices_seed);
 }
 bool Same(const EvictPrepareReply& a, const EvictPrepareReply& b) {
   return a.eviction == b.eviction;
@@ -142,7 +142,8 @@ bool Same(const BackupGetReply& a, const BackupGetReply& b) {
   return std::tie(a.generation, a.total, a.shares) == std::tie(b.generation, b.total, b.shares);
 }
 bool Same(const RetrieveWriteRootRequest& a, const RetrieveWriteRootRequest& b) {
-  return a.slot == b.slot && a.share == b.share && a.leaf == b.leaf && a.select == b.select;
+  return a.slot == b.slot && a.share == b.share && a.leaf == b.leaf && a.select == b.select &&
+         a.share_seed == b.share_seed && a.select_seed == b.select_seed;
 }
 bool Same(const ScrubRequest& a, const ScrubRequest& b) {
   return a.first_bucket == b.first_bucket && a.count == b.count;
@@ -215,6 +216,14 @@ class Gen {
     for (auto& b : s) b = static_cast<std::uint8_t>(rng_());
     return s;
   }
+  // The wire carries any seed and count (a server checks them: share_seeds.h).
+  ShareSeed ShareSeedOf() {
+    ShareSeed s;
+    if (rng_() % 2 == 0) return s;
+    for (auto& b : s.seed) b = static_cast<std::uint8_t>(rng_());
+    s.count = static_cast<std::uint32_t>(rng_());
+    return s;
+  }
   std::vector<Elem> Elems(std::size_t max_len = 300) {
     std::vector<Elem> v(rng_() % (max_len + 1));
     for (auto& e : v) e = static_cast<Elem>(rng_() % field::kPrime);
@@ -269,11 +278,14 @@ class Gen {
       }
       case 3: return InitRequest{U32(), Shape(), Bool()};
       case 4: return InitReply{};
-      case 5: return RetrieveRequest{U64(), Elems()};
+      case 5:
+        return RetrieveRequest{U64(), Elems(), ShareSeedOf()};
       case 6: return RetrieveReply{Elems()};
-      case 7: return WriteRootRequest{U32(), Elems()};
+      case 7:
+        return WriteRootRequest{U32(), Elems(), ShareSeedOf()};
       case 8: return WriteRootReply{};
-      case 9: return EvictPrepareRequest{U64(), U32(), U64(), Elems()};
+      case 9:
+        return EvictPrepareRequest{U64(), U32(), U64(), Elems(), ShareSeedOf()};
       case 10: return EvictPrepareReply{U64()};
       case 11: return EvictCommitRequest{U64()};
       case 12: return EvictCommitReply{U64()};
@@ -319,7 +331,9 @@ class Gen {
       case 32: return StatsRequest{};
       case 33: return StatsReply{U64(), U64(), U64(), U64(), U64(), U64(), U64(), U64(),
                                  U64(), U64(), U64(), U64(), U64(), U64(), U64()};
-      case 34: return RetrieveWriteRootRequest{U32(), Elems(), U64(), Elems()};
+      case 34:
+        return RetrieveWriteRootRequest{U32(),   Elems(),       U64(),
+                                        Elems(), ShareSeedOf(), ShareSeedOf()};
       case 35: return ScrubRequest{U64(), U32()};
       case 36: return ScrubReply{U64(), Flags()};
       case 37: return ParityRequest{U64(), U32(), Seed()};
@@ -484,8 +498,8 @@ TEST(WireTest, RoundTripBoundaryValues) {
   h.seq = 0;
   std::vector<Elem> edge = {0, 1, field::kPrime - 1};
   for (const Body& b : std::vector<Body>{
-           RetrieveRequest{~std::uint64_t{0}, edge}, RetrieveReply{{}},
-           ErrorReply{0, ""}, ErrorReply{~0u, std::string(kMaxString, 'x')},
+           RetrieveRequest{~std::uint64_t{0}, edge, {}}, RetrieveReply{{}}, ErrorReply{0, ""},
+           ErrorReply{~0u, std::string(kMaxString, 'x')},
            StatusReply{~0u, true, {~0u, ~0u, ~0u}, 1, 2, 3, 4, 5, 6, ~std::uint64_t{0}, true},
            InitRequest{0, {}, false}}) {
     auto r = Decode(Encode(h, b));
@@ -496,11 +510,11 @@ TEST(WireTest, RoundTripBoundaryValues) {
 
 TEST(WireTest, LargeVectorRoundTrip) {
   std::mt19937_64 rng = testing::SeededRng();
-  EvictPrepareRequest m{3, 1, 17, {}};
+  EvictPrepareRequest m{3, 1, 17, {}, {}};
   m.matrices.resize(4u << 20);  // 16 MiB of elements
   for (auto& e : m.matrices) e = static_cast<Elem>(rng() % field::kPrime);
   std::vector<std::uint8_t> frame = Encode(Header{}, m);
-  EXPECT_EQ(frame.size(), kHeaderBytes + 8 + 4 + 8 + 4 + m.matrices.size() * 31 / 8);
+  EXPECT_EQ(frame.size(), kHeaderBytes + 8 + 4 + 8 + 4 + m.matrices.size() * 31 / 8 + 36);
   auto r = Decode(frame);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(SameBody(r->body, m));
@@ -512,20 +526,110 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   for (std::size_t i = 0; i < h.fs_id.size(); ++i) h.fs_id[i] = static_cast<std::uint8_t>(i);
   h.epoch = 0x0102030405060708ull;
   h.seq = 0x2a;
-  RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}};
+  RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}, {}};
   const std::vector<std::uint8_t> expected = {
-      0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x06, 0x00,              // version 6
-      0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
-      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
-      0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
-      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
-      0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
-      0x14, 0x00, 0x00, 0x00,                          // body length 20 = 8 + 4 + 8
-      0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
-      0x02, 0x00, 0x00, 0x00,                          // select count 2
+      0x53,
+      0x33,
+      0x4f,
+      0x52,  // magic "S3OR" as u32 0x524f3353
+      0x07,
+      0x00,  // version 7
+      0x06,
+      0x00,  // type 6 = RETRIEVE_REQUEST
+      0x00,
+      0x01,
+      0x02,
+      0x03,
+      0x04,
+      0x05,
+      0x06,
+      0x07,  // fs_id
+      0x08,
+      0x09,
+      0x0a,
+      0x0b,
+      0x0c,
+      0x0d,
+      0x0e,
+      0x0f,
+      0x08,
+      0x07,
+      0x06,
+      0x05,
+      0x04,
+      0x03,
+      0x02,
+      0x01,  // epoch
+      0x2a,
+      0x00,
+      0x00,
+      0x00,
+      0x00,
+      0x00,
+      0x00,
+      0x00,  // seq
+      0x38,
+      0x00,
+      0x00,
+      0x00,  // body length 56 = 8 + 4 + 8 + 36
+      0x77,
+      0x66,
+      0x55,
+      0x44,
+      0x33,
+      0x22,
+      0x11,
+      0x00,  // leaf
+      0x02,
+      0x00,
+      0x00,
+      0x00,  // select count 2
       // 1 in bits 0..30, p - 1 = 0x7ffffffe in bits 31..61, two zero padding bits
-      0x01, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x3f,
+      0x01,
+      0x00,
+      0x00,
+      0x00,
+      0xff,
+      0xff,
+      0xff,
+      0x3f,
+      // select_seed: none (32 zero bytes, count 0)
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
   };
   EXPECT_EQ(Encode(h, m), expected);
   auto r = Decode(expected);
@@ -539,22 +643,161 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   for (std::size_t i = 0; i < h.fs_id.size(); ++i) h.fs_id[i] = static_cast<std::uint8_t>(i);
   h.epoch = 0x0102030405060708ull;
   h.seq = 0x2b;
-  RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}};
+  RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}, {}, {}};
+  for (std::uint8_t b = 0; b < 32; ++b) m.share_seed.seed[b] = static_cast<std::uint8_t>(b + 1);
+  m.share_seed.count = 5;
   const std::vector<std::uint8_t> expected = {
-      0x53, 0x33, 0x4f, 0x52,  // magic
-      0x06, 0x00,              // version 6
-      0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
-      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
-      0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
-      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
-      0x2b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
-      0x20, 0x00, 0x00, 0x00,  // body length 32 = 4 + (4 + 4) + 8 + (4 + 8)
-      0x07, 0x00, 0x00, 0x00,  // slot
-      0x01, 0x00, 0x00, 0x00,  // share count 1
-      0x03, 0x00, 0x00, 0x00,  // 3 in 31 bits, one zero padding bit
-      0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
-      0x02, 0x00, 0x00, 0x00,  // select count 2
-      0x01, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x3f,  // 1, p - 1 (31 bits each)
+      0x53,
+      0x33,
+      0x4f,
+      0x52,  // magic
+      0x07,
+      0x00,  // version 7
+      0x2a,
+      0x00,  // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
+      0x00,
+      0x01,
+      0x02,
+      0x03,
+      0x04,
+      0x05,
+      0x06,
+      0x07,  // fs_id
+      0x08,
+      0x09,
+      0x0a,
+      0x0b,
+      0x0c,
+      0x0d,
+      0x0e,
+      0x0f,
+      0x08,
+      0x07,
+      0x06,
+      0x05,
+      0x04,
+      0x03,
+      0x02,
+      0x01,  // epoch
+      0x2b,
+      0x00,
+      0x00,
+      0x00,
+      0x00,
+      0x00,
+      0x00,
+      0x00,  // seq
+      0x68,
+      0x00,
+      0x00,
+      0x00,  // body length 104 = 4 + (4 + 4) + 8 + (4 + 8) + 36 + 36
+      0x07,
+      0x00,
+      0x00,
+      0x00,  // slot
+      0x01,
+      0x00,
+      0x00,
+      0x00,  // share count 1
+      0x03,
+      0x00,
+      0x00,
+      0x00,  // 3 in 31 bits, one zero padding bit
+      0x77,
+      0x66,
+      0x55,
+      0x44,
+      0x33,
+      0x22,
+      0x11,
+      0x00,  // leaf
+      0x02,
+      0x00,
+      0x00,
+      0x00,  // select count 2
+      0x01,
+      0x00,
+      0x00,
+      0x00,
+      0xff,
+      0xff,
+      0xff,
+      0x3f,  // 1, p - 1 (31 bits each)
+      // share_seed: bytes 1..32, count 5 (a server expands it; the elements above
+      // would then be refused beside it: share_seeds.h)
+      1,
+      2,
+      3,
+      4,
+      5,
+      6,
+      7,
+      8,
+      9,
+      10,
+      11,
+      12,
+      13,
+      14,
+      15,
+      16,
+      17,
+      18,
+      19,
+      20,
+      21,
+      22,
+      23,
+      24,
+      25,
+      26,
+      27,
+      28,
+      29,
+      30,
+      31,
+      32,
+      0x05,
+      0x00,
+      0x00,
+      0x00,
+      // select_seed: none
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
+      0,
   };
   EXPECT_EQ(Encode(h, m), expected);
   auto r = Decode(expected);
@@ -770,15 +1013,15 @@ TEST(WireTest, StringsAreCapped) {
 
 TEST(WireTest, VersionMismatchNamesBothVersions) {
   std::vector<std::uint8_t> frame = Encode(Header{}, StatusRequest{});
-  frame[4] = 7;  // version 7
+  frame[4] = 9;  // version 9
   auto r = Decode(frame);
-  ExpectCorruption(r, "version 7");
+  ExpectCorruption(r, "version 9");
   EXPECT_NE(r.status().message().find("version " + std::to_string(kWireVersion)),
             std::string::npos)
       << r.status().message();
   // A future version is recognised even if its header is shorter than ours.
   std::vector<std::uint8_t> tiny(frame.begin(), frame.begin() + 6);
-  ExpectCorruption(Decode(tiny), "version 7");
+  ExpectCorruption(Decode(tiny), "version 9");
 }
 
 TEST(WireTest, BadMagicAndUnknownTypesAreRejected) {
