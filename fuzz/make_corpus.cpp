@@ -179,19 +179,19 @@ struct Requests {
   wire::StoreShape s;
   TreeGeometry geo() const { return {s.height, s.bucket_size}; }
   wire::RetrieveRequest Retrieve(std::uint64_t leaf_index, std::uint32_t salt) const {
-    return {geo().first_leaf() + leaf_index, Elems(geo().path_slots(), salt)};
+    return {geo().first_leaf() + leaf_index, Elems(geo().path_slots(), salt), {}};
   }
   wire::WriteRootRequest WriteRoot(std::uint32_t slot, std::uint32_t salt) const {
-    return {slot, Elems(s.elems_per_slot, salt)};
+    return {slot, Elems(s.elems_per_slot, salt), {}};
   }
   wire::RetrieveWriteRootRequest RetrieveWriteRoot(std::uint32_t slot, std::uint64_t leaf_index,
                                                    std::uint32_t salt) const {
     return {slot, Elems(s.elems_per_slot, salt), geo().first_leaf() + leaf_index,
-            Elems(geo().path_slots(), salt + 1)};
+            Elems(geo().path_slots(), salt + 1), {}, {}};
   }
   wire::EvictPrepareRequest Prepare(std::uint64_t eviction, std::uint32_t attempt) const {
     const std::size_t n = (std::size_t{s.height} + 1) * 2 * s.bucket_size * s.bucket_size;
-    return {eviction, attempt, geo().EvictionLeaf(eviction), Elems(n, 9)};
+    return {eviction, attempt, geo().EvictionLeaf(eviction), Elems(n, 9), {}};
   }
 };
 
@@ -205,6 +205,26 @@ void HandlerCorpus(const fs::path& root) {
   w.Add("stats", Session(fz::kStartMedium).Lease().Send(Hdr(1), med.Retrieve(3, 1))
                      .Send(Hdr(2, 0), wire::StatsRequest{}).bytes());
   w.Add("retrieve", Session(fz::kStartMedium).Lease().Send(Hdr(1), med.Retrieve(3, 1)).bytes());
+  {
+    // Server 0's shares sent as seeds (wire/share_seeds.h): expanded, then
+    // served; a seed beside elements and a seed without a count, refused.
+    wire::ShareSeed seed;
+    seed.seed.fill(5);
+    seed.count = static_cast<std::uint32_t>(med.geo().path_slots());
+    wire::ShareSeed root_seed = seed;
+    root_seed.count = med.s.elems_per_slot;
+    wire::ShareSeed no_count = seed;
+    no_count.count = 0;
+    w.Add("seeded", Session(fz::kStartMedium)
+                        .Lease()
+                        .Send(Hdr(1), wire::RetrieveRequest{med.geo().first_leaf() + 2, {}, seed})
+                        .Send(Hdr(2), wire::RetrieveWriteRootRequest{0, {}, med.geo().first_leaf(),
+                                                                     {}, root_seed, seed})
+                        .Send(Hdr(3), wire::WriteRootRequest{1, {}, root_seed})
+                        .Send(Hdr(4), wire::RetrieveRequest{med.geo().first_leaf(), Elems(4, 1), seed})
+                        .Send(Hdr(5), wire::WriteRootRequest{2, {}, no_count})
+                        .bytes());
+  }
   w.Add("write_then_retrieve", Session(fz::kStartMedium).Lease()
                                    .Send(Hdr(1), med.WriteRoot(2, 2))
                                    .Send(Hdr(2), med.Retrieve(5, 3))
