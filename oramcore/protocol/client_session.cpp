@@ -468,7 +468,7 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     std::span<const Elem> secret,
     const std::function<wire::Body(std::vector<Elem>&&, const wire::ShareSeed&)>& make_request,
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
-    std::uint64_t& wait_ns) {
+    std::uint64_t& wait_ns, bool seeded) {
   const OramParams& p = params();
   S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
@@ -476,7 +476,11 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     TimeInto timer(compute_ns);
     std::vector<std::vector<Elem>> shares(p.parties);
     wire::ShareSeed seed;
-    ShareVectorSeeded(secret, p.threshold, shares, seed);
+    if (seeded) {
+      ShareVectorSeeded(secret, p.threshold, shares, seed);
+    } else {
+      ShareVector(secret, p.threshold, shares);
+    }
     for (std::size_t i = 0; i < shares.size(); ++i) {
       frames.push_back(wire::Encode(
           h, make_request(std::move(shares[i]), i == kSeededParty ? seed : wire::ShareSeed{})));

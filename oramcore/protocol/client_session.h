@@ -163,16 +163,16 @@ class ClientSession {
   static ServerReport ReportOf(const ServerSet& servers, const FsId& fs_id, std::size_t server,
                                ServerSet::Answer answer);
   // Shares `secret` afresh among the servers (degree t, the OS CSPRNG;
-  // ShareVectorSeeded, so server kSeededParty gets a seed instead) and sends
-  // server i the request make_request(its shares, its seed), all under one
-  // mutation header; returns the replies. `compute_ns` and `wait_ns`
+  // ShareVectorSeeded when `seeded`, so server kSeededParty gets a seed
+  // instead) and sends server i the request make_request(its shares, its
+  // seed), all under one mutation header; returns the replies. `compute_ns` and `wait_ns`
   // accumulate the time spent sharing and encoding, and waiting.
   Result<std::vector<wire::Message>> ExchangeShared(
       std::span<const field::Elem> secret,
       const std::function<wire::Body(std::vector<field::Elem>&&, const wire::ShareSeed&)>&
           make_request,
       wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
-      std::uint64_t& wait_ns);
+      std::uint64_t& wait_ns, bool seeded = true);
 
   // --- The lease. -----------------------------------------------------------------
   // Acquires it on every server under the current epoch; on refusal releases

@@ -93,7 +93,7 @@ struct CostModel {
   double slot_multiplications;     // retrieval Z(H+1) + eviction 2 Z^2 (H+1) / A
   double field_mults;              // slot_multiplications * m
   double client_upload_bytes;      // all servers: select shares + root write + matrices / A
-                                   // (one server's as seeds when t = 1)
+                                   // (one server's select and root shares as seeds when t = 1)
   double client_download_bytes;    // all servers: retrieval answers
   double server_to_server_bytes;   // all servers: SMP shares / A
   double storage_bytes_per_server; // share file size
