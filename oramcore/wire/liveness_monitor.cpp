@@ -86,6 +86,10 @@ std::chrono::milliseconds LivenessMonitor::SuspectAfter() const {
 
 std::chrono::milliseconds LivenessMonitor::CheckDeadline() const {
   const std::lock_guard lock(mu_);
+  return CheckDeadlineLocked();
+}
+
+std::chrono::milliseconds LivenessMonitor::CheckDeadlineLocked() const {
   return std::clamp(
       kMinCheckDeadline + std::chrono::duration_cast<std::chrono::milliseconds>(4 * round_trip_),
       kMinCheckDeadline, kMaxCheckDeadline);
@@ -158,9 +162,7 @@ void LivenessMonitor::TakeAnswers(std::size_t i, void* socket, Clock::time_point
 }
 
 void LivenessMonitor::ExpireChecks(Clock::time_point now) {
-  const auto deadline = std::clamp(
-      kMinCheckDeadline + std::chrono::duration_cast<std::chrono::milliseconds>(4 * round_trip_),
-      kMinCheckDeadline, kMaxCheckDeadline);
+  const auto deadline = CheckDeadlineLocked();
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     PerServer& s = servers_[i];
     if (!s.in_flight || now - s.sent < deadline) continue;

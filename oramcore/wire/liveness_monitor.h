@@ -89,6 +89,7 @@ class LivenessMonitor {
   void SendCheck(std::size_t i, void* socket, Clock::time_point now);
   void TakeAnswers(std::size_t i, void* socket, Clock::time_point now);
   void ExpireChecks(Clock::time_point now);
+  std::chrono::milliseconds CheckDeadlineLocked() const;  // CheckDeadline, mu_ held
 
   void* context_;
   const std::vector<Target> targets_;
