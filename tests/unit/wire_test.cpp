@@ -527,110 +527,27 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   h.epoch = 0x0102030405060708ull;
   h.seq = 0x2a;
   RetrieveRequest m{0x11223344556677ull, {1, 0x7ffffffe}, {}};
+  // clang-format off
   const std::vector<std::uint8_t> expected = {
-      0x53,
-      0x33,
-      0x4f,
-      0x52,  // magic "S3OR" as u32 0x524f3353
-      0x07,
-      0x00,  // version 7
-      0x06,
-      0x00,  // type 6 = RETRIEVE_REQUEST
-      0x00,
-      0x01,
-      0x02,
-      0x03,
-      0x04,
-      0x05,
-      0x06,
-      0x07,  // fs_id
-      0x08,
-      0x09,
-      0x0a,
-      0x0b,
-      0x0c,
-      0x0d,
-      0x0e,
-      0x0f,
-      0x08,
-      0x07,
-      0x06,
-      0x05,
-      0x04,
-      0x03,
-      0x02,
-      0x01,  // epoch
-      0x2a,
-      0x00,
-      0x00,
-      0x00,
-      0x00,
-      0x00,
-      0x00,
-      0x00,  // seq
-      0x38,
-      0x00,
-      0x00,
-      0x00,  // body length 56 = 8 + 4 + 8 + 36
-      0x77,
-      0x66,
-      0x55,
-      0x44,
-      0x33,
-      0x22,
-      0x11,
-      0x00,  // leaf
-      0x02,
-      0x00,
-      0x00,
-      0x00,  // select count 2
+      0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
+      0x07, 0x00,              // version 7
+      0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
+      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
+      0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
+      0x2a, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
+      0x38, 0x00, 0x00, 0x00,                          // body length 56 = 8 + 4 + 8 + 36
+      0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
+      0x02, 0x00, 0x00, 0x00,                          // select count 2
       // 1 in bits 0..30, p - 1 = 0x7ffffffe in bits 31..61, two zero padding bits
-      0x01,
-      0x00,
-      0x00,
-      0x00,
-      0xff,
-      0xff,
-      0xff,
-      0x3f,
-      // select_seed: none (32 zero bytes, count 0)
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
+      0x01, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x3f,
+      // select_seed:
+      // no seed: 32 zero bytes, count 0
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      0x00, 0x00, 0x00, 0x00,
   };
+  // clang-format on
   EXPECT_EQ(Encode(h, m), expected);
   auto r = Decode(expected);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
@@ -646,159 +563,34 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   RetrieveWriteRootRequest m{7, {3}, 0x11223344556677ull, {1, 0x7ffffffe}, {}, {}};
   for (std::uint8_t b = 0; b < 32; ++b) m.share_seed.seed[b] = static_cast<std::uint8_t>(b + 1);
   m.share_seed.count = 5;
+  // clang-format off
   const std::vector<std::uint8_t> expected = {
-      0x53,
-      0x33,
-      0x4f,
-      0x52,  // magic
-      0x07,
-      0x00,  // version 7
-      0x2a,
-      0x00,  // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
-      0x00,
-      0x01,
-      0x02,
-      0x03,
-      0x04,
-      0x05,
-      0x06,
-      0x07,  // fs_id
-      0x08,
-      0x09,
-      0x0a,
-      0x0b,
-      0x0c,
-      0x0d,
-      0x0e,
-      0x0f,
-      0x08,
-      0x07,
-      0x06,
-      0x05,
-      0x04,
-      0x03,
-      0x02,
-      0x01,  // epoch
-      0x2b,
-      0x00,
-      0x00,
-      0x00,
-      0x00,
-      0x00,
-      0x00,
-      0x00,  // seq
-      0x68,
-      0x00,
-      0x00,
-      0x00,  // body length 104 = 4 + (4 + 4) + 8 + (4 + 8) + 36 + 36
-      0x07,
-      0x00,
-      0x00,
-      0x00,  // slot
-      0x01,
-      0x00,
-      0x00,
-      0x00,  // share count 1
-      0x03,
-      0x00,
-      0x00,
-      0x00,  // 3 in 31 bits, one zero padding bit
-      0x77,
-      0x66,
-      0x55,
-      0x44,
-      0x33,
-      0x22,
-      0x11,
-      0x00,  // leaf
-      0x02,
-      0x00,
-      0x00,
-      0x00,  // select count 2
-      0x01,
-      0x00,
-      0x00,
-      0x00,
-      0xff,
-      0xff,
-      0xff,
-      0x3f,  // 1, p - 1 (31 bits each)
-      // share_seed: bytes 1..32, count 5 (a server expands it; the elements above
-      // would then be refused beside it: share_seeds.h)
-      1,
-      2,
-      3,
-      4,
-      5,
-      6,
-      7,
-      8,
-      9,
-      10,
-      11,
-      12,
-      13,
-      14,
-      15,
-      16,
-      17,
-      18,
-      19,
-      20,
-      21,
-      22,
-      23,
-      24,
-      25,
-      26,
-      27,
-      28,
-      29,
-      30,
-      31,
-      32,
-      0x05,
-      0x00,
-      0x00,
-      0x00,
-      // select_seed: none
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
-      0,
+      0x53, 0x33, 0x4f, 0x52,  // magic
+      0x07, 0x00,              // version 7
+      0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
+      0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
+      0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
+      0x08, 0x07, 0x06, 0x05, 0x04, 0x03, 0x02, 0x01,  // epoch
+      0x2b, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00, 0x00,  // seq
+      0x68, 0x00, 0x00, 0x00,  // body length 104 = 4 + (4 + 4) + 8 + (4 + 8) + 36 + 36
+      0x07, 0x00, 0x00, 0x00,  // slot
+      0x01, 0x00, 0x00, 0x00,  // share count 1
+      0x03, 0x00, 0x00, 0x00,  // 3 in 31 bits, one zero padding bit
+      0x77, 0x66, 0x55, 0x44, 0x33, 0x22, 0x11, 0x00,  // leaf
+      0x02, 0x00, 0x00, 0x00,  // select count 2
+      0x01, 0x00, 0x00, 0x00, 0xff, 0xff, 0xff, 0x3f,  // 1, p - 1 (31 bits each)
+      // share_seed: bytes 1..32, count 5 (a server expands it; the elements
+      // above would then be refused beside it: share_seeds.h)
+      1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16,
+      17, 18, 19, 20, 21, 22, 23, 24, 25, 26, 27, 28, 29, 30, 31, 32,
+      0x05, 0x00, 0x00, 0x00,
+      // select_seed:
+      // no seed: 32 zero bytes, count 0
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+      0x00, 0x00, 0x00, 0x00,
   };
+  // clang-format on
   EXPECT_EQ(Encode(h, m), expected);
   auto r = Decode(expected);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
