@@ -178,6 +178,7 @@ int RunBench(const BenchArgs& a) {
   cluster::LocalClusterOptions copts;
   copts.dir = dir;
   copts.threads = a.threads;
+  copts.servers = p->parties;
   copts.sync = !a.no_sync;
   copts.log_level = a.server_log_level;
   copts.peer_timeout_ms = 600000;
@@ -208,10 +209,11 @@ int RunBench(const BenchArgs& a) {
   }
   OramClient& c = **client;
   if (!a.json) {
-    std::printf("benchmark: %llu accesses (%.0f%% writes), 3 local servers, %s kernels, sync=%s\n%s",
-                static_cast<unsigned long long>(accesses), a.write_fraction * 100,
-                kernels::FastKernelName(), a.no_sync ? "off" : "on",
-                DescribeParams(*p, a.params.allow_unsafe).c_str());
+    std::printf(
+        "benchmark: %llu accesses (%.0f%% writes), %u local servers, %s kernels, sync=%s\n%s",
+        static_cast<unsigned long long>(accesses), a.write_fraction * 100, p->parties,
+        kernels::FastKernelName(), a.no_sync ? "off" : "on",
+        DescribeParams(*p, a.params.allow_unsafe).c_str());
     std::fflush(stdout);
   }
 
@@ -360,9 +362,12 @@ int RunBench(const BenchArgs& a) {
 void RegisterBench(CLI::App& app, int* exit_code) {
   auto* cmd = app.add_subcommand("bench",
                                  "random verified accesses on a fresh or aged filesystem "
-                                 "over 3 temporary local servers");
+                                 "over temporary local servers (three unless told)");
   auto a = std::make_shared<BenchArgs>();
   AddParamOptions(cmd, a->params);
+  cmd->add_option("--servers", a->params.servers,
+                  "temporary local servers the shares are spread over (l, 3 to 16; t = 1)")
+      ->capture_default_str();
   cmd->add_option("-n,--accesses", a->accesses, "number of accesses (default: max(200, 3A))");
   cmd->add_option("--write-fraction", a->write_fraction, "share of writes")
       ->capture_default_str()->check(CLI::Range(0.0, 1.0));

@@ -81,7 +81,8 @@ void PrintClientSummary(std::string& out, const OramClient::Snapshot& client) {
 
 // One line per server (two while it evicts); returns how many are unreachable.
 int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
-                 const std::vector<std::optional<ServerDown>>& down) {
+                 const std::vector<std::optional<ServerDown>>& down,
+                 const std::vector<std::uint64_t>& wrong_answers) {
   int unreachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
@@ -90,6 +91,14 @@ int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
       // what this round of questions found.
       Appendf(out, "server %zu    %s  the client counts it down %s; its requests fail at once\n", i,
               r.endpoint.c_str(), DescribeDown(*down[i]).c_str());
+    }
+    if (i < wrong_answers.size() && wrong_answers[i] != 0) {
+      // Only with four or more servers: the others outvoted it.
+      Appendf(out,
+              "server %zu    %s  WRONG ANSWERS: %llu of its retrieval answers were wrong and "
+              "outvoted by the others since this client started; it lies or its storage is "
+              "damaged (s3oram scrub, then s3oram rebuild --server %zu if it is named)\n",
+              i, r.endpoint.c_str(), static_cast<unsigned long long>(wrong_answers[i]), i);
     }
     if (!r.status.ok()) {
       Appendf(out, "server %zu    %s  UNREACHABLE: %s\n", i, r.endpoint.c_str(),
@@ -272,7 +281,7 @@ StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews&
   StatusReport report;
   std::string& out = report.text;
   PrintClientSummary(out, client);
-  report.unreachable = PrintServers(out, servers.reports, client.down);
+  report.unreachable = PrintServers(out, servers.reports, client.down, client.wrong_answers);
   PrintStateNotes(out, client, live_mount);
   PrintLeases(out, client, servers.reports, servers.leases);
   PrintBackups(out, client, servers.reports, servers.backups);

@@ -331,6 +331,9 @@ AccessPath::AccessEnd AccessPath::RecoverAccess(Chunk& c, std::size_t j, AccessW
   const std::size_t m = p.elems_per_slot();
   const BlockId id = c.items[j].id;
   Chunk::Plan& pl = c.plans[j];
+  if (pl.repeat_of || pl.own_copy || pl.blind) {
+    if (CheckSelectsNothing(c, j) != AccessEnd::kNext) return AccessEnd::kStopChunk;
+  }
   if (pl.repeat_of) {
     // What the earlier item left; it failed: this one goes in the next
     // chunk, on its own retrieval.
@@ -352,26 +355,95 @@ AccessPath::AccessEnd AccessPath::RecoverAccess(Chunk& c, std::size_t j, AccessW
     w.elems.assign(m, 0);
     w.old_version = pl.where->version;
   } else {
-    std::vector<const Elem*> answers;
-    for (std::size_t i = 0; i < c.replies[j].value().size(); ++i) {
-      const auto& ans = std::get<wire::RetrieveReply>(c.replies[j].value()[i].body).answer;
-      if (ans.size() != m) {
-        c.chunk_error = Status::Protocol("server " + std::to_string(i) + " answered " +
-                                         std::to_string(ans.size()) + " elements, expected " +
-                                         std::to_string(m));
-        c.outcomes[j] = Outcome::kRefused;
-        return AccessEnd::kStopChunk;
-      }
-      answers.push_back(ans.data());
-    }
+    const auto answers = AnswersOf(c, j);
+    if (!answers) return AccessEnd::kStopChunk;
     w.elems.resize(m);
-    shamir::Recover(answers, lambda_, m, w.elems.data());
     w.held = pl.where.has_value();
     w.old_version = w.held ? pl.where->version : 0;
+    // The block's copy opens under its MAC; a retrieval of a block that is
+    // not in the tree selected nothing and opens to zero.
+    const auto outcome = decoder_.Decode(
+        *answers, m,
+        [&](std::span<const Elem> secrets) {
+          if (!w.held)
+            return std::all_of(secrets.begin(), secrets.end(), [](Elem e) { return e == 0; });
+          return session_.codec().Open(id, w.old_version, secrets, w.previous, &w.packed);
+        },
+        w.elems.data());
+    // Every server answered (a failed one stopped the chunk before).
+    w.authentic = !w.held || (outcome && outcome->accepted);
+    if (outcome) NoteWrongAnswers(c, j, *outcome);
+    return AccessEnd::kNext;
   }
   if (w.held)
     w.authentic = session_.codec().Open(id, w.old_version, w.elems, w.previous, &w.packed);
   return AccessEnd::kNext;
+}
+
+std::optional<std::vector<const Elem*>> AccessPath::AnswersOf(Chunk& c, std::size_t j) {
+  const std::size_t m = params().elems_per_slot();
+  std::vector<const Elem*> answers;
+  for (std::size_t i = 0; i < c.replies[j].value().size(); ++i) {
+    const auto& ans = std::get<wire::RetrieveReply>(c.replies[j].value()[i].body).answer;
+    if (ans.size() != m) {
+      c.chunk_error =
+          Status::Protocol("server " + std::to_string(i) + " answered " +
+                           std::to_string(ans.size()) + " elements, expected " + std::to_string(m));
+      c.outcomes[j] = Outcome::kRefused;
+      return std::nullopt;
+    }
+    answers.push_back(ans.data());
+  }
+  return answers;
+}
+
+AccessPath::AccessEnd AccessPath::CheckSelectsNothing(Chunk& c, std::size_t j) {
+  // With 2t + 1 servers nothing can be said of who is wrong, and what such
+  // a retrieval opens to is not used: nothing to check.
+  if (decoder_.parties() <= decoder_.degree() + 1) return AccessEnd::kNext;
+  const auto answers = AnswersOf(c, j);
+  if (!answers) return AccessEnd::kStopChunk;
+  std::vector<Elem> opened(params().elems_per_slot());
+  const auto outcome = decoder_.Decode(
+      *answers, opened.size(),
+      [](std::span<const Elem> s) {
+        return std::all_of(s.begin(), s.end(), [](Elem e) { return e == 0; });
+      },
+      opened.data());
+  if (outcome) NoteWrongAnswers(c, j, *outcome);
+  return AccessEnd::kNext;
+}
+
+void AccessPath::NoteWrongAnswers(const Chunk& c, std::size_t j,
+                                  const shamir::RobustDecoder::Outcome& o) {
+  if (o.wrong.empty() || !o.accepted) return;
+  stats_.wrong_answers.resize(params().parties, 0);
+  for (std::size_t i : o.wrong) ++stats_.wrong_answers[i];
+  // After resends a pipelined answer may be computed over a root a later
+  // root write changed: garbage, not a lie. The access used the others'.
+  if (c.resent) {
+    spdlog::debug("access to block {}: a wrong answer after resends, outvoted", c.items[j].id);
+    return;
+  }
+  std::string who, used;
+  for (std::size_t i : o.wrong) {
+    who += (who.empty() ? "" : ", ") + std::string("server ") + std::to_string(i) + " (" +
+           session_.servers().endpoint(i) + ")";
+  }
+  for (std::size_t i : o.used) used += (used.empty() ? "" : ", ") + std::to_string(i);
+  // One message per set of wrong servers (NoteProblem records each distinct
+  // message once): the block is left out, it would make one per block.
+  const Status st = Status::Integrity(
+      "retrieval answers inconsistent across the servers: " + who +
+      " answered wrongly, outvoted by servers " + used +
+      " whose answers verify; the access returned the right bytes. That server lies or its "
+      "storage is damaged: run s3oram scrub, and s3oram rebuild --server N for a server it "
+      "reports");
+  if (st.message() != last_wrong_answer_note_) {
+    spdlog::warn("access to block {}: {}", c.items[j].id, st.message());
+    last_wrong_answer_note_ = st.message();
+  }
+  session_.NoteProblem(st);
 }
 
 AccessPath::AccessEnd AccessPath::ResealAccess(Chunk& c, std::size_t j, AccessWork& w) {

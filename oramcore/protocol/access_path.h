@@ -47,11 +47,13 @@
 #include <functional>
 #include <optional>
 #include <span>
+#include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "oramcore/base/status.h"
 #include "oramcore/math/field.h"
+#include "oramcore/math/robust_decode.h"
 #include "oramcore/protocol/client_session.h"
 #include "oramcore/protocol/client_stats.h"
 #include "oramcore/protocol/evictor.h"
@@ -78,16 +80,17 @@ class AccessPath {
   // See OramClient::ChunkGate.
   using ChunkGate = std::function<std::size_t(std::size_t remaining)>;
 
-  // `lambda`: Lagrange weights at 0 over all parties (degree-2t recovery);
+  // `decoder`: recovers a retrieval's degree-2t answer from the servers'
+  // answers, outvoting a wrong one when there are more than 2t + 1;
   // `root_copies`: null when read-only. All referenced objects outlive the
   // access path.
   AccessPath(ClientSession& session, PositionMap& pm, ClientStats& stats,
-             const std::vector<field::Elem>& lambda, RootWriteQueue& roots, Evictor& evictor,
+             const shamir::RobustDecoder& decoder, RootWriteQueue& roots, Evictor& evictor,
              RootCopies* root_copies)
       : session_(session),
         pm_(pm),
         stats_(stats),
-        lambda_(lambda),
+        decoder_(decoder),
         roots_(roots),
         evictor_(evictor),
         root_copies_(root_copies) {}
@@ -122,6 +125,15 @@ class AccessPath {
   void SendRetrievals(Chunk& c);
   AccessEnd FinishAccess(Chunk& c, std::size_t j);
   AccessEnd RecoverAccess(Chunk& c, std::size_t j, AccessWork& w);
+  // Access j's answers, one per server, each checked to be a whole slot
+  // (else the chunk stops with a protocol error).
+  std::optional<std::vector<const field::Elem*>> AnswersOf(Chunk& c, std::size_t j);
+  // A retrieval that selected nothing must open to zero: with more than
+  // 2t + 1 servers a wrong answer to it is found and named too.
+  AccessEnd CheckSelectsNothing(Chunk& c, std::size_t j);
+  // Counts and reports the servers whose answer to access j was off the
+  // polynomial the others verified.
+  void NoteWrongAnswers(const Chunk& c, std::size_t j, const shamir::RobustDecoder::Outcome& o);
   AccessEnd ResealAccess(Chunk& c, std::size_t j, AccessWork& w);
   Status RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uint8_t>>>& out);
   // The root's last slot written: the queued root writes, then the eviction.
@@ -169,7 +181,7 @@ class AccessPath {
   ClientSession& session_;
   PositionMap& pm_;
   ClientStats& stats_;
-  const std::vector<field::Elem>& lambda_;
+  const shamir::RobustDecoder& decoder_;
   RootWriteQueue& roots_;
   Evictor& evictor_;
   RootCopies* const root_copies_;
@@ -177,6 +189,7 @@ class AccessPath {
   std::vector<Exposed> exposed_;  // in the order their retrievals went out
   // Quarantined blocks, with the failure of their last cleanup read.
   std::unordered_map<BlockId, Status> quarantined_;
+  std::string last_wrong_answer_note_;  // logged once while it repeats
   bool cleaning_ = false;  // CleanUpExposed is running cleanup reads
   // Set by SendRetrievals once a chunk's retrievals went out: an error after
   // that is the servers' answer to them, one before it is not.

@@ -184,7 +184,9 @@ Status OramClient::LoadState() {
   S3ORAM_ASSIGN_OR_RETURN(parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
   roots_ = std::make_unique<RootWriteQueue>(*session_, *pm_, stats_);
   evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, lambda_, parity_rows_);
-  access_ = std::make_unique<AccessPath>(*session_, *pm_, stats_, lambda_, *roots_, *evictor_,
+  S3ORAM_ASSIGN_OR_RETURN(
+      decoder_, shamir::RobustDecoder::Make(config.params.parties, 2 * config.params.threshold));
+  access_ = std::make_unique<AccessPath>(*session_, *pm_, stats_, *decoder_, *roots_, *evictor_,
                                          root_copies_.get());
   return Status::Ok();
 }
@@ -207,6 +209,7 @@ OramClient::Snapshot OramClient::TakeSnapshot() const {
   s.writes_stopped = writes_stopped();
   s.fenced = fenced();
   s.down = ServersDown();
+  s.wrong_answers = stats_.wrong_answers;
   return s;
 }
 

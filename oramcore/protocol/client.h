@@ -82,6 +82,7 @@
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
 #include "oramcore/crypto/block_seal.h"
+#include "oramcore/math/robust_decode.h"
 #include "oramcore/protocol/access_path.h"
 #include "oramcore/protocol/client_session.h"
 #include "oramcore/protocol/client_stats.h"
@@ -253,6 +254,8 @@ class OramClient {
     bool fenced = false;
     // Per server: whether this client counts it down (ServersDown()).
     std::vector<std::optional<ServerDown>> down;
+    // Per server: its retrieval answers this process outvoted (ClientStats).
+    std::vector<std::uint64_t> wrong_answers;
   };
   Snapshot TakeSnapshot() const;
   // Per server, whether this client's transport counts it down, and why
@@ -381,6 +384,8 @@ class OramClient {
   OpeningViews opened_with_;
   std::unique_ptr<PositionMap> pm_;
   std::vector<field::Elem> lambda_;  // Lagrange weights at 0 over all parties (degree-2t recovery)
+  // A retrieval's degree-2t answer from the servers', a wrong one outvoted.
+  std::optional<shamir::RobustDecoder> decoder_;
   ClientStats stats_;
   std::unique_ptr<RootCopies> root_copies_;  // null when read-only
   FreshnessVerdict freshness_;

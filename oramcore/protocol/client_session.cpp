@@ -309,6 +309,9 @@ void ClientSession::NoteProblem(const Status& st) {
   if (writes_stopped_ && st.message() == writes_stopped_->message()) return;
   if (damaged) StopWrites(st, /*recorded=*/false);
   if (noted_problem_ == st.message().substr(0, kProblemNoteMax)) return;
+  // A recorded damage stops the next mount's writes: a lesser problem
+  // (an inconsistency, an outvoted answer) must not replace it.
+  if (const auto& note = store_->problem_note(); !damaged && note && note->damaged) return;
   if (Status c = RecordProblemNote(st.message(), damaged); !c.ok()) {
     spdlog::warn("recording the problem in the client state: {}", c.ToString());
   }

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 namespace s3oram {
 
@@ -28,6 +29,9 @@ struct ClientStats {
   std::uint64_t accesses = 0;
   std::uint64_t evictions = 0;
   std::uint64_t eviction_retries = 0;
+  // Per server: retrieval answers found wrong and outvoted by the others
+  // (only with more than 2t + 1 servers; empty until one was).
+  std::vector<std::uint64_t> wrong_answers;
   AccessTimings timings;
 };
 

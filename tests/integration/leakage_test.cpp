@@ -11,6 +11,8 @@
 // retrieval paths must look uniform (chi-square, even when one block is read
 // over and over); root writes must walk the slots 0..A-1 in order; eviction
 // paths must be exactly the deterministic reverse-lexicographic sequence.
+// With four servers, one whose answers are changed is outvoted and changes
+// none of that.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -29,6 +31,7 @@
 namespace s3oram {
 namespace {
 
+using testing::TamperMode;
 using testing::TamperProxy;
 using testing::TranscriptEntry;
 
@@ -228,6 +231,125 @@ TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
       const double critical = ChiSquareCritical(double(bins.size() - 1));
       std::printf("[ leakage  ] server %zu, %s: retrieval leaves chi2 = %.1f (df %zu, critical %.1f)\n",
                   s, names[w], chi2, bins.size() - 1, critical);
+      EXPECT_LT(chi2, critical) << "server " << s << ", " << names[w]
+                                << ": retrieval paths are not uniform";
+    }
+  }
+}
+
+// Issue 44, point 7: a liar among four servers is outvoted (any three answers
+// give the degree-2 answer), so it changes nothing any server sees. One
+// client runs four workloads of n accesses: one block read n times with every
+// server honest, then, with server L's retrieval answers changed in transit
+// (a bit flipped in every one, or the answer to an earlier retrieval), the
+// same, n distinct reads, and n writes. No access fails and none is retried:
+// every server, L included, sees the message shapes of the honest run, one
+// retrieval per access and uniform paths; each changed answer is counted
+// against L and no other server.
+TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
+  const std::uint64_t seed = testing::TestSeed();
+  OramParams params = testing::SmallParams(256, 8, 7);  // 512 blocks, 64 leaves
+  params.parties = 4;
+  const TreeGeometry geo = params.geometry();
+  const std::size_t liar = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu's answers are changed\n",
+              static_cast<unsigned long long>(seed), liar);
+  testing::TempDir dir;
+  auto cluster = testing::StartCluster(dir.Sub("cluster"), 20000, 4);
+  ASSERT_TRUE(cluster);
+  std::vector<std::unique_ptr<TamperProxy>> proxies;
+  FsConfig config;
+  config.params = params;
+  for (std::size_t i = 0; i < cluster->endpoints().size(); ++i) {
+    proxies.push_back(TamperProxy::Start(cluster->endpoints()[i], cluster->server_public_keys()[i],
+                                         cluster->client_key_file()));
+    ASSERT_TRUE(proxies.back());
+    config.servers.push_back(proxies.back()->endpoint());
+    config.server_keys.push_back(proxies.back()->public_key());
+  }
+  config.client_key_file = cluster->client_key_file();
+  const std::string state = dir.Sub("fs.s3oram");
+  ASSERT_TRUE(testing::TestInitialize(state, config).ok());
+  auto c = testing::TestOpen(state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto rng = testing::SeededRng();
+  const std::uint64_t n = params.capacity_blocks;
+  ASSERT_EQ(n % params.evict_rate, 0u);
+  std::vector<std::vector<std::uint8_t>> model(n);
+  for (BlockId id = 0; id < n; ++id) {
+    model[id] = testing::Content(256, id, 0);
+    ASSERT_TRUE((*c)->Write(id, model[id]).ok());
+  }
+
+  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
+  auto run = [&](TamperMode mode, const std::function<void(std::uint64_t)>& access) {
+    for (auto& p : proxies) p->ClearTranscript();
+    proxies[liar]->SetMode(mode, 1.0);
+    for (std::uint64_t i = 0; i < n; ++i) access(i);
+    proxies[liar]->SetMode(TamperMode::kNone, 0.0);
+    std::vector<std::vector<TranscriptEntry>> per_server;
+    for (std::size_t i = 0; i < proxies.size(); ++i) {
+      std::uint64_t resends = 0;
+      per_server.push_back(WithoutResends(proxies[i]->transcript(), &resends));
+    }
+    runs.push_back(std::move(per_server));
+  };
+  auto read = [&](BlockId id) {
+    auto got = (*c)->Read(id);
+    ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+    ASSERT_EQ(*got, model[id]) << "block " << id;
+  };
+  run(TamperMode::kNone, [&](std::uint64_t) { read(0); });
+  ASSERT_EQ(proxies[liar]->tampered(), 0u);
+  run(TamperMode::kBitFlip, [&](std::uint64_t) { read(0); });
+  std::vector<BlockId> order(n);
+  for (BlockId id = 0; id < n; ++id) order[id] = id;
+  std::shuffle(order.begin(), order.end(), rng);
+  run(TamperMode::kSwap, [&](std::uint64_t i) { read(order[i]); });
+  run(TamperMode::kBitFlip, [&](std::uint64_t i) {
+    const BlockId id = rng() % n;
+    model[id] = testing::Content(256, id, i + 1);
+    ASSERT_TRUE((*c)->Write(id, model[id]).ok());
+  });
+  ASSERT_EQ(runs.size(), 4u);
+  const std::uint64_t tampered = proxies[liar]->tampered();
+  EXPECT_GE(tampered, 3 * n - 1) << "the liar's answers were not changed";
+  const std::vector<std::uint64_t>& wrong = (*c)->stats().wrong_answers;
+  ASSERT_EQ(wrong.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) {
+    EXPECT_EQ(wrong[i], i == liar ? tampered : 0) << "server " << i;
+  }
+
+  const char* names[] = {"one block read n times, all honest", "one block read n times, a liar",
+                         "n distinct reads, a liar", "n writes, a liar"};
+  for (std::size_t s = 0; s < 4; ++s) {
+    const auto reference = Shapes(runs[0][s]);
+    ASSERT_FALSE(reference.empty());
+    for (std::size_t w = 1; w < runs.size(); ++w) {
+      EXPECT_TRUE(Shapes(runs[w][s]) == reference)
+          << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
+    }
+    for (std::size_t w = 0; w < runs.size(); ++w) {
+      std::vector<std::uint64_t> bins(32, 0);
+      std::uint64_t retrievals = 0;
+      for (const auto& e : runs[w][s]) {
+        if (!e.from_client) continue;
+        if (e.type == wire::MessageType::kRetrieveWriteRootRequest ||
+            e.type == wire::MessageType::kRetrieveRequest) {
+          ASSERT_GE(e.leaf, geo.first_leaf());
+          ASSERT_LT(e.leaf - geo.first_leaf(), geo.num_leaves());
+          ++bins[(e.leaf - geo.first_leaf()) * bins.size() / geo.num_leaves()];
+          ++retrievals;
+        }
+      }
+      EXPECT_EQ(retrievals, n) << "server " << s << ", " << names[w] << ": an access was retried";
+      const double expect = double(retrievals) / double(bins.size());
+      double chi2 = 0;
+      for (std::uint64_t b : bins) chi2 += (double(b) - expect) * (double(b) - expect) / expect;
+      const double critical = ChiSquareCritical(double(bins.size() - 1));
+      std::printf(
+          "[ leakage  ] server %zu, %s: retrieval leaves chi2 = %.1f (df %zu, critical %.1f)\n", s,
+          names[w], chi2, bins.size() - 1, critical);
       EXPECT_LT(chi2, critical) << "server " << s << ", " << names[w]
                                 << ": retrieval paths are not uniform";
     }

@@ -115,6 +115,63 @@ TEST(LyingServerTest, WrongRetrievalAnswersFailReadsAndLoseNothing) {
   ExpectBlocks(fs->state, model);
 }
 
+// (a') The same liar among four servers (t = 1: any three answers give the
+// degree-2 answer): it is outvoted. Every read returns the bytes written,
+// through evictions; the wrong answers are counted against the liar alone,
+// and the state's problem note names it by endpoint; writes go on.
+TEST(LyingServerTest, WithFourServersWrongRetrievalAnswersAreOutvotedAndTheLiarNamed) {
+  const std::uint64_t seed = testing::TestSeed();
+  OramParams params = testing::SmallParams(256, 4, 4);
+  params.parties = 4;
+  auto fs = testing::MakeFs(params, /*peer_timeout_ms=*/3000);
+  ASSERT_TRUE(fs);
+  const std::size_t liar = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu of four lies about retrievals\n",
+              static_cast<unsigned long long>(seed), liar);
+  Model model;
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    model = WriteBlocks(**c, 6, seed);
+  }
+  Become(*fs->cluster, liar, "retrieve");
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    const std::uint64_t evictions = (*c)->counters().ne;
+    for (const auto& [id, want] : model) {
+      auto got = (*c)->Read(id);
+      ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+      ASSERT_EQ(*got, want) << "block " << id;
+    }
+    for (auto& [id, bytes] : WriteBlocks(**c, 10, seed + 1)) model[id] = bytes;
+    EXPECT_GE((*c)->counters().ne, evictions + 2) << "the evictions did not go on";
+    for (const auto& [id, want] : model) {
+      auto got = (*c)->Read(id);
+      ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+      ASSERT_EQ(*got, want) << "block " << id;
+    }
+    const std::vector<std::uint64_t>& wrong = (*c)->stats().wrong_answers;
+    ASSERT_EQ(wrong.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) {
+      if (i == liar) {
+        EXPECT_GT(wrong[i], 0u) << "the liar's answers were never found wrong";
+      } else {
+        EXPECT_EQ(wrong[i], 0u) << "honest server " << i << " counted as wrong";
+      }
+    }
+    const auto& note = (*c)->problem_note();
+    ASSERT_TRUE(note.has_value());
+    EXPECT_FALSE(note->damaged);
+    const std::string named = "server " + std::to_string(liar) + " (" +
+                              fs->cluster->endpoints()[liar] + ") answered wrongly";
+    EXPECT_NE(note->text.find(named), std::string::npos) << note->text;
+    EXPECT_FALSE((*c)->writes_stopped().has_value());
+  }
+  Become(*fs->cluster, liar, "");
+  ExpectBlocks(fs->state, model);
+}
+
 // The eviction of a client driven until it is due; returns the status of
 // the access that met its refusal (an eviction starts after access r * A
 // and is collected after access (r + 1) * A, in the background between).

@@ -39,8 +39,9 @@ struct InProcessFs {
   std::string state;
   ClientOptions options;
 
-  InProcessFs() {
+  explicit InProcessFs(std::size_t servers = 3) {
     InProcessCluster::Options o;
+    o.servers = servers;
     o.peer_timeout = std::chrono::milliseconds(2000);
     auto c = InProcessCluster::Create(dir.Sub("servers"), o);
     EXPECT_TRUE(c.ok()) << c.status().ToString();
@@ -48,6 +49,7 @@ struct InProcessFs {
     cluster = std::move(c).value();
     FsConfig config;
     config.params = testing::SmallParams(kBlockBytes, kEvictRate, kHeight);
+    config.params.parties = static_cast<std::uint32_t>(servers);
     config.servers = cluster->endpoints();
     // No link uses CURVE in process; the state keeps the servers' keys all
     // the same (a rebuild's masks derive from them). The client's is unused.
@@ -277,6 +279,51 @@ TEST(InProcessClientTest, AChangedRetrievalAnswerIsRefusedAndNoWrongByteIsReturn
   ASSERT_FALSE(read.ok()) << "a changed answer was accepted";
   EXPECT_EQ(read.status().code(), Status::Code::kIntegrity) << read.status().ToString();
   fs.cluster->SetLiar(1, {});
+  EXPECT_TRUE(ReadAll(**client, model));
+}
+
+// With four servers (t = 1: any three answers give the degree-2 answer) a
+// retrieval answer changed by one server is outvoted: every read returns the
+// bytes written, across writes and evictions; each changed answer, to a
+// retrieval that selects a block or one that selects nothing, is counted
+// against that server and no other, and the state's problem note names it;
+// writes are not stopped. The liar is drawn from the test seed.
+TEST(InProcessClientTest, WithFourServersAChangedAnswerIsOutvotedAndTheLiarNamed) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t liar = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu changes its retrieval answers\n",
+              static_cast<unsigned long long>(seed), liar);
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  std::uint64_t lies = 0;
+  fs.cluster->SetLiar(liar, [&](wire::Message& m) {
+    if (auto* r = std::get_if<wire::RetrieveReply>(&m.body); r && !r->answer.empty()) {
+      const std::size_t at = static_cast<std::size_t>(seed % r->answer.size());
+      r->answer[at] = field::Add(r->answer[at], 1 + seed % 1000);
+      ++lies;
+    }
+  });
+  const std::uint64_t evictions = (*client)->counters().ne;
+  ASSERT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
+  ASSERT_TRUE(ReadAll(**client, model));
+  EXPECT_GT((*client)->counters().ne, evictions + 2) << "the evictions did not go on";
+  fs.cluster->SetLiar(liar, {});
+  ASSERT_GT(lies, 0u);
+  const std::vector<std::uint64_t>& wrong = (*client)->stats().wrong_answers;
+  ASSERT_EQ(wrong.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(wrong[i], i == liar ? lies : 0) << "server " << i;
+  const auto& note = (*client)->problem_note();
+  ASSERT_TRUE(note.has_value());
+  EXPECT_FALSE(note->damaged);
+  const std::string named = "server " + std::to_string(liar) + " (in-process://server" +
+                            std::to_string(liar) + ") answered wrongly";
+  EXPECT_NE(note->text.find(named), std::string::npos) << note->text;
+  EXPECT_FALSE((*client)->writes_stopped().has_value());
   EXPECT_TRUE(ReadAll(**client, model));
 }
 

@@ -1,0 +1,112 @@
+// A filesystem on four servers (ℓ = 4, t = 1) through a real mount, with one
+// server that lies about every retrieval answer (the s3oram-serverd-liar test
+// build, serverd/lie.h): its answers are outvoted by the other three, so
+// every file reads back as written, writes go on, and `s3oram status` through
+// the mount names the liar among the four servers it lists.
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "tests/integration/fs_fixture.h"
+#include "tests/integration/run_cli.h"
+#include "tests/support/test_seed.h"
+
+namespace s3oram {
+namespace {
+
+using testing::CliArgs;
+using testing::CliRun;
+using testing::MountedFs;
+using testing::PatternBytes;
+using testing::RunCli;
+using testing::WriteFile;
+
+using Files = std::map<std::string, std::string>;
+
+std::string Liar() {
+  const char* env = std::getenv("S3ORAM_SERVERD_LIAR");
+  return env && *env ? env : S3ORAM_TEST_SERVERD_LIAR;
+}
+
+void ExpectFiles(const MountedFs& fs, const Files& files) {
+  for (const auto& [name, want] : files) {
+    const auto got = testing::ReadFile(fs.Path(name));
+    ASSERT_TRUE(got.has_value()) << name;
+    EXPECT_TRUE(*got == want) << name << " reads back other bytes";
+  }
+}
+
+TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt) {
+  testing::FsOptions options;
+  options.params = testing::DefaultFsParams();
+  options.params.parties = 4;
+  auto fs = MountedFs::Create(options);
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  const std::size_t liar = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu of four lies about retrievals\n",
+              static_cast<unsigned long long>(seed), liar);
+  Files files;
+  for (int i = 0; i < 4; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    files[name] = PatternBytes(40000 + 20011 * static_cast<std::size_t>(i), seed + i);
+    ASSERT_TRUE(WriteFile(fs->Path(name), files[name], 0644, /*do_fsync=*/true)) << name;
+  }
+  ASSERT_TRUE(fs->Unmount());
+
+  auto& cluster = *fs->test_fs()->cluster;
+  ASSERT_TRUE(cluster.Kill(liar, SIGTERM).ok());
+  const Status restarted = cluster.Restart(liar, {"S3ORAM_LIE=retrieve"}, Liar());
+  ASSERT_TRUE(restarted.ok()) << restarted.ToString();
+
+  // A cold mount: every block of every file is retrieved from the servers.
+  auto mounted = fs->Mount();
+  ASSERT_TRUE(mounted) << mounted.message();
+  ExpectFiles(*fs, files);
+  // Writes go on (no EROFS), through evictions: 2 MiB is 512 blocks, 32
+  // evictions of A = 16.
+  files["big"] = PatternBytes(2 << 20, seed + 99);
+  ASSERT_TRUE(WriteFile(fs->Path("big"), files["big"], 0644, /*do_fsync=*/true));
+  ExpectFiles(*fs, files);
+
+  const CliRun st = RunCli(CliArgs(*fs, "status"));
+  std::printf("[ status   ] of the mount, server %zu lying:\n%s", liar, st.output.c_str());
+  EXPECT_EQ(st.exit_code, 0) << st.output;
+  const std::string endpoint = fs->test_fs()->cluster->endpoints()[liar];
+  EXPECT_NE(
+      st.output.find("server " + std::to_string(liar) + "    " + endpoint + "  WRONG ANSWERS: "),
+      std::string::npos)
+      << "status does not name the liar:\n"
+      << st.output;
+  for (std::size_t i = 0; i < 4; ++i) {
+    if (i == liar) continue;
+    EXPECT_EQ(st.output.find("server " + std::to_string(i) + "    " +
+                             fs->test_fs()->cluster->endpoints()[i] + "  WRONG ANSWERS"),
+              std::string::npos)
+        << "honest server " << i << " named:\n"
+        << st.output;
+  }
+  EXPECT_NE(
+      st.output.find("server " + std::to_string(liar) + " (" + endpoint + ") answered wrongly"),
+      std::string::npos)
+      << "the problem line does not name the liar:\n"
+      << st.output;
+  EXPECT_EQ(st.output.find("STOPPED"), std::string::npos) << st.output;
+  EXPECT_NE(fs->daemon_log().find("answered wrongly"), std::string::npos)
+      << "the daemon did not log the liar";
+
+  // Honest again: everything is there after a remount.
+  ASSERT_TRUE(fs->Unmount());
+  ASSERT_TRUE(cluster.Kill(liar, SIGTERM).ok());
+  ASSERT_TRUE(cluster.Restart(liar).ok());
+  mounted = fs->Mount();
+  ASSERT_TRUE(mounted) << mounted.message();
+  ExpectFiles(*fs, files);
+}
+
+}  // namespace
+}  // namespace s3oram
