@@ -4,9 +4,9 @@
   rewrite-server-config CONF --listen URL --peer-listen URL --peer J=URL ...
       rewrites a server TOML made by `s3oram cluster start` for the
       namespaces (listen addresses, peer endpoints); everything else is kept
-  counters --prefix P
+  counters --prefix P [--servers N]
       bytes on each link class so far, from the interface counters of the
-      namespaces P-client, P-s0..2 (JSON): client_up = client eth0 tx,
+      namespaces P-client, P-s0..N-1 (JSON; N = 3 unless given): client_up = client eth0 tx,
       client_down = client eth0 rx, server_peer = the servers' eth0 tx minus
       what reached the client (their replies), i.e. what they sent each other
   fio-bytes FIO_JSON
@@ -88,7 +88,7 @@ def link_stats(ns, dev="eth0"):
 
 def cmd_counters(a):
     ctx, crx = link_stats(f"{a.prefix}-client")
-    stx = sum(link_stats(f"{a.prefix}-s{i}")[0] for i in range(3))
+    stx = sum(link_stats(f"{a.prefix}-s{i}")[0] for i in range(a.servers))
     print(json.dumps({"client_up": ctx, "client_down": crx, "server_peer": stx - crx}))
     return 0
 
@@ -191,7 +191,7 @@ def cmd_report(a):
           "User KB/s = bytes the job read or wrote / wall time (fio: from open to the end of the "
           "final fsync; cp: cp -r plus sync). Bytes per user byte: interface bytes (with TCP/IP "
           "headers) on each link class divided by the job's user bytes. Client up/down: the "
-          "laptop's link; server-server: what the three servers sent each other.", "",
+          "laptop's link; server-server: what the servers sent each other.", "",
           "Age: young = a new tree (mostly sparse holes); aged = every bucket written first "
           "(`s3oram age-fill`, net-bench --age), as a filesystem in use for months.", "",
           "| profile | B | init | age | job | user bytes | s | user KB/s | IOPS | p50 ms | "
@@ -361,6 +361,7 @@ def main():
     s.set_defaults(fn=cmd_rewrite_server_config)
     s = sub.add_parser("counters")
     s.add_argument("--prefix", required=True)
+    s.add_argument("--servers", type=int, default=3)
     s.set_defaults(fn=cmd_counters)
     s = sub.add_parser("fio-bytes")
     s.add_argument("fio")

@@ -471,15 +471,20 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     std::span<const Elem> secret,
     const std::function<wire::Body(std::vector<Elem>&&, const wire::ShareSeed&)>& make_request,
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
-    std::uint64_t& wait_ns, bool seeded) {
+    std::uint64_t& wait_ns, Seeding seeding) {
   const OramParams& p = params();
+  if (seeding == Seeding::kSeededLast) {
+    if (auto down = servers_->Down(kSeededParty)) {
+      return DownStatus(kSeededParty, servers_->endpoint(kSeededParty), *down);
+    }
+  }
   S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
   std::vector<std::vector<std::uint8_t>> frames;
   {
     TimeInto timer(compute_ns);
     std::vector<std::vector<Elem>> shares(p.parties);
     wire::ShareSeed seed;
-    if (seeded) {
+    if (seeding != Seeding::kNone) {
       ShareVectorSeeded(secret, p.threshold, shares, seed);
     } else {
       ShareVector(secret, p.threshold, shares);
@@ -491,7 +496,32 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     }
   }
   TimeInto timer(wait_ns);
-  return servers_->Exchange(frames, h, expected_reply, options);
+  if (seeding != Seeding::kSeededLast)
+    return servers_->Exchange(frames, h, expected_reply, options);
+  // Every other server first, then the seeded one, within one deadline.
+  const auto began = std::chrono::steady_clock::now();
+  std::vector<std::size_t> others;
+  std::vector<std::vector<std::uint8_t>> other_frames;
+  for (std::size_t i = 0; i < frames.size(); ++i) {
+    if (i == kSeededParty) continue;
+    others.push_back(i);
+    other_frames.push_back(std::move(frames[i]));
+  }
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Message> first,
+                          servers_->ExchangeWith(others, other_frames, h, expected_reply, options));
+  other_frames.clear();
+  TransportOptions rest = options;
+  const auto spent = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - began);
+  rest.deadline = std::max(std::chrono::milliseconds(1), options.deadline - spent);
+  rest.resend_after = std::min(rest.resend_after, rest.deadline);
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Message> last,
+                          servers_->ExchangeWith({kSeededParty}, {std::move(frames[kSeededParty])},
+                                                 h, expected_reply, rest));
+  std::vector<wire::Message> replies(frames.size());
+  for (std::size_t k = 0; k < others.size(); ++k) replies[others[k]] = std::move(first[k]);
+  replies[kSeededParty] = std::move(last[0]);
+  return replies;
 }
 
 }  // namespace s3oram

@@ -162,17 +162,30 @@ class ClientSession {
   ServerReport ReportOf(std::size_t server, ServerSet::Answer answer) const;
   static ServerReport ReportOf(const ServerSet& servers, const FsId& fs_id, std::size_t server,
                                ServerSet::Answer answer);
+  // How ExchangeShared's shares go out (fresh_shares.h).
+  enum class Seeding : std::uint8_t {
+    kNone,    // every server gets its shares in full
+    kSeeded,  // server kSeededParty gets the seed of its shares, sent with the others
+    // The same, but its request goes only once every other server answered:
+    // for a request that starts work between the servers (EVICT_PREPARE), so
+    // that the server sent a few bytes does not start it while the others
+    // still receive megabytes over the client's uplink.
+    kSeededLast,
+  };
   // Shares `secret` afresh among the servers (degree t, the OS CSPRNG;
-  // ShareVectorSeeded when `seeded`, so server kSeededParty gets a seed
-  // instead) and sends server i the request make_request(its shares, its
-  // seed), all under one mutation header; returns the replies. `compute_ns` and `wait_ns`
-  // accumulate the time spent sharing and encoding, and waiting.
+  // ShareVectorSeeded unless kNone) and sends server i the request
+  // make_request(its shares, its seed), all under one mutation header;
+  // returns the replies, in server order. `compute_ns` and `wait_ns`
+  // accumulate the time spent sharing and encoding, and waiting. Under
+  // kSeededLast a seeded server known to be down fails the call before
+  // anything is sent, and one that fails after the others answered leaves
+  // them started (as any server failing a request under Wait::kEvery may).
   Result<std::vector<wire::Message>> ExchangeShared(
       std::span<const field::Elem> secret,
       const std::function<wire::Body(std::vector<field::Elem>&&, const wire::ShareSeed&)>&
           make_request,
       wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
-      std::uint64_t& wait_ns, bool seeded = true);
+      std::uint64_t& wait_ns, Seeding seeding = Seeding::kSeeded);
 
   // --- The lease. -----------------------------------------------------------------
   // Acquires it on every server under the current epoch; on refusal releases

@@ -370,12 +370,13 @@ Status Evictor::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
           },
           wire::MessageType::kEvictStartedReply, budget, stats_.timings.eviction_client_ns,
           stats_.timings.eviction_prepare_wait_ns,
-          // Every server gets its matrices in full: a server sent a seed
-          // would start the share exchange while the others still receive
-          // megabytes over the client's uplink, and wait out its peer
-          // timeout for them (a paper-home link: 37 s for two shares of the
-          // 1 GiB default's matrices, against a 30 s peer timeout).
-          /*seeded=*/false));
+          // Server kSeededParty gets the seed of its matrices once the others
+          // have theirs (EVICT_STARTED): sent with them, it would start the
+          // share exchange while they still receive megabytes over the
+          // client's uplink, and wait out its peer timeout for them (a
+          // paper-home link: 37 s for two shares of the 1 GiB default's
+          // matrices, against a 30 s peer timeout).
+          ClientSession::Seeding::kSeededLast));
   for (std::size_t i = 0; i < replies.size(); ++i) {
     const auto& r = std::get<wire::EvictStartedReply>(replies[i].body);
     if (r.eviction != plan.eviction || r.attempt != attempt) {

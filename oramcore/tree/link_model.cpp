@@ -56,10 +56,12 @@ LinkPrediction PredictOverLink(const OramParams& p, const LinkProfile& link,
                             : 0.0;
 
   // Per eviction: the root's last write goes alone (its bytes are the access's
-  // own, counted above; the round trip is extra), the matrix shares, H share
-  // exchange rounds (H-1 internal buckets, one leaf round of two buckets), commit.
-  const double t_ev_up = wire_s(l * (H + 1.0) * 2.0 * Z * Z * elem, link.client_up_bps);
-  const double t_ev_rtt = 3.0 * client_rtt;
+  // own, counted above; the round trip is extra), the matrix shares (all but
+  // one server's when t = 1: that one gets a seed, a round trip later), H
+  // share exchange rounds (H-1 internal buckets, one leaf round of two
+  // buckets), commit.
+  const double t_ev_up = wire_s(share_uploads * (H + 1.0) * 2.0 * Z * Z * elem, link.client_up_bps);
+  const double t_ev_rtt = (p.threshold == 1 ? 4.0 : 3.0) * client_rtt;
   const double t_ev_peers = wire_s((H + 1.0) * (l - 1.0) * Z * m * elem, link.server_bps);
   const double t_ev_peer_rtt = H * link.server_one_way_s;
   const double t_ev_compute =

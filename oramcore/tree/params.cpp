@@ -343,13 +343,14 @@ CostModel EstimateCost(const OramParams& p) {
   // and its sibling, 2 Z^2 slot-multiplications, once per A accesses.
   c.slot_multiplications = Z * H1 + 2.0 * Z * Z * H1 / A;
   c.field_mults = c.slot_multiplications * m;
-  // To every server but one: a select vector over the path and the root
-  // write of one slot; with t = 1 the remaining server gets the seeds of
-  // those shares instead (wire::ShareSeed: 36 bytes each). To every server:
-  // 1/A of an eviction's matrix shares (sent in full: Evictor::SendPrepare).
+  // To every server but one: a select vector over the path, the root
+  // write of one slot and 1/A of an eviction's matrix shares; with t = 1 the
+  // remaining server gets the seeds of those shares instead (wire::ShareSeed:
+  // 36 bytes each; the matrices' after the others have theirs:
+  // Evictor::SendPrepare).
   const double seeded = p.threshold == 1 ? 1.0 : 0.0;
-  c.client_upload_bytes =
-      ((l - seeded) * (Z * H1 + m) + l * H1 * 2.0 * Z * Z / A) * wire_elem + seeded * 2.0 * 36.0;
+  c.client_upload_bytes = (l - seeded) * (Z * H1 + m + H1 * 2.0 * Z * Z / A) * wire_elem +
+                          seeded * (2.0 + 1.0 / A) * 36.0;
   // From every server: its share of the retrieved slot.
   c.client_download_bytes = l * m * wire_elem;
   // SMP: per eviction each server re-shares a bucket (Z m elements) to each of

@@ -8,6 +8,8 @@
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
+#include <map>
+#include <mutex>
 #include <random>
 #include <string>
 #include <variant>
@@ -127,6 +129,39 @@ TEST(InProcessClientTest, RandomAccessesAcrossEvictionsReadBackWhatWasWritten) {
   auto again = fs.Open();
   ASSERT_TRUE(again.ok()) << again.status().ToString();
   EXPECT_TRUE(ReadAll(**again, model));
+}
+
+// Server 0 gets the seed of its eviction matrices only once every other
+// server has its matrices (ClientSession::Seeding::kSeededLast): for every
+// eviction attempt its EVICT_STARTED comes after the others'. Sent together,
+// a server sent a few bytes would start the share exchange while the others
+// still receive megabytes over a home uplink.
+TEST(InProcessClientTest, TheSeededServerStartsAnEvictionAfterTheOthers) {
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  std::mutex mu;
+  std::map<std::pair<std::uint64_t, std::uint32_t>, std::vector<std::size_t>> started;
+  for (std::size_t i = 0; i < 4; ++i) {
+    fs.cluster->SetLiar(i, [&, i](wire::Message& m) {
+      if (auto* r = std::get_if<wire::EvictStartedReply>(&m.body)) {
+        std::lock_guard lock(mu);
+        started[{r->eviction, r->attempt}].push_back(i);
+      }
+    });
+  }
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 5 * kEvictRate, 1));
+  ASSERT_TRUE((*client)->Close().ok());
+  for (std::size_t i = 0; i < 4; ++i) fs.cluster->SetLiar(i, {});
+  std::lock_guard lock(mu);
+  ASSERT_GE(started.size(), 4u);
+  for (const auto& [attempt, order] : started) {
+    ASSERT_EQ(order.size(), 4u) << "eviction " << attempt.first;
+    EXPECT_EQ(order.back(), 0u) << "eviction " << attempt.first << ": server 0 started before "
+                                << "another server had its matrices";
+  }
 }
 
 // The evictor's early commit: while eviction 0 is in flight, round 1's first

@@ -39,14 +39,14 @@ TEST(LinkModelTest, MatchesAHandComputationOfThePhases) {
   const double ovh = kHeaderOverhead;
   // Written out term by term, independently of the implementation's grouping.
   // Elements cross a link in 31 bits and are read from disk as 4 bytes; two
-  // servers of three get select and root shares, the third their seeds
-  // (t = 1); all three get their matrices.
+  // servers of three get select, root and matrix shares, the third their
+  // seeds (t = 1), its matrices' a round trip after the others.
   const double up_bits = 2 * (107.0 * 15 + m) * 31 * ovh;
   const double down_bits = 3 * m * 31 * ovh;
   const double access = up_bits / 4e6 + down_bits / 20e6 + 0.02 + 107.0 * 15 * m * 4 / 5e9;
-  const double matrices_bits = 3 * 15 * 2 * 107.0 * 107 * 31 * ovh;
+  const double matrices_bits = 2 * 15 * 2 * 107.0 * 107 * 31 * ovh;
   const double smp_bits = 15 * 2 * 107.0 * m * 31 * ovh;
-  const double eviction = matrices_bits / 4e6 + 3 * 0.02 + smp_bits / 100e6 + 14 * 0.005 +
+  const double eviction = matrices_bits / 4e6 + 4 * 0.02 + smp_bits / 100e6 + 14 * 0.005 +
                           15 * 2 * 107.0 * 107 * m / 2e9;
   const LinkPrediction r = PredictOverLink(p, link, speed);
   EXPECT_NEAR(r.access_s, access, 1e-9);
@@ -100,20 +100,20 @@ TEST(LinkModelTest, MeasuredLocalTimeReplacesTheComputeRates) {
 }
 
 // The measurement: a default 1 GiB filesystem on paper-home moved
-// 12.7 KB/s of user data, with the client uplink as the limit. The model,
-// which knows nothing of that figure, lands within a quarter of it. At
-// 4 KiB blocks the eviction matrices, which every server still gets in
-// full, are most of the upload; one server's select and root shares now go
-// as seeds (wire::ShareSeed), about 2.5 of the 38 bytes per user byte.
+// 12.7 KB/s of user data, with the client uplink as the limit, about 40
+// bytes up per user byte. That was with 4-byte elements and every share
+// sent in full; elements now take 31 bits, and one server of three gets
+// seeds instead of its select, root and matrix shares (wire::ShareSeed), so
+// two thirds of that remain. The model, which knows nothing of the
+// measurement, lands within a quarter of it scaled by the uplink bytes.
 TEST(LinkModelTest, PaperHomeAtDefaultParametersIsUplinkBound) {
   const LinkPrediction r =
       PredictOverLink(Default1G(), *FindLinkProfile("paper-home"), ServerSpeed{});
   EXPECT_EQ(r.bottleneck, "client uplink");
-  EXPECT_GT(r.user_bytes_per_s, 12.7e3 * 0.75);
-  EXPECT_LT(r.user_bytes_per_s, 12.7e3 * 1.25);
-  // The "about 40" was measured with elements sent as 4 bytes; they
-  // now take 31 bits, and server 0's select and root shares go as seeds.
-  EXPECT_NEAR(r.client_up_per_user_byte, 39.3 * 31 / 32 - 2.5, 1.0);
+  EXPECT_NEAR(r.client_up_per_user_byte, 39.3 * 31 / 32 * 2 / 3, 1.0);
+  const double scaled = 12.7e3 * 39.3 / r.client_up_per_user_byte;
+  EXPECT_GT(r.user_bytes_per_s, scaled * 0.75);
+  EXPECT_LT(r.user_bytes_per_s, scaled * 1.25);
   const LinkPrediction lan = PredictOverLink(Default1G(), *FindLinkProfile("lan"), ServerSpeed{});
   EXPECT_GT(lan.user_bytes_per_s, 10 * r.user_bytes_per_s);
 }

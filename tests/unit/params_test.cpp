@@ -407,10 +407,10 @@ TEST(ParamsTest, EstimateCost) {
   EXPECT_DOUBLE_EQ(c.slot_multiplications, Z * H1 + 2 * Z * Z * H1 / A);
   EXPECT_DOUBLE_EQ(c.field_mults, c.slot_multiplications * m);
   // On links an element takes 31 bits (wire packing), on disk 4 bytes; one
-  // server of the l gets 36-byte seeds instead of its select and root shares
-  // (t = 1); every server gets its matrices.
+  // server of the l gets 36-byte seeds instead of its select, root and
+  // matrix shares (t = 1; one matrix seed per A accesses).
   EXPECT_DOUBLE_EQ(c.client_upload_bytes,
-                   ((l - 1) * (Z * H1 + m) + l * H1 * 2 * Z * Z / A) * 31 / 8 + 2 * 36);
+                   (l - 1) * (Z * H1 + m + H1 * 2 * Z * Z / A) * 31 / 8 + (2 + 1 / A) * 36);
   EXPECT_DOUBLE_EQ(c.client_download_bytes, l * m * 31 / 8);
   EXPECT_DOUBLE_EQ(c.server_to_server_bytes,
                    l * (l - 1) * (Z * m * 13 + 2 * Z * m) / A * 31 / 8);
