@@ -67,6 +67,20 @@ void LivenessMonitor::Check(std::size_t i) {
   wake_.notify_all();
 }
 
+void LivenessMonitor::Heard(std::size_t i) {
+  const std::lock_guard lock(mu_);
+  if (i >= servers_.size()) return;
+  PerServer& s = servers_[i];
+  s.last_answer = Clock::now();
+  s.in_flight = false;  // a late STATUS reply is taken as any other (TakeAnswers)
+  s.wanted = false;
+  if (s.down && log_) {
+    spdlog::info("server {} ({}) answers again, after {} down", i, targets_[i].endpoint,
+                 Seconds(std::chrono::system_clock::now() - s.down->since));
+  }
+  s.down.reset();
+}
+
 std::optional<ServerDown> LivenessMonitor::Down(std::size_t i) const {
   const std::lock_guard lock(mu_);
   if (i >= servers_.size()) return std::nullopt;

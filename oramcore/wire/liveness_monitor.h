@@ -66,6 +66,11 @@ class LivenessMonitor {
   // Asks for a check of server i (no-op while one is under way or if it
   // answered one within kFreshFor).
   void Check(std::size_t i);
+  // Server i answered a request on the caller's own connection: it is
+  // there. Ends a check under way (a check's STATUS may queue behind the
+  // client's uploads on a saturated link) and a down verdict, and counts as
+  // a fresh answer for kFreshFor.
+  void Heard(std::size_t i);
   // Whether server i counts as down, and why.
   std::optional<ServerDown> Down(std::size_t i) const;
   // The link's round trip as the transport learned it: the deadlines below

@@ -269,10 +269,8 @@ Result<std::unique_ptr<ServerSet>> ConnectServers(const ServerConnector& connect
   return connector ? connector(addresses) : ConnectOverNetwork(addresses);
 }
 
-std::chrono::steady_clock::duration NetworkServerSet::FirstResendSilence(
-    std::size_t request_bytes, wire::MessageType expected_reply,
-    const TransportOptions& options) const {
-  using Clock = std::chrono::steady_clock;
+std::chrono::steady_clock::duration NetworkServerSet::ExpectedTransfer(
+    std::size_t request_bytes, wire::MessageType expected_reply) const {
   // The reply is taken to be as large as the last one of its type (a
   // retrieval's answer is a whole slot however small the request), or as the
   // request if none came yet.
@@ -280,10 +278,19 @@ std::chrono::steady_clock::duration NetworkServerSet::FirstResendSilence(
   const double reply_guess = last_reply != impl_->reply_bytes.end()
                                  ? static_cast<double>(last_reply->second)
                                  : static_cast<double>(request_bytes);
-  const double expected_s =
-      std::min(4.0 * (impl_->round_trip_s +
-                      impl_->seconds_per_byte * (static_cast<double>(request_bytes) + reply_guess)),
-               std::chrono::duration<double>(options.deadline).count());
+  return std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+      std::chrono::duration<double>(impl_->round_trip_s +
+                                    impl_->seconds_per_byte *
+                                        (static_cast<double>(request_bytes) + reply_guess)));
+}
+
+std::chrono::steady_clock::duration NetworkServerSet::FirstResendSilence(
+    std::size_t request_bytes, wire::MessageType expected_reply,
+    const TransportOptions& options) const {
+  using Clock = std::chrono::steady_clock;
+  const double expected_s = std::min(
+      4.0 * std::chrono::duration<double>(ExpectedTransfer(request_bytes, expected_reply)).count(),
+      std::chrono::duration<double>(options.deadline).count());
   return std::max<Clock::duration>(
       options.resend_after,
       std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(expected_s)));
@@ -361,6 +368,10 @@ class NetworkServerSet::OneExchange {
     Clock::time_point sent_at;   // last send, or when the request before it was answered
     Clock::time_point due_from;  // the deadline counts from here: the start, or that answer
     Clock::duration silence;    // resend when nothing came for this long
+    // What it should take at the learned pace: its server is not suspected
+    // before twice that (a home uplink takes seconds for a large request,
+    // and a check sent meanwhile would queue behind it).
+    Clock::duration expected{};
     std::uint64_t sent_on = 0;  // connections[i] when last sent
     Status decode_error;
     wire::Message reply;
@@ -401,7 +412,11 @@ class NetworkServerSet::OneExchange {
       for (const auto& f : *requests_[r].frames) bytes += f.size();
       total_request_bytes_ += bytes;
       const auto silence = set_.FirstResendSilence(bytes, requests_[r].expected_reply, options_);
-      for (Progress& pr : progress_[r]) pr.silence = silence;
+      const auto expected = set_.ExpectedTransfer(bytes, requests_[r].expected_reply);
+      for (Progress& pr : progress_[r]) {
+        pr.silence = silence;
+        pr.expected = expected;
+      }
       by_seq_[requests_[r].header.seq] = r;
     }
     reply_bytes_before_ = set_.stats_.bytes_received;
@@ -471,7 +486,9 @@ class NetworkServerSet::OneExchange {
       // Open for long: a server that is busy answers a check, one that is
       // stopped, dead or cut off does not, and its requests fail now.
       const std::size_t i = servers_[k];
-      if (now - pr.due_from >= suspect_after) impl_.liveness->Check(i);
+      if (now - pr.due_from >= std::max<Clock::duration>(suspect_after, 2 * pr.expected)) {
+        impl_.liveness->Check(i);
+      }
       if (auto down = impl_.DownNow(i); down && down->last_failed_check >= start_) {
         FailFrom(k, r0, DownStatus(i, impl_.endpoints[i], *down));
         continue;
@@ -530,10 +547,17 @@ class NetworkServerSet::OneExchange {
       if (!(items[q].revents & ZMQ_POLLIN)) continue;
       const std::size_t k = polled[q];
       Status* decode_error = &progress_[first_open_[k]][k].decode_error;
+      bool heard = false;
       DrainReplies(
           impl_.sockets[servers_[k]],
-          [&](wire::Message& m, std::size_t size) { return Accept(k, m, size, decode_error); },
+          [&](wire::Message& m, std::size_t size) {
+            heard = true;
+            return Accept(k, m, size, decode_error);
+          },
           decode_error);
+      // A server that answers on this connection is there, whatever a check
+      // queued behind the client's own uploads says.
+      if (heard) impl_.liveness->Heard(servers_[k]);
       Advance(k);
     }
     return Status::Ok();

@@ -59,6 +59,11 @@ class NetworkServerSet final : public ServerSet {
   const TransportStats& stats() const override { return stats_; }
   std::optional<ServerDown> Down(std::size_t i) const override;
 
+  // What a request of request_bytes (all servers' frames) and its replies
+  // should take at the pace learned so far: a round trip plus their bytes
+  // (zero pace until a large exchange was timed).
+  std::chrono::steady_clock::duration ExpectedTransfer(std::size_t request_bytes,
+                                                       wire::MessageType expected_reply) const;
   // How long a request of `request_bytes` (all servers' frames together)
   // expecting `expected_reply` is waited for before it is first sent again
   // on a live connection: resend_after, or four times what the request and
