@@ -31,14 +31,6 @@ std::string Liar() {
   return env && *env ? env : S3ORAM_TEST_SERVERD_LIAR;
 }
 
-void ExpectFiles(const MountedFs& fs, const Files& files) {
-  for (const auto& [name, want] : files) {
-    const auto got = testing::ReadFile(fs.Path(name));
-    ASSERT_TRUE(got.has_value()) << name;
-    EXPECT_TRUE(*got == want) << name << " reads back other bytes";
-  }
-}
-
 TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt) {
   testing::FsOptions options;
   options.params = testing::DefaultFsParams();
@@ -66,12 +58,12 @@ TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt)
   // A cold mount: every block of every file is retrieved from the servers.
   auto mounted = fs->Mount();
   ASSERT_TRUE(mounted) << mounted.message();
-  ExpectFiles(*fs, files);
+  testing::ExpectFilesIn(*fs, files);
   // Writes go on (no EROFS), through evictions: 2 MiB is 512 blocks, 32
   // evictions of A = 16.
   files["big"] = PatternBytes(2 << 20, seed + 99);
   ASSERT_TRUE(WriteFile(fs->Path("big"), files["big"], 0644, /*do_fsync=*/true));
-  ExpectFiles(*fs, files);
+  testing::ExpectFilesIn(*fs, files);
 
   const CliRun st = RunCli(CliArgs(*fs, "status"));
   std::printf("[ status   ] of the mount, server %zu lying:\n%s", liar, st.output.c_str());
@@ -105,7 +97,7 @@ TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt)
   ASSERT_TRUE(cluster.Restart(liar).ok());
   mounted = fs->Mount();
   ASSERT_TRUE(mounted) << mounted.message();
-  ExpectFiles(*fs, files);
+  testing::ExpectFilesIn(*fs, files);
 }
 
 }  // namespace
