@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 #include <string>
+#include <variant>
 
 #include "oramcore/base/fault_point.h"
 #include "oramcore/base/random.h"
@@ -52,7 +53,10 @@ struct AccessPath::Chunk {
   std::vector<ServerSet::Outgoing> requests;
   std::vector<LeafId> revealed;  // the path each retrieval revealed (0: a random one)
   std::vector<Outcome> outcomes;
-  std::vector<Result<std::vector<wire::Message>>> replies;
+  // Request j's replies, one per server (nullopt: that server lags on it,
+  // with more than 2t + 1 servers), or why it failed.
+  std::vector<Result<std::vector<std::optional<wire::Message>>>> replies;
+  std::vector<RootWriteQueue::LagNote> lags;  // request j's seq and the servers lagging on it
   // Resends happened: a pipelined answer that does not authenticate may be
   // garbage (a retrieval resent after a later root write), not a lie.
   bool resent = false;
@@ -94,6 +98,9 @@ Status AccessPath::RunChunk(std::span<const BatchItem> items,
 
 Status AccessPath::BeforeChunk() {
   const OramParams& p = params();
+  // What lagging servers answered since; a root write one of them failed is
+  // written again on every server before anything reads the root.
+  S3ORAM_RETURN_IF_ERROR(roots_.SettleLagging(/*wait=*/false));
   // A deferred root write in the root's last slot goes alone (an earlier
   // flush before the eviction failed), and an eviction left pending by an
   // earlier failure must finish first: the root has no free slot until then.
@@ -251,11 +258,27 @@ void AccessPath::SendRetrievals(Chunk& c) {
   c.outcomes.assign(c.k, Outcome::kUnanswered);
   chunk_sent_ = true;
   const std::uint64_t resends_before = session_.servers().stats().resends;
+  std::vector<ServerSet::Answers> answers;
   {
     TimeInto timer(stats_.timings.retrieve_wait_ns);
     std::vector<std::size_t> all(params().parties);
     for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    c.replies = session_.servers().ExchangeSequence(all, c.requests, session_.options().requests);
+    std::vector<ServerSet::RequestView> views;
+    for (const ServerSet::Outgoing& o : c.requests)
+      views.push_back({o.header, o.expected_reply, &o.frames});
+    // With more than 2t + 1 servers the first 2t + 1 answers decode a
+    // retrieval: a slow server does not set the pace, it lags.
+    TransportOptions options = session_.options().requests;
+    const bool quorum = decoder_.parties() > decoder_.degree() + 1;
+    if (quorum) options.quorum = decoder_.degree() + 1;
+    answers = session_.servers().ExchangeAnswers(
+        all, views, options, quorum ? ServerSet::Wait::kQuorum : ServerSet::Wait::kEvery);
+  }
+  c.lags.assign(c.k, RootWriteQueue::LagNote{});
+  c.replies.clear();
+  for (std::size_t j = 0; j < c.k; ++j) {
+    c.lags[j].seq = c.requests[j].header.seq;
+    c.replies.push_back(RepliesOf(std::move(answers[j]), c.lags[j]));
   }
   c.requests.clear();
   // A server that lost its connection and got requests again answers a
@@ -273,7 +296,98 @@ void AccessPath::SendRetrievals(Chunk& c) {
   c.done.assign(c.k, std::nullopt);
   const std::size_t carrying = std::min(c.q, c.k);
   while (c.carried < carrying && c.replies[c.carried].ok()) ++c.carried;
-  roots_.RecordCarried(c.carried, carrying, c.batch, c.next);
+  roots_.RecordCarried(c.carried, carrying, c.lags, c.batch, c.next);
+}
+
+Result<std::vector<std::optional<wire::Message>>> AccessPath::RepliesOf(
+    ServerSet::Answers answers, RootWriteQueue::LagNote& lag) {
+  // As ServerSet::ExchangeViews: the first failure by server order, except
+  // that a server reporting damaged storage wins; a lagging server is none.
+  std::vector<std::optional<wire::Message>> replies(answers.size());
+  std::optional<Status> failure;
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i].lagging) {
+      lag.servers.push_back(i);
+      stats_.lagged_answers.resize(params().parties, 0);
+      ++stats_.lagged_answers[i];
+      roots_.NoteLagging(i, lag.seq);
+      continue;
+    }
+    auto reply = session_.servers().ReplyOrError(i, std::move(answers[i]));
+    if (reply.ok()) {
+      replies[i] = std::move(reply).value();
+    } else if (!failure || (reply.status().code() == Status::Code::kDamaged &&
+                            failure->code() != Status::Code::kDamaged)) {
+      failure = reply.status();
+    }
+  }
+  if (failure) return *failure;
+  return replies;
+}
+
+bool AccessPath::AwaitLagging(Chunk& c, std::size_t j) {
+  bool came = false;
+  for (std::size_t i : c.lags[j].servers) {
+    auto end = session_.servers().AwaitLagged(i, c.lags[j].seq);
+    const bool reply = end.ok() && std::holds_alternative<wire::RetrieveReply>(end.value().body);
+    roots_.LagEnded(i, c.lags[j].seq, reply);
+    if (reply) {
+      c.replies[j].value()[i] = std::move(end).value();
+      came = true;
+    }
+  }
+  c.lags[j].servers.clear();
+  return came;
+}
+
+void AccessPath::KeepForLateCheck(const Chunk& c, std::size_t j,
+                                  const std::vector<const Elem*>& answers,
+                                  std::span<const Elem> secrets) {
+  if (c.lags[j].servers.empty()) return;
+  const std::size_t m = params().elems_per_slot();
+  LateCheck check;
+  check.answers.resize(answers.size());
+  for (std::size_t i = 0; i < answers.size(); ++i) {
+    if (answers[i] != nullptr) check.answers[i].assign(answers[i], answers[i] + m);
+  }
+  check.secrets.assign(secrets.begin(), secrets.end());
+  check.awaiting = c.lags[j].servers.size();
+  check.resent = c.resent;
+  check.resends = session_.servers().stats().resends;
+  check.id = c.items[j].id;
+  late_checks_[c.lags[j].seq] = std::move(check);
+}
+
+void AccessPath::CheckLateAnswer(const ServerSet::Lagged& end) {
+  const auto it = late_checks_.find(end.seq);
+  if (it == late_checks_.end()) return;
+  LateCheck& check = it->second;
+  const std::size_t m = params().elems_per_slot();
+  const wire::RetrieveReply* reply =
+      end.reply.ok() ? std::get_if<wire::RetrieveReply>(&end.reply.value().body) : nullptr;
+  if (reply != nullptr && reply->answer.size() == m && end.server < check.answers.size()) {
+    std::vector<const Elem*> answers(check.answers.size(), nullptr);
+    for (std::size_t i = 0; i < answers.size(); ++i) {
+      if (!check.answers[i].empty()) answers[i] = check.answers[i].data();
+    }
+    answers[end.server] = reply->answer.data();
+    // The secrets the first answers gave verified: the polynomial through
+    // them is the right one, and an answer off it is wrong.
+    std::vector<Elem> opened(m);
+    const auto outcome = decoder_.Decode(
+        answers, m,
+        [&](std::span<const Elem> s) {
+          return std::equal(s.begin(), s.end(), check.secrets.begin());
+        },
+        opened.data());
+    if (outcome && outcome->accepted && !outcome->wrong.empty()) {
+      // A resend since (its own, or a later one) may have made it an answer
+      // over a changed root: counted, not named.
+      NoteWrong(*outcome, check.resent || session_.servers().stats().resends != check.resends,
+                check.id);
+    }
+  }
+  if (--check.awaiting == 0) late_checks_.erase(it);
 }
 
 // One access of a chunk between its answer and its root write.
@@ -362,17 +476,28 @@ AccessPath::AccessEnd AccessPath::RecoverAccess(Chunk& c, std::size_t j, AccessW
     w.old_version = w.held ? pl.where->version : 0;
     // The block's copy opens under its MAC; a retrieval of a block that is
     // not in the tree selected nothing and opens to zero.
-    const auto outcome = decoder_.Decode(
-        *answers, m,
-        [&](std::span<const Elem> secrets) {
-          if (!w.held)
-            return std::all_of(secrets.begin(), secrets.end(), [](Elem e) { return e == 0; });
-          return session_.codec().Open(id, w.old_version, secrets, w.previous, &w.packed);
-        },
-        w.elems.data());
-    // Every server answered (a failed one stopped the chunk before).
+    auto decode = [&](const std::vector<const Elem*>& from) {
+      return decoder_.Decode(
+          from, m,
+          [&](std::span<const Elem> secrets) {
+            if (!w.held)
+              return std::all_of(secrets.begin(), secrets.end(), [](Elem e) { return e == 0; });
+            return session_.codec().Open(id, w.old_version, secrets, w.previous, &w.packed);
+          },
+          w.elems.data());
+    };
+    auto outcome = decode(*answers);
+    // The first 2t + 1 did not verify: the lagging servers' answers may
+    // outvote a wrong one among them.
+    if ((!outcome || !outcome->accepted) && !c.lags[j].servers.empty() && AwaitLagging(c, j)) {
+      const auto all = AnswersOf(c, j);
+      if (!all) return AccessEnd::kStopChunk;
+      outcome = decode(*all);
+    }
+    // Every server answered or lags (a failed one stopped the chunk before).
     w.authentic = !w.held || (outcome && outcome->accepted);
     if (outcome) NoteWrongAnswers(c, j, *outcome);
+    if (outcome && outcome->accepted) KeepForLateCheck(c, j, *answers, w.elems);
     return AccessEnd::kNext;
   }
   if (w.held)
@@ -384,7 +509,12 @@ std::optional<std::vector<const Elem*>> AccessPath::AnswersOf(Chunk& c, std::siz
   const std::size_t m = params().elems_per_slot();
   std::vector<const Elem*> answers;
   for (std::size_t i = 0; i < c.replies[j].value().size(); ++i) {
-    const auto& ans = std::get<wire::RetrieveReply>(c.replies[j].value()[i].body).answer;
+    const std::optional<wire::Message>& reply = c.replies[j].value()[i];
+    if (!reply) {
+      answers.push_back(nullptr);  // lagging
+      continue;
+    }
+    const auto& ans = std::get<wire::RetrieveReply>(reply->body).answer;
     if (ans.size() != m) {
       c.chunk_error =
           Status::Protocol("server " + std::to_string(i) + " answered " +
@@ -404,25 +534,38 @@ AccessPath::AccessEnd AccessPath::CheckSelectsNothing(Chunk& c, std::size_t j) {
   const auto answers = AnswersOf(c, j);
   if (!answers) return AccessEnd::kStopChunk;
   std::vector<Elem> opened(params().elems_per_slot());
-  const auto outcome = decoder_.Decode(
-      *answers, opened.size(),
-      [](std::span<const Elem> s) {
-        return std::all_of(s.begin(), s.end(), [](Elem e) { return e == 0; });
-      },
-      opened.data());
+  auto decode = [&](const std::vector<const Elem*>& from) {
+    return decoder_.Decode(
+        from, opened.size(),
+        [](std::span<const Elem> s) {
+          return std::all_of(s.begin(), s.end(), [](Elem e) { return e == 0; });
+        },
+        opened.data());
+  };
+  auto outcome = decode(*answers);
+  if ((!outcome || !outcome->accepted) && !c.lags[j].servers.empty() && AwaitLagging(c, j)) {
+    const auto all = AnswersOf(c, j);
+    if (!all) return AccessEnd::kStopChunk;
+    outcome = decode(*all);
+  }
   if (outcome) NoteWrongAnswers(c, j, *outcome);
+  if (outcome && outcome->accepted) KeepForLateCheck(c, j, *answers, opened);
   return AccessEnd::kNext;
 }
 
 void AccessPath::NoteWrongAnswers(const Chunk& c, std::size_t j,
                                   const shamir::RobustDecoder::Outcome& o) {
   if (o.wrong.empty() || !o.accepted) return;
+  NoteWrong(o, c.resent, c.items[j].id);
+}
+
+void AccessPath::NoteWrong(const shamir::RobustDecoder::Outcome& o, bool resent, BlockId id) {
   stats_.wrong_answers.resize(params().parties, 0);
   for (std::size_t i : o.wrong) ++stats_.wrong_answers[i];
   // After resends a pipelined answer may be computed over a root a later
   // root write changed: garbage, not a lie. The access used the others'.
-  if (c.resent) {
-    spdlog::debug("access to block {}: a wrong answer after resends, outvoted", c.items[j].id);
+  if (resent) {
+    spdlog::debug("access to block {}: a wrong answer after resends, outvoted", id);
     return;
   }
   std::string who, used;
@@ -440,7 +583,7 @@ void AccessPath::NoteWrongAnswers(const Chunk& c, std::size_t j,
       "storage is damaged: run s3oram scrub, and s3oram rebuild --server N for a server it "
       "reports");
   if (st.message() != last_wrong_answer_note_) {
-    spdlog::warn("access to block {}: {}", c.items[j].id, st.message());
+    spdlog::warn("access to block {}: {}", id, st.message());
     last_wrong_answer_note_ = st.message();
   }
   session_.NoteProblem(st);

@@ -12,7 +12,12 @@
 //   BuildRetrievals  fresh random select shares for each path, each request
 //                    carrying one queued root write;
 //   SendRetrievals   one pipelined exchange; the root writes every server
-//                    acknowledged are recorded;
+//                    acknowledged are recorded; with more than 2t + 1
+//                    servers it ends once 2t + 1 answered each retrieval,
+//                    and a slower server lags: its answers are awaited only
+//                    when the first ones do not verify, and the root writes
+//                    it has not acknowledged stay lagging in the root write
+//                    queue (RootWriteQueue::SettleLagging);
 //   FinishAccess     per access, in order: recover and authenticate
 //                    (RecoverAccess), then re-seal under the next version and
 //                    queue its root write (ResealAccess);
@@ -93,7 +98,9 @@ class AccessPath {
         decoder_(decoder),
         roots_(roots),
         evictor_(evictor),
-        root_copies_(root_copies) {}
+        root_copies_(root_copies) {
+    roots_.SetLateReplySink([this](const ServerSet::Lagged& end) { CheckLateAnswer(end); });
+  }
 
   // OramClient::AccessMany: results[i] is items[i]'s.
   std::vector<Result<std::vector<std::uint8_t>>> AccessMany(std::span<const BatchItem> items,
@@ -125,8 +132,15 @@ class AccessPath {
   void SendRetrievals(Chunk& c);
   AccessEnd FinishAccess(Chunk& c, std::size_t j);
   AccessEnd RecoverAccess(Chunk& c, std::size_t j, AccessWork& w);
-  // Access j's answers, one per server, each checked to be a whole slot
-  // (else the chunk stops with a protocol error).
+  // One request's answers as the chunk keeps them (RepliesOf: a lagging
+  // server's is nullopt, noted in `lag` and counted), or its failure.
+  Result<std::vector<std::optional<wire::Message>>> RepliesOf(ServerSet::Answers answers,
+                                                              RootWriteQueue::LagNote& lag);
+  // Waits for the answers of the servers lagging on request j (their ends
+  // go to the root write queue); whether any answer came.
+  bool AwaitLagging(Chunk& c, std::size_t j);
+  // Access j's answers, one per server (null for a lagging one), each
+  // checked to be a whole slot (else the chunk stops with a protocol error).
   std::optional<std::vector<const field::Elem*>> AnswersOf(Chunk& c, std::size_t j);
   // A retrieval that selected nothing must open to zero: with more than
   // 2t + 1 servers a wrong answer to it is found and named too.
@@ -134,6 +148,17 @@ class AccessPath {
   // Counts and reports the servers whose answer to access j was off the
   // polynomial the others verified.
   void NoteWrongAnswers(const Chunk& c, std::size_t j, const shamir::RobustDecoder::Outcome& o);
+  // The same for any outcome: named unless `resent` (block `id`, for the log).
+  void NoteWrong(const shamir::RobustDecoder::Outcome& o, bool resent, BlockId id);
+  // Keeps what checks a lagging server's answer to access j when it comes:
+  // the answers that decoded it and the secrets they gave (verified).
+  void KeepForLateCheck(const Chunk& c, std::size_t j,
+                        const std::vector<const field::Elem*>& answers,
+                        std::span<const field::Elem> secrets);
+  // A lagging server's answer (RootWriteQueue hands every end here): off the
+  // polynomial the first answers verified, it is counted and its server
+  // named, as a wrong answer that came in time is.
+  void CheckLateAnswer(const ServerSet::Lagged& end);
   AccessEnd ResealAccess(Chunk& c, std::size_t j, AccessWork& w);
   Status RecordChunk(Chunk& c, std::vector<Result<std::vector<std::uint8_t>>>& out);
   // The root's last slot written: the queued root writes, then the eviction.
@@ -190,6 +215,17 @@ class AccessPath {
   // Quarantined blocks, with the failure of their last cleanup read.
   std::unordered_map<BlockId, Status> quarantined_;
   std::string last_wrong_answer_note_;  // logged once while it repeats
+  // A retrieval decoded without some lagging server's answer, until every
+  // one of them came or failed (bounded: ServerSet::kMaxLagging per server).
+  struct LateCheck {
+    std::vector<std::vector<field::Elem>> answers;  // per server; empty: none
+    std::vector<field::Elem> secrets;
+    std::size_t awaiting = 0;   // lagging servers still to answer
+    bool resent = false;        // its chunk met resends
+    std::uint64_t resends = 0;  // the transport's count when it was decoded
+    BlockId id = 0;
+  };
+  std::unordered_map<std::uint64_t, LateCheck> late_checks_;  // by the request's seq
   bool cleaning_ = false;  // CleanUpExposed is running cleanup reads
   // Set by SendRetrievals once a chunk's retrievals went out: an error after
   // that is the servers' answer to them, one before it is not.

@@ -49,6 +49,11 @@ OramClient::~OramClient() {
       spdlog::warn("the last accesses' root writes stay pending in the state: {}", st.ToString());
     }
   }
+  if (roots_->lagging() && session_->lease_held() && !session_->fenced()) {
+    if (Status st = roots_->SettleLagging(/*wait=*/true); !st.ok()) {
+      spdlog::warn("root writes a server lags on stay logged in the state: {}", st.ToString());
+    }
+  }
   if (Status st = SettleEviction(); !st.ok()) {
     spdlog::warn("eviction {} stays under way in the state (the next Open finishes it): {}",
                  session_->counters().ne, st.ToString());
@@ -157,6 +162,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
     return lease;
   }
   S3ORAM_RETURN_IF_ERROR(client->roots_->ResendLogged());
+  S3ORAM_RETURN_IF_ERROR(client->roots_->RepairLoggedLagging());
   if (const auto& note = client->session_->store().problem_note(); note && note->damaged) {
     client->session_->StopWrites(Status::Damaged(note->text), /*recorded=*/true);
   }
@@ -183,7 +189,7 @@ Status OramClient::LoadState() {
   S3ORAM_ASSIGN_OR_RETURN(lambda_, shamir::LagrangeAtZero(xs));
   S3ORAM_ASSIGN_OR_RETURN(parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
   roots_ = std::make_unique<RootWriteQueue>(*session_, *pm_, stats_);
-  evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, lambda_, parity_rows_);
+  evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, *roots_, lambda_, parity_rows_);
   S3ORAM_ASSIGN_OR_RETURN(
       decoder_, shamir::RobustDecoder::Make(config.params.parties, 2 * config.params.threshold));
   access_ = std::make_unique<AccessPath>(*session_, *pm_, stats_, *decoder_, *roots_, *evictor_,
@@ -564,6 +570,11 @@ Status OramClient::Close() {
   // in flight (the next Open finishes it if this fails).
   Status flushed = Status::Ok();
   if (!roots_->empty() && session_->lease_held() && !session_->fenced()) flushed = roots_->Flush();
+  // Writes a server lags on: acknowledged, or written again on every server
+  // (else they stay logged, and the next Open rewrites them).
+  if (roots_->lagging() && session_->lease_held() && !session_->fenced()) {
+    if (Status st = roots_->SettleLagging(/*wait=*/true); !st.ok() && flushed.ok()) flushed = st;
+  }
   if (Status settled = SettleEviction(); !settled.ok()) {
     spdlog::warn("closing with eviction {} under way: {}", session_->counters().ne,
                  settled.ToString());

@@ -32,6 +32,10 @@ struct ClientStats {
   // Per server: retrieval answers found wrong and outvoted by the others
   // (only with more than 2t + 1 servers; empty until one was).
   std::vector<std::uint64_t> wrong_answers;
+  // Per server: retrieval answers an access did not wait for (the server
+  // lagged, ServerSet::Wait::kQuorum; only with more than 2t + 1 servers;
+  // empty until one was).
+  std::vector<std::uint64_t> lagged_answers;
   AccessTimings timings;
 };
 

@@ -47,10 +47,11 @@ bool OpenChecked(std::span<const Elem* const> shares,
 
 }  // namespace
 
-Evictor::Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats,
+Evictor::Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats, RootWriteQueue& roots,
                  const std::vector<Elem>& lambda, const std::vector<std::vector<Elem>>& parity_rows)
     : session_(session),
       pm_(pm),
+      roots_(roots),
       stats_(stats),
       lambda_(lambda),
       parity_rows_(parity_rows),
@@ -68,6 +69,10 @@ Status Evictor::RunEviction() {
 }
 
 Status Evictor::StartEviction() {
+  // Every root write of the round held by every server (or written again on
+  // all of them) before any of them copies the root aside.
+  S3ORAM_RETURN_IF_ERROR(roots_.SettleLagging(/*wait=*/true));
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_.store().LoadPending());
   const TreeGeometry geo = params().geometry();
   TimeInto planning(stats_.timings.eviction_client_ns);
   S3ORAM_ASSIGN_OR_RETURN(EvictionPlan plan, PlanEviction(geo, session_.counters().ne, pm_));
@@ -87,6 +92,11 @@ Status Evictor::StartEviction() {
   intent.SetCounters(next);
   record.plan = plan;
   intent.AddPending(PendingOp{record.eviction, kPendingEvictKind, EncodeEvictionRecord(record)});
+  // The round's lagging writes are settled: their records (a settled one's
+  // removal may not be durable yet) must not outlive the round.
+  for (const PendingOp& op : pending) {
+    if (op.kind == kPendingLagKind) intent.RemovePending(op.seq);
+  }
   planning.Stop();
   {
     TimeInto timer(stats_.timings.eviction_state_commit_ns);

@@ -35,6 +35,7 @@
 #include "oramcore/protocol/client_stats.h"
 #include "oramcore/protocol/eviction_pacer.h"
 #include "oramcore/protocol/eviction_record.h"
+#include "oramcore/protocol/root_write_queue.h"
 #include "oramcore/tree/planner.h"
 #include "oramcore/tree/position_map.h"
 #include "oramcore/wire/server_set.h"
@@ -46,7 +47,9 @@ class Evictor {
   // `lambda`: Lagrange weights at 0 over all parties; `parity_rows`: the
   // parties' parity checks (shamir::ParityChecks). All referenced objects
   // outlive the Evictor. The pacer starts from the state's estimate.
-  Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats,
+  // `roots`: its writes some server lags on are settled before an eviction
+  // starts (the eviction reads the whole root on every server).
+  Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats, RootWriteQueue& roots,
           const std::vector<field::Elem>& lambda,
           const std::vector<std::vector<field::Elem>>& parity_rows);
 
@@ -144,6 +147,7 @@ class Evictor {
 
   ClientSession& session_;
   PositionMap& pm_;
+  RootWriteQueue& roots_;
   ClientStats& stats_;
   const std::vector<field::Elem>& lambda_;
   const std::vector<std::vector<field::Elem>>& parity_rows_;

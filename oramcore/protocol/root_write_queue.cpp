@@ -154,9 +154,18 @@ Status RootWriteQueue::OldestCommitted(const Counters& next) {
 }
 
 void RootWriteQueue::RecordCarried(std::size_t carried, std::size_t carrying,
-                                   ClientStateStore::Batch& batch, Counters& next) {
+                                   const std::vector<LagNote>& lags, ClientStateStore::Batch& batch,
+                                   Counters& next) {
   if (carried > 0) FaultPoint("client.access.after_write_root");
-  for (std::size_t x = 0; x < carried; ++x) RecordWritten(entries_[x], batch, next);
+  staged_.clear();
+  for (std::size_t x = 0; x < carried; ++x) {
+    RecordWritten(entries_[x], batch, next);
+    if (x < lags.size() && !lags[x].servers.empty()) {
+      batch.AddPending(
+          PendingOp{kPendingLagKey + entries_[x].slot, kPendingLagKind, Encode(entries_[x])});
+      staged_.push_back(LaggingWrite{lags[x].seq, lags[x].servers, false, entries_[x]});
+    }
+  }
   // From the first write that did not reach every server on, the slots the
   // queued writes go to may be inconsistent: rewritten before the next
   // retrieval.
@@ -171,6 +180,8 @@ Status RootWriteQueue::CarriedCommitted(std::size_t carried, const Counters& nex
   // The state on disk has all of them: so must the memory, even if a
   // position does not fit the map (the caller then reports the error).
   Status applied = Status::Ok();
+  for (LaggingWrite& w : staged_) lagging_.push_back(std::move(w));
+  staged_.clear();
   for (std::size_t x = 0; x < carried; ++x) {
     if (Status st = OldestCommitted(next); !st.ok() && applied.ok()) applied = st;
   }

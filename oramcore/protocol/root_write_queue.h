@@ -23,6 +23,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -91,12 +92,48 @@ class RootWriteQueue {
   // failed, in one durable transaction.
   Status Flush();
 
+  // A request of a chunk: its seq, and the servers that lag on it (had not
+  // answered when the chunk's exchange returned, ServerSet::Wait::kQuorum).
+  struct LagNote {
+    std::uint64_t seq = 0;
+    std::vector<std::size_t> servers;
+  };
   // For a chunk of accesses that carried the first `carried` of
-  // `carrying` queued writes on its retrievals (every server answered
-  // them): adds what records them as done to `batch`, moving nr in `next`.
-  // A carried write that did not reach every server leaves slot nr dirty.
-  void RecordCarried(std::size_t carried, std::size_t carrying, ClientStateStore::Batch& batch,
-                     Counters& next);
+  // `carrying` queued writes on its retrievals (answered by every server,
+  // or by 2t + 1 with the others lagging: lags[x] for write x): adds what
+  // records them as done to `batch`, moving nr in `next`. A carried write
+  // that did not reach every server leaves slot nr dirty; one that some
+  // server lags on is recorded as done and logged as lagging
+  // (kPendingLagKind) until that server acknowledged it (SettleLagging).
+  void RecordCarried(std::size_t carried, std::size_t carrying, const std::vector<LagNote>& lags,
+                     ClientStateStore::Batch& batch, Counters& next);
+
+  // --- Writes a server lags on. ------------------------------------------------
+  // Guarantees: a lagging write leaves this queue's care only once every
+  // lagging server acknowledged it, or it was rewritten afresh on every
+  // server (its slot then consistent again); its record in the state goes
+  // with it, and no eviction starts before (Evictor::StartEviction settles
+  // first, and its intent drops the records). A crash before that leaves
+  // the record for Open (RepairLoggedLagging).
+  //
+  // Server `server` lags on request `seq` (any request, for SettleLagging's wait).
+  void NoteLagging(std::size_t server, std::uint64_t seq);
+  // Its end: acknowledged (a reply of the expected type) or not.
+  void LagEnded(std::size_t server, std::uint64_t seq, bool acknowledged);
+  // Takes the ends the servers sent (all of them, waiting, if `wait`),
+  // rewrites every lagging write some server failed, and forgets those
+  // settled. An error: a rewrite failed (the write stays lagging, and the
+  // next call tries again).
+  Status SettleLagging(bool wait);
+  // Where every lagging request's end this queue takes goes besides (the
+  // access path checks a late retrieval answer).
+  using LateReplySink = std::function<void(const ServerSet::Lagged&)>;
+  void SetLateReplySink(LateReplySink sink) { late_reply_ = std::move(sink); }
+  // Whether a write is lagging still.
+  bool lagging() const { return !lagging_.empty(); }
+  // Open: every write the state logs as lagging is rewritten on every
+  // server (its server may never have applied it), then its record goes.
+  Status RepairLoggedLagging();
   // After that batch committed: the first `carried` entries leave the
   // queue, their blocks take their new positions; `next` becomes the
   // counters. The first error is returned, after all of them were applied.
@@ -122,6 +159,17 @@ class RootWriteQueue {
   ClientStats& stats_;
   std::deque<Entry> entries_;
   bool dirty_ = true;
+
+  struct LaggingWrite {
+    std::uint64_t seq = 0;
+    std::vector<std::size_t> owing;  // servers that have not acknowledged it yet
+    bool failed = false;             // some server failed it
+    Entry entry;
+  };
+  std::vector<LaggingWrite> lagging_;            // recorded, in slot order
+  std::vector<LaggingWrite> staged_;             // RecordCarried's, until CarriedCommitted
+  std::vector<std::uint64_t> last_lagging_seq_;  // per server, 0: none
+  LateReplySink late_reply_;
 };
 
 }  // namespace s3oram

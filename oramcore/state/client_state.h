@@ -96,7 +96,7 @@ struct RekeyProgress {
 
 struct PendingOp {
   std::uint64_t seq = 0;              // key; for kind "evict" the eviction number
-  std::string kind;                   // kPendingEvictKind or kPendingRootKind
+  std::string kind;                   // kPendingEvictKind, kPendingRootKind or kPendingLagKind
   std::vector<std::uint8_t> payload;  // kind-specific
 };
 
@@ -112,6 +112,13 @@ inline constexpr const char* kPendingEvictKind = "evict";
 // sealed elements (u32 each), little-endian.
 inline constexpr const char* kPendingRootKind = "root";
 inline constexpr std::uint64_t kPendingRootKey = std::uint64_t{1} << 62;
+// A root write that was recorded while a server had not acknowledged it yet
+// (it lags, ServerSet::Wait::kQuorum), under kPendingLagKey + slot, with the
+// payload of kind "root": Open rewrites its slot on every server, in case
+// that server never applied it (RootWriteQueue::RepairLoggedLagging). An
+// eviction's intent removes every such record (they are settled before it).
+inline constexpr const char* kPendingLagKind = "lag";
+inline constexpr std::uint64_t kPendingLagKey = std::uint64_t{3} << 61;
 inline constexpr std::size_t PendingRootPayloadBytes(std::size_t elems_per_slot) {
   return 33 + 4 * elems_per_slot;
 }

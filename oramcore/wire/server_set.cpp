@@ -90,6 +90,11 @@ Status DownStatus(std::size_t server, const std::string& endpoint, const ServerD
       "requests that need it fail at once, and then go on by themselves");
 }
 
+Status LaggingStatus(std::size_t server, const std::string& endpoint) {
+  return Status::Unavailable("lagging: server " + std::to_string(server) + " (" + endpoint +
+                             ") has not answered yet; its answer is collected later");
+}
+
 bool IsSilence(const Status& st) {
   // Anywhere in the message: callers add their context in front.
   return st.code() == Status::Code::kUnavailable &&

@@ -26,6 +26,20 @@
 //    applied by some servers. Under Wait::kEach every server is on its own:
 //    one server's failure is its own answer and nobody else's, and the call
 //    returns when every server answered or failed each request;
+//  * under Wait::kQuorum (options.quorum = q servers, 1 <= q <= the subset's
+//    size; 0 means all of them) a request is answered once q servers
+//    answered it (a reply or an ErrorReply), and fails for every server that
+//    has not answered it once more than n - q servers failed it (as under
+//    kEvery); servers known to be down when the call begins fail at once,
+//    and if fewer than q remain nothing is sent to anyone. The call returns
+//    when every request is answered or failed. A server that has not
+//    answered one of them then *lags*: its answer is LaggingStatus, with
+//    Answer::lagging set, and the set keeps the request (a copy of its
+//    frame): later requests to that server go after it, a new connection
+//    sends it again, it fails as any request does (a deadline, the server
+//    found down), and its reply or failure is handed out exactly once, by
+//    TakeLagged or AwaitLagged. No server lags by more than kMaxLagging
+//    requests: a call that would leave more waits for it instead;
 //  * otherwise an answer is the server's reply as sent: of the expected type
 //    or an ErrorReply.
 // ExchangeViews (and Exchange, ExchangeWith, ExchangeSequence) are
@@ -58,6 +72,9 @@ struct TransportOptions {
   // Total time one exchange may take before it fails with Unavailable (in a
   // sequence, each request from the answer to the one before it).
   std::chrono::milliseconds deadline{30000};
+  // Wait::kQuorum: how many servers' answers a request needs (0: every
+  // server of the subset).
+  std::size_t quorum = 0;
 };
 
 struct TransportStats {
@@ -123,18 +140,48 @@ class ServerSet {
     // From the first send of the call to this reply or failure (a first
     // request includes connecting).
     std::chrono::microseconds after{0};
+    // Wait::kQuorum: the server had not answered when the call returned;
+    // `reply` is LaggingStatus, and the answer comes from TakeLagged or
+    // AwaitLagged.
+    bool lagging = false;
   };
   using Answers = std::vector<Answer>;
   enum class Wait {
-    kEvery,  // a request needs every server: the first failure fails it for all
-    kEach,   // each server on its own (status, a quorum's answers)
+    kEvery,   // a request needs every server: the first failure fails it for all
+    kEach,    // each server on its own (status, a quorum's answers)
+    kQuorum,  // a request needs options.quorum servers; the others may lag
   };
+  // The most requests a server may be left answering under kQuorum (four
+  // pipelined chunks of accesses).
+  static constexpr std::size_t kMaxLagging = 32;
   // The one operation an implementation provides (the contract above). Every
   // request has one frame per server of the subset (else every answer is
   // InvalidArgument).
   virtual std::vector<Answers> ExchangeAnswers(const std::vector<std::size_t>& servers,
                                                const std::vector<RequestView>& requests,
                                                const TransportOptions& options, Wait wait) = 0;
+  // A lagging request's end (Wait::kQuorum): the server's reply (of the
+  // expected type or an ErrorReply) or its failure.
+  struct Lagged {
+    std::size_t server = 0;
+    std::uint64_t seq = 0;
+    wire::MessageType expected_reply = wire::MessageType::kError;
+    Result<wire::Message> reply{Status::Unavailable("not answered")};
+  };
+  // The lagging requests that ended since they were last asked for, in the
+  // order each server was sent them; each is handed out once. Never waits.
+  virtual std::vector<Lagged> TakeLagged() { return {}; }
+  // Waits for server `server`'s answer to its lagging request `seq` (its
+  // earlier lagging requests end first; TakeLagged hands them out) and hands
+  // it out: the reply, or the failure (the request's deadline, the server
+  // found down). NotFound if no such request lags or it was handed out.
+  virtual Result<wire::Message> AwaitLagged(std::size_t server, std::uint64_t seq) {
+    return Status::NotFound("server " + std::to_string(server) + " has no lagging request seq " +
+                            std::to_string(seq));
+  }
+  // How many of server i's requests lag (sent, not answered yet).
+  virtual std::size_t Lagging(std::size_t /*i*/) const { return 0; }
+
   // ExchangeAnswers under Wait::kEvery, one result per request (the
   // contract above); the three above are views of it.
   std::vector<Result<std::vector<wire::Message>>> ExchangeViews(
@@ -165,6 +212,9 @@ Status SilenceStatus(const std::string& who, std::chrono::milliseconds deadline,
 // do. IsSilence is true of it too.
 Status DownStatus(std::size_t server, const std::string& endpoint, const ServerDown& down);
 bool IsSilence(const Status& st);
+// The answer of a server that lags (Wait::kQuorum): Unavailable,
+// "lagging: server i (endpoint) has not answered yet"; IsSilence is false.
+Status LaggingStatus(std::size_t server, const std::string& endpoint);
 
 // Where a filesystem's servers are and how this client proves who it is.
 struct ServerAddresses {

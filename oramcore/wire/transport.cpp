@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <deque>
 #include <functional>
 #include <map>
 #include <optional>
@@ -130,6 +131,63 @@ struct NetworkServerSet::Impl {
   // handshake, as far as Drain has seen (a restarted server connects anew).
   std::vector<std::chrono::steady_clock::time_point> handshake_seen;
 
+  // A request a Wait::kQuorum call left a server answering (server_set.h):
+  // kept, with a copy of its frame, until its end is handed out.
+  struct LagEntry {
+    std::uint64_t seq = 0;
+    wire::MessageType expected_reply = wire::MessageType::kError;
+    std::vector<std::uint8_t> frame;
+    // Its deadline counts from here: when it was sent, or when the server
+    // answered the request before it.
+    std::chrono::steady_clock::time_point due_from;
+    std::chrono::milliseconds deadline{0};
+    std::uint64_t sent_on = 0;                 // connections[i] when last sent
+    std::optional<Result<wire::Message>> end;  // its reply or failure, once known
+  };
+  // Per server, in the order sent.
+  std::vector<std::deque<LagEntry>> lagging;
+
+  std::size_t OpenLagging(std::size_t i) const {
+    std::size_t open = 0;
+    for (const LagEntry& e : lagging[i]) open += e.end ? 0 : 1;
+    return open;
+  }
+  LagEntry* FirstOpenLagging(std::size_t i) {
+    for (LagEntry& e : lagging[i]) {
+      if (!e.end) return &e;
+    }
+    return nullptr;
+  }
+
+  // A reply from server i that ends one of its lagging requests (same seq,
+  // the expected type or an error): kept, and the next one's deadline
+  // starts now. False if it ends none.
+  bool AcceptLagged(std::size_t i, wire::Message& m) {
+    for (auto it = lagging[i].begin(); it != lagging[i].end(); ++it) {
+      if (it->end || it->seq != m.header.seq) continue;
+      if (m.header.type != it->expected_reply && m.header.type != wire::MessageType::kError) {
+        return false;
+      }
+      it->end = std::move(m);
+      const auto now = std::chrono::steady_clock::now();
+      for (auto next = std::next(it); next != lagging[i].end(); ++next) {
+        if (!next->end) {
+          next->due_from = std::max(next->due_from, now);
+          break;
+        }
+      }
+      return true;
+    }
+    return false;
+  }
+
+  // Every open lagging request of server i fails with `st`.
+  void FailLagging(std::size_t i, const Status& st) {
+    for (LagEntry& e : lagging[i]) {
+      if (!e.end) e.end = Result<wire::Message>(st);
+    }
+  }
+
   // The verdict that server i is down, if it still holds: a check it failed
   // after its connection's latest handshake. A server that connected since
   // its last failed check (restarted, or its network is back) may be up: it
@@ -245,6 +303,7 @@ Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
       std::make_unique<LivenessMonitor>(impl.context, std::move(targets), client.public_key,
                                         Secret::CopyOf(secret_bin.bytes()), log_liveness);
   impl.handshake_seen.assign(endpoints.size(), std::chrono::steady_clock::time_point{});
+  impl.lagging.resize(endpoints.size());
   return set;
 }
 
@@ -328,7 +387,8 @@ class NetworkServerSet::OneExchange {
         count_(requests.size()),
         progress_(count_, std::vector<Progress>(n_)),
         first_open_(n_, 0),
-        abandoned_(count_) {}
+        abandoned_(count_),
+        quorum_(wait == Wait::kQuorum && options.quorum > 0 ? std::min(options.quorum, n_) : n_) {}
 
   std::vector<Answers> Run() {
     for (const RequestView& o : requests_) {
@@ -338,17 +398,21 @@ class NetworkServerSet::OneExchange {
     if (count_ == 0) return {};
     // A server known to be down fails at once: under kEvery nothing is sent
     // to anyone (no server applies what could not be applied everywhere).
+    std::size_t down_servers = 0;
     for (std::size_t k = 0; k < n_; ++k) {
       const std::size_t i = servers_[k];
       if (auto down = impl_.DownNow(i)) {
         const Status st = DownStatus(i, impl_.endpoints[i], *down);
-        if (wait_ == Wait::kEvery) return FailAll(st);
+        if (wait_ == Wait::kEvery || (wait_ == Wait::kQuorum && ++down_servers > n_ - quorum_)) {
+          return FailAll(st);
+        }
         FailFrom(k, 0, st);
       }
     }
     if (Status st = SendAll(); !st.ok()) return FailAll(st);
     for (;;) {
       for (std::size_t k = 0; k < n_; ++k) Advance(k);
+      if (wait_ == Wait::kQuorum && QuorumMet()) break;
       std::size_t open_servers = 0;
       for (std::size_t k = 0; k < n_; ++k) open_servers += first_open_[k] < count_ ? 1 : 0;
       if (open_servers == 0) break;
@@ -420,7 +484,12 @@ class NetworkServerSet::OneExchange {
       by_seq_[requests_[r].header.seq] = r;
     }
     reply_bytes_before_ = set_.stats_.bytes_received;
-    for (std::size_t k = 0; k < n_; ++k) impl_.Drain(servers_[k]);
+    for (std::size_t k = 0; k < n_; ++k) {
+      impl_.Drain(servers_[k]);
+      // A server's lagging requests go before this call's, also on a
+      // connection that replaced theirs since.
+      if (first_open_[k] < count_) S3ORAM_RETURN_IF_ERROR(set_.ResendLagging(servers_[k]));
+    }
     start_ = Clock::now();
     for (std::size_t k = 0; k < n_; ++k) {
       if (first_open_[k] >= count_) continue;  // known down
@@ -435,15 +504,39 @@ class NetworkServerSet::OneExchange {
 
   // Server k's requests from `from` on can no longer be answered (under
   // kEvery, nobody's answers to them count any more).
+  // Its lagging requests, sent before, fail with them.
   void FailFrom(std::size_t k, std::size_t from, const Status& st) {
     const auto now = Clock::now();
+    impl_.FailLagging(servers_[k], st);
     for (std::size_t r = from; r < count_; ++r) {
       if (Settled(r, k)) continue;
       progress_[r][k].failure = st;
       progress_[r][k].ended = now;
       if (wait_ == Wait::kEvery) abandoned_[r] = st;
+      if (wait_ == Wait::kQuorum && !abandoned_[r]) {
+        std::size_t failed = 0;
+        for (const Progress& p : progress_[r]) failed += p.failure ? 1 : 0;
+        if (failed > n_ - quorum_) abandoned_[r] = st;
+      }
     }
     first_open_[k] = count_;
+  }
+
+  // kQuorum: every request answered by quorum_ servers (or failed), and no
+  // server left with more than kMaxLagging requests lagging.
+  bool QuorumMet() const {
+    for (std::size_t r = 0; r < count_; ++r) {
+      if (abandoned_[r]) continue;
+      std::size_t answered = 0;
+      for (const Progress& p : progress_[r]) answered += p.done ? 1 : 0;
+      if (answered < quorum_) return false;
+    }
+    for (std::size_t k = 0; k < n_; ++k) {
+      std::size_t open = 0;
+      for (std::size_t r = first_open_[k]; r < count_; ++r) open += Settled(r, k) ? 0 : 1;
+      if (open > 0 && impl_.OpenLagging(servers_[k]) + open > kMaxLagging) return false;
+    }
+    return true;
   }
 
   // Moves server k past the requests it settled (and, under kEvery, those
@@ -506,6 +599,7 @@ class NetworkServerSet::OneExchange {
       const std::uint64_t conns = impl_.connections[servers_[k]];
       const bool reconnected = conns > std::max<std::uint64_t>(pr.sent_on, 1);
       if (reconnected || now - pr.sent_at >= pr.silence) {
+        if (reconnected) S3ORAM_RETURN_IF_ERROR(set_.ResendLagging(servers_[k]));
         const std::size_t last = reconnected ? count_ : r0 + 1;
         for (std::size_t r = r0; r < last; ++r) {
           Progress& p = progress_[r][k];
@@ -567,7 +661,13 @@ class NetworkServerSet::OneExchange {
   // expected type (or an error); late replies to earlier requests are dropped.
   bool Accept(std::size_t k, wire::Message& m, std::size_t size, Status* decode_error) {
     const auto it = by_seq_.find(m.header.seq);
-    if (it == by_seq_.end()) return false;  // late reply to an earlier request
+    if (it == by_seq_.end()) {
+      // One of the server's lagging requests, or a late reply to an
+      // earlier request (dropped).
+      if (!impl_.AcceptLagged(servers_[k], m)) return false;
+      set_.stats_.bytes_received += size;
+      return true;
+    }
     const std::size_t r = it->second;
     Progress& p = progress_[r][k];
     if (Settled(r, k)) return false;
@@ -614,6 +714,19 @@ class NetworkServerSet::OneExchange {
   }
 
   std::vector<Answers> TakeAnswers() {
+    // kQuorum: what a server has not answered yet lags; the set keeps it,
+    // in the order sent.
+    std::vector<std::vector<bool>> lags(count_, std::vector<bool>(n_, false));
+    for (std::size_t k = 0; k < n_ && wait_ == Wait::kQuorum; ++k) {
+      for (std::size_t r = 0; r < count_; ++r) {
+        if (Settled(r, k)) continue;
+        const Progress& p = progress_[r][k];
+        lags[r][k] = true;
+        impl_.lagging[servers_[k]].push_back(Impl::LagEntry{
+            requests_[r].header.seq, requests_[r].expected_reply, (*requests_[r].frames)[k],
+            p.due_from, options_.deadline, p.sent_on, std::nullopt});
+      }
+    }
     std::vector<Answers> answers(count_);
     for (std::size_t r = 0; r < count_; ++r) {
       answers[r].reserve(n_);
@@ -625,6 +738,9 @@ class NetworkServerSet::OneExchange {
         if (abandoned_[r]) {
           // kEvery: the request's one failure for every server.
           answers[r].push_back(Answer{*abandoned_[r], after});
+        } else if (lags[r][k]) {
+          answers[r].push_back(
+              Answer{LaggingStatus(servers_[k], impl_.endpoints[servers_[k]]), after, true});
         } else if (p.failure) {
           answers[r].push_back(Answer{*p.failure, after});
         } else {
@@ -645,13 +761,111 @@ class NetworkServerSet::OneExchange {
   const std::size_t count_;
   std::vector<std::vector<Progress>> progress_;
   std::vector<std::size_t> first_open_;  // per server: first request not answered
-  std::vector<std::optional<Status>> abandoned_;  // kEvery: the request's first failure
+  std::vector<std::optional<Status>> abandoned_;  // kEvery/kQuorum: the request's failure
+  const std::size_t quorum_;                      // kQuorum: answers each request needs (else n_)
   std::map<std::uint64_t, std::size_t> by_seq_;
   std::size_t total_request_bytes_ = 0;
   std::uint64_t reply_bytes_before_ = 0;
   Clock::time_point start_;
   bool reconnect_seen_ = false;
 };
+
+Status NetworkServerSet::ResendLagging(std::size_t i) {
+  Impl& impl = *impl_;
+  const std::uint64_t conns = impl.connections[i];
+  for (Impl::LagEntry& e : impl.lagging[i]) {
+    if (e.end || conns <= std::max<std::uint64_t>(e.sent_on, 1)) continue;
+    if (zmq_send(impl.sockets[i], e.frame.data(), e.frame.size(), ZMQ_DONTWAIT) < 0 &&
+        zmq_errno() != EAGAIN) {
+      return Status::IoError(ZmqError(("sending to " + impl.endpoints[i]).c_str()));
+    }
+    stats_.bytes_sent += e.frame.size();
+    stats_.bytes_resent += e.frame.size();
+    ++stats_.resends;
+    e.sent_on = conns;
+  }
+  return Status::Ok();
+}
+
+void NetworkServerSet::TendLagging(std::size_t i) {
+  Impl& impl = *impl_;
+  if (impl.OpenLagging(i) == 0) return;
+  impl.Drain(i);
+  if (Status st = ResendLagging(i); !st.ok()) {
+    impl.FailLagging(i, st);
+    return;
+  }
+  Status decode_error;
+  bool heard = false;
+  DrainReplies(
+      impl.sockets[i],
+      [&](wire::Message& m, std::size_t size) {
+        heard = true;
+        if (!impl.AcceptLagged(i, m)) return false;
+        stats_.bytes_received += size;
+        return true;
+      },
+      &decode_error);
+  if (heard) impl.liveness->Heard(i);
+  const Impl::LagEntry* first = impl.FirstOpenLagging(i);
+  if (first == nullptr) return;
+  const auto now = std::chrono::steady_clock::now();
+  if (now - first->due_from >= impl.liveness->SuspectAfter()) impl.liveness->Check(i);
+  if (auto down = impl.DownNow(i); down && down->last_failed_check >= first->due_from) {
+    impl.FailLagging(i, DownStatus(i, impl.endpoints[i], *down));
+  } else if (now - first->due_from >= first->deadline) {
+    std::string who = impl.endpoints[i];
+    if (!decode_error.ok()) who += " (" + decode_error.ToString() + ")";
+    impl.FailLagging(i, SilenceStatus(who, first->deadline, first->expected_reply));
+  }
+}
+
+std::vector<ServerSet::Lagged> NetworkServerSet::TakeLagged() {
+  std::vector<Lagged> out;
+  for (std::size_t i = 0; i < impl_->lagging.size(); ++i) {
+    TendLagging(i);
+    auto& entries = impl_->lagging[i];
+    for (auto it = entries.begin(); it != entries.end();) {
+      if (!it->end) {
+        ++it;
+        continue;
+      }
+      out.push_back(Lagged{i, it->seq, it->expected_reply, std::move(*it->end)});
+      it = entries.erase(it);
+    }
+  }
+  return out;
+}
+
+Result<wire::Message> NetworkServerSet::AwaitLagged(std::size_t server, std::uint64_t seq) {
+  if (server >= impl_->lagging.size()) return ServerSet::AwaitLagged(server, seq);
+  auto& entries = impl_->lagging[server];
+  auto find = [&] {
+    return std::find_if(entries.begin(), entries.end(),
+                        [seq](const Impl::LagEntry& e) { return e.seq == seq; });
+  };
+  if (find() == entries.end()) return ServerSet::AwaitLagged(server, seq);
+  // Bounded: an open request ends by its deadline or by the server found
+  // down (TendLagging).
+  for (;;) {
+    auto it = find();
+    if (it->end) {
+      Result<wire::Message> end = std::move(*it->end);
+      entries.erase(it);
+      return end;
+    }
+    TendLagging(server);
+    if (find()->end) continue;
+    zmq_pollitem_t item{impl_->sockets[server], 0, short{ZMQ_POLLIN}, 0};
+    if (zmq_poll(&item, 1, 100) < 0 && zmq_errno() != EINTR) {
+      impl_->FailLagging(server, Status::IoError(ZmqError("zmq_poll")));
+    }
+  }
+}
+
+std::size_t NetworkServerSet::Lagging(std::size_t i) const {
+  return i < impl_->lagging.size() ? impl_->OpenLagging(i) : 0;
+}
 
 std::vector<ServerSet::Answers> NetworkServerSet::ExchangeAnswers(
     const std::vector<std::size_t>& servers, const std::vector<RequestView>& requests,

@@ -84,9 +84,24 @@ class NetworkServerSet final : public ServerSet {
   std::vector<Answers> ExchangeAnswers(const std::vector<std::size_t>& servers,
                                        const std::vector<RequestView>& requests,
                                        const TransportOptions& options, Wait wait) override;
+  // Lagging requests (Wait::kQuorum): sent again, in order and before
+  // anything newer, on a connection that replaced theirs; their replies are
+  // taken whenever the server's socket is read; one found down or silent
+  // past the deadline fails them.
+  std::vector<Lagged> TakeLagged() override;
+  Result<wire::Message> AwaitLagged(std::size_t server, std::uint64_t seq) override;
+  std::size_t Lagging(std::size_t i) const override;
 
  private:
   NetworkServerSet() = default;
+  // Sends server i's open lagging requests again where the connection they
+  // went out on was replaced.
+  Status ResendLagging(std::size_t i);
+  // Without waiting: resends (ResendLagging), takes the replies waiting on
+  // server i's socket, and fails its open lagging requests if it was found
+  // down or the first of them is past its deadline (checking its liveness
+  // once it is open for long).
+  void TendLagging(std::size_t i);
   class OneExchange;  // one ExchangeAnswers call (transport.cpp)
   struct Impl;
   std::unique_ptr<Impl> impl_;

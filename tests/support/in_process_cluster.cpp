@@ -1,7 +1,9 @@
 #include "tests/support/in_process_cluster.h"
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <deque>
 #include <filesystem>
 #include <mutex>
 #include <optional>
@@ -180,6 +182,7 @@ struct InProcessCluster::Server {
   std::atomic<bool> prepare_done{true};
   Liar liar;
   std::chrono::milliseconds delay{0};
+  bool lagging = false;
   std::uint64_t handled = 0;
 
   ~Server() { JoinPrepare(); }
@@ -271,6 +274,26 @@ class InProcessCluster::Connection final : public ServerSet {
     std::vector<bool> invalid(count);
     for (std::size_t r = 0; r < count; ++r) invalid[r] = abandoned[r].has_value();
     std::vector<bool> server_failed(n, false);
+    // kQuorum: how many failures a request survives.
+    const std::size_t quorum =
+        wait == Wait::kQuorum && options.quorum > 0 ? std::min(options.quorum, n) : n;
+    std::vector<std::size_t> failures(count, 0);
+    // Which servers hold this call's requests instead of answering them
+    // (SetLagging; never so many that no request could have its quorum);
+    // every other server first answers what it holds, in order.
+    std::vector<bool> hold(n, false);
+    std::size_t holding = 0;
+    for (std::size_t k = 0; k < n; ++k) {
+      const std::size_t i = servers[k];
+      if (i >= size()) continue;
+      if (wait == Wait::kQuorum && cluster_.lagging(i) && holding < n - quorum &&
+          Held(i).size() + count <= kMaxLagging) {
+        hold[k] = true;
+        ++holding;
+      } else {
+        ServeHeld(i, Held(i).size());
+      }
+    }
     // Request r goes to every server before request r + 1 (an EVICT_PREPARE
     // reaches every server before anything that waits for its computation).
     // A server that failed gets nothing more; the others get every request,
@@ -281,48 +304,32 @@ class InProcessCluster::Connection final : public ServerSet {
       if (invalid[r]) continue;
       for (std::size_t k = 0; k < n; ++k) {
         const std::size_t i = servers[k];
-        const std::string who = "server " + std::to_string(i) + " (" + endpoints_[i] + ")";
         auto fail_from = [&](const Status& st) {
           server_failed[k] = true;
           for (std::size_t q = r; q < count; ++q) {
-            if (!answer[q][k]) answer[q][k] = st;
+            if (!answer[q][k]) {
+              answer[q][k] = st;
+              ++failures[q];
+            }
             if (wait == Wait::kEvery && !abandoned[q]) abandoned[q] = st;
+            if (wait == Wait::kQuorum && !abandoned[q] && failures[q] > n - quorum) {
+              abandoned[q] = st;
+            }
           }
         };
         if (server_failed[k]) continue;
-        Server& server = *cluster_.servers_[i];
-        if (cluster_.down(i)) {
-          fail_from(SilenceStatus(endpoints_[i], options.deadline, requests[r].expected_reply,
-                                  " (in process: set down)"));
+        if (hold[k]) {
+          Held(i).push_back(HeldRequest{requests[r].header.seq, requests[r].expected_reply,
+                                        (*requests[r].frames)[k], options.deadline});
           continue;
         }
-        const auto& frame = (*requests[r].frames)[k];
-        stats_.bytes_sent += frame.size();
-        const std::vector<std::uint8_t> reply = server.Serve(frame);
-        auto decoded = wire::Decode(reply);
-        if (!decoded.ok()) {
-          fail_from(decoded.status().WithContext(who));
+        auto reply = ServeOne(i, (*requests[r].frames)[k], requests[r].header.seq,
+                              requests[r].expected_reply, options.deadline);
+        if (!reply.ok()) {
+          fail_from(reply.status());
           continue;
         }
-        wire::Message m = std::move(decoded).value();
-        if (m.header.seq != requests[r].header.seq ||
-            (m.header.type != requests[r].expected_reply &&
-             m.header.type != wire::MessageType::kError)) {
-          fail_from(Status::Protocol(who + ": reply " + wire::MessageTypeName(m.header.type) +
-                                     " seq " + std::to_string(m.header.seq) + " to " +
-                                     "a request wanting " +
-                                     wire::MessageTypeName(requests[r].expected_reply) + " seq " +
-                                     std::to_string(requests[r].header.seq)));
-          continue;
-        }
-        stats_.bytes_received += reply.size();
-        Liar liar;
-        {
-          const std::lock_guard lock(server.mu);
-          liar = server.liar;
-        }
-        if (liar) liar(m);
-        answer[r][k] = std::move(m);
+        answer[r][k] = std::move(reply);
       }
     }
     std::vector<Answers> answers(count);
@@ -330,6 +337,8 @@ class InProcessCluster::Connection final : public ServerSet {
       for (std::size_t k = 0; k < n; ++k) {
         if (abandoned[r]) {
           answers[r].push_back(Answer{*abandoned[r], {}});
+        } else if (hold[k] && !answer[r][k]) {
+          answers[r].push_back(Answer{LaggingStatus(servers[k], endpoints_[servers[k]]), {}, true});
         } else {
           answers[r].push_back(Answer{std::move(*answer[r][k]), {}});
         }
@@ -338,10 +347,107 @@ class InProcessCluster::Connection final : public ServerSet {
     return answers;
   }
 
+  std::vector<Lagged> TakeLagged() override {
+    std::vector<Lagged> out;
+    for (std::size_t i = 0; i < size(); ++i) {
+      if (!cluster_.lagging(i)) ServeHeld(i, Held(i).size());
+      for (Lagged& e : Ended(i)) out.push_back(std::move(e));
+      Ended(i).clear();
+    }
+    return out;
+  }
+
+  Result<wire::Message> AwaitLagged(std::size_t server, std::uint64_t seq) override {
+    if (server >= size()) return ServerSet::AwaitLagged(server, seq);
+    auto& held = Held(server);
+    for (std::size_t x = 0; x < held.size(); ++x) {
+      if (held[x].seq == seq) {
+        ServeHeld(server, x + 1);
+        break;
+      }
+    }
+    auto& ended = Ended(server);
+    for (auto it = ended.begin(); it != ended.end(); ++it) {
+      if (it->seq != seq) continue;
+      Result<wire::Message> end = std::move(it->reply);
+      ended.erase(it);
+      return end;
+    }
+    return ServerSet::AwaitLagged(server, seq);
+  }
+
+  std::size_t Lagging(std::size_t i) const override {
+    return i < held_.size() ? held_[i].size() : 0;
+  }
+
  private:
+  // Server i's answer to one frame: its reply (the liar's change applied),
+  // or its failure as the network reports it.
+  Result<wire::Message> ServeOne(std::size_t i, const std::vector<std::uint8_t>& frame,
+                                 std::uint64_t seq, wire::MessageType expected,
+                                 std::chrono::milliseconds deadline) {
+    const std::string who = "server " + std::to_string(i) + " (" + endpoints_[i] + ")";
+    Server& server = *cluster_.servers_[i];
+    if (cluster_.down(i)) {
+      return SilenceStatus(endpoints_[i], deadline, expected, " (in process: set down)");
+    }
+    stats_.bytes_sent += frame.size();
+    const std::vector<std::uint8_t> reply = server.Serve(frame);
+    auto decoded = wire::Decode(reply);
+    if (!decoded.ok()) return decoded.status().WithContext(who);
+    wire::Message m = std::move(decoded).value();
+    if (m.header.seq != seq ||
+        (m.header.type != expected && m.header.type != wire::MessageType::kError)) {
+      return Status::Protocol(who + ": reply " + wire::MessageTypeName(m.header.type) + " seq " +
+                              std::to_string(m.header.seq) + " to a request wanting " +
+                              wire::MessageTypeName(expected) + " seq " + std::to_string(seq));
+    }
+    stats_.bytes_received += reply.size();
+    Liar liar;
+    {
+      const std::lock_guard lock(server.mu);
+      liar = server.liar;
+    }
+    if (liar) liar(m);
+    return m;
+  }
+
+  // A request server i holds (SetLagging), until it is served.
+  struct HeldRequest {
+    std::uint64_t seq = 0;
+    wire::MessageType expected = wire::MessageType::kError;
+    std::vector<std::uint8_t> frame;
+    std::chrono::milliseconds deadline{0};
+  };
+  std::deque<HeldRequest>& Held(std::size_t i) {
+    if (held_.size() < size()) held_.resize(size());
+    return held_[i];
+  }
+  // The ends of held requests, for TakeLagged and AwaitLagged.
+  std::deque<Lagged>& Ended(std::size_t i) {
+    if (ended_.size() < size()) ended_.resize(size());
+    return ended_[i];
+  }
+  // Serves the first `count` requests server i holds, in order; after a
+  // failure the rest fail with it, as on a connection.
+  void ServeHeld(std::size_t i, std::size_t count) {
+    auto& held = Held(i);
+    std::optional<Status> failed;
+    for (std::size_t x = 0; x < count && !held.empty(); ++x) {
+      HeldRequest h = std::move(held.front());
+      held.pop_front();
+      Result<wire::Message> end = failed ? Result<wire::Message>(*failed)
+                                         : ServeOne(i, h.frame, h.seq, h.expected, h.deadline);
+      if (!end.ok()) failed = end.status();
+      Ended(i).push_back(Lagged{i, h.seq, h.expected, std::move(end)});
+    }
+  }
+
   InProcessCluster& cluster_;
   std::vector<std::string> endpoints_;
   TransportStats stats_;
+  std::vector<std::deque<HeldRequest>> held_;
+  std::vector<std::deque<Lagged>> ended_;
 };
 
 Result<std::unique_ptr<InProcessCluster>> InProcessCluster::Create(const std::string& dir,
@@ -434,6 +540,16 @@ void InProcessCluster::SetDown(std::size_t server, bool down) { hub_->SetDown(se
 void InProcessCluster::SetDelay(std::size_t server, std::chrono::milliseconds delay) {
   const std::lock_guard lock(servers_.at(server)->mu);
   servers_[server]->delay = delay;
+}
+
+void InProcessCluster::SetLagging(std::size_t server, bool lagging) {
+  const std::lock_guard lock(servers_.at(server)->mu);
+  servers_[server]->lagging = lagging;
+}
+
+bool InProcessCluster::lagging(std::size_t server) const {
+  const std::lock_guard lock(servers_.at(server)->mu);
+  return servers_[server]->lagging;
 }
 
 void InProcessCluster::SetLiar(std::size_t server, Liar liar) {

@@ -14,7 +14,13 @@
 //    its peers' SMP shares are not delivered to it, and it sends none;
 //  * slow (SetDelay): each request waits that long before it is handled;
 //  * a liar (SetLiar): each of its decoded replies passes through a function
-//    that may change it before the client sees it.
+//    that may change it before the client sees it;
+//  * lagging (SetLagging): under ServerSet::Wait::kQuorum its requests are
+//    held, not served, and answered as lagging (up to kMaxLagging); held
+//    requests are served, in order, before anything else that reaches it,
+//    when the client awaits one (AwaitLagged), and, once it lags no more,
+//    when the client takes the ends (TakeLagged). A held request it is down
+//    for when it is served fails, as a real server's would.
 // A server handles one client's requests in order; an EVICT_PREPARE's
 // computation runs on a thread of its own while the requests the handler
 // serves during a prepare (RequestHandler::ServedDuringPrepare) are answered
@@ -68,6 +74,7 @@ class InProcessCluster {
 
   void SetDown(std::size_t server, bool down);
   void SetDelay(std::size_t server, std::chrono::milliseconds delay);
+  void SetLagging(std::size_t server, bool lagging);
   using Liar = std::function<void(wire::Message& reply)>;
   void SetLiar(std::size_t server, Liar liar);  // empty: honest again
 
@@ -95,6 +102,7 @@ class InProcessCluster {
   InProcessCluster() = default;
   class Connection;
   bool down(std::size_t server) const;
+  bool lagging(std::size_t server) const;
   std::unique_ptr<Hub> hub_;  // outlives servers_ (the destructor clears them first)
   std::vector<std::unique_ptr<Server>> servers_;
   std::vector<std::string> public_keys_;

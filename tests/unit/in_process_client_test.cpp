@@ -362,6 +362,112 @@ TEST(InProcessClientTest, WithFourServersAChangedAnswerIsOutvotedAndTheLiarNamed
   EXPECT_TRUE(ReadAll(**client, model));
 }
 
+// With four servers a retrieval needs the first three answers: a server
+// that lags (its requests held, not answered) does not hold up an access,
+// and its answers and root writes come before the next eviction reads the
+// root (the evictions go on). No answer is found wrong, and a client opened
+// afterwards reads everything back.
+TEST(InProcessClientTest, WithFourServersALaggingServerDoesNotHoldUpTheAccesses) {
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  BlockModel model;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+    fs.cluster->SetLagging(3, true);
+    const std::uint64_t evictions = (*client)->counters().ne;
+    ASSERT_TRUE(ReadAll(**client, model));
+    ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
+    ASSERT_TRUE(ReadAll(**client, model));
+    EXPECT_GT((*client)->counters().ne, evictions + 2) << "the evictions did not go on";
+    const std::vector<std::uint64_t>& lagged = (*client)->stats().lagged_answers;
+    ASSERT_EQ(lagged.size(), 4u);
+    // One retrieval per access: 6 + 12 + 12 accesses, each answered by 0-2.
+    EXPECT_GE(lagged[3], 30u);
+    for (std::size_t i = 0; i < 3; ++i) EXPECT_EQ(lagged[i], 0u) << "server " << i;
+    for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+    fs.cluster->SetLagging(3, false);
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  auto again = fs.Open();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_TRUE(ReadAll(**again, model));
+  for (std::uint64_t w : (*again)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+  EXPECT_TRUE(EveryServerApplied(*fs.cluster, (*again)->counters().ne));
+}
+
+// A liar among the three that answer first while the fourth lags: the three
+// answers do not verify, so the access waits for the fourth, which outvotes
+// the liar. Every read is right and every lie is counted against the liar.
+TEST(InProcessClientTest, ALiarAmongTheFirstThreeIsOutvotedByTheLaggingServersAnswer) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t liar = seed % 3;
+  std::printf("[ seed     ] %llu: server %zu lies, server 3 lags\n",
+              static_cast<unsigned long long>(seed), liar);
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  std::uint64_t lies = 0;
+  fs.cluster->SetLiar(liar, [&](wire::Message& m) {
+    if (auto* r = std::get_if<wire::RetrieveReply>(&m.body); r && !r->answer.empty()) {
+      r->answer[seed % r->answer.size()] = field::Add(r->answer[seed % r->answer.size()], 7);
+      ++lies;
+    }
+  });
+  fs.cluster->SetLagging(3, true);
+  ASSERT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 8, 2));
+  ASSERT_TRUE(ReadAll(**client, model));
+  fs.cluster->SetLiar(liar, {});
+  fs.cluster->SetLagging(3, false);
+  ASSERT_GT(lies, 0u);
+  const std::vector<std::uint64_t>& wrong = (*client)->stats().wrong_answers;
+  ASSERT_EQ(wrong.size(), 4u);
+  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(wrong[i], i == liar ? lies : 0) << "server " << i;
+  EXPECT_FALSE((*client)->writes_stopped().has_value());
+}
+
+// A lagging server that is down when its held root write would be served
+// fails it after the access was recorded on the three others: the slot is
+// written again on every server before anything reads the root, so the
+// accesses fail (naming it) until it returns, then go on, and its answers
+// are never stale (none is found wrong).
+TEST(InProcessClientTest, RootWritesALaggingServerFailedAreWrittenAgainOnEveryServer) {
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  // At the start of a round, so that the next two accesses do not end it
+  // (the eviction would wait for server 3's answers).
+  for (int i = 0; i < 8 && (*client)->counters().nr != 0; ++i) {
+    ASSERT_TRUE(ModelAccess(**client, model, 5, /*write=*/false, 0));
+  }
+  ASSERT_EQ((*client)->counters().nr, 0u);
+  fs.cluster->SetLagging(3, true);
+  // Two accesses: each carries the root write of the access before it to
+  // servers 0-2, server 3 holds them.
+  ASSERT_TRUE(ModelAccess(**client, model, 0, /*write=*/true, 2));
+  ASSERT_TRUE(ModelAccess(**client, model, 1, /*write=*/true, 2));
+  fs.cluster->SetDown(3, true);
+  fs.cluster->SetLagging(3, false);
+  const Status st = (*client)->Write(2, testing::Content(kBlockBytes, 2, 99));
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();
+  EXPECT_NE(st.message().find("which a lagging server failed"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("in-process://server3"), std::string::npos) << st.ToString();
+  fs.cluster->SetDown(3, false);
+  ASSERT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 12, 3));
+  ASSERT_TRUE(ReadAll(**client, model));
+  for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+}
+
 // A server that is down fails the access at once, naming the server; nothing
 // the client had written is lost, and the accesses go on when it returns.
 TEST(InProcessClientTest, ADownServerIsNamedAndTheAccessesGoOnWhenItReturns) {

@@ -1,0 +1,117 @@
+// RootWriteQueue's writes a server lags on (root_write_queue.h,
+// "Writes a server lags on").
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <variant>
+
+#include "oramcore/protocol/root_write_queue.h"
+
+namespace s3oram {
+
+namespace {
+
+// A lagging request's end acknowledges it if it is a reply of the expected
+// type, not an error.
+bool Acknowledges(const Result<wire::Message>& end) {
+  return end.ok() && !std::holds_alternative<wire::ErrorReply>(end.value().body);
+}
+
+}  // namespace
+
+void RootWriteQueue::NoteLagging(std::size_t server, std::uint64_t seq) {
+  if (last_lagging_seq_.size() <= server) last_lagging_seq_.resize(server + 1, 0);
+  last_lagging_seq_[server] = std::max(last_lagging_seq_[server], seq);
+}
+
+void RootWriteQueue::LagEnded(std::size_t server, std::uint64_t seq, bool acknowledged) {
+  // Still staged (between RecordCarried and the commit) or recorded.
+  for (auto* writes : {&lagging_, &staged_}) {
+    for (LaggingWrite& w : *writes) {
+      if (w.seq != seq) continue;
+      std::erase(w.owing, server);
+      if (!acknowledged) w.failed = true;
+      return;
+    }
+  }
+}
+
+Status RootWriteQueue::SettleLagging(bool wait) {
+  ServerSet& servers = session_.servers();
+  if (wait) {
+    // A server's answers come in order: once its last lagging request
+    // ended, so did every one before it (TakeLagged below hands them out).
+    for (std::size_t i = 0; i < last_lagging_seq_.size(); ++i) {
+      if (last_lagging_seq_[i] == 0 || servers.Lagging(i) == 0) continue;
+      const std::uint64_t seq = last_lagging_seq_[i];
+      auto end = servers.AwaitLagged(i, seq);
+      if (end.status().code() == Status::Code::kNotFound) continue;
+      LagEnded(i, seq, Acknowledges(end));
+      if (late_reply_)
+        late_reply_(ServerSet::Lagged{i, seq, wire::MessageType::kError, std::move(end)});
+    }
+  }
+  for (const ServerSet::Lagged& end : servers.TakeLagged()) {
+    LagEnded(end.server, end.seq, Acknowledges(end.reply));
+    if (late_reply_) late_reply_(end);
+  }
+  for (std::size_t i = 0; i < last_lagging_seq_.size(); ++i) {
+    if (servers.Lagging(i) == 0) last_lagging_seq_[i] = 0;
+  }
+  ClientStateStore::Batch settled;
+  bool any = false;
+  for (auto it = lagging_.begin(); it != lagging_.end();) {
+    if (it->failed) {
+      // The lagging server may not hold it: a fresh sharing of the same
+      // sealed block on every server makes the slot consistent again.
+      spdlog::warn(
+          "a server failed the root write of slot {} after the others acknowledged it: "
+          "the slot is written again on every server",
+          it->entry.slot);
+      S3ORAM_RETURN_IF_ERROR(WriteRoot(it->entry.slot, it->entry.elems)
+                                 .WithContext("rewriting root slot " +
+                                              std::to_string(it->entry.slot) +
+                                              ", which a lagging server failed"));
+      it->failed = false;
+      it->owing.clear();
+    }
+    if (!it->owing.empty()) {
+      ++it;
+      continue;
+    }
+    settled.RemovePending(kPendingLagKey + it->entry.slot);
+    any = true;
+    it = lagging_.erase(it);
+  }
+  // Not durable: a record a crash keeps only costs Open one rewrite of the
+  // same block (RepairLoggedLagging), and an eviction's intent, which is
+  // durable, drops them all.
+  if (any) S3ORAM_RETURN_IF_ERROR(session_.store().Commit(settled, /*durable=*/false));
+  return Status::Ok();
+}
+
+Status RootWriteQueue::RepairLoggedLagging() {
+  S3ORAM_ASSIGN_OR_RETURN(auto pending, session_.store().LoadPending());
+  ClientStateStore::Batch repaired;
+  bool any = false;
+  for (const PendingOp& op : pending) {
+    if (op.kind != kPendingLagKind) continue;
+    if (op.seq < kPendingLagKey || op.seq - kPendingLagKey >= session_.params().evict_rate) {
+      return Status::Corruption("lagging root write under an unexpected key " +
+                                std::to_string(op.seq));
+    }
+    S3ORAM_ASSIGN_OR_RETURN(Entry e, Decode(op.payload, op.seq - kPendingLagKey));
+    S3ORAM_RETURN_IF_ERROR(WriteRoot(e.slot, e.elems)
+                               .WithContext("rewriting root slot " + std::to_string(e.slot) +
+                                            ", which a server lagged on when this state was "
+                                            "last used"));
+    repaired.RemovePending(op.seq);
+    any = true;
+  }
+  if (any) S3ORAM_RETURN_IF_ERROR(session_.store().Commit(repaired, /*durable=*/true));
+  return Status::Ok();
+}
+
+}  // namespace s3oram
