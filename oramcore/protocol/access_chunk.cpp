@@ -310,7 +310,6 @@ Result<std::vector<std::optional<wire::Message>>> AccessPath::RepliesOf(
       lag.servers.push_back(i);
       stats_.lagged_answers.resize(params().parties, 0);
       ++stats_.lagged_answers[i];
-      roots_.NoteLagging(i, lag.seq);
       continue;
     }
     auto reply = session_.servers().ReplyOrError(i, std::move(answers[i]));

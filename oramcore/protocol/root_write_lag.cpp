@@ -21,11 +21,6 @@ bool Acknowledges(const Result<wire::Message>& end) {
 
 }  // namespace
 
-void RootWriteQueue::NoteLagging(std::size_t server, std::uint64_t seq) {
-  if (last_lagging_seq_.size() <= server) last_lagging_seq_.resize(server + 1, 0);
-  last_lagging_seq_[server] = std::max(last_lagging_seq_[server], seq);
-}
-
 void RootWriteQueue::LagEnded(std::size_t server, std::uint64_t seq, bool acknowledged) {
   // Still staged (between RecordCarried and the commit) or recorded.
   for (auto* writes : {&lagging_, &staged_}) {
@@ -40,25 +35,35 @@ void RootWriteQueue::LagEnded(std::size_t server, std::uint64_t seq, bool acknow
 
 Status RootWriteQueue::SettleLagging(bool wait) {
   ServerSet& servers = session_.servers();
-  if (wait) {
-    // A server's answers come in order: once its last lagging request
-    // ended, so did every one before it (TakeLagged below hands them out).
-    for (std::size_t i = 0; i < last_lagging_seq_.size(); ++i) {
-      if (last_lagging_seq_[i] == 0 || servers.Lagging(i) == 0) continue;
-      const std::uint64_t seq = last_lagging_seq_[i];
-      auto end = servers.AwaitLagged(i, seq);
-      if (end.status().code() == Status::Code::kNotFound) continue;
-      LagEnded(i, seq, Acknowledges(end));
-      if (late_reply_)
-        late_reply_(ServerSet::Lagged{i, seq, wire::MessageType::kError, std::move(end)});
-    }
-  }
   for (const ServerSet::Lagged& end : servers.TakeLagged()) {
     LagEnded(end.server, end.seq, Acknowledges(end.reply));
     if (late_reply_) late_reply_(end);
   }
-  for (std::size_t i = 0; i < last_lagging_seq_.size(); ++i) {
-    if (servers.Lagging(i) == 0) last_lagging_seq_[i] = 0;
+  if (wait) {
+    // Every lagging write's end, from each server that owes it (bounded:
+    // each ends by its deadline or its server found down). One the set no
+    // longer knows cannot be vouched for: it is written again.
+    for (LaggingWrite& w : lagging_) {
+      const std::vector<std::size_t> owing = w.owing;
+      for (std::size_t i : owing) {
+        auto end = servers.AwaitLagged(i, w.seq);
+        if (end.status().code() == Status::Code::kNotFound) {
+          std::erase(w.owing, i);
+          w.failed = true;
+          continue;
+        }
+        LagEnded(i, w.seq, Acknowledges(end));
+        if (late_reply_) {
+          late_reply_(ServerSet::Lagged{i, w.seq, wire::MessageType::kError, std::move(end)});
+        }
+      }
+    }
+    // The ends the waits passed on the way (the same servers' earlier
+    // requests).
+    for (const ServerSet::Lagged& end : servers.TakeLagged()) {
+      LagEnded(end.server, end.seq, Acknowledges(end.reply));
+      if (late_reply_) late_reply_(end);
+    }
   }
   ClientStateStore::Batch settled;
   bool any = false;

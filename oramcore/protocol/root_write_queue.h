@@ -116,14 +116,12 @@ class RootWriteQueue {
   // first, and its intent drops the records). A crash before that leaves
   // the record for Open (RepairLoggedLagging).
   //
-  // Server `server` lags on request `seq` (any request, for SettleLagging's wait).
-  void NoteLagging(std::size_t server, std::uint64_t seq);
   // Its end: acknowledged (a reply of the expected type) or not.
   void LagEnded(std::size_t server, std::uint64_t seq, bool acknowledged);
-  // Takes the ends the servers sent (all of them, waiting, if `wait`),
-  // rewrites every lagging write some server failed, and forgets those
-  // settled. An error: a rewrite failed (the write stays lagging, and the
-  // next call tries again).
+  // Takes the ends the servers sent (and, if `wait`, waits for every
+  // lagging write's, so that none is left lagging after an OK), rewrites
+  // every lagging write some server failed, and forgets those settled. An error: a rewrite failed
+  // (the write stays lagging, and the next call tries again).
   Status SettleLagging(bool wait);
   // Where every lagging request's end this queue takes goes besides (the
   // access path checks a late retrieval answer).
@@ -168,7 +166,6 @@ class RootWriteQueue {
   };
   std::vector<LaggingWrite> lagging_;            // recorded, in slot order
   std::vector<LaggingWrite> staged_;             // RecordCarried's, until CarriedCommitted
-  std::vector<std::uint64_t> last_lagging_seq_;  // per server, 0: none
   LateReplySink late_reply_;
 };
 
