@@ -92,6 +92,18 @@ struct InProcessFs {
   return ::testing::AssertionSuccess();
 }
 
+// A liar that adds a nonzero value (from `seed`) to one element (from
+// `seed`) of every retrieval answer, counting each change in `lies`.
+InProcessCluster::Liar ChangingRetrievalAnswers(std::uint64_t seed, std::uint64_t& lies) {
+  return [seed, &lies](wire::Message& m) {
+    if (auto* r = std::get_if<wire::RetrieveReply>(&m.body); r && !r->answer.empty()) {
+      const std::size_t at = static_cast<std::size_t>(seed % r->answer.size());
+      r->answer[at] = field::Add(r->answer[at], 1 + seed % 1000);
+      ++lies;
+    }
+  };
+}
+
 // Whether every server of `cluster` has applied exactly `evictions` evictions.
 ::testing::AssertionResult EveryServerApplied(InProcessCluster& cluster, std::uint64_t evictions) {
   for (std::size_t i = 0; i < cluster.size(); ++i) {
@@ -335,13 +347,7 @@ TEST(InProcessClientTest, WithFourServersAChangedAnswerIsOutvotedAndTheLiarNamed
   BlockModel model;
   ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
   std::uint64_t lies = 0;
-  fs.cluster->SetLiar(liar, [&](wire::Message& m) {
-    if (auto* r = std::get_if<wire::RetrieveReply>(&m.body); r && !r->answer.empty()) {
-      const std::size_t at = static_cast<std::size_t>(seed % r->answer.size());
-      r->answer[at] = field::Add(r->answer[at], 1 + seed % 1000);
-      ++lies;
-    }
-  });
+  fs.cluster->SetLiar(liar, ChangingRetrievalAnswers(seed, lies));
   const std::uint64_t evictions = (*client)->counters().ne;
   ASSERT_TRUE(ReadAll(**client, model));
   ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
@@ -412,12 +418,7 @@ TEST(InProcessClientTest, ALiarAmongTheFirstThreeIsOutvotedByTheLaggingServersAn
   BlockModel model;
   ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
   std::uint64_t lies = 0;
-  fs.cluster->SetLiar(liar, [&](wire::Message& m) {
-    if (auto* r = std::get_if<wire::RetrieveReply>(&m.body); r && !r->answer.empty()) {
-      r->answer[seed % r->answer.size()] = field::Add(r->answer[seed % r->answer.size()], 7);
-      ++lies;
-    }
-  });
+  fs.cluster->SetLiar(liar, ChangingRetrievalAnswers(seed, lies));
   fs.cluster->SetLagging(3, true);
   ASSERT_TRUE(ReadAll(**client, model));
   ASSERT_TRUE(WriteBlocks(**client, model, 8, 2));
