@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cstring>
 #include <mutex>
@@ -30,6 +31,31 @@ double ElapsedMs(Clock::time_point t0) {
 }
 
 }  // namespace
+
+std::uint32_t RequestHandler::Impl::AllParties() const {
+  return static_cast<std::uint32_t>((std::uint64_t{1} << parties) - 1);
+}
+
+Result<std::uint32_t> RequestHandler::Impl::ParticipantsOf(
+    const wire::EvictPrepareRequest& req) const {
+  const std::uint32_t all = AllParties();
+  if (req.participants == 0) return all;
+  const std::string which = "evict: participants " + std::to_string(req.participants);
+  if ((req.participants & ~all) != 0) {
+    return Status::InvalidArgument(which + " name a server beyond the " +
+                                   std::to_string(parties) + " of this filesystem");
+  }
+  if (((req.participants >> config.index) & 1u) == 0) {
+    return Status::InvalidArgument(which + " leave out this server (" +
+                                   std::to_string(config.index) + ")");
+  }
+  if (static_cast<std::size_t>(std::popcount(req.participants)) < 2 * threshold + 1) {
+    return Status::InvalidArgument(which + " are fewer than the 2t + 1 = " +
+                                   std::to_string(2 * threshold + 1) +
+                                   " an eviction's degree reduction needs");
+  }
+  return req.participants;
+}
 
 Result<wire::Body> RequestHandler::Impl::HandlePrepare(const wire::Header& h,
                                                        const wire::EvictPrepareRequest& req) {
@@ -66,6 +92,22 @@ Result<wire::Body> RequestHandler::Impl::HandlePrepare(const wire::Header& h,
   PrepareJob j;
   j.header = h;
   j.shape = shape;
+  S3ORAM_ASSIGN_OR_RETURN(j.participants, ParticipantsOf(req));
+  if (j.participants == AllParties()) {
+    j.lambda = lambda;
+  } else {
+    std::vector<Elem> xs;
+    std::vector<std::size_t> who;
+    for (std::size_t p = 0; p < parties; ++p) {
+      if ((j.participants >> p) & 1u) {
+        xs.push_back(shamir::PartyX(p));
+        who.push_back(p);
+      }
+    }
+    S3ORAM_ASSIGN_OR_RETURN(auto weights, shamir::LagrangeAtZero(xs));
+    j.lambda.assign(parties, 0);
+    for (std::size_t k = 0; k < who.size(); ++k) j.lambda[who[k]] = weights[k];
+  }
   for (std::uint32_t k = 1; k <= H; ++k) j.list.push_back(geo.BucketOnPath(req.leaf, k));
   for (std::uint32_t k = 1; k <= H; ++k) j.list.push_back(TreeGeometry::Sibling(j.list[k - 1]));
   sealed.reset();
@@ -80,6 +122,7 @@ Result<wire::Body> RequestHandler::Impl::HandlePrepare(const wire::Header& h,
   j.req.attempt = req.attempt;
   j.req.leaf = req.leaf;
   j.req.matrices = req.matrices;
+  j.req.participants = j.participants;
   {
     const std::lock_guard lock(aside_mu);
     progress = PrepareProgress{true,
@@ -146,12 +189,17 @@ Status RequestHandler::Impl::ReshareRound(const PrepareJob& j, std::uint32_t k,
   // SMP: re-share lambda_me * product with degree t straight into the
   // peers' frames; keep our own part.
   if (Lies("smp-consistent") && !product.empty()) product[0] = field::Add(product[0], 1);
-  const SmpRound smp_round{req.eviction, req.attempt, round};
+  // The attempt's other participants, in ascending order.
+  std::vector<std::uint32_t> from;
+  for (std::uint32_t p : peer_indices) {
+    if ((j.participants >> p) & 1u) from.push_back(p);
+  }
+  const SmpRound smp_round{req.eviction, req.attempt, round, j.participants & ~(1u << me)};
   const wire::SmpShares fields{req.eviction, req.attempt, round, me, {}};
-  SplitIntoFrames(h, fields, product, lambda[me], threshold, parties, me, smp);
-  if (Lies("smp-inconsistent") && !peer_indices.empty() && !product.empty()) {
+  SplitIntoFrames(h, fields, product, j.lambda[me], threshold, parties, me, j.participants, smp);
+  if (Lies("smp-inconsistent") && !from.empty() && !product.empty()) {
     // The first share to one peer, off by one: unpack its first 8, repack.
-    std::vector<std::uint8_t>& frame = smp.frames[peer_indices[0]];
+    std::vector<std::uint8_t>& frame = smp.frames[from[0]];
     const std::size_t k8 = std::min<std::size_t>(8, product.size());
     Elem first[8] = {};
     std::uint8_t* at = frame.data() + smp.shares_offset;
@@ -178,15 +226,15 @@ Status RequestHandler::Impl::ReshareRound(const PrepareJob& j, std::uint32_t k,
   t0 = Clock::now();
   // SmpCombine reads product.size() elements from every vector: check each
   // peer's length first (an exchange may hand over anything a peer sent).
-  if (from_peers.size() != peer_indices.size()) {
+  if (from_peers.size() != from.size()) {
     return Status::Protocol("SMP round " + std::to_string(round) + ": shares from " +
                             std::to_string(from_peers.size()) + " peers, expected " +
-                            std::to_string(peer_indices.size()));
+                            std::to_string(from.size()));
   }
   std::vector<const Elem*> received{mine.data()};
   for (std::size_t i = 0; i < from_peers.size(); ++i) {
     if (from_peers[i].size() != product.size()) {
-      return Status::Protocol("peer " + std::to_string(peer_indices[i]) + " sent " +
+      return Status::Protocol("peer " + std::to_string(from[i]) + " sent " +
                               std::to_string(from_peers[i].size()) + " SMP shares for round " +
                               std::to_string(round) + ", expected " +
                               std::to_string(product.size()));

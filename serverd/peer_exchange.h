@@ -18,11 +18,13 @@
 
 namespace s3oram::serverd {
 
-// Identifies one round of one attempt of one eviction.
+// Identifies one round of one attempt of one eviction, and whose shares it
+// needs: the attempt's other participants (bit p: peer p).
 struct SmpRound {
   std::uint64_t eviction = 0;
   std::uint32_t attempt = 0;
   std::uint32_t round = 0;
+  std::uint32_t from = 0;
 };
 
 class PeerExchange {
@@ -30,13 +32,14 @@ class PeerExchange {
   virtual ~PeerExchange() = default;
 
   // Sends frames[p], party p's encoded SMP_SHARES of one round
-  // (serverd/smp_frames.h), to every peer p. `frames` has one entry per party,
-  // indexed by party index (this server's own is not sent); none is changed,
-  // so the caller reuses them for the next round.
+  // (serverd/smp_frames.h), to every peer p whose frame is not empty (an
+  // empty one: p takes no part in this attempt). `frames` has one entry per
+  // party, indexed by party index (this server's own is not sent); none is
+  // changed, so the caller reuses them for the next round.
   virtual Status Send(const std::vector<std::vector<std::uint8_t>>& frames) = 0;
-  // Waits until every peer's shares of round r have arrived (or fails:
-  // timeout, attempt superseded, transport error). Returns one span per peer
-  // in ascending peer-index order, valid until Release(r) or the next call
+  // Waits until the shares of round r from every peer in r.from have arrived
+  // (or fails: timeout, attempt superseded, transport error). Returns one
+  // span per such peer in ascending peer-index order, valid until Release(r) or the next call
   // into this object. Lengths are whatever the peers sent.
   virtual Result<std::vector<std::span<const field::Elem>>> Await(const SmpRound& r) = 0;
   // Forgets the shares of round r (they have been combined).

@@ -82,6 +82,12 @@ struct RequestHandler::Impl {
     wire::EvictPrepareRequest req;
     std::vector<std::uint64_t> list;  // shadow buckets: u_1..u_H, s_1..s_H
     wire::StoreShape shape;
+    // The servers computing this attempt (bit p: party p; this one among
+    // them) and the Lagrange weights at 0 over their points, indexed by
+    // party (zero for the others): any 2t + 1 of them recover the degree-2t
+    // products, so the others (excluded by the client) are not waited for.
+    std::uint32_t participants = 0;
+    std::vector<Elem> lambda;
   };
   std::optional<PrepareJob> job;
   struct PrepareOutcome {
@@ -261,6 +267,12 @@ struct RequestHandler::Impl {
   // the client's next root writes may overwrite the live root. A duplicate
   // of the attempt under way or finished is answered the same way.
   Result<wire::Body> HandlePrepare(const wire::Header& h, const wire::EvictPrepareRequest& req);
+  // Every party's bit.
+  std::uint32_t AllParties() const;
+  // The PREPARE's participants as a mask (0 in the request: every party),
+  // or InvalidArgument: a party beyond the filesystem's, this server not
+  // among them, or fewer than 2t + 1.
+  Result<std::uint32_t> ParticipantsOf(const wire::EvictPrepareRequest& req) const;
   // The PREPARE left by HandlePrepare: the SMP rounds into the shadow, then
   // its seal. Runs on a thread of the caller's (Server's) while the thread
   // that handles requests serves only those ServedDuringPrepare admits, so it

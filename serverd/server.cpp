@@ -220,10 +220,11 @@ struct Server::Impl : PeerExchange {
   // the handler reuses its frames for the next round).
   Status Send(const std::vector<std::vector<std::uint8_t>>& frames) override {
     for (auto& [peer, socket] : pushes) {
-      if (peer >= frames.size() || frames[peer].empty()) {
+      if (peer >= frames.size()) {
         return Status::FailedPrecondition("no SMP frame for peer " + std::to_string(peer));
       }
       const std::vector<std::uint8_t>& frame = frames[peer];
+      if (frame.empty()) continue;  // not a participant of this attempt
       if (zmq_send(socket, frame.data(), frame.size(), 0) < 0) {
         return Status::IoError(ZmqError("sending SMP shares to peer " + std::to_string(peer)));
       }
@@ -238,9 +239,10 @@ struct Server::Impl : PeerExchange {
     const std::uint64_t eviction = r.eviction;
     const std::uint32_t attempt = r.attempt, round = r.round;
     const auto deadline = Clock::now() + std::chrono::milliseconds(config.peer_timeout_ms);
+    auto awaited = [&](std::uint32_t peer) { return peer < 32 && ((r.from >> peer) & 1u) != 0; };
     auto have_all = [&] {
       for (auto& [peer, s] : pushes) {
-        if (!smp_buffer.Has(SmpKey{eviction, attempt, round, peer})) return false;
+        if (awaited(peer) && !smp_buffer.Has(SmpKey{eviction, attempt, round, peer})) return false;
       }
       return true;
     };
@@ -249,7 +251,7 @@ struct Server::Impl : PeerExchange {
       if (left.count() <= 0) {
         std::string missing;
         for (auto& [peer, s] : pushes) {
-          if (!smp_buffer.Has(SmpKey{eviction, attempt, round, peer})) {
+          if (awaited(peer) && !smp_buffer.Has(SmpKey{eviction, attempt, round, peer})) {
             missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
           }
         }
@@ -274,7 +276,9 @@ struct Server::Impl : PeerExchange {
       if (rc > 0) S3ORAM_RETURN_IF_ERROR(DrainPeers());
     }
     std::vector<std::span<const Elem>> out;
-    for (auto& [peer, s] : pushes) out.emplace_back(smp_buffer.At(SmpKey{eviction, attempt, round, peer}));
+    for (auto& [peer, s] : pushes) {
+      if (awaited(peer)) out.emplace_back(smp_buffer.At(SmpKey{eviction, attempt, round, peer}));
+    }
     return out;
   }
 

@@ -21,12 +21,13 @@ static_assert(kChunk % 8 == 0);
 
 void SplitIntoFrames(const wire::Header& h, const wire::SmpShares& fields,
                      std::span<const field::Elem> product, field::Elem lambda_me, std::size_t t,
-                     std::size_t parties, std::uint32_t me, SmpFrames& out) {
+                     std::size_t parties, std::uint32_t me, std::uint32_t to, SmpFrames& out) {
   assert(me < parties);
   const std::size_t n = product.size();
   out.frames.resize(parties);
+  auto gets_frame = [&](std::size_t p) { return p != me && ((to >> p) & 1u) != 0; };
   for (std::size_t p = 0; p < parties; ++p) {
-    if (p == me) {
+    if (!gets_frame(p)) {
       out.frames[p].clear();
     } else {
       out.shares_offset = wire::StartSmpSharesFrame(h, fields, n, out.frames[p]);
@@ -45,7 +46,7 @@ void SplitIntoFrames(const wire::Header& h, const wire::SmpShares& fields,
     }
     shamir::SmpSplit(product.subspan(first, c), lambda_me, t, chunk_coeffs, ptrs);
     for (std::size_t p = 0; p < parties; ++p) {
-      if (p == me) continue;
+      if (!gets_frame(p)) continue;
       std::uint8_t* at = out.frames[p].data() + out.shares_offset + wire::PackedElemBytes(first);
       if (!wire::PackElems({scratch[p].data(), c}, at)) {
         // SmpSplit only produces canonical elements.

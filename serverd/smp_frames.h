@@ -32,11 +32,12 @@ struct SmpFrames {
 };
 
 // Re-shares lambda_me * product among `parties` parties with threshold t and
-// fills `out`: frames for every party but `me`, with header `h` and the
-// round's fields (`fields.shares` ignored, from_index should be `me`), and
-// out.own. Every element of `product` must be canonical.
+// fills `out`: frames for every party of `to` (bit p: party p) but `me`, with
+// header `h` and the round's fields (`fields.shares` ignored, from_index
+// should be `me`), an empty frame for every other party, and out.own. Every
+// element of `product` must be canonical.
 void SplitIntoFrames(const wire::Header& h, const wire::SmpShares& fields,
                      std::span<const field::Elem> product, field::Elem lambda_me, std::size_t t,
-                     std::size_t parties, std::uint32_t me, SmpFrames& out);
+                     std::size_t parties, std::uint32_t me, std::uint32_t to, SmpFrames& out);
 
 }  // namespace s3oram::serverd

@@ -104,6 +104,7 @@ void Fields(Io& io, Ref<Io, EvictPrepareRequest> m) {
   io.U64(m.leaf, "leaf");
   io.Elems(m.matrices, "matrices");
   Fields<Io>(io, m.matrices_seed);
+  io.U32(m.participants, "participants");
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, EvictPrepareReply> m) {
@@ -399,7 +400,7 @@ S3ORAM_WIRE_TAG(RetrieveRequest, kRetrieveRequest, 3);
 S3ORAM_WIRE_TAG(RetrieveReply, kRetrieveReply, 1);
 S3ORAM_WIRE_TAG(WriteRootRequest, kWriteRootRequest, 3);
 S3ORAM_WIRE_TAG(WriteRootReply, kWriteRootReply, 0);
-S3ORAM_WIRE_TAG(EvictPrepareRequest, kEvictPrepareRequest, 5);
+S3ORAM_WIRE_TAG(EvictPrepareRequest, kEvictPrepareRequest, 6);
 S3ORAM_WIRE_TAG(EvictPrepareReply, kEvictPrepareReply, 1);
 S3ORAM_WIRE_TAG(EvictCommitRequest, kEvictCommitRequest, 1);
 S3ORAM_WIRE_TAG(EvictCommitReply, kEvictCommitReply, 1);

@@ -47,7 +47,7 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 6: BACKUP_PUT and BACKUP_LIST carry the key epoch.
 // 7: RETRIEVE, WRITE_ROOT, RETRIEVE_WRITE_ROOT and EVICT_PREPARE may carry a
 //    share as its seed (ShareSeed).
-inline constexpr std::uint16_t kWireVersion = 7;
+inline constexpr std::uint16_t kWireVersion = 8;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Bytes of a rebuild session nonce.
 inline constexpr std::size_t kRebuildNonceBytes = 32;
@@ -224,6 +224,10 @@ struct EvictPrepareRequest {
   std::uint64_t leaf = 0;
   std::vector<Elem> matrices;  // (H+1) * 2Z * Z shares, steps in plan order
   ShareSeed matrices_seed;     // or their seed (matrices then empty)
+  // The servers that compute this attempt (bit i: server i), at least
+  // 2t + 1 of them and this one among them; 0: every server. The others
+  // miss the eviction (the client excluded them).
+  std::uint32_t participants = 0;
 };
 // The PREPARE's outcome, as the reply to EVICT_RESULT.
 struct EvictPrepareReply {

@@ -88,7 +88,7 @@ class InProcessPeers final : public serverd::PeerExchange {
       const std::lock_guard lock(hub_.mu);
       if (hub_.down(me_)) return Status::Ok();  // sent into a cut link
       for (std::size_t p = 0; p < parties_; ++p) {
-        if (p == me_) continue;
+        if (p == me_ || frames[p].empty()) continue;  // empty: not a participant
         bytes_sent_ += frames[p].size();
         if (hub_.down(p)) continue;
         wire::Header h;
@@ -108,9 +108,10 @@ class InProcessPeers final : public serverd::PeerExchange {
     auto key = [&](std::size_t p) {
       return serverd::SmpInbox::Key{r.eviction, r.attempt, r.round, static_cast<std::uint32_t>(p)};
     };
+    auto awaited = [&](std::size_t p) { return p != me_ && ((r.from >> p) & 1u) != 0; };
     auto have_all = [&] {
       for (std::size_t p = 0; p < parties_; ++p) {
-        if (p != me_ && !inbox.Has(key(p))) return false;
+        if (awaited(p) && !inbox.Has(key(p))) return false;
       }
       return true;
     };
@@ -127,7 +128,7 @@ class InProcessPeers final : public serverd::PeerExchange {
       if (hub_.changed.wait_until(lock, deadline) == std::cv_status::timeout && !have_all()) {
         std::string missing;
         for (std::size_t p = 0; p < parties_; ++p) {
-          if (p != me_ && !inbox.Has(key(p))) {
+          if (awaited(p) && !inbox.Has(key(p))) {
             missing += (missing.empty() ? "" : ", ") + std::to_string(p);
           }
         }
@@ -139,7 +140,7 @@ class InProcessPeers final : public serverd::PeerExchange {
     }
     std::vector<std::span<const Elem>> out;
     for (std::size_t p = 0; p < parties_; ++p) {
-      if (p != me_) out.emplace_back(inbox.At(key(p)));
+      if (awaited(p)) out.emplace_back(inbox.At(key(p)));
     }
     return out;
   }

@@ -29,10 +29,13 @@ std::vector<Elem> Uniform(std::mt19937_64& rng, std::size_t n) {
   return v;
 }
 
+// `to`: the parties that get a frame (bit p); 0 means every party.
 void CheckSplit(std::mt19937_64& rng, std::size_t n, std::size_t parties, std::size_t t,
-                std::uint32_t me) {
+                std::uint32_t me, std::uint32_t to = 0) {
+  if (to == 0) to = (1u << parties) - 1;
   SCOPED_TRACE("n=" + std::to_string(n) + " parties=" + std::to_string(parties) +
-               " t=" + std::to_string(t) + " me=" + std::to_string(me));
+               " t=" + std::to_string(t) + " me=" + std::to_string(me) +
+               " to=" + std::to_string(to));
   const std::vector<Elem> product = Uniform(rng, n);
   const Elem lambda = Uniform(rng, 1)[0];
   wire::Header h;
@@ -41,17 +44,24 @@ void CheckSplit(std::mt19937_64& rng, std::size_t n, std::size_t parties, std::s
   h.seq = 11;
   const wire::SmpShares fields{42, 2, 1, me, {}};
   SmpFrames out;
-  SplitIntoFrames(h, fields, product, lambda, t, parties, me, out);
+  SplitIntoFrames(h, fields, product, lambda, t, parties, me, to, out);
   ASSERT_EQ(out.frames.size(), parties);
   ASSERT_EQ(out.own.size(), n);
 
   std::vector<std::vector<Elem>> shares(parties);
+  std::vector<std::size_t> holders;  // me and every party sent a frame
   for (std::size_t p = 0; p < parties; ++p) {
     if (p == me) {
       EXPECT_TRUE(out.frames[p].empty());
       shares[p] = out.own;
+      holders.push_back(p);
       continue;
     }
+    if (((to >> p) & 1u) == 0) {
+      EXPECT_TRUE(out.frames[p].empty()) << "party " << p << " takes no part";
+      continue;
+    }
+    holders.push_back(p);
     wire::Header got_h;
     wire::SmpShares got;
     const Status st = wire::DecodeSmpSharesInto(out.frames[p], &got_h, &got);
@@ -74,12 +84,12 @@ void CheckSplit(std::mt19937_64& rng, std::size_t n, std::size_t parties, std::s
 
   std::vector<Elem> want(n);
   for (std::size_t j = 0; j < n; ++j) want[j] = field::Mul(lambda, product[j]);
-  // Every window of t + 1 consecutive parties (wrapping) recovers the same.
-  for (std::size_t first = 0; first < parties; ++first) {
+  // Every window of t + 1 consecutive holders (wrapping) recovers the same.
+  for (std::size_t first = 0; first < holders.size(); ++first) {
     std::vector<Elem> xs;
     std::vector<const Elem*> ptrs;
     for (std::size_t k = 0; k <= t; ++k) {
-      const std::size_t p = (first + k) % parties;
+      const std::size_t p = holders[(first + k) % holders.size()];
       xs.push_back(shamir::PartyX(p));
       ptrs.push_back(shares[p].data());
     }
@@ -101,6 +111,17 @@ TEST(SmpFramesTest, FramesAreTheEncodedSharesOfADegreeTSharing) {
   }
   CheckSplit(rng, 40000, 5, 2, 4);
   CheckSplit(rng, 40000, 5, 2, 0);
+}
+
+// An eviction among some of the parties (the client excluded the others):
+// no frame for those, and the participants' shares are one sharing.
+TEST(SmpFramesTest, OnlyTheParticipantsGetFrames) {
+  const std::uint64_t seed = testing::TestSeed();
+  std::mt19937_64 rng(seed);
+  CheckSplit(rng, 20000, 4, 1, 0, 0b0111);
+  CheckSplit(rng, 20000, 4, 1, 3, 0b1011);
+  CheckSplit(rng, 9, 4, 1, 2, 0b1110);
+  CheckSplit(rng, 20000, 5, 2, 1, 0b11110);
 }
 
 TEST(SmpFramesTest, EmptyProductGivesEmptySharesInWellFormedFrames) {

@@ -77,8 +77,8 @@ bool Same(const WriteRootRequest& a, const WriteRootRequest& b) {
 }
 bool Same(const WriteRootReply&, const WriteRootReply&) { return true; }
 bool Same(const EvictPrepareRequest& a, const EvictPrepareRequest& b) {
-  return std::tie(a.eviction, a.attempt, a.leaf, a.matrices, a.matrices_seed) ==
-         std::tie(b.eviction, b.attempt, b.leaf, b.matrices, b.matrices_seed);
+  return std::tie(a.eviction, a.attempt, a.leaf, a.matrices, a.matrices_seed, a.participants) ==
+         std::tie(b.eviction, b.attempt, b.leaf, b.matrices, b.matrices_seed, b.participants);
 }
 bool Same(const EvictPrepareReply& a, const EvictPrepareReply& b) {
   return a.eviction == b.eviction;
@@ -285,7 +285,7 @@ class Gen {
         return WriteRootRequest{U32(), Elems(), ShareSeedOf()};
       case 8: return WriteRootReply{};
       case 9:
-        return EvictPrepareRequest{U64(), U32(), U64(), Elems(), ShareSeedOf()};
+        return EvictPrepareRequest{U64(), U32(), U64(), Elems(), ShareSeedOf(), U32()};
       case 10: return EvictPrepareReply{U64()};
       case 11: return EvictCommitRequest{U64()};
       case 12: return EvictCommitReply{U64()};
@@ -514,7 +514,7 @@ TEST(WireTest, LargeVectorRoundTrip) {
   m.matrices.resize(4u << 20);  // 16 MiB of elements
   for (auto& e : m.matrices) e = static_cast<Elem>(rng() % field::kPrime);
   std::vector<std::uint8_t> frame = Encode(Header{}, m);
-  EXPECT_EQ(frame.size(), kHeaderBytes + 8 + 4 + 8 + 4 + m.matrices.size() * 31 / 8 + 36);
+  EXPECT_EQ(frame.size(), kHeaderBytes + 8 + 4 + 8 + 4 + m.matrices.size() * 31 / 8 + 36 + 4);
   auto r = Decode(frame);
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(SameBody(r->body, m));
@@ -530,7 +530,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   // clang-format off
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x07, 0x00,              // version 7
+      0x08, 0x00,              // version 8
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -566,7 +566,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   // clang-format off
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x07, 0x00,              // version 7
+      0x08, 0x00,              // version 8
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
