@@ -272,7 +272,7 @@ int Run(const Args& a) {
       if (repair && !r3.repairs.empty()) {
         std::optional<Progress> scrub_progress;
         auto checked = ScrubAndCompare(
-            client->params(), client->parity_rows(),
+            client->params(), client->parity_rows(), client->participants(),
             [&](std::uint64_t first, std::uint32_t count, const wire::ParitySeed& seed) {
               return client->ParityAll(first, count, seed, std::chrono::minutes(10));
             },

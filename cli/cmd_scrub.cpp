@@ -41,6 +41,13 @@ std::string ReportDamagedServers(const ConsistencyFindings& findings, const std:
   std::string problem;
   for (std::size_t i = 0; i < findings.servers.size(); ++i) {
     const ScrubFindings& f = findings.servers[i];
+    if (f.buckets == 0 && f.damaged == 0) {
+      std::printf(
+          "server %zu: EXCLUDED, not checked (its shares are stale; s3oram rebuild -s %s "
+          "--server %zu brings it back)\n",
+          i, state.c_str(), i);
+      continue;
+    }
     if (f.damaged == 0) {
       std::printf("server %zu: %llu buckets, every slot verifies\n", i,
                   static_cast<unsigned long long>(f.buckets));
@@ -133,7 +140,7 @@ Status ReportConsistency(OramClient& client, const ConsistencyFindings& findings
     std::printf(
         "servers: every slot that verifies is one consistent sharing across all %zu "
         "servers%s\n",
-        findings.servers.size(),
+        client.participants().size(),
         findings.root_snapshot_checked ? " (the tree and the root snapshot of the pending eviction)"
                                        : "");
     return Status::Ok();
@@ -219,7 +226,7 @@ int RunScrub(ScrubArgs& a) {
   const OramParams& p = (*client)->params();
   std::unique_ptr<Progress> bar;
   auto findings = ScrubAndCompare(
-      p, (*client)->parity_rows(),
+      p, (*client)->parity_rows(), (*client)->participants(),
       [&](std::uint64_t first, std::uint32_t count, const wire::ParitySeed& seed) {
         return (*client)->ParityAll(first, count, seed, std::chrono::milliseconds(a.timeout_ms));
       },

@@ -82,10 +82,24 @@ void PrintClientSummary(std::string& out, const OramClient::Snapshot& client) {
 // One line per server (two while it evicts); returns how many are unreachable.
 int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
                  const std::vector<std::optional<ServerDown>>& down,
-                 const std::vector<std::uint64_t>& wrong_answers) {
+                 const std::vector<std::uint64_t>& wrong_answers,
+                 const std::vector<Exclusion>& exclusions) {
   int unreachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
+    for (const Exclusion& e : exclusions) {
+      if (e.server != i) continue;
+      char when[32] = "?";
+      const auto t = static_cast<std::time_t>(e.unix_seconds);
+      std::tm tm{};
+      if (gmtime_r(&t, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
+      Appendf(out,
+              "server %zu    %s  EXCLUDED since eviction %llu (%s): %s. The others go on without "
+              "it and its shares fall behind; once it is back, `s3oram rebuild --server %zu` "
+              "brings it up to date and takes it back\n",
+              i, r.endpoint.c_str(), static_cast<unsigned long long>(e.since_eviction), when,
+              e.reason.c_str(), i);
+    }
     if (i < down.size() && down[i]) {
       // The client's own verdict (its requests to it fail at once), beside
       // what this round of questions found.
@@ -281,7 +295,8 @@ StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews&
   StatusReport report;
   std::string& out = report.text;
   PrintClientSummary(out, client);
-  report.unreachable = PrintServers(out, servers.reports, client.down, client.wrong_answers);
+  report.unreachable =
+      PrintServers(out, servers.reports, client.down, client.wrong_answers, client.exclusions);
   PrintStateNotes(out, client, live_mount);
   PrintLeases(out, client, servers.reports, servers.leases);
   PrintBackups(out, client, servers.reports, servers.backups);

@@ -233,7 +233,7 @@ Status AccessPath::BuildRetrievals(Chunk& c) {
     ServerSet::Outgoing& o = c.requests[j];
     o.header = headers[j];
     o.expected_reply = wire::MessageType::kRetrieveReply;
-    for (std::size_t i = 0; i < p.parties; ++i) {
+    for (std::size_t i : session_.participants()) {
       const bool seeded = i == kSeededParty;
       if (carries) {
         o.frames.push_back(wire::Encode(
@@ -261,18 +261,17 @@ void AccessPath::SendRetrievals(Chunk& c) {
   std::vector<ServerSet::Answers> answers;
   {
     TimeInto timer(stats_.timings.retrieve_wait_ns);
-    std::vector<std::size_t> all(params().parties);
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
+    const std::vector<std::size_t>& servers = session_.participants();
     std::vector<ServerSet::RequestView> views;
     for (const ServerSet::Outgoing& o : c.requests)
       views.push_back({o.header, o.expected_reply, &o.frames});
     // With more than 2t + 1 servers the first 2t + 1 answers decode a
     // retrieval: a slow server does not set the pace, it lags.
     TransportOptions options = session_.options().requests;
-    const bool quorum = decoder_.parties() > decoder_.degree() + 1;
+    const bool quorum = servers.size() > decoder_.degree() + 1;
     if (quorum) options.quorum = decoder_.degree() + 1;
     answers = session_.servers().ExchangeAnswers(
-        all, views, options, quorum ? ServerSet::Wait::kQuorum : ServerSet::Wait::kEvery);
+        servers, views, options, quorum ? ServerSet::Wait::kQuorum : ServerSet::Wait::kEvery);
   }
   c.lags.assign(c.k, RootWriteQueue::LagNote{});
   c.replies.clear();
@@ -303,24 +302,36 @@ Result<std::vector<std::optional<wire::Message>>> AccessPath::RepliesOf(
     ServerSet::Answers answers, RootWriteQueue::LagNote& lag) {
   // As ServerSet::ExchangeViews: the first failure by server order, except
   // that a server reporting damaged storage wins; a lagging server is none.
-  std::vector<std::optional<wire::Message>> replies(answers.size());
-  std::optional<Status> failure;
-  for (std::size_t i = 0; i < answers.size(); ++i) {
-    if (answers[i].lagging) {
+  // answers[k] is participant k's; replies[i] server i's (none from an
+  // excluded server).
+  const std::vector<std::size_t>& servers = session_.participants();
+  std::vector<std::optional<wire::Message>> replies(params().parties);
+  std::optional<Status> failure, silence;
+  std::size_t answered = 0;
+  for (std::size_t k = 0; k < answers.size(); ++k) {
+    const std::size_t i = servers[k];
+    if (answers[k].lagging) {
       lag.servers.push_back(i);
       stats_.lagged_answers.resize(params().parties, 0);
       ++stats_.lagged_answers[i];
       continue;
     }
-    auto reply = session_.servers().ReplyOrError(i, std::move(answers[i]));
+    auto reply = session_.servers().ReplyOrError(i, std::move(answers[k]));
     if (reply.ok()) {
       replies[i] = std::move(reply).value();
+      ++answered;
+    } else if (IsSilence(reply.status())) {
+      // Silent or found down: 2t + 1 others may answer without it (it then
+      // missed the root write this request carried).
+      lag.failed.push_back(i);
+      if (!silence) silence = reply.status();
     } else if (!failure || (reply.status().code() == Status::Code::kDamaged &&
                             failure->code() != Status::Code::kDamaged)) {
       failure = reply.status();
     }
   }
   if (failure) return *failure;
+  if (silence && answered < decoder_.degree() + 1) return *silence;
   return replies;
 }
 
@@ -529,7 +540,7 @@ std::optional<std::vector<const Elem*>> AccessPath::AnswersOf(Chunk& c, std::siz
 AccessPath::AccessEnd AccessPath::CheckSelectsNothing(Chunk& c, std::size_t j) {
   // With 2t + 1 servers nothing can be said of who is wrong, and what such
   // a retrieval opens to is not used: nothing to check.
-  if (decoder_.parties() <= decoder_.degree() + 1) return AccessEnd::kNext;
+  if (session_.participants().size() <= decoder_.degree() + 1) return AccessEnd::kNext;
   const auto answers = AnswersOf(c, j);
   if (!answers) return AccessEnd::kStopChunk;
   std::vector<Elem> opened(params().elems_per_slot());

@@ -133,7 +133,8 @@ class AccessPath {
   AccessEnd FinishAccess(Chunk& c, std::size_t j);
   AccessEnd RecoverAccess(Chunk& c, std::size_t j, AccessWork& w);
   // One request's answers as the chunk keeps them (RepliesOf: a lagging
-  // server's is nullopt, noted in `lag` and counted), or its failure.
+  // server's is nullopt, noted in `lag` and counted; so is a silent one's
+  // while 2t + 1 others answered, noted as failed), or its failure.
   Result<std::vector<std::optional<wire::Message>>> RepliesOf(ServerSet::Answers answers,
                                                               RootWriteQueue::LagNote& lag);
   // Waits for the answers of the servers lagging on request j (their ends

@@ -187,9 +187,8 @@ Status OramClient::LoadState() {
   std::vector<Elem> xs;
   for (std::size_t i = 0; i < config.params.parties; ++i) xs.push_back(shamir::PartyX(i));
   S3ORAM_ASSIGN_OR_RETURN(lambda_, shamir::LagrangeAtZero(xs));
-  S3ORAM_ASSIGN_OR_RETURN(parity_rows_, shamir::ParityChecks(xs, config.params.threshold));
   roots_ = std::make_unique<RootWriteQueue>(*session_, *pm_, stats_);
-  evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, *roots_, lambda_, parity_rows_);
+  evictor_ = std::make_unique<Evictor>(*session_, *pm_, stats_, *roots_);
   S3ORAM_ASSIGN_OR_RETURN(
       decoder_, shamir::RobustDecoder::Make(config.params.parties, 2 * config.params.threshold));
   access_ = std::make_unique<AccessPath>(*session_, *pm_, stats_, *decoder_, *roots_, *evictor_,
@@ -216,6 +215,7 @@ OramClient::Snapshot OramClient::TakeSnapshot() const {
   s.fenced = fenced();
   s.down = ServersDown();
   s.wrong_answers = stats_.wrong_answers;
+  s.exclusions = session_->store().exclusions();
   return s;
 }
 
@@ -234,6 +234,9 @@ Status OramClient::CheckServersHoldThisState(const std::vector<ServerReport>& re
   std::size_t reachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
+    // An excluded server is behind by design (and may be down): it is
+    // brought back by a rebuild, which checks it then.
+    if (session_->excluded(i)) continue;
     if (!r.status.ok() && allow_unreachable) continue;
     if (!r.status.ok()) return r.status;
     ++reachable;
@@ -338,7 +341,7 @@ Status OramClient::JudgeStateFreshness(const OpeningViews& opening, const std::s
   std::vector<ServerFreshness> views;
   std::vector<std::string> names;
   for (std::size_t i = 0; i < reports.size(); ++i) {
-    if (!reports[i].status.ok()) continue;
+    if (!reports[i].status.ok() || session_->excluded(i)) continue;
     ServerFreshness& view = views.emplace_back();
     view.store_epoch = reports[i].reply.epoch;
     view.applied_evictions = reports[i].reply.applied_evictions;
@@ -385,6 +388,12 @@ Status OramClient::StartEpoch(const std::vector<ServerReport>& reports, const Ad
   std::vector<std::uint64_t> epochs;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& lease = opened_with_.leases[i];  // asked with the STATUS
+    if (session_->excluded(i)) {
+      // Its word counts if it gave one (a higher epoch it saw is one this
+      // client must pass), but it is not needed.
+      epochs.push_back(lease.ok() ? std::max(reports[i].reply.epoch, lease->highest_epoch) : 0);
+      continue;
+    }
     if (!lease.ok()) return lease.status();
     epochs.push_back(std::max(reports[i].reply.epoch, lease->highest_epoch));
   }
@@ -485,9 +494,11 @@ Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
   TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
   wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::SlotShareRequest{bucket, slot});
-  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(auto replies, session_->servers().Exchange(
-                                            frames, h, wire::MessageType::kSlotShareReply, opts));
+  const std::vector<std::size_t>& servers = session_->participants();
+  std::vector<std::vector<std::uint8_t>> frames(servers.size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies, session_->servers().ExchangeWith(servers, frames, h,
+                                                     wire::MessageType::kSlotShareReply, opts));
   std::vector<std::vector<Elem>> shares;
   for (auto& r : replies) {
     auto& reply = std::get<wire::SlotShareReply>(r.body);
@@ -496,9 +507,19 @@ Result<std::optional<std::size_t>> OramClient::OddServerOf(std::uint64_t bucket,
     }
     shares.push_back(std::move(reply.share));
   }
-  std::optional<std::size_t> odd = OddShareOut(shares, *codec.mac());
-  if (!odd && codec.previous_mac() != nullptr) odd = OddShareOut(shares, *codec.previous_mac());
+  std::optional<std::size_t> odd = OddShareOut(shares, *codec.mac(), servers);
+  if (!odd && codec.previous_mac() != nullptr) {
+    odd = OddShareOut(shares, *codec.previous_mac(), servers);
+  }
+  if (odd) odd = servers[*odd];  // a participant's index among all servers
   return odd;
+}
+
+std::vector<std::vector<Elem>> OramClient::parity_rows() const {
+  std::vector<Elem> xs;
+  for (std::size_t i : session_->participants()) xs.push_back(shamir::PartyX(i));
+  auto rows = shamir::ParityChecks(xs, params().threshold);
+  return rows.ok() ? std::move(rows).value() : std::vector<std::vector<Elem>>{};
 }
 
 Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first,
@@ -508,9 +529,11 @@ Result<std::vector<wire::ParityReply>> OramClient::ParityAll(std::uint64_t first
   TransportOptions opts{std::min(timeout, session_->options().requests.resend_after), timeout};
   wire::Header h = session_->NextHeader();
   const auto frame = wire::Encode(h, wire::ParityRequest{first, count, seed});
-  std::vector<std::vector<std::uint8_t>> frames(session_->servers().size(), frame);
+  const std::vector<std::size_t>& servers = session_->participants();
+  std::vector<std::vector<std::uint8_t>> frames(servers.size(), frame);
   S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, session_->servers().Exchange(frames, h, wire::MessageType::kParityReply, opts));
+      auto replies,
+      session_->servers().ExchangeWith(servers, frames, h, wire::MessageType::kParityReply, opts));
   std::vector<wire::ParityReply> out;
   for (auto& m : replies) out.push_back(std::move(std::get<wire::ParityReply>(m.body)));
   return out;

@@ -215,8 +215,9 @@ class OramClient {
   Result<wire::ScrubReply> ScrubServer(std::size_t server, std::uint64_t first,
                                        std::uint32_t count, std::chrono::milliseconds timeout);
 
-  // PARITY on every server, the same request to each (s3oram scrub; no
-  // lease needed, changes nothing): the replies in party order.
+  // PARITY on every participant, the same request to each (s3oram scrub;
+  // no lease needed, changes nothing): the replies in the order of
+  // participants().
   Result<std::vector<wire::ParityReply>> ParityAll(std::uint64_t first, std::uint32_t count,
                                                    const wire::ParitySeed& seed,
                                                    std::chrono::milliseconds timeout);
@@ -228,9 +229,13 @@ class OramClient {
   // used. progress(done, total) counts buckets.
   Status AgeFill(const std::function<void(std::uint64_t, std::uint64_t)>& progress = {});
   // The parity checks of the parties' sharings (shamir::ParityChecks).
-  const std::vector<std::vector<field::Elem>>& parity_rows() const { return parity_rows_; }
+  // The parity checks of the participants' points (shamir::ParityChecks),
+  // for ScrubAndCompare over participants().
+  std::vector<std::vector<field::Elem>> parity_rows() const;
+  // The servers that take part (every one but the excluded, ascending).
+  const std::vector<std::size_t>& participants() const { return session_->participants(); }
   // Which server holds the odd share of committed slot (bucket, slot), read
-  // with SLOT_SHARE from every server and judged by OddShareOut
+  // with SLOT_SHARE from every participant and judged by OddShareOut
   // (protocol/consistency.h); nullopt if not attributable, or on a
   // filesystem without share MACs.
   Result<std::optional<std::size_t>> OddServerOf(std::uint64_t bucket, std::uint32_t slot,
@@ -256,6 +261,8 @@ class OramClient {
     std::vector<std::optional<ServerDown>> down;
     // Per server: its retrieval answers this process outvoted (ClientStats).
     std::vector<std::uint64_t> wrong_answers;
+    // The servers the state excludes (client_state.h, Exclusion).
+    std::vector<Exclusion> exclusions;
   };
   Snapshot TakeSnapshot() const;
   // Per server, whether this client's transport counts it down, and why
@@ -389,7 +396,6 @@ class OramClient {
   ClientStats stats_;
   std::unique_ptr<RootCopies> root_copies_;  // null when read-only
   FreshnessVerdict freshness_;
-  std::vector<std::vector<field::Elem>> parity_rows_;  // shamir::ParityChecks of the parties
   std::uint64_t opened_epoch_ = 0;  // the state's epoch before this Open raised it
   // The deferred root writes, the evictions and the accesses, over the
   // members above (and each over the ones before it): declared after them,

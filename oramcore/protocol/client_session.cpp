@@ -79,6 +79,7 @@ Result<std::unique_ptr<ClientSession>> ClientSession::Open(const std::string& st
                                            share_mac, previous);
   s->counters_ = store.counters();
   S3ORAM_ASSIGN_OR_RETURN(s->servers_, ConnectServers(s->options_.connect, AddressesOf(config)));
+  s->ComputeParticipants();
   return s;
 }
 
@@ -172,7 +173,7 @@ Status ClientSession::AcquireLease(std::uint64_t opened_epoch) {
     // A failed open leaves nothing held.
     for (std::size_t i : granted) (void)SendLease(i, wire::LeaseReleaseRequest{}, nullptr);
   };
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
+  for (std::size_t i : participants_) {
     wire::LeaseReply r;
     if (Status failure = SendLease(i, wire::LeaseAcquireRequest{force, sealed}, &r);
         !failure.ok()) {
@@ -215,7 +216,7 @@ Status ClientSession::AcquireLease(std::uint64_t opened_epoch) {
     spdlog::warn(
         "taking over the lease of a crashed client of this state file on this machine "
         "({} of {} servers held it): {}",
-        dead_twin.size(), servers_->size(),
+        dead_twin.size(), participants_.size(),
         DescribeHolder(*OpenHolder(codec_->sealer(), r.holder_epoch, r.holder)));
     for (std::size_t i : dead_twin) {
       wire::LeaseReply r2;
@@ -234,7 +235,12 @@ Status ClientSession::AcquireLease(std::uint64_t opened_epoch) {
     lease_held_ = true;
     lease_sealed_ = sealed;
     if (force) spdlog::warn("took the filesystem's lease over as epoch {}", counters_.epoch);
-    spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
+    if (participants_.size() == servers_->size()) {
+      spdlog::info("lease acquired on all servers as epoch {}", counters_.epoch);
+    } else {
+      spdlog::info("lease acquired as epoch {} on the {} servers taking part", counters_.epoch,
+                   participants_.size());
+    }
     return Status::Ok();
   }
   give_back();
@@ -254,7 +260,7 @@ Status ClientSession::RenewLease() {
   if (fenced_) return Status::LeaseHeld("this client was fenced off");
   if (!lease_held_) return Status::FailedPrecondition("this client holds no lease");
   // Same epoch and (re-sealed) description: servers just note the contact.
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
+  for (std::size_t i : participants_) {
     wire::LeaseReply r;
     S3ORAM_RETURN_IF_ERROR(SendLease(i, wire::LeaseAcquireRequest{false, lease_sealed_}, &r)
                                .WithContext("renewing the lease"));
@@ -273,7 +279,7 @@ void ClientSession::ReleaseLease() {
       std::min(options_.requests.deadline, std::chrono::milliseconds(3000));
   options_.requests.resend_after =
       std::min(options_.requests.resend_after, options_.requests.deadline);
-  for (std::size_t i = 0; i < servers_->size(); ++i) {
+  for (std::size_t i : participants_) {
     if (Status st = SendLease(i, wire::LeaseReleaseRequest{}, nullptr); !st.ok()) {
       spdlog::warn("releasing the lease on server {}: {}", i, st.ToString());
     }
@@ -473,12 +479,15 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
     std::uint64_t& wait_ns, Seeding seeding) {
   const OramParams& p = params();
-  if (seeding == Seeding::kSeededLast) {
+  // The seeded party's request goes last only if it takes part.
+  const bool seeded_last = seeding == Seeding::kSeededLast && !excluded(kSeededParty);
+  if (seeded_last) {
     if (auto down = servers_->Down(kSeededParty)) {
       return DownStatus(kSeededParty, servers_->endpoint(kSeededParty), *down);
     }
   }
   S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
+  // frames[k]: participant participants_[k]'s request.
   std::vector<std::vector<std::uint8_t>> frames;
   {
     TimeInto timer(compute_ns);
@@ -489,23 +498,27 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     } else {
       ShareVector(secret, p.threshold, shares);
     }
-    for (std::size_t i = 0; i < shares.size(); ++i) {
+    for (std::size_t i : participants_) {
       frames.push_back(wire::Encode(
           h, make_request(std::move(shares[i]), i == kSeededParty ? seed : wire::ShareSeed{})));
       shares[i] = {};  // frames hold the bytes now; keep peak memory at one copy
     }
   }
   TimeInto timer(wait_ns);
-  if (seeding != Seeding::kSeededLast)
-    return servers_->Exchange(frames, h, expected_reply, options);
+  if (!seeded_last)
+    return servers_->ExchangeWith(participants_, frames, h, expected_reply, options);
   // Every other server first, then the seeded one, within one deadline.
   const auto began = std::chrono::steady_clock::now();
   std::vector<std::size_t> others;
   std::vector<std::vector<std::uint8_t>> other_frames;
-  for (std::size_t i = 0; i < frames.size(); ++i) {
-    if (i == kSeededParty) continue;
-    others.push_back(i);
-    other_frames.push_back(std::move(frames[i]));
+  std::size_t seeded_at = 0;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    if (participants_[k] == kSeededParty) {
+      seeded_at = k;
+      continue;
+    }
+    others.push_back(participants_[k]);
+    other_frames.push_back(std::move(frames[k]));
   }
   S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Message> first,
                           servers_->ExchangeWith(others, other_frames, h, expected_reply, options));
@@ -516,12 +529,91 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
   rest.deadline = std::max(std::chrono::milliseconds(1), options.deadline - spent);
   rest.resend_after = std::min(rest.resend_after, rest.deadline);
   S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Message> last,
-                          servers_->ExchangeWith({kSeededParty}, {std::move(frames[kSeededParty])},
-                                                 h, expected_reply, rest));
+                          servers_->ExchangeWith({kSeededParty}, {std::move(frames[seeded_at])}, h,
+                                                 expected_reply, rest));
   std::vector<wire::Message> replies(frames.size());
-  for (std::size_t k = 0; k < others.size(); ++k) replies[others[k]] = std::move(first[k]);
-  replies[kSeededParty] = std::move(last[0]);
+  std::size_t next_other = 0;
+  for (std::size_t k = 0; k < frames.size(); ++k) {
+    replies[k] = k == seeded_at ? std::move(last[0]) : std::move(first[next_other++]);
+  }
   return replies;
+}
+
+void ClientSession::ComputeParticipants() {
+  participants_.clear();
+  for (std::size_t i = 0; i < servers_->size(); ++i) {
+    if (!excluded(i)) participants_.push_back(i);
+  }
+}
+
+bool ClientSession::excluded(std::size_t server) const {
+  for (const Exclusion& e : store_->exclusions()) {
+    if (e.server == server) return true;
+  }
+  return false;
+}
+
+std::uint32_t ClientSession::ParticipantMask() const {
+  if (participants_.size() == servers_->size()) return 0;
+  std::uint32_t mask = 0;
+  for (std::size_t i : participants_) mask |= std::uint32_t{1} << i;
+  return mask;
+}
+
+bool ClientSession::CanExclude(std::size_t server) const {
+  return server < servers_->size() && !excluded(server) &&
+         participants_.size() > 2 * std::size_t{params().threshold} + 1;
+}
+
+Result<bool> ClientSession::ExcludeDown(const std::string& what) {
+  if (read_only_) return false;
+  std::optional<std::size_t> down;
+  std::optional<ServerDown> why;
+  for (std::size_t i : participants_) {
+    auto d = servers_->Down(i);
+    if (!d) continue;
+    if (down) return false;  // two down: nothing can go on without both
+    down = i;
+    why = std::move(d);
+  }
+  if (!down || !CanExclude(*down)) return false;
+  S3ORAM_RETURN_IF_ERROR(Exclude(*down, "found down " + DescribeDown(*why) + "; " + what));
+  return true;
+}
+
+Status ClientSession::Exclude(std::size_t server, const std::string& why) {
+  if (!CanExclude(server)) {
+    return Status::FailedPrecondition("server " + std::to_string(server) +
+                                      " cannot be left out: the others would be fewer than "
+                                      "2t + 1");
+  }
+  Exclusion e;
+  e.server = static_cast<std::uint32_t>(server);
+  e.since_eviction = counters_.ne;
+  e.unix_seconds = static_cast<std::uint64_t>(std::time(nullptr));
+  e.reason = why.substr(0, kProblemNoteMax);
+  ClientStateStore::Batch b;
+  b.Exclude(e);
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+  ComputeParticipants();
+  std::string rest;
+  for (std::size_t i : participants_) rest += (rest.empty() ? "" : ", ") + std::to_string(i);
+  spdlog::warn(
+      "server {} ({}) is excluded from eviction {} on: {}. The filesystem goes on with "
+      "servers {}; the excluded server's shares fall behind and are not read. Once it is back, "
+      "`s3oram rebuild --server {}` brings it up to date and takes it back",
+      server, servers_->endpoint(server), counters_.ne, why, rest, server);
+  return Status::Ok();
+}
+
+Status ClientSession::Readmit(std::size_t server) {
+  if (!excluded(server)) return Status::Ok();
+  ClientStateStore::Batch b;
+  b.Readmit(static_cast<std::uint32_t>(server));
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+  ComputeParticipants();
+  spdlog::info("server {} ({}) takes part again", server, servers_->endpoint(server));
+  return Status::Ok();
 }
 
 }  // namespace s3oram

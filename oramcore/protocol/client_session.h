@@ -173,9 +173,9 @@ class ClientSession {
     kSeededLast,
   };
   // Shares `secret` afresh among the servers (degree t, the OS CSPRNG;
-  // ShareVectorSeeded unless kNone) and sends server i the request
+  // ShareVectorSeeded unless kNone) and sends each participant i the request
   // make_request(its shares, its seed), all under one mutation header;
-  // returns the replies, in server order. `compute_ns` and `wait_ns`
+  // returns the replies, in the order of participants(). `compute_ns` and `wait_ns`
   // accumulate the time spent sharing and encoding, and waiting. Under
   // kSeededLast a seeded server known to be down fails the call before
   // anything is sent, and one that fails after the others answered leaves
@@ -186,6 +186,28 @@ class ClientSession {
           make_request,
       wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
       std::uint64_t& wait_ns, Seeding seeding = Seeding::kSeeded);
+
+  // --- Which servers take part (Exclusion, client_state.h). ------------------------
+  // The servers every request that reads or changes the tree goes to: all
+  // but the excluded ones, ascending. The lease is held on them only.
+  const std::vector<std::size_t>& participants() const { return participants_; }
+  bool excluded(std::size_t server) const;
+  // The participants as EVICT_PREPARE names them (bit i: server i; 0 when
+  // every server takes part).
+  std::uint32_t ParticipantMask() const;
+  // Whether `server` could be left out now: it takes part, and the others
+  // are still at least 2t + 1 (an eviction's degree reduction needs them).
+  bool CanExclude(std::size_t server) const;
+  // After a request some participant did not answer: if exactly one
+  // participant is found down (ServerSet::Down) and CanExclude it, it is
+  // excluded durably (the record says it was down and `what`, the log says
+  // so once, with the fix) and true is returned: the caller goes on
+  // without it. False for a read-only session.
+  Result<bool> ExcludeDown(const std::string& what);
+  // Excludes `server` durably (CanExclude must hold) for `why`.
+  Status Exclude(std::size_t server, const std::string& why);
+  // Ends its exclusion (it was rebuilt: its shares are current again).
+  Status Readmit(std::size_t server);
 
   // --- The lease. -----------------------------------------------------------------
   // Acquires it on every server under the current epoch; on refusal releases
@@ -240,6 +262,8 @@ class ClientSession {
   std::unique_ptr<BlockCodec> codec_;
   Secret backup_key_;
   std::unique_ptr<ServerSet> servers_;
+  std::vector<std::size_t> participants_;  // from store_->exclusions()
+  void ComputeParticipants();
   Counters counters_;
   bool lease_held_ = false;
   bool fenced_ = false;

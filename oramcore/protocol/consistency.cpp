@@ -41,10 +41,11 @@ std::vector<std::size_t> InconsistentSlots(
 }
 
 std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>> shares,
-                                       const share_mac::ShareMacKey& key) {
+                                       const share_mac::ShareMacKey& key,
+                                       std::span<const std::size_t> parties) {
   const std::size_t n = shares.size();
   const std::size_t m = key.slot_elems();
-  if (n < 3) return std::nullopt;
+  if (n < 3 || (!parties.empty() && parties.size() != n)) return std::nullopt;
   for (const auto& s : shares) {
     if (s.size() != m) return std::nullopt;
   }
@@ -55,7 +56,7 @@ std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>>
     std::vector<const field::Elem*> ptrs;
     for (std::size_t i = 0; i < n; ++i) {
       if (i == k) continue;
-      xs.push_back(shamir::PartyX(i));
+      xs.push_back(shamir::PartyX(parties.empty() ? i : parties[i]));
       ptrs.push_back(shares[i].data());
     }
     auto lambda = shamir::LagrangeAtZero(xs);

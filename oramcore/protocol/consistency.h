@@ -42,8 +42,10 @@ std::vector<std::size_t> InconsistentSlots(
 // authentic value; the third is wrong. nullopt when no such k or more than one
 // exists (two servers wrong, or shares of other lengths): not attributable.
 // The honest value of a dummy slot is zero, which is authentic, so dummy
-// slots are attributed like live ones.
+// slots are attributed like live ones. shares[k] is party parties[k]'s (at
+// its point shamir::PartyX); without `parties`, party k's.
 std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>> shares,
-                                       const share_mac::ShareMacKey& key);
+                                       const share_mac::ShareMacKey& key,
+                                       std::span<const std::size_t> parties = {});
 
 }  // namespace s3oram

@@ -47,15 +47,32 @@ bool OpenChecked(std::span<const Elem* const> shares,
 
 }  // namespace
 
-Evictor::Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats, RootWriteQueue& roots,
-                 const std::vector<Elem>& lambda, const std::vector<std::vector<Elem>>& parity_rows)
+Evictor::Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats, RootWriteQueue& roots)
     : session_(session),
       pm_(pm),
       roots_(roots),
       stats_(stats),
-      lambda_(lambda),
-      parity_rows_(parity_rows),
       pacer_(std::chrono::milliseconds(session.store().eviction_estimate_ms())) {}
+
+Result<const Evictor::PartyCode*> Evictor::CodeOfParticipants() {
+  const std::vector<std::size_t>& servers = session_.participants();
+  if (code_.servers != servers || code_.lambda.empty()) {
+    std::vector<Elem> xs;
+    for (std::size_t i : servers) xs.push_back(shamir::PartyX(i));
+    PartyCode code;
+    code.servers = servers;
+    S3ORAM_ASSIGN_OR_RETURN(code.lambda, shamir::LagrangeAtZero(xs));
+    S3ORAM_ASSIGN_OR_RETURN(code.parity_rows, shamir::ParityChecks(xs, params().threshold));
+    code_ = std::move(code);
+  }
+  return &code_;
+}
+
+Result<bool> Evictor::ExcludedAfter(const Status& failure, std::uint64_t eviction) {
+  if (failure.ok() || !IsSilence(failure)) return false;
+  return session_.ExcludeDown("eviction " + std::to_string(eviction) +
+                              " could not go on with it (" + failure.message() + ")");
+}
 
 Status Evictor::RunEviction() {
   if (inflight_) S3ORAM_RETURN_IF_ERROR(FinishInFlight());
@@ -105,7 +122,7 @@ Status Evictor::StartEviction() {
   FaultPoint("client.evict.after_intent");
   S3ORAM_RETURN_IF_ERROR(ApplyEviction(plan, pm_));
   session_.counters() = next;
-  inflight_ = InFlight{std::move(record), false, false, {}};
+  inflight_ = InFlight{std::move(record), false, false, {}, 0};
   if (stats_.evictions == 0) {
     spdlog::info(
         "eviction {} started (every {} accesses); the servers compute it while the "
@@ -140,6 +157,7 @@ Status Evictor::EnsureStarted() {
       S3ORAM_RETURN_IF_ERROR(LogRecord(record));
     }
     inflight_->sent = true;
+    inflight_->participants = session_.ParticipantMask();
     last = SendPrepare(*record.plan, record.attempt, BudgetLeft(began));
     if (last.ok()) {
       inflight_->started = true;
@@ -150,6 +168,10 @@ Status Evictor::EnsureStarted() {
     spdlog::warn("eviction {} attempt {} did not start: {}", record.eviction, record.attempt,
                  last.ToString());
     if (last.code() == Status::Code::kDamaged) break;
+    // A server found down is left out when the others suffice: the next
+    // attempt goes to them.
+    S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(last, record.eviction));
+    (void)excluded;
   }
   if (last.code() == Status::Code::kDamaged) {
     refused_ = last.WithContext("eviction " + std::to_string(record.eviction) +
@@ -284,10 +306,12 @@ Status Evictor::FinishInFlight() {
   // An attempt that went out but did not start everywhere may still run on
   // some servers with the shares it carried: it is never sent again with
   // other shares, the next attempt is.
-  if (!inflight_->started && inflight_->sent) ++record.attempt;
+  // So is one that started on a server excluded since.
+  const bool collect = inflight_->started && inflight_->participants == session_.ParticipantMask();
+  if (!collect && inflight_->sent) ++record.attempt;
   const bool was_started = inflight_->started;
   const auto elapsed = started - inflight_->started_at;
-  S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/inflight_->started));
+  S3ORAM_RETURN_IF_ERROR(PrepareAndCommit(plan, record, /*collect_first=*/collect));
   const bool first_attempt = record.attempt == 1;
   inflight_.reset();
   // An access that waited for the servers says so once, at info level: the
@@ -371,29 +395,29 @@ Status Evictor::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
   }
   // Fresh shares for every attempt: a retry must not reuse randomness.
   S3ORAM_ASSIGN_OR_RETURN(
-      auto replies,
-      session_.ExchangeShared(
-          dense,
-          [&plan, attempt](std::vector<Elem>&& share, const wire::ShareSeed& seed) {
-            return wire::Body{wire::EvictPrepareRequest{plan.eviction, attempt, plan.leaf,
-                                                        std::move(share), seed}};
-          },
-          wire::MessageType::kEvictStartedReply, budget, stats_.timings.eviction_client_ns,
-          stats_.timings.eviction_prepare_wait_ns,
-          // Server kSeededParty gets the seed of its matrices once the others
-          // have theirs (EVICT_STARTED): sent with them, it would start the
-          // share exchange while they still receive megabytes over the
-          // client's uplink, and wait out its peer timeout for them (a
-          // paper-home link: 37 s for two shares of the 1 GiB default's
-          // matrices, against a 30 s peer timeout).
-          ClientSession::Seeding::kSeededLast));
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    const auto& r = std::get<wire::EvictStartedReply>(replies[i].body);
+      auto replies, session_.ExchangeShared(
+                        dense,
+                        [&plan, attempt, mask = session_.ParticipantMask()](
+                            std::vector<Elem>&& share, const wire::ShareSeed& seed) {
+                          return wire::Body{wire::EvictPrepareRequest{
+                              plan.eviction, attempt, plan.leaf, std::move(share), seed, mask}};
+                        },
+                        wire::MessageType::kEvictStartedReply, budget,
+                        stats_.timings.eviction_client_ns, stats_.timings.eviction_prepare_wait_ns,
+                        // Server kSeededParty gets the seed of its matrices once the others
+                        // have theirs (EVICT_STARTED): sent with them, it would start the
+                        // share exchange while they still receive megabytes over the
+                        // client's uplink, and wait out its peer timeout for them (a
+                        // paper-home link: 37 s for two shares of the 1 GiB default's
+                        // matrices, against a 30 s peer timeout).
+                        ClientSession::Seeding::kSeededLast));
+  for (std::size_t k = 0; k < replies.size(); ++k) {
+    const auto& r = std::get<wire::EvictStartedReply>(replies[k].body);
     if (r.eviction != plan.eviction || r.attempt != attempt) {
-      return Status::Protocol("server " + std::to_string(i) + " started eviction " +
-                              std::to_string(r.eviction) + " attempt " + std::to_string(r.attempt) +
-                              " instead of " + std::to_string(plan.eviction) + " attempt " +
-                              std::to_string(attempt));
+      return Status::Protocol(
+          "server " + std::to_string(session_.participants()[k]) + " started eviction " +
+          std::to_string(r.eviction) + " attempt " + std::to_string(r.attempt) + " instead of " +
+          std::to_string(plan.eviction) + " attempt " + std::to_string(attempt));
     }
   }
   return Status::Ok();
@@ -417,13 +441,15 @@ Status Evictor::AwaitPrepared(std::uint64_t eviction, std::uint32_t attempt,
       slice.deadline = std::chrono::milliseconds(1);
     const wire::Header h = session_.NextHeader();
     const auto frame = wire::Encode(h, wire::EvictResultRequest{eviction, attempt});
-    std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
-    auto replies =
-        session_.servers().Exchange(frames, h, wire::MessageType::kEvictPrepareReply, slice);
+    const std::vector<std::size_t>& servers = session_.participants();
+    std::vector<std::vector<std::uint8_t>> frames(servers.size(), frame);
+    auto replies = session_.servers().ExchangeWith(servers, frames, h,
+                                                   wire::MessageType::kEvictPrepareReply, slice);
     if (replies.ok()) {
-      for (std::size_t i = 0; i < replies->size(); ++i) {
-        if (std::get<wire::EvictPrepareReply>((*replies)[i].body).eviction != eviction) {
-          return Status::Protocol("server " + std::to_string(i) + " answered for another eviction");
+      for (std::size_t k = 0; k < replies->size(); ++k) {
+        if (std::get<wire::EvictPrepareReply>((*replies)[k].body).eviction != eviction) {
+          return Status::Protocol("server " + std::to_string(servers[k]) +
+                                  " answered for another eviction");
         }
       }
       return Status::Ok();
@@ -441,6 +467,7 @@ Status Evictor::TellProgress(std::uint64_t eviction, std::chrono::steady_clock::
   std::string busy;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const ServerReport& r = reports[i];
+    if (session_.excluded(i)) continue;
     if (!r.status.ok()) {
       return r.status.WithContext("waiting for eviction " + std::to_string(eviction) + ": server " +
                                   std::to_string(i) + " stopped answering");
@@ -482,8 +509,15 @@ Status Evictor::PrepareAndCommit(const EvictionPlan& plan, EvictionRecord& recor
   // (COMMIT is sent only after all PREPAREs succeeded): just commit everywhere.
   bool committed_somewhere = false;
   if (collect_first || record.attempt > 1) {
-    for (const auto& r : session_.QueryServers(session_.options().requests.deadline)) {
-      if (!r.status.ok()) return r.status.WithContext("finishing eviction");
+    const auto reports = session_.QueryServers(session_.options().requests.deadline);
+    for (std::size_t i = 0; i < reports.size(); ++i) {
+      const ServerReport& r = reports[i];
+      if (session_.excluded(i)) continue;
+      if (!r.status.ok()) {
+        S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(r.status, plan.eviction));
+        if (excluded && session_.excluded(i)) continue;
+        return r.status.WithContext("finishing eviction");
+      }
       if (r.reply.applied_evictions > plan.eviction) committed_somewhere = true;
     }
   }
@@ -514,8 +548,14 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
     }
   }
   // A server that did not answer (nor its STATUS, AwaitPrepared) would not
-  // answer a new attempt either: the eviction fails now, naming it.
-  if (!collect_first || (!last.ok() && last.code() != Status::Code::kDamaged && !IsSilence(last))) {
+  // answer a new attempt either: the eviction fails now, naming it, unless
+  // it was found down and the others go on without it.
+  bool left_out = false;
+  if (collect_first && !last.ok()) {
+    S3ORAM_ASSIGN_OR_RETURN(left_out, ExcludedAfter(last, plan.eviction));
+  }
+  if (!collect_first ||
+      (!last.ok() && last.code() != Status::Code::kDamaged && (left_out || !IsSilence(last)))) {
     for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
       // Checked before the first try too when the servers were asked for
       // a result first: if that used the whole time, a new attempt now
@@ -542,8 +582,13 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
                    last.ToString());
       // A server whose stored shares failed their digests refuses every
       // attempt the same way until it is repaired: stop here, with the tree
-      // as it was (no server committed anything).
-      if (last.code() == Status::Code::kDamaged || IsSilence(last)) break;
+      // as it was (no server committed anything). So does a silent one,
+      // unless it was found down and left out.
+      if (last.code() == Status::Code::kDamaged) break;
+      if (IsSilence(last)) {
+        S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(last, plan.eviction));
+        if (!excluded) break;
+      }
     }
   }
   if (last.code() == Status::Code::kDamaged || last.code() == Status::Code::kIntegrity) {
@@ -562,20 +607,26 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
 }
 
 Status Evictor::Commit(const EvictionPlan& plan, const EvictionRecord& record) {
-  const OramParams& p = params();
   FaultPoint("client.evict.after_prepare");
-  S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_.NextMutationHeader());
-  std::vector<std::vector<std::uint8_t>> frames;
-  for (std::size_t i = 0; i < p.parties; ++i) {
-    frames.push_back(wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
-  }
-  {
+  // To the participants; one found down meanwhile (it prepared, but may
+  // never commit) is left out if the others go on without it, and the
+  // COMMIT goes to them again (a duplicate is answered as done).
+  for (int round = 0;; ++round) {
+    S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, session_.NextMutationHeader());
+    const std::vector<std::size_t>& servers = session_.participants();
+    std::vector<std::vector<std::uint8_t>> frames(
+        servers.size(), wire::Encode(h, wire::EvictCommitRequest{plan.eviction}));
     TimeInto timer(stats_.timings.eviction_commit_wait_ns);
-    S3ORAM_RETURN_IF_ERROR(
-        session_.servers()
-            .Exchange(frames, h, wire::MessageType::kEvictCommitReply, session_.options().requests)
-            .status()
-            .WithContext("committing eviction " + std::to_string(plan.eviction)));
+    const Status st = session_.servers()
+                          .ExchangeWith(servers, frames, h, wire::MessageType::kEvictCommitReply,
+                                        session_.options().requests)
+                          .status();
+    if (st.ok()) break;
+    if (round == 0) {
+      S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(st, plan.eviction));
+      if (excluded) continue;
+    }
+    return st.WithContext("committing eviction " + std::to_string(plan.eviction));
   }
 
   FaultPoint("client.evict.after_commit");
@@ -623,22 +674,25 @@ Status Evictor::Commit(const EvictionPlan& plan, const EvictionRecord& record) {
 }
 
 Status Evictor::CheckPrepared(std::uint64_t eviction, std::uint32_t attempt) {
-  if (parity_rows_.empty()) return Status::Ok();  // no redundancy to check with
+  S3ORAM_ASSIGN_OR_RETURN(const PartyCode* code, CodeOfParticipants());
+  if (code->parity_rows.empty()) return Status::Ok();  // no redundancy to check with
   const TimeInto timer(stats_.timings.eviction_check_ns);
   wire::ParitySeed seed;
   random::Bytes(seed);
   wire::Header h = session_.NextHeader();
   const auto frame = wire::Encode(h, wire::EvictCheckRequest{eviction, attempt, seed});
-  std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
+  std::vector<std::vector<std::uint8_t>> frames(code->servers.size(), frame);
   S3ORAM_ASSIGN_OR_RETURN(
-      auto replies, session_.servers().Exchange(frames, h, wire::MessageType::kEvictCheckReply,
-                                                session_.options().requests));
+      auto replies,
+      session_.servers().ExchangeWith(code->servers, frames, h, wire::MessageType::kEvictCheckReply,
+                                      session_.options().requests));
   const std::size_t m = params().elems_per_slot();
   const std::size_t combined_elems = wire::kEvictCheckCombinations * m;
   std::vector<std::vector<Elem>> digests;
   std::vector<std::vector<Elem>> combinations;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    auto& r = std::get<wire::EvictCheckReply>(replies[i].body);
+  for (std::size_t k = 0; k < replies.size(); ++k) {
+    const std::size_t i = code->servers[k];
+    auto& r = std::get<wire::EvictCheckReply>(replies[k].body);
     if (r.eviction != eviction) {
       return Status::Protocol("server " + std::to_string(i) + " checked eviction " +
                               std::to_string(r.eviction) + " instead of " +
@@ -653,8 +707,8 @@ Status Evictor::CheckPrepared(std::uint64_t eviction, std::uint32_t attempt) {
     digests.push_back(std::move(r.digests));
     combinations.push_back(std::move(r.combination));
   }
-  const auto bad = InconsistentSlots(parity_rows_, digests);
-  if (bad.empty()) return CheckMac(eviction, attempt, combinations);
+  const auto bad = InconsistentSlots(code->parity_rows, digests);
+  if (bad.empty()) return CheckMac(eviction, attempt, combinations, *code);
   const std::size_t Z = params().bucket_size;
   const std::string where =
       "bucket index " + std::to_string(bad[0] / Z) + " slot " + std::to_string(bad[0] % Z);
@@ -670,7 +724,8 @@ Status Evictor::CheckPrepared(std::uint64_t eviction, std::uint32_t attempt) {
 }
 
 Status Evictor::CheckMac(std::uint64_t eviction, std::uint32_t attempt,
-                         const std::vector<std::vector<Elem>>& combinations) {
+                         const std::vector<std::vector<Elem>>& combinations,
+                         const PartyCode& code) {
   // A filesystem made before share MACs, or a rotation begun by a build
   // before their halves: consistency is all that is checked.
   if (session_.codec().combination_check() == BlockCodec::CombinationCheck::kNone) {
@@ -692,7 +747,7 @@ Status Evictor::CheckMac(std::uint64_t eviction, std::uint32_t attempt,
   std::vector<const Elem*> ptrs(n);
   for (std::size_t r = 0; r < wire::kEvictCheckCombinations; ++r) {
     for (std::size_t i = 0; i < n; ++i) ptrs[i] = combinations[i].data() + r * m;
-    if (!OpenChecked(ptrs, parity_rows_, lambda_, m, opened.data())) {
+    if (!OpenChecked(ptrs, code.parity_rows, code.lambda, m, opened.data())) {
       return refused(
           "the servers' shares of a check combination are inconsistent across "
           "the servers (a server answered the check about other shares than "
@@ -704,7 +759,7 @@ Status Evictor::CheckMac(std::uint64_t eviction, std::uint32_t attempt,
     // servers agreeing on it: a server rebuilt from a damaged peer) was
     // moved. Only the first is refused: refusing the second would stop every
     // eviction through that bucket for good, and the value is lost either way.
-    S3ORAM_ASSIGN_OR_RETURN(const bool inputs_authentic, InputsAuthentic(eviction));
+    S3ORAM_ASSIGN_OR_RETURN(const bool inputs_authentic, InputsAuthentic(eviction, code));
     if (inputs_authentic) {
       return refused(
           "the prepared buckets are consistent across the servers but do not "
@@ -724,20 +779,22 @@ Status Evictor::CheckMac(std::uint64_t eviction, std::uint32_t attempt,
   return Status::Ok();
 }
 
-Result<bool> Evictor::InputsAuthentic(std::uint64_t eviction) {
+Result<bool> Evictor::InputsAuthentic(std::uint64_t eviction, const PartyCode& code) {
   const std::size_t m = params().elems_per_slot();
   const std::size_t rows = wire::kEvictCheckCombinations;
   wire::ParitySeed seed;
   random::Bytes(seed);
   wire::Header h = session_.NextHeader();
   const auto frame = wire::Encode(h, wire::MacOpenRequest{eviction, seed});
-  std::vector<std::vector<std::uint8_t>> frames(session_.servers().size(), frame);
-  S3ORAM_ASSIGN_OR_RETURN(auto replies,
-                          session_.servers().Exchange(frames, h, wire::MessageType::kMacOpenReply,
-                                                      session_.options().evictions));
+  std::vector<std::vector<std::uint8_t>> frames(code.servers.size(), frame);
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies,
+      session_.servers().ExchangeWith(code.servers, frames, h, wire::MessageType::kMacOpenReply,
+                                      session_.options().evictions));
   std::vector<const Elem*> ptrs;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    const auto& r = std::get<wire::MacOpenReply>(replies[i].body);
+  for (std::size_t k = 0; k < replies.size(); ++k) {
+    const std::size_t i = code.servers[k];
+    const auto& r = std::get<wire::MacOpenReply>(replies[k].body);
     if (r.eviction != eviction || r.combination.size() != rows * m) {
       return Status::Protocol(
           "server " + std::to_string(i) + " answered MAC_OPEN for another eviction or with " +
@@ -749,7 +806,7 @@ Result<bool> Evictor::InputsAuthentic(std::uint64_t eviction) {
   std::vector<const Elem*> row_ptrs(ptrs.size());
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t i = 0; i < ptrs.size(); ++i) row_ptrs[i] = ptrs[i] + r * m;
-    if (!OpenChecked(row_ptrs, parity_rows_, lambda_, m, opened.data())) {
+    if (!OpenChecked(row_ptrs, code.parity_rows, code.lambda, m, opened.data())) {
       return Status::Integrity("eviction " + std::to_string(eviction) +
                                ": the buckets it reads are inconsistent across the servers " +
                                session_.ServerSetName() +

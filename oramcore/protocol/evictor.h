@@ -44,14 +44,11 @@ namespace s3oram {
 
 class Evictor {
  public:
-  // `lambda`: Lagrange weights at 0 over all parties; `parity_rows`: the
-  // parties' parity checks (shamir::ParityChecks). All referenced objects
-  // outlive the Evictor. The pacer starts from the state's estimate.
-  // `roots`: its writes some server lags on are settled before an eviction
-  // starts (the eviction reads the whole root on every server).
-  Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats, RootWriteQueue& roots,
-          const std::vector<field::Elem>& lambda,
-          const std::vector<std::vector<field::Elem>>& parity_rows);
+  // All referenced objects outlive the Evictor. The pacer starts from the
+  // state's estimate. `roots`: its writes some server lags on are settled
+  // before an eviction starts (the eviction reads the whole root on every
+  // server).
+  Evictor(ClientSession& session, PositionMap& pm, ClientStats& stats, RootWriteQueue& roots);
 
   // The eviction in flight (plan, positions before it), if any.
   const EvictionRecord* in_flight() const { return inflight_ ? &inflight_->record : nullptr; }
@@ -89,6 +86,17 @@ class Evictor {
   Result<std::optional<std::uint64_t>> Pending() const;
 
  private:
+  // The code of the servers taking part (ClientSession::participants()):
+  // Lagrange weights at 0 over their points and their parity checks
+  // (shamir::ParityChecks), for the checks before a commit. Recomputed
+  // when the participants change.
+  struct PartyCode {
+    std::vector<std::size_t> servers;
+    std::vector<field::Elem> lambda;
+    std::vector<std::vector<field::Elem>> parity_rows;
+  };
+  Result<const PartyCode*> CodeOfParticipants();
+  PartyCode code_;
   // Plans eviction ne, logs it (plan, positions before and after, nr = 0),
   // moves the blocks in the map and starts it on the servers.
   Status StartEviction();
@@ -128,10 +136,10 @@ class Evictor {
   // A failure whose inputs do not authenticate either is logged and noted
   // but not refused (see the comment in the definition).
   Status CheckMac(std::uint64_t eviction, std::uint32_t attempt,
-                  const std::vector<std::vector<field::Elem>>& combinations);
+                  const std::vector<std::vector<field::Elem>>& combinations, const PartyCode& code);
   // MAC_OPEN: whether random combinations of the committed buckets eviction
   // `eviction` reads carry valid share MACs.
-  Result<bool> InputsAuthentic(std::uint64_t eviction);
+  Result<bool> InputsAuthentic(std::uint64_t eviction, const PartyCode& code);
   // Replaces the logged pending eviction with `record` (a new attempt number
   // goes to disk before any server sees it), durably.
   Status LogRecord(const EvictionRecord& record);
@@ -149,8 +157,10 @@ class Evictor {
   PositionMap& pm_;
   RootWriteQueue& roots_;
   ClientStats& stats_;
-  const std::vector<field::Elem>& lambda_;
-  const std::vector<std::vector<field::Elem>>& parity_rows_;
+  // After `failure` of a request to the participants: whether a server found
+  // down was excluded (ClientSession::ExcludeDown), so that the eviction
+  // can go on without it.
+  Result<bool> ExcludedAfter(const Status& failure, std::uint64_t eviction);
 
   // The eviction started at the end of the last round and not committed yet,
   // as logged; `started` once every server answered EVICT_STARTED.
@@ -162,6 +172,10 @@ class Evictor {
     // on it (a resent attempt would queue behind the computation it repeats).
     bool sent = false;
     std::chrono::steady_clock::time_point started_at;  // when every server started it
+    // The participants it went to (ClientSession::ParticipantMask): if one
+    // of them has been excluded since, the others wait in vain for its SMP
+    // shares, so the result is not collected: a new attempt goes at once.
+    std::uint32_t participants = 0;
   };
   std::optional<InFlight> inflight_;
 

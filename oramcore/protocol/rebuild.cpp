@@ -148,12 +148,16 @@ Result<std::vector<std::size_t>> OddServersOfInconsistentSlots(
     const share_mac::ShareMacKey* previous) {
   const std::size_t n = s.config.servers.size();
   std::vector<field::Elem> xs;
-  for (std::size_t i = 0; i < n; ++i) xs.push_back(shamir::PartyX(i));
+  std::vector<std::size_t> all;
+  for (std::size_t i = 0; i < n; ++i) {
+    xs.push_back(shamir::PartyX(i));
+    all.push_back(i);
+  }
   S3ORAM_ASSIGN_OR_RETURN(auto parity_rows, shamir::ParityChecks(xs, p.threshold));
   S3ORAM_ASSIGN_OR_RETURN(
       ConsistencyFindings found,
       ScrubAndCompare(
-          p, parity_rows,
+          p, parity_rows, all,
           [&](std::uint64_t first, std::uint32_t count,
               const wire::ParitySeed& seed) -> Result<std::vector<wire::ParityReply>> {
             std::vector<wire::ParityReply> out;
@@ -195,6 +199,9 @@ struct RebuildRun {
   std::size_t K = 0;  // the server rebuilt
   wire::StoreShape shape;
   bool k_live = false;  // K serves this filesystem: replacing it destroys a share
+  // The state's exclusion of K (its shares are stale: it is rebuilt to take
+  // part again), if any.
+  std::optional<Exclusion> k_excluded;
   std::vector<wire::StatusReply> status;
   std::vector<std::size_t> survivors;
   std::vector<std::uint64_t> epoch_of;  // max(store epoch, highest lease epoch)
@@ -243,6 +250,11 @@ Status SurveyServers(RebuildRun& r) {
             " evictions applied); rebuild only a server that lost its data, or pass --force to "
             "replace that store");
       }
+      continue;
+    }
+    if (std::any_of(r.store->exclusions().begin(), r.store->exclusions().end(),
+                    [&](const Exclusion& e) { return e.server == i; })) {
+      spdlog::warn("{} cannot contribute: it is excluded, its shares are stale", r.Name(i));
       continue;
     }
     if (!st.initialized || !ours || !(st.shape == r.shape)) {
@@ -300,6 +312,14 @@ Status RefuseIfTheMacNamesAnother(RebuildRun& r) {
 // data this is skipped: the survivors check every bucket they contribute.
 Status ChooseSources(RebuildRun& r) {
   if (!r.k_live) return Status::Ok();
+  // An excluded K is stale by design (the others went on without it): it is
+  // replaced as one that lost its data is, and the survivors check every
+  // bucket they contribute.
+  if (r.k_excluded) {
+    spdlog::info("{} was excluded ({}); replacing its share from the others", r.Name(r.K),
+                 r.k_excluded->reason);
+    return Status::Ok();
+  }
   const OramParams& p = r.params();
   auto scrub = [&](std::size_t i) {
     return ScrubWholeStore(
@@ -596,6 +616,8 @@ Status CopyShares(RebuildRun& r) {
   // A problem a mount recorded (s3oram status) is taken as repaired; if
   // it was another server's, the next access meets and records it again.
   if (r.store->problem_note()) batch.SetProblemNote(std::nullopt);
+  // An excluded K holds current shares again: it takes part from here on.
+  if (r.k_excluded) batch.Readmit(static_cast<std::uint32_t>(r.K));
   S3ORAM_RETURN_IF_ERROR(r.store->Commit(batch, /*durable=*/true));
   spdlog::info("server {} rebuilt: {} of {} buckets written", r.K, r.report.buckets_written,
                buckets);
@@ -663,6 +685,9 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
                                    std::to_string(parties - 1));
   }
   r.shape = ShapeOf(p);
+  for (const Exclusion& e : r.store->exclusions()) {
+    if (e.server == r.K) r.k_excluded = e;
+  }
   r.s.emplace(
       Session{options, config, nullptr, r.store->counters().epoch, r.store->counters().seq});
   S3ORAM_ASSIGN_OR_RETURN(r.s->servers,

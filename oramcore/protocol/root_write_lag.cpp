@@ -27,7 +27,7 @@ void RootWriteQueue::LagEnded(std::size_t server, std::uint64_t seq, bool acknow
     for (LaggingWrite& w : *writes) {
       if (w.seq != seq) continue;
       std::erase(w.owing, server);
-      if (!acknowledged) w.failed = true;
+      if (!acknowledged) w.failed_on.push_back(server);
       return;
     }
   }
@@ -49,7 +49,7 @@ Status RootWriteQueue::SettleLagging(bool wait) {
         auto end = servers.AwaitLagged(i, w.seq);
         if (end.status().code() == Status::Code::kNotFound) {
           std::erase(w.owing, i);
-          w.failed = true;
+          w.failed_on.push_back(i);
           continue;
         }
         LagEnded(i, w.seq, Acknowledges(end));
@@ -68,7 +68,19 @@ Status RootWriteQueue::SettleLagging(bool wait) {
   ClientStateStore::Batch settled;
   bool any = false;
   for (auto it = lagging_.begin(); it != lagging_.end();) {
-    if (it->failed) {
+    // A server found down that failed a write is left out if the others
+    // can go on without it (ClientSession::ExcludeDown): they hold the
+    // write, and the excluded server's root is not read until a rebuild.
+    if (!it->failed_on.empty()) {
+      S3ORAM_RETURN_IF_ERROR(session_
+                                 .ExcludeDown("it failed the root write of slot " +
+                                              std::to_string(it->entry.slot) +
+                                              " that the others acknowledged")
+                                 .status());
+      std::erase_if(it->failed_on, [&](std::size_t i) { return session_.excluded(i); });
+      std::erase_if(it->owing, [&](std::size_t i) { return session_.excluded(i); });
+    }
+    if (!it->failed_on.empty()) {
       // The lagging server may not hold it: a fresh sharing of the same
       // sealed block on every server makes the slot consistent again.
       spdlog::warn(
@@ -79,7 +91,7 @@ Status RootWriteQueue::SettleLagging(bool wait) {
                                  .WithContext("rewriting root slot " +
                                               std::to_string(it->entry.slot) +
                                               ", which a lagging server failed"));
-      it->failed = false;
+      it->failed_on.clear();
       it->owing.clear();
     }
     if (!it->owing.empty()) {

@@ -160,10 +160,10 @@ void RootWriteQueue::RecordCarried(std::size_t carried, std::size_t carrying,
   staged_.clear();
   for (std::size_t x = 0; x < carried; ++x) {
     RecordWritten(entries_[x], batch, next);
-    if (x < lags.size() && !lags[x].servers.empty()) {
+    if (x < lags.size() && (!lags[x].servers.empty() || !lags[x].failed.empty())) {
       batch.AddPending(
           PendingOp{kPendingLagKey + entries_[x].slot, kPendingLagKind, Encode(entries_[x])});
-      staged_.push_back(LaggingWrite{lags[x].seq, lags[x].servers, false, entries_[x]});
+      staged_.push_back(LaggingWrite{lags[x].seq, lags[x].servers, lags[x].failed, entries_[x]});
     }
   }
   // From the first write that did not reach every server on, the slots the
@@ -226,7 +226,7 @@ Status RootWriteQueue::Flush() {
       ShareVectorSeeded(entries_[j].elems, p.threshold, shares, seed);
       requests[j].header = headers[j];
       requests[j].expected_reply = wire::MessageType::kWriteRootReply;
-      for (std::size_t i = 0; i < shares.size(); ++i) {
+      for (std::size_t i : session_.participants()) {
         requests[j].frames.push_back(wire::Encode(
             headers[j],
             wire::Body{wire::WriteRootRequest{entries_[j].slot, std::move(shares[i]),
@@ -238,9 +238,8 @@ Status RootWriteQueue::Flush() {
   std::vector<Result<std::vector<wire::Message>>> replies;
   {
     TimeInto timer(stats_.timings.root_write_wait_ns);
-    std::vector<std::size_t> all(p.parties);
-    for (std::size_t i = 0; i < all.size(); ++i) all[i] = i;
-    replies = session_.servers().ExchangeSequence(all, requests, session_.options().requests);
+    replies = session_.servers().ExchangeSequence(session_.participants(), requests,
+                                                  session_.options().requests);
   }
   std::size_t written = 0;
   while (written < k && replies[written].ok()) ++written;

@@ -96,7 +96,10 @@ class RootWriteQueue {
   // answered when the chunk's exchange returned, ServerSet::Wait::kQuorum).
   struct LagNote {
     std::uint64_t seq = 0;
-    std::vector<std::size_t> servers;
+    std::vector<std::size_t> servers;  // lagging: their answers may still come
+    // Failed it (silent, found down) while 2t + 1 others answered: they do
+    // not hold the write.
+    std::vector<std::size_t> failed;
   };
   // For a chunk of accesses that carried the first `carried` of
   // `carrying` queued writes on its retrievals (answered by every server,
@@ -160,8 +163,8 @@ class RootWriteQueue {
 
   struct LaggingWrite {
     std::uint64_t seq = 0;
-    std::vector<std::size_t> owing;  // servers that have not acknowledged it yet
-    bool failed = false;             // some server failed it
+    std::vector<std::size_t> owing;      // servers that have not acknowledged it yet
+    std::vector<std::size_t> failed_on;  // servers that failed it
     Entry entry;
   };
   std::vector<LaggingWrite> lagging_;            // recorded, in slot order

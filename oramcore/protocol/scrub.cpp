@@ -57,7 +57,8 @@ Result<ScrubFindings> ScrubWholeStore(
 
 Result<ConsistencyFindings> ScrubAndCompare(
     const OramParams& p, const std::vector<std::vector<field::Elem>>& parity_rows,
-    const ParityAsk& ask, const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
+    const std::vector<std::size_t>& servers, const ParityAsk& ask,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress) {
   const std::uint64_t buckets = p.geometry().num_buckets();
   const std::uint64_t bucket_bytes =
       std::uint64_t{p.bucket_size} * p.elems_per_slot() * sizeof(field::Elem);
@@ -78,15 +79,16 @@ Result<ConsistencyFindings> ScrubAndCompare(
     wire::ParitySeed seed;
     random::Bytes(seed);
     S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::ParityReply> replies, ask(first, count, seed));
-    if (replies.size() != p.parties) {
+    if (replies.size() != servers.size()) {
       return Status::Protocol("parity of buckets " + std::to_string(first) + " answered by " +
                               std::to_string(replies.size()) + " servers, not " +
-                              std::to_string(p.parties));
+                              std::to_string(servers.size()));
     }
     std::vector<std::vector<field::Elem>> digests;
     std::vector<std::vector<std::uint8_t>> damaged;
-    for (std::size_t i = 0; i < replies.size(); ++i) {
-      auto& r = replies[i];
+    for (std::size_t x = 0; x < replies.size(); ++x) {
+      const std::size_t i = servers[x];
+      auto& r = replies[x];
       if (r.first_bucket != first || r.damaged.size() != std::uint64_t{count} * Z ||
           r.digests.size() != std::uint64_t{count} * Z * wire::kParityElemsPerSlot) {
         return Status::Protocol("server " + std::to_string(i) + " answered the parity of buckets " +
@@ -118,16 +120,17 @@ Result<ConsistencyFindings> ScrubAndCompare(
   random::Bytes(seed);
   S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::ParityReply> replies,
                           ask(wire::kRootSnapshotBucket, 1, seed));
-  if (replies.size() != p.parties) {
+  if (replies.size() != servers.size()) {
     return Status::Protocol("parity of the root snapshot answered by " +
                             std::to_string(replies.size()) + " servers, not " +
-                            std::to_string(p.parties));
+                            std::to_string(servers.size()));
   }
   std::size_t held = 0;
   std::vector<std::vector<field::Elem>> digests;
   std::vector<std::vector<std::uint8_t>> damaged;
-  for (std::size_t i = 0; i < replies.size(); ++i) {
-    auto& r = replies[i];
+  for (std::size_t x = 0; x < replies.size(); ++x) {
+    const std::size_t i = servers[x];
+    auto& r = replies[x];
     if (r.damaged.empty() && r.digests.empty()) continue;  // holds none
     if (r.first_bucket != wire::kRootSnapshotBucket || r.damaged.size() != Z ||
         r.digests.size() != Z * wire::kParityElemsPerSlot) {
@@ -142,7 +145,7 @@ Result<ConsistencyFindings> ScrubAndCompare(
     digests.push_back(std::move(r.digests));
     damaged.push_back(std::move(r.damaged));
   }
-  if (held == p.parties) {
+  if (held == servers.size()) {
     f.root_snapshot_checked = true;
     for (std::size_t k : InconsistentSlots(parity_rows, digests, damaged)) {
       note(f.inconsistent, wire::kRootSnapshotBucket, static_cast<std::uint32_t>(k));

@@ -46,13 +46,15 @@ Result<ScrubFindings> ScrubWholeStore(
 // "bucket 41 slot 1, bucket 97 slot 0 and 3 more" for a report line.
 std::string DescribeDamage(const ScrubFindings& f);
 
-// One PARITY exchange (wire.h) with every server, the same request to each:
-// the replies in party order.
+// One PARITY exchange (wire.h) with every server checked, the same request
+// to each: the replies in the order of ScrubAndCompare's `servers`.
 using ParityAsk = std::function<Result<std::vector<wire::ParityReply>>(
     std::uint64_t first, std::uint32_t count, const wire::ParitySeed& seed)>;
 
 struct ConsistencyFindings {
-  std::vector<ScrubFindings> servers;  // each server's own digest check
+  // Each server's own digest check, by party index (a server not checked:
+  // zero buckets).
+  std::vector<ScrubFindings> servers;
   // Slots no server flags as damaged whose shares are not one sharing
   // (oramcore/protocol/consistency.h): not attributable to a server.
   ScrubFindings inconsistent;
@@ -61,14 +63,16 @@ struct ConsistencyFindings {
   bool root_snapshot_checked = false;
 };
 
-// Scrubs every server's whole share file as ScrubWholeStore does and, range
-// by range with a fresh public seed, checks the servers' sharings against
-// each other with the code's parity checks (shamir::ParityChecks); then the
-// same for the root snapshot of a pending eviction, when every server holds
-// one. progress
-// counts buckets, as ScrubWholeStore.
+// Scrubs the whole share file of every server of `servers` (party indices,
+// ascending: all of them, or the participants when one is excluded) as
+// ScrubWholeStore does and, range by range with a fresh public seed, checks
+// their sharings against each other with their code's parity checks
+// (shamir::ParityChecks over their points); then the same for the root
+// snapshot of a pending eviction, when every one of them holds one.
+// progress counts buckets, as ScrubWholeStore.
 Result<ConsistencyFindings> ScrubAndCompare(
     const OramParams& p, const std::vector<std::vector<field::Elem>>& parity_rows,
-    const ParityAsk& ask, const std::function<void(std::uint64_t, std::uint64_t)>& progress);
+    const std::vector<std::size_t>& servers, const ParityAsk& ask,
+    const std::function<void(std::uint64_t, std::uint64_t)>& progress);
 
 }  // namespace s3oram

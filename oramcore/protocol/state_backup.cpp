@@ -720,6 +720,16 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
   std::vector<std::uint64_t> newest;
   auto lists = ListBackups(client.session(), std::chrono::milliseconds(30000));
   for (std::size_t i = 0; i < lists.size(); ++i) {
+    if (client.session().excluded(i)) {
+      // Its list, if it answered, still counts: a generation it holds must
+      // not be reused.
+      std::uint64_t n = 0;
+      if (lists[i].ok()) {
+        for (const auto& b : lists[i].value()) n = std::max(n, b.generation);
+      }
+      newest.push_back(n);
+      continue;
+    }
     if (!lists[i].ok()) {
       return lists[i].status().WithContext("listing the backups of " +
                                            ServerName(i, client.session().servers().endpoint(i)));
@@ -764,9 +774,12 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
 
   // 4. Share and upload, chunk by chunk.
   const std::uint64_t total = field::ElemsForBytes(blob.size());
+  // To the servers that take part: an excluded one keeps its older
+  // generations (a restore takes the newest that t + 1 servers hold).
   ServerSet& servers = client.session().servers();
+  const std::vector<std::size_t>& to = client.session().participants();
   const std::size_t parties = servers.size();
-  const std::uint64_t total_bytes = total * parties * sizeof(Elem);
+  const std::uint64_t total_bytes = total * to.size() * sizeof(Elem);
   const TransportOptions opts = BulkOptions(std::chrono::milliseconds(120000));
   std::vector<Elem> packed;
   std::vector<std::vector<Elem>> shares(parties);
@@ -780,26 +793,26 @@ Result<BackupResult> BackupStateWithKey(OramClient& client, const Secret& backup
     const bool last = offset + packed.size() == total;
     wire::Header hdr = client.session().NextHeader();
     std::vector<std::vector<std::uint8_t>> frames;
-    for (std::size_t i = 0; i < parties; ++i) {
-      frames.push_back(wire::Encode(
-          hdr, wire::BackupPutRequest{generation, offset, total, last, std::move(shares[i]),
-                                      snap.key_epoch}));
-      shares[i] = {};
+    for (std::size_t i : to) {
+      frames.push_back(
+          wire::Encode(hdr, wire::BackupPutRequest{generation, offset, total, last,
+                                                   std::move(shares[i]), snap.key_epoch}));
     }
-    auto replies = servers.Exchange(frames, hdr, wire::MessageType::kBackupPutReply, opts);
+    for (auto& s : shares) s = {};
+    auto replies = servers.ExchangeWith(to, frames, hdr, wire::MessageType::kBackupPutReply, opts);
     if (!replies.ok()) {
       return replies.status().WithContext("uploading backup generation " +
                                           std::to_string(generation) +
                                           " (the previous generations are untouched)");
     }
-    for (std::size_t i = 0; i < parties; ++i) {
-      const auto& rep = std::get<wire::BackupPutReply>(replies.value()[i].body);
+    for (std::size_t k = 0; k < to.size(); ++k) {
+      const auto& rep = std::get<wire::BackupPutReply>(replies.value()[k].body);
       if (rep.generation != generation || rep.received != offset + packed.size()) {
-        return Status::Protocol(ServerName(i, servers.endpoint(i)) +
+        return Status::Protocol(ServerName(to[k], servers.endpoint(to[k])) +
                                 " acknowledged a different part of the backup upload");
       }
     }
-    if (progress) progress((offset + packed.size()) * parties * sizeof(Elem), total_bytes);
+    if (progress) progress((offset + packed.size()) * to.size() * sizeof(Elem), total_bytes);
   }
   spdlog::debug("client state backed up as generation {} ({} bytes padded to {})", generation,
                 state_bytes, padded_bytes);

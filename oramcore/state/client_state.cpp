@@ -36,6 +36,10 @@
 //                                       in states older than it: false);
 //                                       optional eviction_estimate_ms (the
 //                                       last background eviction's time);
+//                                       per excluded server i (Exclusion):
+//                                       excluded_since_<i>, excluded_unix_<i>,
+//                                       excluded_reason_<i> (TEXT), all three
+//                                       or none;
 //                                       rekey_old_master (32-byte BLOB),
 //                                       rekey_phase, rekey_next_block,
 //                                       rekey_purge_until: all four while a
@@ -68,6 +72,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cerrno>
 #include <cstring>
@@ -87,8 +92,8 @@ using namespace client_state_internal;
 
 bool ClientStateStore::Batch::empty() const {
   return !counters_ && puts_.empty() && erases_.empty() && add_pending_.empty() &&
-         remove_pending_.empty() && !backup_mark_ && !problem_note_ &&
-         !eviction_estimate_ms_ && !rekey_progress_ && !end_rekey_;
+         remove_pending_.empty() && !backup_mark_ && !problem_note_ && !eviction_estimate_ms_ &&
+         exclude_.empty() && readmit_.empty() && !rekey_progress_ && !end_rekey_;
 }
 
 Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Create(const std::string& path,
@@ -360,6 +365,34 @@ Status WriteProblemNote(sqlite3* db, const std::optional<ProblemNote>& note) {
   return Status::Ok();
 }
 
+// The meta keys of server i's exclusion.
+std::string ExclusionKey(const char* what, std::uint32_t server) {
+  return std::string("excluded_") + what + "_" + std::to_string(server);
+}
+
+Status DeleteExclusion(sqlite3* db, std::uint32_t server) {
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "DELETE FROM meta WHERE key IN (?1, ?2, ?3)"));
+  st.Text(1, ExclusionKey("since", server));
+  st.Text(2, ExclusionKey("unix", server));
+  st.Text(3, ExclusionKey("reason", server));
+  return st.Exec("removing an exclusion");
+}
+
+Status WriteExclusion(sqlite3* db, const Exclusion& e) {
+  S3ORAM_RETURN_IF_ERROR(DeleteExclusion(db, e.server));
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(
+      st.Prepare(db, "INSERT INTO meta(key, value) VALUES (?1, ?2), (?3, ?4), (?5, ?6)"));
+  st.Text(1, ExclusionKey("since", e.server));
+  st.U64(2, e.since_eviction);
+  st.Text(3, ExclusionKey("unix", e.server));
+  st.U64(4, e.unix_seconds);
+  st.Text(5, ExclusionKey("reason", e.server));
+  st.Text(6, e.reason);
+  return st.Exec("writing an exclusion");
+}
+
 Status WriteRekeyProgress(sqlite3* db, const RekeyProgress& r) {
   Stmt st;
   S3ORAM_RETURN_IF_ERROR(
@@ -398,6 +431,12 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
     }
   }
 
+  for (const Exclusion& e : batch.exclude_) {
+    if (e.server >= config_.params.parties) {
+      return Status::InvalidArgument("commit: exclusion of server " + std::to_string(e.server) +
+                                     " of " + std::to_string(config_.params.parties));
+    }
+  }
   if ((batch.rekey_progress_ || batch.end_rekey_) && !rekey_) {
     return Status::InvalidArgument("commit: the state records no rekey under way");
   }
@@ -420,6 +459,10 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
       S3ORAM_RETURN_IF_ERROR(WriteEvictionEstimate(db_, *batch.eviction_estimate_ms_));
     }
     if (batch.problem_note_) S3ORAM_RETURN_IF_ERROR(WriteProblemNote(db_, *batch.problem_note_));
+    for (std::uint32_t server : batch.readmit_) {
+      S3ORAM_RETURN_IF_ERROR(DeleteExclusion(db_, server));
+    }
+    for (const Exclusion& e : batch.exclude_) S3ORAM_RETURN_IF_ERROR(WriteExclusion(db_, e));
     if (batch.rekey_progress_) {
       S3ORAM_RETURN_IF_ERROR(WriteRekeyProgress(db_, *batch.rekey_progress_));
     }
@@ -451,6 +494,15 @@ Status ClientStateStore::Commit(const Batch& batch, bool durable) {
   if (batch.backup_mark_) backup_mark_ = batch.backup_mark_;
   if (batch.problem_note_) problem_note_ = *batch.problem_note_;
   if (batch.eviction_estimate_ms_) eviction_estimate_ms_ = *batch.eviction_estimate_ms_;
+  for (std::uint32_t server : batch.readmit_) {
+    std::erase_if(exclusions_, [&](const Exclusion& e) { return e.server == server; });
+  }
+  for (const Exclusion& e : batch.exclude_) {
+    std::erase_if(exclusions_, [&](const Exclusion& x) { return x.server == e.server; });
+    exclusions_.push_back(e);
+  }
+  std::sort(exclusions_.begin(), exclusions_.end(),
+            [](const Exclusion& a, const Exclusion& b) { return a.server < b.server; });
   if (batch.rekey_progress_) rekey_ = batch.rekey_progress_;
   if (batch.end_rekey_) {
     rekey_.reset();

@@ -80,6 +80,20 @@ struct ProblemNote {
   bool operator==(const ProblemNote&) const = default;
 };
 
+// A server the client stopped using (only with more than 2t + 1 servers):
+// it was found down, damaged or lying while the others could go on. Every
+// root write and eviction since `since_eviction` (the state's ne when it was
+// excluded) went to the others only, so its shares are stale: no request
+// that reads or changes the tree goes to it until `s3oram rebuild --server`
+// brings it back, which removes the record.
+struct Exclusion {
+  std::uint32_t server = 0;
+  std::uint64_t since_eviction = 0;
+  std::uint64_t unix_seconds = 0;
+  std::string reason;
+  bool operator==(const Exclusion&) const = default;
+};
+
 // A master-key rotation under way (`s3oram rekey`, oramcore/protocol/rekey.h).
 // The state is already sealed under the new master key; the previous one is
 // kept (rekey_old_master) so that blocks still sealed under it open, until
@@ -147,6 +161,8 @@ class ClientStateStore {
   std::uint64_t durable_seq() const { return durable_seq_; }
   const std::optional<BackupMark>& backup_mark() const { return backup_mark_; }
   const std::optional<ProblemNote>& problem_note() const { return problem_note_; }
+  // The servers excluded (ascending by server), if any.
+  const std::vector<Exclusion>& exclusions() const { return exclusions_; }
   // The rotation under way, if any, and the previous master key it keeps
   // (empty when none).
   const std::optional<RekeyProgress>& rekey() const { return rekey_; }
@@ -176,6 +192,9 @@ class ClientStateStore {
     // Sets (a value) or clears (nullopt) the problem note.
     void SetProblemNote(std::optional<ProblemNote> n) { problem_note_ = std::move(n); }
     void SetEvictionEstimate(std::uint64_t ms) { eviction_estimate_ms_ = ms; }
+    // Records (replacing one for the same server) or removes an exclusion.
+    void Exclude(const Exclusion& e) { exclude_.push_back(e); }
+    void Readmit(std::uint32_t server) { readmit_.push_back(server); }
     // Advances a rotation under way (the state must record one).
     void SetRekeyProgress(const RekeyProgress& r) { rekey_progress_ = r; }
     // Ends it: the previous master key is erased from the state (its page
@@ -193,6 +212,8 @@ class ClientStateStore {
     std::optional<BackupMark> backup_mark_;
     std::optional<std::optional<ProblemNote>> problem_note_;
     std::optional<std::uint64_t> eviction_estimate_ms_;
+    std::vector<Exclusion> exclude_;
+    std::vector<std::uint32_t> readmit_;
     std::optional<RekeyProgress> rekey_progress_;
     bool end_rekey_ = false;
   };
@@ -225,6 +246,7 @@ class ClientStateStore {
   Status ReadEvictionEstimate(sqlite3* db);
   Status ReadBackupMark(sqlite3* db);
   Status ReadProblemNote(sqlite3* db);
+  Status ReadExclusions(sqlite3* db);
   Status ReadRekey(sqlite3* db, bool rekeying);
   Status ReadShareMacSecrets(sqlite3* db, bool rekeying, std::int64_t schema_version);
   std::string path_;
@@ -235,6 +257,7 @@ class ClientStateStore {
   std::uint64_t durable_seq_ = 0;
   std::optional<BackupMark> backup_mark_;
   std::optional<ProblemNote> problem_note_;
+  std::vector<Exclusion> exclusions_;
   std::uint64_t eviction_estimate_ms_ = 0;
   std::optional<RekeyProgress> rekey_;
   Secret rekey_old_master_;

@@ -4,6 +4,7 @@
 // version this build reads.
 #include <sqlite3.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <span>
@@ -225,6 +226,43 @@ Status ClientStateStore::ReadProblemNote(sqlite3* db) {
   return Status::Ok();
 }
 
+// Every excluded server's three rows; a server beyond the filesystem's, or a
+// record missing a row, makes the file invalid.
+Status ClientStateStore::ReadExclusions(sqlite3* db) {
+  Stmt st;
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(
+      db,
+      "SELECT s.key, s.value, (SELECT value FROM meta WHERE key = 'excluded_unix_' || "
+      "substr(s.key, 16)), (SELECT value FROM meta WHERE key = 'excluded_reason_' || "
+      "substr(s.key, 16)) FROM meta AS s WHERE s.key LIKE 'excluded\\_since\\_%' ESCAPE '\\' "
+      "ORDER BY s.key"));
+  Status err;
+  while (st.Next(&err, "reading the exclusions")) {
+    const std::string key = st.ColumnBytes(0);
+    const std::string index = key.substr(15);
+    std::uint64_t server = 0;
+    bool number = !index.empty() && index.size() <= 2;
+    for (char c : index) {
+      number = number && c >= '0' && c <= '9';
+      if (number) server = server * 10 + static_cast<std::uint64_t>(c - '0');
+    }
+    if (!number || server >= config_.params.parties || st.ColumnType(1) != SQLITE_INTEGER ||
+        st.ColumnType(2) != SQLITE_INTEGER || st.ColumnType(3) != SQLITE_TEXT) {
+      return Status::Corruption("client state: malformed exclusion record '" + key + "'");
+    }
+    Exclusion e;
+    e.server = static_cast<std::uint32_t>(server);
+    e.since_eviction = st.ColumnU64(1);
+    e.unix_seconds = st.ColumnU64(2);
+    e.reason = st.ColumnBytes(3);
+    exclusions_.push_back(std::move(e));
+  }
+  if (!err.ok()) return err;
+  std::sort(exclusions_.begin(), exclusions_.end(),
+            [](const Exclusion& a, const Exclusion& b) { return a.server < b.server; });
+  return Status::Ok();
+}
+
 // The rotation under way: all four rows exactly when the header says so.
 Status ClientStateStore::ReadRekey(sqlite3* db, bool rekeying) {
   Stmt st;
@@ -348,6 +386,7 @@ Result<std::unique_ptr<ClientStateStore>> ClientStateStore::Open(
   if (Status s = store->ReadEvictionEstimate(db); !s.ok()) return fail(s);
   if (Status s = store->ReadBackupMark(db); !s.ok()) return fail(s);
   if (Status s = store->ReadProblemNote(db); !s.ok()) return fail(s);
+  if (Status s = store->ReadExclusions(db); !s.ok()) return fail(s);
   if (Status s = store->ReadRekey(db, rekeying); !s.ok()) return fail(s);
   if (Status s = store->ReadShareMacSecrets(db, rekeying, schema_version); !s.ok()) {
     return fail(s);

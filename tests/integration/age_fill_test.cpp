@@ -79,7 +79,7 @@ TEST(AgeFillTest, FilledTreeHasNoHoleAndServesAccessesAndEvictionsLikeANewOne) {
 
   // Every slot verifies on every server and is one consistent sharing.
   auto findings =
-      ScrubAndCompare(params, (*client)->parity_rows(),
+      ScrubAndCompare(params, (*client)->parity_rows(), (*client)->participants(),
                       [&](std::uint64_t first, std::uint32_t count, const wire::ParitySeed& s) {
                         return (*client)->ParityAll(first, count, s, std::chrono::seconds(30));
                       },

@@ -1,13 +1,18 @@
-// A filesystem on four servers (ℓ = 4, t = 1) through a real mount, with one
-// server that lies about every retrieval answer (the s3oram-serverd-liar test
-// build, serverd/lie.h): its answers are outvoted by the other three, so
-// every file reads back as written, writes go on, and `s3oram status` through
-// the mount names the liar among the four servers it lists.
+// A filesystem on four servers (ℓ = 4, t = 1) through a real mount:
+//  * one server that lies about every retrieval answer (the
+//    s3oram-serverd-liar test build, serverd/lie.h): its answers are
+//    outvoted by the other three, so every file reads back as written,
+//    writes go on, and `s3oram status` through the mount names the liar
+//    among the four servers it lists;
+//  * one server killed under the mount: it is excluded, and the mount goes
+//    on with the other three (writes, fsync, evictions) without an error;
+//    `s3oram rebuild` brings it back.
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdio>
 #include <map>
+#include <memory>
 #include <string>
 
 #include "tests/integration/fs_fixture.h"
@@ -31,11 +36,29 @@ std::string Liar() {
   return env && *env ? env : S3ORAM_TEST_SERVERD_LIAR;
 }
 
-TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt) {
+// A mounted filesystem on four servers.
+std::unique_ptr<MountedFs> MountFourServers() {
   testing::FsOptions options;
   options.params = testing::DefaultFsParams();
   options.params.parties = 4;
-  auto fs = MountedFs::Create(options);
+  return MountedFs::Create(options);
+}
+
+// Writes `count` files of a few tens of KiB (from `seed`) with fsync.
+::testing::AssertionResult WriteSomeFiles(MountedFs& fs, int count, std::uint64_t seed,
+                                          Files& files) {
+  for (int i = 0; i < count; ++i) {
+    const std::string name = "f" + std::to_string(i);
+    files[name] = PatternBytes(30000 + 20011 * static_cast<std::size_t>(i), seed + i);
+    if (!WriteFile(fs.Path(name), files[name], 0644, /*do_fsync=*/true)) {
+      return ::testing::AssertionFailure() << "writing " << name;
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt) {
+  auto fs = MountFourServers();
   ASSERT_TRUE(fs);
   S3ORAM_SKIP_IN_REFERENCE(*fs);
   const std::uint64_t seed = s3oram::testing::TestSeed();
@@ -43,11 +66,7 @@ TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt)
   std::printf("[ seed     ] %llu: server %zu of four lies about retrievals\n",
               static_cast<unsigned long long>(seed), liar);
   Files files;
-  for (int i = 0; i < 4; ++i) {
-    const std::string name = "f" + std::to_string(i);
-    files[name] = PatternBytes(40000 + 20011 * static_cast<std::size_t>(i), seed + i);
-    ASSERT_TRUE(WriteFile(fs->Path(name), files[name], 0644, /*do_fsync=*/true)) << name;
-  }
+  ASSERT_TRUE(WriteSomeFiles(*fs, 4, seed, files));
   ASSERT_TRUE(fs->Unmount());
 
   auto& cluster = *fs->test_fs()->cluster;
@@ -98,6 +117,62 @@ TEST(FsFourServersTest, ALiarAmongFourIsOutvotedAndStatusThroughTheMountNamesIt)
   mounted = fs->Mount();
   ASSERT_TRUE(mounted) << mounted.message();
   testing::ExpectFilesIn(*fs, files);
+}
+
+// Server k is killed (SIGKILL) while the mount writes: the first request
+// that needs it finds it down, the client excludes it (durably) and goes on
+// with the other three: a 1 MiB write and its fsync (16 evictions) succeed,
+// every file reads back, and status names it EXCLUDED. After an unmount it
+// is restarted (its stale store) and `s3oram rebuild --server k` brings it
+// up to date and takes it back: scrub finds every server consistent, and a
+// remount reads every file with all four.
+TEST(FsFourServersTest, AKilledServerIsExcludedAndTheMountGoesOnWithTheOtherThree) {
+  auto fs = MountFourServers();
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  const std::size_t k = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu of four is killed\n",
+              static_cast<unsigned long long>(seed), k);
+  Files files;
+  ASSERT_TRUE(WriteSomeFiles(*fs, 3, seed, files));
+  auto& cluster = *fs->test_fs()->cluster;
+  ASSERT_TRUE(cluster.Kill(k, SIGKILL).ok());
+  files["big"] = PatternBytes(1 << 20, seed + 99);
+  ASSERT_TRUE(WriteFile(fs->Path("big"), files["big"], 0644, /*do_fsync=*/true))
+      << "a write with one of four servers killed failed";
+  testing::ExpectFilesIn(*fs, files);
+  const std::string endpoint = cluster.endpoints()[k];
+  CliRun st = RunCli(CliArgs(*fs, "status"));
+  std::printf("[ status   ] of the mount, server %zu killed:\n%s", k, st.output.c_str());
+  EXPECT_NE(st.output.find("server " + std::to_string(k) + "    " + endpoint +
+                           "  EXCLUDED since eviction "),
+            std::string::npos)
+      << st.output;
+  EXPECT_NE(fs->daemon_log().find("is excluded from eviction"), std::string::npos)
+      << "the daemon did not log the exclusion";
+  ASSERT_TRUE(fs->Unmount());
+  // Still down: scrub checks the three others and says so.
+  CliRun scrub = RunCli(CliArgs(*fs, "scrub", "--timeout-ms 3000"));
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
+  EXPECT_NE(scrub.output.find("server " + std::to_string(k) + ": EXCLUDED, not checked"),
+            std::string::npos)
+      << scrub.output;
+  EXPECT_NE(scrub.output.find("consistent sharing across all 3 servers"), std::string::npos)
+      << scrub.output;
+
+  ASSERT_TRUE(cluster.Restart(k).ok());
+  const CliRun rebuilt = RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(k)));
+  ASSERT_EQ(rebuilt.exit_code, 0) << rebuilt.output;
+  scrub = RunCli(CliArgs(*fs, "scrub"));
+  EXPECT_EQ(scrub.exit_code, 0) << scrub.output;
+  EXPECT_NE(scrub.output.find("consistent sharing across all 4 servers"), std::string::npos)
+      << scrub.output;
+  auto mounted = fs->Mount();
+  ASSERT_TRUE(mounted) << mounted.message();
+  testing::ExpectFilesIn(*fs, files);
+  st = RunCli(CliArgs(*fs, "status"));
+  EXPECT_EQ(st.output.find("EXCLUDED"), std::string::npos) << st.output;
 }
 
 }  // namespace

@@ -252,6 +252,13 @@ class InProcessCluster::Connection final : public ServerSet {
   std::size_t size() const override { return endpoints_.size(); }
   const std::string& endpoint(std::size_t i) const override { return endpoints_.at(i); }
   const TransportStats& stats() const override { return stats_; }
+  // A server SetDown made down is found down at once (as a liveness check
+  // of the network set finds one).
+  std::optional<ServerDown> Down(std::size_t i) const override {
+    if (i >= size() || !cluster_.down(i)) return std::nullopt;
+    return ServerDown{std::chrono::system_clock::now(), "it is down in this test",
+                      std::chrono::steady_clock::now()};
+  }
 
   std::vector<Answers> ExchangeAnswers(const std::vector<std::size_t>& servers,
                                        const std::vector<RequestView>& requests,

@@ -10,8 +10,9 @@
 // access and eviction logic run against it deterministically, and a test
 // makes any one server
 //  * down (SetDown): its requests fail at once with Unavailable naming it,
-//    as the network transport reports a server silent past its deadline;
-//    its peers' SMP shares are not delivered to it, and it sends none;
+//    as the network transport reports a server silent past its deadline,
+//    and the set's Down() says so; its peers' SMP shares are not delivered
+//    to it, and it sends none;
 //  * slow (SetDelay): each request waits that long before it is handled;
 //  * a liar (SetLiar): each of its decoded replies passes through a function
 //    that may change it before the client sees it;

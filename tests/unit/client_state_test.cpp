@@ -279,6 +279,57 @@ TEST_F(ClientStateTest, EvictionEstimateRoundTrips) {
   EXPECT_EQ((*reopened)->eviction_estimate_ms(), 41490u);
 }
 
+// An exclusion (a server left out) is durable, replaced per server, read
+// back in server order, and removed by a readmission; a server beyond the
+// filesystem's is refused, and so is a record with a row missing.
+TEST_F(ClientStateTest, ExclusionsRoundTripAndMalformedOnesAreRefused) {
+  FsConfig config = MakeConfig(rng_);
+  const std::string path = MakeState("state.db", config);
+  const auto parties = static_cast<std::uint32_t>(config.params.parties);
+  ASSERT_GE(parties, 3u);
+  const Exclusion last{parties - 1, 7, 1700000000, "down: it did not answer"};
+  const Exclusion first{0, 9, 1700000500, "down again"};
+  {
+    auto store = OpenStore(path);
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    EXPECT_TRUE((*store)->exclusions().empty());
+    ClientStateStore::Batch b;
+    b.Exclude(Exclusion{parties - 1, 3, 1, "first reason"});
+    EXPECT_FALSE(b.empty());
+    ASSERT_TRUE((*store)->Commit(b, /*durable=*/true).ok());
+    ClientStateStore::Batch again;
+    again.Exclude(last);
+    again.Exclude(first);
+    ASSERT_TRUE((*store)->Commit(again, /*durable=*/true).ok());
+    EXPECT_EQ((*store)->exclusions(), (std::vector<Exclusion>{first, last}));
+    ClientStateStore::Batch beyond;
+    beyond.Exclude(Exclusion{parties, 1, 1, "no such server"});
+    EXPECT_EQ((*store)->Commit(beyond).code(), Status::Code::kInvalidArgument);
+  }
+  {
+    auto reopened = OpenStore(path);
+    ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+    EXPECT_EQ((*reopened)->exclusions(), (std::vector<Exclusion>{first, last}));
+    ClientStateStore::Batch b;
+    b.Readmit(0);
+    ASSERT_TRUE((*reopened)->Commit(b, /*durable=*/true).ok());
+    EXPECT_EQ((*reopened)->exclusions(), (std::vector<Exclusion>{last}));
+  }
+  auto reopened = OpenStore(path);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_EQ((*reopened)->exclusions(), (std::vector<Exclusion>{last}));
+
+  std::string partial = MakeState("partial.db", config);
+  RawSql(partial,
+         "INSERT INTO meta(key, value) VALUES ('excluded_since_1', 4), ('excluded_unix_1', 5)");
+  ExpectRefused(partial, {"malformed exclusion record 'excluded_since_1'"});
+  std::string far = MakeState("far.db", config);
+  RawSql(far,
+         "INSERT INTO meta(key, value) VALUES ('excluded_since_40', 4), ('excluded_unix_40', 5), "
+         "('excluded_reason_40', 'x')");
+  ExpectRefused(far, {"malformed exclusion record"});
+}
+
 TEST_F(ClientStateTest, CommitPositionsAndReload) {
   FsConfig config = MakeConfig(rng_);
   std::string path = MakeState("state.db", config);

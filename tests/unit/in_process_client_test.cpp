@@ -432,11 +432,11 @@ TEST(InProcessClientTest, ALiarAmongTheFirstThreeIsOutvotedByTheLaggingServersAn
   EXPECT_FALSE((*client)->writes_stopped().has_value());
 }
 
-// A lagging server that is down when its held root write would be served
-// fails it after the access was recorded on the three others: the slot is
-// written again on every server before anything reads the root, so the
-// accesses fail (naming it) until it returns, then go on, and its answers
-// are never stale (none is found wrong).
+// A lagging server that fails its held root writes (an error, not found
+// down) after the accesses were recorded on the three others: each such
+// slot is written again on every server before anything reads the root, so
+// its answers are never stale (none is found wrong) and the next eviction's
+// check agrees.
 TEST(InProcessClientTest, RootWritesALaggingServerFailedAreWrittenAgainOnEveryServer) {
   InProcessFs fs(4);
   ASSERT_TRUE(fs.cluster);
@@ -455,18 +455,83 @@ TEST(InProcessClientTest, RootWritesALaggingServerFailedAreWrittenAgainOnEverySe
   // servers 0-2, server 3 holds them.
   ASSERT_TRUE(ModelAccess(**client, model, 0, /*write=*/true, 2));
   ASSERT_TRUE(ModelAccess(**client, model, 1, /*write=*/true, 2));
-  fs.cluster->SetDown(3, true);
+  // Served at the next access, before its own request, each refused: the
+  // slots they wrote stay old on server 3.
+  std::uint64_t refused = 0;
+  fs.cluster->SetLiar(3, [&refused](wire::Message& m) {
+    if (refused < 2 && std::holds_alternative<wire::RetrieveReply>(m.body)) {
+      m.body = wire::ErrorReply{static_cast<std::uint32_t>(Status::Code::kIoError),
+                                "refused in this test"};
+      ++refused;
+    }
+  });
   fs.cluster->SetLagging(3, false);
-  const Status st = (*client)->Write(2, testing::Content(kBlockBytes, 2, 99));
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.code(), Status::Code::kUnavailable) << st.ToString();
-  EXPECT_NE(st.message().find("which a lagging server failed"), std::string::npos) << st.ToString();
-  EXPECT_NE(st.message().find("in-process://server3"), std::string::npos) << st.ToString();
-  fs.cluster->SetDown(3, false);
   ASSERT_TRUE(ReadAll(**client, model));
+  fs.cluster->SetLiar(3, {});
+  ASSERT_EQ(refused, 2u);
   ASSERT_TRUE(WriteBlocks(**client, model, 12, 3));
   ASSERT_TRUE(ReadAll(**client, model));
   for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+  EXPECT_TRUE((*client)->TakeSnapshot().exclusions.empty()) << "a server that answers was excluded";
+}
+
+// With four servers, one found down is excluded (durably) and the three
+// others go on: accesses, root writes and evictions among them, reads
+// right, a reopen with it still down; its shares fall behind. Once it is
+// back, a rebuild brings it up to date and takes it back: every server then
+// holds every eviction and every block reads back.
+TEST(InProcessClientTest, WithFourServersADownServerIsExcludedAndTheOthersGoOn) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t down = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu goes down\n", static_cast<unsigned long long>(seed),
+              down);
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  BlockModel model;
+  std::uint64_t excluded_at = 0;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+    fs.cluster->SetDown(down, true);
+    ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
+    ASSERT_TRUE(ReadAll(**client, model));
+    const auto snapshot = (*client)->TakeSnapshot();
+    ASSERT_EQ(snapshot.exclusions.size(), 1u);
+    EXPECT_EQ(snapshot.exclusions[0].server, down);
+    EXPECT_NE(snapshot.exclusions[0].reason.find("found down since"), std::string::npos)
+        << snapshot.exclusions[0].reason;
+    excluded_at = snapshot.exclusions[0].since_eviction;
+    // Two more evictions among the three.
+    const std::uint64_t ne = (*client)->counters().ne;
+    while ((*client)->counters().ne < ne + 2) {
+      ASSERT_TRUE(WriteBlocks(**client, model, 4, 3));
+    }
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  {
+    auto client = fs.Open();  // the excluded server still down
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    EXPECT_TRUE(ReadAll(**client, model));
+    for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  EXPECT_LE(fs.cluster->applied_evictions(down), excluded_at + 1);
+  fs.cluster->SetDown(down, false);
+  RebuildOptions options;
+  options.target = down;
+  options.client = fs.options;
+  auto report = RebuildServer(fs.state, testing::TestPassphrase(), options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_EQ(report->blocks_verified, model.size());
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->TakeSnapshot().exclusions.empty());
+  ASSERT_TRUE(WriteBlocks(**client, model, 2 * kEvictRate, 4));
+  EXPECT_TRUE(ReadAll(**client, model));
+  for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+  ASSERT_TRUE((*client)->Close().ok());
+  EXPECT_TRUE(EveryServerApplied(*fs.cluster, (*client)->counters().ne));
 }
 
 // A server that is down fails the access at once, naming the server; nothing
