@@ -138,6 +138,7 @@ Result<std::unique_ptr<OramClient>> OramClient::OpenImpl(const std::string& stat
                           ClientSession::Open(state_path, passphrase, read_only, options));
   S3ORAM_RETURN_IF_ERROR(client->LoadState());
   client->AskServersAtOpen();
+  if (!read_only) S3ORAM_RETURN_IF_ERROR(client->ExcludeSilentAtOpen());
   const OpeningViews& views = client->opened_with_;
   const std::vector<ServerReport>& reports = views.reports;
   S3ORAM_RETURN_IF_ERROR(client->CheckServersHoldThisState(reports, allow_unreachable));
@@ -198,6 +199,19 @@ Status OramClient::LoadState() {
 
 void OramClient::AskServersAtOpen() {
   opened_with_ = session_->AskViews(session_->options().requests.deadline);
+}
+
+Status OramClient::ExcludeSilentAtOpen() {
+  std::optional<std::size_t> silent;
+  for (std::size_t i : session_->participants()) {
+    const Status& st = opened_with_.reports[i].status;
+    if (st.ok() || !IsSilence(st)) continue;
+    if (silent) return Status::Ok();  // two silent: the open fails naming the first
+    silent = i;
+  }
+  if (!silent || !session_->CanExclude(*silent)) return Status::Ok();
+  return session_->Exclude(*silent, "it did not answer when this client opened (" +
+                                        opened_with_.reports[*silent].status.message() + ")");
 }
 
 OramClient::Snapshot OramClient::TakeSnapshot() const {

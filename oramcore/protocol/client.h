@@ -378,6 +378,10 @@ class OramClient {
   // and finishes a pending eviction.
   Status LoadState();
   void AskServersAtOpen();
+  // A writable open with more than 2t + 1 participants: the one server
+  // that did not answer the open's questions (silent or found down) is
+  // excluded (ClientSession::Exclude) and the open goes on without it.
+  Status ExcludeSilentAtOpen();
   // allow_unreachable: a server that did not answer is passed over.
   Status CheckServersHoldThisState(const std::vector<ServerReport>& reports,
                                    bool allow_unreachable);

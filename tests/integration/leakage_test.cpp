@@ -12,8 +12,10 @@
 // over and over); root writes must walk the slots 0..A-1 in order; eviction
 // paths must be exactly the deterministic reverse-lexicographic sequence.
 // With four servers, one whose answers are changed is outvoted and changes
-// none of that.
+// none of that, and neither does one found down and excluded (the three
+// others then see the same of every workload, and it is sent nothing).
 #include <gtest/gtest.h>
+#include <signal.h>
 
 #include <cmath>
 #include <cstdio>
@@ -21,6 +23,7 @@
 #include <map>
 #include <memory>
 #include <set>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -98,6 +101,81 @@ std::vector<Shape> Shapes(const std::vector<TranscriptEntry>& t) {
     }
   }
   return out;
+}
+
+// A filesystem of `params` on real servers, each behind a watching proxy
+// (the client talks to the proxies), written in full (block id's content is
+// Content(256, id, 0)), and its open client.
+struct ProxiedFs {
+  testing::TempDir dir;
+  std::unique_ptr<cluster::LocalCluster> cluster;
+  std::vector<std::unique_ptr<TamperProxy>> proxies;
+  std::unique_ptr<OramClient> client;
+  std::vector<std::vector<std::uint8_t>> model;
+};
+
+std::unique_ptr<ProxiedFs> StartProxiedFs(const OramParams& params) {
+  auto fs = std::make_unique<ProxiedFs>();
+  fs->cluster = testing::StartCluster(fs->dir.Sub("cluster"), 20000, params.parties);
+  if (!fs->cluster) return nullptr;
+  FsConfig config;
+  config.params = params;
+  for (std::size_t i = 0; i < fs->cluster->endpoints().size(); ++i) {
+    fs->proxies.push_back(TamperProxy::Start(fs->cluster->endpoints()[i],
+                                             fs->cluster->server_public_keys()[i],
+                                             fs->cluster->client_key_file()));
+    if (!fs->proxies.back()) return nullptr;
+    config.servers.push_back(fs->proxies.back()->endpoint());
+    config.server_keys.push_back(fs->proxies.back()->public_key());
+  }
+  config.client_key_file = fs->cluster->client_key_file();
+  const std::string state = fs->dir.Sub("fs.s3oram");
+  if (Status st = testing::TestInitialize(state, config); !st.ok()) {
+    ADD_FAILURE() << st.ToString();
+    return nullptr;
+  }
+  auto c = testing::TestOpen(state, testing::FastRetryOptions());
+  if (!c.ok()) {
+    ADD_FAILURE() << c.status().ToString();
+    return nullptr;
+  }
+  fs->client = std::move(c).value();
+  fs->model.resize(params.capacity_blocks);
+  for (BlockId id = 0; id < params.capacity_blocks; ++id) {
+    fs->model[id] = testing::Content(256, id, 0);
+    if (Status st = fs->client->Write(id, fs->model[id]); !st.ok()) {
+      ADD_FAILURE() << "block " << id << ": " << st.ToString();
+      return nullptr;
+    }
+  }
+  return fs;
+}
+
+// One retrieval per access (`accesses` in all) in transcript `t`, their
+// leaves uniform (chi-square over 32 bins).
+void ExpectOneUniformRetrievalPerAccess(const std::vector<TranscriptEntry>& t,
+                                        const TreeGeometry& geo, std::uint64_t accesses,
+                                        const std::string& what) {
+  std::vector<std::uint64_t> bins(32, 0);
+  std::uint64_t retrievals = 0;
+  for (const auto& e : t) {
+    if (!e.from_client) continue;
+    if (e.type == wire::MessageType::kRetrieveWriteRootRequest ||
+        e.type == wire::MessageType::kRetrieveRequest) {
+      ASSERT_GE(e.leaf, geo.first_leaf());
+      ASSERT_LT(e.leaf - geo.first_leaf(), geo.num_leaves());
+      ++bins[(e.leaf - geo.first_leaf()) * bins.size() / geo.num_leaves()];
+      ++retrievals;
+    }
+  }
+  EXPECT_EQ(retrievals, accesses) << what << ": an access was retried";
+  const double expect = double(retrievals) / double(bins.size());
+  double chi2 = 0;
+  for (std::uint64_t b : bins) chi2 += (double(b) - expect) * (double(b) - expect) / expect;
+  const double critical = ChiSquareCritical(double(bins.size() - 1));
+  std::printf("[ leakage  ] %s: retrieval leaves chi2 = %.1f (df %zu, critical %.1f)\n",
+              what.c_str(), chi2, bins.size() - 1, critical);
+  EXPECT_LT(chi2, critical) << what << ": retrieval paths are not uniform";
 }
 
 TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
@@ -254,32 +332,14 @@ TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
   const std::size_t liar = seed % 4;
   std::printf("[ seed     ] %llu: server %zu's answers are changed\n",
               static_cast<unsigned long long>(seed), liar);
-  testing::TempDir dir;
-  auto cluster = testing::StartCluster(dir.Sub("cluster"), 20000, 4);
-  ASSERT_TRUE(cluster);
-  std::vector<std::unique_ptr<TamperProxy>> proxies;
-  FsConfig config;
-  config.params = params;
-  for (std::size_t i = 0; i < cluster->endpoints().size(); ++i) {
-    proxies.push_back(TamperProxy::Start(cluster->endpoints()[i], cluster->server_public_keys()[i],
-                                         cluster->client_key_file()));
-    ASSERT_TRUE(proxies.back());
-    config.servers.push_back(proxies.back()->endpoint());
-    config.server_keys.push_back(proxies.back()->public_key());
-  }
-  config.client_key_file = cluster->client_key_file();
-  const std::string state = dir.Sub("fs.s3oram");
-  ASSERT_TRUE(testing::TestInitialize(state, config).ok());
-  auto c = testing::TestOpen(state, testing::FastRetryOptions());
-  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto fs = StartProxiedFs(params);
+  ASSERT_TRUE(fs);
+  auto& proxies = fs->proxies;
+  auto& model = fs->model;
+  OramClient& client = *fs->client;
   auto rng = testing::SeededRng();
   const std::uint64_t n = params.capacity_blocks;
   ASSERT_EQ(n % params.evict_rate, 0u);
-  std::vector<std::vector<std::uint8_t>> model(n);
-  for (BlockId id = 0; id < n; ++id) {
-    model[id] = testing::Content(256, id, 0);
-    ASSERT_TRUE((*c)->Write(id, model[id]).ok());
-  }
 
   std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
   auto run = [&](TamperMode mode, const std::function<void(std::uint64_t)>& access) {
@@ -295,7 +355,7 @@ TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
     runs.push_back(std::move(per_server));
   };
   auto read = [&](BlockId id) {
-    auto got = (*c)->Read(id);
+    auto got = client.Read(id);
     ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
     ASSERT_EQ(*got, model[id]) << "block " << id;
   };
@@ -309,15 +369,15 @@ TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
   run(TamperMode::kBitFlip, [&](std::uint64_t i) {
     const BlockId id = rng() % n;
     model[id] = testing::Content(256, id, i + 1);
-    ASSERT_TRUE((*c)->Write(id, model[id]).ok());
+    ASSERT_TRUE(client.Write(id, model[id]).ok());
   });
   ASSERT_EQ(runs.size(), 4u);
   const std::uint64_t tampered = proxies[liar]->tampered();
   EXPECT_GE(tampered, 3 * n - 1) << "the liar's answers were not changed";
   // The answers of a server that lagged are checked when they come: every
   // one has come once the client closed.
-  ASSERT_TRUE((*c)->Close().ok());
-  const std::vector<std::uint64_t>& wrong = (*c)->stats().wrong_answers;
+  ASSERT_TRUE(client.Close().ok());
+  const std::vector<std::uint64_t>& wrong = client.stats().wrong_answers;
   ASSERT_EQ(wrong.size(), 4u);
   for (std::size_t i = 0; i < 4; ++i) {
     EXPECT_EQ(wrong[i], i == liar ? tampered : 0) << "server " << i;
@@ -333,28 +393,91 @@ TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
           << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
     }
     for (std::size_t w = 0; w < runs.size(); ++w) {
-      std::vector<std::uint64_t> bins(32, 0);
-      std::uint64_t retrievals = 0;
-      for (const auto& e : runs[w][s]) {
-        if (!e.from_client) continue;
-        if (e.type == wire::MessageType::kRetrieveWriteRootRequest ||
-            e.type == wire::MessageType::kRetrieveRequest) {
-          ASSERT_GE(e.leaf, geo.first_leaf());
-          ASSERT_LT(e.leaf - geo.first_leaf(), geo.num_leaves());
-          ++bins[(e.leaf - geo.first_leaf()) * bins.size() / geo.num_leaves()];
-          ++retrievals;
+      ExpectOneUniformRetrievalPerAccess(runs[w][s], geo, n,
+                                         "server " + std::to_string(s) + ", " + names[w]);
+    }
+  }
+}
+
+// Issue 44, point 7: a server found down and excluded changes nothing the
+// others see. Server X of four is killed; accesses go on until the client
+// has excluded it and two more rounds have passed (the eviction under way
+// then went again among the three). Then three workloads of n accesses
+// each (one block read n times, n distinct reads, n writes): every access
+// succeeds, each participant sees the same message shapes in all three,
+// one retrieval per access and uniform paths, and the excluded server is
+// sent nothing but the liveness checks (STATUS).
+TEST(LeakageTest, AnExcludedServerChangesNothingTheOthersSee) {
+  const std::uint64_t seed = testing::TestSeed();
+  OramParams params = testing::SmallParams(256, 8, 7);  // 512 blocks, 64 leaves
+  params.parties = 4;
+  const TreeGeometry geo = params.geometry();
+  const std::size_t down = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu is killed\n", static_cast<unsigned long long>(seed),
+              down);
+  auto fs = StartProxiedFs(params);
+  ASSERT_TRUE(fs);
+  OramClient& client = *fs->client;
+  auto& model = fs->model;
+  auto rng = testing::SeededRng();
+  const std::uint64_t n = params.capacity_blocks;
+  ASSERT_TRUE(fs->cluster->Kill(down, SIGKILL).ok());
+  auto read = [&](BlockId id) {
+    auto got = client.Read(id);
+    ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+    ASSERT_EQ(*got, model[id]) << "block " << id;
+  };
+  for (std::uint64_t i = 0; i < n && client.TakeSnapshot().exclusions.empty(); ++i) read(0);
+  ASSERT_EQ(client.TakeSnapshot().exclusions.size(), 1u) << "server " << down << " not excluded";
+  EXPECT_EQ(client.TakeSnapshot().exclusions[0].server, down);
+  const std::uint64_t ne = client.counters().ne;
+  while (client.counters().ne < ne + 2 || client.counters().nr != 0) read(0);
+
+  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
+  auto run = [&](const std::function<void(std::uint64_t)>& access) {
+    for (auto& p : fs->proxies) p->ClearTranscript();
+    for (std::uint64_t i = 0; i < n; ++i) access(i);
+    std::vector<std::vector<TranscriptEntry>> per_server;
+    for (auto& p : fs->proxies) {
+      std::uint64_t resends = 0;
+      per_server.push_back(WithoutResends(p->transcript(), &resends));
+    }
+    runs.push_back(std::move(per_server));
+  };
+  run([&](std::uint64_t) { read(0); });
+  std::vector<BlockId> order(n);
+  for (BlockId id = 0; id < n; ++id) order[id] = id;
+  std::shuffle(order.begin(), order.end(), rng);
+  run([&](std::uint64_t i) { read(order[i]); });
+  run([&](std::uint64_t i) {
+    const BlockId id = rng() % n;
+    model[id] = testing::Content(256, id, i + 1);
+    ASSERT_TRUE(client.Write(id, model[id]).ok());
+  });
+  ASSERT_EQ(runs.size(), 3u);
+  for (std::uint64_t w : client.stats().wrong_answers) EXPECT_EQ(w, 0u);
+  ASSERT_TRUE(client.Close().ok());
+
+  const char* names[] = {"one block read n times", "n distinct reads", "n writes"};
+  for (std::size_t s = 0; s < 4; ++s) {
+    if (s == down) {
+      for (const auto& per_run : runs) {
+        for (const auto& e : per_run[s]) {
+          EXPECT_FALSE(e.from_client && e.type != wire::MessageType::kStatusRequest)
+              << "the excluded server was sent " << wire::MessageTypeName(e.type);
         }
       }
-      EXPECT_EQ(retrievals, n) << "server " << s << ", " << names[w] << ": an access was retried";
-      const double expect = double(retrievals) / double(bins.size());
-      double chi2 = 0;
-      for (std::uint64_t b : bins) chi2 += (double(b) - expect) * (double(b) - expect) / expect;
-      const double critical = ChiSquareCritical(double(bins.size() - 1));
-      std::printf(
-          "[ leakage  ] server %zu, %s: retrieval leaves chi2 = %.1f (df %zu, critical %.1f)\n", s,
-          names[w], chi2, bins.size() - 1, critical);
-      EXPECT_LT(chi2, critical) << "server " << s << ", " << names[w]
-                                << ": retrieval paths are not uniform";
+      continue;
+    }
+    const auto reference = Shapes(runs[0][s]);
+    ASSERT_FALSE(reference.empty());
+    for (std::size_t w = 1; w < runs.size(); ++w) {
+      EXPECT_TRUE(Shapes(runs[w][s]) == reference)
+          << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
+    }
+    for (std::size_t w = 0; w < runs.size(); ++w) {
+      ExpectOneUniformRetrievalPerAccess(runs[w][s], geo, n,
+                                         "server " + std::to_string(s) + ", " + names[w]);
     }
   }
 }

@@ -534,6 +534,44 @@ TEST(InProcessClientTest, WithFourServersADownServerIsExcludedAndTheOthersGoOn) 
   EXPECT_TRUE(EveryServerApplied(*fs.cluster, (*client)->counters().ne));
 }
 
+// With four servers, a writable open that finds one down (it does not
+// answer the open's questions) excludes it and opens with the other three;
+// a read-only open (status) does not exclude anything.
+TEST(InProcessClientTest, WithFourServersAnOpenExcludesTheOneThatDoesNotAnswer) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t down = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu is down at the open\n",
+              static_cast<unsigned long long>(seed), down);
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  BlockModel model;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  fs.cluster->SetDown(down, true);
+  ClientOptions status_options = fs.options;
+  status_options.allow_unreachable = true;
+  {
+    auto shown = OramClient::OpenReadOnly(fs.state, testing::TestPassphrase(), status_options);
+    ASSERT_TRUE(shown.ok()) << shown.status().ToString();
+    EXPECT_TRUE((*shown)->TakeSnapshot().exclusions.empty()) << "a read-only open excluded";
+  }
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  const auto exclusions = (*client)->TakeSnapshot().exclusions;
+  ASSERT_EQ(exclusions.size(), 1u);
+  EXPECT_EQ(exclusions[0].server, down);
+  EXPECT_NE(exclusions[0].reason.find("did not answer when this client opened"), std::string::npos)
+      << exclusions[0].reason;
+  EXPECT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 3 * kEvictRate, 2));
+  EXPECT_TRUE(ReadAll(**client, model));
+  for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+}
+
 // A server that is down fails the access at once, naming the server; nothing
 // the client had written is lost, and the accesses go on when it returns.
 TEST(InProcessClientTest, ADownServerIsNamedAndTheAccessesGoOnWhenItReturns) {
