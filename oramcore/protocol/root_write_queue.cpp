@@ -125,6 +125,22 @@ Status RootWriteQueue::Repair() {
 }
 
 Status RootWriteQueue::WriteRoot(std::uint32_t slot, std::span<const Elem> elems) {
+  // At most one retry per server that can be left out.
+  for (;;) {
+    const Status st = WriteRootOnce(slot, elems);
+    if (st.ok()) return st;
+    S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(st, slot));
+    if (!excluded) return st;
+  }
+}
+
+Result<bool> RootWriteQueue::ExcludedAfter(const Status& failure, std::uint32_t slot) {
+  if (failure.ok() || !IsSilence(failure)) return false;
+  return session_.ExcludeDown("it did not acknowledge the root write of slot " +
+                              std::to_string(slot));
+}
+
+Status RootWriteQueue::WriteRootOnce(std::uint32_t slot, std::span<const Elem> elems) {
   return session_
       .ExchangeShared(
           elems,
@@ -255,7 +271,16 @@ Status RootWriteQueue::Flush() {
     }
     for (std::size_t j = 0; j < written; ++j) S3ORAM_RETURN_IF_ERROR(OldestCommitted(next));
   }
-  if (written < k) return replies[written].status();
+  if (written < k) {
+    // A server found down is left out if the others can go on, and the
+    // writes not recorded go again to them, afresh (a slot the failed
+    // request reached on some servers is written whole again).
+    S3ORAM_ASSIGN_OR_RETURN(
+        const bool excluded,
+        ExcludedAfter(replies[written].status(), entries_.empty() ? 0 : entries_.front().slot));
+    if (excluded) return Flush();
+    return replies[written].status();
+  }
   return Status::Ok();
 }
 

@@ -150,8 +150,15 @@ class RootWriteQueue {
   Status OldestCommitted(const Counters& next);
   // The oldest entry alone: WRITE_ROOT, then its durable record.
   Status FlushOldest();
-  // Slot `slot` := a fresh sharing of `elems` on every server (WRITE_ROOT).
+  // Slot `slot` := a fresh sharing of `elems` on every participant
+  // (WRITE_ROOT). A participant that does not acknowledge it and is found
+  // down is excluded if the others can go on without it
+  // (ClientSession::ExcludeDown), and the slot is written afresh on them.
   Status WriteRoot(std::uint32_t slot, std::span<const field::Elem> elems);
+  Status WriteRootOnce(std::uint32_t slot, std::span<const field::Elem> elems);
+  // After `failure` of a root write: whether a server found down was
+  // excluded, so that the write goes again to the others.
+  Result<bool> ExcludedAfter(const Status& failure, std::uint32_t slot);
   // Slot nr rewritten with a fresh sharing of zeros.
   Status Repair();
 

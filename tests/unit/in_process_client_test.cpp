@@ -572,6 +572,34 @@ TEST(InProcessClientTest, WithFourServersAnOpenExcludesTheOneThatDoesNotAnswer) 
   for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
 }
 
+// With four servers, root writes that go alone (a sync's WRITE_ROOTs, or
+// the rewrite of a slot a failed exchange may have reached) to a server
+// found down: it is excluded and they go again, afresh, to the three others,
+// so the sync succeeds and every block reads back.
+TEST(InProcessClientTest, WithFourServersASyncThatFindsAServerDownExcludesItAndSucceeds) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t down = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu is down at the sync\n",
+              static_cast<unsigned long long>(seed), down);
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  fs.cluster->SetDown(down, true);
+  const Status synced = (*client)->Sync();
+  ASSERT_TRUE(synced.ok()) << synced.ToString();
+  const auto exclusions = (*client)->TakeSnapshot().exclusions;
+  ASSERT_EQ(exclusions.size(), 1u);
+  EXPECT_EQ(exclusions[0].server, down);
+  EXPECT_NE(exclusions[0].reason.find("did not acknowledge the root write"), std::string::npos)
+      << exclusions[0].reason;
+  EXPECT_TRUE(ReadAll(**client, model));
+  ASSERT_TRUE(WriteBlocks(**client, model, 2 * kEvictRate, 2));
+  EXPECT_TRUE(ReadAll(**client, model));
+}
+
 // A server that is down fails the access at once, naming the server; nothing
 // the client had written is lost, and the accesses go on when it returns.
 TEST(InProcessClientTest, ADownServerIsNamedAndTheAccessesGoOnWhenItReturns) {
