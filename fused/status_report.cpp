@@ -83,7 +83,8 @@ void PrintClientSummary(std::string& out, const OramClient::Snapshot& client) {
 int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
                  const std::vector<std::optional<ServerDown>>& down,
                  const std::vector<std::uint64_t>& wrong_answers,
-                 const std::vector<Exclusion>& exclusions) {
+                 const std::vector<Exclusion>& exclusions,
+                 const std::vector<std::uint64_t>& lagged_answers) {
   int unreachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
@@ -113,6 +114,14 @@ int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
               "outvoted by the others since this client started; it lies or its storage is "
               "damaged (s3oram scrub, then s3oram rebuild --server %zu if it is named)\n",
               i, r.endpoint.c_str(), static_cast<unsigned long long>(wrong_answers[i]), i);
+    }
+    if (i < lagged_answers.size() && lagged_answers[i] != 0) {
+      // Only with four or more servers: the others answered first.
+      Appendf(out,
+              "server %zu    %s  slow: %llu of its retrieval answers came after the first three "
+              "since this client started (the accesses did not wait for them; each was checked "
+              "when it came)\n",
+              i, r.endpoint.c_str(), static_cast<unsigned long long>(lagged_answers[i]));
     }
     if (!r.status.ok()) {
       Appendf(out, "server %zu    %s  UNREACHABLE: %s\n", i, r.endpoint.c_str(),
@@ -295,8 +304,8 @@ StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews&
   StatusReport report;
   std::string& out = report.text;
   PrintClientSummary(out, client);
-  report.unreachable =
-      PrintServers(out, servers.reports, client.down, client.wrong_answers, client.exclusions);
+  report.unreachable = PrintServers(out, servers.reports, client.down, client.wrong_answers,
+                                    client.exclusions, client.lagged_answers);
   PrintStateNotes(out, client, live_mount);
   PrintLeases(out, client, servers.reports, servers.leases);
   PrintBackups(out, client, servers.reports, servers.backups);

@@ -189,9 +189,11 @@ struct Requests {
     return {slot, Elems(s.elems_per_slot, salt), geo().first_leaf() + leaf_index,
             Elems(geo().path_slots(), salt + 1), {}, {}};
   }
-  wire::EvictPrepareRequest Prepare(std::uint64_t eviction, std::uint32_t attempt) const {
+  // `participants`: the PREPARE's mask (0: every server).
+  wire::EvictPrepareRequest Prepare(std::uint64_t eviction, std::uint32_t attempt,
+                                    std::uint32_t participants = 0) const {
     const std::size_t n = (std::size_t{s.height} + 1) * 2 * s.bucket_size * s.bucket_size;
-    return {eviction, attempt, geo().EvictionLeaf(eviction), Elems(n, 9), {}};
+    return {eviction, attempt, geo().EvictionLeaf(eviction), Elems(n, 9), {}, participants};
   }
 };
 
@@ -266,6 +268,16 @@ void HandlerCorpus(const fs::path& root) {
                      .Send(Hdr(7, 0), wire::SlotShareRequest{1, 0})
                      .Send(Hdr(8, 0), wire::SlotShareRequest{1, 1u << 20})  // no such slot
                      .bytes());
+  // Participant masks: too few (two of three), one leaving this server out,
+  // one naming a server beyond the three, then all three named.
+  w.Add("evict_participants", Session(fz::kStartMedium)
+                                  .Lease()
+                                  .Send(Hdr(1), med.Prepare(0, 1, 0b011))
+                                  .Send(Hdr(2), med.Prepare(0, 2, 0b110))
+                                  .Send(Hdr(3), med.Prepare(0, 3, 0b1111))
+                                  .Send(Hdr(4), med.Prepare(0, 4, 0b111))
+                                  .Send(Hdr(4), wire::EvictResultRequest{0, 4})
+                                  .bytes());
   w.Add("evict_retry", Session(fz::kStartMedium).Lease()
                            .Send(Hdr(1), med.Prepare(0, 0))
                            .Send(Hdr(1), wire::EvictResultRequest{0, 0}, Mode(M::kTimeout))

@@ -230,6 +230,7 @@ OramClient::Snapshot OramClient::TakeSnapshot() const {
   s.down = ServersDown();
   s.wrong_answers = stats_.wrong_answers;
   s.exclusions = session_->store().exclusions();
+  s.lagged_answers = stats_.lagged_answers;
   return s;
 }
 

@@ -263,6 +263,9 @@ class OramClient {
     std::vector<std::uint64_t> wrong_answers;
     // The servers the state excludes (client_state.h, Exclusion).
     std::vector<Exclusion> exclusions;
+    // Per server: its retrieval answers this process did not wait for
+    // (they came after the first 2t + 1: ClientStats::lagged_answers).
+    std::vector<std::uint64_t> lagged_answers;
   };
   Snapshot TakeSnapshot() const;
   // Per server, whether this client's transport counts it down, and why
