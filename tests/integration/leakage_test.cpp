@@ -178,6 +178,23 @@ void ExpectOneUniformRetrievalPerAccess(const std::vector<TranscriptEntry>& t,
   EXPECT_LT(chi2, critical) << what << ": retrieval paths are not uniform";
 }
 
+// Server s's transcripts of every workload (runs[w][s], named names[w]):
+// the same message shapes as the first, one uniform retrieval per access.
+void ExpectWorkloadsLookAlike(const std::vector<std::vector<std::vector<TranscriptEntry>>>& runs,
+                              std::size_t s, const char* const* names, const TreeGeometry& geo,
+                              std::uint64_t accesses) {
+  const auto reference = Shapes(runs[0][s]);
+  ASSERT_FALSE(reference.empty());
+  for (std::size_t w = 1; w < runs.size(); ++w) {
+    EXPECT_TRUE(Shapes(runs[w][s]) == reference)
+        << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
+  }
+  for (std::size_t w = 0; w < runs.size(); ++w) {
+    ExpectOneUniformRetrievalPerAccess(runs[w][s], geo, accesses,
+                                       "server " + std::to_string(s) + ", " + names[w]);
+  }
+}
+
 TEST(LeakageTest, ServersSeeTheSameThingWhateverTheWorkload) {
   const OramParams params = testing::SmallParams(256, 8, 8);  // 1,024 blocks, 256 leaves
   const TreeGeometry geo = params.geometry();
@@ -386,16 +403,7 @@ TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
   const char* names[] = {"one block read n times, all honest", "one block read n times, a liar",
                          "n distinct reads, a liar", "n writes, a liar"};
   for (std::size_t s = 0; s < 4; ++s) {
-    const auto reference = Shapes(runs[0][s]);
-    ASSERT_FALSE(reference.empty());
-    for (std::size_t w = 1; w < runs.size(); ++w) {
-      EXPECT_TRUE(Shapes(runs[w][s]) == reference)
-          << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
-    }
-    for (std::size_t w = 0; w < runs.size(); ++w) {
-      ExpectOneUniformRetrievalPerAccess(runs[w][s], geo, n,
-                                         "server " + std::to_string(s) + ", " + names[w]);
-    }
+    ExpectWorkloadsLookAlike(runs, s, names, geo, n);
   }
 }
 
@@ -469,16 +477,7 @@ TEST(LeakageTest, AnExcludedServerChangesNothingTheOthersSee) {
       }
       continue;
     }
-    const auto reference = Shapes(runs[0][s]);
-    ASSERT_FALSE(reference.empty());
-    for (std::size_t w = 1; w < runs.size(); ++w) {
-      EXPECT_TRUE(Shapes(runs[w][s]) == reference)
-          << "server " << s << " can tell '" << names[w] << "' from '" << names[0] << "'";
-    }
-    for (std::size_t w = 0; w < runs.size(); ++w) {
-      ExpectOneUniformRetrievalPerAccess(runs[w][s], geo, n,
-                                         "server " + std::to_string(s) + ", " + names[w]);
-    }
+    ExpectWorkloadsLookAlike(runs, s, names, geo, n);
   }
 }
 
