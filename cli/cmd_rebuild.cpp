@@ -22,6 +22,7 @@ void RegisterRebuild(CLI::App& app, int* exit_code) {
     std::size_t server = 0;
     bool force = false;
     bool no_verify = false;
+    bool full = false;
     bool plain = false;
   };
   auto a = std::make_shared<Args>();
@@ -34,6 +35,9 @@ void RegisterRebuild(CLI::App& app, int* exit_code) {
   cmd->add_flag("--force", a->force,
                 "replace the server's store even if it still holds a live one (its data are "
                 "discarded)");
+  cmd->add_flag("--full", a->full,
+                "copy the whole share even to an excluded server that kept its store (by "
+                "default it is caught up: sent only the buckets it missed)");
   cmd->add_flag("--no-verify", a->no_verify,
                 "skip reading every live block through the ORAM afterwards");
   cmd->add_flag("--plain-progress", a->plain, "progress as plain lines even on a terminal");
@@ -49,6 +53,7 @@ void RegisterRebuild(CLI::App& app, int* exit_code) {
     o.target = a->server;
     o.force = a->force;
     o.verify = !a->no_verify;
+    o.full = a->full;
     // One Progress per phase, created when the phase reports its total.
     std::unique_ptr<Progress> bar;
     std::string phase_now;
@@ -76,10 +81,21 @@ void RegisterRebuild(CLI::App& app, int* exit_code) {
     }
     std::string from;
     for (std::size_t j : r->participants) from += (from.empty() ? "" : ", ") + std::to_string(j);
-    std::printf("server %zu rebuilt from servers %s: %llu of %llu buckets written, %s received\n",
-                a->server, from.c_str(), static_cast<unsigned long long>(r->buckets_written),
-                static_cast<unsigned long long>(r->buckets),
-                HumanBytes(double(r->bytes_received)).c_str());
+    if (r->caught_up) {
+      std::printf(
+          "server %zu caught up from servers %s: it had applied %llu evictions; %llu of %llu "
+          "buckets sent (the root and what the evictions since rewrote), %s received; it kept the "
+          "rest\n",
+          a->server, from.c_str(), static_cast<unsigned long long>(r->caught_up_from),
+          static_cast<unsigned long long>(r->buckets_sent),
+          static_cast<unsigned long long>(r->buckets),
+          HumanBytes(double(r->bytes_received)).c_str());
+    } else {
+      std::printf("server %zu rebuilt from servers %s: %llu of %llu buckets written, %s received\n",
+                  a->server, from.c_str(), static_cast<unsigned long long>(r->buckets_written),
+                  static_cast<unsigned long long>(r->buckets),
+                  HumanBytes(double(r->bytes_received)).c_str());
+    }
     if (r->evictions_committed) {
       std::printf("committed %llu prepared eviction(s) on a lagging survivor first\n",
                   static_cast<unsigned long long>(r->evictions_committed));

@@ -350,6 +350,81 @@ Status OramBlockEngine::KeepAlive(std::chrono::steady_clock::duration idle) {
   return s;
 }
 
+void OramBlockEngine::CatchUpExcluded() {
+  std::vector<std::size_t> excluded;
+  wire::FsId fs_id{};
+  {
+    std::lock_guard<FairMutex> lock(mu_);
+    if (client_->fenced() || client_->session().read_only()) return;
+    for (const Exclusion& e : client_->session().store().exclusions()) excluded.push_back(e.server);
+    if (excluded.empty()) return;
+    fs_id = client_->config().fs_id;
+    if (!catch_up_probe_) {
+      auto probe = StatusProbe::Open(client_->session());
+      if (!probe.ok()) {
+        spdlog::warn("cannot probe the excluded servers: {}", probe.status().ToString());
+        return;
+      }
+      catch_up_probe_ = std::move(probe).value();
+    }
+  }
+  auto note = [this](std::size_t server, const std::string& what, bool warn) {
+    auto& last = catch_up_noted_[server];
+    if (last == what) return;
+    last = what;
+    if (warn) {
+      spdlog::warn("{}", what);
+    } else {
+      spdlog::info("{}", what);
+    }
+  };
+  for (std::size_t k : excluded) {
+    // A short question, on the probe's connection: a server still down
+    // costs this thread the timeout and the accesses nothing.
+    auto reply = catch_up_probe_->StatusOf(k, std::chrono::milliseconds(2000));
+    if (!reply.ok()) {
+      note(k,
+           "excluded server " + std::to_string(k) + " is still unreachable; it is caught up " +
+               "when it answers again",
+           false);
+      continue;
+    }
+    const auto& st = std::get<wire::StatusReply>(reply->body);
+    if (!st.initialized || st.rebuilding || reply->header.fs_id != fs_id) {
+      note(k,
+           "excluded server " + std::to_string(k) +
+               " answers again but holds no store of this filesystem to catch up (it lost its "
+               "data, or a catch-up of it was cut off); it must be rebuilt in full: unmount, then "
+               "s3oram rebuild --server " +
+               std::to_string(k),
+           true);
+      continue;
+    }
+    std::lock_guard<FairMutex> lock(mu_);
+    // The catch-up settles the eviction under way first, which the accesses
+    // would otherwise not wait for: on a busy mount with one running, wait
+    // for a beat without one, but not for more than kCatchUpPatience beats.
+    // An idle mount (no access for 2 s) has nobody waiting.
+    const bool busy = std::chrono::steady_clock::now() - last_contact_ < std::chrono::seconds(2);
+    auto pending = client_->PendingEviction();
+    if (busy && pending.ok() && pending->has_value() && ++catch_up_deferred_ < kCatchUpPatience) {
+      continue;
+    }
+    catch_up_deferred_ = 0;
+    auto report = client_->CatchUpExcluded(k);
+    AfterCall();
+    last_contact_ = std::chrono::steady_clock::now();
+    if (report.ok()) {
+      catch_up_noted_.erase(k);
+    } else {
+      note(k,
+           "catching up excluded server " + std::to_string(k) +
+               " failed: " + report.status().ToString(),
+           true);
+    }
+  }
+}
+
 Status OramBlockEngine::Close() {
   StopTicker();
   std::lock_guard<FairMutex> lock(mu_);

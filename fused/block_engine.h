@@ -13,6 +13,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -132,6 +133,15 @@ class OramBlockEngine final : public BlockEngine {
   // Tells the servers this mount is alive unless an access did so within
   // `idle` (the lease's "last active"); kLeaseHeld once fenced off.
   Status KeepAlive(std::chrono::steady_clock::duration idle);
+  // For the keep-alive thread, every few seconds while a server is
+  // excluded: asks each excluded server, on a probe's own connection and
+  // without holding the engine, whether it is back with its store of this
+  // filesystem, and catches up each that is (OramClient::CatchUpExcluded,
+  // holding the engine: the accesses wait meanwhile). A catch-up settles the
+  // eviction under way first, so it waits for a beat with none running, at
+  // most kCatchUpPatience beats. Logs each new finding about a server once
+  // (still down, back without a store, caught up).
+  void CatchUpExcluded();
   // Releases the lease (clean unmount); later calls fail.
   Status Close();
   // The client's own state as of the latest call that finished
@@ -193,6 +203,12 @@ class OramBlockEngine final : public BlockEngine {
   OramClient::Snapshot snapshot_;            // under snapshot_mu_; taken by AfterCall
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
   std::unique_ptr<AccessTicker> ticker_;  // constant-rate mode only; set before any access
+  // CatchUpExcluded's (the keep-alive thread's only): its probe, and what
+  // it last logged of each server.
+  std::unique_ptr<StatusProbe> catch_up_probe_;
+  std::map<std::size_t, std::string> catch_up_noted_;
+  int catch_up_deferred_ = 0;  // beats a catch-up waited for an eviction to end
+  static constexpr int kCatchUpPatience = 6;
 };
 
 }  // namespace s3oram::fs

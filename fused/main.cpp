@@ -299,7 +299,9 @@ fuse_session* MountSession(const fs::MountCommand& cmd, std::vector<std::string>
 
 // Keeps the lease's "last active" fresh while the mount is idle, so a
 // refused second client can tell a live holder from a dead one, and notices
-// a takeover even when nothing is being accessed.
+// a takeover even when nothing is being accessed. On the same beat it asks
+// each excluded server whether it is back, and catches up those that are
+// (OramBlockEngine::CatchUpExcluded).
 class LeaseKeepAlive {
  public:
   explicit LeaseKeepAlive(fs::OramBlockEngine& engine)
@@ -308,6 +310,8 @@ class LeaseKeepAlive {
           while (!cv_.wait_for(lock, kLeaseKeepAlive, [&] { return stopping_; })) {
             lock.unlock();
             Status st = engine.KeepAlive(kLeaseKeepAlive);
+            // An excluded server that is back is caught up from here.
+            if (st.code() != s3oram::Status::Code::kLeaseHeld) engine.CatchUpExcluded();
             lock.lock();
             if (st.code() == s3oram::Status::Code::kLeaseHeld)
               break;  // fenced: nothing more to renew

@@ -392,6 +392,27 @@ void HandlerCorpus(const fs::path& root) {
                        .Send(Hdr(6), small.WriteRoot(0, 3))
                        .Send(Hdr(7), wire::StatusRequest{})
                        .bytes());
+  // A catch-up of the live store: refused beyond its evictions, then begun;
+  // writes in any order (holes as zeros), a finish, and one refused on an
+  // empty store.
+  wire::RebuildBeginRequest catch_up{fz::kServerIndex, fz::kSmallShape, 1, 0, false, true};
+  wire::RebuildBeginRequest behind = catch_up;
+  behind.applied_evictions = 0;
+  w.Add("catch_up", Session(fz::kStartSmall)
+                        .Send(Hdr(1), small.WriteRoot(0, 3))
+                        .Send(Hdr(2), catch_up)
+                        .Send(Hdr(3),
+                              wire::RebuildWriteRequest{
+                                  3, {0, 1}, {Elems(small_bucket, 1), Elems(small_bucket, 2)}})
+                        .Send(Hdr(4), wire::RebuildWriteRequest{1, {1}, {{}, {}}})
+                        .Send(Hdr(5), wire::RebuildFinishRequest{1, 0})
+                        .Send(Hdr(6), behind)
+                        .Send(Hdr(7), wire::StatusRequest{})
+                        .bytes());
+  w.Add("catch_up_no_store", Session(fz::kStartEmpty)
+                                 .Send(Hdr(1), catch_up)
+                                 .Send(Hdr(2), wire::RebuildFinishRequest{1, 0})
+                                 .bytes());
   w.Add("no_store", Session(fz::kStartEmpty)
                         .Send(Hdr(1), med.Retrieve(0, 1))
                         .Send(Hdr(2), wire::EvictCommitRequest{0})

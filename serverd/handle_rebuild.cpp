@@ -4,10 +4,12 @@
 #include <zmq.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <string>
 #include <utility>
 
+#include "oramcore/base/fault_point.h"
 #include "oramcore/crypto/curve_keys.h"
 #include "oramcore/math/field.h"
 #include "oramcore/math/shamir.h"
@@ -40,6 +42,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildBegin(const wire::Header& 
                                    ", not server " + std::to_string(req.server_index));
   }
   S3ORAM_RETURN_IF_ERROR(ValidateShape(req.shape));
+  if (req.catch_up) return BeginCatchUp(h, req);
   if (store && !store->rebuilding()) {
     const ServerMeta& m = store->meta();
     if (!req.force) {
@@ -90,6 +93,62 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildBegin(const wire::Header& 
   spdlog::info("rebuilding filesystem {} (H={} Z={} m={}, {} buckets) from the other servers",
                HexId(h.fs_id), req.shape.height, req.shape.bucket_size, req.shape.elems_per_slot,
                store->rebuild().num_buckets());
+  return wire::Body{wire::RebuildBeginReply{}};
+}
+
+Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
+                                                      const wire::RebuildBeginRequest& req) {
+  const std::string me = "server " + std::to_string(config.index);
+  if (!store || store->rebuilding() || store->meta().fs_id != h.fs_id ||
+      !(store->meta().shape == req.shape)) {
+    return Status::FailedPrecondition("catch-up: " + me + " holds no live store of filesystem " +
+                                      HexId(h.fs_id) +
+                                      " with this shape to catch up; it must be rebuilt in full");
+  }
+  const ServerMeta& m = store->meta();
+  if (m.applied_evictions > req.applied_evictions) {
+    return Status::InvalidArgument("catch-up: " + me + " has applied " +
+                                   std::to_string(m.applied_evictions) +
+                                   " evictions, more than the " +
+                                   std::to_string(req.applied_evictions) + " it is to catch up to");
+  }
+  if (h.epoch < max_epoch) {
+    return Status::FailedPrecondition("fenced: catch-up under epoch " + std::to_string(h.epoch) +
+                                      ", but " + me + " has seen epoch " +
+                                      std::to_string(max_epoch));
+  }
+  // The eviction state belongs to the store as it was: a catch-up makes it
+  // the others' (a pending PREPARE's result would be of the old shares).
+  mask_session.reset();
+  sealed.reset();
+  outcome.reset();
+  job.reset();
+  peers->Reset();
+  const std::uint64_t from = m.applied_evictions;
+  S3ORAM_RETURN_IF_ERROR(store->rebuild().BeginCatchUp());
+  // The client catching this server up holds the lease on the others under
+  // this epoch (a mount, or `s3oram rebuild`): it holds it here too, its
+  // description to come with its next ACQUIRE (same epoch: granted). Any
+  // lease the excluded server kept is void. No backups either (stale; the
+  // next clean unmount writes one).
+  LeaseRecord held;
+  held.holder_epoch = h.epoch;
+  held.highest_epoch = h.epoch;
+  held.acquired_unix_ms =
+      static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                     std::chrono::system_clock::now().time_since_epoch())
+                                     .count());
+  S3ORAM_RETURN_IF_ERROR(SaveLease(config.data_dir, held, config.sync));
+  lease = held;
+  lease_last_seen = Clock::now();
+  backups.reset();
+  S3ORAM_ASSIGN_OR_RETURN(backups, BackupStore::Open(config.data_dir, config.sync));
+  S3ORAM_RETURN_IF_ERROR(backups->RemoveAll());
+  rebuild_target =
+      RebuildTarget{h.epoch, req.applied_seq, req.applied_evictions, 1, /*catch_up=*/true};
+  max_epoch = h.epoch;
+  spdlog::info("catching up filesystem {} from {} to {} evictions applied", HexId(h.fs_id), from,
+               req.applied_evictions);
   return wire::Body{wire::RebuildBeginReply{}};
 }
 
@@ -320,7 +379,8 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
   if (req.first_bucket == 0) return RebuildWriteRootSnapshot(req);
   StoreRebuild& rebuild = store->rebuild();
   S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, count, "rebuild write"));
-  if (req.first_bucket > rebuild_target->next_bucket) {
+  const bool catch_up = rebuild_target->catch_up;
+  if (!catch_up && req.first_bucket > rebuild_target->next_bucket) {
     return Status::InvalidArgument("rebuild write: range starts at bucket " +
                                    std::to_string(req.first_bucket) + " but buckets from " +
                                    std::to_string(rebuild_target->next_bucket) +
@@ -353,9 +413,21 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
   // it shares a filesystem block with a written neighbour (buckets are not
   // block-aligned). A written bucket's share is uniformly random, so being
   // all zeros is a non-event; either way the bytes on disk are the same.
-  std::vector<bool> skip(count, true);
+  // A catch-up writes every bucket of the range, holes as zeros: the
+  // bucket it replaces in place holds older shares.
+  std::vector<bool> skip(count, !catch_up);
   std::vector<std::size_t> offset(count, 0);  // of bucket i in rebuild_sum
-  for (std::size_t i = 0, at = 0; i < count; ++i) {
+  if (catch_up) {
+    std::vector<Elem> dense(count * be, 0);
+    for (std::size_t i = 0, at = 0; i < count; ++i) {
+      offset[i] = i;
+      if (req.holes[i]) continue;
+      std::copy_n(rebuild_sum.data() + at * be, be, dense.data() + i * be);
+      ++at;
+    }
+    rebuild_sum = std::move(dense);
+  }
+  for (std::size_t i = 0, at = 0; i < count && !catch_up; ++i) {
     if (req.holes[i]) continue;
     offset[i] = at;
     const Elem* b = rebuild_sum.data() + at * be;
@@ -375,6 +447,11 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
         req.first_bucket + i, {rebuild_sum.data() + offset[i] * be, (j - i) * be}));
     i = j;
   }
+  if (catch_up) {
+    FaultPoint("server.catch_up.after_write");
+    // Any order: the reply names the bucket after this range.
+    return wire::Body{wire::RebuildWriteReply{req.first_bucket + count}};
+  }
   rebuild_target->next_bucket = std::max(rebuild_target->next_bucket, req.first_bucket + count);
   return wire::Body{wire::RebuildWriteReply{rebuild_target->next_bucket}};
 }
@@ -389,7 +466,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildFinish(
   }
   S3ORAM_RETURN_IF_ERROR(CheckRebuildTarget(h));
   const RebuildTarget& rt = *rebuild_target;
-  if (rt.next_bucket != store->rebuild().num_buckets() + 1) {
+  if (!rt.catch_up && rt.next_bucket != store->rebuild().num_buckets() + 1) {
     return Status::FailedPrecondition(
         "rebuild finish: only buckets 1.." + std::to_string(rt.next_bucket - 1) + " of " +
         std::to_string(store->rebuild().num_buckets()) + " were written");
@@ -402,11 +479,12 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildFinish(
   meta.applied_seq = rt.applied_seq;
   meta.applied_evictions = rt.applied_evictions;
   S3ORAM_RETURN_IF_ERROR(store->rebuild().FinishRebuild(meta));
+  const bool caught_up = rt.catch_up;
   rebuild_target.reset();
   max_epoch = std::max(max_epoch, meta.epoch);
-  spdlog::info("rebuild of filesystem {} finished: {} evictions applied, seq {}, {} allocated",
-               HexId(meta.fs_id), meta.applied_evictions, meta.applied_seq,
-               store->inspection().allocated_bytes());
+  spdlog::info("{} of filesystem {} finished: {} evictions applied, seq {}, {} allocated",
+               caught_up ? "catch-up" : "rebuild", HexId(meta.fs_id), meta.applied_evictions,
+               meta.applied_seq, store->inspection().allocated_bytes());
   return wire::Body{wire::RebuildFinishReply{}};
 }
 

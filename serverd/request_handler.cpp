@@ -29,6 +29,7 @@
 #include "serverd/lease_file.h"
 #include "serverd/lie.h"
 #include "serverd/request_handler_internal.h"
+#include "serverd/share_store_format.h"
 
 namespace s3oram::serverd {
 
@@ -317,7 +318,12 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
   } else if (opened.status().code() != Status::Code::kNotFound) {
     return opened.status().WithContext("opening " + s->config.data_dir);
   } else {
-    spdlog::info("no filesystem in {} yet; waiting for init", s->config.data_dir);
+    const std::string mark = s->config.data_dir + "/" + store_format::kCatchUpMarker;
+    if (::access(mark.c_str(), F_OK) == 0) {
+      spdlog::warn("server {}: {}", s->config.index, opened.status().message());
+    } else {
+      spdlog::info("no filesystem in {} yet; waiting for init", s->config.data_dir);
+    }
   }
   s->PublishQuickState();
   std::unique_ptr<RequestHandler> h(new RequestHandler());

@@ -130,6 +130,9 @@ struct RequestHandler::Impl {
     std::uint64_t applied_seq = 0;
     std::uint64_t applied_evictions = 0;
     std::uint64_t next_bucket = 1;  // buckets below it have been written
+    // A catch-up (StoreRebuild::BeginCatchUp): the writes replace some
+    // buckets of the live store in place, in any order; the others stay.
+    bool catch_up = false;
   };
   std::optional<RebuildTarget> rebuild_target;
   // This server as a rebuild participant: the masks of the current session
@@ -316,6 +319,8 @@ struct RequestHandler::Impl {
   // REBUILD_WRITE of "bucket 0": the target's root snapshot for the eviction
   // under way (the survivors' applied_evictions), from the masked shares.
   Result<wire::Body> RebuildWriteRootSnapshot(const wire::RebuildWriteRequest& req);
+  // REBUILD_BEGIN with catch_up: this server's live store becomes the target.
+  Result<wire::Body> BeginCatchUp(const wire::Header& h, const wire::RebuildBeginRequest& req);
   // REBUILD_WRITE, on the target: sum the participants' contributions and
   // write them. Ranges arrive in order; a resent range is rewritten with the
   // same values, so a retry is harmless, and a gap is refused.

@@ -197,6 +197,10 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
     if (::unlink(impl->shares_path.c_str()) != 0 && errno != ENOENT) {
       return SysError("removing", impl->shares_path, errno);
     }
+    // With it, the mark of an interrupted catch-up of it.
+    if (::unlink(impl->CatchUpMarkerPath().c_str()) != 0 && errno != ENOENT) {
+      return SysError("removing", impl->CatchUpMarkerPath(), errno);
+    }
     if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
   } else if (::unlink(rebuild_path.c_str()) != 0 && errno != ENOENT) {
     return SysError("removing", rebuild_path, errno);  // an abandoned rebuild
@@ -250,6 +254,10 @@ Result<std::unique_ptr<ShareStore>> ShareStore::CreateFile(const std::string& di
   } else {
     if (::rename(tmp_path.c_str(), impl->shares_path.c_str()) != 0) {
       return fail(SysError("renaming " + tmp_path + " to", impl->shares_path, errno));
+    }
+    // The mark of an interrupted catch-up belonged to the file just replaced.
+    if (::unlink(impl->CatchUpMarkerPath().c_str()) != 0 && errno != ENOENT) {
+      return SysError("removing", impl->CatchUpMarkerPath(), errno);
     }
     if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
   }
@@ -361,6 +369,11 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   impl->dir_fd = std::move(dir_fd);
   const std::string& path = impl->shares_path;
 
+  if (::access(impl->CatchUpMarkerPath().c_str(), F_OK) == 0) {
+    return Status::NotFound("the share in " + dir +
+                            " was being caught up when the server stopped and is incomplete; "
+                            "it is to be rebuilt in full (s3oram rebuild --server <this server>)");
+  }
   impl->fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!impl->fd.valid()) {
     if (errno == ENOENT) return Status::NotFound("no share store in " + dir + " (no shares.bin)");

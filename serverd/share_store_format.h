@@ -91,6 +91,10 @@ namespace s3oram::serverd::store_format {
 using field::Elem;
 
 constexpr std::uint64_t kHeaderRegion = 4096;
+// Present (durably) while a catch-up rewrites buckets of shares.bin in place
+// (StoreRebuild::BeginCatchUp .. FinishRebuild): the file is then no
+// sharing of any one state, and Open refuses it.
+constexpr const char* kCatchUpMarker = "shares.bin.catchup";
 constexpr std::uint64_t kMetaCopyBytes = 512;
 constexpr std::uint32_t kMetaVersion = 3;
 constexpr std::uint32_t kMetaRecordBytes = 116;

@@ -116,9 +116,13 @@ struct ShareStore::Impl {
     const std::lock_guard lock(failure_mu);
     if (failure.empty()) failure = what;
   }
-  // Set while the file is shares.bin.rebuild (CreateForRebuild .. FinishRebuild).
+  // Set while the file is shares.bin.rebuild (CreateForRebuild .. FinishRebuild),
+  // or while a catch-up rewrites shares.bin in place (BeginCatchUp ..
+  // FinishRebuild; catching_up too, and rebuild_path is shares_path).
   bool rebuilding = false;
+  bool catching_up = false;
   std::string rebuild_path;
+  std::string CatchUpMarkerPath() const { return dir + "/" + kCatchUpMarker; }
 
   Fd shadow_fd;
   ShadowState shadow_state = ShadowState::kNone;

@@ -76,6 +76,23 @@ Status StoreRebuild::FinishRebuild(const ServerMeta& meta) {
       !(meta.shape == s_.meta_.shape)) {
     return Status::InvalidArgument("FinishRebuild cannot change the store's identity or shape");
   }
+  if (im.catching_up) {
+    // Data, then the map for the new count of evictions (the places are
+    // the store's own: only bucket contents changed), then the header; the
+    // mark goes last, so until the header is durable the store stays marked.
+    S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
+    S3ORAM_RETURN_IF_ERROR(im.WriteMapCopy(meta.applied_evictions, im.places));
+    S3ORAM_RETURN_IF_ERROR(im.Sync(im.fd.get(), im.shares_path));
+    S3ORAM_RETURN_IF_ERROR(im.WriteMeta(meta));
+    s_.meta_ = meta;
+    if (::unlink(im.CatchUpMarkerPath().c_str()) != 0 && errno != ENOENT) {
+      return SysError("removing", im.CatchUpMarkerPath(), errno);
+    }
+    if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
+    im.rebuilding = false;
+    im.catching_up = false;
+    return Status::Ok();
+  }
   // Data and map durable, then the header, then the name: a shares.bin on
   // disk is always complete. Every bucket was written in its own place.
   im.SetIdentityPlaces();
@@ -94,6 +111,31 @@ Status StoreRebuild::FinishRebuild(const ServerMeta& meta) {
   }
   if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
   im.rebuilding = false;
+  return Status::Ok();
+}
+
+Status StoreRebuild::BeginCatchUp() {
+  ShareStore::Impl& im = *s_.impl_;
+  S3ORAM_RETURN_IF_ERROR(im.Live());
+  {
+    Fd mark(::open(im.CatchUpMarkerPath().c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
+    if (!mark.valid()) return SysError("creating", im.CatchUpMarkerPath(), errno);
+  }
+  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
+  // From here the store is not live; a failure below leaves it marked (a
+  // restart then finds no store) and refusing everything but a new rebuild.
+  im.rebuilding = true;
+  im.catching_up = true;
+  im.rebuild_path = im.shares_path;
+  im.SetShadowState(ShadowState::kNone);
+  im.shadow_fd = Fd();
+  im.root_fd = Fd();
+  im.root_snapshot = 0;
+  im.root_digests.clear();
+  for (const std::string& f : {im.shadow_path, im.root_path}) {
+    if (::unlink(f.c_str()) != 0 && errno != ENOENT) return SysError("removing", f, errno);
+  }
+  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
   return Status::Ok();
 }
 

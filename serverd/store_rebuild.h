@@ -9,7 +9,10 @@
 // the data and the bucket map, then the header, then renames the file to
 // shares.bin and syncs the directory, so a server restarted mid-rebuild comes
 // up empty rather than with half a share. Every bucket is written with fresh
-// digests of what was written (a new digest key per rebuild).
+// digests of what was written (a new digest key per rebuild). A catch-up
+// (BeginCatchUp) rewrites only some buckets of the live file, under the
+// store's digest key, and is marked on disk until FinishRebuild, so a server
+// restarted mid-catch-up comes up empty too.
 #pragma once
 
 #include <cstdint>
@@ -32,7 +35,17 @@ class StoreRebuild : public StoreView {
   Status WriteRootSnapshot(std::uint64_t eviction, std::span<const Elem> data);
   // fdatasync, header with `meta` (same fs id, index and shape), then the
   // rename to shares.bin and a directory sync: the store is live from here on.
+  // After BeginCatchUp: fdatasync, the bucket map for meta's evictions, the
+  // header, then the catch-up mark removed (no rename).
   Status FinishRebuild(const ServerMeta& meta);
+  // Turns a live store into the target of a catch-up: WriteBuckets and
+  // WriteRootSnapshot then rewrite buckets of shares.bin in place (through
+  // the bucket map), the others keep their shares. The shadow and the root
+  // snapshot are dropped (they belong to an eviction the others may have
+  // done otherwise). The catch-up mark is durable first: from here until
+  // FinishRebuild the file is no sharing of one state, and a restart finds
+  // no store (ShareStore::Open) rather than this one.
+  Status BeginCatchUp();
 
  private:
   friend class ShareStore;

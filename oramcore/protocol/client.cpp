@@ -20,6 +20,7 @@
 #include "oramcore/math/random_elems.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
+#include "oramcore/protocol/catch_up.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
@@ -600,6 +601,30 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
     if (progress) progress(b, buckets);
   }
   return Status::Ok();
+}
+
+Result<RebuildReport> OramClient::CatchUpExcluded(std::size_t server) {
+  if (session_->read_only()) {
+    return Status::FailedPrecondition("a read-only client catches no server up");
+  }
+  if (!session_->excluded(server)) {
+    return Status::InvalidArgument("server " + std::to_string(server) + " is not excluded");
+  }
+  // The participants must agree on the tree the catch-up copies from: no
+  // eviction under way, every root write on every participant.
+  S3ORAM_RETURN_IF_ERROR(evictor_->Settle().WithContext("settling the eviction before a catch-up"));
+  S3ORAM_RETURN_IF_ERROR(Sync().WithContext("sending the root writes before a catch-up"));
+  const auto started = std::chrono::steady_clock::now();
+  S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, CatchUpExcludedServer(*session_, server));
+  S3ORAM_RETURN_IF_ERROR(session_->Readmit(server));
+  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
+      std::chrono::steady_clock::now() - started);
+  spdlog::info(
+      "server {} ({}) caught up in {} ms: it had applied {} of {} evictions; {} of {} buckets sent "
+      "(the root and what the evictions since rewrote), it kept the rest; it takes part again",
+      server, session_->servers().endpoint(server), took.count(), report.caught_up_from,
+      session_->counters().ne, report.buckets_sent, report.buckets);
+  return report;
 }
 
 Status OramClient::Close() {

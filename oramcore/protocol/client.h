@@ -89,6 +89,7 @@
 #include "oramcore/protocol/eviction_record.h"
 #include "oramcore/protocol/evictor.h"
 #include "oramcore/protocol/freshness.h"
+#include "oramcore/protocol/rebuild_report.h"
 #include "oramcore/protocol/root_copies.h"
 #include "oramcore/protocol/root_write_queue.h"
 #include "oramcore/state/client_state.h"
@@ -346,6 +347,15 @@ class OramClient {
   // eviction commit before the end of the round: at an unmount, which it sees
   // anyway). OK if none is in flight.
   Status SettleEviction() { return evictor_->Settle(); }
+
+  // Brings the excluded server `server` up to date and takes it back
+  // (CatchUpExcludedServer in rebuild.h): settles the eviction under way and
+  // the root writes first, so that the participants agree on the tree, then
+  // sends it only the buckets the evictions since its exclusion rewrote,
+  // then readmits it (durably) and gives it the lease. The accesses wait
+  // meanwhile (the caller holds the client). Errors as
+  // CatchUpExcludedServer's; the server stays excluded then.
+  Result<RebuildReport> CatchUpExcluded(std::size_t server);
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after

@@ -613,6 +613,19 @@ Status ClientSession::Readmit(std::size_t server) {
   S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
   ComputeParticipants();
   spdlog::info("server {} ({}) takes part again", server, servers_->endpoint(server));
+  // A server caught up while this client holds the lease gets it too (its
+  // record was reset by the catch-up): its mutations need it.
+  if (lease_held_) {
+    wire::LeaseReply r;
+    S3ORAM_RETURN_IF_ERROR(
+        SendLease(server, wire::LeaseAcquireRequest{false, lease_sealed_}, &r)
+            .WithContext("giving the lease to server " + std::to_string(server)));
+    if (!r.granted) {
+      return NoteFencing(Status::LeaseHeld("server " + std::to_string(server) +
+                                           " says another client (epoch " +
+                                           std::to_string(r.holder_epoch) + ") holds the lease"));
+    }
+  }
   return Status::Ok();
 }
 

@@ -18,6 +18,7 @@
 #include "oramcore/crypto/share_mac_secrets.h"
 #include "oramcore/math/shamir.h"
 #include "oramcore/math/share_mac.h"
+#include "oramcore/protocol/client_session.h"
 #include "oramcore/protocol/consistency.h"
 #include "oramcore/protocol/counter_agreement.h"
 #include "oramcore/protocol/lease_holder.h"
@@ -25,6 +26,7 @@
 #include "oramcore/protocol/server_addresses.h"
 #include "oramcore/protocol/state_backup.h"
 #include "oramcore/state/client_state.h"
+#include "oramcore/tree/eviction_footprint.h"
 #include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/transport.h"
 
@@ -43,11 +45,14 @@ std::string Name(std::size_t i, const ServerSet& servers) {
 struct Session {
   const RebuildOptions& options;
   const FsConfig& config;
-  std::unique_ptr<ServerSet> servers;
+  ServerSet* servers = nullptr;
   std::uint64_t epoch = 0;
   std::uint64_t seq = 0;
+  // Inside an open client (CatchUpExcludedServer): its headers, its seqs.
+  std::function<wire::Header()> next_header;
 
   wire::Header Next() {
+    if (next_header) return next_header();
     wire::Header h;
     h.fs_id = config.fs_id;
     h.epoch = epoch;
@@ -195,6 +200,7 @@ struct RebuildRun {
   const RebuildOptions& options;
   std::unique_ptr<ClientStateStore> store;
   std::unique_ptr<BlockSealer> sealer;  // seals this run's lease description
+  std::unique_ptr<ServerSet> servers;   // the run's own connections (not inside a client)
   std::optional<Session> s;
   std::size_t K = 0;  // the server rebuilt
   wire::StoreShape shape;
@@ -556,10 +562,10 @@ Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::
 }
 
 // ---- 3. The data path: REBUILD_BEGIN on K, the root snapshot, every range,
-// REBUILD_FINISH, and the seq used recorded.
-Status CopyShares(RebuildRun& r) {
+// REBUILD_FINISH. A catch-up refused by K falls back to a full rebuild only
+// if `may_rebuild_in_full`.
+Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_full) {
   Session& s = *r.s;
-  const OramParams& p = r.params();
   const RebuildOptions& options = r.options;
   DataPath d;
   d.applied_evictions = r.status[r.survivors.front()].applied_evictions;
@@ -568,20 +574,55 @@ Status CopyShares(RebuildRun& r) {
   for (std::size_t i = 0; i < p.threshold + 1; ++i) r.report.participants.push_back(r.survivors[i]);
   for (std::size_t j : r.report.participants)
     d.participants.push_back(static_cast<std::uint32_t>(j));
-  S3ORAM_RETURN_IF_ERROR(
-      s.Ask(r.K,
-            wire::RebuildBeginRequest{static_cast<std::uint32_t>(r.K), r.shape, d.applied_seq,
-                                      d.applied_evictions, options.force || r.k_live},
-            wire::MessageType::kRebuildBeginReply, options.client.requests)
-          .status()
-          .WithContext("starting the rebuild on " + r.Name(r.K)));
+  const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
+  // An excluded K that kept its store misses only what the others rewrote
+  // since: from the lower of its exclusion's count and its own (it may
+  // have lagged before, or claim more than it applied).
+  std::vector<bool> missed;
+  if (r.k_excluded && r.k_live && !options.full) {
+    const std::uint64_t from =
+        std::min(r.k_excluded->since_eviction, r.status[r.K].applied_evictions);
+    missed = BucketsRewrittenBy(p.geometry(), from, d.applied_evictions);
+    const auto n = static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true));
+    if (2 * n > buckets) {
+      spdlog::info("{} missed {} evictions, which rewrote {} of {} buckets: rebuilding it in full",
+                   r.Name(r.K), d.applied_evictions - from, n, buckets);
+      missed.clear();
+    } else {
+      r.report.caught_up_from = from;
+    }
+  }
+  auto begin = [&](bool catch_up) {
+    return s
+        .Ask(r.K,
+             wire::RebuildBeginRequest{static_cast<std::uint32_t>(r.K), r.shape, d.applied_seq,
+                                       d.applied_evictions, options.force || r.k_live, catch_up},
+             wire::MessageType::kRebuildBeginReply, options.client.requests)
+        .status()
+        .WithContext("starting the " + std::string(catch_up ? "catch-up" : "rebuild") + " on " +
+                     r.Name(r.K));
+  };
+  if (!missed.empty()) {
+    // K may refuse (its store damaged, rebuilt meanwhile, left marked by an
+    // interrupted catch-up): then it is rebuilt in full.
+    if (Status st = begin(true); !st.ok()) {
+      if (!may_rebuild_in_full || (st.code() != Status::Code::kFailedPrecondition &&
+                                   st.code() != Status::Code::kInvalidArgument)) {
+        return st;
+      }
+      spdlog::warn("{}; rebuilding it in full instead", st.ToString());
+      missed.clear();
+    }
+  }
+  if (missed.empty()) S3ORAM_RETURN_IF_ERROR(begin(false));
+  r.report.caught_up = !missed.empty();
   std::string from;
   for (std::size_t j : r.report.participants) from += (from.empty() ? "" : ",") + std::to_string(j);
-  spdlog::info("rebuilding server {} from servers {} (evictions {}, seq {})", r.K, from,
-               d.applied_evictions, d.applied_seq);
+  spdlog::info("{} server {} from servers {} (evictions {}, seq {})",
+               r.report.caught_up ? "catching up" : "rebuilding", r.K, from, d.applied_evictions,
+               d.applied_seq);
 
   random::Bytes(d.nonce);
-  const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
   d.bucket_elems = std::uint64_t{r.shape.bucket_size} * r.shape.elems_per_slot;
   const std::uint64_t bucket_bytes = d.bucket_elems * sizeof(field::Elem);
   // At most what the servers' frame limits allow (wire/message_limits.h).
@@ -592,22 +633,55 @@ Status CopyShares(RebuildRun& r) {
                                 options.client.requests.resend_after, std::chrono::seconds(30)),
                             std::max<std::chrono::milliseconds>(options.client.requests.deadline,
                                                                 std::chrono::seconds(300))};
-  const std::uint64_t total_bytes = buckets * bucket_bytes;
+  const std::uint64_t to_send =
+      r.report.caught_up
+          ? static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true))
+          : buckets;
+  const std::uint64_t total_bytes = to_send * bucket_bytes;
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
   S3ORAM_RETURN_IF_ERROR(RebuildRootSnapshot(r, d));
   for (std::uint64_t first = 1; first <= buckets;) {
-    const auto count =
-        static_cast<std::uint32_t>(std::min<std::uint64_t>(per_range, buckets - first + 1));
-    S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, count));
+    // A catch-up sends the runs of missed buckets only.
+    if (r.report.caught_up && !missed[first]) {
+      ++first;
+      continue;
+    }
+    std::uint64_t count = std::min<std::uint64_t>(per_range, buckets - first + 1);
+    if (r.report.caught_up) {
+      std::uint64_t run = 1;
+      while (run < count && missed[first + run]) ++run;
+      count = run;
+    }
+    S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, static_cast<std::uint32_t>(count)));
     first += count;
-    if (options.progress) options.progress("rebuild", (first - 1) * bucket_bytes, total_bytes);
+    r.report.buckets_sent += count;
+    if (options.progress) {
+      options.progress("rebuild", r.report.buckets_sent * bucket_bytes, total_bytes);
+    }
   }
   // FINISH syncs the whole share file: give it the eviction budget.
   S3ORAM_RETURN_IF_ERROR(s.Ask(r.K, wire::RebuildFinishRequest{d.applied_seq, d.applied_evictions},
                                wire::MessageType::kRebuildFinishReply, options.client.evictions)
                              .status()
                              .WithContext("finishing the rebuild on " + r.Name(r.K)));
+  spdlog::info("server {} {}: {} of {} buckets sent, {} written", r.K,
+               r.report.caught_up ? "caught up" : "rebuilt", r.report.buckets_sent, buckets,
+               r.report.buckets_written);
+  return Status::Ok();
+}
+
+// ---- 3. The data path, then the seq used recorded and K readmitted.
+Status CopyShares(RebuildRun& r) {
+  S3ORAM_RETURN_IF_ERROR(TransferShares(r, r.params(), /*may_rebuild_in_full=*/true));
+  Session& s = *r.s;
+  if (r.report.caught_up) {
+    // A caught-up K holds this run's lease (serverd: BeginCatchUp): give it
+    // this run's description, as the survivors have, so that a crash before
+    // the release leaves a lease the next mount of this state can take over.
+    S3ORAM_RETURN_IF_ERROR(AcquireSurvivorLeases(s, {r.K}, *r.sealer, r.state_path)
+                               .WithContext("the lease on the caught-up " + r.Name(r.K)));
+  }
   // Record the seq used: the next client continues above it.
   Counters c = r.store->counters();
   c.seq = std::max(c.seq, s.seq);
@@ -618,10 +692,7 @@ Status CopyShares(RebuildRun& r) {
   if (r.store->problem_note()) batch.SetProblemNote(std::nullopt);
   // An excluded K holds current shares again: it takes part from here on.
   if (r.k_excluded) batch.Readmit(static_cast<std::uint32_t>(r.K));
-  S3ORAM_RETURN_IF_ERROR(r.store->Commit(batch, /*durable=*/true));
-  spdlog::info("server {} rebuilt: {} of {} buckets written", r.K, r.report.buckets_written,
-               buckets);
-  return Status::Ok();
+  return r.store->Commit(batch, /*durable=*/true);
 }
 
 // ---- 4. Verification through the ORAM: every live block must authenticate.
@@ -659,6 +730,83 @@ Status VerifyThroughOram(RebuildRun& r, const Secret& passphrase) {
 
 }  // namespace
 
+Result<RebuildReport> CatchUpExcludedServer(ClientSession& session, std::size_t target) {
+  const FsConfig& config = session.config();
+  const OramParams& p = config.params;
+  std::optional<Exclusion> excluded;
+  for (const Exclusion& e : session.store().exclusions()) {
+    if (e.server == target) excluded = e;
+  }
+  if (!excluded) {
+    return Status::InvalidArgument("server " + std::to_string(target) + " is not excluded");
+  }
+  RebuildOptions options;
+  options.target = target;
+  options.client = session.options();
+  options.verify = false;
+  RebuildRun r(session.state_path(), options);
+  r.K = target;
+  r.shape = ShapeOf(p);
+  r.k_excluded = excluded;
+  r.s.emplace(Session{options, config, &session.servers(), session.counters().epoch,
+                      session.counters().seq, [&session] { return session.NextHeader(); }});
+  Session& s = *r.s;
+  r.status.assign(config.servers.size(), wire::StatusReply{});
+  // A short wait: this runs under the client's lock.
+  TransportOptions quick = options.client.requests;
+  quick.deadline = std::min<std::chrono::milliseconds>(quick.deadline, std::chrono::seconds(2));
+  quick.resend_after = std::min(quick.resend_after, quick.deadline);
+  {
+    wire::Header h = s.Next();
+    auto reply = s.servers->ExchangeWith({target}, {wire::Encode(h, wire::StatusRequest{})}, h,
+                                         wire::MessageType::kStatusReply, quick);
+    if (!reply.ok()) return Status::Unavailable(r.Name(target) + " is still unreachable");
+    const wire::Message& m = reply.value()[0];
+    r.status[target] = std::get<wire::StatusReply>(m.body);
+    const wire::StatusReply& st = r.status[target];
+    if (!st.initialized || st.rebuilding || m.header.fs_id != config.fs_id ||
+        !(st.shape == r.shape)) {
+      return Status::FailedPrecondition(
+          r.Name(target) +
+          " is back but holds no store of this filesystem to catch up (it lost its data, or a "
+          "catch-up of it was cut off); rebuild it in full: unmount, then s3oram rebuild -s " +
+          session.state_path() + " --server " + std::to_string(target));
+    }
+  }
+  r.k_live = true;
+  for (std::size_t j : session.participants()) {
+    S3ORAM_ASSIGN_OR_RETURN(r.status[j], s.StatusOf(j));
+    if (r.status[j].applied_evictions != session.counters().ne) {
+      return Status::FailedPrecondition(
+          r.Name(j) + " has applied " + std::to_string(r.status[j].applied_evictions) +
+          " evictions, this client " + std::to_string(session.counters().ne) +
+          ": an eviction is under way");
+    }
+    r.survivors.push_back(j);
+  }
+  if (r.survivors.size() < p.threshold + 1) {
+    return Status::Unavailable("too few servers take part to catch server " +
+                               std::to_string(target) + " up");
+  }
+  const std::uint64_t from = std::min(excluded->since_eviction, r.status[target].applied_evictions);
+  const auto missed = BucketsRewrittenBy(p.geometry(), from, session.counters().ne);
+  const auto n = static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true));
+  if (2 * n > p.geometry().num_buckets()) {
+    return Status::FailedPrecondition(
+        r.Name(target) + " missed " + std::to_string(session.counters().ne - from) +
+        " evictions, which rewrote " + std::to_string(n) + " of " +
+        std::to_string(p.geometry().num_buckets()) +
+        " buckets: too much to catch up while mounted; rebuild it: unmount, then s3oram rebuild "
+        "-s " +
+        session.state_path() + " --server " + std::to_string(target));
+  }
+  S3ORAM_RETURN_IF_ERROR(TransferShares(r, p, /*may_rebuild_in_full=*/false));
+  if (!r.report.caught_up) {
+    return Status::Protocol("catch-up of server " + std::to_string(target) + " fell back");
+  }
+  return std::move(r.report);
+}
+
 Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,
                                     const RebuildOptions& options) {
   random::EnsureInitialized();
@@ -688,10 +836,9 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   for (const Exclusion& e : r.store->exclusions()) {
     if (e.server == r.K) r.k_excluded = e;
   }
-  r.s.emplace(
-      Session{options, config, nullptr, r.store->counters().epoch, r.store->counters().seq});
-  S3ORAM_ASSIGN_OR_RETURN(r.s->servers,
-                          ConnectServers(options.client.connect, AddressesOf(config)));
+  S3ORAM_ASSIGN_OR_RETURN(r.servers, ConnectServers(options.client.connect, AddressesOf(config)));
+  r.s.emplace(Session{
+      options, config, r.servers.get(), r.store->counters().epoch, r.store->counters().seq, {}});
 
   S3ORAM_RETURN_IF_ERROR(SurveyServers(r));
   S3ORAM_RETURN_IF_ERROR(ChooseSources(r));
@@ -704,7 +851,9 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
   struct ReleaseOnExit {
     RebuildRun& r;
     ~ReleaseOnExit() {
-      for (std::size_t j : r.survivors) {
+      std::vector<std::size_t> holders = r.survivors;
+      if (r.report.caught_up) holders.push_back(r.K);
+      for (std::size_t j : holders) {
         (void)r.s->Ask(j, wire::LeaseReleaseRequest{}, wire::MessageType::kLeaseReply,
                        r.options.client.requests);
       }
@@ -716,6 +865,7 @@ Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret&
     S3ORAM_RETURN_IF_ERROR(CopyShares(r));
   }
   r.s.reset();
+  r.servers.reset();
   r.store.reset();
   if (options.verify) S3ORAM_RETURN_IF_ERROR(VerifyThroughOram(r, passphrase));
   return std::move(r.report);

@@ -19,7 +19,12 @@
 //   2. A new epoch, durable in the state (fences any other client: a write
 //      during the rebuild would make K's copy stale).
 //   3. REBUILD_BEGIN to K; then, range by range, REBUILD_READ to each of S and
-//      REBUILD_WRITE of their replies to K; then REBUILD_FINISH.
+//      REBUILD_WRITE of their replies to K; then REBUILD_FINISH. A K that was
+//      excluded (ClientStateStore::exclusions) and still holds its store is
+//      caught up instead: BEGIN with catch_up, and only the ranges of the
+//      buckets rewritten since it was excluded (BucketsRewrittenBy, from the
+//      lower of its exclusion's since_eviction and its own count); K keeps
+//      its other buckets, whose shares did not change.
 //   4. Unless verify is off, open the filesystem normally (which finishes a
 //      pending eviction) and read every live block through the ORAM: each
 //      must authenticate.
@@ -34,7 +39,9 @@
 
 #include "oramcore/base/secret.h"
 #include "oramcore/base/status.h"
+#include "oramcore/protocol/catch_up.h"
 #include "oramcore/protocol/client.h"
+#include "oramcore/protocol/rebuild_report.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {
@@ -43,6 +50,10 @@ struct RebuildOptions {
   std::size_t target = 0;  // K, 0-based party index
   bool force = false;      // replace a live store on K
   bool verify = true;      // read every live block afterwards
+  // An excluded K that still holds its store of this filesystem is caught
+  // up (only the buckets it missed are sent) unless this is set, or the
+  // buckets it missed are more than half the tree.
+  bool full = false;
   ClientOptions client;
   // Upper bound on one REBUILD_READ reply (the ranges are whole buckets; at
   // least one bucket per range).
@@ -54,18 +65,6 @@ struct RebuildOptions {
   // party receives: REBUILD_READ replies as the client received them (with the
   // survivor's index) and REBUILD_WRITE requests as K receives them.
   std::function<void(std::size_t server, const wire::Message& message)> observe;
-};
-
-struct RebuildReport {
-  std::vector<std::size_t> participants;  // S
-  std::uint64_t buckets = 0;              // in the tree
-  std::uint64_t buckets_written = 0;      // not holes on every participant
-  std::uint64_t bytes_received = 0;       // contributions received from S
-  std::uint64_t evictions_committed = 0;  // laggard survivors brought forward
-  std::uint64_t blocks_verified = 0;
-  std::uint64_t backup_generation = 0;    // the state uploaded after verifying (0: not)
-  // The root snapshot of an eviction under way was rebuilt too (root.bin).
-  bool root_snapshot = false;
 };
 
 Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,

@@ -33,4 +33,16 @@ ServerViews StatusProbe::Ask(std::chrono::milliseconds timeout) {
                                       timeout, timeout));
 }
 
+Result<wire::Message> StatusProbe::StatusOf(std::size_t server, std::chrono::milliseconds timeout) {
+  wire::Header h;
+  h.fs_id = fs_id_;
+  h.epoch = epoch_;
+  h.seq = ++seq_;
+  S3ORAM_ASSIGN_OR_RETURN(
+      auto replies,
+      servers_->ExchangeWith({server}, {wire::Encode(h, wire::StatusRequest{})}, h,
+                             wire::MessageType::kStatusReply, TransportOptions{timeout, timeout}));
+  return std::move(replies[0]);
+}
+
 }  // namespace s3oram

@@ -30,6 +30,9 @@ class StatusProbe {
   // Every server at once, each on its own: a server that is down costs
   // `timeout` once and is reported with its failure, the others in full.
   ServerViews Ask(std::chrono::milliseconds timeout);
+  // STATUS of one server, with its header (whose fs_id says which
+  // filesystem it serves); its failure if it does not answer in `timeout`.
+  Result<wire::Message> StatusOf(std::size_t server, std::chrono::milliseconds timeout);
 
  private:
   StatusProbe() = default;

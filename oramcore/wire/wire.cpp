@@ -172,6 +172,7 @@ void Fields(Io& io, Ref<Io, RebuildBeginRequest> m) {
   io.U64(m.applied_seq, "applied_seq");
   io.U64(m.applied_evictions, "applied_evictions");
   io.Bool(m.force, "force");
+  io.Bool(m.catch_up, "catch_up");
 }
 template <class Io>
 void Fields(Io&, Ref<Io, RebuildBeginReply>) {}
@@ -409,7 +410,7 @@ S3ORAM_WIRE_TAG(LeaseAcquireRequest, kLeaseAcquireRequest, 2);
 S3ORAM_WIRE_TAG(LeaseReply, kLeaseReply, 6);
 S3ORAM_WIRE_TAG(LeaseReleaseRequest, kLeaseReleaseRequest, 0);
 S3ORAM_WIRE_TAG(LeaseQueryRequest, kLeaseQueryRequest, 0);
-S3ORAM_WIRE_TAG(RebuildBeginRequest, kRebuildBeginRequest, 5);
+S3ORAM_WIRE_TAG(RebuildBeginRequest, kRebuildBeginRequest, 6);
 S3ORAM_WIRE_TAG(RebuildBeginReply, kRebuildBeginReply, 0);
 S3ORAM_WIRE_TAG(RebuildReadRequest, kRebuildReadRequest, 6);
 S3ORAM_WIRE_TAG(RebuildReadReply, kRebuildReadReply, 3);

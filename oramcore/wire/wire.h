@@ -47,7 +47,7 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 6: BACKUP_PUT and BACKUP_LIST carry the key epoch.
 // 7: RETRIEVE, WRITE_ROOT, RETRIEVE_WRITE_ROOT and EVICT_PREPARE may carry a
 //    share as its seed (ShareSeed).
-inline constexpr std::uint16_t kWireVersion = 8;
+inline constexpr std::uint16_t kWireVersion = 9;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Bytes of a rebuild session nonce.
 inline constexpr std::size_t kRebuildNonceBytes = 32;
@@ -305,6 +305,12 @@ struct RebuildBeginRequest {
   std::uint64_t applied_seq = 0;
   std::uint64_t applied_evictions = 0;
   bool force = false;  // replace a live store
+  // Catch up instead (an excluded server that missed some evictions): K keeps
+  // its live store of this filesystem and shape, with at most the counters'
+  // evictions applied, and REBUILD_WRITE replaces only the buckets the client
+  // sends, in place; the others keep K's shares. Marked on disk until
+  // REBUILD_FINISH, so a restart in between comes up empty.
+  bool catch_up = false;
 };
 struct RebuildBeginReply {};
 

@@ -481,5 +481,100 @@ TEST(LeakageTest, AnExcludedServerChangesNothingTheOthersSee) {
   }
 }
 
+// A server excluded, then back and caught up (OramClient::CatchUpExcluded,
+// what a mount's keep-alive beat runs): during the catch-up the returning
+// server is sent only the catch-up and liveness messages and the others
+// only what a rebuild reads of them (masked terms of public buckets), and
+// afterwards all four see the same again: identical message shapes across
+// workloads, one retrieval per access, uniform leaves.
+TEST(LeakageTest, AfterACatchUpEveryServerSeesTheSameAgain) {
+  const std::uint64_t seed = testing::TestSeed();
+  OramParams params = testing::SmallParams(256, 8, 7);  // 512 blocks, 64 leaves
+  params.parties = 4;
+  const TreeGeometry geo = params.geometry();
+  const std::size_t down = (seed + 1) % 4;
+  std::printf("[ seed     ] %llu: server %zu is killed, restarted and caught up\n",
+              static_cast<unsigned long long>(seed), down);
+  auto fs = StartProxiedFs(params);
+  ASSERT_TRUE(fs);
+  OramClient& client = *fs->client;
+  auto& model = fs->model;
+  auto rng = testing::SeededRng();
+  const std::uint64_t n = params.capacity_blocks;
+  ASSERT_TRUE(fs->cluster->Kill(down, SIGKILL).ok());
+  auto read = [&](BlockId id) {
+    auto got = client.Read(id);
+    ASSERT_TRUE(got.ok()) << "block " << id << ": " << got.status().ToString();
+    ASSERT_EQ(*got, model[id]) << "block " << id;
+  };
+  for (std::uint64_t i = 0; i < n && client.TakeSnapshot().exclusions.empty(); ++i) read(0);
+  ASSERT_EQ(client.TakeSnapshot().exclusions.size(), 1u) << "server " << down << " not excluded";
+  const std::uint64_t ne = client.counters().ne;
+  while (client.counters().ne < ne + 3) read(rng() % n);
+
+  ASSERT_TRUE(fs->cluster->Restart(down).ok());
+  for (auto& p : fs->proxies) p->ClearTranscript();
+  // As the mount's beats: until the client sees it answer again (bounded).
+  auto report = client.CatchUpExcluded(down);
+  for (int i = 0; i < 40 && !report.ok() && report.status().code() == Status::Code::kUnavailable;
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    report = client.CatchUpExcluded(down);
+  }
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->caught_up);
+  EXPECT_TRUE(client.TakeSnapshot().exclusions.empty());
+  const std::set<wire::MessageType> to_returning = {
+      wire::MessageType::kStatusRequest, wire::MessageType::kRebuildBeginRequest,
+      wire::MessageType::kRebuildWriteRequest, wire::MessageType::kRebuildFinishRequest,
+      wire::MessageType::kLeaseAcquireRequest};
+  const std::set<wire::MessageType> to_others = {
+      wire::MessageType::kStatusRequest,      wire::MessageType::kRebuildReadRequest,
+      wire::MessageType::kEvictResultRequest, wire::MessageType::kEvictCheckRequest,
+      wire::MessageType::kMacOpenRequest,     wire::MessageType::kEvictCommitRequest,
+      wire::MessageType::kWriteRootRequest};
+  for (std::size_t s = 0; s < 4; ++s) {
+    for (const auto& e : fs->proxies[s]->transcript()) {
+      if (!e.from_client) continue;
+      const auto& allowed = s == down ? to_returning : to_others;
+      EXPECT_TRUE(allowed.count(e.type))
+          << "server " << s << (s == down ? " (caught up)" : "") << " was sent "
+          << wire::MessageTypeName(e.type) << " during the catch-up";
+    }
+  }
+
+  // The catch-up settled the eviction under way, so the next round starts
+  // without one beside it: from two rounds on, the rounds are as always
+  // (the same start the exclusion test takes).
+  const std::uint64_t after = client.counters().ne;
+  while (client.counters().ne < after + 2 || client.counters().nr != 0) read(0);
+
+  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
+  auto run = [&](const std::function<void(std::uint64_t)>& access) {
+    for (auto& p : fs->proxies) p->ClearTranscript();
+    for (std::uint64_t i = 0; i < n; ++i) access(i);
+    std::vector<std::vector<TranscriptEntry>> per_server;
+    for (auto& p : fs->proxies) {
+      std::uint64_t resends = 0;
+      per_server.push_back(WithoutResends(p->transcript(), &resends));
+    }
+    runs.push_back(std::move(per_server));
+  };
+  run([&](std::uint64_t) { read(0); });
+  std::vector<BlockId> order(n);
+  for (BlockId id = 0; id < n; ++id) order[id] = id;
+  std::shuffle(order.begin(), order.end(), rng);
+  run([&](std::uint64_t i) { read(order[i]); });
+  run([&](std::uint64_t i) {
+    const BlockId id = rng() % n;
+    model[id] = testing::Content(256, id, i + 1);
+    ASSERT_TRUE(client.Write(id, model[id]).ok());
+  });
+  for (std::uint64_t w : client.stats().wrong_answers) EXPECT_EQ(w, 0u);
+  ASSERT_TRUE(client.Close().ok());
+  const char* names[] = {"one block read n times", "n distinct reads", "n writes"};
+  for (std::size_t s = 0; s < 4; ++s) ExpectWorkloadsLookAlike(runs, s, names, geo, n);
+}
+
 }  // namespace
 }  // namespace s3oram

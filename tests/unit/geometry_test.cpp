@@ -10,6 +10,8 @@
 #include <set>
 #include <vector>
 
+#include "oramcore/tree/eviction_footprint.h"
+
 namespace s3oram {
 namespace {
 
@@ -149,6 +151,41 @@ TEST(GeometryTest, EachLevelBucketEvictedOncePerWindow) {
       }
     }
   }
+}
+
+// Against a per-bucket reference: a bucket of level d >= 1 is rewritten by
+// eviction e exactly when its parent lies on e's path (it is on the path or
+// the sibling of the bucket that is); the root always counts.
+TEST(EvictionFootprintTest, MatchesTheBucketsEachEvictionRewrites) {
+  for (std::uint32_t h : {1u, 2u, 3u, 5u}) {
+    const TreeGeometry g{h, 4};
+    for (std::uint64_t from : {0ull, 1ull, 5ull, 37ull}) {
+      for (std::uint64_t n : {0ull, 1ull, 2ull, 3ull, 7ull, 40ull}) {
+        const std::vector<bool> got = BucketsRewrittenBy(g, from, from + n);
+        ASSERT_EQ(got.size(), g.num_buckets() + 1);
+        EXPECT_FALSE(got[0]);
+        EXPECT_TRUE(got[1]);
+        for (BucketId b = 2; b <= g.num_buckets(); ++b) {
+          const std::uint32_t d = TreeGeometry::LevelOf(b);
+          bool want = false;
+          for (std::uint64_t e = from; e < from + n; ++e) {
+            want |= g.BucketOnPath(g.EvictionLeaf(e), d - 1) == b / 2;
+          }
+          ASSERT_EQ(got[b], want) << "H=" << h << " from=" << from << " n=" << n << " b=" << b;
+        }
+      }
+    }
+  }
+}
+
+// 2^H evictions rewrite every bucket; one rewrites 2H + 1 (the root included).
+TEST(EvictionFootprintTest, OneEvictionIsTwoPerLevelAndAFullRoundIsEverything) {
+  const TreeGeometry g{6, 4};
+  const auto one = BucketsRewrittenBy(g, 11, 12);
+  EXPECT_EQ(std::count(one.begin(), one.end(), true), 2 * 6 + 1);
+  const auto round = BucketsRewrittenBy(g, 3, 3 + g.num_leaves());
+  EXPECT_EQ(std::count(round.begin(), round.end(), true),
+            static_cast<std::ptrdiff_t>(g.num_buckets()));
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
 // (tests/integration/) keep covering the network, CURVE and crashes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <iterator>
@@ -18,6 +19,7 @@
 #include "oramcore/math/field.h"
 #include "oramcore/protocol/client.h"
 #include "oramcore/protocol/rebuild.h"
+#include "oramcore/tree/eviction_footprint.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/support/in_process_cluster.h"
 #include "tests/support/temp_dir.h"
@@ -41,7 +43,7 @@ struct InProcessFs {
   std::string state;
   ClientOptions options;
 
-  explicit InProcessFs(std::size_t servers = 3) {
+  explicit InProcessFs(std::size_t servers = 3, std::uint32_t height = kHeight) {
     InProcessCluster::Options o;
     o.servers = servers;
     o.peer_timeout = std::chrono::milliseconds(2000);
@@ -50,7 +52,7 @@ struct InProcessFs {
     if (!c.ok()) return;
     cluster = std::move(c).value();
     FsConfig config;
-    config.params = testing::SmallParams(kBlockBytes, kEvictRate, kHeight);
+    config.params = testing::SmallParams(kBlockBytes, kEvictRate, height);
     config.params.parties = static_cast<std::uint32_t>(servers);
     config.servers = cluster->endpoints();
     // No link uses CURVE in process; the state keeps the servers' keys all
@@ -485,7 +487,10 @@ TEST(InProcessClientTest, WithFourServersADownServerIsExcludedAndTheOthersGoOn) 
   const std::size_t down = seed % 4;
   std::printf("[ seed     ] %llu: server %zu goes down\n", static_cast<unsigned long long>(seed),
               down);
-  InProcessFs fs(4);
+  // A tree tall enough that the evictions it misses rewrite less than half
+  // of it: it is caught up, not rebuilt in full.
+  constexpr std::uint32_t kTallHeight = 9;
+  InProcessFs fs(4, kTallHeight);
   ASSERT_TRUE(fs.cluster);
   BlockModel model;
   std::uint64_t excluded_at = 0;
@@ -516,14 +521,42 @@ TEST(InProcessClientTest, WithFourServersADownServerIsExcludedAndTheOthersGoOn) 
     for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
     ASSERT_TRUE((*client)->Close().ok());
   }
-  EXPECT_LE(fs.cluster->applied_evictions(down), excluded_at + 1);
+  const std::uint64_t down_applied = fs.cluster->applied_evictions(down);
+  EXPECT_LE(down_applied, excluded_at + 1);
   fs.cluster->SetDown(down, false);
   RebuildOptions options;
   options.target = down;
   options.client = fs.options;
+  options.verify = false;  // the reads below check it, with it among three
   auto report = RebuildServer(fs.state, testing::TestPassphrase(), options);
   ASSERT_TRUE(report.ok()) << report.status().ToString();
-  EXPECT_EQ(report->blocks_verified, model.size());
+  // Caught up: it kept its store and got only what the evictions since rewrote.
+  const std::uint64_t now = fs.cluster->applied_evictions((down + 1) % 4);
+  EXPECT_TRUE(report->caught_up);
+  EXPECT_EQ(report->caught_up_from, std::min(excluded_at, down_applied));
+  const OramParams p = testing::SmallParams(kBlockBytes, kEvictRate, kTallHeight);
+  const auto missed = BucketsRewrittenBy(p.geometry(), report->caught_up_from, now);
+  EXPECT_EQ(report->buckets_sent,
+            static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true)));
+  EXPECT_LT(report->buckets_sent, report->buckets);
+  EXPECT_EQ(fs.cluster->applied_evictions(down), now);
+  // Another server down: every read now needs the caught-up one's shares.
+  // That one is excluded in turn, and caught up too.
+  const std::size_t other = (down + 2) % 4;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    EXPECT_TRUE((*client)->TakeSnapshot().exclusions.empty());
+    fs.cluster->SetDown(other, true);
+    EXPECT_TRUE(ReadAll(**client, model)) << "a read through the caught-up server failed";
+    for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  fs.cluster->SetDown(other, false);
+  options.target = other;
+  report = RebuildServer(fs.state, testing::TestPassphrase(), options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_TRUE(report->caught_up);
   auto client = fs.Open();
   ASSERT_TRUE(client.ok()) << client.status().ToString();
   EXPECT_TRUE((*client)->TakeSnapshot().exclusions.empty());

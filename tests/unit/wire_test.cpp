@@ -103,8 +103,9 @@ bool Same(const LeaseReply& a, const LeaseReply& b) {
 bool Same(const LeaseReleaseRequest&, const LeaseReleaseRequest&) { return true; }
 bool Same(const LeaseQueryRequest&, const LeaseQueryRequest&) { return true; }
 bool Same(const RebuildBeginRequest& a, const RebuildBeginRequest& b) {
-  return std::tie(a.server_index, a.shape, a.applied_seq, a.applied_evictions, a.force) ==
-         std::tie(b.server_index, b.shape, b.applied_seq, b.applied_evictions, b.force);
+  return std::tie(a.server_index, a.shape, a.applied_seq, a.applied_evictions, a.force,
+                  a.catch_up) ==
+         std::tie(b.server_index, b.shape, b.applied_seq, b.applied_evictions, b.force, b.catch_up);
 }
 bool Same(const RebuildBeginReply&, const RebuildBeginReply&) { return true; }
 bool Same(const RebuildReadRequest& a, const RebuildReadRequest& b) {
@@ -294,7 +295,8 @@ class Gen {
       case 15: return LeaseReply{Bool(), U64(), Text(), U64(), U64(), U64()};
       case 16: return LeaseReleaseRequest{};
       case 17: return LeaseQueryRequest{};
-      case 18: return RebuildBeginRequest{U32(), Shape(), U64(), U64(), Bool()};
+      case 18:
+        return RebuildBeginRequest{U32(), Shape(), U64(), U64(), Bool(), Bool()};
       case 19: return RebuildBeginReply{};
       case 20: {
         RebuildReadRequest m;
@@ -530,7 +532,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   // clang-format off
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x08, 0x00,              // version 8
+      0x09, 0x00,              // version 9
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -566,7 +568,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   // clang-format off
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x08, 0x00,              // version 8
+      0x09, 0x00,              // version 9
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -805,15 +807,18 @@ TEST(WireTest, StringsAreCapped) {
 
 TEST(WireTest, VersionMismatchNamesBothVersions) {
   std::vector<std::uint8_t> frame = Encode(Header{}, StatusRequest{});
-  frame[4] = 9;  // version 9
+  // A version that is not ours (the next one).
+  const int other = kWireVersion + 1;
+  frame[4] = static_cast<std::uint8_t>(other);
+  const std::string theirs = "version " + std::to_string(other);
   auto r = Decode(frame);
-  ExpectCorruption(r, "version 9");
+  ExpectCorruption(r, theirs);
   EXPECT_NE(r.status().message().find("version " + std::to_string(kWireVersion)),
             std::string::npos)
       << r.status().message();
   // A future version is recognised even if its header is shorter than ours.
   std::vector<std::uint8_t> tiny(frame.begin(), frame.begin() + 6);
-  ExpectCorruption(Decode(tiny), "version 9");
+  ExpectCorruption(Decode(tiny), theirs);
 }
 
 TEST(WireTest, BadMagicAndUnknownTypesAreRejected) {
