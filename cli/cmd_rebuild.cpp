@@ -83,12 +83,13 @@ void RegisterRebuild(CLI::App& app, int* exit_code) {
     for (std::size_t j : r->participants) from += (from.empty() ? "" : ", ") + std::to_string(j);
     if (r->caught_up) {
       std::printf(
-          "server %zu caught up from servers %s: it had applied %llu evictions; %llu of %llu "
-          "buckets sent (the root and what the evictions since rewrote), %s received; it kept the "
-          "rest\n",
+          "server %zu caught up from servers %s: it had applied %llu evictions; it missed %llu "
+          "of %llu buckets (the root and what the evictions since rewrote), %llu were sent, %s "
+          "received; it kept the rest\n",
           a->server, from.c_str(), static_cast<unsigned long long>(r->caught_up_from),
-          static_cast<unsigned long long>(r->buckets_sent),
+          static_cast<unsigned long long>(r->buckets_missed),
           static_cast<unsigned long long>(r->buckets),
+          static_cast<unsigned long long>(r->buckets_sent),
           HumanBytes(double(r->bytes_received)).c_str());
     } else {
       std::printf("server %zu rebuilt from servers %s: %llu of %llu buckets written, %s received\n",

@@ -75,7 +75,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::ReadNow(std::uint64_t id) {
                           "lost (s3oram fsck names the file; fsck -y --zero-damaged lets it read "
                           "as zeros)");
   }
-  last_contact_ = std::chrono::steady_clock::now();
+  last_contact_ = last_access_ = std::chrono::steady_clock::now();
   ++stats_.reads;
   if (!r.ok()) {
     ++stats_.failures;
@@ -88,7 +88,7 @@ Status OramBlockEngine::WriteNow(std::uint64_t id, std::span<const std::uint8_t>
   std::lock_guard<FairMutex> lock(mu_);
   Status s = client_->Write(id, data);
   AfterCall();
-  last_contact_ = std::chrono::steady_clock::now();
+  last_contact_ = last_access_ = std::chrono::steady_clock::now();
   ++stats_.writes;
   if (!s.ok()) {
     ++stats_.failures;
@@ -102,7 +102,7 @@ Result<std::vector<std::uint8_t>> OramBlockEngine::UpdateNow(std::uint64_t id,
   std::lock_guard<FairMutex> lock(mu_);
   auto r = client_->Update(id, modify);
   AfterCall();
-  last_contact_ = std::chrono::steady_clock::now();
+  last_contact_ = last_access_ = std::chrono::steady_clock::now();
   ++stats_.updates;
   if (!r.ok()) {
     ++stats_.failures;
@@ -157,7 +157,7 @@ OramBlockEngine::DummyOutcome OramBlockEngine::DummyAccess() {
   const std::uint64_t id = random::Below(client_->params().capacity_blocks);
   auto r = client_->Read(id);
   AfterCall();
-  last_contact_ = std::chrono::steady_clock::now();
+  last_contact_ = last_access_ = std::chrono::steady_clock::now();
   if (r.ok()) {
     sodium_memzero(r->data(), r->size());  // file data nobody asked for
   } else {
@@ -250,7 +250,7 @@ std::vector<Result<std::vector<std::uint8_t>>> OramBlockEngine::Batch(std::span<
   auto results = client_->AccessMany(items, gate);
   end_piece(0, std::chrono::steady_clock::now());
   AfterCall();
-  last_contact_ = std::chrono::steady_clock::now();
+  last_contact_ = last_access_ = std::chrono::steady_clock::now();
   std::set<std::uint64_t> written;  // by an earlier operation of this batch
   for (std::size_t i = 0; i < ops.size(); ++i) {
     const Op& op = ops[i];
@@ -405,7 +405,7 @@ void OramBlockEngine::CatchUpExcluded() {
     // would otherwise not wait for: on a busy mount with one running, wait
     // for a beat without one, but not for more than kCatchUpPatience beats.
     // An idle mount (no access for 2 s) has nobody waiting.
-    const bool busy = std::chrono::steady_clock::now() - last_contact_ < std::chrono::seconds(2);
+    const bool busy = std::chrono::steady_clock::now() - last_access_ < std::chrono::seconds(2);
     auto pending = client_->PendingEviction();
     if (busy && pending.ok() && pending->has_value() && ++catch_up_deferred_ < kCatchUpPatience) {
       continue;

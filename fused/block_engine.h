@@ -202,6 +202,8 @@ class OramBlockEngine final : public BlockEngine {
   mutable std::mutex snapshot_mu_;           // never held while waiting for mu_
   OramClient::Snapshot snapshot_;            // under snapshot_mu_; taken by AfterCall
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
+  // The last access a caller asked for (not a keep-alive): idle since then.
+  std::chrono::steady_clock::time_point last_access_ = std::chrono::steady_clock::now();
   std::unique_ptr<AccessTicker> ticker_;  // constant-rate mode only; set before any access
   // CatchUpExcluded's (the keep-alive thread's only): its probe, and what
   // it last logged of each server.

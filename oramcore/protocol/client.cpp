@@ -612,18 +612,22 @@ Result<RebuildReport> OramClient::CatchUpExcluded(std::size_t server) {
   }
   // The participants must agree on the tree the catch-up copies from: no
   // eviction under way, every root write on every participant.
+  using Ms = std::chrono::milliseconds;
+  const auto started = std::chrono::steady_clock::now();
   S3ORAM_RETURN_IF_ERROR(evictor_->Settle().WithContext("settling the eviction before a catch-up"));
   S3ORAM_RETURN_IF_ERROR(Sync().WithContext("sending the root writes before a catch-up"));
-  const auto started = std::chrono::steady_clock::now();
+  const auto settled = std::chrono::steady_clock::now();
   S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, CatchUpExcludedServer(*session_, server));
   S3ORAM_RETURN_IF_ERROR(session_->Readmit(server));
-  const auto took = std::chrono::duration_cast<std::chrono::milliseconds>(
-      std::chrono::steady_clock::now() - started);
+  const auto done = std::chrono::steady_clock::now();
   spdlog::info(
-      "server {} ({}) caught up in {} ms: it had applied {} of {} evictions; {} of {} buckets sent "
-      "(the root and what the evictions since rewrote), it kept the rest; it takes part again",
-      server, session_->servers().endpoint(server), took.count(), report.caught_up_from,
-      session_->counters().ne, report.buckets_sent, report.buckets);
+      "server {} ({}) caught up in {} ms ({} ms settling the eviction and root writes first): it "
+      "had applied {} of {} evictions; it missed {} of {} buckets (the root and what the "
+      "evictions since rewrote), {} were sent, it kept the rest; it takes part again",
+      server, session_->servers().endpoint(server),
+      std::chrono::duration_cast<Ms>(done - started).count(),
+      std::chrono::duration_cast<Ms>(settled - started).count(), report.caught_up_from,
+      session_->counters().ne, report.buckets_missed, report.buckets, report.buckets_sent);
   return report;
 }
 

@@ -519,9 +519,19 @@ Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::
   // the range is asked for again in full.
   for (bool dense : {false, true}) {
     replies.clear();
-    for (std::size_t j : r.report.participants) {
-      S3ORAM_ASSIGN_OR_RETURN(wire::Message m, s.Ask(j, d.Read(r.K, first, count, dense),
-                                                     wire::MessageType::kRebuildReadReply, d.bulk));
+    // One request to every participant at once: a range costs one round
+    // trip to the survivors, not one per survivor.
+    const wire::Header h = s.Next();
+    const std::vector<std::uint8_t> frame = wire::Encode(h, d.Read(r.K, first, count, dense));
+    S3ORAM_ASSIGN_OR_RETURN(
+        std::vector<wire::Message> answers,
+        s.servers->ExchangeWith(
+            r.report.participants,
+            std::vector<std::vector<std::uint8_t>>(r.report.participants.size(), frame), h,
+            wire::MessageType::kRebuildReadReply, d.bulk));
+    for (std::size_t a = 0; a < answers.size(); ++a) {
+      const std::size_t j = r.report.participants[a];
+      wire::Message& m = answers[a];
       if (r.options.observe) r.options.observe(j, m);
       auto& reply = std::get<wire::RebuildReadReply>(m.body);
       std::uint64_t written = 0;
@@ -637,6 +647,7 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
       r.report.caught_up
           ? static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true))
           : buckets;
+  if (r.report.caught_up) r.report.buckets_missed = to_send;
   const std::uint64_t total_bytes = to_send * bucket_bytes;
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
@@ -649,8 +660,18 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
     }
     std::uint64_t count = std::min<std::uint64_t>(per_range, buckets - first + 1);
     if (r.report.caught_up) {
+      // A run of missed buckets, taking in gaps of up to kCatchUpGap kept
+      // ones: sent again they get the same sharing K holds (they did not
+      // change), and a range saves two round trips.
+      constexpr std::uint64_t kCatchUpGap = 8;
       std::uint64_t run = 1;
-      while (run < count && missed[first + run]) ++run;
+      for (std::uint64_t next = 1; next < count; ++next) {
+        if (missed[first + next]) {
+          run = next + 1;
+        } else if (next - run >= kCatchUpGap) {
+          break;
+        }
+      }
       count = run;
     }
     S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, static_cast<std::uint32_t>(count)));
@@ -665,9 +686,9 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
                                wire::MessageType::kRebuildFinishReply, options.client.evictions)
                              .status()
                              .WithContext("finishing the rebuild on " + r.Name(r.K)));
-  spdlog::info("server {} {}: {} of {} buckets sent, {} written", r.K,
+  spdlog::info("server {} {}: {} of {} buckets sent ({} missed), {} written", r.K,
                r.report.caught_up ? "caught up" : "rebuilt", r.report.buckets_sent, buckets,
-               r.report.buckets_written);
+               r.report.caught_up ? r.report.buckets_missed : buckets, r.report.buckets_written);
   return Status::Ok();
 }
 

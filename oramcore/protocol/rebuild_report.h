@@ -19,12 +19,14 @@ struct RebuildReport {
   std::uint64_t backup_generation = 0;  // the state uploaded after verifying (0: not)
   // The root snapshot of an eviction under way was rebuilt too (root.bin).
   bool root_snapshot = false;
-  // K was caught up rather than rebuilt: only `buckets_sent` buckets (the
-  // root and what the evictions from `caught_up_from` on rewrote) came from
-  // the others; K kept the rest.
+  // K was caught up rather than rebuilt: `buckets_missed` buckets (the root
+  // and what the evictions from `caught_up_from` on rewrote) came from the
+  // others, in ranges of `buckets_sent` (short gaps of kept buckets between
+  // them included); K kept the rest.
   bool caught_up = false;
   std::uint64_t caught_up_from = 0;  // evictions K had applied
-  std::uint64_t buckets_sent = 0;
+  std::uint64_t buckets_missed = 0;
+  std::uint64_t buckets_sent = 0;  // every bucket for a full rebuild
 };
 
 }  // namespace s3oram

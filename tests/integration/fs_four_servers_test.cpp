@@ -204,8 +204,8 @@ TEST(FsFourServersTest, ACatchUpKilledHalfwayLeavesNoMixedStoreAndAFullRebuildRe
   ASSERT_TRUE(WriteFile(fs->Path("big"), files["big"], 0644, /*do_fsync=*/true));
   ASSERT_TRUE(fs->Unmount());
 
-  // The second catch-up write kills it: some buckets are new, others not.
-  ASSERT_TRUE(cluster.Restart(k, {"S3ORAM_FAULT=server.catch_up.after_write@2"}).ok());
+  // The first catch-up write kills it: some buckets are new, others not.
+  ASSERT_TRUE(cluster.Restart(k, {"S3ORAM_FAULT=server.catch_up.after_write@1"}).ok());
   const CliRun cut = RunCli(CliArgs(*fs, "rebuild", "--server " + std::to_string(k)));
   EXPECT_NE(cut.exit_code, 0) << cut.output;
   // It killed itself at the point; reap it (bounded) before the restart.
