@@ -99,6 +99,14 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildBegin(const wire::Header& 
 Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
                                                       const wire::RebuildBeginRequest& req) {
   const std::string me = "server " + std::to_string(config.index);
+  // A BEGIN sent again (a lost reply, a replaced connection) finds its own
+  // catch-up under way: the same answer, nothing done twice.
+  if (store && store->rebuilding() && rebuild_target && rebuild_target->catch_up &&
+      rebuild_target->epoch == h.epoch && rebuild_target->applied_seq == req.applied_seq &&
+      rebuild_target->applied_evictions == req.applied_evictions &&
+      store->meta().fs_id == h.fs_id) {
+    return wire::Body{wire::RebuildBeginReply{}};
+  }
   if (!store || store->rebuilding() || store->meta().fs_id != h.fs_id ||
       !(store->meta().shape == req.shape)) {
     return Status::FailedPrecondition("catch-up: " + me + " holds no live store of filesystem " +
@@ -125,7 +133,15 @@ Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
   job.reset();
   peers->Reset();
   const std::uint64_t from = m.applied_evictions;
-  S3ORAM_RETURN_IF_ERROR(store->rebuild().BeginCatchUp());
+  // Set first: from BeginCatchUp on the store is rebuilding, and a store
+  // that is rebuilding has its target (a later step failing leaves both).
+  rebuild_target =
+      RebuildTarget{h.epoch, req.applied_seq, req.applied_evictions, 1, /*catch_up=*/true};
+  max_epoch = h.epoch;
+  if (Status st = store->rebuild().BeginCatchUp(); !st.ok()) {
+    if (!store->rebuilding()) rebuild_target.reset();
+    return st;
+  }
   // The client catching this server up holds the lease on the others under
   // this epoch (a mount, or `s3oram rebuild`): it holds it here too, its
   // description to come with its next ACQUIRE (same epoch: granted). Any
@@ -144,9 +160,6 @@ Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
   backups.reset();
   S3ORAM_ASSIGN_OR_RETURN(backups, BackupStore::Open(config.data_dir, config.sync));
   S3ORAM_RETURN_IF_ERROR(backups->RemoveAll());
-  rebuild_target =
-      RebuildTarget{h.epoch, req.applied_seq, req.applied_evictions, 1, /*catch_up=*/true};
-  max_epoch = h.epoch;
   spdlog::info("catching up filesystem {} from {} to {} evictions applied", HexId(h.fs_id), from,
                req.applied_evictions);
   return wire::Body{wire::RebuildBeginReply{}};

@@ -612,10 +612,23 @@ Result<RebuildReport> OramClient::CatchUpExcluded(std::size_t server) {
   }
   // The participants must agree on the tree the catch-up copies from: no
   // eviction under way, every root write on every participant.
+  if (session_->fenced() || !session_->lease_held()) {
+    return Status::LeaseHeld("this client does not hold the lease: it catches no server up");
+  }
   using Ms = std::chrono::milliseconds;
   const auto started = std::chrono::steady_clock::now();
   S3ORAM_RETURN_IF_ERROR(evictor_->Settle().WithContext("settling the eviction before a catch-up"));
   S3ORAM_RETURN_IF_ERROR(Sync().WithContext("sending the root writes before a catch-up"));
+  // A root write some participant still lags on would give the returning
+  // server a root slot interpolated from old and new shares.
+  S3ORAM_RETURN_IF_ERROR(
+      roots_->SettleLagging(/*wait=*/true).WithContext("settling lagging root writes first"));
+  if (roots_->lagging()) {
+    return Status::Unavailable("a root write is still lagging on a server; catching up later");
+  }
+  // Still the holder on every participant (a client fenced meanwhile must
+  // not touch the returning server, which may not know the newer epoch).
+  S3ORAM_RETURN_IF_ERROR(session_->RenewLease().WithContext("before a catch-up"));
   const auto settled = std::chrono::steady_clock::now();
   S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, CatchUpExcludedServer(*session_, server));
   S3ORAM_RETURN_IF_ERROR(session_->Readmit(server));

@@ -608,24 +608,25 @@ Status ClientSession::Exclude(std::size_t server, const std::string& why) {
 
 Status ClientSession::Readmit(std::size_t server) {
   if (!excluded(server)) return Status::Ok();
-  ClientStateStore::Batch b;
-  b.Readmit(static_cast<std::uint32_t>(server));
-  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
-  ComputeParticipants();
-  spdlog::info("server {} ({}) takes part again", server, servers_->endpoint(server));
-  // A server caught up while this client holds the lease gets it too (its
-  // record was reset by the catch-up): its mutations need it.
+  // A server caught up while this client holds the lease gets it first (the
+  // catch-up made this epoch its holder; this fills in the description):
+  // its mutations need it, and once readmitted it is asked like the others.
   if (lease_held_) {
     wire::LeaseReply r;
     S3ORAM_RETURN_IF_ERROR(
         SendLease(server, wire::LeaseAcquireRequest{false, lease_sealed_}, &r)
             .WithContext("giving the lease to server " + std::to_string(server)));
     if (!r.granted) {
-      return NoteFencing(Status::LeaseHeld("server " + std::to_string(server) +
-                                           " says another client (epoch " +
-                                           std::to_string(r.holder_epoch) + ") holds the lease"));
+      return Status::LeaseHeld("server " + std::to_string(server) + " says another client (epoch " +
+                               std::to_string(r.holder_epoch) +
+                               ") holds the lease; it stays excluded");
     }
   }
+  ClientStateStore::Batch b;
+  b.Readmit(static_cast<std::uint32_t>(server));
+  S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
+  ComputeParticipants();
+  spdlog::info("server {} ({}) takes part again", server, servers_->endpoint(server));
   return Status::Ok();
 }
 

@@ -206,7 +206,9 @@ class ClientSession {
   Result<bool> ExcludeDown(const std::string& what);
   // Excludes `server` durably (CanExclude must hold) for `why`.
   Status Exclude(std::size_t server, const std::string& why);
-  // Ends its exclusion (it was rebuilt: its shares are current again).
+  // Ends its exclusion (it was caught up: its shares are current again),
+  // giving it this client's lease first if it holds one; LeaseHeld (and
+  // still excluded) if the server says another client holds it.
   Status Readmit(std::size_t server);
 
   // --- The lease. -----------------------------------------------------------------

@@ -652,6 +652,7 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
   S3ORAM_RETURN_IF_ERROR(RebuildRootSnapshot(r, d));
+  std::uint64_t sent_of_total = 0;
   for (std::uint64_t first = 1; first <= buckets;) {
     // A catch-up sends the runs of missed buckets only.
     if (r.report.caught_up && !missed[first]) {
@@ -675,11 +676,14 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
       count = run;
     }
     S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, static_cast<std::uint32_t>(count)));
+    // Progress counts what is to send (missed buckets for a catch-up, not
+    // the kept ones a range bridges), so it ends at its total.
+    for (std::uint64_t b = first; b < first + count; ++b) {
+      sent_of_total += !r.report.caught_up || missed[b] ? 1 : 0;
+    }
     first += count;
     r.report.buckets_sent += count;
-    if (options.progress) {
-      options.progress("rebuild", r.report.buckets_sent * bucket_bytes, total_bytes);
-    }
+    if (options.progress) options.progress("rebuild", sent_of_total * bucket_bytes, total_bytes);
   }
   // FINISH syncs the whole share file: give it the eviction budget.
   S3ORAM_RETURN_IF_ERROR(s.Ask(r.K, wire::RebuildFinishRequest{d.applied_seq, d.applied_evictions},

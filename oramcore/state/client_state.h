@@ -81,11 +81,13 @@ struct ProblemNote {
 };
 
 // A server the client stopped using (only with more than 2t + 1 servers):
-// it was found down, damaged or lying while the others could go on. Every
-// root write and eviction since `since_eviction` (the state's ne when it was
-// excluded) went to the others only, so its shares are stale: no request
-// that reads or changes the tree goes to it until `s3oram rebuild --server`
-// brings it back, which removes the record.
+// it was found down while the others could go on. Every root write and
+// eviction since `since_eviction` (the state's ne when it was excluded) went
+// to the others only, so its shares are stale: no request that reads or
+// changes the tree goes to it until a catch-up (a mount's, or `s3oram
+// rebuild --server`) or a rebuild brings it back, which removes the record.
+// A catch-up keeps its buckets outside what the evictions since rewrote:
+// only a server excluded for being down may be caught up.
 struct Exclusion {
   std::uint32_t server = 0;
   std::uint64_t since_eviction = 0;

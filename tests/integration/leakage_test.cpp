@@ -532,7 +532,7 @@ TEST(LeakageTest, AfterACatchUpEveryServerSeesTheSameAgain) {
       wire::MessageType::kStatusRequest,      wire::MessageType::kRebuildReadRequest,
       wire::MessageType::kEvictResultRequest, wire::MessageType::kEvictCheckRequest,
       wire::MessageType::kMacOpenRequest,     wire::MessageType::kEvictCommitRequest,
-      wire::MessageType::kWriteRootRequest};
+      wire::MessageType::kWriteRootRequest,   wire::MessageType::kLeaseAcquireRequest};
   for (std::size_t s = 0; s < 4; ++s) {
     for (const auto& e : fs->proxies[s]->transcript()) {
       if (!e.from_client) continue;

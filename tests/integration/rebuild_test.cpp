@@ -682,6 +682,36 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
                                   0, 0, false};
   ExpectRefused(Ask(**servers, 2, h, begin, wire::MessageType::kRebuildBeginReply),
                 Status::Code::kAlreadyExists, "live store");
+  // A catch-up (what an excluded server gets) takes the live store as it
+  // is: begun, and begun again (a resend after a lost reply) with the same
+  // answer; other counters are refused then, the store not being live.
+  wire::RebuildBeginRequest catch_up = begin;
+  catch_up.catch_up = true;
+  {
+    // To the count it has: a catch-up never goes below a server's own.
+    auto status = Ask(**servers, 2, h, wire::StatusRequest{}, wire::MessageType::kStatusReply);
+    ASSERT_TRUE(status.ok());
+    catch_up.applied_evictions = std::get<wire::StatusReply>(status->body).applied_evictions;
+    catch_up.applied_seq = std::get<wire::StatusReply>(status->body).applied_seq;
+    wire::RebuildBeginRequest below = catch_up;
+    if (below.applied_evictions > 0) {
+      below.applied_evictions -= 1;
+      ExpectRefused(Ask(**servers, 2, h, below, wire::MessageType::kRebuildBeginReply),
+                    Status::Code::kInvalidArgument, "more than the");
+    }
+  }
+  auto caught = Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply);
+  ASSERT_TRUE(caught.ok()) << caught.status().ToString();
+  caught = Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply);
+  ASSERT_TRUE(caught.ok()) << "a catch-up BEGIN sent again: " << caught.status().ToString();
+  catch_up.applied_seq += 5;
+  ExpectRefused(Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply),
+                Status::Code::kFailedPrecondition, "no live store");
+  {
+    auto status = Ask(**servers, 2, h, wire::StatusRequest{}, wire::MessageType::kStatusReply);
+    ASSERT_TRUE(status.ok());
+    EXPECT_TRUE(std::get<wire::StatusReply>(status->body).rebuilding);
+  }
   begin.force = true;
   auto begun = Ask(**servers, 2, h, begin, wire::MessageType::kRebuildBeginReply);
   ASSERT_TRUE(begun.ok()) << begun.status().ToString();
