@@ -415,6 +415,38 @@ TEST(LeakageTest, AnOutvotedLiarAmongFourChangesNothingAnyServerSees) {
 // succeeds, each participant sees the same message shapes in all three,
 // one retrieval per access and uniform paths, and the excluded server is
 // sent nothing but the liveness checks (STATUS).
+// The three workloads of the four-server tests, n accesses each (one block
+// read n times, n distinct reads, n writes of 256-byte blocks), through
+// fs's client and `read` (which checks what it read against fs's model):
+// each server's transcript of each, resends dropped. [workload][server]
+template <class Fs, class Rng, class Read>
+std::vector<std::vector<std::vector<TranscriptEntry>>> RunThreeWorkloads(Fs& fs, Rng& rng,
+                                                                         std::uint64_t n,
+                                                                         const Read& read) {
+  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;
+  auto run = [&](const std::function<void(std::uint64_t)>& access) {
+    for (auto& p : fs.proxies) p->ClearTranscript();
+    for (std::uint64_t i = 0; i < n; ++i) access(i);
+    std::vector<std::vector<TranscriptEntry>> per_server;
+    for (auto& p : fs.proxies) {
+      std::uint64_t resends = 0;
+      per_server.push_back(WithoutResends(p->transcript(), &resends));
+    }
+    runs.push_back(std::move(per_server));
+  };
+  run([&](std::uint64_t) { read(0); });
+  std::vector<BlockId> order(n);
+  for (BlockId id = 0; id < n; ++id) order[id] = id;
+  std::shuffle(order.begin(), order.end(), rng);
+  run([&](std::uint64_t i) { read(order[i]); });
+  run([&](std::uint64_t i) {
+    const BlockId id = rng() % n;
+    fs.model[id] = testing::Content(256, id, i + 1);
+    ASSERT_TRUE(fs.client->Write(id, fs.model[id]).ok());
+  });
+  return runs;
+}
+
 TEST(LeakageTest, AnExcludedServerChangesNothingTheOthersSee) {
   const std::uint64_t seed = testing::TestSeed();
   OramParams params = testing::SmallParams(256, 8, 7);  // 512 blocks, 64 leaves
@@ -441,27 +473,7 @@ TEST(LeakageTest, AnExcludedServerChangesNothingTheOthersSee) {
   const std::uint64_t ne = client.counters().ne;
   while (client.counters().ne < ne + 2 || client.counters().nr != 0) read(0);
 
-  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
-  auto run = [&](const std::function<void(std::uint64_t)>& access) {
-    for (auto& p : fs->proxies) p->ClearTranscript();
-    for (std::uint64_t i = 0; i < n; ++i) access(i);
-    std::vector<std::vector<TranscriptEntry>> per_server;
-    for (auto& p : fs->proxies) {
-      std::uint64_t resends = 0;
-      per_server.push_back(WithoutResends(p->transcript(), &resends));
-    }
-    runs.push_back(std::move(per_server));
-  };
-  run([&](std::uint64_t) { read(0); });
-  std::vector<BlockId> order(n);
-  for (BlockId id = 0; id < n; ++id) order[id] = id;
-  std::shuffle(order.begin(), order.end(), rng);
-  run([&](std::uint64_t i) { read(order[i]); });
-  run([&](std::uint64_t i) {
-    const BlockId id = rng() % n;
-    model[id] = testing::Content(256, id, i + 1);
-    ASSERT_TRUE(client.Write(id, model[id]).ok());
-  });
+  const auto runs = RunThreeWorkloads(*fs, rng, n, read);  // [workload][server]
   ASSERT_EQ(runs.size(), 3u);
   for (std::uint64_t w : client.stats().wrong_answers) EXPECT_EQ(w, 0u);
   ASSERT_TRUE(client.Close().ok());
@@ -549,27 +561,7 @@ TEST(LeakageTest, AfterACatchUpEveryServerSeesTheSameAgain) {
   const std::uint64_t after = client.counters().ne;
   while (client.counters().ne < after + 2 || client.counters().nr != 0) read(0);
 
-  std::vector<std::vector<std::vector<TranscriptEntry>>> runs;  // [workload][server]
-  auto run = [&](const std::function<void(std::uint64_t)>& access) {
-    for (auto& p : fs->proxies) p->ClearTranscript();
-    for (std::uint64_t i = 0; i < n; ++i) access(i);
-    std::vector<std::vector<TranscriptEntry>> per_server;
-    for (auto& p : fs->proxies) {
-      std::uint64_t resends = 0;
-      per_server.push_back(WithoutResends(p->transcript(), &resends));
-    }
-    runs.push_back(std::move(per_server));
-  };
-  run([&](std::uint64_t) { read(0); });
-  std::vector<BlockId> order(n);
-  for (BlockId id = 0; id < n; ++id) order[id] = id;
-  std::shuffle(order.begin(), order.end(), rng);
-  run([&](std::uint64_t i) { read(order[i]); });
-  run([&](std::uint64_t i) {
-    const BlockId id = rng() % n;
-    model[id] = testing::Content(256, id, i + 1);
-    ASSERT_TRUE(client.Write(id, model[id]).ok());
-  });
+  const auto runs = RunThreeWorkloads(*fs, rng, n, read);  // [workload][server]
   for (std::uint64_t w : client.stats().wrong_answers) EXPECT_EQ(w, 0u);
   ASSERT_TRUE(client.Close().ok());
   const char* names[] = {"one block read n times", "n distinct reads", "n writes"};
