@@ -37,7 +37,7 @@ int FailScrub(const Status& s, int code) {
 // One line per server's own digest check. Returns the problem text a mount
 // would record for the damaged ones (for s3oram status) and counts them.
 std::string ReportDamagedServers(const ConsistencyFindings& findings, const std::string& state,
-                                 int* damaged_servers) {
+                                 int* damaged_servers, std::size_t* last_damaged) {
   std::string problem;
   for (std::size_t i = 0; i < findings.servers.size(); ++i) {
     const ScrubFindings& f = findings.servers[i];
@@ -54,6 +54,7 @@ std::string ReportDamagedServers(const ConsistencyFindings& findings, const std:
       continue;
     }
     ++*damaged_servers;
+    *last_damaged = i;
     problem += (problem.empty() ? "" : "; ") + ("server " + std::to_string(i)) +
                " has damaged storage: " + std::to_string(f.damaged) +
                " slots do not match their digests (" + DescribeDamage(f) +
@@ -158,6 +159,29 @@ Status ReportConsistency(OramClient& client, const ConsistencyFindings& findings
   return NameWrongServer(client, findings, a);
 }
 
+// With servers to spare, the one server whose storage scrub found damaged is
+// excluded as suspect (ClientSession::Exclude), as a mount that met the
+// damage would exclude it: the mounts then stay writable without it, and
+// only a full rebuild takes it back. True if it was.
+bool ExcludeDamagedServer(OramClient& client, std::size_t server, const std::string& problem,
+                          const std::string& state) {
+  if (!client.session().CanExclude(server)) return false;
+  if (Status st = client.session().Exclude(server, "it reported damaged storage: " + problem,
+                                           /*suspect=*/true);
+      !st.ok()) {
+    std::fprintf(stderr,
+                 "s3oram scrub: server %zu cannot be excluded yet (%s); a mount excludes it when "
+                 "it meets the damage\n",
+                 server, st.ToString().c_str());
+    return false;
+  }
+  std::printf(
+      "server %zu: EXCLUDED now: the filesystem goes on, writable, with the other servers; "
+      "rebuild it in full from them: s3oram rebuild -s %s --server %zu\n",
+      server, state.c_str(), server);
+  return true;
+}
+
 // A problem a mount met is kept (it says which access met it); one only
 // scrub found is recorded so that s3oram status names it. Damaged storage
 // replaces a note of a lesser problem (an inconsistency), so that the next
@@ -239,11 +263,16 @@ int RunScrub(ScrubArgs& a) {
   if (bar) bar->Finish();
   if (!findings.ok()) return FailScrub(findings.status(), 1);
   int damaged_servers = 0;
+  std::size_t damaged_server = 0;
   // For s3oram status, as a mount would record it.
-  std::string problem = ReportDamagedServers(*findings, a.state, &damaged_servers);
+  std::string problem = ReportDamagedServers(*findings, a.state, &damaged_servers, &damaged_server);
   if (Status s = ReportConsistency(**client, *findings, a); !s.ok()) return FailScrub(s, 1);
   const ScrubFindings& bad = findings->inconsistent;
   const int exit_code = damaged_servers > 0 || bad.damaged > 0 ? 4 : 0;
+  if (damaged_servers == 1 && bad.damaged == 0 &&
+      ExcludeDamagedServer(**client, damaged_server, problem, a.state)) {
+    problem.clear();  // the exclusion names it; the mounts stay writable
+  }
   if (bad.damaged > 0) {
     problem += (problem.empty() ? "" : "; ") + std::to_string(bad.damaged) +
                " slots are not one consistent sharing across the servers (" + DescribeDamage(bad) +

@@ -356,7 +356,20 @@ void OramBlockEngine::CatchUpExcluded() {
   {
     std::lock_guard<FairMutex> lock(mu_);
     if (client_->fenced() || client_->session().read_only()) return;
-    for (const Exclusion& e : client_->session().store().exclusions()) excluded.push_back(e.server);
+    for (const Exclusion& e : client_->session().store().exclusions()) {
+      // Excluded for what it answered: only a full rebuild takes it back.
+      if (e.suspect) {
+        if (catch_up_noted_[e.server].empty()) {
+          catch_up_noted_[e.server] = "suspect";
+          spdlog::warn(
+              "excluded server {} is not caught up: it was excluded for what it answered ({}); "
+              "rebuild it in full: unmount, then s3oram rebuild --server {}",
+              e.server, e.reason, e.server);
+        }
+        continue;
+      }
+      excluded.push_back(e.server);
+    }
     if (excluded.empty()) return;
     fs_id = client_->config().fs_id;
     if (!catch_up_probe_) {

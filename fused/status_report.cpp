@@ -94,12 +94,18 @@ int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
       const auto t = static_cast<std::time_t>(e.unix_seconds);
       std::tm tm{};
       if (gmtime_r(&t, &tm) != nullptr) std::strftime(when, sizeof when, "%Y-%m-%d %H:%M UTC", &tm);
-      Appendf(out,
-              "server %zu    %s  EXCLUDED since eviction %llu (%s): %s. The others go on without "
-              "it and its shares fall behind; once it is back, `s3oram rebuild --server %zu` "
-              "brings it up to date and takes it back\n",
-              i, r.endpoint.c_str(), static_cast<unsigned long long>(e.since_eviction), when,
-              e.reason.c_str(), i);
+      // A suspect (excluded for what it answered) is never caught up.
+      const char* why = e.suspect ? " for what it answered" : "";
+      const std::string then =
+          e.suspect ? "The others go on without it, writable; nothing of it is read or trusted "
+                      "again until `s3oram rebuild --server " +
+                          std::to_string(i) + "` rebuilds it in full from the others"
+                    : "The others go on without it and its shares fall behind; once it is back, "
+                      "a mount catches it up (or `s3oram rebuild --server " +
+                          std::to_string(i) + "`) and takes it back";
+      Appendf(out, "server %zu    %s  EXCLUDED since eviction %llu (%s)%s: %s. %s\n", i,
+              r.endpoint.c_str(), static_cast<unsigned long long>(e.since_eviction), when, why,
+              e.reason.c_str(), then.c_str());
     }
     if (i < down.size() && down[i]) {
       // The client's own verdict (its requests to it fail at once), beside

@@ -98,6 +98,8 @@ Status AccessPath::RunChunk(std::span<const BatchItem> items,
 
 Status AccessPath::BeforeChunk() {
   const OramParams& p = params();
+  // A server found lying or damaged by the last chunk is left out first.
+  S3ORAM_RETURN_IF_ERROR(session_.ExcludeSuspects().status());
   // What lagging servers answered since; a root write one of them failed is
   // written again on every server before anything reads the root.
   S3ORAM_RETURN_IF_ERROR(roots_.SettleLagging(/*wait=*/false));
@@ -306,7 +308,7 @@ Result<std::vector<std::optional<wire::Message>>> AccessPath::RepliesOf(
   // excluded server).
   const std::vector<std::size_t>& servers = session_.participants();
   std::vector<std::optional<wire::Message>> replies(params().parties);
-  std::optional<Status> failure, silence;
+  std::optional<Status> failure, silence, damaged;
   std::size_t answered = 0;
   for (std::size_t k = 0; k < answers.size(); ++k) {
     const std::size_t i = servers[k];
@@ -325,12 +327,21 @@ Result<std::vector<std::optional<wire::Message>>> AccessPath::RepliesOf(
       // missed the root write this request carried).
       lag.failed.push_back(i);
       if (!silence) silence = reply.status();
+    } else if (reply.status().code() == Status::Code::kDamaged &&
+               session_.NoteSuspect(i,
+                                    "it reported damaged storage: " + reply.status().message())) {
+      // With servers to spare it is left out before the next chunk
+      // (ClientSession::ExcludeSuspects); 2t + 1 others may answer without
+      // it, as without a silent one.
+      lag.failed.push_back(i);
+      if (!damaged) damaged = reply.status();
     } else if (!failure || (reply.status().code() == Status::Code::kDamaged &&
                             failure->code() != Status::Code::kDamaged)) {
       failure = reply.status();
     }
   }
   if (failure) return *failure;
+  if (damaged && answered < decoder_.degree() + 1) return *damaged;
   if (silence && answered < decoder_.degree() + 1) return *silence;
   return replies;
 }
@@ -584,6 +595,13 @@ void AccessPath::NoteWrong(const shamir::RobustDecoder::Outcome& o, bool resent,
            session_.servers().endpoint(i) + ")";
   }
   for (std::size_t i : o.used) used += (used.empty() ? "" : ", ") + std::to_string(i);
+  // A server that answers wrongly is left out before the next chunk, when
+  // the others suffice (ClientSession::ExcludeSuspects): it is not asked
+  // again, and its share is rebuilt in full later.
+  for (std::size_t i : o.wrong) {
+    session_.NoteSuspect(i, "its retrieval answer for an access was wrong, outvoted by servers " +
+                                used + " whose answers verify");
+  }
   // One message per set of wrong servers (NoteProblem records each distinct
   // message once): the block is left out, it would make one per block.
   const Status st = Status::Integrity(

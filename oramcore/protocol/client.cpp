@@ -469,6 +469,9 @@ Result<std::vector<std::uint8_t>> OramClient::Update(BlockId id, const BlockModi
 
 Status OramClient::Sync() {
   if (session_->read_only()) return Status::Ok();
+  // A server found lying or damaged by the last accesses is left out
+  // durably before the root writes go.
+  S3ORAM_RETURN_IF_ERROR(session_->ExcludeSuspects().status());
   if (!roots_->empty()) return roots_->Flush();
   ClientStateStore::Batch batch;
   batch.SetCounters(session_->counters());
@@ -649,7 +652,14 @@ Status OramClient::Close() {
   // logged in the state, and the next Open sends it. So does the eviction
   // in flight (the next Open finishes it if this fails).
   Status flushed = Status::Ok();
-  if (!roots_->empty() && session_->lease_held() && !session_->fenced()) flushed = roots_->Flush();
+  // A server found lying or damaged since the last chunk is left out
+  // durably, so the next Open does not ask it.
+  if (session_->lease_held() && !session_->fenced()) {
+    flushed = session_->ExcludeSuspects().status();
+  }
+  if (flushed.ok() && !roots_->empty() && session_->lease_held() && !session_->fenced()) {
+    flushed = roots_->Flush();
+  }
   // Writes a server lags on: acknowledged, or written again on every server
   // (else they stay logged, and the next Open rewrites them).
   if (roots_->lagging() && session_->lease_held() && !session_->fenced()) {

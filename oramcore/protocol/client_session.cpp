@@ -310,6 +310,17 @@ void ClientSession::NoteProblem(const Status& st) {
       (st.message().find("inconsistent across the servers") != std::string::npos ||
        st.message().find("authenticate (share MAC)") != std::string::npos);
   if (!damaged && !inconsistent) return;
+  // With servers to spare, a server reporting damaged storage is left out
+  // (ExcludeSuspects: NoteProblem is only called between requests) and the
+  // writes go on without it.
+  if (damaged) {
+    auto excluded = ExcludeSuspects();
+    if (!excluded.ok()) {
+      spdlog::warn("excluding the server that reported damage: {}", excluded.status().ToString());
+    } else if (*excluded) {
+      return;
+    }
+  }
   // One write per new problem, not per access.
   // The stop's own refusal repeats a problem already recorded.
   if (writes_stopped_ && st.message() == writes_stopped_->message()) return;
@@ -581,7 +592,38 @@ Result<bool> ClientSession::ExcludeDown(const std::string& what) {
   return true;
 }
 
-Status ClientSession::Exclude(std::size_t server, const std::string& why) {
+bool ClientSession::NoteSuspect(std::size_t server, const std::string& why) {
+  if (read_only_ || server >= servers_->size() || excluded(server)) return false;
+  for (const auto& [noted, reason] : suspects_) {
+    if (noted == server) return true;
+  }
+  if (participants_.size() - suspects_.size() <= 2 * std::size_t{params().threshold} + 1) {
+    return false;
+  }
+  suspects_.emplace_back(server, why.substr(0, kProblemNoteMax));
+  return true;
+}
+
+Result<bool> ClientSession::ExcludeSuspects() {
+  for (ServerSet::DamageReport& d : servers_->TakeDamageReports()) {
+    // A server that reported damage outside this session's participants
+    // (a rebuild's source, an excluded one) is not this session's to judge.
+    if (std::find(participants_.begin(), participants_.end(), d.server) == participants_.end()) {
+      continue;
+    }
+    NoteSuspect(d.server, "it reported damaged storage: " + d.message);
+  }
+  if (read_only_ || suspects_.empty()) return false;
+  bool any = false;
+  for (auto& [server, why] : std::exchange(suspects_, {})) {
+    if (!CanExclude(server)) continue;
+    S3ORAM_RETURN_IF_ERROR(Exclude(server, why, /*suspect=*/true));
+    any = true;
+  }
+  return any;
+}
+
+Status ClientSession::Exclude(std::size_t server, const std::string& why, bool suspect) {
   if (!CanExclude(server)) {
     return Status::FailedPrecondition("server " + std::to_string(server) +
                                       " cannot be left out: the others would be fewer than "
@@ -592,17 +634,28 @@ Status ClientSession::Exclude(std::size_t server, const std::string& why) {
   e.since_eviction = counters_.ne;
   e.unix_seconds = static_cast<std::uint64_t>(std::time(nullptr));
   e.reason = why.substr(0, kProblemNoteMax);
+  e.suspect = suspect;
   ClientStateStore::Batch b;
   b.Exclude(e);
   S3ORAM_RETURN_IF_ERROR(store_->Commit(b, /*durable=*/true));
   ComputeParticipants();
+  std::erase_if(suspects_, [server](const auto& s) { return s.first == server; });
   std::string rest;
   for (std::size_t i : participants_) rest += (rest.empty() ? "" : ", ") + std::to_string(i);
-  spdlog::warn(
-      "server {} ({}) is excluded from eviction {} on: {}. The filesystem goes on with "
-      "servers {}; the excluded server's shares fall behind and are not read. Once it is back, "
-      "`s3oram rebuild --server {}` brings it up to date and takes it back",
-      server, servers_->endpoint(server), counters_.ne, why, rest, server);
+  if (suspect) {
+    spdlog::error(
+        "server {} ({}) is excluded from eviction {} on: {}. The filesystem goes on, writable, "
+        "with servers {}; nothing of the excluded server is read or trusted again. Rebuild it "
+        "in full from the others: `s3oram rebuild --server {}` (after unmounting), which takes "
+        "it back",
+        server, servers_->endpoint(server), counters_.ne, why, rest, server);
+  } else {
+    spdlog::warn(
+        "server {} ({}) is excluded from eviction {} on: {}. The filesystem goes on with "
+        "servers {}; the excluded server's shares fall behind and are not read. Once it is "
+        "back, it is caught up (by this mount, or `s3oram rebuild --server {}`) and taken back",
+        server, servers_->endpoint(server), counters_.ne, why, rest, server);
+  }
   return Status::Ok();
 }
 

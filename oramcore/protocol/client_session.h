@@ -204,8 +204,24 @@ class ClientSession {
   // so once, with the fix) and true is returned: the caller goes on
   // without it. False for a read-only session.
   Result<bool> ExcludeDown(const std::string& what);
-  // Excludes `server` durably (CanExclude must hold) for `why`.
-  Status Exclude(std::size_t server, const std::string& why);
+  // Excludes `server` durably (CanExclude must hold) for `why`; `suspect`
+  // (Exclusion::suspect): for what it answered, so only a full rebuild
+  // brings it back.
+  Status Exclude(std::size_t server, const std::string& why, bool suspect = false);
+  // A participant answered wrongly (`why`: a retrieval answer outvoted by
+  // answers that verify) or reported damaged storage: noted, to be excluded
+  // as suspect by the next ExcludeSuspects. True if it will be: it and every
+  // suspect noted before it can be left out (CanExclude with those gone);
+  // the caller then goes on without its answer. False: the others would be
+  // too few, and its failure stands.
+  bool NoteSuspect(std::size_t server, const std::string& why);
+  // Excludes the suspects noted (NoteSuspect, and the damage reports the
+  // server set took: ServerSet::TakeDamageReports) that can be left out,
+  // durably, each logged once with its fix. True if any was. Called between
+  // requests that read or change the tree (before a chunk of accesses, when
+  // an eviction attempt failed, at Sync and Close), never inside one, so a
+  // request's answers keep their servers. False for a read-only session.
+  Result<bool> ExcludeSuspects();
   // Ends its exclusion (it was caught up: its shares are current again),
   // giving it this client's lease first if it holds one; LeaseHeld (and
   // still excluded) if the server says another client holds it.
@@ -234,7 +250,9 @@ class ClientSession {
 
   // --- Problems (client.h: problem_note, writes_stopped). --------------------------
   // Records a damaged-storage or inconsistency error in the state (once per
-  // distinct message) for `s3oram status`; damage also stops writes.
+  // distinct message) for `s3oram status`; damage also stops writes, unless
+  // the server that reported it could be excluded (ExcludeSuspects). Called
+  // between requests only.
   void NoteProblem(const Status& st);
   // Stops writes for damage `st` (met now, or `recorded` in the state's
   // problem note), logging once; nothing for a read-only session.
@@ -265,6 +283,8 @@ class ClientSession {
   Secret backup_key_;
   std::unique_ptr<ServerSet> servers_;
   std::vector<std::size_t> participants_;  // from store_->exclusions()
+  // Noted by NoteSuspect, excluded by ExcludeSuspects: server and why.
+  std::vector<std::pair<std::size_t, std::string>> suspects_;
   void ComputeParticipants();
   Counters counters_;
   bool lease_held_ = false;

@@ -69,7 +69,11 @@ Result<const Evictor::PartyCode*> Evictor::CodeOfParticipants() {
 }
 
 Result<bool> Evictor::ExcludedAfter(const Status& failure, std::uint64_t eviction) {
-  if (failure.ok() || !IsSilence(failure)) return false;
+  if (failure.ok()) return false;
+  // A server whose stored shares failed their digests is left out as
+  // suspect when the others suffice: the eviction goes on among them.
+  if (failure.code() == Status::Code::kDamaged) return session_.ExcludeSuspects();
+  if (!IsSilence(failure)) return false;
   return session_.ExcludeDown("eviction " + std::to_string(eviction) +
                               " could not go on with it (" + failure.message() + ")");
 }
@@ -167,11 +171,10 @@ Status Evictor::EnsureStarted() {
     }
     spdlog::warn("eviction {} attempt {} did not start: {}", record.eviction, record.attempt,
                  last.ToString());
-    if (last.code() == Status::Code::kDamaged) break;
-    // A server found down is left out when the others suffice: the next
-    // attempt goes to them.
+    // A server found down, or one that reported damaged storage, is left
+    // out when the others suffice: the next attempt goes to them.
     S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(last, record.eviction));
-    (void)excluded;
+    if (last.code() == Status::Code::kDamaged && !excluded) break;
   }
   if (last.code() == Status::Code::kDamaged) {
     refused_ = last.WithContext("eviction " + std::to_string(record.eviction) +
@@ -555,7 +558,7 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
     S3ORAM_ASSIGN_OR_RETURN(left_out, ExcludedAfter(last, plan.eviction));
   }
   if (!collect_first ||
-      (!last.ok() && last.code() != Status::Code::kDamaged && (left_out || !IsSilence(last)))) {
+      (!last.ok() && (left_out || (last.code() != Status::Code::kDamaged && !IsSilence(last))))) {
     for (std::uint32_t tries = 0; tries < kMaxAttempts; ++tries) {
       // Checked before the first try too when the servers were asked for
       // a result first: if that used the whole time, a new attempt now
@@ -582,10 +585,9 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
                    last.ToString());
       // A server whose stored shares failed their digests refuses every
       // attempt the same way until it is repaired: stop here, with the tree
-      // as it was (no server committed anything). So does a silent one,
-      // unless it was found down and left out.
-      if (last.code() == Status::Code::kDamaged) break;
-      if (IsSilence(last)) {
+      // as it was (no server committed anything). So does a silent one.
+      // Either goes on without that server if it could be left out.
+      if (last.code() == Status::Code::kDamaged || IsSilence(last)) {
         S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(last, plan.eviction));
         if (!excluded) break;
       }

@@ -589,7 +589,13 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
   // since: from the lower of its exclusion's count and its own (it may
   // have lagged before, or claim more than it applied).
   std::vector<bool> missed;
-  if (r.k_excluded && r.k_live && !options.full) {
+  if (r.k_excluded && r.k_excluded->suspect && r.k_live && !options.full) {
+    spdlog::info(
+        "{} was excluded for what it answered: none of its buckets is kept, it is "
+        "rebuilt in full",
+        r.Name(r.K));
+  }
+  if (r.k_excluded && !r.k_excluded->suspect && r.k_live && !options.full) {
     const std::uint64_t from =
         std::min(r.k_excluded->since_eviction, r.status[r.K].applied_evictions);
     missed = BucketsRewrittenBy(p.geometry(), from, d.applied_evictions);
@@ -764,6 +770,14 @@ Result<RebuildReport> CatchUpExcludedServer(ClientSession& session, std::size_t 
   }
   if (!excluded) {
     return Status::InvalidArgument("server " + std::to_string(target) + " is not excluded");
+  }
+  if (excluded->suspect) {
+    return Status::FailedPrecondition(
+        "server " + std::to_string(target) + " was excluded for what it answered (" +
+        excluded->reason +
+        "): none of its buckets is trusted, so it is not caught up; rebuild it in full: "
+        "unmount, then s3oram rebuild -s " +
+        session.state_path() + " --server " + std::to_string(target));
   }
   RebuildOptions options;
   options.target = target;

@@ -35,6 +35,8 @@ void RootWriteQueue::LagEnded(std::size_t server, std::uint64_t seq, bool acknow
 
 Status RootWriteQueue::SettleLagging(bool wait) {
   ServerSet& servers = session_.servers();
+  // A server left out for what it answered owes nothing more.
+  S3ORAM_RETURN_IF_ERROR(session_.ExcludeSuspects().status());
   for (const ServerSet::Lagged& end : servers.TakeLagged()) {
     LagEnded(end.server, end.seq, Acknowledges(end.reply));
     if (late_reply_) late_reply_(end);
@@ -44,6 +46,7 @@ Status RootWriteQueue::SettleLagging(bool wait) {
     // each ends by its deadline or its server found down). One the set no
     // longer knows cannot be vouched for: it is written again.
     for (LaggingWrite& w : lagging_) {
+      std::erase_if(w.owing, [&](std::size_t i) { return session_.excluded(i); });
       const std::vector<std::size_t> owing = w.owing;
       for (std::size_t i : owing) {
         auto end = servers.AwaitLagged(i, w.seq);
@@ -68,6 +71,10 @@ Status RootWriteQueue::SettleLagging(bool wait) {
   ClientStateStore::Batch settled;
   bool any = false;
   for (auto it = lagging_.begin(); it != lagging_.end();) {
+    // An excluded server's root is not read until it is caught up or
+    // rebuilt: what it owes or failed no longer matters.
+    std::erase_if(it->failed_on, [&](std::size_t i) { return session_.excluded(i); });
+    std::erase_if(it->owing, [&](std::size_t i) { return session_.excluded(i); });
     // A server found down that failed a write is left out if the others
     // can go on without it (ClientSession::ExcludeDown): they hold the
     // write, and the excluded server's root is not read until a rebuild.

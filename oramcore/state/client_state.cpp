@@ -39,7 +39,9 @@
 //                                       per excluded server i (Exclusion):
 //                                       excluded_since_<i>, excluded_unix_<i>,
 //                                       excluded_reason_<i> (TEXT), all three
-//                                       or none;
+//                                       or none, and excluded_suspect_<i>
+//                                       (1; absent: 0, and in states older
+//                                       than it);
 //                                       rekey_old_master (32-byte BLOB),
 //                                       rekey_phase, rekey_next_block,
 //                                       rekey_purge_until: all four while a
@@ -372,10 +374,11 @@ std::string ExclusionKey(const char* what, std::uint32_t server) {
 
 Status DeleteExclusion(sqlite3* db, std::uint32_t server) {
   Stmt st;
-  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "DELETE FROM meta WHERE key IN (?1, ?2, ?3)"));
+  S3ORAM_RETURN_IF_ERROR(st.Prepare(db, "DELETE FROM meta WHERE key IN (?1, ?2, ?3, ?4)"));
   st.Text(1, ExclusionKey("since", server));
   st.Text(2, ExclusionKey("unix", server));
   st.Text(3, ExclusionKey("reason", server));
+  st.Text(4, ExclusionKey("suspect", server));
   return st.Exec("removing an exclusion");
 }
 
@@ -390,7 +393,12 @@ Status WriteExclusion(sqlite3* db, const Exclusion& e) {
   st.U64(4, e.unix_seconds);
   st.Text(5, ExclusionKey("reason", e.server));
   st.Text(6, e.reason);
-  return st.Exec("writing an exclusion");
+  S3ORAM_RETURN_IF_ERROR(st.Exec("writing an exclusion"));
+  if (!e.suspect) return Status::Ok();
+  Stmt suspect;
+  S3ORAM_RETURN_IF_ERROR(suspect.Prepare(db, "INSERT INTO meta(key, value) VALUES (?1, 1)"));
+  suspect.Text(1, ExclusionKey("suspect", e.server));
+  return suspect.Exec("writing an exclusion");
 }
 
 Status WriteRekeyProgress(sqlite3* db, const RekeyProgress& r) {

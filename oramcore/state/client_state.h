@@ -87,12 +87,16 @@ struct ProblemNote {
 // changes the tree goes to it until a catch-up (a mount's, or `s3oram
 // rebuild --server`) or a rebuild brings it back, which removes the record.
 // A catch-up keeps its buckets outside what the evictions since rewrote:
-// only a server excluded for being down may be caught up.
+// only a server excluded for being down may be caught up. `suspect`: it
+// was excluded for what it answered (damaged storage it reported, or a
+// retrieval answer outvoted as wrong), so none of its kept buckets is
+// trusted and only a full rebuild brings it back.
 struct Exclusion {
   std::uint32_t server = 0;
   std::uint64_t since_eviction = 0;
   std::uint64_t unix_seconds = 0;
   std::string reason;
+  bool suspect = false;
   bool operator==(const Exclusion&) const = default;
 };
 

@@ -226,14 +226,16 @@ Status ClientStateStore::ReadProblemNote(sqlite3* db) {
   return Status::Ok();
 }
 
-// Every excluded server's three rows; a server beyond the filesystem's, or a
-// record missing a row, makes the file invalid.
+// Every excluded server's three rows (and its optional suspect mark); a
+// server beyond the filesystem's, or a record missing a row, makes the file
+// invalid.
 Status ClientStateStore::ReadExclusions(sqlite3* db) {
   Stmt st;
   S3ORAM_RETURN_IF_ERROR(st.Prepare(
       db,
       "SELECT s.key, s.value, (SELECT value FROM meta WHERE key = 'excluded_unix_' || "
       "substr(s.key, 16)), (SELECT value FROM meta WHERE key = 'excluded_reason_' || "
+      "substr(s.key, 16)), (SELECT value FROM meta WHERE key = 'excluded_suspect_' || "
       "substr(s.key, 16)) FROM meta AS s WHERE s.key LIKE 'excluded\\_since\\_%' ESCAPE '\\' "
       "ORDER BY s.key"));
   Status err;
@@ -247,7 +249,9 @@ Status ClientStateStore::ReadExclusions(sqlite3* db) {
       if (number) server = server * 10 + static_cast<std::uint64_t>(c - '0');
     }
     if (!number || server >= config_.params.parties || st.ColumnType(1) != SQLITE_INTEGER ||
-        st.ColumnType(2) != SQLITE_INTEGER || st.ColumnType(3) != SQLITE_TEXT) {
+        st.ColumnType(2) != SQLITE_INTEGER || st.ColumnType(3) != SQLITE_TEXT ||
+        (st.ColumnType(4) != SQLITE_NULL &&
+         (st.ColumnType(4) != SQLITE_INTEGER || st.ColumnU64(4) != 1))) {
       return Status::Corruption("client state: malformed exclusion record '" + key + "'");
     }
     Exclusion e;
@@ -255,6 +259,7 @@ Status ClientStateStore::ReadExclusions(sqlite3* db) {
     e.since_eviction = st.ColumnU64(1);
     e.unix_seconds = st.ColumnU64(2);
     e.reason = st.ColumnBytes(3);
+    e.suspect = st.ColumnType(4) == SQLITE_INTEGER;
     exclusions_.push_back(std::move(e));
   }
   if (!err.ok()) return err;

@@ -65,8 +65,24 @@ Result<wire::Message> ServerSet::ReplyOrError(std::size_t server, Answer answer)
   if (!answer.reply.ok()) return answer.reply.status();
   const auto* err = std::get_if<wire::ErrorReply>(&answer.reply.value().body);
   if (err == nullptr) return std::move(answer.reply);
-  return wire::StatusFromError(*err).WithContext("server " + std::to_string(server) + " (" +
-                                                 endpoint(server) + ")");
+  Status st = wire::StatusFromError(*err).WithContext("server " + std::to_string(server) + " (" +
+                                                      endpoint(server) + ")");
+  NoteDamage(server, st);
+  return st;
+}
+
+void ServerSet::NoteDamage(std::size_t server, const Status& st) const {
+  if (st.code() != Status::Code::kDamaged) return;
+  std::lock_guard<std::mutex> lock(damage_mu_);
+  for (const DamageReport& d : damage_reports_) {
+    if (d.server == server) return;
+  }
+  damage_reports_.push_back(DamageReport{server, st.message()});
+}
+
+std::vector<ServerSet::DamageReport> ServerSet::TakeDamageReports() {
+  std::lock_guard<std::mutex> lock(damage_mu_);
+  return std::exchange(damage_reports_, {});
 }
 
 namespace {
@@ -119,6 +135,14 @@ Result<std::vector<wire::Message>> ServerSet::ResultOfReplies(
     }
   }
   if (!first_error) return replies;
+  for (std::size_t j = 0; j < replies.size(); ++j) {
+    const auto* err = std::get_if<wire::ErrorReply>(&replies[j].body);
+    if (err != nullptr && err->code == static_cast<std::uint32_t>(Status::Code::kDamaged)) {
+      NoteDamage(servers[j],
+                 wire::StatusFromError(*err).WithContext("server " + std::to_string(servers[j]) +
+                                                         " (" + endpoint(servers[j]) + ")"));
+    }
+  }
   const std::size_t k = *first_error;
   return wire::StatusFromError(std::get<wire::ErrorReply>(replies[k].body))
       .WithContext("server " + std::to_string(servers[k]) + " (" + endpoint(servers[k]) + ")");

@@ -54,6 +54,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -192,7 +193,20 @@ class ServerSet {
   // server's Status with "server i (endpoint)" as context.
   Result<wire::Message> ReplyOrError(std::size_t server, Answer answer) const;
 
+  // A server that answered that its own stored shares failed their digests
+  // (an ErrorReply of code kDamaged, seen by ReplyOrError or by an exchange
+  // under Wait::kEvery), with that answer's message: the first one since
+  // they were last taken, then handed out once. Thread-safe.
+  struct DamageReport {
+    std::size_t server = 0;
+    std::string message;
+  };
+  std::vector<DamageReport> TakeDamageReports();
+
  private:
+  void NoteDamage(std::size_t server, const Status& st) const;
+  mutable std::mutex damage_mu_;
+  mutable std::vector<DamageReport> damage_reports_;
   // Request r's result from the replies of the subset's servers (replies[k]
   // from servers[k], each of the expected type or an ErrorReply), as the
   // contract says.

@@ -280,15 +280,16 @@ TEST_F(ClientStateTest, EvictionEstimateRoundTrips) {
 }
 
 // An exclusion (a server left out) is durable, replaced per server, read
-// back in server order, and removed by a readmission; a server beyond the
-// filesystem's is refused, and so is a record with a row missing.
+// back in server order (with its suspect mark), and removed by a
+// readmission, mark and all; a server beyond the filesystem's is refused,
+// and so is a record with a row missing or a mark other than 1.
 TEST_F(ClientStateTest, ExclusionsRoundTripAndMalformedOnesAreRefused) {
   FsConfig config = MakeConfig(rng_);
   const std::string path = MakeState("state.db", config);
   const auto parties = static_cast<std::uint32_t>(config.params.parties);
   ASSERT_GE(parties, 3u);
   const Exclusion last{parties - 1, 7, 1700000000, "down: it did not answer"};
-  const Exclusion first{0, 9, 1700000500, "down again"};
+  const Exclusion first{0, 9, 1700000500, "it reported damaged storage", /*suspect=*/true};
   {
     auto store = OpenStore(path);
     ASSERT_TRUE(store.ok()) << store.status().ToString();
@@ -315,9 +316,19 @@ TEST_F(ClientStateTest, ExclusionsRoundTripAndMalformedOnesAreRefused) {
     ASSERT_TRUE((*reopened)->Commit(b, /*durable=*/true).ok());
     EXPECT_EQ((*reopened)->exclusions(), (std::vector<Exclusion>{last}));
   }
-  auto reopened = OpenStore(path);
-  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
-  EXPECT_EQ((*reopened)->exclusions(), (std::vector<Exclusion>{last}));
+  // Excluded again for being down: the readmission left no mark behind.
+  const Exclusion down{0, 11, 1700000900, "down"};
+  {
+    auto reopened = OpenStore(path);
+    ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+    EXPECT_EQ((*reopened)->exclusions(), (std::vector<Exclusion>{last}));
+    ClientStateStore::Batch b;
+    b.Exclude(down);
+    ASSERT_TRUE((*reopened)->Commit(b, /*durable=*/true).ok());
+  }
+  auto again = OpenStore(path);
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ((*again)->exclusions(), (std::vector<Exclusion>{down, last}));
 
   std::string partial = MakeState("partial.db", config);
   RawSql(partial,
@@ -328,6 +339,11 @@ TEST_F(ClientStateTest, ExclusionsRoundTripAndMalformedOnesAreRefused) {
          "INSERT INTO meta(key, value) VALUES ('excluded_since_40', 4), ('excluded_unix_40', 5), "
          "('excluded_reason_40', 'x')");
   ExpectRefused(far, {"malformed exclusion record"});
+  std::string mark = MakeState("mark.db", config);
+  RawSql(mark,
+         "INSERT INTO meta(key, value) VALUES ('excluded_since_1', 4), ('excluded_unix_1', 5), "
+         "('excluded_reason_1', 'x'), ('excluded_suspect_1', 2)");
+  ExpectRefused(mark, {"malformed exclusion record 'excluded_since_1'"});
 }
 
 TEST_F(ClientStateTest, CommitPositionsAndReload) {

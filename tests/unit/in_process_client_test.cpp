@@ -11,6 +11,7 @@
 #include <iterator>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <string>
 #include <variant>
@@ -333,41 +334,140 @@ TEST(InProcessClientTest, AChangedRetrievalAnswerIsRefusedAndNoWrongByteIsReturn
 
 // With four servers (t = 1: any three answers give the degree-2 answer) a
 // retrieval answer changed by one server is outvoted: every read returns the
-// bytes written, across writes and evictions; each changed answer, to a
-// retrieval that selects a block or one that selects nothing, is counted
-// against that server and no other, and the state's problem note names it;
-// writes are not stopped. The liar is drawn from the test seed.
-TEST(InProcessClientTest, WithFourServersAChangedAnswerIsOutvotedAndTheLiarNamed) {
+// bytes written, across writes and evictions; each changed answer is counted
+// against that server and no other, and the state's problem note names it.
+// The liar is then excluded as suspect (durably; not asked again), writes
+// and evictions go on with the three others, no catch-up takes it back, and
+// `rebuild` replaces its share in full: every block then reads through it
+// with another server down. The liar is drawn from the test seed.
+TEST(InProcessClientTest, WithFourServersALiarIsOutvotedNamedExcludedAndRebuiltInFull) {
   const std::uint64_t seed = testing::TestSeed();
   const std::size_t liar = seed % 4;
   std::printf("[ seed     ] %llu: server %zu changes its retrieval answers\n",
               static_cast<unsigned long long>(seed), liar);
   InProcessFs fs(4);
   ASSERT_TRUE(fs.cluster);
+  BlockModel model;
+  {
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+    std::uint64_t lies = 0;
+    fs.cluster->SetLiar(liar, ChangingRetrievalAnswers(seed, lies));
+    const std::uint64_t evictions = (*client)->counters().ne;
+    ASSERT_TRUE(ReadAll(**client, model));
+    // Every retrieval it answers is changed (and counted): none after the
+    // read that found it out.
+    const std::uint64_t lies_before = lies;
+    ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
+    ASSERT_TRUE(ReadAll(**client, model));
+    EXPECT_GT((*client)->counters().ne, evictions + 2) << "the evictions did not go on";
+    EXPECT_EQ(lies, lies_before) << "the excluded liar was asked for retrievals again";
+    ASSERT_GT(lies, 0u);
+    const std::vector<std::uint64_t>& wrong = (*client)->stats().wrong_answers;
+    ASSERT_EQ(wrong.size(), 4u);
+    for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(wrong[i], i == liar ? lies : 0) << "server " << i;
+    const auto& note = (*client)->problem_note();
+    ASSERT_TRUE(note.has_value());
+    EXPECT_FALSE(note->damaged);
+    const std::string named = "server " + std::to_string(liar) + " (in-process://server" +
+                              std::to_string(liar) + ") answered wrongly";
+    EXPECT_NE(note->text.find(named), std::string::npos) << note->text;
+    EXPECT_FALSE((*client)->writes_stopped().has_value());
+    const auto excluded = (*client)->TakeSnapshot().exclusions;
+    ASSERT_EQ(excluded.size(), 1u);
+    EXPECT_EQ(excluded[0].server, liar);
+    EXPECT_TRUE(excluded[0].suspect);
+    EXPECT_NE(excluded[0].reason.find("retrieval answer for an access was wrong"),
+              std::string::npos)
+        << excluded[0].reason;
+    // Honest again, it is still not caught up: none of its buckets is trusted.
+    fs.cluster->SetLiar(liar, {});
+    auto caught = (*client)->CatchUpExcluded(liar);
+    ASSERT_FALSE(caught.ok());
+    EXPECT_EQ(caught.status().code(), Status::Code::kFailedPrecondition)
+        << caught.status().ToString();
+    EXPECT_NE(caught.status().message().find("rebuild it in full"), std::string::npos)
+        << caught.status().ToString();
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  {
+    // Durable: the next open leaves it out from the start.
+    auto client = fs.Open();
+    ASSERT_TRUE(client.ok()) << client.status().ToString();
+    EXPECT_EQ((*client)->participants().size(), 3u);
+    EXPECT_TRUE(ReadAll(**client, model));
+    ASSERT_TRUE((*client)->Close().ok());
+  }
+  RebuildOptions options;
+  options.target = liar;
+  options.client = fs.options;
+  options.verify = false;  // the reads below check it
+  auto report = RebuildServer(fs.state, testing::TestPassphrase(), options);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  EXPECT_FALSE(report->caught_up) << "a server excluded for lying was caught up";
+  // Every block read with another server down: through the rebuilt share.
+  const std::size_t other = (liar + 1) % 4;
   auto client = fs.Open();
   ASSERT_TRUE(client.ok()) << client.status().ToString();
+  EXPECT_TRUE((*client)->TakeSnapshot().exclusions.empty());
+  fs.cluster->SetDown(other, true);
+  EXPECT_TRUE(ReadAll(**client, model)) << "a read through the rebuilt server failed";
+  for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+  fs.cluster->SetDown(other, false);
+  ASSERT_TRUE((*client)->Close().ok());
+}
+
+// With four servers, a server that reports damaged storage (its stored
+// shares failed their digests: an ErrorReply of code kDamaged to the
+// retrievals) is excluded as suspect, not a reason to stop writes: every
+// read returns the bytes written from the three others, writes and
+// evictions go on, the state's problem note does not stop the next open's
+// writes, and the exclusion names the damage. With three servers the same
+// report stops writes (fail-stop storage: ServerFaultTest).
+TEST(InProcessClientTest, WithFourServersAServerReportingDamageIsExcludedAndWritesGoOn) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t bad = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu reports damaged storage\n",
+              static_cast<unsigned long long>(seed), bad);
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
   BlockModel model;
+  std::optional<Result<std::unique_ptr<OramClient>>> first(fs.Open());
+  auto& client = *first;
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
   ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
-  std::uint64_t lies = 0;
-  fs.cluster->SetLiar(liar, ChangingRetrievalAnswers(seed, lies));
+  std::uint64_t reports = 0;
+  fs.cluster->SetLiar(bad, [&](wire::Message& m) {
+    if (std::holds_alternative<wire::RetrieveReply>(m.body)) {
+      m.body = wire::ErrorReply{static_cast<std::uint32_t>(Status::Code::kDamaged),
+                                "bucket 1 slot 0 failed its digest"};
+      ++reports;
+    }
+  });
   const std::uint64_t evictions = (*client)->counters().ne;
   ASSERT_TRUE(ReadAll(**client, model));
   ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
   ASSERT_TRUE(ReadAll(**client, model));
+  EXPECT_GT(reports, 0u);
   EXPECT_GT((*client)->counters().ne, evictions + 2) << "the evictions did not go on";
-  fs.cluster->SetLiar(liar, {});
-  ASSERT_GT(lies, 0u);
-  const std::vector<std::uint64_t>& wrong = (*client)->stats().wrong_answers;
-  ASSERT_EQ(wrong.size(), 4u);
-  for (std::size_t i = 0; i < 4; ++i) EXPECT_EQ(wrong[i], i == liar ? lies : 0) << "server " << i;
+  EXPECT_FALSE((*client)->writes_stopped().has_value()) << (*client)->writes_stopped()->ToString();
   const auto& note = (*client)->problem_note();
-  ASSERT_TRUE(note.has_value());
-  EXPECT_FALSE(note->damaged);
-  const std::string named = "server " + std::to_string(liar) + " (in-process://server" +
-                            std::to_string(liar) + ") answered wrongly";
-  EXPECT_NE(note->text.find(named), std::string::npos) << note->text;
-  EXPECT_FALSE((*client)->writes_stopped().has_value());
-  EXPECT_TRUE(ReadAll(**client, model));
+  EXPECT_FALSE(note.has_value() && note->damaged) << note->text;
+  const auto excluded = (*client)->TakeSnapshot().exclusions;
+  ASSERT_EQ(excluded.size(), 1u);
+  EXPECT_EQ(excluded[0].server, bad);
+  EXPECT_TRUE(excluded[0].suspect);
+  EXPECT_NE(excluded[0].reason.find("failed its digest"), std::string::npos) << excluded[0].reason;
+  fs.cluster->SetLiar(bad, {});
+  ASSERT_TRUE((*client)->Close().ok());
+  first.reset();
+  auto again = fs.Open();
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_FALSE((*again)->writes_stopped().has_value());
+  ASSERT_TRUE(WriteBlocks(**again, model, 4, 3));
+  EXPECT_TRUE(ReadAll(**again, model));
+  ASSERT_TRUE((*again)->Close().ok());
 }
 
 // With four servers a retrieval needs the first three answers: a server
