@@ -29,7 +29,13 @@ void OramBlockEngine::AfterCall() {
 
 OramClient::Snapshot OramBlockEngine::snapshot() const {
   const std::lock_guard<std::mutex> lock(snapshot_mu_);
-  return snapshot_;
+  OramClient::Snapshot s = snapshot_;
+  s.catching_up = catching_up_;
+  if (s.catching_up) {
+    s.catching_up->elapsed = std::chrono::duration_cast<std::chrono::milliseconds>(
+        std::chrono::steady_clock::now() - catch_up_started_);
+  }
+  return s;
 }
 
 Result<std::unique_ptr<StatusProbe>> OramBlockEngine::OpenStatusProbe() {
@@ -424,7 +430,22 @@ void OramBlockEngine::CatchUpExcluded() {
       continue;
     }
     catch_up_deferred_ = 0;
-    auto report = client_->CatchUpExcluded(k);
+    {
+      const std::lock_guard<std::mutex> shown(snapshot_mu_);
+      catching_up_ = OramClient::Snapshot::CatchUp{k, 0, 0, {}};
+      catch_up_started_ = std::chrono::steady_clock::now();
+    }
+    auto report = client_->CatchUpExcluded(k, [this](std::uint64_t done, std::uint64_t total) {
+      const std::lock_guard<std::mutex> shown(snapshot_mu_);
+      if (catching_up_) {
+        catching_up_->done_bytes = done;
+        catching_up_->total_bytes = total;
+      }
+    });
+    {
+      const std::lock_guard<std::mutex> shown(snapshot_mu_);
+      catching_up_.reset();
+    }
     AfterCall();
     last_contact_ = std::chrono::steady_clock::now();
     if (report.ok()) {

@@ -201,6 +201,9 @@ class OramBlockEngine final : public BlockEngine {
   std::atomic<bool> writes_stopped_{false};  // mirrors client_->writes_stopped() after each call
   mutable std::mutex snapshot_mu_;           // never held while waiting for mu_
   OramClient::Snapshot snapshot_;            // under snapshot_mu_; taken by AfterCall
+  // The catch-up under way, if any (under snapshot_mu_; snapshot() adds it).
+  std::optional<OramClient::Snapshot::CatchUp> catching_up_;
+  std::chrono::steady_clock::time_point catch_up_started_{};
   std::chrono::steady_clock::time_point last_contact_ = std::chrono::steady_clock::now();
   // The last access a caller asked for (not a keep-alive): idle since then.
   std::chrono::steady_clock::time_point last_access_ = std::chrono::steady_clock::now();

@@ -79,15 +79,41 @@ void PrintClientSummary(std::string& out, const OramClient::Snapshot& client) {
       static_cast<unsigned long long>(c.ne), static_cast<unsigned long long>(c.nr), p.evict_rate);
 }
 
+// How far behind excluded server i is: the evictions the others applied
+// since it stopped taking part, from what it answered now (it may have
+// applied some before it was found down) or, silent, from the exclusion.
+std::string Behind(const Exclusion& e, const ServerReport& r, std::uint64_t evictions) {
+  if (r.status.ok() && r.reply.initialized && r.reply.applied_evictions <= evictions) {
+    return "; it is " + std::to_string(evictions - r.reply.applied_evictions) +
+           " evictions behind (it applied " + std::to_string(r.reply.applied_evictions) +
+           ", the others " + std::to_string(evictions) + ")";
+  }
+  if (e.since_eviction <= evictions) {
+    return "; the others applied " + std::to_string(evictions - e.since_eviction) +
+           " evictions without it";
+  }
+  return "";
+}
+
 // One line per server (two while it evicts); returns how many are unreachable.
 int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
-                 const std::vector<std::optional<ServerDown>>& down,
-                 const std::vector<std::uint64_t>& wrong_answers,
-                 const std::vector<Exclusion>& exclusions,
-                 const std::vector<std::uint64_t>& lagged_answers) {
+                 const OramClient::Snapshot& client) {
+  const auto& down = client.down;
+  const auto& wrong_answers = client.wrong_answers;
+  const auto& exclusions = client.exclusions;
+  const auto& lagged_answers = client.lagged_answers;
   int unreachable = 0;
   for (std::size_t i = 0; i < reports.size(); ++i) {
     const auto& r = reports[i];
+    if (client.catching_up && client.catching_up->server == i) {
+      const auto& c = *client.catching_up;
+      Appendf(out,
+              "server %zu    %s  CATCHING UP: %s of the %s of buckets it missed sent in %.1f s; "
+              "it takes part again once all are (the accesses wait meanwhile)\n",
+              i, r.endpoint.c_str(), HumanBytes(double(c.done_bytes)).c_str(),
+              HumanBytes(double(c.total_bytes)).c_str(),
+              static_cast<double>(c.elapsed.count()) / 1000);
+    }
     for (const Exclusion& e : exclusions) {
       if (e.server != i) continue;
       char when[32] = "?";
@@ -103,9 +129,10 @@ int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
                     : "The others go on without it and its shares fall behind; once it is back, "
                       "a mount catches it up (or `s3oram rebuild --server " +
                           std::to_string(i) + "`) and takes it back";
-      Appendf(out, "server %zu    %s  EXCLUDED since eviction %llu (%s)%s: %s. %s\n", i,
+      const std::string behind = e.suspect ? "" : Behind(e, r, client.counters.ne);
+      Appendf(out, "server %zu    %s  EXCLUDED since eviction %llu (%s)%s: %s%s. %s\n", i,
               r.endpoint.c_str(), static_cast<unsigned long long>(e.since_eviction), when, why,
-              e.reason.c_str(), then.c_str());
+              e.reason.c_str(), behind.c_str(), then.c_str());
     }
     if (i < down.size() && down[i]) {
       // The client's own verdict (its requests to it fail at once), beside
@@ -310,8 +337,7 @@ StatusReport RenderStatus(const OramClient::Snapshot& client, const ServerViews&
   StatusReport report;
   std::string& out = report.text;
   PrintClientSummary(out, client);
-  report.unreachable = PrintServers(out, servers.reports, client.down, client.wrong_answers,
-                                    client.exclusions, client.lagged_answers);
+  report.unreachable = PrintServers(out, servers.reports, client);
   PrintStateNotes(out, client, live_mount);
   PrintLeases(out, client, servers.reports, servers.leases);
   PrintBackups(out, client, servers.reports, servers.backups);

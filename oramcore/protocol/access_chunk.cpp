@@ -216,7 +216,8 @@ Status AccessPath::BuildRetrievals(Chunk& c) {
   c.requests.assign(c.k, ServerSet::Outgoing{});
   c.revealed.assign(c.k, 0);
   TimeInto timer(stats_.timings.client_compute_ns);
-  // Server kSeededParty gets the seeds of its shares (fresh_shares.h).
+  // The seeded participant gets the seeds of its shares (fresh_shares.h).
+  const std::size_t seeded_party = session_.seeded_party();
   std::vector<std::vector<Elem>> select_shares(p.parties), root_shares(p.parties);
   wire::ShareSeed select_seed, root_seed;
   for (std::size_t j = 0; j < c.k; ++j) {
@@ -229,14 +230,16 @@ Status AccessPath::BuildRetrievals(Chunk& c) {
     } else {
       pl.leaf = geo.first_leaf() + random::Below(geo.num_leaves());
     }
-    ShareVectorSeeded(select, p.threshold, select_shares, select_seed);
+    ShareVectorSeeded(select, p.threshold, select_shares, select_seed, seeded_party);
     const bool carries = j < c.q;
-    if (carries) ShareVectorSeeded(roots_[j].elems, p.threshold, root_shares, root_seed);
+    if (carries) {
+      ShareVectorSeeded(roots_[j].elems, p.threshold, root_shares, root_seed, seeded_party);
+    }
     ServerSet::Outgoing& o = c.requests[j];
     o.header = headers[j];
     o.expected_reply = wire::MessageType::kRetrieveReply;
     for (std::size_t i : session_.participants()) {
-      const bool seeded = i == kSeededParty;
+      const bool seeded = i == seeded_party;
       if (carries) {
         o.frames.push_back(wire::Encode(
             headers[j], wire::Body{wire::RetrieveWriteRootRequest{

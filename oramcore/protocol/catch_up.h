@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <functional>
 
 #include "oramcore/base/status.h"
 #include "oramcore/protocol/client_session.h"
@@ -20,6 +22,9 @@ namespace s3oram {
 // answer; FailedPrecondition (naming the fix): it holds no store of this
 // filesystem to catch up, or missed more than half the tree; nothing was
 // changed on any server then.
-Result<RebuildReport> CatchUpExcludedServer(ClientSession& session, std::size_t target);
+// `progress` (may be empty): bytes of missed buckets sent so far, and in all.
+Result<RebuildReport> CatchUpExcludedServer(
+    ClientSession& session, std::size_t target,
+    const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress = {});
 
 }  // namespace s3oram

@@ -606,7 +606,9 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
   return Status::Ok();
 }
 
-Result<RebuildReport> OramClient::CatchUpExcluded(std::size_t server) {
+Result<RebuildReport> OramClient::CatchUpExcluded(
+    std::size_t server,
+    const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress) {
   if (session_->read_only()) {
     return Status::FailedPrecondition("a read-only client catches no server up");
   }
@@ -633,7 +635,7 @@ Result<RebuildReport> OramClient::CatchUpExcluded(std::size_t server) {
   // not touch the returning server, which may not know the newer epoch).
   S3ORAM_RETURN_IF_ERROR(session_->RenewLease().WithContext("before a catch-up"));
   const auto settled = std::chrono::steady_clock::now();
-  S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, CatchUpExcludedServer(*session_, server));
+  S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, CatchUpExcludedServer(*session_, server, progress));
   S3ORAM_RETURN_IF_ERROR(session_->Readmit(server));
   const auto done = std::chrono::steady_clock::now();
   spdlog::info(

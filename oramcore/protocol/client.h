@@ -267,6 +267,15 @@ class OramClient {
     // Per server: its retrieval answers this process did not wait for
     // (they came after the first 2t + 1: ClientStats::lagged_answers).
     std::vector<std::uint64_t> lagged_answers;
+    // A catch-up of an excluded server under way in this process (a mount's
+    // keep-alive beat; filled in by its caller, not by TakeSnapshot).
+    struct CatchUp {
+      std::size_t server = 0;
+      std::uint64_t done_bytes = 0;   // of the missed buckets sent so far
+      std::uint64_t total_bytes = 0;  // of the missed buckets
+      std::chrono::milliseconds elapsed{0};
+    };
+    std::optional<CatchUp> catching_up;
   };
   Snapshot TakeSnapshot() const;
   // Per server, whether this client's transport counts it down, and why
@@ -355,7 +364,12 @@ class OramClient {
   // then readmits it (durably) and gives it the lease. The accesses wait
   // meanwhile (the caller holds the client). Errors as
   // CatchUpExcludedServer's; the server stays excluded then.
-  Result<RebuildReport> CatchUpExcluded(std::size_t server);
+  // `progress`: the bytes of missed buckets sent so far and in all, as the
+  // catch-up goes (for a status shown meanwhile).
+  Result<RebuildReport> CatchUpExcluded(
+      std::size_t server,
+      const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress =
+          {});
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after

@@ -490,11 +490,12 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     wire::MessageType expected_reply, const TransportOptions& options, std::uint64_t& compute_ns,
     std::uint64_t& wait_ns, Seeding seeding) {
   const OramParams& p = params();
-  // The seeded party's request goes last only if it takes part.
-  const bool seeded_last = seeding == Seeding::kSeededLast && !excluded(kSeededParty);
+  // The seeded participant's request goes last under kSeededLast.
+  const std::size_t seeded_party = this->seeded_party();
+  const bool seeded_last = seeding == Seeding::kSeededLast;
   if (seeded_last) {
-    if (auto down = servers_->Down(kSeededParty)) {
-      return DownStatus(kSeededParty, servers_->endpoint(kSeededParty), *down);
+    if (auto down = servers_->Down(seeded_party)) {
+      return DownStatus(seeded_party, servers_->endpoint(seeded_party), *down);
     }
   }
   S3ORAM_ASSIGN_OR_RETURN(const wire::Header h, NextMutationHeader());
@@ -505,13 +506,13 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
     std::vector<std::vector<Elem>> shares(p.parties);
     wire::ShareSeed seed;
     if (seeding != Seeding::kNone) {
-      ShareVectorSeeded(secret, p.threshold, shares, seed);
+      ShareVectorSeeded(secret, p.threshold, shares, seed, seeded_party);
     } else {
       ShareVector(secret, p.threshold, shares);
     }
     for (std::size_t i : participants_) {
       frames.push_back(wire::Encode(
-          h, make_request(std::move(shares[i]), i == kSeededParty ? seed : wire::ShareSeed{})));
+          h, make_request(std::move(shares[i]), i == seeded_party ? seed : wire::ShareSeed{})));
       shares[i] = {};  // frames hold the bytes now; keep peak memory at one copy
     }
   }
@@ -524,7 +525,7 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
   std::vector<std::vector<std::uint8_t>> other_frames;
   std::size_t seeded_at = 0;
   for (std::size_t k = 0; k < frames.size(); ++k) {
-    if (participants_[k] == kSeededParty) {
+    if (participants_[k] == seeded_party) {
       seeded_at = k;
       continue;
     }
@@ -540,7 +541,7 @@ Result<std::vector<wire::Message>> ClientSession::ExchangeShared(
   rest.deadline = std::max(std::chrono::milliseconds(1), options.deadline - spent);
   rest.resend_after = std::min(rest.resend_after, rest.deadline);
   S3ORAM_ASSIGN_OR_RETURN(std::vector<wire::Message> last,
-                          servers_->ExchangeWith({kSeededParty}, {std::move(frames[seeded_at])}, h,
+                          servers_->ExchangeWith({seeded_party}, {std::move(frames[seeded_at])}, h,
                                                  expected_reply, rest));
   std::vector<wire::Message> replies(frames.size());
   std::size_t next_other = 0;

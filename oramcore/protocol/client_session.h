@@ -30,6 +30,7 @@
 #include "oramcore/base/status.h"
 #include "oramcore/math/field.h"
 #include "oramcore/protocol/block_codec.h"
+#include "oramcore/protocol/fresh_shares.h"
 #include "oramcore/state/client_state.h"
 #include "oramcore/wire/server_set.h"
 #include "oramcore/wire/wire.h"
@@ -165,7 +166,8 @@ class ClientSession {
   // How ExchangeShared's shares go out (fresh_shares.h).
   enum class Seeding : std::uint8_t {
     kNone,    // every server gets its shares in full
-    kSeeded,  // server kSeededParty gets the seed of its shares, sent with the others
+    kSeeded,  // the seeded participant (seeded_party()) gets the seed of its shares,
+              // sent with the others
     // The same, but its request goes only once every other server answered:
     // for a request that starts work between the servers (EVICT_PREPARE), so
     // that the server sent a few bytes does not start it while the others
@@ -191,6 +193,11 @@ class ClientSession {
   // The servers every request that reads or changes the tree goes to: all
   // but the excluded ones, ascending. The lease is held on them only.
   const std::vector<std::size_t>& participants() const { return participants_; }
+  // The participant whose shares go as their seed (fresh_shares.h): the
+  // lowest one, server 0 unless it is excluded.
+  std::size_t seeded_party() const {
+    return participants_.empty() ? kSeededParty : participants_.front();
+  }
   bool excluded(std::size_t server) const;
   // The participants as EVICT_PREPARE names them (bit i: server i; 0 when
   // every server takes part).

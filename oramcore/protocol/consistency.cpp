@@ -43,8 +43,17 @@ std::vector<std::size_t> InconsistentSlots(
 std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>> shares,
                                        const share_mac::ShareMacKey& key,
                                        std::span<const std::size_t> parties) {
+  return OddShareOut(
+      shares, key.slot_elems(), [&key](std::span<const field::Elem> v) { return key.Verify(v); },
+      parties);
+}
+
+std::optional<std::size_t> OddShareOut(
+    std::span<const std::vector<field::Elem>> shares, std::size_t elems,
+    const std::function<bool(std::span<const field::Elem>)>& authentic,
+    std::span<const std::size_t> parties) {
   const std::size_t n = shares.size();
-  const std::size_t m = key.slot_elems();
+  const std::size_t m = elems;
   if (n < 3 || (!parties.empty() && parties.size() != n)) return std::nullopt;
   for (const auto& s : shares) {
     if (s.size() != m) return std::nullopt;
@@ -62,7 +71,7 @@ std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>>
     auto lambda = shamir::LagrangeAtZero(xs);
     if (!lambda.ok()) return std::nullopt;
     shamir::Recover(ptrs, *lambda, m, opened.data());
-    if (!key.Verify(opened)) continue;
+    if (!authentic(opened)) continue;
     if (odd) return std::nullopt;  // two candidates: not attributable
     odd = k;
   }

@@ -15,6 +15,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <vector>
@@ -47,5 +48,13 @@ std::vector<std::size_t> InconsistentSlots(
 std::optional<std::size_t> OddShareOut(std::span<const std::vector<field::Elem>> shares,
                                        const share_mac::ShareMacKey& key,
                                        std::span<const std::size_t> parties = {});
+// The same with `authentic` deciding whether an opened value carries a valid
+// MAC (e.g. BlockCodec::CombinationMacValid for a random combination of
+// slots, which holds for either key while a rekey is under way). Every share
+// must have `elems` elements.
+std::optional<std::size_t> OddShareOut(
+    std::span<const std::vector<field::Elem>> shares, std::size_t elems,
+    const std::function<bool(std::span<const field::Elem>)>& authentic,
+    std::span<const std::size_t> parties = {});
 
 }  // namespace s3oram

@@ -70,9 +70,12 @@ Result<const Evictor::PartyCode*> Evictor::CodeOfParticipants() {
 
 Result<bool> Evictor::ExcludedAfter(const Status& failure, std::uint64_t eviction) {
   if (failure.ok()) return false;
-  // A server whose stored shares failed their digests is left out as
-  // suspect when the others suffice: the eviction goes on among them.
-  if (failure.code() == Status::Code::kDamaged) return session_.ExcludeSuspects();
+  // A server whose stored shares failed their digests, or one found holding
+  // odd inputs (NoteOddInput), is left out as suspect when the others
+  // suffice: the eviction goes on among them.
+  if (failure.code() == Status::Code::kDamaged || failure.code() == Status::Code::kIntegrity) {
+    return session_.ExcludeSuspects();
+  }
   if (!IsSilence(failure)) return false;
   return session_.ExcludeDown("eviction " + std::to_string(eviction) +
                               " could not go on with it (" + failure.message() + ")");
@@ -407,7 +410,7 @@ Status Evictor::SendPrepare(const EvictionPlan& plan, std::uint32_t attempt,
                         },
                         wire::MessageType::kEvictStartedReply, budget,
                         stats_.timings.eviction_client_ns, stats_.timings.eviction_prepare_wait_ns,
-                        // Server kSeededParty gets the seed of its matrices once the others
+                        // The seeded participant gets the seed of its matrices once the others
                         // have theirs (EVICT_STARTED): sent with them, it would start the
                         // share exchange while they still receive megabytes over the
                         // client's uplink, and wait out its peer timeout for them (a
@@ -590,6 +593,11 @@ Status Evictor::PrepareUntilChecked(const EvictionPlan& plan, EvictionRecord& re
       if (last.code() == Status::Code::kDamaged || IsSilence(last)) {
         S3ORAM_ASSIGN_OR_RETURN(const bool excluded, ExcludedAfter(last, plan.eviction));
         if (!excluded) break;
+      }
+      // A server found holding odd inputs (NoteOddInput) is left out of the
+      // next attempt when the others suffice.
+      if (last.code() == Status::Code::kIntegrity) {
+        S3ORAM_RETURN_IF_ERROR(ExcludedAfter(last, plan.eviction).status());
       }
     }
   }
@@ -809,15 +817,48 @@ Result<bool> Evictor::InputsAuthentic(std::uint64_t eviction, const PartyCode& c
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t i = 0; i < ptrs.size(); ++i) row_ptrs[i] = ptrs[i] + r * m;
     if (!OpenChecked(row_ptrs, code.parity_rows, code.lambda, m, opened.data())) {
-      return Status::Integrity("eviction " + std::to_string(eviction) +
-                               ": the buckets it reads are inconsistent across the servers " +
-                               session_.ServerSetName() +
-                               " (a combination of them is not one sharing): a server's stored "
-                               "shares changed; s3oram scrub names the server");
+      Status inconsistent = Status::Integrity(
+          "eviction " + std::to_string(eviction) +
+          ": the buckets it reads are inconsistent across the servers " + session_.ServerSetName() +
+          " (a combination of them is not one sharing): a server's stored shares changed");
+      NoteOddInput(eviction, code, replies, r, inconsistent.message());
+      return inconsistent;
     }
     if (!session_.codec().CombinationMacValid(opened)) return false;
   }
   return true;
+}
+
+void Evictor::NoteOddInput(std::uint64_t eviction, const PartyCode& code,
+                           const std::vector<wire::Message>& replies, std::size_t row,
+                           const std::string& what) {
+  // The inputs are what each server keeps: a share changed at rest (with
+  // its digest, or it would have reported damage) is that server's own, so
+  // the one server without which the others open to an authentic value is
+  // the one that changed it. (An eviction's own faults, dealt by one server
+  // to another, are not attributed: the receiver would be named.)
+  const std::size_t m = params().elems_per_slot();
+  std::vector<std::vector<Elem>> shares;
+  for (const wire::Message& reply : replies) {
+    const auto& c = std::get<wire::MacOpenReply>(reply.body).combination;
+    shares.emplace_back(c.begin() + static_cast<std::ptrdiff_t>(row * m),
+                        c.begin() + static_cast<std::ptrdiff_t>((row + 1) * m));
+  }
+  const auto odd = OddShareOut(
+      shares, m,
+      [this](std::span<const Elem> v) { return session_.codec().CombinationMacValid(v); },
+      code.servers);
+  if (!odd) {
+    spdlog::error("{}; which server changed them cannot be told: s3oram scrub names it", what);
+    return;
+  }
+  const std::size_t server = code.servers[*odd];
+  spdlog::error("{}: server {} ({}) holds the odd shares (the others open to authentic values)",
+                what, server, session_.servers().endpoint(server));
+  session_.NoteSuspect(server, "its stored shares of the buckets eviction " +
+                                   std::to_string(eviction) +
+                                   " reads are not the ones the others' authenticate (changed at "
+                                   "rest, digests and all)");
 }
 
 Status Evictor::Settle() {

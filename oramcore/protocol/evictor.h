@@ -138,8 +138,17 @@ class Evictor {
   Status CheckMac(std::uint64_t eviction, std::uint32_t attempt,
                   const std::vector<std::vector<field::Elem>>& combinations, const PartyCode& code);
   // MAC_OPEN: whether random combinations of the committed buckets eviction
-  // `eviction` reads carry valid share MACs.
+  // `eviction` reads carry valid share MACs. Integrity if they are not one
+  // sharing (NoteOddInput then names the server that changed its shares
+  // when it can be told).
   Result<bool> InputsAuthentic(std::uint64_t eviction, const PartyCode& code);
+  // Combination `row` of the MAC_OPEN replies was not one sharing: the
+  // server whose share is off the authentic value the others open to, if
+  // exactly one is, is noted as suspect (ClientSession::NoteSuspect), to be
+  // excluded before the next attempt; logged either way with `what`.
+  void NoteOddInput(std::uint64_t eviction, const PartyCode& code,
+                    const std::vector<wire::Message>& replies, std::size_t row,
+                    const std::string& what);
   // Replaces the logged pending eviction with `record` (a new attempt number
   // goes to disk before any server sees it), durably.
   Status LogRecord(const EvictionRecord& record);
@@ -158,8 +167,9 @@ class Evictor {
   RootWriteQueue& roots_;
   ClientStats& stats_;
   // After `failure` of a request to the participants: whether a server found
-  // down was excluded (ClientSession::ExcludeDown), so that the eviction
-  // can go on without it.
+  // down (ClientSession::ExcludeDown), or one that reported damaged storage
+  // or was found holding odd inputs (ClientSession::ExcludeSuspects), was
+  // excluded, so that the eviction can go on without it.
   Result<bool> ExcludedAfter(const Status& failure, std::uint64_t eviction);
 
   // The eviction started at the end of the last round and not committed yet,

@@ -29,17 +29,22 @@ inline void ShareVector(std::span<const field::Elem> secret, std::size_t t,
   shamir::Create(secret, t, coeffs, ptrs);
 }
 
-// The party whose share goes as its seed (wire::ShareSeed). Always the same
-// one, so every server sees the same sizes whatever is accessed.
+// The party whose share goes as its seed (wire::ShareSeed) while every
+// server takes part. A client seeds the lowest server that takes part
+// (ClientSession::seeded_party): the same one for every request while the
+// participants stay the same, so every server sees the same sizes whatever
+// is accessed, and a client that left server 0 out still sends one seed
+// instead of a share.
 inline constexpr std::size_t kSeededParty = 0;
 
-// As ShareVector, but party kSeededParty's share is drawn from a fresh seed
-// (wire::NewShareSeed), which `seed` receives, and outs[kSeededParty] is left
+// As ShareVector, but party `seeded`'s share is drawn from a fresh seed
+// (wire::NewShareSeed), which `seed` receives, and outs[seeded] is left
 // empty: the sharing is the line through the secret and that pseudorandom
 // share (shamir::CreateThroughShare), which is only possible for t = 1; for
 // another t this is ShareVector, and seed.count is 0.
 inline void ShareVectorSeeded(std::span<const field::Elem> secret, std::size_t t,
-                              std::vector<std::vector<field::Elem>>& outs, wire::ShareSeed& seed) {
+                              std::vector<std::vector<field::Elem>>& outs, wire::ShareSeed& seed,
+                              std::size_t seeded = kSeededParty) {
   if (t != 1 || secret.empty()) {
     seed = wire::ShareSeed{};
     ShareVector(secret, t, outs);
@@ -49,7 +54,7 @@ inline void ShareVectorSeeded(std::span<const field::Elem> secret, std::size_t t
   const std::vector<field::Elem> drawn = wire::ExpandShareSeed(seed);
   std::vector<field::Elem*> ptrs;
   for (std::size_t i = 0; i < outs.size(); ++i) {
-    if (i == kSeededParty) {
+    if (i == seeded) {
       outs[i].clear();
       ptrs.push_back(nullptr);
     } else {
@@ -57,7 +62,7 @@ inline void ShareVectorSeeded(std::span<const field::Elem> secret, std::size_t t
       ptrs.push_back(outs[i].data());
     }
   }
-  shamir::CreateThroughShare(secret, kSeededParty, drawn, ptrs);
+  shamir::CreateThroughShare(secret, seeded, drawn, ptrs);
 }
 
 }  // namespace s3oram

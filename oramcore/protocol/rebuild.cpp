@@ -761,7 +761,9 @@ Status VerifyThroughOram(RebuildRun& r, const Secret& passphrase) {
 
 }  // namespace
 
-Result<RebuildReport> CatchUpExcludedServer(ClientSession& session, std::size_t target) {
+Result<RebuildReport> CatchUpExcludedServer(
+    ClientSession& session, std::size_t target,
+    const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress) {
   const FsConfig& config = session.config();
   const OramParams& p = config.params;
   std::optional<Exclusion> excluded;
@@ -783,6 +785,12 @@ Result<RebuildReport> CatchUpExcludedServer(ClientSession& session, std::size_t 
   options.target = target;
   options.client = session.options();
   options.verify = false;
+  if (progress) {
+    options.progress = [&progress](std::string_view phase, std::uint64_t done,
+                                   std::uint64_t total) {
+      if (phase == "rebuild") progress(done, total);
+    };
+  }
   RebuildRun r(session.state_path(), options);
   r.K = target;
   r.shape = ShapeOf(p);

@@ -238,15 +238,16 @@ Status RootWriteQueue::Flush() {
     TimeInto timer(stats_.timings.client_compute_ns);
     std::vector<std::vector<Elem>> shares(p.parties);
     wire::ShareSeed seed;
+    const std::size_t seeded_party = session_.seeded_party();
     for (std::size_t j = 0; j < k; ++j) {
-      ShareVectorSeeded(entries_[j].elems, p.threshold, shares, seed);
+      ShareVectorSeeded(entries_[j].elems, p.threshold, shares, seed, seeded_party);
       requests[j].header = headers[j];
       requests[j].expected_reply = wire::MessageType::kWriteRootReply;
       for (std::size_t i : session_.participants()) {
         requests[j].frames.push_back(wire::Encode(
             headers[j],
             wire::Body{wire::WriteRootRequest{entries_[j].slot, std::move(shares[i]),
-                                              i == kSeededParty ? seed : wire::ShareSeed{}}}));
+                                              i == seeded_party ? seed : wire::ShareSeed{}}}));
         shares[i] = {};
       }
     }

@@ -21,6 +21,7 @@
 #include <string>
 #include <thread>
 
+#include "oramcore/tree/geometry.h"
 #include "tests/integration/fs_fixture.h"
 #include "tests/integration/run_cli.h"
 #include "tests/integration/share_damage.h"
@@ -211,6 +212,61 @@ TEST(FsFourServersTest, ADamagedServerAmongFourIsExcludedAndTheMountStaysWritabl
             std::string::npos)
       << st.output;
   EXPECT_EQ(st.output.find("STOPPED"), std::string::npos) << st.output;
+}
+
+// A server of four that changed stored shares together with their digests
+// (stopped; every slot of the leaf-level bucket the next eviction reads, and
+// of its sibling, rewritten with its digest recomputed; started again), so
+// that it reports no damage: whichever meets the change first, a retrieval
+// (its answer outvoted) or that eviction (its inputs' MAC_OPEN: the one
+// server without which the others open to authentic values), names and
+// excludes it, the eviction goes on among the others, and the mount stays
+// writable; `s3oram rebuild` then rebuilds it in full.
+TEST(FsFourServersTest, AServerThatRewroteSharesAndDigestsIsExcludedAndTheMountGoesOn) {
+  auto fs = MountFourServers();
+  ASSERT_TRUE(fs);
+  S3ORAM_SKIP_IN_REFERENCE(*fs);
+  const std::uint64_t seed = s3oram::testing::TestSeed();
+  const std::size_t liar = (seed + 3) % 4;
+  Files files;
+  ASSERT_TRUE(WriteSomeFiles(*fs, 3, seed, files));
+  ASSERT_TRUE(fs->Unmount());
+  const OramParams& p = fs->params();
+  const TreeGeometry geo = p.geometry();
+  std::uint64_t ne = 0;
+  {
+    auto store =
+        testing::OpenStateWithPassphrase(fs->state(), testing::ReadWholeFile(fs->passfile()));
+    ASSERT_TRUE(store.ok()) << store.status().ToString();
+    ne = (*store)->counters().ne;
+  }
+  auto& cluster = *fs->test_fs()->cluster;
+  ASSERT_TRUE(cluster.Kill(liar, SIGTERM).ok());
+  const std::string shares = cluster.dir() + "/data-" + std::to_string(liar) + "/shares.bin";
+  const BucketId leaf_bucket = geo.BucketOnPath(geo.EvictionLeaf(ne), p.height);
+  std::uint64_t rewritten = 0;
+  for (const BucketId b : {leaf_bucket, TreeGeometry::Sibling(leaf_bucket)}) {
+    for (std::uint32_t slot = 0; slot < p.bucket_size; ++slot) {
+      testing::RewriteSlotWithItsDigest(shares, p, b, slot, seed + ++rewritten);
+      ASSERT_FALSE(HasFatalFailure());
+    }
+  }
+  std::printf(
+      "[ seed     ] %llu: server %zu rewrote buckets %llu and %llu (eviction %llu reads "
+      "them) with their digests\n",
+      static_cast<unsigned long long>(seed), liar, static_cast<unsigned long long>(leaf_bucket),
+      static_cast<unsigned long long>(TreeGeometry::Sibling(leaf_bucket)),
+      static_cast<unsigned long long>(ne));
+  ASSERT_TRUE(cluster.Restart(liar).ok());
+
+  auto mounted = fs->Mount();
+  ASSERT_TRUE(mounted) << mounted.message();
+  ExpectSuspectExcludedThenRebuiltInFull(*fs, liar, seed, files);
+  const std::string log = fs->daemon_log();
+  std::printf("[ found by ] %s\n",
+              log.find("holds the odd shares") != std::string::npos ? "the eviction's inputs"
+              : log.find("answered wrongly") != std::string::npos   ? "a retrieval"
+                                                                    : "?");
 }
 
 // Server k is killed (SIGKILL) while the mount writes: the first request

@@ -135,5 +135,40 @@ TEST(OddShareOutTest, NamesTheServerWhoseShareWasChanged) {
   EXPECT_FALSE(OddShareOut(shares, key).has_value());
 }
 
+// The predicate form, over four of five parties (as an eviction's MAC_OPEN
+// among the participants left when one is excluded): the one whose share of
+// the tagged value was changed is named by its position, whichever it is,
+// and nothing is named when the predicate accepts nothing.
+TEST(OddShareOutTest, NamesTheOddOneOfFourParticipantsByPredicate) {
+  auto rng = testing::SeededRng();
+  std::array<std::uint8_t, share_mac::kKeyBytes> secret{};
+  for (auto& b : secret) b = static_cast<std::uint8_t>(rng());
+  const std::size_t d = 40;
+  const share_mac::ShareMacKey key(secret, d);
+  const std::size_t m = key.slot_elems();
+  const std::vector<std::size_t> parties = {0, 2, 3, 4};  // server 1 excluded
+  std::vector<Elem> value(m, 0);
+  for (std::size_t c = 0; c < d; ++c) value[c] = static_cast<Elem>(rng() % field::kPrime);
+  key.Tag(value);
+  auto verify = [&key](std::span<const Elem> v) { return key.Verify(v); };
+  for (std::size_t bad = 0; bad < parties.size(); ++bad) {
+    std::vector<std::vector<Elem>> shares(parties.size(), std::vector<Elem>(m));
+    for (std::size_t c = 0; c < m; ++c) {
+      const Elem slope = static_cast<Elem>(rng() % field::kPrime);
+      for (std::size_t k = 0; k < parties.size(); ++k) {
+        shares[k][c] = field::Add(value[c], field::Mul(slope, shamir::PartyX(parties[k])));
+      }
+    }
+    const std::size_t at = rng() % m;
+    shares[bad][at] = field::Add(shares[bad][at], 1 + static_cast<Elem>(rng() % 1000));
+    const auto odd = OddShareOut(shares, m, verify, parties);
+    ASSERT_TRUE(odd.has_value()) << "bad=" << bad;
+    EXPECT_EQ(*odd, bad);
+    EXPECT_FALSE(OddShareOut(
+                     shares, m, [](std::span<const Elem>) { return false; }, parties)
+                     .has_value());
+  }
+}
+
 }  // namespace
 }  // namespace s3oram

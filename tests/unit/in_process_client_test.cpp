@@ -418,6 +418,47 @@ TEST(InProcessClientTest, WithFourServersALiarIsOutvotedNamedExcludedAndRebuiltI
   ASSERT_TRUE((*client)->Close().ok());
 }
 
+// With four servers and server 0 (the one seeded while all take part)
+// excluded, the lowest participant gets the seeds instead: a round of
+// accesses and its eviction upload two full shares and a seed, about two
+// thirds of what all four cost (three and a seed), not three full shares.
+TEST(InProcessClientTest, WithServerZeroExcludedTheNextParticipantIsSeeded) {
+  InProcessFs fs(4);
+  ASSERT_TRUE(fs.cluster);
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  BlockModel model;
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  OramClient& c = **client;
+  // Bytes sent per access over four whole rounds (accesses and evictions).
+  auto bytes_per_access = [&]() -> double {
+    while (c.counters().nr != 0) {
+      if (!c.Read(0).ok()) return -1;
+    }
+    const std::uint64_t before = c.transport_stats().bytes_sent;
+    constexpr int kAccesses = 4 * kEvictRate;
+    for (int i = 0; i < kAccesses; ++i) {
+      auto r = c.Read(static_cast<BlockId>(i % 6));
+      if (!r.ok() || *r != model[static_cast<BlockId>(i % 6)]) return -1;
+    }
+    return static_cast<double>(c.transport_stats().bytes_sent - before) / kAccesses;
+  };
+  const double all_four = bytes_per_access();
+  ASSERT_GT(all_four, 0);
+  fs.cluster->SetDown(0, true);
+  for (int i = 0; i < 8 && c.TakeSnapshot().exclusions.empty(); ++i) (void)c.Read(1);
+  ASSERT_EQ(c.TakeSnapshot().exclusions.size(), 1u);
+  ASSERT_EQ(c.session().seeded_party(), 1u);
+  const double without_zero = bytes_per_access();
+  ASSERT_GT(without_zero, 0);
+  std::printf(
+      "[ upload   ] %.0f bytes per access with four servers, %.0f with server 0 "
+      "excluded\n",
+      all_four, without_zero);
+  EXPECT_LT(without_zero, 0.8 * all_four) << "server 1 did not get the seeds in server 0's place";
+  fs.cluster->SetDown(0, false);
+}
+
 // With four servers, a server that reports damaged storage (its stored
 // shares failed their digests: an ErrorReply of code kDamaged to the
 // retrievals) is excluded as suspect, not a reason to stop writes: every
