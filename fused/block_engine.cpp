@@ -7,6 +7,7 @@
 #include <exception>
 #include <optional>
 #include <set>
+#include <thread>
 
 #include "oramcore/base/random.h"
 
@@ -419,45 +420,119 @@ void OramBlockEngine::CatchUpExcluded() {
            true);
       continue;
     }
-    std::lock_guard<FairMutex> lock(mu_);
-    // The catch-up settles the eviction under way first, which the accesses
-    // would otherwise not wait for: on a busy mount with one running, wait
-    // for a beat without one, but not for more than kCatchUpPatience beats.
-    // An idle mount (no access for 2 s) has nobody waiting.
-    const bool busy = std::chrono::steady_clock::now() - last_access_ < std::chrono::seconds(2);
-    auto pending = client_->PendingEviction();
-    if (busy && pending.ok() && pending->has_value() && ++catch_up_deferred_ < kCatchUpPatience) {
-      continue;
+    CatchUpOne(k, note);
+  }
+}
+
+void OramBlockEngine::CatchUpOne(
+    std::size_t k, const std::function<void(std::size_t, const std::string&, bool)>& note) {
+  auto failed = [&](const Status& st) {
+    {
+      const std::lock_guard<std::mutex> shown(snapshot_mu_);
+      catching_up_.reset();
     }
-    catch_up_deferred_ = 0;
+    note(k, "catching up excluded server " + std::to_string(k) + " failed: " + st.ToString(), true);
+  };
+  std::unique_ptr<CatchUpRun> run;
+  {
+    std::lock_guard<FairMutex> lock(mu_);
     {
       const std::lock_guard<std::mutex> shown(snapshot_mu_);
       catching_up_ = OramClient::Snapshot::CatchUp{k, 0, 0, {}};
       catch_up_started_ = std::chrono::steady_clock::now();
     }
-    auto report = client_->CatchUpExcluded(k, [this](std::uint64_t done, std::uint64_t total) {
+    auto started = client_->StartCatchUp(k, [this](std::uint64_t done, std::uint64_t total) {
       const std::lock_guard<std::mutex> shown(snapshot_mu_);
       if (catching_up_) {
         catching_up_->done_bytes = done;
         catching_up_->total_bytes = total;
       }
     });
-    {
-      const std::lock_guard<std::mutex> shown(snapshot_mu_);
-      catching_up_.reset();
-    }
     AfterCall();
-    last_contact_ = std::chrono::steady_clock::now();
-    if (report.ok()) {
-      catch_up_noted_.erase(k);
+    if (!started.ok()) {
+      // A participant between two evictions: the next beat tries again.
+      if (started.status().code() == Status::Code::kUnavailable) {
+        const std::lock_guard<std::mutex> shown(snapshot_mu_);
+        catching_up_.reset();
+        return;
+      }
+      failed(started.status());
+      return;
+    }
+    run = std::move(started).value();
+  }
+  // The copy: the engine is held for one range at a time, so the accesses
+  // go on between the ranges (a FairMutex lets those waiting go first).
+  // An eviction's commit under way on a participant is waited out, up to
+  // kStepRetries times in a row.
+  for (int unavailable = 0; !catch_up_hurry_.load();) {
+    Status st;
+    bool copied = false;
+    {
+      std::lock_guard<FairMutex> lock(mu_);
+      auto step = client_->CatchUpStep(*run);
+      AfterCall();
+      if (step.ok()) {
+        copied = *step;
+      } else {
+        st = step.status();
+      }
+    }
+    if (st.ok() && copied) break;
+    if (st.ok()) {
+      unavailable = 0;
+    } else if (st.code() != Status::Code::kUnavailable || ++unavailable >= kStepRetries) {
+      failed(st);
+      return;
     } else {
-      note(k,
-           "catching up excluded server " + std::to_string(k) +
-               " failed: " + report.status().ToString(),
-           true);
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    // The steps send nothing that keeps the lease alive.
+    if (KeepAlive(std::chrono::seconds(10)).code() == Status::Code::kLeaseHeld) {
+      failed(Status::LeaseHeld("fenced off during the catch-up"));
+      return;
     }
   }
+  // The last pass settles the eviction under way first, which the accesses
+  // would otherwise not wait for: on a busy mount with one running, wait
+  // for a moment without one, but not for more than kCatchUpPatience
+  // seconds (nor at an unmount), copying what the evictions meanwhile make
+  // stale. An idle mount (no access for 2 s) has nobody waiting.
+  const auto copied_at = std::chrono::steady_clock::now();
+  while (true) {
+    bool sent = false;
+    {
+      std::lock_guard<FairMutex> lock(mu_);
+      const auto now = std::chrono::steady_clock::now();
+      const bool busy = now - last_access_ < std::chrono::seconds(2);
+      auto pending = client_->PendingEviction();
+      if (!busy || !pending.ok() || !pending->has_value() ||
+          now - copied_at >= std::chrono::seconds(kCatchUpPatience) || catch_up_hurry_.load()) {
+        auto report = client_->FinishCatchUp(*run);
+        {
+          const std::lock_guard<std::mutex> shown(snapshot_mu_);
+          catching_up_.reset();
+        }
+        AfterCall();
+        last_contact_ = std::chrono::steady_clock::now();
+        if (report.ok()) {
+          catch_up_noted_.erase(k);
+        } else {
+          failed(report.status());
+        }
+        return;
+      }
+      auto step = client_->CatchUpStep(*run);
+      AfterCall();
+      // A step refused here (a commit under way) is tried again; the last
+      // pass sends what it would have.
+      sent = step.ok() && !*step;
+    }
+    if (!sent) std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
 }
+
+void OramBlockEngine::HurryCatchUp() { catch_up_hurry_ = true; }
 
 Status OramBlockEngine::Close() {
   StopTicker();

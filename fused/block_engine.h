@@ -136,12 +136,18 @@ class OramBlockEngine final : public BlockEngine {
   // For the keep-alive thread, every few seconds while a server is
   // excluded: asks each excluded server, on a probe's own connection and
   // without holding the engine, whether it is back with its store of this
-  // filesystem, and catches up each that is (OramClient::CatchUpExcluded,
-  // holding the engine: the accesses wait meanwhile). A catch-up settles the
-  // eviction under way first, so it waits for a beat with none running, at
-  // most kCatchUpPatience beats. Logs each new finding about a server once
-  // (still down, back without a store, caught up).
+  // filesystem, and catches up each that is (OramClient::StartCatchUp and
+  // its steps). The copy holds the engine one range at a time, so the
+  // accesses go on beside it; the last pass (what changed meanwhile, the
+  // root) holds it throughout. That pass settles the eviction under way
+  // first, so on a busy mount it waits for a moment with none running, at
+  // most kCatchUpPatience seconds. Logs each new finding about a server
+  // once (still down, back without a store, caught up).
   void CatchUpExcluded();
+  // Makes a catch-up under way skip to its last pass (an unmount: the
+  // keep-alive thread is stopping). The server would otherwise be left
+  // marked as being caught up, and only a full rebuild takes it back.
+  void HurryCatchUp();
   // Releases the lease (clean unmount); later calls fail.
   Status Close();
   // The client's own state as of the latest call that finished
@@ -212,8 +218,11 @@ class OramBlockEngine final : public BlockEngine {
   // it last logged of each server.
   std::unique_ptr<StatusProbe> catch_up_probe_;
   std::map<std::size_t, std::string> catch_up_noted_;
-  int catch_up_deferred_ = 0;  // beats a catch-up waited for an eviction to end
-  static constexpr int kCatchUpPatience = 6;
+  std::atomic<bool> catch_up_hurry_{false};
+  static constexpr int kCatchUpPatience = 30;  // seconds
+  static constexpr int kStepRetries = 50;      // of 200 ms each
+  void CatchUpOne(std::size_t k,
+                  const std::function<void(std::size_t, const std::string&, bool)>& note);
 };
 
 }  // namespace s3oram::fs

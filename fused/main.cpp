@@ -305,7 +305,7 @@ fuse_session* MountSession(const fs::MountCommand& cmd, std::vector<std::string>
 class LeaseKeepAlive {
  public:
   explicit LeaseKeepAlive(fs::OramBlockEngine& engine)
-      : thread_([this, &engine] {
+      : engine_(engine), thread_([this, &engine] {
           std::unique_lock<std::mutex> lock(mu_);
           while (!cv_.wait_for(lock, kLeaseKeepAlive, [&] { return stopping_; })) {
             lock.unlock();
@@ -324,10 +324,14 @@ class LeaseKeepAlive {
       stopping_ = true;
     }
     cv_.notify_all();
+    // A catch-up under way goes to its last pass now (the unmount waits for
+    // that pass, not for the rest of the copy).
+    engine_.HurryCatchUp();
     thread_.join();
   }
 
  private:
+  fs::OramBlockEngine& engine_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stopping_ = false;

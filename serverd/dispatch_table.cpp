@@ -7,8 +7,9 @@
 // during_prepare marks what Server hands to Handle while an eviction's
 // PREPARE computes on another thread (request_handler.h): the accesses, the
 // lease, STATUS/STATS and the reads of the client-state backups, which touch
-// neither the shadow nor the job. (A backup read still waits while a
-// BACKUP_PUT waits behind the PREPARE: Server's ServeAside.)
+// neither the shadow nor the job, and the rebuild reads of live buckets.
+// (A backup read still waits while a BACKUP_PUT waits behind the PREPARE:
+// Server's ServeAside.)
 #include <algorithm>
 #include <array>
 #include <span>
@@ -89,7 +90,9 @@ constexpr std::array kRoutes = {
   // it, so no mount can change the tree under the copy).
   Impl::Route{Type::kRebuildBeginRequest,       Sender::kSelfChecked,     false, false,
               &Run<wire::RebuildBeginRequest, &Impl::HandleRebuildBegin>},
-  Impl::Route{Type::kRebuildReadRequest,        Sender::kLeaseHolder,     true,  false,
+  // A rebuild read of the tree beside a PREPARE: a mount catches a server
+  // up while its evictions go on (ServedDuringPrepare leaves bucket 0 out).
+  Impl::Route{Type::kRebuildReadRequest,        Sender::kLeaseHolder,     true,  true,
               &Run<wire::RebuildReadRequest, &Impl::HandleRebuildRead>},
   Impl::Route{Type::kRebuildWriteRequest,       Sender::kSelfChecked,     false, false,
               &Run<wire::RebuildWriteRequest, &Impl::HandleRebuildWrite>},

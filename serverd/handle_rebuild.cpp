@@ -100,11 +100,26 @@ Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
                                                       const wire::RebuildBeginRequest& req) {
   const std::string me = "server " + std::to_string(config.index);
   // A BEGIN sent again (a lost reply, a replaced connection) finds its own
-  // catch-up under way: the same answer, nothing done twice.
+  // catch-up under way: the same answer, nothing done twice. Sent again at
+  // newer counters by the same client (its epoch), it moves the catch-up's
+  // goal: a mount copies while its accesses go on, then sends what changed
+  // meanwhile, and FINISH must name the counters of that last pass.
   if (store && store->rebuilding() && rebuild_target && rebuild_target->catch_up &&
-      rebuild_target->epoch == h.epoch && rebuild_target->applied_seq == req.applied_seq &&
-      rebuild_target->applied_evictions == req.applied_evictions &&
-      store->meta().fs_id == h.fs_id) {
+      rebuild_target->epoch == h.epoch && store->meta().fs_id == h.fs_id) {
+    RebuildTarget& rt = *rebuild_target;
+    if (req.applied_seq < rt.applied_seq || req.applied_evictions < rt.applied_evictions) {
+      return Status::InvalidArgument("catch-up: BEGIN again at " +
+                                     std::to_string(req.applied_evictions) + " evictions and seq " +
+                                     std::to_string(req.applied_seq) + ", behind the " +
+                                     std::to_string(rt.applied_evictions) + " and " +
+                                     std::to_string(rt.applied_seq) + " it began with");
+    }
+    if (req.applied_seq != rt.applied_seq || req.applied_evictions != rt.applied_evictions) {
+      spdlog::info("catch-up of filesystem {} goes on to {} evictions applied", HexId(h.fs_id),
+                   req.applied_evictions);
+      rt.applied_seq = req.applied_seq;
+      rt.applied_evictions = req.applied_evictions;
+    }
     return wire::Body{wire::RebuildBeginReply{}};
   }
   if (!store || store->rebuilding() || store->meta().fs_id != h.fs_id ||

@@ -359,7 +359,14 @@ bool RequestHandler::ServedDuringPrepare(std::span<const std::uint8_t> frame) {
   const auto type = wire::PeekType(frame);
   if (!type) return false;
   const Impl::Route* route = Impl::FindRoute(*type);
-  return route != nullptr && route->during_prepare;
+  if (route == nullptr || !route->during_prepare) return false;
+  // A rebuild read of the tree reads live buckets only (as a retrieval
+  // does); bucket 0 is the root snapshot, which the PREPARE may be writing.
+  if (*type == wire::MessageType::kRebuildReadRequest) {
+    auto msg = wire::Decode(frame);
+    return msg.ok() && std::get<wire::RebuildReadRequest>(msg->body).first_bucket != 0;
+  }
+  return true;
 }
 
 std::optional<std::pair<std::uint64_t, std::uint32_t>> RequestHandler::PrepareAttemptOf(

@@ -11,7 +11,8 @@
 // EVICT_PREPARE's Handle only checks it and snapshots the root, and its
 // computation (minutes at large blocks) runs in RunPrepare, which a caller
 // may run on another thread while Handle serves the frames
-// ServedDuringPrepare admits (the accesses, lease and STATUS/STATS); the two
+// ServedDuringPrepare admits (the accesses, lease, STATUS/STATS and rebuild
+// reads of live buckets); the two
 // share no state but the locked progress and counters. EVICT_RESULT answers
 // when the computation is done (running it first if no thread did).
 #pragma once

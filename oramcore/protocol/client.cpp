@@ -606,22 +606,36 @@ Status OramClient::AgeFill(const std::function<void(std::uint64_t, std::uint64_t
   return Status::Ok();
 }
 
-Result<RebuildReport> OramClient::CatchUpExcluded(
-    std::size_t server,
-    const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress) {
+Result<std::unique_ptr<CatchUpRun>> OramClient::StartCatchUp(std::size_t server,
+                                                             CatchUpRun::Progress progress,
+                                                             std::size_t range_bytes) {
   if (session_->read_only()) {
     return Status::FailedPrecondition("a read-only client catches no server up");
   }
   if (!session_->excluded(server)) {
     return Status::InvalidArgument("server " + std::to_string(server) + " is not excluded");
   }
-  // The participants must agree on the tree the catch-up copies from: no
-  // eviction under way, every root write on every participant.
   if (session_->fenced() || !session_->lease_held()) {
     return Status::LeaseHeld("this client does not hold the lease: it catches no server up");
   }
+  // Still the holder on every participant (a client fenced meanwhile must
+  // not touch the returning server, which may not know the newer epoch).
+  S3ORAM_RETURN_IF_ERROR(session_->RenewLease().WithContext("before a catch-up"));
+  catch_up_started_ = std::chrono::steady_clock::now();
+  return CatchUpRun::Start(*session_, server, std::move(progress), range_bytes);
+}
+
+Result<bool> OramClient::CatchUpStep(CatchUpRun& run) {
+  if (session_->fenced()) return Status::LeaseHeld("fenced off: the catch-up stops");
+  return run.CopyNext();
+}
+
+Result<RebuildReport> OramClient::FinishCatchUp(CatchUpRun& run) {
   using Ms = std::chrono::milliseconds;
+  const std::size_t server = run.target();
   const auto started = std::chrono::steady_clock::now();
+  // The participants must agree on the tree the last pass copies from: no
+  // eviction under way, every root write on every participant.
   S3ORAM_RETURN_IF_ERROR(evictor_->Settle().WithContext("settling the eviction before a catch-up"));
   S3ORAM_RETURN_IF_ERROR(Sync().WithContext("sending the root writes before a catch-up"));
   // A root write some participant still lags on would give the returning
@@ -631,22 +645,37 @@ Result<RebuildReport> OramClient::CatchUpExcluded(
   if (roots_->lagging()) {
     return Status::Unavailable("a root write is still lagging on a server; catching up later");
   }
-  // Still the holder on every participant (a client fenced meanwhile must
-  // not touch the returning server, which may not know the newer epoch).
-  S3ORAM_RETURN_IF_ERROR(session_->RenewLease().WithContext("before a catch-up"));
+  S3ORAM_RETURN_IF_ERROR(session_->RenewLease().WithContext("before a catch-up's last pass"));
   const auto settled = std::chrono::steady_clock::now();
-  S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, CatchUpExcludedServer(*session_, server, progress));
+  S3ORAM_ASSIGN_OR_RETURN(RebuildReport report, run.Finish());
   S3ORAM_RETURN_IF_ERROR(session_->Readmit(server));
   const auto done = std::chrono::steady_clock::now();
   spdlog::info(
-      "server {} ({}) caught up in {} ms ({} ms settling the eviction and root writes first): it "
-      "had applied {} of {} evictions; it missed {} of {} buckets (the root and what the "
-      "evictions since rewrote), {} were sent, it kept the rest; it takes part again",
+      "server {} ({}) caught up in {} ms, of which the last pass held the accesses {} ms ({} ms "
+      "settling the eviction and root writes, {} buckets): it had applied {} of {} evictions; it "
+      "missed {} of {} buckets (the root and what the evictions since rewrote), {} were sent, it "
+      "kept the rest; it takes part again",
       server, session_->servers().endpoint(server),
+      std::chrono::duration_cast<Ms>(done - catch_up_started_).count(),
       std::chrono::duration_cast<Ms>(done - started).count(),
-      std::chrono::duration_cast<Ms>(settled - started).count(), report.caught_up_from,
-      session_->counters().ne, report.buckets_missed, report.buckets, report.buckets_sent);
+      std::chrono::duration_cast<Ms>(settled - started).count(), report.last_pass_buckets,
+      report.caught_up_from, session_->counters().ne, report.buckets_missed, report.buckets,
+      report.buckets_sent);
   return report;
+}
+
+Result<RebuildReport> OramClient::CatchUpExcluded(std::size_t server,
+                                                  CatchUpRun::Progress progress) {
+  S3ORAM_ASSIGN_OR_RETURN(std::unique_ptr<CatchUpRun> run,
+                          StartCatchUp(server, std::move(progress)));
+  // Bounded: with no access between the steps nothing turns stale again,
+  // and the copy sends at most CatchUpRun::kMaxPasses times what the
+  // server missed in any case.
+  while (true) {
+    S3ORAM_ASSIGN_OR_RETURN(const bool done, CatchUpStep(*run));
+    if (done) break;
+  }
+  return FinishCatchUp(*run);
 }
 
 Status OramClient::Close() {

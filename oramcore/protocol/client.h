@@ -84,6 +84,7 @@
 #include "oramcore/crypto/block_seal.h"
 #include "oramcore/math/robust_decode.h"
 #include "oramcore/protocol/access_path.h"
+#include "oramcore/protocol/catch_up.h"
 #include "oramcore/protocol/client_session.h"
 #include "oramcore/protocol/client_stats.h"
 #include "oramcore/protocol/eviction_record.h"
@@ -357,19 +358,24 @@ class OramClient {
   // anyway). OK if none is in flight.
   Status SettleEviction() { return evictor_->Settle(); }
 
-  // Brings the excluded server `server` up to date and takes it back
-  // (CatchUpExcludedServer in rebuild.h): settles the eviction under way and
-  // the root writes first, so that the participants agree on the tree, then
-  // sends it only the buckets the evictions since its exclusion rewrote,
-  // then readmits it (durably) and gives it the lease. The accesses wait
-  // meanwhile (the caller holds the client). Errors as
-  // CatchUpExcludedServer's; the server stays excluded then.
-  // `progress`: the bytes of missed buckets sent so far and in all, as the
-  // catch-up goes (for a status shown meanwhile).
-  Result<RebuildReport> CatchUpExcluded(
-      std::size_t server,
-      const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress =
-          {});
+  // Brings the excluded server `server` up to date and takes it back, in
+  // steps (CatchUpRun in catch_up.h), so that a mount's accesses go on
+  // between them: StartCatchUp checks it and starts it; each CatchUpStep
+  // sends it one range of the buckets it misses, as the participants hold
+  // them then (true once little is left); FinishCatchUp settles the
+  // eviction under way and the root writes, sends what changed meanwhile
+  // and the root, then readmits it (durably) and gives it the lease. The
+  // caller holds the client for each call. Errors as CatchUpRun's; the
+  // server stays excluded then (a run dropped after StartCatchUp leaves it
+  // marked as being caught up: only a full rebuild takes it back).
+  // `progress`: the bytes of buckets sent so far and in all.
+  Result<std::unique_ptr<CatchUpRun>> StartCatchUp(
+      std::size_t server, CatchUpRun::Progress progress = {},
+      std::size_t range_bytes = CatchUpRun::kRangeBytes);
+  Result<bool> CatchUpStep(CatchUpRun& run);
+  Result<RebuildReport> FinishCatchUp(CatchUpRun& run);
+  // All three at once (the accesses wait throughout).
+  Result<RebuildReport> CatchUpExcluded(std::size_t server, CatchUpRun::Progress progress = {});
 
   // Tells the servers this client is alive (refreshes the lease's "last
   // active" time); kLeaseHeld if another client took the lease over, after
@@ -395,6 +401,8 @@ class OramClient {
 
  private:
   OramClient() = default;
+  // When the catch-up under way started (for its log line).
+  std::chrono::steady_clock::time_point catch_up_started_{};
   static Result<std::unique_ptr<OramClient>> OpenImpl(const std::string& state_path,
                                                       const Secret& passphrase, bool read_only,
                                                       ClientOptions options);

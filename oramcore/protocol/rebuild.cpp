@@ -48,7 +48,7 @@ struct Session {
   ServerSet* servers = nullptr;
   std::uint64_t epoch = 0;
   std::uint64_t seq = 0;
-  // Inside an open client (CatchUpExcludedServer): its headers, its seqs.
+  // Inside an open client (CatchUpRun): its headers, its seqs.
   std::function<wire::Header()> next_header;
 
   wire::Header Next() {
@@ -450,6 +450,9 @@ struct DataPath {
   // cannot be combined to cancel masks.
   wire::RebuildNonce nonce{};
   std::uint64_t bucket_elems = 0;
+  std::uint64_t bucket_bytes = 0;
+  std::uint64_t buckets = 0;    // in the tree
+  std::uint64_t per_range = 1;  // buckets per REBUILD_READ, at most
   // The data path moves megabytes per request: a resend after the usual 2 s
   // would only make a loaded server do the same range twice (harmless, see
   // the idempotency table, but wasteful).
@@ -467,6 +470,19 @@ struct DataPath {
     return req;
   }
 };
+
+// REBUILD_BEGIN on K at the data path's counters. A catch-up's BEGIN sent
+// again at newer counters moves its goal (the buckets written so far stay).
+Status BeginOnTarget(RebuildRun& r, const DataPath& d, bool catch_up) {
+  return r.s
+      ->Ask(r.K,
+            wire::RebuildBeginRequest{static_cast<std::uint32_t>(r.K), r.shape, d.applied_seq,
+                                      d.applied_evictions, r.options.force || r.k_live, catch_up},
+            wire::MessageType::kRebuildBeginReply, r.options.client.requests)
+      .status()
+      .WithContext("starting the " + std::string(catch_up ? "catch-up" : "rebuild") + " on " +
+                   r.Name(r.K));
+}
 
 // The root snapshot of an eviction under way ("bucket 0", root.bin): the
 // target's share is rebuilt as a bucket's is, so that the eviction,
@@ -571,57 +587,43 @@ Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::
   return Status::Ok();
 }
 
-// ---- 3. The data path: REBUILD_BEGIN on K, the root snapshot, every range,
-// REBUILD_FINISH. A catch-up refused by K falls back to a full rebuild only
-// if `may_rebuild_in_full`.
-Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_full) {
-  Session& s = *r.s;
+// The next range to send from `first` (marked[first] is set): a run of
+// marked buckets, taking in gaps of up to kGap unmarked ones (sent again
+// they get the sharing K holds, or a newer one of the same values: a range
+// saves two round trips), at most `per_range` buckets, within the tree.
+std::uint64_t RunOfMarked(const std::vector<bool>& marked, std::uint64_t first,
+                          std::uint64_t per_range, std::uint64_t buckets) {
+  constexpr std::uint64_t kGap = 8;
+  const std::uint64_t count = std::min<std::uint64_t>(per_range, buckets - first + 1);
+  std::uint64_t run = 1;
+  for (std::uint64_t next = 1; next < count; ++next) {
+    if (marked[first + next]) {
+      run = next + 1;
+    } else if (next - run >= kGap) {
+      break;
+    }
+  }
+  return run;
+}
+
+// ---- 3. The data path: REBUILD_BEGIN on K (a catch-up if `missed` is not
+// empty and K accepts it), the sizes of the ranges. A catch-up refused by K
+// falls back to a full rebuild only if `may_rebuild_in_full` (then `missed`
+// is cleared).
+Status BeginTransfer(RebuildRun& r, const OramParams& p, bool may_rebuild_in_full, DataPath& d,
+                     std::vector<bool>& missed) {
   const RebuildOptions& options = r.options;
-  DataPath d;
   d.applied_evictions = r.status[r.survivors.front()].applied_evictions;
   for (std::size_t j : r.survivors)
     d.applied_seq = std::max(d.applied_seq, r.status[j].applied_seq);
   for (std::size_t i = 0; i < p.threshold + 1; ++i) r.report.participants.push_back(r.survivors[i]);
   for (std::size_t j : r.report.participants)
     d.participants.push_back(static_cast<std::uint32_t>(j));
-  const std::uint64_t buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
-  // An excluded K that kept its store misses only what the others rewrote
-  // since: from the lower of its exclusion's count and its own (it may
-  // have lagged before, or claim more than it applied).
-  std::vector<bool> missed;
-  if (r.k_excluded && r.k_excluded->suspect && r.k_live && !options.full) {
-    spdlog::info(
-        "{} was excluded for what it answered: none of its buckets is kept, it is "
-        "rebuilt in full",
-        r.Name(r.K));
-  }
-  if (r.k_excluded && !r.k_excluded->suspect && r.k_live && !options.full) {
-    const std::uint64_t from =
-        std::min(r.k_excluded->since_eviction, r.status[r.K].applied_evictions);
-    missed = BucketsRewrittenBy(p.geometry(), from, d.applied_evictions);
-    const auto n = static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true));
-    if (2 * n > buckets) {
-      spdlog::info("{} missed {} evictions, which rewrote {} of {} buckets: rebuilding it in full",
-                   r.Name(r.K), d.applied_evictions - from, n, buckets);
-      missed.clear();
-    } else {
-      r.report.caught_up_from = from;
-    }
-  }
-  auto begin = [&](bool catch_up) {
-    return s
-        .Ask(r.K,
-             wire::RebuildBeginRequest{static_cast<std::uint32_t>(r.K), r.shape, d.applied_seq,
-                                       d.applied_evictions, options.force || r.k_live, catch_up},
-             wire::MessageType::kRebuildBeginReply, options.client.requests)
-        .status()
-        .WithContext("starting the " + std::string(catch_up ? "catch-up" : "rebuild") + " on " +
-                     r.Name(r.K));
-  };
+  d.buckets = (std::uint64_t{1} << (p.height + 1)) - 1;
   if (!missed.empty()) {
     // K may refuse (its store damaged, rebuilt meanwhile, left marked by an
     // interrupted catch-up): then it is rebuilt in full.
-    if (Status st = begin(true); !st.ok()) {
+    if (Status st = BeginOnTarget(r, d, /*catch_up=*/true); !st.ok()) {
       if (!may_rebuild_in_full || (st.code() != Status::Code::kFailedPrecondition &&
                                    st.code() != Status::Code::kInvalidArgument)) {
         return st;
@@ -630,7 +632,7 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
       missed.clear();
     }
   }
-  if (missed.empty()) S3ORAM_RETURN_IF_ERROR(begin(false));
+  if (missed.empty()) S3ORAM_RETURN_IF_ERROR(BeginOnTarget(r, d, /*catch_up=*/false));
   r.report.caught_up = !missed.empty();
   std::string from;
   for (std::size_t j : r.report.participants) from += (from.empty() ? "" : ",") + std::to_string(j);
@@ -640,47 +642,81 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
 
   random::Bytes(d.nonce);
   d.bucket_elems = std::uint64_t{r.shape.bucket_size} * r.shape.elems_per_slot;
-  const std::uint64_t bucket_bytes = d.bucket_elems * sizeof(field::Elem);
+  d.bucket_bytes = d.bucket_elems * sizeof(field::Elem);
   // At most what the servers' frame limits allow (wire/message_limits.h).
-  std::uint64_t per_range = wire::RebuildRangeBuckets(r.shape, options.range_bytes);
-  per_range = std::min<std::uint64_t>(per_range, wire::kMaxElems / d.bucket_elems);
-  r.report.buckets = buckets;
+  d.per_range = wire::RebuildRangeBuckets(r.shape, options.range_bytes);
+  d.per_range = std::min<std::uint64_t>(d.per_range, wire::kMaxElems / d.bucket_elems);
+  r.report.buckets = d.buckets;
   d.bulk = TransportOptions{std::max<std::chrono::milliseconds>(
                                 options.client.requests.resend_after, std::chrono::seconds(30)),
                             std::max<std::chrono::milliseconds>(options.client.requests.deadline,
                                                                 std::chrono::seconds(300))};
-  const std::uint64_t to_send =
-      r.report.caught_up
-          ? static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true))
-          : buckets;
-  if (r.report.caught_up) r.report.buckets_missed = to_send;
-  const std::uint64_t total_bytes = to_send * bucket_bytes;
+  if (r.report.caught_up) {
+    r.report.buckets_missed =
+        static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true));
+  }
+  return Status::Ok();
+}
+
+// REBUILD_FINISH on K, at the counters of K's last BEGIN.
+Status FinishTransfer(RebuildRun& r, const DataPath& d) {
+  Session& s = *r.s;
+  // FINISH syncs the whole share file: give it the eviction budget.
+  S3ORAM_RETURN_IF_ERROR(s.Ask(r.K, wire::RebuildFinishRequest{d.applied_seq, d.applied_evictions},
+                               wire::MessageType::kRebuildFinishReply, r.options.client.evictions)
+                             .status()
+                             .WithContext("finishing the rebuild on " + r.Name(r.K)));
+  spdlog::info("server {} {}: {} of {} buckets sent ({} missed), {} written", r.K,
+               r.report.caught_up ? "caught up" : "rebuilt", r.report.buckets_sent, d.buckets,
+               r.report.caught_up ? r.report.buckets_missed : d.buckets, r.report.buckets_written);
+  return Status::Ok();
+}
+
+// ---- 3. The data path: BEGIN, the root snapshot, every range (a
+// catch-up's: the runs of missed buckets only), FINISH.
+Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_full) {
+  const RebuildOptions& options = r.options;
+  DataPath d;
+  // An excluded K that kept its store misses only what the others rewrote
+  // since: from the lower of its exclusion's count and its own (it may
+  // have lagged before, or claim more than it applied).
+  std::vector<bool> missed;
+  const std::uint64_t ne = r.status[r.survivors.front()].applied_evictions;
+  if (r.k_excluded && r.k_excluded->suspect && r.k_live && !options.full) {
+    spdlog::info(
+        "{} was excluded for what it answered: none of its buckets is kept, it is "
+        "rebuilt in full",
+        r.Name(r.K));
+  }
+  if (r.k_excluded && !r.k_excluded->suspect && r.k_live && !options.full) {
+    const std::uint64_t from =
+        std::min(r.k_excluded->since_eviction, r.status[r.K].applied_evictions);
+    missed = BucketsRewrittenBy(p.geometry(), from, ne);
+    const auto n = static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true));
+    if (2 * n > p.geometry().num_buckets()) {
+      spdlog::info("{} missed {} evictions, which rewrote {} of {} buckets: rebuilding it in full",
+                   r.Name(r.K), ne - from, n, p.geometry().num_buckets());
+      missed.clear();
+    } else {
+      r.report.caught_up_from = from;
+    }
+  }
+  S3ORAM_RETURN_IF_ERROR(BeginTransfer(r, p, may_rebuild_in_full, d, missed));
+  const std::uint64_t to_send = r.report.caught_up ? r.report.buckets_missed : d.buckets;
+  const std::uint64_t total_bytes = to_send * d.bucket_bytes;
   if (options.progress) options.progress("rebuild", 0, total_bytes);
 
   S3ORAM_RETURN_IF_ERROR(RebuildRootSnapshot(r, d));
   std::uint64_t sent_of_total = 0;
-  for (std::uint64_t first = 1; first <= buckets;) {
+  for (std::uint64_t first = 1; first <= d.buckets;) {
     // A catch-up sends the runs of missed buckets only.
     if (r.report.caught_up && !missed[first]) {
       ++first;
       continue;
     }
-    std::uint64_t count = std::min<std::uint64_t>(per_range, buckets - first + 1);
-    if (r.report.caught_up) {
-      // A run of missed buckets, taking in gaps of up to kCatchUpGap kept
-      // ones: sent again they get the same sharing K holds (they did not
-      // change), and a range saves two round trips.
-      constexpr std::uint64_t kCatchUpGap = 8;
-      std::uint64_t run = 1;
-      for (std::uint64_t next = 1; next < count; ++next) {
-        if (missed[first + next]) {
-          run = next + 1;
-        } else if (next - run >= kCatchUpGap) {
-          break;
-        }
-      }
-      count = run;
-    }
+    const std::uint64_t count = r.report.caught_up
+                                    ? RunOfMarked(missed, first, d.per_range, d.buckets)
+                                    : std::min<std::uint64_t>(d.per_range, d.buckets - first + 1);
     S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, static_cast<std::uint32_t>(count)));
     // Progress counts what is to send (missed buckets for a catch-up, not
     // the kept ones a range bridges), so it ends at its total.
@@ -689,17 +725,9 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
     }
     first += count;
     r.report.buckets_sent += count;
-    if (options.progress) options.progress("rebuild", sent_of_total * bucket_bytes, total_bytes);
+    if (options.progress) options.progress("rebuild", sent_of_total * d.bucket_bytes, total_bytes);
   }
-  // FINISH syncs the whole share file: give it the eviction budget.
-  S3ORAM_RETURN_IF_ERROR(s.Ask(r.K, wire::RebuildFinishRequest{d.applied_seq, d.applied_evictions},
-                               wire::MessageType::kRebuildFinishReply, options.client.evictions)
-                             .status()
-                             .WithContext("finishing the rebuild on " + r.Name(r.K)));
-  spdlog::info("server {} {}: {} of {} buckets sent ({} missed), {} written", r.K,
-               r.report.caught_up ? "caught up" : "rebuilt", r.report.buckets_sent, buckets,
-               r.report.caught_up ? r.report.buckets_missed : buckets, r.report.buckets_written);
-  return Status::Ok();
+  return FinishTransfer(r, d);
 }
 
 // ---- 3. The data path, then the seq used recorded and K readmitted.
@@ -761,9 +789,111 @@ Status VerifyThroughOram(RebuildRun& r, const Secret& passphrase) {
 
 }  // namespace
 
-Result<RebuildReport> CatchUpExcludedServer(
-    ClientSession& session, std::size_t target,
-    const std::function<void(std::uint64_t done_bytes, std::uint64_t total_bytes)>& progress) {
+struct CatchUpRun::Impl {
+  Impl(ClientSession& session_in, std::size_t target, Progress progress_in, std::size_t range_bytes)
+      : session(session_in),
+        state_path(session_in.state_path()),
+        options(OptionsFor(session_in, target, range_bytes)),
+        r(state_path, options),
+        progress(std::move(progress_in)) {}
+
+  static RebuildOptions OptionsFor(const ClientSession& session, std::size_t target,
+                                   std::size_t range_bytes) {
+    RebuildOptions o;
+    o.target = target;
+    o.range_bytes = range_bytes;
+    o.client = session.options();
+    o.verify = false;
+    return o;
+  }
+
+  ClientSession& session;
+  const std::string state_path;
+  const RebuildOptions options;
+  RebuildRun r;  // refers to state_path and options, declared before it
+  Progress progress;
+  DataPath d;
+  // fresh[b]: K holds bucket b as the participants hold it at `as_of`
+  // evictions. The root is never fresh: root writes change it between
+  // evictions, and the last pass sends it.
+  std::vector<bool> fresh;
+  std::uint64_t as_of = 0;
+  std::uint64_t cursor = 2;  // where the copy goes on
+  std::uint64_t sent_bytes = 0;
+  std::uint64_t total_bytes = 0;
+
+  // Buckets the last pass would send now.
+  std::uint64_t Stale() const {
+    return static_cast<std::uint64_t>(std::count(fresh.begin() + 1, fresh.end(), false));
+  }
+
+  void Report() {
+    total_bytes = std::max(total_bytes, sent_bytes + Stale() * d.bucket_bytes);
+    if (progress) progress(sent_bytes, total_bytes);
+  }
+
+  // The participants' STATUS, all at once: they must have applied what this
+  // client committed (none lags on a commit), so that a range read now is
+  // one sharing. Their counters go to r.status.
+  Status ParticipantsAgree() {
+    for (std::size_t j : r.report.participants) {
+      if (session.excluded(j)) {
+        return Status::FailedPrecondition(r.Name(j) + " was excluded while it helped catch up " +
+                                          r.Name(r.K) + "; the catch-up starts again later");
+      }
+    }
+    Session& s = *r.s;
+    const wire::Header h = s.Next();
+    const auto frame = wire::Encode(h, wire::StatusRequest{});
+    S3ORAM_ASSIGN_OR_RETURN(
+        std::vector<wire::Message> answers,
+        s.servers->ExchangeWith(
+            r.report.participants,
+            std::vector<std::vector<std::uint8_t>>(r.report.participants.size(), frame), h,
+            wire::MessageType::kStatusReply, options.client.requests));
+    for (std::size_t a = 0; a < answers.size(); ++a) {
+      const std::size_t j = r.report.participants[a];
+      r.status[j] = std::get<wire::StatusReply>(std::move(answers[a].body));
+      if (r.status[j].applied_evictions != session.counters().ne) {
+        return Status::Unavailable(
+            r.Name(j) + " has applied " + std::to_string(r.status[j].applied_evictions) +
+            " evictions, this client " + std::to_string(session.counters().ne) +
+            ": an eviction's commit is under way");
+      }
+    }
+    return Status::Ok();
+  }
+
+  // Evictions committed since `as_of` made what they rewrote stale on K.
+  void CatchUpWithEvictions(std::uint64_t ne) {
+    if (ne == as_of) return;
+    const auto rewritten = BucketsRewrittenBy(session.config().params.geometry(), as_of, ne);
+    for (std::size_t b = 1; b < fresh.size(); ++b) {
+      if (rewritten[b]) fresh[b] = false;
+    }
+    as_of = ne;
+  }
+
+  // Sends buckets first .. first + count - 1 as the participants hold them
+  // now (every one of them: fresh ones the range bridges too).
+  Status Send(std::uint64_t first, std::uint64_t count) {
+    S3ORAM_RETURN_IF_ERROR(RebuildRange(r, d, first, static_cast<std::uint32_t>(count)));
+    for (std::uint64_t b = first; b < first + count; ++b) {
+      if (!fresh[b]) sent_bytes += d.bucket_bytes;
+      fresh[b] = true;
+    }
+    r.report.buckets_sent += count;
+    Report();
+    return Status::Ok();
+  }
+};
+
+CatchUpRun::CatchUpRun(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+CatchUpRun::~CatchUpRun() = default;
+std::size_t CatchUpRun::target() const { return impl_->r.K; }
+
+Result<std::unique_ptr<CatchUpRun>> CatchUpRun::Start(ClientSession& session, std::size_t target,
+                                                      Progress progress, std::size_t range_bytes) {
   const FsConfig& config = session.config();
   const OramParams& p = config.params;
   std::optional<Exclusion> excluded;
@@ -781,26 +911,17 @@ Result<RebuildReport> CatchUpExcludedServer(
         "unmount, then s3oram rebuild -s " +
         session.state_path() + " --server " + std::to_string(target));
   }
-  RebuildOptions options;
-  options.target = target;
-  options.client = session.options();
-  options.verify = false;
-  if (progress) {
-    options.progress = [&progress](std::string_view phase, std::uint64_t done,
-                                   std::uint64_t total) {
-      if (phase == "rebuild") progress(done, total);
-    };
-  }
-  RebuildRun r(session.state_path(), options);
+  auto impl = std::make_unique<Impl>(session, target, std::move(progress), range_bytes);
+  RebuildRun& r = impl->r;
   r.K = target;
   r.shape = ShapeOf(p);
   r.k_excluded = excluded;
-  r.s.emplace(Session{options, config, &session.servers(), session.counters().epoch,
+  r.s.emplace(Session{impl->options, config, &session.servers(), session.counters().epoch,
                       session.counters().seq, [&session] { return session.NextHeader(); }});
   Session& s = *r.s;
   r.status.assign(config.servers.size(), wire::StatusReply{});
   // A short wait: this runs under the client's lock.
-  TransportOptions quick = options.client.requests;
+  TransportOptions quick = impl->options.client.requests;
   quick.deadline = std::min<std::chrono::milliseconds>(quick.deadline, std::chrono::seconds(2));
   quick.resend_after = std::min(quick.resend_after, quick.deadline);
   {
@@ -824,10 +945,10 @@ Result<RebuildReport> CatchUpExcludedServer(
   for (std::size_t j : session.participants()) {
     S3ORAM_ASSIGN_OR_RETURN(r.status[j], s.StatusOf(j));
     if (r.status[j].applied_evictions != session.counters().ne) {
-      return Status::FailedPrecondition(
+      return Status::Unavailable(
           r.Name(j) + " has applied " + std::to_string(r.status[j].applied_evictions) +
           " evictions, this client " + std::to_string(session.counters().ne) +
-          ": an eviction is under way");
+          ": an eviction's commit is under way");
     }
     r.survivors.push_back(j);
   }
@@ -835,23 +956,103 @@ Result<RebuildReport> CatchUpExcludedServer(
     return Status::Unavailable("too few servers take part to catch server " +
                                std::to_string(target) + " up");
   }
+  const std::uint64_t ne = session.counters().ne;
   const std::uint64_t from = std::min(excluded->since_eviction, r.status[target].applied_evictions);
-  const auto missed = BucketsRewrittenBy(p.geometry(), from, session.counters().ne);
+  std::vector<bool> missed = BucketsRewrittenBy(p.geometry(), from, ne);
   const auto n = static_cast<std::uint64_t>(std::count(missed.begin(), missed.end(), true));
   if (2 * n > p.geometry().num_buckets()) {
     return Status::FailedPrecondition(
-        r.Name(target) + " missed " + std::to_string(session.counters().ne - from) +
-        " evictions, which rewrote " + std::to_string(n) + " of " +
-        std::to_string(p.geometry().num_buckets()) +
+        r.Name(target) + " missed " + std::to_string(ne - from) + " evictions, which rewrote " +
+        std::to_string(n) + " of " + std::to_string(p.geometry().num_buckets()) +
         " buckets: too much to catch up while mounted; rebuild it: unmount, then s3oram rebuild "
         "-s " +
         session.state_path() + " --server " + std::to_string(target));
   }
-  S3ORAM_RETURN_IF_ERROR(TransferShares(r, p, /*may_rebuild_in_full=*/false));
+  r.report.caught_up_from = from;
+  S3ORAM_RETURN_IF_ERROR(BeginTransfer(r, p, /*may_rebuild_in_full=*/false, impl->d, missed));
   if (!r.report.caught_up) {
     return Status::Protocol("catch-up of server " + std::to_string(target) + " fell back");
   }
-  return std::move(r.report);
+  impl->as_of = ne;
+  impl->fresh.assign(missed.size(), true);
+  for (std::size_t b = 1; b < missed.size(); ++b) impl->fresh[b] = !missed[b];
+  impl->fresh[1] = false;
+  impl->Report();
+  return std::unique_ptr<CatchUpRun>(new CatchUpRun(std::move(impl)));
+}
+
+Result<bool> CatchUpRun::CopyNext() {
+  Impl& m = *impl_;
+  const std::uint64_t ne = m.session.counters().ne;
+  m.CatchUpWithEvictions(ne);
+  // What the copy leaves to the last pass: the root, and the buckets the
+  // eviction under way and the one after it rewrite (known in advance:
+  // evictions go round the leaves in a fixed order), which would be stale
+  // again before that pass. Everything else stale is copied now, so the
+  // last pass is about two evictions' worth, whatever the accesses did.
+  const auto soon =
+      BucketsRewrittenBy(m.session.config().params.geometry(), ne, ne + kEvictionsAhead);
+  std::vector<bool> wanted(m.fresh.size(), false);
+  bool any = false;
+  for (std::size_t b = 2; b < wanted.size(); ++b) {
+    wanted[b] = !m.fresh[b] && !soon[b];
+    any |= wanted[b];
+  }
+  // Past kMaxPasses times what the server missed, the accesses make
+  // buckets stale about as fast as single ranges send them: each step then
+  // sends ranges for up to kBurst (no eviction commits meanwhile, so the
+  // copy gains on them). Past twice that, the last pass takes the rest.
+  const std::uint64_t pass =
+      std::max<std::uint64_t>(m.r.report.buckets_missed, 1) * m.d.bucket_bytes;
+  if (!any || m.sent_bytes >= 2 * kMaxPasses * pass) return true;
+  const bool behind = m.sent_bytes >= kMaxPasses * pass;
+  const auto until =
+      std::chrono::steady_clock::now() + (behind ? kBurst : std::chrono::milliseconds(0));
+  S3ORAM_RETURN_IF_ERROR(m.ParticipantsAgree());
+  do {
+    // From the cursor on, round to the start once.
+    std::uint64_t first = m.cursor;
+    while (first <= m.d.buckets && !wanted[first]) ++first;
+    if (first > m.d.buckets) {
+      first = 2;
+      while (first <= m.d.buckets && !wanted[first]) ++first;
+      if (first > m.d.buckets) break;
+    }
+    const std::uint64_t count = RunOfMarked(wanted, first, m.d.per_range, m.d.buckets);
+    S3ORAM_RETURN_IF_ERROR(m.Send(first, count));
+    for (std::uint64_t b = first; b < first + count; ++b) wanted[b] = false;
+    m.cursor = first + count;
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
+Result<RebuildReport> CatchUpRun::Finish() {
+  Impl& m = *impl_;
+  RebuildRun& r = m.r;
+  S3ORAM_RETURN_IF_ERROR(m.ParticipantsAgree());
+  m.CatchUpWithEvictions(m.session.counters().ne);
+  m.fresh[1] = false;
+  // K's goal moves to the counters the participants hold now.
+  const std::uint64_t before = r.report.buckets_sent;
+  m.d.applied_evictions = m.session.counters().ne;
+  for (std::size_t j : r.report.participants)
+    m.d.applied_seq = std::max(m.d.applied_seq, r.status[j].applied_seq);
+  S3ORAM_RETURN_IF_ERROR(BeginOnTarget(r, m.d, /*catch_up=*/true));
+  S3ORAM_RETURN_IF_ERROR(RebuildRootSnapshot(r, m.d));
+  std::vector<bool> stale(m.fresh.size());
+  for (std::size_t b = 1; b < stale.size(); ++b) stale[b] = !m.fresh[b];
+  for (std::uint64_t first = 1; first <= m.d.buckets;) {
+    if (!stale[first]) {
+      ++first;
+      continue;
+    }
+    const std::uint64_t count = RunOfMarked(stale, first, m.d.per_range, m.d.buckets);
+    S3ORAM_RETURN_IF_ERROR(m.Send(first, count));
+    first += count;
+  }
+  r.report.last_pass_buckets = r.report.buckets_sent - before;
+  S3ORAM_RETURN_IF_ERROR(FinishTransfer(r, m.d));
+  return r.report;
 }
 
 Result<RebuildReport> RebuildServer(const std::string& state_path, const Secret& passphrase,

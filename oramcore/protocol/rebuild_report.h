@@ -27,6 +27,10 @@ struct RebuildReport {
   std::uint64_t caught_up_from = 0;  // evictions K had applied
   std::uint64_t buckets_missed = 0;
   std::uint64_t buckets_sent = 0;  // every bucket for a full rebuild
+  // A mount's catch-up copies while the accesses go on, then sends what
+  // changed meanwhile (and the root) in a last pass they wait for
+  // (CatchUpRun): the buckets of that pass, included in buckets_sent.
+  std::uint64_t last_pass_buckets = 0;
 };
 
 }  // namespace s3oram

@@ -385,9 +385,10 @@ TEST(FsFourServersTest, ACatchUpKilledHalfwayLeavesNoMixedStoreAndAFullRebuildRe
 // A killed server that comes back with its data while the filesystem stays
 // mounted is caught up by the mount itself (its keep-alive beat asks the
 // excluded server every few seconds), without a remount: only the buckets
-// the evictions since rewrote are sent, it takes part again, and the files
-// written before, during and after read back; then every server is
-// consistent.
+// the evictions since rewrote are sent, while files are still written (the
+// catch-up goes in ranges between the accesses, then a last pass), it takes
+// part again, and the files written before, while it was out, while it was
+// caught up and after read back; then every server is consistent.
 TEST(FsFourServersTest, AServerThatReturnsIsCaughtUpByTheMountWithoutARemount) {
   auto fs = MountFourServers();
   ASSERT_TRUE(fs);
@@ -405,14 +406,24 @@ TEST(FsFourServersTest, AServerThatReturnsIsCaughtUpByTheMountWithoutARemount) {
   CliRun st = RunCli(CliArgs(*fs, "status"));
   ASSERT_NE(st.output.find("EXCLUDED since eviction"), std::string::npos) << st.output;
   ASSERT_TRUE(cluster.Restart(k).ok());
-  // Bounded: the mount asks every 10 s; a few beats at most.
+  // Bounded: the mount asks every 10 s; a few beats at most. Files are
+  // written (with evictions among them) while it is caught up: the mount
+  // goes on between the catch-up's ranges.
   bool back = false;
   for (int i = 0; i < 90 && !back; ++i) {
-    std::this_thread::sleep_for(std::chrono::seconds(1));
+    const std::string name = "during-" + std::to_string(i);
+    files[name] = PatternBytes(64 << 10, seed + 100 + static_cast<std::uint64_t>(i));
+    ASSERT_TRUE(WriteFile(fs->Path(name), files[name], 0644, /*do_fsync=*/true));
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
     back = fs->daemon_log().find("caught up in") != std::string::npos;
   }
   ASSERT_TRUE(back) << "the mount did not catch server " << k << " up within 90 s:\n"
                     << fs->daemon_log();
+  {
+    const std::string log = fs->daemon_log();
+    const auto at = log.rfind("caught up in");
+    std::printf("[ catch-up ] %s\n", log.substr(at, log.find('\n', at) - at).c_str());
+  }
   st = RunCli(CliArgs(*fs, "status"));
   std::printf("[ status   ] after the catch-up:\n%s", st.output.c_str());
   EXPECT_EQ(st.output.find("EXCLUDED"), std::string::npos) << st.output;

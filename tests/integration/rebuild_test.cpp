@@ -684,7 +684,7 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
                 Status::Code::kAlreadyExists, "live store");
   // A catch-up (what an excluded server gets) takes the live store as it
   // is: begun, and begun again (a resend after a lost reply) with the same
-  // answer; other counters are refused then, the store not being live.
+  // answer.
   wire::RebuildBeginRequest catch_up = begin;
   catch_up.catch_up = true;
   {
@@ -704,8 +704,19 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   ASSERT_TRUE(caught.ok()) << caught.status().ToString();
   caught = Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply);
   ASSERT_TRUE(caught.ok()) << "a catch-up BEGIN sent again: " << caught.status().ToString();
+  // Sent again by the same client (its epoch) at newer counters, it moves
+  // the catch-up's goal (a mount's last pass); older ones are refused, and
+  // another client's (a newer epoch) finds no live store to catch up.
   catch_up.applied_seq += 5;
-  ExpectRefused(Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply),
+  caught = Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply);
+  ASSERT_TRUE(caught.ok()) << "a catch-up BEGIN at newer counters: " << caught.status().ToString();
+  wire::RebuildBeginRequest older = catch_up;
+  older.applied_seq -= 1;
+  ExpectRefused(Ask(**servers, 2, h, older, wire::MessageType::kRebuildBeginReply),
+                Status::Code::kInvalidArgument, "behind the");
+  wire::Header other_client = h;
+  other_client.epoch += 1;
+  ExpectRefused(Ask(**servers, 2, other_client, catch_up, wire::MessageType::kRebuildBeginReply),
                 Status::Code::kFailedPrecondition, "no live store");
   {
     auto status = Ask(**servers, 2, h, wire::StatusRequest{}, wire::MessageType::kStatusReply);

@@ -709,6 +709,86 @@ TEST(InProcessClientTest, WithFourServersADownServerIsExcludedAndTheOthersGoOn) 
   EXPECT_TRUE(EveryServerApplied(*fs.cluster, (*client)->counters().ne));
 }
 
+// A catch-up in steps (as a mount runs it, its lock released between
+// them): writes and evictions go on between the ranges; the evictions
+// between them make buckets already sent stale, and the last pass sends
+// those and the root at the counters of that moment. Afterwards the
+// caught-up server's shares are current: every block reads with another
+// server down.
+TEST(InProcessClientTest, ACatchUpInStepsLetsWritesAndEvictionsGoOnBetweenThem) {
+  const std::uint64_t seed = testing::TestSeed();
+  const std::size_t down = seed % 4;
+  std::printf("[ seed     ] %llu: server %zu goes down\n", static_cast<unsigned long long>(seed),
+              down);
+  constexpr std::uint32_t kTallHeight = 9;
+  InProcessFs fs(4, kTallHeight);
+  ASSERT_TRUE(fs.cluster);
+  BlockModel model;
+  auto client = fs.Open();
+  ASSERT_TRUE(client.ok()) << client.status().ToString();
+  ASSERT_TRUE(WriteBlocks(**client, model, 6, 1));
+  fs.cluster->SetDown(down, true);
+  ASSERT_TRUE(WriteBlocks(**client, model, 12, 2));
+  const std::uint64_t missed_from = (*client)->counters().ne;
+  while ((*client)->counters().ne < missed_from + 3) {
+    ASSERT_TRUE(WriteBlocks(**client, model, 4, 3));
+  }
+  ASSERT_EQ((*client)->TakeSnapshot().exclusions.size(), 1u);
+  fs.cluster->SetDown(down, false);
+
+  std::uint64_t progress_done = 0, progress_total = 0;
+  auto run = (*client)->StartCatchUp(
+      down,
+      [&](std::uint64_t done, std::uint64_t total) {
+        EXPECT_LE(done, total);
+        progress_done = done;
+        progress_total = total;
+      },
+      /*range_bytes=*/1);  // one bucket per step
+  ASSERT_TRUE(run.ok()) << run.status().ToString();
+  const std::uint64_t started_at = (*client)->counters().ne;
+  std::uint64_t steps = 0;
+  std::uint64_t tag = 100;
+  for (bool done = false; !done; ++steps) {
+    ASSERT_LT(steps, 20000u) << "the copy does not end";
+    auto step = (*client)->CatchUpStep(**run);
+    ASSERT_TRUE(step.ok()) << step.status().ToString();
+    done = *step;
+    // Between the steps, as a mount's accesses: a write every sixth step,
+    // and with them an eviction every kEvictRate writes.
+    if (steps % 6 != 0) continue;
+    const BlockId id = static_cast<BlockId>((seed + steps) % 18);
+    ASSERT_TRUE(ModelAccess(**client, model, id, /*write=*/true, ++tag));
+  }
+  const std::uint64_t evictions_during_copy = (*client)->counters().ne - started_at;
+  EXPECT_GE(evictions_during_copy, 2u) << "too few evictions between the steps to test anything";
+  auto report = (*client)->FinishCatchUp(**run);
+  ASSERT_TRUE(report.ok()) << report.status().ToString();
+  std::printf(
+      "[ measured ] %llu steps, %llu evictions between them; %llu buckets missed, %llu "
+      "sent, %llu in the last pass\n",
+      static_cast<unsigned long long>(steps),
+      static_cast<unsigned long long>(evictions_during_copy),
+      static_cast<unsigned long long>(report->buckets_missed),
+      static_cast<unsigned long long>(report->buckets_sent),
+      static_cast<unsigned long long>(report->last_pass_buckets));
+  EXPECT_TRUE(report->caught_up);
+  EXPECT_GE(report->last_pass_buckets, 1u);                 // the root at least
+  EXPECT_GT(report->buckets_sent, report->buckets_missed);  // stale ones sent again
+  // The copy kept up with the evictions: the last pass, which the accesses
+  // wait for, sends fewer buckets than the server missed.
+  EXPECT_LT(report->last_pass_buckets, report->buckets_missed);
+  EXPECT_EQ(progress_done, progress_total);
+  EXPECT_TRUE((*client)->TakeSnapshot().exclusions.empty());
+  EXPECT_EQ(fs.cluster->applied_evictions(down), (*client)->counters().ne);
+  // Every read now needs the caught-up server's shares.
+  const std::size_t other = (down + 1) % 4;
+  fs.cluster->SetDown(other, true);
+  EXPECT_TRUE(ReadAll(**client, model)) << "a read through the caught-up server failed";
+  for (std::uint64_t w : (*client)->stats().wrong_answers) EXPECT_EQ(w, 0u);
+  ASSERT_TRUE((*client)->Close().ok());
+}
+
 // With four servers, a writable open that finds one down (it does not
 // answer the open's questions) excludes it and opens with the other three;
 // a read-only open (status) does not exclude anything.

@@ -403,6 +403,31 @@ TEST(RequestHandlerCreate, RefusesRepeatedOrOwnPeerIndices) {
   EXPECT_TRUE(RequestHandler::Create(c, peers).ok());
 }
 
+// Beside an eviction's PREPARE a server serves rebuild reads of live
+// buckets (a mount catches a server up while its evictions go on), but not
+// of bucket 0, the root snapshot the PREPARE writes, nor any rebuild write
+// or commit.
+TEST(RequestHandlerDuringPrepare, ServesRebuildReadsOfLiveBucketsOnly) {
+  wire::Header h;
+  h.seq = 1;
+  wire::RebuildReadRequest read;
+  read.target = 3;
+  read.participants = {0, 1};
+  read.first_bucket = 5;
+  read.count = 2;
+  EXPECT_TRUE(RequestHandler::ServedDuringPrepare(wire::Encode(h, read)));
+  read.first_bucket = 0;
+  read.count = 1;
+  EXPECT_FALSE(RequestHandler::ServedDuringPrepare(wire::Encode(h, read)));
+  EXPECT_FALSE(RequestHandler::ServedDuringPrepare(
+      wire::Encode(h, wire::RebuildWriteRequest{5, {0}, {{}, {}}})));
+  EXPECT_FALSE(RequestHandler::ServedDuringPrepare(wire::Encode(h, wire::EvictCommitRequest{3})));
+  EXPECT_TRUE(RequestHandler::ServedDuringPrepare(wire::Encode(h, wire::StatusRequest{})));
+  // An undecodable rebuild read is not admitted (it waits, then is refused).
+  auto frame = wire::Encode(h, wire::RebuildReadRequest{});
+  frame.resize(frame.size() - 1);
+  EXPECT_FALSE(RequestHandler::ServedDuringPrepare(frame));
+}
 
 // STATS counts what the server did, per kind of request, and is served to a
 // client that does not hold the lease (like STATUS) without changing anything.
