@@ -6,9 +6,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <ctime>
-#include <string>
 
-#include "oramcore/wire/socket_events.h"
 #include "oramcore/wire/wire.h"
 
 namespace s3oram {
@@ -57,16 +55,13 @@ LivenessMonitor::~LivenessMonitor() {
   if (thread_.joinable()) thread_.join();
 }
 
-void LivenessMonitor::Check(std::size_t i, bool even_if_fresh) {
+void LivenessMonitor::Check(std::size_t i) {
   const std::lock_guard lock(mu_);
   if (stop_ || i >= servers_.size()) return;
   PerServer& s = servers_[i];
   if (s.wanted || s.in_flight) return;
   const auto now = Clock::now();
-  if (!even_if_fresh && !s.down && s.last_answer != Clock::time_point{} &&
-      now - s.last_answer < kFreshFor) {
-    return;
-  }
+  if (!s.down && s.last_answer != Clock::time_point{} && now - s.last_answer < kFreshFor) return;
   s.wanted = true;
   if (!thread_.joinable()) thread_ = std::thread([this] { Run(); });
   wake_.notify_all();
@@ -114,22 +109,11 @@ std::chrono::milliseconds LivenessMonitor::CheckDeadlineLocked() const {
       kMinCheckDeadline, kMaxCheckDeadline);
 }
 
-bool LivenessMonitor::OpenSockets(std::vector<void*>& sockets, std::vector<void*>& monitors) {
+bool LivenessMonitor::OpenSockets(std::vector<void*>& sockets) {
   for (const Target& t : targets_) {
     void* s = zmq_socket(context_, ZMQ_DEALER);
     if (!s) return false;
     sockets.push_back(s);
-    // A failed attempt closes its connecter (ZMQ_EVENT_CLOSED) before the
-    // next is scheduled; a connection made is ZMQ_EVENT_CONNECTED.
-    const std::string monitor_ep =
-        "inproc://s3oram-liveness-" + std::to_string(reinterpret_cast<std::uintptr_t>(s));
-    if (zmq_socket_monitor(s, monitor_ep.c_str(), ZMQ_EVENT_CLOSED | ZMQ_EVENT_CONNECTED) != 0) {
-      return false;
-    }
-    void* m = zmq_socket(context_, ZMQ_PAIR);
-    if (!m) return false;
-    monitors.push_back(m);
-    if (zmq_connect(m, monitor_ep.c_str()) != 0) return false;
     const int linger = 0, send_hwm = kCheckQueue, receive_hwm = kCheckQueue;
     const int reconnect_ivl = 100, reconnect_max = 500;
     if (zmq_setsockopt(s, ZMQ_CURVE_SERVERKEY, t.server_key.c_str(), t.server_key.size() + 1) !=
@@ -150,22 +134,8 @@ bool LivenessMonitor::OpenSockets(std::vector<void*>& sockets, std::vector<void*
   return true;
 }
 
-void LivenessMonitor::TakeConnectionEvents(std::size_t i, void* monitor, Clock::time_point now) {
-  PerServer& s = servers_[i];
-  while (const auto e = NextSocketEvent(monitor)) {
-    if (e->event == ZMQ_EVENT_CONNECTED) {
-      s.refused_since = Clock::time_point{};
-    } else if (e->event == ZMQ_EVENT_CLOSED && s.in_flight &&
-               s.refused_since == Clock::time_point{}) {
-      s.refused_since = now;
-    }
-  }
-}
-
 void LivenessMonitor::SendCheck(std::size_t i, void* socket, Clock::time_point now) {
   PerServer& s = servers_[i];
-  // Only attempts that fail while this check is under way count.
-  s.refused_since = Clock::time_point{};
   wire::Header h;
   h.seq = ++seq_;
   const auto frame = wire::Encode(h, wire::Body{wire::StatusRequest{}});
@@ -209,20 +179,15 @@ void LivenessMonitor::ExpireChecks(Clock::time_point now) {
   const auto deadline = CheckDeadlineLocked();
   for (std::size_t i = 0; i < servers_.size(); ++i) {
     PerServer& s = servers_[i];
-    const bool refused =
-        s.refused_since != Clock::time_point{} && now - s.refused_since >= kRefusedFor;
-    if (!s.in_flight || (now - s.sent < deadline && !refused)) continue;
+    if (!s.in_flight || now - s.sent < deadline) continue;
     s.in_flight = false;
-    s.refused_since = Clock::time_point{};
     if (s.down) {
       s.down->last_failed_check = s.sent;
       continue;
     }
     ServerDown d;
     d.since = std::chrono::system_clock::now();
-    d.reason = refused ? "connecting to it failed for " + Seconds(kRefusedFor) +
-                             " (no server listens at its address: not running, or restarting)"
-                       : "it did not answer a liveness check (STATUS) within " + Seconds(deadline);
+    d.reason = "it did not answer a liveness check (STATUS) within " + Seconds(deadline);
     d.last_failed_check = s.sent;
     if (log_) {
       spdlog::warn(
@@ -235,8 +200,8 @@ void LivenessMonitor::ExpireChecks(Clock::time_point now) {
 }
 
 void LivenessMonitor::Run() {
-  std::vector<void*> sockets, monitors;
-  const bool opened = OpenSockets(sockets, monitors);
+  std::vector<void*> sockets;
+  const bool opened = OpenSockets(sockets);
   std::unique_lock lock(mu_);
   client_secret_ = Secret();  // the sockets hold their own copy
   if (!opened) {
@@ -271,9 +236,6 @@ void LivenessMonitor::Run() {
       for (std::size_t i = 0; rc > 0 && i < items.size(); ++i) {
         if (items[i].revents & ZMQ_POLLIN) TakeAnswers(i, sockets[i], now);
       }
-      for (std::size_t i = 0; i < monitors.size(); ++i) {
-        TakeConnectionEvents(i, monitors[i], now);
-      }
       ExpireChecks(now);
     } else if (down) {
       wake_.wait_until(lock, next_recheck);
@@ -286,7 +248,6 @@ void LivenessMonitor::Run() {
   }
   lock.unlock();
   for (void* s : sockets) zmq_close(s);
-  for (void* m : monitors) zmq_close(m);
 }
 
 }  // namespace s3oram

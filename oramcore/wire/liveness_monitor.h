@@ -10,11 +10,8 @@
 // a busy worker (serverd/server.h), so a server that computes for minutes
 // still answers within a round trip, and one that is stopped, dead or cut off
 // does not. No answer within `CheckDeadline()` marks the server down (logged
-// once); so does a check whose connection attempts were refused or failed
-// throughout `kRefusedFor` (no process listens at the address: a killed
-// server, whose kernel answers its port at once; a server restarting
-// within that time is not called down). While it is down it is checked
-// again every 0.5 s, and its first answer marks it up (logged once).
+// once); while it is down it is checked again every 0.5 s, and its first
+// answer marks it up (logged once).
 //
 // Guarantees: checks change nothing on a server (STATUS is a read that any
 // client may send, under a zero header) and carry nothing of the filesystem;
@@ -51,9 +48,6 @@ class LivenessMonitor {
   static constexpr std::chrono::milliseconds kMinCheckDeadline{2000};
   static constexpr std::chrono::milliseconds kMaxCheckDeadline{4000};
   static constexpr std::chrono::milliseconds kMinSuspectAfter{1000};
-  // A check whose connection attempts failed for this long, none
-  // succeeding, ends in a down verdict before its deadline.
-  static constexpr std::chrono::milliseconds kRefusedFor{1000};
 
   struct Target {
     std::string endpoint;    // "tcp://host:port"
@@ -69,10 +63,9 @@ class LivenessMonitor {
   LivenessMonitor(const LivenessMonitor&) = delete;
   LivenessMonitor& operator=(const LivenessMonitor&) = delete;
 
-  // Asks for a check of server i (no-op while one is under way or, unless
-  // `even_if_fresh` (the caller saw its connection drop), if it answered
-  // within kFreshFor).
-  void Check(std::size_t i, bool even_if_fresh = false);
+  // Asks for a check of server i (no-op while one is under way or if it
+  // answered one within kFreshFor).
+  void Check(std::size_t i);
   // Server i answered a request on the caller's own connection: it is
   // there. Ends a check under way (a check's STATUS may queue behind the
   // client's uploads on a saturated link) and a down verdict, and counts as
@@ -94,17 +87,10 @@ class LivenessMonitor {
     bool in_flight = false;  // a check was sent and not answered yet
     Clock::time_point sent;
     Clock::time_point last_answer;  // epoch: never
-    // The first failed connection attempt of the check in flight, with
-    // none succeeding since (epoch: none).
-    Clock::time_point refused_since;
     std::optional<ServerDown> down;
   };
   void Run();
-  // One DEALER per server, and a PAIR receiving each one's connection
-  // events (attempts failed, connections made).
-  bool OpenSockets(std::vector<void*>& sockets, std::vector<void*>& monitors);
-  // Reads server i's pending connection events into refused_since.
-  void TakeConnectionEvents(std::size_t i, void* monitor, Clock::time_point now);
+  bool OpenSockets(std::vector<void*>& sockets);
   void SendCheck(std::size_t i, void* socket, Clock::time_point now);
   void TakeAnswers(std::size_t i, void* socket, Clock::time_point now);
   void ExpireChecks(Clock::time_point now);

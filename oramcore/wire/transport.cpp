@@ -13,7 +13,6 @@
 #include <string>
 
 #include "oramcore/wire/liveness_monitor.h"
-#include "oramcore/wire/socket_events.h"
 
 namespace s3oram {
 
@@ -53,22 +52,37 @@ void DrainReplies(void* socket,
 }
 
 // Reads the pending socket-monitor events of one server's socket and
-// records what the CURVE handshake said and how often the connection
-// dropped.
+// records what the CURVE handshake said. Each event is two frames: 16-bit
+// event id + 32-bit value, then the endpoint.
 // Handshakes that failed without an authentication verdict (protocol error,
 // or the connection dropped mid-handshake: also what a restarting server
 // looks like) before the client calls the server's key wrong.
 constexpr int kHandshakeFailuresBeforeVerdict = 3;
 
 void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_ok,
-                  int* unexplained_failures, std::uint64_t* connections,
-                  std::uint64_t* disconnections) {
-  while (const auto e = NextSocketEvent(monitor)) {
-    const std::uint32_t value = e->value;
-    switch (e->event) {
-      case ZMQ_EVENT_DISCONNECTED:
-        ++*disconnections;
-        break;
+                  int* unexplained_failures, std::uint64_t* connections) {
+  for (;;) {
+    zmq_msg_t head;
+    zmq_msg_init(&head);
+    if (zmq_msg_recv(&head, monitor, ZMQ_DONTWAIT) < 0) {
+      zmq_msg_close(&head);
+      return;
+    }
+    std::uint16_t event = 0;
+    std::uint32_t value = 0;
+    if (zmq_msg_size(&head) >= 6) {
+      std::memcpy(&event, zmq_msg_data(&head), 2);
+      std::memcpy(&value, static_cast<const char*>(zmq_msg_data(&head)) + 2, 4);
+    }
+    const bool more = zmq_msg_more(&head);
+    zmq_msg_close(&head);
+    if (more) {
+      zmq_msg_t addr;
+      zmq_msg_init(&addr);
+      zmq_msg_recv(&addr, monitor, 0);
+      zmq_msg_close(&addr);
+    }
+    switch (event) {
       case ZMQ_EVENT_HANDSHAKE_SUCCEEDED:
         ++*connections;  // every (re)connection completes one handshake
         *handshake_ok = true;
@@ -116,17 +130,6 @@ struct NetworkServerSet::Impl {
   // When this client's connection to each server last completed a
   // handshake, as far as Drain has seen (a restarted server connects anew).
   std::vector<std::chrono::steady_clock::time_point> handshake_seen;
-  // When it was last seen to drop (a killed server's kernel closes it at
-  // once), and how many drops Drain has seen.
-  std::vector<std::chrono::steady_clock::time_point> disconnect_seen;
-  std::vector<std::uint64_t> disconnections;
-
-  // Server i's connection dropped after `since` and has not come back: a
-  // check is due at once, not after SuspectAfter (a killed server is then
-  // found down within LivenessMonitor::kRefusedFor).
-  bool DroppedSince(std::size_t i, std::chrono::steady_clock::time_point since) const {
-    return disconnect_seen[i] >= since && disconnect_seen[i] > handshake_seen[i];
-  }
 
   // A request a Wait::kQuorum call left a server answering (server_set.h):
   // kept, with a copy of its frame, until its end is handed out.
@@ -203,14 +206,9 @@ struct NetworkServerSet::Impl {
   void Drain(std::size_t i) {
     bool ok = handshake_ok[i];
     const std::uint64_t before = connections[i];
-    const std::uint64_t drops_before = disconnections[i];
-    DrainMonitor(monitors[i], &handshake_errors[i], &ok, &handshake_failures[i], &connections[i],
-                 &disconnections[i]);
+    DrainMonitor(monitors[i], &handshake_errors[i], &ok, &handshake_failures[i], &connections[i]);
     handshake_ok[i] = ok;
-    const auto now = std::chrono::steady_clock::now();
-    // A drop and a new handshake seen in one drain: the drop came first.
-    if (disconnections[i] != drops_before) disconnect_seen[i] = now;
-    if (connections[i] != before) handshake_seen[i] = now;
+    if (connections[i] != before) handshake_seen[i] = std::chrono::steady_clock::now();
   }
 
   ~Impl() {
@@ -265,8 +263,7 @@ Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
     if (zmq_socket_monitor(s, monitor_ep.c_str(),
                            ZMQ_EVENT_HANDSHAKE_SUCCEEDED | ZMQ_EVENT_HANDSHAKE_FAILED_AUTH |
                                ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL |
-                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL | ZMQ_EVENT_DISCONNECTED) !=
-        0) {
+                               ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL) != 0) {
       return Status::IoError(ZmqError("zmq_socket_monitor"));
     }
     void* mon = zmq_socket(impl.context, ZMQ_PAIR);
@@ -306,8 +303,6 @@ Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
       std::make_unique<LivenessMonitor>(impl.context, std::move(targets), client.public_key,
                                         Secret::CopyOf(secret_bin.bytes()), log_liveness);
   impl.handshake_seen.assign(endpoints.size(), std::chrono::steady_clock::time_point{});
-  impl.disconnect_seen.assign(endpoints.size(), std::chrono::steady_clock::time_point{});
-  impl.disconnections.assign(endpoints.size(), 0);
   impl.lagging.resize(endpoints.size());
   return set;
 }
@@ -586,8 +581,6 @@ class NetworkServerSet::OneExchange {
       const std::size_t i = servers_[k];
       if (now - pr.due_from >= std::max<Clock::duration>(suspect_after, 2 * pr.expected)) {
         impl_.liveness->Check(i);
-      } else if (impl_.DroppedSince(i, pr.due_from)) {
-        impl_.liveness->Check(i, /*even_if_fresh=*/true);
       }
       if (auto down = impl_.DownNow(i); down && down->last_failed_check >= start_) {
         FailFrom(k, r0, DownStatus(i, impl_.endpoints[i], *down));
@@ -817,11 +810,7 @@ void NetworkServerSet::TendLagging(std::size_t i) {
   const Impl::LagEntry* first = impl.FirstOpenLagging(i);
   if (first == nullptr) return;
   const auto now = std::chrono::steady_clock::now();
-  if (now - first->due_from >= impl.liveness->SuspectAfter()) {
-    impl.liveness->Check(i);
-  } else if (impl.DroppedSince(i, first->due_from)) {
-    impl.liveness->Check(i, /*even_if_fresh=*/true);
-  }
+  if (now - first->due_from >= impl.liveness->SuspectAfter()) impl.liveness->Check(i);
   if (auto down = impl.DownNow(i); down && down->last_failed_check >= first->due_from) {
     impl.FailLagging(i, DownStatus(i, impl.endpoints[i], *down));
   } else if (now - first->due_from >= first->deadline) {

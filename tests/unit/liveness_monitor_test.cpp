@@ -3,8 +3,7 @@
 // connection just so). A check of it ends in a down verdict; a reply the
 // caller heard on its own connection (Heard) ends a check under way and a
 // down verdict, so that a check queued behind the client's uploads on a
-// saturated home link does not call a server down that is answering. An
-// address that refuses connections is found down by the refusals.
+// saturated home link does not call a server down that is answering.
 #include "oramcore/wire/liveness_monitor.h"
 
 #include <gtest/gtest.h>
@@ -83,9 +82,6 @@ TEST(LivenessMonitorTest, ASilentServerIsFoundDownAndAReplyHeardElsewhereEndsThe
   LivenessMonitor& m = *client.monitor;
   m.Check(0);
   ASSERT_TRUE(FoundDown(m, std::chrono::seconds(30))) << "a silent server was never found down";
-  // Its connections are accepted: the check's deadline called it down.
-  EXPECT_NE(m.Down(0)->reason.find("did not answer a liveness check"), std::string::npos)
-      << m.Down(0)->reason;
   // A reply on the caller's own connection: it is there.
   m.Heard(0);
   EXPECT_FALSE(m.Down(0).has_value());
@@ -111,31 +107,6 @@ TEST(LivenessMonitorTest, AReplyHeardWhileACheckIsUnderWayEndsTheCheck) {
   std::this_thread::sleep_for(LivenessMonitor::kFreshFor);
   m.Check(0);
   EXPECT_TRUE(FoundDown(m, std::chrono::seconds(30)));
-}
-
-// An address no process listens at (a killed server: its kernel refuses
-// the connection at once) is found down by the refusals, not the deadline.
-TEST(LivenessMonitorTest, AnAddressThatRefusesConnectionsIsFoundDownByTheRefusals) {
-  std::string endpoint, server_public_key;
-  {
-    SilentServer gone;
-    endpoint = gone.endpoint;
-    server_public_key = gone.keys.public_key;
-  }  // its port is closed now
-  void* context = zmq_ctx_new();
-  {
-    auto k = GenerateCurveKeypair();
-    ASSERT_TRUE(k.ok());
-    auto secret = DecodeSecretKey(*k);
-    ASSERT_TRUE(secret.ok());
-    LivenessMonitor m(context, {{endpoint, server_public_key}}, k->public_key,
-                      std::move(secret).value(), /*log=*/false);
-    m.Check(0);
-    ASSERT_TRUE(FoundDown(m, std::chrono::seconds(30))) << "a closed port was never found down";
-    EXPECT_NE(m.Down(0)->reason.find("connecting to it failed"), std::string::npos)
-        << m.Down(0)->reason;
-  }
-  zmq_ctx_term(context);
 }
 
 }  // namespace
