@@ -23,7 +23,11 @@
 
 namespace s3oram::testing {
 
-enum class ShareDamage { kDataSlot, kUnusedRootSlot, kDigest, kHeaderCopy };
+// kDigest damages one written root slot's digest, which the next access may
+// heal: an access writes its root slot (with a new digest) before the
+// retrieval reads the root. kTwoRootDigests damages two, so the first
+// retrieval after the damage always meets one of them.
+enum class ShareDamage { kDataSlot, kUnusedRootSlot, kDigest, kTwoRootDigests, kHeaderCopy };
 
 // XORs `n` random nonzero bytes into `path` at `offset`.
 inline void FlipBytes(const std::string& path, std::uint64_t offset, std::size_t n,
@@ -100,6 +104,14 @@ inline std::string DamageShareFile(const std::string& shares, const OramParams& 
       const std::uint64_t slot = rng() % p.evict_rate;  // a root slot that was written
       FlipBytes(shares, at[1].digests + slot * 8, 8, rng);
       return "the digest of root slot " + std::to_string(slot);
+    }
+    case ShareDamage::kTwoRootDigests: {
+      const std::uint64_t first = rng() % p.evict_rate;
+      const std::uint64_t second = (first + 1 + rng() % (p.evict_rate - 1)) % p.evict_rate;
+      FlipBytes(shares, at[1].digests + first * 8, 8, rng);
+      FlipBytes(shares, at[1].digests + second * 8, 8, rng);
+      return "the digests of root slots " + std::to_string(first) + " and " +
+             std::to_string(second);
     }
     case ShareDamage::kHeaderCopy: {
       const std::uint64_t copy = rng() % 2;
