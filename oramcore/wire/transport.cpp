@@ -686,10 +686,15 @@ class NetworkServerSet::OneExchange {
   }
 
   // Learns the link's pace, timed from the first send: the round trip from
-  // small exchanges (under 64 KiB), the time per byte beyond it from large
-  // ones. An exchange that was resent on a silence counts too (an
-  // overestimate, which only makes the next resends later); one that met a
-  // reconnection does not (an outage says nothing of the link).
+  // small exchanges (under 64 KiB) of one request, the time per byte beyond
+  // it from large ones. A small exchange of several requests teaches
+  // nothing: its time is round trips and the servers' work, and divided by
+  // its few bytes it made a pace of a few hundred KB/s on loopback, by which
+  // the first root write at a mount (2 MiB on four servers) was expected to
+  // take 5 s and a killed server was suspected only 10 s into it. An
+  // exchange that was resent on a silence counts too (an overestimate, which
+  // only makes the next resends later); one that met a reconnection does
+  // not (an outage says nothing of the link).
   void LearnPace() {
     for (std::size_t r = 0; r < count_; ++r) {
       for (std::size_t k = 0; k < n_; ++k) {
@@ -704,7 +709,8 @@ class NetworkServerSet::OneExchange {
       return old == 0 ? sample : 0.75 * old + 0.25 * sample;
     };
     if (reconnect_seen_) return;
-    if (count_ == 1 && exchanged < 64.0 * 1024) {
+    if (exchanged < 64.0 * 1024) {
+      if (count_ != 1) return;
       impl_.round_trip_s = smooth(impl_.round_trip_s, took);
       impl_.liveness->SetRoundTrip(std::chrono::duration<double>(impl_.round_trip_s));
     } else {
