@@ -18,6 +18,14 @@ namespace s3oram {
 
 namespace {
 
+// An exchange this large (requests and replies, every server) teaches the
+// link's time per byte; smaller ones of one request its round trip.
+constexpr std::size_t kLargeExchangeBytes = 64 * 1024;
+// How long a large request sent before the link's pace is known waits
+// before its server is checked while no other server answered it
+// (Progress::unknown_pace).
+constexpr std::chrono::seconds kUnknownPaceSuspectAfter{10};
+
 std::string ZmqError(const char* what) {
   return std::string(what) + ": " + zmq_strerror(zmq_errno());
 }
@@ -123,6 +131,7 @@ struct NetworkServerSet::Impl {
   // Smoothed seconds per byte of the large exchanges beyond the round trip
   // (request and reply bytes of all servers); 0 until one was.
   double seconds_per_byte = 0;
+  bool pace_learned = false;                 // a large exchange was timed
   double round_trip_s = 0;                   // smoothed duration of the small exchanges
   std::map<int, std::uint64_t> reply_bytes;  // last exchange's reply bytes, by reply type
   // Tells a down server from a slow one (wire/liveness_monitor.h).
@@ -436,6 +445,12 @@ class NetworkServerSet::OneExchange {
     // before twice that (a home uplink takes seconds for a large request,
     // and a check sent meanwhile would queue behind it).
     Clock::duration expected{};
+    // A large request sent before any large exchange was timed: `expected`
+    // knows nothing of the link. Its server is suspected once another
+    // server answered the same request, or after kUnknownPaceSuspectAfter:
+    // on a slow uplink every server is silent until the upload is through,
+    // and a check then would queue behind it and call them all down.
+    bool unknown_pace = false;
     std::uint64_t sent_on = 0;  // connections[i] when last sent
     Status decode_error;
     wire::Message reply;
@@ -480,6 +495,7 @@ class NetworkServerSet::OneExchange {
       for (Progress& pr : progress_[r]) {
         pr.silence = silence;
         pr.expected = expected;
+        pr.unknown_pace = !impl_.pace_learned && bytes >= kLargeExchangeBytes;
       }
       by_seq_[requests_[r].header.seq] = r;
     }
@@ -553,6 +569,14 @@ class NetworkServerSet::OneExchange {
     first_open_[k] = std::max(first_open_[k], r);
   }
 
+  // Another server of the call answered request r.
+  bool AnsweredElsewhere(std::size_t r, std::size_t k) const {
+    for (std::size_t q = 0; q < n_; ++q) {
+      if (q != k && progress_[r][q].done) return true;
+    }
+    return false;
+  }
+
   // A refused or failed CURVE handshake will not heal by waiting: report it.
   void FailRefusedHandshakes() {
     for (std::size_t k = 0; k < n_; ++k) {
@@ -579,9 +603,11 @@ class NetworkServerSet::OneExchange {
       // Open for long: a server that is busy answers a check, one that is
       // stopped, dead or cut off does not, and its requests fail now.
       const std::size_t i = servers_[k];
-      if (now - pr.due_from >= std::max<Clock::duration>(suspect_after, 2 * pr.expected)) {
-        impl_.liveness->Check(i);
+      Clock::duration suspect = std::max<Clock::duration>(suspect_after, 2 * pr.expected);
+      if (pr.unknown_pace && !AnsweredElsewhere(r0, k)) {
+        suspect = std::max<Clock::duration>(suspect, kUnknownPaceSuspectAfter);
       }
+      if (now - pr.due_from >= suspect) impl_.liveness->Check(i);
       if (auto down = impl_.DownNow(i); down && down->last_failed_check >= start_) {
         FailFrom(k, r0, DownStatus(i, impl_.endpoints[i], *down));
         continue;
@@ -709,13 +735,14 @@ class NetworkServerSet::OneExchange {
       return old == 0 ? sample : 0.75 * old + 0.25 * sample;
     };
     if (reconnect_seen_) return;
-    if (exchanged < 64.0 * 1024) {
+    if (exchanged < static_cast<double>(kLargeExchangeBytes)) {
       if (count_ != 1) return;
       impl_.round_trip_s = smooth(impl_.round_trip_s, took);
       impl_.liveness->SetRoundTrip(std::chrono::duration<double>(impl_.round_trip_s));
     } else {
       impl_.seconds_per_byte =
           smooth(impl_.seconds_per_byte, std::max(0.0, took - impl_.round_trip_s) / exchanged);
+      impl_.pace_learned = true;
     }
   }
 

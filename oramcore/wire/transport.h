@@ -14,7 +14,10 @@
 // server that stays silent for the whole budget yields Unavailable.
 //
 // A server that leaves a request open past a short time is checked on a
-// connection of its own (wire/liveness_monitor.h): one that does not answer
+// connection of its own (wire/liveness_monitor.h; the time grows with what
+// the request should take at the learned pace, and a large request sent
+// before any large exchange was timed waits until another server answered
+// it, or 10 s): one that does not answer
 // the check is down, its open requests fail then (DownStatus, within about
 // 5 s instead of the deadline), and later requests that need it fail at once
 // until it answers a check again or connects anew.
