@@ -63,12 +63,18 @@ void DrainReplies(void* socket,
 // records what the CURVE handshake said. Each event is two frames: 16-bit
 // event id + 32-bit value, then the endpoint.
 // Handshakes that failed without an authentication verdict (protocol error,
-// or the connection dropped mid-handshake: also what a restarting server
-// looks like) before the client calls the server's key wrong.
-constexpr int kHandshakeFailuresBeforeVerdict = 3;
+// or the connection dropped mid-handshake) before the client names a wrong
+// server key as a likely cause. It is a doubt, not a verdict: a server
+// killed behind a TCP relay or proxy (net-bench's paper-home relays, an
+// SSH tunnel, a load balancer) looks the same, since the relay accepts the
+// connection and drops it. So the server is left to the liveness check,
+// whose down verdict carries the doubt, and with servers to spare it is
+// excluded like any down server. A refusal by the server's ZAP handler is
+// a verdict, reported at once.
+constexpr int kHandshakeFailuresBeforeDoubt = 3;
 
-void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_ok,
-                  int* unexplained_failures, std::uint64_t* connections) {
+void DrainMonitor(void* monitor, std::string* handshake_error, std::string* handshake_doubt,
+                  bool* handshake_ok, int* unexplained_failures, std::uint64_t* connections) {
   for (;;) {
     zmq_msg_t head;
     zmq_msg_init(&head);
@@ -96,6 +102,7 @@ void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_o
         *handshake_ok = true;
         *unexplained_failures = 0;
         handshake_error->clear();
+        handshake_doubt->clear();
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_AUTH:
         *handshake_error = "the server refused this client's CURVE key (ZAP status " +
@@ -104,11 +111,12 @@ void DrainMonitor(void* monitor, std::string* handshake_error, bool* handshake_o
         break;
       case ZMQ_EVENT_HANDSHAKE_FAILED_PROTOCOL:
       case ZMQ_EVENT_HANDSHAKE_FAILED_NO_DETAIL:
-        if (++*unexplained_failures >= kHandshakeFailuresBeforeVerdict) {
-          *handshake_error =
-              "the CURVE handshake failed " + std::to_string(*unexplained_failures) +
-              " times in a row: the server's public key in the client state does not match the "
-              "server (or it is not an s3oram server)";
+        if (++*unexplained_failures >= kHandshakeFailuresBeforeDoubt) {
+          *handshake_doubt =
+              "its CURVE handshake failed " + std::to_string(*unexplained_failures) +
+              " times in a row: the connection is dropped before the handshake ends, as a TCP "
+              "relay or proxy in front of a stopped server does, or the server's public key in "
+              "the client state does not match it (or it is not an s3oram server)";
         }
         break;
       default:
@@ -124,7 +132,8 @@ struct NetworkServerSet::Impl {
   std::vector<void*> sockets;
   std::vector<void*> monitors;  // PAIR sockets receiving each socket's events
   std::vector<std::string> endpoints;
-  std::vector<std::string> handshake_errors;  // last CURVE failure per server, if any
+  std::vector<std::string> handshake_errors;  // a CURVE refusal per server, if any
+  std::vector<std::string> handshake_doubts;  // failed handshakes without a verdict
   std::vector<bool> handshake_ok;
   std::vector<int> handshake_failures;     // consecutive, without an auth verdict
   std::vector<std::uint64_t> connections;  // handshakes completed so far, per server
@@ -212,10 +221,18 @@ struct NetworkServerSet::Impl {
     return down;
   }
 
+  // DownStatus, with what the failed handshakes say of server i, if any.
+  Status DownStatusOf(std::size_t i, const ServerDown& down) {
+    const Status st = DownStatus(i, endpoints[i], down);
+    if (handshake_doubts[i].empty()) return st;
+    return Status::Unavailable(st.message() + " (" + handshake_doubts[i] + ")");
+  }
+
   void Drain(std::size_t i) {
     bool ok = handshake_ok[i];
     const std::uint64_t before = connections[i];
-    DrainMonitor(monitors[i], &handshake_errors[i], &ok, &handshake_failures[i], &connections[i]);
+    DrainMonitor(monitors[i], &handshake_errors[i], &handshake_doubts[i], &ok,
+                 &handshake_failures[i], &connections[i]);
     handshake_ok[i] = ok;
     if (connections[i] != before) handshake_seen[i] = std::chrono::steady_clock::now();
   }
@@ -282,6 +299,7 @@ Result<std::unique_ptr<NetworkServerSet>> NetworkServerSet::Connect(
     }
     impl.monitors.push_back(mon);
     impl.handshake_errors.emplace_back();
+    impl.handshake_doubts.emplace_back();
     impl.handshake_ok.push_back(false);
     impl.handshake_failures.push_back(0);
     impl.connections.push_back(0);
@@ -411,7 +429,7 @@ class NetworkServerSet::OneExchange {
     for (std::size_t k = 0; k < n_; ++k) {
       const std::size_t i = servers_[k];
       if (auto down = impl_.DownNow(i)) {
-        const Status st = DownStatus(i, impl_.endpoints[i], *down);
+        const Status st = impl_.DownStatusOf(i, *down);
         if (wait_ == Wait::kEvery || (wait_ == Wait::kQuorum && ++down_servers > n_ - quorum_)) {
           return FailAll(st);
         }
@@ -577,7 +595,7 @@ class NetworkServerSet::OneExchange {
     return false;
   }
 
-  // A refused or failed CURVE handshake will not heal by waiting: report it.
+  // A CURVE key the server refused will not heal by waiting: report it.
   void FailRefusedHandshakes() {
     for (std::size_t k = 0; k < n_; ++k) {
       const std::size_t i = servers_[k];
@@ -609,13 +627,16 @@ class NetworkServerSet::OneExchange {
       }
       if (now - pr.due_from >= suspect) impl_.liveness->Check(i);
       if (auto down = impl_.DownNow(i); down && down->last_failed_check >= start_) {
-        FailFrom(k, r0, DownStatus(i, impl_.endpoints[i], *down));
+        FailFrom(k, r0, impl_.DownStatusOf(i, *down));
         continue;
       }
       if (now - pr.due_from >= options_.deadline) {
         std::string who = impl_.endpoints[servers_[k]];
         if (!pr.decode_error.ok()) who += " (" + pr.decode_error.ToString() + ")";
         if (!impl_.handshake_ok[servers_[k]]) who += " (no CURVE handshake completed)";
+        if (!impl_.handshake_doubts[servers_[k]].empty()) {
+          who += " (" + impl_.handshake_doubts[servers_[k]] + ")";
+        }
         FailFrom(k, r0, SilenceStatus(who, options_.deadline, requests_[r0].expected_reply));
         continue;
       }
@@ -845,7 +866,7 @@ void NetworkServerSet::TendLagging(std::size_t i) {
   const auto now = std::chrono::steady_clock::now();
   if (now - first->due_from >= impl.liveness->SuspectAfter()) impl.liveness->Check(i);
   if (auto down = impl.DownNow(i); down && down->last_failed_check >= first->due_from) {
-    impl.FailLagging(i, DownStatus(i, impl.endpoints[i], *down));
+    impl.FailLagging(i, impl.DownStatusOf(i, *down));
   } else if (now - first->due_from >= first->deadline) {
     std::string who = impl.endpoints[i];
     if (!decode_error.ok()) who += " (" + decode_error.ToString() + ")";

@@ -2,9 +2,11 @@
 // uses: the client's connections to the ℓ servers, one persistent ZeroMQ DEALER
 // socket per server, reused for every request (never reopened per access),
 // always under CURVE: each server is authenticated by its public key, and the
-// client by its keypair. A server that refuses the client's key, or whose key
-// does not match, fails the exchange at once with PermissionDenied naming the
-// server and the likely fix, instead of timing out.
+// client by its keypair. A server that refuses the client's key fails the
+// exchange at once with PermissionDenied naming the server and the fix. One
+// whose handshakes keep failing without a refusal (its key does not match,
+// or a relay in front of it drops every connection while it is down) is left
+// to the liveness check below, whose down verdict says so.
 //
 // Requests are idempotent by construction (see docs/ARCHITECTURE.md), so the
 // same frame may be sent again: at once when the connection it went out on was
