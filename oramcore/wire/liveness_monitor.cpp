@@ -81,10 +81,22 @@ void LivenessMonitor::Heard(std::size_t i) {
   s.down.reset();
 }
 
+// The verdict as reported: its reason with the server's current doubt, which
+// may be noted after the verdict (and its count of failures grows).
+ServerDown LivenessMonitor::WithDoubt(const PerServer& s, ServerDown down) {
+  if (!s.doubt.empty()) down.reason += " (" + s.doubt + ")";
+  return down;
+}
+
+void LivenessMonitor::NoteDoubt(std::size_t i, std::string doubt) {
+  const std::lock_guard lock(mu_);
+  if (i < servers_.size()) servers_[i].doubt = std::move(doubt);
+}
+
 std::optional<ServerDown> LivenessMonitor::Down(std::size_t i) const {
   const std::lock_guard lock(mu_);
-  if (i >= servers_.size()) return std::nullopt;
-  return servers_[i].down;
+  if (i >= servers_.size() || !servers_[i].down) return std::nullopt;
+  return WithDoubt(servers_[i], *servers_[i].down);
 }
 
 void LivenessMonitor::SetRoundTrip(std::chrono::duration<double> round_trip) {
@@ -193,7 +205,7 @@ void LivenessMonitor::ExpireChecks(Clock::time_point now) {
       spdlog::warn(
           "server {} ({}) is down, {}: requests that need it fail at once until it answers "
           "again (checked every {})",
-          i, targets_[i].endpoint, DescribeDown(d), Seconds(kRecheckEvery));
+          i, targets_[i].endpoint, DescribeDown(WithDoubt(s, d)), Seconds(kRecheckEvery));
     }
     s.down = std::move(d);
   }

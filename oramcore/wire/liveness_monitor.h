@@ -71,7 +71,12 @@ class LivenessMonitor {
   // client's uploads on a saturated link) and a down verdict, and counts as
   // a fresh answer for kFreshFor.
   void Heard(std::size_t i);
-  // Whether server i counts as down, and why.
+  // What the caller's own connection says of server i when it cannot say
+  // whether the server is there (its CURVE handshakes failing with no
+  // refusal); empty once a handshake succeeds. A down verdict's reason
+  // carries it, so every message and log line that names the verdict does.
+  void NoteDoubt(std::size_t i, std::string doubt);
+  // Whether server i counts as down, and why (with the doubt noted, if any).
   std::optional<ServerDown> Down(std::size_t i) const;
   // The link's round trip as the transport learned it: the deadlines below
   // grow with it.
@@ -88,7 +93,9 @@ class LivenessMonitor {
     Clock::time_point sent;
     Clock::time_point last_answer;  // epoch: never
     std::optional<ServerDown> down;
+    std::string doubt;  // NoteDoubt's
   };
+  static ServerDown WithDoubt(const PerServer& s, ServerDown down);
   void Run();
   bool OpenSockets(std::vector<void*>& sockets);
   void SendCheck(std::size_t i, void* socket, Clock::time_point now);

@@ -221,19 +221,20 @@ struct NetworkServerSet::Impl {
     return down;
   }
 
-  // DownStatus, with what the failed handshakes say of server i, if any.
+  // DownStatus of server i (its verdict's reason carries the handshakes'
+  // doubt, if any: Drain notes it with the monitor).
   Status DownStatusOf(std::size_t i, const ServerDown& down) {
-    const Status st = DownStatus(i, endpoints[i], down);
-    if (handshake_doubts[i].empty()) return st;
-    return Status::Unavailable(st.message() + " (" + handshake_doubts[i] + ")");
+    return DownStatus(i, endpoints[i], down);
   }
 
   void Drain(std::size_t i) {
     bool ok = handshake_ok[i];
     const std::uint64_t before = connections[i];
+    const std::string doubt_before = handshake_doubts[i];
     DrainMonitor(monitors[i], &handshake_errors[i], &handshake_doubts[i], &ok,
                  &handshake_failures[i], &connections[i]);
     handshake_ok[i] = ok;
+    if (handshake_doubts[i] != doubt_before) liveness->NoteDoubt(i, handshake_doubts[i]);
     if (connections[i] != before) handshake_seen[i] = std::chrono::steady_clock::now();
   }
 
