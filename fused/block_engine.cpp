@@ -410,12 +410,13 @@ void OramBlockEngine::CatchUpExcluded() {
       continue;
     }
     const auto& st = std::get<wire::StatusReply>(reply->body);
-    if (!st.initialized || st.rebuilding || reply->header.fs_id != fs_id) {
+    // Rebuilding: caught up in place when a catch-up of it was cut off, and
+    // begun again here (CatchUpRun::Start; a server rebuilt in full refuses).
+    if ((!st.initialized && !st.rebuilding) || reply->header.fs_id != fs_id) {
       note(k,
            "excluded server " + std::to_string(k) +
                " answers again but holds no store of this filesystem to catch up (it lost its "
-               "data, or a catch-up of it was cut off); it must be rebuilt in full: unmount, then "
-               "s3oram rebuild --server " +
+               "data); it must be rebuilt in full: unmount, then s3oram rebuild --server " +
                std::to_string(k),
            true);
       continue;

@@ -164,14 +164,18 @@ int PrintServers(std::string& out, const std::vector<ServerReport>& reports,
     }
     Appendf(out,
             "server %zu    %s  up, answered in %.1f ms, epoch %llu, applied seq %llu, evictions "
-            "%llu%s, share %s (%s allocated)\n",
+            "%llu%s, share %s (%s allocated)%s\n",
             i, r.endpoint.c_str(), static_cast<double>(r.answered_in.count()) / 1000,
             static_cast<unsigned long long>(r.reply.epoch),
             static_cast<unsigned long long>(r.reply.applied_seq),
             static_cast<unsigned long long>(r.reply.applied_evictions),
             r.reply.prepared_eviction ? " (one prepared)" : "",
             HumanBytes(double(r.reply.share_file_bytes)).c_str(),
-            HumanBytes(double(r.reply.allocated_bytes)).c_str());
+            HumanBytes(double(r.reply.allocated_bytes)).c_str(),
+            r.reply.rebuilding ? "; being rebuilt or caught up: it serves no access until that "
+                                 "finishes (a catch-up cut off is begun again from the evictions "
+                                 "shown)"
+                               : "");
     if (r.reply.evicting) {
       Appendf(out,
               "            evicting: eviction %llu (attempt %u), round %u/%u, %s, about %u%% "

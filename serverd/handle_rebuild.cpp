@@ -122,7 +122,13 @@ Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
     }
     return wire::Body{wire::RebuildBeginReply{}};
   }
-  if (!store || store->rebuilding() || store->meta().fs_id != h.fs_id ||
+  // A catch-up cut off (the server restarted with its mark, or its client
+  // went away mid-copy and one under a newer epoch comes): begun again from
+  // the state its header names, sending again whatever the cut one wrote.
+  // The epoch check below fences off the client it replaces.
+  const bool resumed = store && store->catching_up() && store->meta().fs_id == h.fs_id &&
+                       store->meta().shape == req.shape;
+  if (!store || (store->rebuilding() && !resumed) || store->meta().fs_id != h.fs_id ||
       !(store->meta().shape == req.shape)) {
     return Status::FailedPrecondition("catch-up: " + me + " holds no live store of filesystem " +
                                       HexId(h.fs_id) +
@@ -148,6 +154,12 @@ Result<wire::Body> RequestHandler::Impl::BeginCatchUp(const wire::Header& h,
   job.reset();
   peers->Reset();
   const std::uint64_t from = m.applied_evictions;
+  if (resumed) {
+    spdlog::info(
+        "catch-up of filesystem {} begins again from {} evictions applied (the one "
+        "before was cut off)",
+        HexId(h.fs_id), m.applied_evictions);
+  }
   // Set first: from BeginCatchUp on the store is rebuilding, and a store
   // that is rebuilding has its target (a later step failing leaves both).
   rebuild_target =

@@ -33,6 +33,12 @@ wire::StatusReply RequestHandler::Impl::MakeStatus(bool* preparing) const {
     r.rebuilding = true;
     r.shape = store->meta().shape;
     r.epoch = rebuild_target ? rebuild_target->epoch : 0;
+    if (store->catching_up()) {
+      // Caught up in place: the state it is caught up from (a client
+      // catching it up again sends what changed since).
+      r.applied_seq = store->meta().applied_seq;
+      r.applied_evictions = store->meta().applied_evictions;
+    }
     r.share_file_bytes = store->inspection().file_bytes();
     r.allocated_bytes = store->inspection().allocated_bytes();
     r.peer_bytes_sent = peers->bytes_sent();

@@ -315,15 +315,17 @@ Result<std::unique_ptr<RequestHandler>> RequestHandler::Create(const ServerConfi
                  m.applied_evictions, m.applied_seq,
                  s->lease.held() ? "held by epoch " + std::to_string(s->lease.holder_epoch)
                                  : std::string("free"));
+    if (s->store->catching_up()) {
+      spdlog::warn(
+          "server {}: the share in {} was being caught up when the server stopped and is "
+          "incomplete; it serves nothing until a catch-up begun again from {} evictions finishes "
+          "(a mount that excluded it does so by itself, or s3oram rebuild --server {})",
+          s->config.index, s->config.data_dir, m.applied_evictions, s->config.index);
+    }
   } else if (opened.status().code() != Status::Code::kNotFound) {
     return opened.status().WithContext("opening " + s->config.data_dir);
   } else {
-    const std::string mark = s->config.data_dir + "/" + store_format::kCatchUpMarker;
-    if (::access(mark.c_str(), F_OK) == 0) {
-      spdlog::warn("server {}: {}", s->config.index, opened.status().message());
-    } else {
-      spdlog::info("no filesystem in {} yet; waiting for init", s->config.data_dir);
-    }
+    spdlog::info("no filesystem in {} yet; waiting for init", s->config.data_dir);
   }
   s->PublishQuickState();
   std::unique_ptr<RequestHandler> h(new RequestHandler());

@@ -369,11 +369,10 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   impl->dir_fd = std::move(dir_fd);
   const std::string& path = impl->shares_path;
 
-  if (::access(impl->CatchUpMarkerPath().c_str(), F_OK) == 0) {
-    return Status::NotFound("the share in " + dir +
-                            " was being caught up when the server stopped and is incomplete; "
-                            "it is to be rebuilt in full (s3oram rebuild --server <this server>)");
-  }
+  // A catch-up cut off: the file holds some buckets of the newer state and
+  // the rest of the state its header names. It opens as it stands, and
+  // leaves it only by a catch-up begun again (or a rebuild in full).
+  const bool cut_catch_up = ::access(impl->CatchUpMarkerPath().c_str(), F_OK) == 0;
   impl->fd = Fd(::open(path.c_str(), O_RDWR | O_CLOEXEC));
   if (!impl->fd.valid()) {
     if (errno == ENOENT) return Status::NotFound("no share store in " + dir + " (no shares.bin)");
@@ -405,6 +404,7 @@ Result<std::unique_ptr<ShareStore>> ShareStore::Open(const std::string& dir, boo
   S3ORAM_RETURN_IF_ERROR(impl->Map(path));
   S3ORAM_RETURN_IF_ERROR(impl->LoadSealedShadow(best));
   S3ORAM_RETURN_IF_ERROR(impl->LoadRootSnapshot(best));
+  if (cut_catch_up) S3ORAM_RETURN_IF_ERROR(impl->EnterCatchUp());
 
   std::unique_ptr<ShareStore> store(new ShareStore());
   store->impl_ = std::move(impl);

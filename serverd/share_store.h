@@ -95,7 +95,10 @@ class ShareStore {
                                                               const ServerMeta& meta,
                                                               bool sync = true);
   // Opens the store in dir; NotFound if there is none; Corruption if the header
-  // or file size is inconsistent. A sealed shadow is kept for Commit.
+  // or file size is inconsistent. A sealed shadow is kept for Commit. A store
+  // whose catch-up was cut off (its mark on disk) opens as a catch-up's
+  // target (rebuilding() and catching_up()): it serves nothing until a
+  // catch-up from the evictions its header names, begun again, finishes.
   static Result<std::unique_ptr<ShareStore>> Open(const std::string& dir, bool sync = true);
   ~ShareStore();
   // The views below hold a reference to their store.
@@ -106,6 +109,9 @@ class ShareStore {
   // True from CreateForRebuild until FinishRebuild: the store is not live yet.
   // Kept here rather than on StoreRebuild: every request's check asks it.
   bool rebuilding() const;
+  // Rebuilding in place, as a catch-up's target (StoreRebuild::BeginCatchUp,
+  // or a catch-up cut off): meta() is the state it is caught up from.
+  bool catching_up() const;
 
   // The views, valid as long as the store (store_view.h).
   LiveTree& tree() { return tree_; }

@@ -123,6 +123,9 @@ struct ShareStore::Impl {
   bool catching_up = false;
   std::string rebuild_path;
   std::string CatchUpMarkerPath() const { return dir + "/" + kCatchUpMarker; }
+  // The store as a catch-up's target (rebuilding and catching_up set), its
+  // shadow and root snapshot dropped; the mark is already durable.
+  Status EnterCatchUp();
 
   Fd shadow_fd;
   ShadowState shadow_state = ShadowState::kNone;

@@ -33,6 +33,7 @@
 namespace s3oram::serverd {
 
 bool ShareStore::rebuilding() const { return impl_->rebuilding; }
+bool ShareStore::catching_up() const { return impl_->catching_up; }
 
 Status StoreRebuild::WriteBuckets(std::uint64_t first, std::span<const Elem> data) {
   ShareStore::Impl& im = *s_.impl_;
@@ -116,26 +117,33 @@ Status StoreRebuild::FinishRebuild(const ServerMeta& meta) {
 
 Status StoreRebuild::BeginCatchUp() {
   ShareStore::Impl& im = *s_.impl_;
-  S3ORAM_RETURN_IF_ERROR(im.Live());
+  // A catch-up cut off (ShareStore::Open found the mark) is begun again as
+  // it stands: the header still names the evictions of its old state.
+  if (!im.catching_up) S3ORAM_RETURN_IF_ERROR(im.Live());
+  S3ORAM_RETURN_IF_ERROR(im.Usable());
   {
     Fd mark(::open(im.CatchUpMarkerPath().c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0600));
     if (!mark.valid()) return SysError("creating", im.CatchUpMarkerPath(), errno);
   }
   if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
-  // From here the store is not live; a failure below leaves it marked (a
-  // restart then finds no store) and refusing everything but a new rebuild.
-  im.rebuilding = true;
-  im.catching_up = true;
-  im.rebuild_path = im.shares_path;
-  im.SetShadowState(ShadowState::kNone);
-  im.shadow_fd = Fd();
-  im.root_fd = Fd();
-  im.root_snapshot = 0;
-  im.root_digests.clear();
-  for (const std::string& f : {im.shadow_path, im.root_path}) {
+  return im.EnterCatchUp();
+}
+
+Status ShareStore::Impl::EnterCatchUp() {
+  // From here the store is not live; a failure below leaves it marked, and
+  // a restart opens it marked (ShareStore::Open), to be caught up again.
+  rebuilding = true;
+  catching_up = true;
+  rebuild_path = shares_path;
+  SetShadowState(ShadowState::kNone);
+  shadow_fd = Fd();
+  root_fd = Fd();
+  root_snapshot = 0;
+  root_digests.clear();
+  for (const std::string& f : {shadow_path, root_path}) {
     if (::unlink(f.c_str()) != 0 && errno != ENOENT) return SysError("removing", f, errno);
   }
-  if (im.sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(im.dir));
+  if (sync) S3ORAM_RETURN_IF_ERROR(SyncDirectory(dir));
   return Status::Ok();
 }
 

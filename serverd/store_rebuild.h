@@ -12,7 +12,9 @@
 // digests of what was written (a new digest key per rebuild). A catch-up
 // (BeginCatchUp) rewrites only some buckets of the live file, under the
 // store's digest key, and is marked on disk until FinishRebuild, so a server
-// restarted mid-catch-up comes up empty too.
+// restarted mid-catch-up comes up still marked: serving nothing, to be
+// caught up again from the evictions its header names (the buckets the cut
+// catch-up wrote are among those it sends again) or rebuilt in full.
 #pragma once
 
 #include <cstdint>
@@ -43,8 +45,9 @@ class StoreRebuild : public StoreView {
   // the bucket map), the others keep their shares. The shadow and the root
   // snapshot are dropped (they belong to an eviction the others may have
   // done otherwise). The catch-up mark is durable first: from here until
-  // FinishRebuild the file is no sharing of one state, and a restart finds
-  // no store (ShareStore::Open) rather than this one.
+  // FinishRebuild the file is no sharing of one state, and a restart opens
+  // it marked (ShareStore::Open), never live. On a store opened marked it
+  // begins the catch-up again.
   Status BeginCatchUp();
 
  private:

@@ -205,6 +205,9 @@ struct RebuildRun {
   std::size_t K = 0;  // the server rebuilt
   wire::StoreShape shape;
   bool k_live = false;  // K serves this filesystem: replacing it destroys a share
+  // K is caught up in place (a catch-up cut off, or one under way): it may
+  // be caught up again from the state it names (it refuses if it is not).
+  bool k_in_catch_up = false;
   // The state's exclusion of K (its shares are stale: it is rebuilt to take
   // part again), if any.
   std::optional<Exclusion> k_excluded;
@@ -248,6 +251,7 @@ Status SurveyServers(RebuildRun& r) {
         r.k_live = true;
         continue;  // decided by ChooseSources
       }
+      r.k_in_catch_up = st.rebuilding && ours && st.shape == r.shape;
       if (st.initialized && !r.options.force) {
         return Status::FailedPrecondition(
             r.Name(r.K) + " still holds a live store of " +
@@ -688,7 +692,7 @@ Status TransferShares(RebuildRun& r, const OramParams& p, bool may_rebuild_in_fu
         "rebuilt in full",
         r.Name(r.K));
   }
-  if (r.k_excluded && !r.k_excluded->suspect && r.k_live && !options.full) {
+  if (r.k_excluded && !r.k_excluded->suspect && (r.k_live || r.k_in_catch_up) && !options.full) {
     const std::uint64_t from =
         std::min(r.k_excluded->since_eviction, r.status[r.K].applied_evictions);
     missed = BucketsRewrittenBy(p.geometry(), from, ne);
@@ -932,12 +936,14 @@ Result<std::unique_ptr<CatchUpRun>> CatchUpRun::Start(ClientSession& session, st
     const wire::Message& m = reply.value()[0];
     r.status[target] = std::get<wire::StatusReply>(m.body);
     const wire::StatusReply& st = r.status[target];
-    if (!st.initialized || st.rebuilding || m.header.fs_id != config.fs_id ||
+    // Rebuilding: caught up in place (a catch-up of it cut off), begun
+    // again from the state it names; rebuilt in full, it refuses the BEGIN.
+    if ((!st.initialized && !st.rebuilding) || m.header.fs_id != config.fs_id ||
         !(st.shape == r.shape)) {
       return Status::FailedPrecondition(
           r.Name(target) +
-          " is back but holds no store of this filesystem to catch up (it lost its data, or a "
-          "catch-up of it was cut off); rebuild it in full: unmount, then s3oram rebuild -s " +
+          " is back but holds no store of this filesystem to catch up (it lost its data); "
+          "rebuild it in full: unmount, then s3oram rebuild -s " +
           session.state_path() + " --server " + std::to_string(target));
     }
   }

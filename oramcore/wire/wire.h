@@ -156,6 +156,9 @@ struct StatusReply {
   std::uint64_t peer_bytes_sent = 0;    // SMP bytes this process sent to peers since it started
   // A rebuild is under way (REBUILD_BEGIN without REBUILD_FINISH yet): the
   // store is not live (initialized is false) and normal requests are refused.
+  // Caught up in place (a catch-up under way, or one cut off and not begun
+  // again yet), applied_seq and applied_evictions are the state it is caught
+  // up from; rebuilt in full, they are zero.
   bool rebuilding = false;
   // An EVICT_PREPARE under way on this server (the server answers STATUS
   // while it computes): which eviction and attempt, the round (1..rounds,

@@ -706,7 +706,8 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
   ASSERT_TRUE(caught.ok()) << "a catch-up BEGIN sent again: " << caught.status().ToString();
   // Sent again by the same client (its epoch) at newer counters, it moves
   // the catch-up's goal (a mount's last pass); older ones are refused, and
-  // another client's (a newer epoch) finds no live store to catch up.
+  // another client's (a newer epoch: the first one's mount crashed) begins
+  // the catch-up again, fencing off the first.
   catch_up.applied_seq += 5;
   caught = Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply);
   ASSERT_TRUE(caught.ok()) << "a catch-up BEGIN at newer counters: " << caught.status().ToString();
@@ -716,8 +717,14 @@ TEST(RebuildTest, RefusalsAndRebuildingServerRefusesRequests) {
                 Status::Code::kInvalidArgument, "behind the");
   wire::Header other_client = h;
   other_client.epoch += 1;
-  ExpectRefused(Ask(**servers, 2, other_client, catch_up, wire::MessageType::kRebuildBeginReply),
-                Status::Code::kFailedPrecondition, "no live store");
+  caught = Ask(**servers, 2, other_client, catch_up, wire::MessageType::kRebuildBeginReply);
+  ASSERT_TRUE(caught.ok()) << "a newer client's catch-up BEGIN: " << caught.status().ToString();
+  ExpectRefused(Ask(**servers, 2, h, catch_up, wire::MessageType::kRebuildBeginReply),
+                Status::Code::kFailedPrecondition, "fenced");
+  ExpectRefused(Ask(**servers, 2, h,
+                    wire::RebuildFinishRequest{catch_up.applied_seq, catch_up.applied_evictions},
+                    wire::MessageType::kRebuildFinishReply),
+                Status::Code::kFailedPrecondition, "fenced");
   {
     auto status = Ask(**servers, 2, h, wire::StatusRequest{}, wire::MessageType::kStatusReply);
     ASSERT_TRUE(status.ok());

@@ -950,6 +950,73 @@ TEST(ShareStore, RebuildModeIsLiveOnlyAfterFinish) {
   EXPECT_FALSE((*reopened)->tree().ReadBuckets(15, 2, back).ok());
 }
 
+// A catch-up cut off (the server killed after some buckets were rewritten in
+// place): the store opens still marked, as a catch-up's target, with the
+// header of its old state; it refuses every live use (no root write, no
+// shadow); BeginCatchUp begins it again, and FinishRebuild makes it live at
+// the new counters with the buckets written before and after the cut.
+TEST(ShareStore, ACatchUpCutOffOpensMarkedRefusesLiveUseAndIsBegunAgain) {
+  TempDir dir;
+  auto rng = testing::SeededRng();
+  ServerMeta meta = MakeMeta(3, 4, 1024);
+  meta.applied_evictions = 4;
+  meta.applied_seq = 40;
+  std::vector<Elem> old_bucket, first_cut, second;
+  std::uint64_t be = 0;
+  {
+    auto live = ShareStore::Create(dir.path(), meta, false, true);
+    ASSERT_TRUE(live.ok()) << live.status().ToString();
+    be = (*live)->tree().bucket_elems();
+    old_bucket = RandomElems(rng, be);
+    ASSERT_TRUE((*live)->rebuild().WriteBuckets(6, old_bucket).code() ==
+                Status::Code::kFailedPrecondition);  // live: not a rebuild's target
+    for (std::uint32_t slot = 0; slot < 4; ++slot) {
+      const std::span<const Elem> part(old_bucket.data() + slot * (be / 4), be / 4);
+      ASSERT_TRUE((*live)->tree().WriteSlot(6, slot, part, 41 + slot, 1).ok());
+    }
+    ASSERT_TRUE((*live)->rebuild().BeginCatchUp().ok());
+    EXPECT_TRUE((*live)->rebuilding());
+    EXPECT_TRUE((*live)->catching_up());
+    first_cut = RandomElems(rng, be);
+    ASSERT_TRUE((*live)->rebuild().WriteBuckets(2, first_cut).ok());
+    // Killed here: no FinishRebuild.
+  }
+  ASSERT_TRUE(std::filesystem::exists(dir.path() + "/shares.bin.catchup"));
+  auto s = ShareStore::Open(dir.path(), true);
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  EXPECT_TRUE((*s)->rebuilding());
+  EXPECT_TRUE((*s)->catching_up());
+  EXPECT_EQ((*s)->meta().applied_evictions, 4u) << "the header names the state of before";
+  std::vector<Elem> slot(meta.shape.elems_per_slot, 1);
+  EXPECT_EQ((*s)->tree().WriteSlot(1, 0, slot, 99, 1).code(), Status::Code::kFailedPrecondition);
+  const std::uint64_t list[] = {2};
+  EXPECT_EQ((*s)->shadow().BeginShadow(4, 1, list).code(), Status::Code::kFailedPrecondition);
+  // Begun again: the cut range is sent again, and more.
+  ASSERT_TRUE((*s)->rebuild().BeginCatchUp().ok());
+  second = RandomElems(rng, 2 * be);
+  ASSERT_TRUE((*s)->rebuild().WriteBuckets(2, second).ok());
+  ServerMeta target = meta;
+  target.applied_evictions = 7;
+  target.applied_seq = 90;
+  target.epoch = 3;
+  ASSERT_TRUE((*s)->rebuild().FinishRebuild(target).ok());
+  EXPECT_FALSE((*s)->rebuilding());
+  EXPECT_FALSE((*s)->catching_up());
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/shares.bin.catchup"));
+  s->reset();
+
+  auto reopened = ShareStore::Open(dir.path(), true);
+  ASSERT_TRUE(reopened.ok()) << reopened.status().ToString();
+  EXPECT_FALSE((*reopened)->rebuilding());
+  ExpectMetaEq((*reopened)->meta(), target);
+  std::vector<Elem> back(2 * be);
+  ASSERT_TRUE((*reopened)->tree().ReadBuckets(2, 2, back).ok());
+  EXPECT_EQ(back, second);
+  std::vector<Elem> kept(be);
+  ASSERT_TRUE((*reopened)->tree().ReadBuckets(6, 1, kept).ok());
+  EXPECT_EQ(kept, old_bucket) << "a bucket the catch-up did not send keeps its share";
+}
+
 // Holes: written buckets are never reported as holes; where the filesystem
 // reports holes at all, the never-written buckets away from written data are.
 TEST(ShareStore, HolesReportNeverWrittenBuckets) {
