@@ -426,16 +426,22 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
   // Restart: what is on disk must be what the handler believed.
   const ShareStore* last = handler->store();
-  // A store still being rebuilt is not on disk as shares.bin: the server
-  // restarts empty (and the rebuild must be run again).
+  // A store still being rebuilt in full is not on disk as shares.bin: the
+  // server restarts empty (and the rebuild must be run again). One being
+  // caught up in place restarts still marked, with the meta it had (the
+  // state it is caught up from), serving nothing until a catch-up ends.
   const bool rebuilding = last != nullptr && last->rebuilding();
+  const bool catching_up = last != nullptr && last->catching_up();
   const std::optional<ServerMeta> meta =
-      last && !rebuilding ? std::optional<ServerMeta>(last->meta()) : std::nullopt;
+      last && (!rebuilding || catching_up) ? std::optional<ServerMeta>(last->meta()) : std::nullopt;
   const std::uint64_t sealed = last ? last->shadow().SealedEviction() : 0;
   handler.reset();
   auto reopened = NewHandler(env);
-  if (rebuilding && reopened->store() != nullptr) {
+  if (rebuilding && !catching_up && reopened->store() != nullptr) {
     Fail("after a restart in the middle of a rebuild the store is live");
+  }
+  if (catching_up && (reopened->store() == nullptr || !reopened->store()->catching_up())) {
+    Fail("after a restart in the middle of a catch-up the store is not marked");
   }
   if (meta) {
     const ShareStore* s = reopened->store();
