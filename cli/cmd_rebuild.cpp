@@ -85,17 +85,19 @@ void RegisterRebuild(CLI::App& app, int* exit_code) {
       std::printf(
           "server %zu caught up from servers %s: it had applied %llu evictions; it missed %llu "
           "of %llu buckets (the root and what the evictions since rewrote), %llu were sent, %s "
-          "received; it kept the rest\n",
+          "of masked terms from server to server; it kept the rest\n",
           a->server, from.c_str(), static_cast<unsigned long long>(r->caught_up_from),
           static_cast<unsigned long long>(r->buckets_missed),
           static_cast<unsigned long long>(r->buckets),
           static_cast<unsigned long long>(r->buckets_sent),
-          HumanBytes(double(r->bytes_received)).c_str());
+          HumanBytes(double(r->bytes_relayed)).c_str());
     } else {
-      std::printf("server %zu rebuilt from servers %s: %llu of %llu buckets written, %s received\n",
-                  a->server, from.c_str(), static_cast<unsigned long long>(r->buckets_written),
-                  static_cast<unsigned long long>(r->buckets),
-                  HumanBytes(double(r->bytes_received)).c_str());
+      std::printf(
+          "server %zu rebuilt from servers %s: %llu of %llu buckets written, %s of masked "
+          "terms from server to server\n",
+          a->server, from.c_str(), static_cast<unsigned long long>(r->buckets_written),
+          static_cast<unsigned long long>(r->buckets),
+          HumanBytes(double(r->bytes_relayed)).c_str());
     }
     if (r->evictions_committed) {
       std::printf("committed %llu prepared eviction(s) on a lagging survivor first\n",

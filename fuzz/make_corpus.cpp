@@ -136,12 +136,12 @@ void WireCorpus(const fs::path& root) {
     read.count = 3;
     w.Add("rebuild_read_request", wire::Encode(h, read));
   }
-  w.Add("rebuild_read_reply", wire::Encode(h, wire::RebuildReadReply{1, {0, 1, 0}, Elems(8, 6)}));
-  w.Add("rebuild_write_request",
-        wire::Encode(h, wire::RebuildWriteRequest{1, {0, 1}, {Elems(4, 7), Elems(4, 8)}}));
+  w.Add("rebuild_read_reply", wire::Encode(h, wire::RebuildReadReply{1, {0, 1, 0}}));
+  w.Add("rebuild_write_request", wire::Encode(h, wire::RebuildWriteRequest{1, {0, 1}, {0, 1}, {}}));
   w.Add("rebuild_write_reply", wire::Encode(h, wire::RebuildWriteReply{3}));
   w.Add("rebuild_finish_request", wire::Encode(h, wire::RebuildFinishRequest{7, 3}));
   w.Add("rebuild_finish_reply", wire::Encode(h, wire::RebuildFinishReply{}));
+  w.Add("rebuild_terms", wire::Encode(h, wire::RebuildTerms{2, {}, 1, 0, {0, 1, 0}, Elems(8, 6)}));
   w.Add("empty_vectors", wire::Encode(h, wire::RetrieveRequest{0, {}, {}}));
   w.Add("stats_request", wire::Encode(h, wire::StatsRequest{}));
   w.Add("stats_reply", wire::Encode(h, wire::StatsReply{9, 8, 7, 6, 5, 4, 3, 2, 1, 2, 3, 4, 5,
@@ -373,25 +373,21 @@ void HandlerCorpus(const fs::path& root) {
   // forced; a write; an early finish; normal requests refused), then the
   // participant side with bad participant lists (the handler has no key file,
   // so a well-formed read fails at the key).
-  const std::size_t small_bucket =
-      std::size_t{fz::kSmallShape.bucket_size} * fz::kSmallShape.elems_per_slot;
   wire::RebuildReadRequest bad_read;
   bad_read.target = fz::kServerIndex;
   bad_read.participants = {0, 1};
   bad_read.first_bucket = 1;
   bad_read.count = 1;
-  w.Add("rebuild", Session(fz::kStartSmall)
-                       .Send(Hdr(1), bad_read)
-                       .Send(Hdr(2), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape,
-                                                               1, 0, false})
-                       .Send(Hdr(3), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape,
-                                                               1, 0, true})
-                       .Send(Hdr(4), wire::RebuildWriteRequest{
-                                         1, {0, 1}, {Elems(small_bucket, 1), Elems(small_bucket, 2)}})
-                       .Send(Hdr(5), wire::RebuildFinishRequest{1, 0})
-                       .Send(Hdr(6), small.WriteRoot(0, 3))
-                       .Send(Hdr(7), wire::StatusRequest{})
-                       .bytes());
+  w.Add("rebuild",
+        Session(fz::kStartSmall)
+            .Send(Hdr(1), bad_read)
+            .Send(Hdr(2), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape, 1, 0, false})
+            .Send(Hdr(3), wire::RebuildBeginRequest{fz::kServerIndex, fz::kSmallShape, 1, 0, true})
+            .Send(Hdr(4), wire::RebuildWriteRequest{1, {0, 1}, {1, 2}, {}})
+            .Send(Hdr(5), wire::RebuildFinishRequest{1, 0})
+            .Send(Hdr(6), small.WriteRoot(0, 3))
+            .Send(Hdr(7), wire::StatusRequest{})
+            .bytes());
   // A catch-up of the live store: refused beyond its evictions, then begun;
   // writes in any order (holes as zeros), a finish, and one refused on an
   // empty store.
@@ -401,10 +397,8 @@ void HandlerCorpus(const fs::path& root) {
   w.Add("catch_up", Session(fz::kStartSmall)
                         .Send(Hdr(1), small.WriteRoot(0, 3))
                         .Send(Hdr(2), catch_up)
-                        .Send(Hdr(3),
-                              wire::RebuildWriteRequest{
-                                  3, {0, 1}, {Elems(small_bucket, 1), Elems(small_bucket, 2)}})
-                        .Send(Hdr(4), wire::RebuildWriteRequest{1, {1}, {{}, {}}})
+                        .Send(Hdr(3), wire::RebuildWriteRequest{3, {0, 1}, {1, 2}, {}})
+                        .Send(Hdr(4), wire::RebuildWriteRequest{1, {1}, {1, 2}, {}})
                         .Send(Hdr(5), wire::RebuildFinishRequest{1, 0})
                         .Send(Hdr(6), behind)
                         .Send(Hdr(7), wire::StatusRequest{})

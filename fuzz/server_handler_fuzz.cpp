@@ -114,6 +114,40 @@ class StubPeers final : public PeerExchange {
   void Reset() override {}
   std::uint64_t bytes_sent() const override { return 0; }
 
+  // Elements of one bucket of the store the handler holds (0: none); set
+  // before each request.
+  std::size_t bucket_elems = 0;
+
+  // Rebuild terms this server sends as a survivor must decode; when it is
+  // the target, each participant "sends" well-formed terms of the length
+  // the range needs (in kEcho mode), which is all the handler can check.
+  Status SendTerms(std::uint32_t target, std::span<const std::uint8_t> frame) override {
+    if (mode == fz::PeerMode::kSendFails) return Status::IoError("stub: send failed");
+    if (target != 1 && target != 2) Fail("SendTerms to " + std::to_string(target));
+    auto m = wire::Decode(frame);
+    if (!m.ok() || !std::holds_alternative<wire::RebuildTerms>(m->body)) {
+      Fail("SendTerms got a frame that is not REBUILD_TERMS");
+    }
+    return Status::Ok();
+  }
+  Result<std::vector<std::vector<Elem>>> AwaitTerms(
+      const s3oram::serverd::TermsWanted& w) override {
+    if (mode == fz::PeerMode::kTimeout) return Status::Unavailable("stub: no terms");
+    std::size_t written = 0;
+    for (std::uint8_t f : w.holes) written += f ? 0 : 1;
+    // Past what a fuzz input could carry itself, as if the peers timed out.
+    if (written * bucket_elems > kMaxPathElems) return Status::Unavailable("stub: too large");
+    std::vector<Elem> terms(written * bucket_elems);
+    for (std::size_t i = 0; i < terms.size(); ++i) terms[i] = static_cast<Elem>(i % 1000);
+    std::vector<std::vector<Elem>> out(w.from.size(), terms);
+    if (mode == fz::PeerMode::kShortShares && !out.empty() && !out.back().empty()) {
+      out.back().pop_back();
+    }
+    if (mode == fz::PeerMode::kLongShares && !out.empty()) out.front().push_back(0);
+    if (mode == fz::PeerMode::kMissingPeer && !out.empty()) out.pop_back();
+    return out;
+  }
+
  private:
   std::vector<Elem> answers_[2];
 };
@@ -388,6 +422,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
 
     env.peers.mode = static_cast<fz::PeerMode>(control & fz::kPeerModeMask);
     env.peers.sends = 0;
+    env.peers.bucket_elems =
+        store ? std::size_t{store->meta().shape.bucket_size} * store->meta().shape.elems_per_slot
+              : 0;
     const std::optional<ServerMeta> before =
         store ? std::optional<ServerMeta>(store->meta()) : std::nullopt;
     // A quick read as the serving loop answers it (from the state the last

@@ -271,7 +271,8 @@ Status RequestHandler::Impl::PrepareMasks(const wire::RebuildReadRequest& req) {
   return Status::Ok();
 }
 
-Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildReadRequest& req) {
+Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::Header& h,
+                                                           const wire::RebuildReadRequest& req) {
   if (req.target >= parties) {
     return Status::InvalidArgument("rebuild: target server " + std::to_string(req.target) +
                                    " out of range for " + std::to_string(parties) + " parties");
@@ -301,7 +302,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
     return Status::InvalidArgument("rebuild: this server (" + std::to_string(config.index) +
                                    ") is not among the participants");
   }
-  if (req.first_bucket == 0) return RebuildReadRootSnapshot(req);
+  if (req.first_bucket == 0) return RebuildReadRootSnapshot(h, req);
   S3ORAM_RETURN_IF_ERROR(CheckRange(req.first_bucket, req.count, "rebuild read"));
   S3ORAM_RETURN_IF_ERROR(PrepareMasks(req));
   const MaskSession& ms = *mask_session;
@@ -311,12 +312,10 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
   if (!req.dense) {
     S3ORAM_ASSIGN_OR_RETURN(holes, tree.Holes(req.first_bucket, req.count));
   }
-  wire::RebuildReadReply reply;
-  reply.first_bucket = req.first_bucket;
-  reply.holes.resize(req.count);
+  std::vector<std::uint8_t> hole_flags(req.count);
   std::size_t written = 0;
   for (std::size_t i = 0; i < req.count; ++i) {
-    reply.holes[i] = holes[i] ? 1 : 0;
+    hole_flags[i] = holes[i] ? 1 : 0;
     written += holes[i] ? 0 : 1;
     if (holes[i]) {
       const auto d = tree.Digests(req.first_bucket + i);
@@ -329,7 +328,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
     }
   }
   const std::size_t be = tree.bucket_elems();
-  reply.contribution.resize(written * be);
+  std::vector<Elem> terms(written * be);
   // One pread per run of consecutive written buckets, straight into the reply.
   std::size_t out = 0;
   for (std::size_t i = 0; i < req.count;) {
@@ -339,7 +338,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
     }
     std::size_t j = i;
     while (j < req.count && !holes[j]) ++j;
-    std::span<Elem> run(reply.contribution.data() + out * be, (j - i) * be);
+    std::span<Elem> run(terms.data() + out * be, (j - i) * be);
     S3ORAM_RETURN_IF_ERROR(tree.ReadBuckets(req.first_bucket + i, j - i, run));
     // A damaged source slot would be rebuilt into the target as a
     // consistent wrong sharing, beyond any later check: refuse instead.
@@ -352,18 +351,40 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildRead(const wire::RebuildRe
   out = 0;
   for (std::size_t i = 0; i < req.count; ++i) {
     if (holes[i]) continue;
-    std::span<Elem> c(reply.contribution.data() + out * be, be);
+    std::span<Elem> c(terms.data() + out * be, be);
     for (Elem& e : c) e = field::Mul(ms.lambda, e);
     rebuild::ApplyMasks(ms.pairs, req.first_bucket + i, c, mask_scratch);
     ++out;
   }
   spdlog::debug("rebuild read for server {}: buckets {}..{} ({} written)", req.target,
                 req.first_bucket, req.first_bucket + req.count - 1, written);
+  return SendTermsToTarget(h, req, std::move(hole_flags), std::move(terms));
+}
+
+Result<wire::Body> RequestHandler::Impl::SendTermsToTarget(const wire::Header& h,
+                                                           const wire::RebuildReadRequest& req,
+                                                           std::vector<std::uint8_t> holes,
+                                                           std::vector<Elem> terms) {
+  wire::RebuildReadReply reply;
+  reply.first_bucket = req.first_bucket;
+  reply.holes = holes;
+  wire::RebuildTerms m;
+  m.target = req.target;
+  m.nonce = req.nonce;
+  m.first_bucket = req.first_bucket;
+  m.from_index = config.index;
+  m.holes = std::move(holes);
+  m.terms = std::move(terms);
+  wire::Header out = h;
+  out.fs_id = store->meta().fs_id;
+  const std::vector<std::uint8_t> frame = wire::Encode(out, m);
+  m = {};
+  S3ORAM_RETURN_IF_ERROR(peers->SendTerms(req.target, frame));
   return wire::Body{std::move(reply)};
 }
 
 Result<wire::Body> RequestHandler::Impl::RebuildReadRootSnapshot(
-    const wire::RebuildReadRequest& req) {
+    const wire::Header& h, const wire::RebuildReadRequest& req) {
   const EvictionShadow& shadow = store->shadow();
   if (req.count != 1) {
     return Status::InvalidArgument("rebuild read: the root snapshot (bucket 0) is read alone");
@@ -375,40 +396,64 @@ Result<wire::Body> RequestHandler::Impl::RebuildReadRootSnapshot(
   }
   S3ORAM_RETURN_IF_ERROR(PrepareMasks(req));
   const MaskSession& ms = *mask_session;
-  wire::RebuildReadReply reply;
-  reply.first_bucket = 0;
-  reply.holes = {0};
-  reply.contribution.resize(shadow.bucket_elems());
+  std::vector<Elem> terms(shadow.bucket_elems());
   // Checked against its digests: damage must not be rebuilt into the target.
-  S3ORAM_RETURN_IF_ERROR(shadow.ReadRootSnapshot(eviction, reply.contribution));
-  for (Elem& e : reply.contribution) e = field::Mul(ms.lambda, e);
-  rebuild::ApplyMasks(ms.pairs, 0, reply.contribution, mask_scratch);
+  S3ORAM_RETURN_IF_ERROR(shadow.ReadRootSnapshot(eviction, terms));
+  for (Elem& e : terms) e = field::Mul(ms.lambda, e);
+  rebuild::ApplyMasks(ms.pairs, 0, terms, mask_scratch);
   spdlog::debug("rebuild read for server {}: the root snapshot of eviction {}", req.target,
                 eviction);
-  return wire::Body{std::move(reply)};
+  return SendTermsToTarget(h, req, {0}, std::move(terms));
+}
+
+Status RequestHandler::Impl::SumTerms(const wire::RebuildWriteRequest& req, std::uint64_t written) {
+  if (req.participants.size() != threshold + 1) {
+    return Status::InvalidArgument(
+        "rebuild write: " + std::to_string(req.participants.size()) +
+        " participants, expected t + 1 = " + std::to_string(threshold + 1));
+  }
+  for (std::size_t i = 0; i < req.participants.size(); ++i) {
+    const std::uint32_t p = req.participants[i];
+    if (p >= parties || p == config.index || (i > 0 && p <= req.participants[i - 1])) {
+      return Status::InvalidArgument(
+          "rebuild write: participants must be distinct, ascending peers of server " +
+          std::to_string(config.index));
+    }
+  }
+  const std::size_t n = written * store->rebuild().bucket_elems();
+  TermsWanted wanted{req.nonce, req.first_bucket, req.holes, req.participants};
+  S3ORAM_ASSIGN_OR_RETURN(std::vector<std::vector<Elem>> terms, peers->AwaitTerms(wanted));
+  if (terms.size() != req.participants.size()) {
+    return Status::Protocol("rebuild write: terms of " + std::to_string(terms.size()) + " of " +
+                            std::to_string(req.participants.size()) + " participants");
+  }
+  std::vector<const Elem*> parts;
+  for (std::size_t i = 0; i < terms.size(); ++i) {
+    if (terms[i].size() != n) {
+      return Status::Protocol("rebuild write: server " + std::to_string(req.participants[i]) +
+                              " sent " + std::to_string(terms[i].size()) +
+                              " elements of terms, expected " + std::to_string(n));
+    }
+    parts.push_back(terms[i].data());
+  }
+  // The masks cancel in this sum: it is K's share. Holes stay holes (zero).
+  rebuild_sum.resize(n);
+  shamir::SmpCombine(parts, n, rebuild_sum.data());
+  return Status::Ok();
 }
 
 Result<wire::Body> RequestHandler::Impl::RebuildWriteRootSnapshot(
     const wire::RebuildWriteRequest& req) {
-  const std::size_t be = store->rebuild().bucket_elems();
-  if (req.holes != std::vector<std::uint8_t>{0} || req.contributions.size() != threshold + 1) {
-    return Status::InvalidArgument(
-        "rebuild write: the root snapshot is one bucket from t + 1 "
-        "participants");
+  if (req.holes != std::vector<std::uint8_t>{0}) {
+    return Status::InvalidArgument("rebuild write: the root snapshot is one bucket, not a hole");
   }
-  std::vector<const Elem*> parts;
-  for (const auto& c : req.contributions) {
-    if (c.size() != be) {
-      return Status::InvalidArgument("rebuild write: a root snapshot contribution has " +
-                                     std::to_string(c.size()) + " elements, expected " +
-                                     std::to_string(be));
-    }
-    parts.push_back(c.data());
+  const auto key = std::tie(req.nonce, req.first_bucket, req.holes);
+  if (rebuild_target->last_written != key) {
+    S3ORAM_RETURN_IF_ERROR(SumTerms(req, 1));
+    S3ORAM_RETURN_IF_ERROR(
+        store->rebuild().WriteRootSnapshot(rebuild_target->applied_evictions, rebuild_sum));
+    rebuild_target->last_written = key;
   }
-  rebuild_sum.resize(be);
-  shamir::SmpCombine(parts, be, rebuild_sum.data());
-  S3ORAM_RETURN_IF_ERROR(
-      store->rebuild().WriteRootSnapshot(rebuild_target->applied_evictions, rebuild_sum));
   return wire::Body{wire::RebuildWriteReply{rebuild_target->next_bucket}};
 }
 
@@ -426,27 +471,17 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
                                    std::to_string(rebuild_target->next_bucket) +
                                    " on are not written yet");
   }
-  if (req.contributions.size() != threshold + 1) {
-    return Status::InvalidArgument(
-        "rebuild write: " + std::to_string(req.contributions.size()) +
-        " contributions, expected t + 1 = " + std::to_string(threshold + 1));
+  // Sent again after it was summed (the reply was lost): the buckets are
+  // written, the terms used up.
+  if (rebuild_target->last_written &&
+      *rebuild_target->last_written == std::tie(req.nonce, req.first_bucket, req.holes)) {
+    return wire::Body{
+        wire::RebuildWriteReply{catch_up ? req.first_bucket + count : rebuild_target->next_bucket}};
   }
   std::uint64_t written = 0;
   for (std::uint8_t f : req.holes) written += f ? 0 : 1;
   const std::size_t be = rebuild.bucket_elems();
-  const std::size_t n = written * be;
-  std::vector<const Elem*> parts;
-  for (std::size_t i = 0; i < req.contributions.size(); ++i) {
-    if (req.contributions[i].size() != n) {
-      return Status::InvalidArgument("rebuild write: contribution " + std::to_string(i) + " has " +
-                                     std::to_string(req.contributions[i].size()) +
-                                     " elements, expected " + std::to_string(n));
-    }
-    parts.push_back(req.contributions[i].data());
-  }
-  // The masks cancel in this sum: it is K's share. Holes stay holes (zero).
-  rebuild_sum.resize(n);
-  shamir::SmpCombine(parts, n, rebuild_sum.data());
+  S3ORAM_RETURN_IF_ERROR(SumTerms(req, written));
   // A bucket whose share sums to all zeros is not written either: the fresh
   // file already reads as zeros there. This keeps the file as sparse as the
   // lost one where a survivor reports a never-written bucket as data because
@@ -487,6 +522,7 @@ Result<wire::Body> RequestHandler::Impl::HandleRebuildWrite(const wire::Header& 
         req.first_bucket + i, {rebuild_sum.data() + offset[i] * be, (j - i) * be}));
     i = j;
   }
+  rebuild_target->last_written = std::make_tuple(req.nonce, req.first_bucket, req.holes);
   if (catch_up) {
     FaultPoint("server.catch_up.after_write");
     // Any order: the reply names the bucket after this range.

@@ -21,6 +21,7 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -133,6 +134,11 @@ struct RequestHandler::Impl {
     // A catch-up (StoreRebuild::BeginCatchUp): the writes replace some
     // buckets of the live store in place, in any order; the others stay.
     bool catch_up = false;
+    // The last range summed (its nonce, first bucket and hole map): a
+    // REBUILD_WRITE sent again for it is answered again, not waited for
+    // (its terms were used up).
+    std::optional<std::tuple<wire::RebuildNonce, std::uint64_t, std::vector<std::uint8_t>>>
+        last_written = std::nullopt;
   };
   std::optional<RebuildTarget> rebuild_target;
   // This server as a rebuild participant: the masks of the current session
@@ -310,20 +316,30 @@ struct RequestHandler::Impl {
   // key is read from its file for this and zeroed on return; only the pair
   // seeds (Secrets) are kept, for the session's later ranges.
   Status PrepareMasks(const wire::RebuildReadRequest& req);
-  // REBUILD_READ, on a survivor: masked Lagrange terms for a bucket range.
-  Result<wire::Body> HandleRebuildRead(const wire::RebuildReadRequest& req);
+  // REBUILD_READ, on a survivor: masked Lagrange terms for a bucket range,
+  // sent to the target (SendTerms); the reply is the hole map.
+  Result<wire::Body> HandleRebuildRead(const wire::Header& h, const wire::RebuildReadRequest& req);
   // REBUILD_READ of "bucket 0": this server's share of the root snapshot of
   // the eviction under way (root.bin), masked as a bucket is. Without one,
   // FailedPrecondition (the rebuild then has none to carry over).
-  Result<wire::Body> RebuildReadRootSnapshot(const wire::RebuildReadRequest& req);
+  Result<wire::Body> RebuildReadRootSnapshot(const wire::Header& h,
+                                             const wire::RebuildReadRequest& req);
+  // Sends a survivor's terms of a range to the target and answers the
+  // client with the hole map.
+  Result<wire::Body> SendTermsToTarget(const wire::Header& h, const wire::RebuildReadRequest& req,
+                                       std::vector<std::uint8_t> holes, std::vector<Elem> terms);
+  // The participants' terms of a REBUILD_WRITE's range, summed into
+  // rebuild_sum (`written` buckets of the store's bucket size).
+  Status SumTerms(const wire::RebuildWriteRequest& req, std::uint64_t written);
   // REBUILD_WRITE of "bucket 0": the target's root snapshot for the eviction
   // under way (the survivors' applied_evictions), from the masked shares.
   Result<wire::Body> RebuildWriteRootSnapshot(const wire::RebuildWriteRequest& req);
   // REBUILD_BEGIN with catch_up: this server's live store becomes the target.
   Result<wire::Body> BeginCatchUp(const wire::Header& h, const wire::RebuildBeginRequest& req);
-  // REBUILD_WRITE, on the target: sum the participants' contributions and
-  // write them. Ranges arrive in order; a resent range is rewritten with the
-  // same values, so a retry is harmless, and a gap is refused.
+  // REBUILD_WRITE, on the target: wait for the participants' terms of the
+  // range (PeerExchange::AwaitTerms), sum them and write them. Ranges of a
+  // full rebuild arrive in order and a gap is refused; a range written
+  // again (read again by the client) gets the same values.
   Result<wire::Body> HandleRebuildWrite(const wire::Header& h,
                                         const wire::RebuildWriteRequest& req);
   // REBUILD_FINISH, on the target: every bucket written; make the store live.

@@ -28,6 +28,7 @@
 #include "oramcore/wire/message_limits.h"
 #include "oramcore/wire/wire.h"
 #include "serverd/peer_exchange.h"
+#include "serverd/rebuild_terms_inbox.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"
 #include "serverd/smp_inbox.h"
@@ -82,13 +83,18 @@ struct Server::Impl : PeerExchange {
   void* context = nullptr;
   void* router = nullptr;
   void* pull = nullptr;
-  std::map<std::uint32_t, void*> pushes;  // peer index -> PUSH socket
+  std::map<std::uint32_t, void*> pushes;  // peer index -> PUSH socket (SMP rounds)
+  // peer index -> PUSH socket for rebuild terms: its own, because the worker
+  // sends terms while an eviction's computation may use `pushes`.
+  std::map<std::uint32_t, void*> term_pushes;
   std::map<std::uint32_t, void*> push_monitors;  // peer index -> monitor of its PUSH socket
   std::map<std::uint32_t, std::string> peer_link_problem;  // last logged, to log changes once
   ZapAuthenticator zap;
   std::unique_ptr<RequestHandler> handler;
   // SMP messages that arrived before this server was ready for them.
   SmpInbox smp_buffer;
+  // Rebuild terms that arrived before their REBUILD_WRITE.
+  RebuildTermsInbox terms_buffer;
   // Each peer's CURVE public key: the sender a peer's frame may claim.
   std::map<std::uint32_t, std::string> peer_keys;
   // The shape the sockets' frame limits were computed for (nullopt: no
@@ -104,6 +110,9 @@ struct Server::Impl : PeerExchange {
   // Frames ZeroMQ queues per connection before it stops reading from it.
   static constexpr int kClientQueue = 64;  // requests, and replies not yet taken
   static constexpr int kPeerQueue = 16;    // SMP frames (an honest peer sends two ahead)
+  // Rebuild ranges queued towards one peer: an honest survivor has one in
+  // flight (the client waits for the target before it asks for the next).
+  static constexpr int kTermsQueue = 4;
   // Buffers kept between the rounds of one eviction (Trim frees them).
   std::vector<std::vector<Elem>> spare_shares;
   std::atomic<std::uint64_t> peer_bytes_sent{0};
@@ -166,6 +175,7 @@ struct Server::Impl : PeerExchange {
     if (prepare_done_fd >= 0) close(prepare_done_fd);
     if (worker_done_fd >= 0) close(worker_done_fd);
     for (auto& [i, s] : pushes) zmq_close(s);
+    for (auto& [i, s] : term_pushes) zmq_close(s);
     for (auto& [i, s] : push_monitors) zmq_close(s);
     if (pull) zmq_close(pull);
     if (router) zmq_close(router);
@@ -291,7 +301,58 @@ struct Server::Impl : PeerExchange {
 
   void Reset() override {
     smp_buffer.Clear();
+    terms_buffer.Clear();
     Trim();
+  }
+
+  Status SendTerms(std::uint32_t target, std::span<const std::uint8_t> frame) override {
+    const auto it = term_pushes.find(target);
+    if (it == term_pushes.end()) {
+      return Status::InvalidArgument("rebuild: server " + std::to_string(target) +
+                                     " is not a configured peer");
+    }
+    if (zmq_send(it->second, frame.data(), frame.size(), ZMQ_DONTWAIT) < 0) {
+      if (zmq_errno() == EAGAIN) {
+        return Status::Unavailable("rebuild: " + std::to_string(kTermsQueue) +
+                                   " ranges already wait to go to server " +
+                                   std::to_string(target) + "; it does not take them");
+      }
+      return Status::IoError(ZmqError("sending rebuild terms to peer " + std::to_string(target)));
+    }
+    peer_bytes_sent += frame.size();
+    return Status::Ok();
+  }
+
+  // Reads peer messages into the buffers until every participant's terms
+  // are there or the peer timeout passes.
+  Result<std::vector<std::vector<Elem>>> AwaitTerms(const TermsWanted& w) override {
+    const auto deadline = Clock::now() + std::chrono::milliseconds(config.peer_timeout_ms);
+    auto key = [&](std::uint32_t peer) {
+      return RebuildTermsInbox::Key{w.nonce, w.first_bucket, peer};
+    };
+    for (;;) {
+      std::string missing;
+      for (std::uint32_t peer : w.from) {
+        if (!terms_buffer.Has(key(peer), w.holes)) {
+          missing += (missing.empty() ? "" : ", ") + std::to_string(peer);
+        }
+      }
+      if (missing.empty()) break;
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+      if (left.count() <= 0) {
+        return Status::Unavailable("rebuild: no terms of buckets from " +
+                                   std::to_string(w.first_bucket) + " from server(s) " + missing +
+                                   " within " + std::to_string(config.peer_timeout_ms) +
+                                   " ms (can they reach this server's peer_listen address?)");
+      }
+      zmq_pollitem_t item{pull, 0, ZMQ_POLLIN, 0};
+      const int rc = zmq_poll(&item, 1, std::min<long>(left.count(), 200));
+      if (rc < 0 && zmq_errno() != EINTR) return Status::IoError(ZmqError("zmq_poll"));
+      if (rc > 0) S3ORAM_RETURN_IF_ERROR(DrainPeers());
+    }
+    std::vector<std::vector<Elem>> out;
+    for (std::uint32_t peer : w.from) out.push_back(*terms_buffer.Take(key(peer), w.holes));
+    return out;
   }
 
   void Trim() override {
@@ -321,6 +382,13 @@ struct Server::Impl : PeerExchange {
       // the only sender this frame may speak for.
       const char* user_id = zmq_msg_gets(&msg, "User-Id");
       const std::string sender_key = user_id != nullptr ? user_id : "";
+      const std::span<const std::uint8_t> bytes(
+          static_cast<const std::uint8_t*>(zmq_msg_data(&msg)), zmq_msg_size(&msg));
+      if (wire::PeekType(bytes) == wire::MessageType::kRebuildTerms) {
+        TakeTerms(bytes, sender_key, store);
+        zmq_msg_close(&msg);
+        continue;
+      }
       // Decoded into a vector of an earlier round when there is one, so a
       // round's hundreds of MB reuse pages already mapped.
       wire::Header header;
@@ -330,10 +398,7 @@ struct Server::Impl : PeerExchange {
         decoded.shares = std::move(spare_shares.back());
         spare_shares.pop_back();
       }
-      const Status st = wire::DecodeSmpSharesInto(
-          std::span<const std::uint8_t>(static_cast<const std::uint8_t*>(zmq_msg_data(&msg)),
-                                        zmq_msg_size(&msg)),
-          &header, smp);
+      const Status st = wire::DecodeSmpSharesInto(bytes, &header, smp);
       zmq_msg_close(&msg);
       // A dropped message's vector is freed, not kept: between evictions
       // the server holds no eviction-sized buffer.
@@ -341,17 +406,43 @@ struct Server::Impl : PeerExchange {
         spdlog::warn("dropping malformed peer message: {}", st.ToString());
         continue;
       }
-      const auto claimed = peer_keys.find(smp->from_index);
-      if (claimed == peer_keys.end() || claimed->second != sender_key) {
-        spdlog::warn("dropping SMP shares that claim to come from peer {} but were sent with "
-                     "CURVE key {}",
-                     smp->from_index, sender_key.empty() ? "(none)" : sender_key);
-        continue;
-      }
+      if (!SentBy(smp->from_index, sender_key, "SMP shares")) continue;
       if (!store || header.fs_id != store->meta().fs_id) continue;  // not for us
       smp_buffer.Put(SmpKey{smp->eviction, smp->attempt, smp->round, smp->from_index},
                      std::move(smp->shares), store->meta().applied_evictions);
     }
+  }
+
+  // Whether `from`, the peer a message claims as its sender, is the one
+  // whose CURVE key it came with.
+  bool SentBy(std::uint32_t from, const std::string& sender_key, const char* what) const {
+    const auto claimed = peer_keys.find(from);
+    if (claimed != peer_keys.end() && claimed->second == sender_key) return true;
+    spdlog::warn("dropping {} that claim to come from peer {} but were sent with CURVE key {}",
+                 what, from, sender_key.empty() ? "(none)" : sender_key);
+    return false;
+  }
+
+  // A survivor's rebuild terms: kept for the REBUILD_WRITE that sums them
+  // if they are for this server's store being rebuilt.
+  void TakeTerms(std::span<const std::uint8_t> bytes, const std::string& sender_key,
+                 const ShareStore* store) {
+    auto msg = wire::Decode(bytes);
+    if (!msg.ok()) {
+      spdlog::warn("dropping malformed peer message: {}", msg.status().ToString());
+      return;
+    }
+    auto& terms = std::get<wire::RebuildTerms>(msg->body);
+    if (!SentBy(terms.from_index, sender_key, "rebuild terms")) return;
+    if (terms.target != config.index || !store || !store->rebuilding() ||
+        msg->header.fs_id != store->meta().fs_id) {
+      spdlog::warn(
+          "dropping rebuild terms from peer {}: this server is not being rebuilt for "
+          "that filesystem",
+          terms.from_index);
+      return;
+    }
+    terms_buffer.Put(std::move(terms));
   }
 
   bool preparing() const { return prepare_thread.joinable(); }
@@ -784,6 +875,25 @@ Status Server::Start() {
       return Status::InvalidArgument(ZmqError("connecting to peer " + p.endpoint));
     }
     s.pushes[p.index] = push;
+    // The rebuild terms' link: no monitor (the SMP link's reports the
+    // handshake), a bounded queue (SendTerms does not wait).
+    void* terms = make(ZMQ_PUSH);
+    const int terms_queue = Impl::kTermsQueue;
+    zmq_setsockopt(terms, ZMQ_AFFINITY, &kPeerAffinity, sizeof kPeerAffinity);
+    zmq_setsockopt(terms, ZMQ_LINGER, &zero, sizeof zero);
+    zmq_setsockopt(terms, ZMQ_SNDHWM, &terms_queue, sizeof terms_queue);
+    zmq_setsockopt(terms, ZMQ_RECONNECT_IVL, &ivl, sizeof ivl);
+    zmq_setsockopt(terms, ZMQ_RECONNECT_IVL_MAX, &ivl_max, sizeof ivl_max);
+    if (zmq_setsockopt(terms, ZMQ_CURVE_SERVERKEY, p.public_key.c_str(), kCurveKeyChars + 1) != 0 ||
+        zmq_setsockopt(terms, ZMQ_CURVE_PUBLICKEY, keys.public_key.c_str(), kCurveKeyChars + 1) !=
+            0 ||
+        zmq_setsockopt(terms, ZMQ_CURVE_SECRETKEY, secret_bin.data(), secret_bin.size()) != 0 ||
+        zmq_connect(terms, p.endpoint.c_str()) != 0) {
+      zmq_close(terms);
+      return Status::IoError(
+          ZmqError("setting up the rebuild link to peer " + std::to_string(p.index)));
+    }
+    s.term_pushes[p.index] = terms;
   }
   spdlog::info("server {} listening on {} (peers on {}), {} kernel threads, {} kernels; CURVE "
                "key {}, {} authorized client key(s)",

@@ -450,9 +450,6 @@ struct DataPath {
   std::uint64_t applied_evictions = 0;
   std::uint64_t applied_seq = 0;
   std::vector<std::uint32_t> participants;
-  // A fresh session nonce: every run's masks are new, so two runs' replies
-  // cannot be combined to cancel masks.
-  wire::RebuildNonce nonce{};
   std::uint64_t bucket_elems = 0;
   std::uint64_t bucket_bytes = 0;
   std::uint64_t buckets = 0;    // in the tree
@@ -462,8 +459,19 @@ struct DataPath {
   // the idempotency table, but wasteful).
   TransportOptions bulk;
 
-  wire::RebuildReadRequest Read(std::size_t target, std::uint64_t first, std::uint32_t count,
-                                bool dense) const {
+  // Every range is read under a nonce of its own (FreshNonce), so its masks
+  // are new: a bucket sent again after an eviction changed it (a catch-up's
+  // later pass) must not carry the mask it carried before, or K could
+  // subtract the two terms of each participant and, with its own shares,
+  // learn the difference of the two values. Read again densely (same
+  // values), a range keeps its nonce.
+  static wire::RebuildNonce FreshNonce() {
+    wire::RebuildNonce nonce{};
+    random::Bytes(nonce);
+    return nonce;
+  }
+  wire::RebuildReadRequest Read(std::size_t target, const wire::RebuildNonce& nonce,
+                                std::uint64_t first, std::uint32_t count, bool dense) const {
     wire::RebuildReadRequest req;
     req.target = static_cast<std::uint32_t>(target);
     req.participants = participants;
@@ -471,6 +479,16 @@ struct DataPath {
     req.first_bucket = first;
     req.count = count;
     req.dense = dense;
+    return req;
+  }
+  // To K: sum the participants' terms of a range read under `nonce`.
+  wire::RebuildWriteRequest Write(const wire::RebuildNonce& nonce, std::uint64_t first,
+                                  std::vector<std::uint8_t> holes) const {
+    wire::RebuildWriteRequest req;
+    req.first_bucket = first;
+    req.holes = std::move(holes);
+    req.participants = participants;
+    req.nonce = nonce;
     return req;
   }
 };
@@ -496,53 +514,49 @@ Status BeginOnTarget(RebuildRun& r, const DataPath& d, bool catch_up) {
 // reads the live root when it is prepared again, everywhere alike.
 Status RebuildRootSnapshot(RebuildRun& r, const DataPath& d) {
   Session& s = *r.s;
-  std::vector<std::vector<field::Elem>> snapshot;
+  const wire::RebuildNonce nonce = DataPath::FreshNonce();
   for (std::size_t j : r.report.participants) {
-    auto m =
-        s.Ask(j, d.Read(r.K, 0, 1, /*dense=*/true), wire::MessageType::kRebuildReadReply, d.bulk);
+    auto m = s.Ask(j, d.Read(r.K, nonce, 0, 1, /*dense=*/true),
+                   wire::MessageType::kRebuildReadReply, d.bulk);
     if (!m.ok() && m.status().code() == Status::Code::kFailedPrecondition) return Status::Ok();
     if (!m.ok()) return m.status().WithContext("reading the root snapshot");
-    auto& reply = std::get<wire::RebuildReadReply>(m->body);
-    if (reply.first_bucket != 0 || reply.holes != std::vector<std::uint8_t>{0} ||
-        reply.contribution.size() != d.bucket_elems) {
+    const auto& reply = std::get<wire::RebuildReadReply>(m->body);
+    if (reply.first_bucket != 0 || reply.holes != std::vector<std::uint8_t>{0}) {
       return Status::Protocol(r.Name(j) +
                               " answered a rebuild read of the root snapshot with a malformed "
                               "reply");
     }
-    r.report.bytes_received += reply.contribution.size() * sizeof(field::Elem);
-    snapshot.push_back(std::move(reply.contribution));
   }
-  wire::RebuildWriteRequest w;
-  w.first_bucket = 0;
-  w.holes = {0};
-  w.contributions = std::move(snapshot);
-  wire::Header h = s.Next();
-  auto frame = wire::Encode(h, w);
-  w = {};
+  const wire::Header h = s.Next();
+  const auto frame = wire::Encode(h, d.Write(nonce, 0, {0}));
   S3ORAM_RETURN_IF_ERROR(
       s.servers->ExchangeWith({r.K}, {frame}, h, wire::MessageType::kRebuildWriteReply, d.bulk)
           .status()
           .WithContext("writing the root snapshot on " + r.Name(r.K)));
+  r.report.bytes_relayed += d.bucket_bytes * r.report.participants.size();
   r.report.root_snapshot = true;
   spdlog::info("rebuilt the root snapshot of eviction {} on {}", d.applied_evictions, r.Name(r.K));
   return Status::Ok();
 }
 
-// Buckets first .. first + count - 1: the participants' masked
-// contributions, combined by K.
+// Buckets first .. first + count - 1: the participants send their masked
+// terms to K, which sums them when the client asks it to.
 Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::uint32_t count) {
   Session& s = *r.s;
+  const wire::RebuildNonce nonce = DataPath::FreshNonce();
   std::vector<wire::RebuildReadReply> replies;
   // Without `dense` survivors omit buckets that are file holes. Every server
   // writes the same buckets (eviction paths and root slots are public), so
   // the hole maps agree unless a filesystem reports holes differently; then
-  // the range is asked for again in full.
+  // the range is asked for again in full (the terms sent then replace the
+  // first ones on K).
   for (bool dense : {false, true}) {
     replies.clear();
     // One request to every participant at once: a range costs one round
     // trip to the survivors, not one per survivor.
     const wire::Header h = s.Next();
-    const std::vector<std::uint8_t> frame = wire::Encode(h, d.Read(r.K, first, count, dense));
+    const std::vector<std::uint8_t> frame =
+        wire::Encode(h, d.Read(r.K, nonce, first, count, dense));
     S3ORAM_ASSIGN_OR_RETURN(
         std::vector<wire::Message> answers,
         s.servers->ExchangeWith(
@@ -554,15 +568,11 @@ Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::
       wire::Message& m = answers[a];
       if (r.options.observe) r.options.observe(j, m);
       auto& reply = std::get<wire::RebuildReadReply>(m.body);
-      std::uint64_t written = 0;
-      for (std::uint8_t f : reply.holes) written += f ? 0 : 1;
-      if (reply.first_bucket != first || reply.holes.size() != count ||
-          reply.contribution.size() != written * d.bucket_elems) {
+      if (reply.first_bucket != first || reply.holes.size() != count) {
         return Status::Protocol(r.Name(j) + " answered a rebuild read of buckets " +
                                 std::to_string(first) + "+" + std::to_string(count) +
                                 " with a malformed reply");
       }
-      r.report.bytes_received += reply.contribution.size() * sizeof(field::Elem);
       replies.push_back(std::move(reply));
     }
     bool agree = true;
@@ -571,15 +581,14 @@ Status RebuildRange(RebuildRun& r, const DataPath& d, std::uint64_t first, std::
     if (dense) return Status::Protocol("survivors sent different hole maps for a dense read");
     spdlog::debug("hole maps differ for buckets {}+{}; reading them in full", first, count);
   }
-  wire::RebuildWriteRequest w;
-  w.first_bucket = first;
-  w.holes = replies.front().holes;
-  for (auto& reply : replies) w.contributions.push_back(std::move(reply.contribution));
-  for (std::uint8_t f : w.holes) r.report.buckets_written += f ? 0 : 1;
-  wire::Header h = s.Next();
+  wire::RebuildWriteRequest w = d.Write(nonce, first, replies.front().holes);
+  std::uint64_t written = 0;
+  for (std::uint8_t f : w.holes) written += f ? 0 : 1;
+  r.report.buckets_written += written;
+  r.report.bytes_relayed += written * d.bucket_bytes * r.report.participants.size();
+  const wire::Header h = s.Next();
   if (r.options.observe) r.options.observe(r.K, wire::Message{h, w});
-  auto frame = wire::Encode(h, w);
-  w = {};
+  const auto frame = wire::Encode(h, w);
   S3ORAM_ASSIGN_OR_RETURN(
       auto reply,
       s.servers->ExchangeWith({r.K}, {frame}, h, wire::MessageType::kRebuildWriteReply, d.bulk));
@@ -644,7 +653,6 @@ Status BeginTransfer(RebuildRun& r, const OramParams& p, bool may_rebuild_in_ful
                r.report.caught_up ? "catching up" : "rebuilding", r.K, from, d.applied_evictions,
                d.applied_seq);
 
-  random::Bytes(d.nonce);
   d.bucket_elems = std::uint64_t{r.shape.bucket_size} * r.shape.elems_per_slot;
   d.bucket_bytes = d.bucket_elems * sizeof(field::Elem);
   // At most what the servers' frame limits allow (wire/message_limits.h).

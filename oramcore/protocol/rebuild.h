@@ -61,9 +61,10 @@ struct RebuildOptions {
   // Progress: phase "rebuild" (done/total in bytes of K's share file data) and
   // "verify" (blocks). Called often; may be empty.
   std::function<void(std::string_view phase, std::uint64_t done, std::uint64_t total)> progress;
-  // Every message of the rebuild data path, for tests that check what each
-  // party receives: REBUILD_READ replies as the client received them (with the
-  // survivor's index) and REBUILD_WRITE requests as K receives them.
+  // Every message of the rebuild data path the client sees, for tests that
+  // check what it learns: REBUILD_READ replies (with the survivor's index)
+  // and REBUILD_WRITE requests as K receives them. The masked terms go from
+  // the survivors to K directly; the client sees none.
   std::function<void(std::size_t server, const wire::Message& message)> observe;
 };
 

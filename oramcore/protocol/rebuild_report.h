@@ -13,7 +13,9 @@ struct RebuildReport {
   std::vector<std::size_t> participants;  // S
   std::uint64_t buckets = 0;              // in the tree
   std::uint64_t buckets_written = 0;      // not holes on every participant
-  std::uint64_t bytes_received = 0;       // contributions received from S
+  // Masked terms S sent K straight over the peer channel (none through the
+  // client).
+  std::uint64_t bytes_relayed = 0;
   std::uint64_t evictions_committed = 0;  // laggard survivors brought forward
   std::uint64_t blocks_verified = 0;
   std::uint64_t backup_generation = 0;  // the state uploaded after verifying (0: not)

@@ -80,11 +80,6 @@ class Sizer {
     if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
     n_ += 4 + 4 * v.size();
   }
-  void ElemLists(const std::vector<std::vector<Elem>>& v, const char* name) {
-    if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
-    n_ += 4;
-    for (const auto& e : v) Elems(e, name);
-  }
   template <std::size_t N>
   void Fixed(const std::array<std::uint8_t, N>&, const char*) {
     n_ += N;
@@ -134,11 +129,6 @@ class Writer {
     if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
     Le(v.size(), 4);
     for (std::uint32_t x : v) Le(x, 4);
-  }
-  void ElemLists(const std::vector<std::vector<Elem>>& v, const char* name) {
-    if (v.size() > kMaxParties) EncodeContractViolation(name, v.size());
-    Le(v.size(), 4);
-    for (const auto& e : v) Elems(e, name);
   }
   template <std::size_t N>
   void Fixed(const std::array<std::uint8_t, N>& a, const char*) {
@@ -256,27 +246,6 @@ class Reader {
     if (!Need(std::size_t{count} * 4, name)) return;
     v.resize(count);
     for (auto& x : v) U32(x, name);
-  }
-  void ElemLists(std::vector<std::vector<Elem>>& v, const char* name) {
-    std::uint32_t count = 0;
-    U32(count, name);
-    if (!ok()) return;
-    // Each vector takes at least its 4-byte count, so the bytes present bound
-    // the allocation as well as the cap does.
-    if (count > kMaxParties) {
-      Fail(std::string(name) + ": " + std::to_string(count) + " vectors exceed limit " +
-           std::to_string(kMaxParties));
-      return;
-    }
-    if (!Need(std::size_t{count} * 4, name)) return;
-    v.resize(count);
-    for (auto& e : v) {
-      Elems(e, name);
-      if (!ok()) {
-        v.clear();
-        return;
-      }
-    }
   }
   template <std::size_t N>
   void Fixed(std::array<std::uint8_t, N>& a, const char* name) {

@@ -24,11 +24,10 @@ std::uint64_t RebuildRangeBuckets(const StoreShape& shape, std::uint64_t wanted_
   return std::max<std::uint64_t>(1, std::min(wanted_bytes, kMaxRangeBytes) / bucket_bytes);
 }
 
-MessageLimits LimitsFor(const StoreShape& shape, std::uint32_t parties) {
+MessageLimits LimitsFor(const StoreShape& shape, std::uint32_t /*parties*/) {
   const std::uint64_t H = shape.height, Z = shape.bucket_size, m = shape.elems_per_slot;
   const std::uint64_t bucket = Z * m;
   const std::uint64_t path_slots = (H + 1) * Z;
-  const std::uint64_t participants = parties;  // t + 1 <= parties
   // A rebuild range: its buckets' shares (and one flag per bucket).
   const std::uint64_t range_buckets = RebuildRangeBuckets(shape, kMaxRangeBytes);
   const std::uint64_t range_bytes = Packed(range_buckets * bucket) + range_buckets;
@@ -46,19 +45,20 @@ MessageLimits LimitsFor(const StoreShape& shape, std::uint32_t parties) {
                                      kSmallMessageBytes,
                                      Packed(path_slots) + Packed(m),  // RETRIEVE_WRITE_ROOT
                                      Packed((H + 1) * 2 * Z * Z),     // EVICT_PREPARE
-                                     participants * range_bytes,      // REBUILD_WRITE
                                      Packed(kMaxBackupChunkElems),    // BACKUP_PUT
                                  });
   l.reply_bytes = kAllowance + Max({
                                    kSmallMessageBytes,
                                    Packed(m),                     // RETRIEVE
-                                   range_bytes,                   // REBUILD_READ
                                    Packed(kMaxBackupChunkElems),  // BACKUP_GET
                                    scrub_reply,                   // SCRUB, PARITY
                                    Packed(evicted_buckets * Z * kParityElemsPerSlot) +
                                        Packed(kEvictCheckCombinations * m),  // EVICT_CHECK
                                });
-  l.peer_bytes = kAllowance + Packed(2 * bucket);  // SMP_SHARES of the leaf round
+  l.peer_bytes = kAllowance + Max({
+                                  Packed(2 * bucket),  // SMP_SHARES of the leaf round
+                                  range_bytes,         // REBUILD_TERMS
+                              });
   return l;
 }
 

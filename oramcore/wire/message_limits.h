@@ -16,8 +16,8 @@
 
 namespace s3oram::wire {
 
-// The most share data one rebuild range moves (REBUILD_READ reply, one
-// participant's part of a REBUILD_WRITE); a range is at least one bucket.
+// The most share data one rebuild range moves (one participant's
+// REBUILD_TERMS); a range is at least one bucket.
 inline constexpr std::uint64_t kMaxRangeBytes = std::uint64_t{16} << 20;
 // Every message without a vector of shares (STATUS, LEASE_*, INIT, ...).
 inline constexpr std::uint64_t kSmallMessageBytes = std::uint64_t{64} << 10;
@@ -25,10 +25,10 @@ inline constexpr std::uint64_t kSmallMessageBytes = std::uint64_t{64} << 10;
 struct MessageLimits {
   std::uint64_t request_bytes = 0;  // client -> server (the clients' socket)
   std::uint64_t reply_bytes = 0;    // server -> client
-  std::uint64_t peer_bytes = 0;     // server -> server (SMP_SHARES)
+  std::uint64_t peer_bytes = 0;     // server -> server (SMP_SHARES, REBUILD_TERMS)
 };
 
-// `parties`: the number of servers (2t + 1, t + 1 rebuild participants).
+// `parties`: the number of servers.
 MessageLimits LimitsFor(const StoreShape& shape, std::uint32_t parties);
 
 // Buckets one rebuild range holds for this shape: as many as fit in

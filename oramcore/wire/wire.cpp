@@ -189,13 +189,13 @@ template <class Io>
 void Fields(Io& io, Ref<Io, RebuildReadReply> m) {
   io.U64(m.first_bucket, "first_bucket");
   io.Flags(m.holes, "holes");
-  io.Elems(m.contribution, "contribution");
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, RebuildWriteRequest> m) {
   io.U64(m.first_bucket, "first_bucket");
   io.Flags(m.holes, "holes");
-  io.ElemLists(m.contributions, "contributions");
+  io.Indices(m.participants, "participants");
+  io.Fixed(m.nonce, "nonce");
 }
 template <class Io>
 void Fields(Io& io, Ref<Io, RebuildWriteReply> m) {
@@ -208,6 +208,15 @@ void Fields(Io& io, Ref<Io, RebuildFinishRequest> m) {
 }
 template <class Io>
 void Fields(Io&, Ref<Io, RebuildFinishReply>) {}
+template <class Io>
+void Fields(Io& io, Ref<Io, RebuildTerms> m) {
+  io.U32(m.target, "target");
+  io.Fixed(m.nonce, "nonce");
+  io.U64(m.first_bucket, "first_bucket");
+  io.U32(m.from_index, "from_index");
+  io.Flags(m.holes, "holes");
+  io.Elems(m.terms, "terms");
+}
 template <class Io>
 void Fields(Io& io, Ref<Io, BackupPutRequest> m) {
   io.U64(m.generation, "generation");
@@ -413,11 +422,12 @@ S3ORAM_WIRE_TAG(LeaseQueryRequest, kLeaseQueryRequest, 0);
 S3ORAM_WIRE_TAG(RebuildBeginRequest, kRebuildBeginRequest, 6);
 S3ORAM_WIRE_TAG(RebuildBeginReply, kRebuildBeginReply, 0);
 S3ORAM_WIRE_TAG(RebuildReadRequest, kRebuildReadRequest, 6);
-S3ORAM_WIRE_TAG(RebuildReadReply, kRebuildReadReply, 3);
-S3ORAM_WIRE_TAG(RebuildWriteRequest, kRebuildWriteRequest, 3);
+S3ORAM_WIRE_TAG(RebuildReadReply, kRebuildReadReply, 2);
+S3ORAM_WIRE_TAG(RebuildWriteRequest, kRebuildWriteRequest, 4);
 S3ORAM_WIRE_TAG(RebuildWriteReply, kRebuildWriteReply, 1);
 S3ORAM_WIRE_TAG(RebuildFinishRequest, kRebuildFinishRequest, 2);
 S3ORAM_WIRE_TAG(RebuildFinishReply, kRebuildFinishReply, 0);
+S3ORAM_WIRE_TAG(RebuildTerms, kRebuildTerms, 6);
 S3ORAM_WIRE_TAG(BackupPutRequest, kBackupPutRequest, 6);
 S3ORAM_WIRE_TAG(BackupPutReply, kBackupPutReply, 2);
 S3ORAM_WIRE_TAG(BackupListRequest, kBackupListRequest, 0);
@@ -534,6 +544,8 @@ const char* MessageTypeName(MessageType t) {
     case MessageType::kRebuildWriteReply: return "REBUILD_WRITE_REPLY";
     case MessageType::kRebuildFinishRequest: return "REBUILD_FINISH_REQUEST";
     case MessageType::kRebuildFinishReply: return "REBUILD_FINISH_REPLY";
+    case MessageType::kRebuildTerms:
+      return "REBUILD_TERMS";
     case MessageType::kBackupPutRequest: return "BACKUP_PUT_REQUEST";
     case MessageType::kBackupPutReply: return "BACKUP_PUT_REPLY";
     case MessageType::kBackupListRequest: return "BACKUP_LIST_REQUEST";

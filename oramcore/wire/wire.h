@@ -5,18 +5,16 @@
 //   magic   u32  'S3OR' (0x524f3353)
 //   version u16  kWireVersion; a decoder refuses any other
 //   type    u16  MessageType
-//   fs_id   16 bytes        filesystem the message is about (zero in STATUS/INIT to an empty server)
-//   epoch   u64             client epoch (fencing)
-//   seq     u64             client sequence number; replies echo the request's
-//   length  u32             body length; must equal the bytes that follow
-//   body    `length` bytes  per type, below
+//   fs_id   16 bytes        filesystem the message is about (zero in STATUS/INIT to an empty
+//   server) epoch   u64             client epoch (fencing) seq     u64             client sequence
+//   number; replies echo the request's length  u32             body length; must equal the bytes
+//   that follow body    `length` bytes  per type, below
 // Vectors of field elements are a u32 count followed by the elements packed at
 // 31 bits each (oramcore/math/elem_packing.h: ceil(31 count / 8) bytes, each < p,
 // zero padding bits). Strings are a u32 length then bytes. Flag vectors are a u32 count then
-// one byte (0 or 1) each; index lists a u32 count (<= kMaxParties) then u32s;
-// lists of element vectors a u32 count (<= kMaxParties) then each vector. The
-// decoder checks every length against the bytes actually present before allocating, checks every element is
-// canonical, rejects trailing bytes, and caps vectors at kMaxElems.
+// one byte (0 or 1) each; index lists a u32 count (<= kMaxParties) then u32s. The
+// decoder checks every length against the bytes actually present before allocating, checks every
+// element is canonical, rejects trailing bytes, and caps vectors at kMaxElems.
 #pragma once
 
 #include <array>
@@ -47,7 +45,9 @@ inline constexpr std::uint32_t kMagic = 0x524f3353;  // "S3OR"
 // 6: BACKUP_PUT and BACKUP_LIST carry the key epoch.
 // 7: RETRIEVE, WRITE_ROOT, RETRIEVE_WRITE_ROOT and EVICT_PREPARE may carry a
 //    share as its seed (ShareSeed).
-inline constexpr std::uint16_t kWireVersion = 9;
+// 10: a rebuild's masked terms go from the survivors straight to the target
+//    (REBUILD_TERMS), no longer through the client.
+inline constexpr std::uint16_t kWireVersion = 10;
 inline constexpr std::size_t kHeaderBytes = 4 + 2 + 2 + 16 + 8 + 8 + 4;
 // Bytes of a rebuild session nonce.
 inline constexpr std::size_t kRebuildNonceBytes = 32;
@@ -80,6 +80,7 @@ enum class MessageType : std::uint16_t {
   kRebuildWriteReply = 25,
   kRebuildFinishRequest = 26,
   kRebuildFinishReply = 27,
+  kRebuildTerms = 28,  // server -> server, no reply
   // Client-state backup (docs/ARCHITECTURE.md, "Client-state backup").
   kBackupPutRequest = 30,
   kBackupPutReply = 31,
@@ -292,10 +293,10 @@ struct LeaseReply {
 struct LeaseReleaseRequest {};
 struct LeaseQueryRequest {};
 
-
-// ---- Server rebuild. The client drives it; it never holds a share of the lost
-// server K, nor an unmasked one of a survivor: survivors send masked Lagrange
-// terms, K alone sums them.
+// ---- Server rebuild. The client drives it, but never holds a share of the
+// lost server K, nor any term of one: the survivors send their masked
+// Lagrange terms to K over the peer channel (REBUILD_TERMS), K alone sums
+// them. The client sees which buckets are holes and how far K got.
 
 // To K: start rebuilding. K drops any store it has (a live one of any
 // filesystem only with force) and creates an empty sparse one that is not live
@@ -311,16 +312,19 @@ struct RebuildBeginRequest {
   // Catch up instead (an excluded server that missed some evictions): K keeps
   // its live store of this filesystem and shape, with at most the counters'
   // evictions applied, and REBUILD_WRITE replaces only the buckets the client
-  // sends, in place; the others keep K's shares. Marked on disk until
-  // REBUILD_FINISH, so a restart in between comes up empty.
+  // names, in place; the others keep K's shares. Marked on disk until
+  // REBUILD_FINISH, so a restart in between opens it marked (begun again by
+  // the next catch-up BEGIN).
   bool catch_up = false;
 };
 struct RebuildBeginReply {};
 
-// To a survivor j in `participants`: its masked contributions
+// To a survivor j in `participants`: send K (REBUILD_TERMS, over the peer
+// channel) the masked terms
 //   c_j = L_j(x_K) * s_j + sum_{i in S, i != j} (+/-) PRG(seed_ij, bucket)
-// for buckets [first_bucket, first_bucket + count). Without `dense`, buckets
-// that are file holes (never written) are flagged and omitted.
+// of buckets [first_bucket, first_bucket + count), and answer with the hole
+// map once they are queued. Without `dense`, buckets that are file holes
+// (never written) are flagged and omitted.
 using RebuildNonce = std::array<std::uint8_t, kRebuildNonceBytes>;
 struct RebuildReadRequest {
   std::uint32_t target = 0;                 // K
@@ -331,17 +335,31 @@ struct RebuildReadRequest {
   bool dense = false;  // send every bucket, holes included
 };
 struct RebuildReadReply {
-  std::uint64_t first_bucket = 0;       // echoes the request
-  std::vector<std::uint8_t> holes;      // count flags: 1 = never written, omitted
-  std::vector<Elem> contribution;       // (count - holes) * Z * m elements, bucket order
+  std::uint64_t first_bucket = 0;   // echoes the request
+  std::vector<std::uint8_t> holes;  // count flags: 1 = never written, omitted from the terms
 };
 
-// To K: every participant's contributions for a range; K sums them and writes
-// the buckets that are not holes. `holes` is common to all participants.
+// Survivor j to K: its masked terms of one range (above), bucket order, the
+// buckets flagged in `holes` omitted. K takes it only from the peer whose
+// CURVE key `from_index` names, and only for a REBUILD_WRITE of the same
+// nonce, range and hole map.
+struct RebuildTerms {
+  std::uint32_t target = 0;  // K
+  RebuildNonce nonce{};
+  std::uint64_t first_bucket = 0;
+  std::uint32_t from_index = 0;  // j
+  std::vector<std::uint8_t> holes;
+  std::vector<Elem> terms;  // (count - holes) * Z * m elements
+};
+
+// To K: sum the terms every participant sent for this range (waiting for
+// them up to the peers' timeout) and write the buckets that are not holes.
+// `holes` is common to all participants.
 struct RebuildWriteRequest {
-  std::uint64_t first_bucket = 0;  // 0 (one bucket): the root snapshot
-  std::vector<std::uint8_t> holes;               // one flag per bucket of the range
-  std::vector<std::vector<Elem>> contributions;  // one vector per participant
+  std::uint64_t first_bucket = 0;           // 0 (one bucket): the root snapshot
+  std::vector<std::uint8_t> holes;          // one flag per bucket of the range
+  std::vector<std::uint32_t> participants;  // S, ascending, as in REBUILD_READ
+  RebuildNonce nonce{};
 };
 struct RebuildWriteReply {
   std::uint64_t next_bucket = 0;  // first bucket not yet rebuilt
@@ -557,20 +575,17 @@ struct AgeFillReply {
 };
 
 // Alternatives in ascending MessageType order (checked in wire.cpp).
-using Body = std::variant<ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply,
-                          RetrieveRequest, RetrieveReply, WriteRootRequest, WriteRootReply,
-                          EvictPrepareRequest, EvictPrepareReply, EvictCommitRequest,
-                          EvictCommitReply, SmpShares, LeaseAcquireRequest, LeaseReply,
-                          LeaseReleaseRequest, LeaseQueryRequest, RebuildBeginRequest,
-                          RebuildBeginReply, RebuildReadRequest, RebuildReadReply,
-                          RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest,
-                          RebuildFinishReply, BackupPutRequest, BackupPutReply,
-                          BackupListRequest, BackupListReply, BackupGetRequest, BackupGetReply,
-                          StatsRequest, StatsReply, RetrieveWriteRootRequest, ScrubRequest,
-                          ScrubReply, ParityRequest, ParityReply, EvictCheckRequest,
-                          EvictCheckReply, MacOpenRequest, MacOpenReply,
-                          SlotShareRequest, SlotShareReply, EvictStartedReply,
-                          EvictResultRequest, AgeFillRequest, AgeFillReply>;
+using Body = std::variant<
+    ErrorReply, StatusRequest, StatusReply, InitRequest, InitReply, RetrieveRequest, RetrieveReply,
+    WriteRootRequest, WriteRootReply, EvictPrepareRequest, EvictPrepareReply, EvictCommitRequest,
+    EvictCommitReply, SmpShares, LeaseAcquireRequest, LeaseReply, LeaseReleaseRequest,
+    LeaseQueryRequest, RebuildBeginRequest, RebuildBeginReply, RebuildReadRequest, RebuildReadReply,
+    RebuildWriteRequest, RebuildWriteReply, RebuildFinishRequest, RebuildFinishReply, RebuildTerms,
+    BackupPutRequest, BackupPutReply, BackupListRequest, BackupListReply, BackupGetRequest,
+    BackupGetReply, StatsRequest, StatsReply, RetrieveWriteRootRequest, ScrubRequest, ScrubReply,
+    ParityRequest, ParityReply, EvictCheckRequest, EvictCheckReply, MacOpenRequest, MacOpenReply,
+    SlotShareRequest, SlotShareReply, EvictStartedReply, EvictResultRequest, AgeFillRequest,
+    AgeFillReply>;
 
 struct Message {
   Header header;

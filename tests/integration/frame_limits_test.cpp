@@ -247,5 +247,56 @@ TEST(FrameLimitsTest, SmpSharesAreBoundToTheSendersCurveKey) {
   }
 }
 
+// Rebuild terms too: a frame sent with peer 1's CURVE key that claims to
+// come from peer 2 is dropped, and one that is peer 1's own but reaches a
+// server that is not being rebuilt is dropped as well; neither is kept for
+// a rebuild that comes later.
+TEST(FrameLimitsTest, RebuildTermsAreBoundToTheSendersCurveKeyAndToARebuild) {
+  auto fs = testing::MakeFs(testing::SmallParams(256, 8, 6));
+  ASSERT_TRUE(fs);
+  const std::string config = ReadAll(fs->cluster->config_path(0));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(config, m, std::regex(R"(peer_listen\s*=\s*"([^"]+)\")")))
+      << config;
+  const std::string peer_endpoint = m[1];
+  auto peer1 = LoadCurveKeypair(fs->cluster->dir() + "/server-1.key");
+  ASSERT_TRUE(peer1.ok()) << peer1.status().ToString();
+  {
+    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+    ASSERT_TRUE(c.ok()) << c.status().ToString();
+    ASSERT_TRUE((*c)->Write(0, testing::Content(256, 0, 1)).ok());
+  }
+  const wire::Header h = testing::HeaderFromState(fs->state);
+  RawSocket push(ZMQ_PUSH, *peer1, fs->cluster->server_public_keys()[0], peer_endpoint);
+  auto terms = [&](std::uint32_t from) {
+    return wire::Encode(h,
+                        wire::RebuildTerms{0, {}, 1, from, {0}, std::vector<field::Elem>(16, 1)});
+  };
+  for (std::uint32_t from : {2u, 1u}) {
+    const auto frame = terms(from);
+    ASSERT_EQ(zmq_send(push.socket, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+  }
+  const std::string forged =
+      "rebuild terms that claim to come from peer 2 but were sent with CURVE key " +
+      peer1->public_key;
+  const std::string unasked =
+      "dropping rebuild terms from peer 1: this server is not being rebuilt";
+  std::string log;
+  for (int i = 0;
+       i < 600 && (log.find(forged) == std::string::npos || log.find(unasked) == std::string::npos);
+       ++i) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    log = ReadAll(fs->cluster->log_path(0));
+  }
+  EXPECT_NE(log.find(forged), std::string::npos) << log;
+  EXPECT_NE(log.find(unasked), std::string::npos) << log;
+  // The server goes on serving the filesystem as before.
+  auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
+  ASSERT_TRUE(c.ok()) << c.status().ToString();
+  auto r = (*c)->Read(0);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(*r, testing::Content(256, 0, 1));
+}
+
 }  // namespace
 }  // namespace s3oram

@@ -27,6 +27,7 @@
 #include "serverd/share_store.h"
 #include "tests/integration/cluster_fixture.h"
 #include "tests/integration/run_cli.h"
+#include "tests/support/share_file.h"
 #include "tests/support/test_scale.h"
 #include "tests/support/test_seed.h"
 
@@ -35,8 +36,6 @@ namespace {
 
 using field::Elem;
 
-constexpr std::uint64_t kHeaderRegion = 4096;  // share file header (share_store_format.h)
-
 using testing::CliRun;
 using testing::RunCli;
 
@@ -44,45 +43,10 @@ std::string DataDir(const cluster::LocalCluster& c, std::size_t i) {
   return c.dir() + "/data-" + std::to_string(i);
 }
 
-std::vector<std::uint8_t> ReadFile(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::vector<std::uint8_t>(std::istreambuf_iterator<char>(in), {});
-}
-
 std::uint64_t AllocatedBytes(const std::string& path) {
   struct stat st{};
   if (::stat(path.c_str(), &st) != 0) return 0;
   return static_cast<std::uint64_t>(st.st_blocks) * 512;
-}
-
-// Bytes of a share file's data region (the buckets; the slot digests follow
-// it), from the shape in its header (share_store_format.h: height at 44, Z at 48,
-// m at 52).
-std::size_t DataRegionBytes(const std::vector<std::uint8_t>& file) {
-  if (file.size() < kHeaderRegion) return 0;
-  std::uint32_t shape[3];
-  std::memcpy(shape, file.data() + 44, sizeof shape);
-  const std::size_t buckets = (std::size_t{1} << (shape[0] + 1)) - 1;
-  return buckets * shape[1] * shape[2] * sizeof(Elem);
-}
-
-// The buckets of the share file at `path` as elements, bucket-major from
-// bucket 1, wherever each lies in the file (serverd/share_store.h: buckets
-// move between places as evictions commit).
-std::vector<Elem> DataElems(const std::string& path) {
-  const std::vector<std::uint8_t> file = ReadFile(path);
-  auto at = serverd::StoreInspection::InspectFile(path);
-  EXPECT_TRUE(at.ok()) << at.status().ToString();
-  if (!at.ok()) return {};
-  const std::size_t buckets = at->size() - 1;
-  const std::size_t bucket_bytes = DataRegionBytes(file) / buckets;
-  std::vector<Elem> out(buckets * bucket_bytes / sizeof(Elem));
-  for (std::size_t b = 1; b <= buckets; ++b) {
-    EXPECT_LE((*at)[b].data + bucket_bytes, file.size());
-    std::memcpy(reinterpret_cast<std::uint8_t*>(out.data()) + (b - 1) * bucket_bytes,
-                file.data() + (*at)[b].data, bucket_bytes);
-  }
-  return out;
 }
 
 // Writes `blocks` blocks of seeded random content; returns them by id.
@@ -396,8 +360,8 @@ TEST(RebuildTest, CliRebuildsLostServerByteForByte) {
       << "no progress line: " << r.output;
 
   const std::string rebuilt_path = DataDir(*fs->cluster, k) + "/shares.bin";
-  const auto original = DataElems(copy);
-  const auto rebuilt = DataElems(rebuilt_path);
+  const auto original = testing::ShareFileElems(copy);
+  const auto rebuilt = testing::ShareFileElems(rebuilt_path);
   ASSERT_EQ(rebuilt.size(), original.size());
   ASSERT_FALSE(original.empty());
   // The slot digests differ (each store draws its own digest key), and so
@@ -410,188 +374,6 @@ TEST(RebuildTest, CliRebuildsLostServerByteForByte) {
   EXPECT_LE(AllocatedBytes(rebuilt_path), AllocatedBytes(copy) + (1u << 20));
   EXPECT_LT(AllocatedBytes(rebuilt_path), std::filesystem::file_size(rebuilt_path));
 
-  ExpectBlocks(fs->state, model);
-}
-
-// 2. Every element vector the client receives (REBUILD_READ replies) and K
-// receives (REBUILD_WRITE) is masked: no more equalities with the survivors'
-// raw shares s_j, their Lagrange terms L_j s_j, or the lost share s_K than
-// chance allows; yet the contributions of each bucket sum to s_K.
-TEST(RebuildTest, TranscriptShowsOnlyMaskedTerms) {
-  const std::uint64_t seed = testing::TestSeed();
-  auto fs = testing::MakeFs(testing::SmallParams(1024, 8, 6));
-  ASSERT_TRUE(fs);
-  const std::size_t k = (seed / 3) % 3;
-  std::printf("rebuilding server %zu\n", k);
-  const auto model = WriteBlocks(fs->state, 200, seed);
-  ASSERT_EQ(model.size(), 200u);
-
-  // The raw shares as the servers hold them, read before anything changes.
-  std::vector<std::vector<Elem>> raw(3);
-  const std::string copy = fs->dir.Sub("original-shares.bin");
-  for (std::size_t i = 0; i < 3; ++i) {
-    if (i != k) raw[i] = DataElems(DataDir(*fs->cluster, i) + "/shares.bin");
-  }
-  LoseServer(*fs->cluster, k, copy);
-  raw[k] = DataElems(copy);
-  const OramParams& p = fs->config.params;
-  const std::size_t be = std::size_t{p.bucket_size} * p.elems_per_slot();
-  ASSERT_EQ(raw[k].size() % be, 0u);
-
-  std::vector<std::pair<std::size_t, wire::RebuildReadReply>> reads;
-  std::vector<wire::RebuildWriteRequest> writes;
-  RebuildOptions o;
-  o.target = k;
-  o.client = testing::FastRetryOptions();
-  o.range_bytes = 20 * be * sizeof(Elem);  // several ranges
-  o.observe = [&](std::size_t server, const wire::Message& m) {
-    if (const auto* r = std::get_if<wire::RebuildReadReply>(&m.body)) {
-      reads.emplace_back(server, *r);
-    } else if (const auto* w = std::get_if<wire::RebuildWriteRequest>(&m.body)) {
-      EXPECT_EQ(server, k);
-      writes.push_back(*w);
-    } else {
-      ADD_FAILURE() << "unexpected observed message " << wire::MessageTypeName(m.header.type);
-    }
-  };
-  auto report = RebuildServer(fs->state, testing::TestPassphrase(), o);
-  ASSERT_TRUE(report.ok()) << report.status().ToString();
-  EXPECT_EQ(report->blocks_verified, model.size());
-  ASSERT_EQ(report->participants.size(), 2u);
-  ASSERT_FALSE(reads.empty());
-  ASSERT_FALSE(writes.empty());
-
-  std::vector<Elem> xs;
-  for (std::size_t j : report->participants) xs.push_back(shamir::PartyX(j));
-  auto lag = shamir::LagrangeAt(xs, shamir::PartyX(k));
-  ASSERT_TRUE(lag.ok());
-  std::map<std::size_t, Elem> lambda;
-  for (std::size_t i = 0; i < xs.size(); ++i) lambda[report->participants[i]] = (*lag)[i];
-
-  // Each participant j sends c_j = L_j s_j + r_j, r_j a uniform mask
-  // independent of every share, so one comparison of c_j with any fixed
-  // share-derived value holds with probability exactly 1/p. Comparisons are
-  // not independent events, though: the same c_j arrives twice (in j's
-  // REBUILD_READ reply and again in REBUILD_WRITE, and once more if a range
-  // is read again densely), c_j = L_j s_j and c_i = L_i s_i are the same
-  // event when t + 1 = 2 (r_i = -r_j), and so are c_j = L_i s_i and
-  // c_i = L_j s_j; a zero share makes s and L s one value. So events are
-  // counted per position (bucket, element), once whatever the number of
-  // copies or comparisons that hold there: by the union bound a position
-  // shows a match with probability at most D / p, D = the comparisons made
-  // there, independently of the other positions.
-  const std::size_t n_elems = raw[k].size();
-  const std::size_t parts = report->participants.size();
-  std::vector<std::vector<Elem>> got(parts, std::vector<Elem>(n_elems));
-  std::vector<std::vector<std::uint8_t>> have(parts, std::vector<std::uint8_t>(n_elems, 0));
-  std::vector<std::uint8_t> hit(n_elems, 0);
-  std::uint64_t copies_differing = 0;
-  auto check = [&](std::size_t part, std::uint64_t first, const std::vector<std::uint8_t>& holes,
-                   const std::vector<Elem>& c) {
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < holes.size(); ++i) {
-      if (holes[i]) continue;
-      const std::size_t base = (first + i - 1) * be;
-      for (std::size_t e = 0; e < be; ++e, ++at) {
-        const Elem v = c[at];
-        const std::size_t q = base + e;
-        // A position sent again must carry the same value: a second value
-        // under the same mask would reveal L_j (s - s').
-        if (have[part][q]) {
-          copies_differing += got[part][q] != v;
-          continue;
-        }
-        have[part][q] = 1;
-        got[part][q] = v;
-        bool match = v == raw[k][q];
-        for (std::size_t j : report->participants) {
-          const Elem s = raw[j][q];
-          match |= v == s || v == field::Mul(lambda[j], s);
-        }
-        hit[q] |= match;
-      }
-    }
-  };
-  auto part_of = [&](std::size_t server) {
-    for (std::size_t i = 0; i < parts; ++i) {
-      if (report->participants[i] == server) return i;
-    }
-    ADD_FAILURE() << "reply from server " << server << ", not a participant";
-    return std::size_t{0};
-  };
-  std::uint64_t written_buckets = 0;
-  for (const auto& [server, r] : reads) {
-    EXPECT_NE(server, k);
-    check(part_of(server), r.first_bucket, r.holes, r.contribution);
-  }
-  std::uint64_t sum_mismatch = 0, next = 1;
-  for (const auto& w : writes) {
-    EXPECT_EQ(w.first_bucket, next);
-    next += w.holes.size();
-    ASSERT_EQ(w.contributions.size(), parts);
-    // The client forwards the replies in the order of the participants.
-    for (std::size_t i = 0; i < parts; ++i) check(i, w.first_bucket, w.holes, w.contributions[i]);
-    std::size_t at = 0;
-    for (std::size_t i = 0; i < w.holes.size(); ++i) {
-      const std::size_t base = (w.first_bucket + i - 1) * be;
-      if (w.holes[i]) {
-        // Every participant had a hole: so did the lost server.
-        for (std::size_t e = 0; e < be; ++e) sum_mismatch += raw[k][base + e] != 0;
-        continue;
-      }
-      ++written_buckets;
-      for (std::size_t e = 0; e < be; ++e, ++at) {
-        sum_mismatch += field::Add(w.contributions[0][at], w.contributions[1][at]) !=
-                        raw[k][base + e];
-      }
-    }
-  }
-  EXPECT_EQ(next - 1, raw[k].size() / be) << "every bucket covered once, in order";
-  EXPECT_GT(written_buckets, 0u);
-  EXPECT_EQ(sum_mismatch, 0u) << "contributions must sum to the lost share";
-  EXPECT_EQ(copies_differing, 0u) << "a position sent twice with different values";
-
-  // No mask stream is used twice (another bucket, range, offset or retry):
-  // the masks r_j = c_j - L_j s_j, recovered here from the raw shares, must
-  // not repeat a run of 3 consecutive elements of one bucket anywhere. For
-  // uniform masks a repeat has probability below n^2 / p^3 < 1e-15.
-  std::uint64_t mask_repeats = 0;
-  for (std::size_t i = 0; i < parts; ++i) {
-    const std::size_t j = report->participants[i];
-    std::vector<std::pair<std::uint64_t, Elem>> runs;
-    for (std::size_t q = 0; q + 2 < n_elems; ++q) {
-      if (q % be + 2 >= be || !have[i][q] || !have[i][q + 1] || !have[i][q + 2]) continue;
-      Elem r[3];
-      for (std::size_t d = 0; d < 3; ++d) {
-        r[d] = field::Sub(got[i][q + d], field::Mul(lambda[j], raw[j][q + d]));
-      }
-      runs.emplace_back(std::uint64_t{r[0]} << 32 | r[1], r[2]);
-    }
-    std::sort(runs.begin(), runs.end());
-    mask_repeats += static_cast<std::uint64_t>(runs.end() - std::unique(runs.begin(), runs.end()));
-  }
-  EXPECT_EQ(mask_repeats, 0u) << "a mask stream was used twice";
-
-  std::uint64_t positions = 0, hits = 0;
-  for (std::size_t q = 0; q < n_elems; ++q) {
-    bool seen = false;
-    for (std::size_t i = 0; i < parts; ++i) seen |= have[i][q] != 0;
-    positions += seen;
-    hits += hit[q];
-  }
-  EXPECT_GT(positions, 100000u);
-  // At most D = t+1 received values times (2(t+1) + 1) share-derived ones
-  // per position; the limit L is the least with P(hits >= L) <=
-  // (positions * D / p)^L / L! below 1e-9.
-  const double mean = static_cast<double>(positions) *
-                      static_cast<double>(parts * (2 * parts + 1)) /
-                      static_cast<double>(field::kPrime);
-  std::uint64_t limit = 1;
-  double tail = mean;  // bounds P(hits >= limit)
-  while (tail > 1e-9) tail *= mean / static_cast<double>(++limit);
-  EXPECT_LT(hits, limit) << "of " << positions << " positions, " << hits
-                         << " show a share-derived value (at most " << limit - 1
-                         << " by chance, P < 1e-9)";
   ExpectBlocks(fs->state, model);
 }
 

@@ -14,6 +14,7 @@
 #include "oramcore/math/field.h"
 #include "serverd/config.h"
 #include "serverd/peer_exchange.h"
+#include "serverd/rebuild_terms_inbox.h"
 #include "serverd/request_handler.h"
 #include "serverd/share_store.h"
 #include "serverd/smp_inbox.h"
@@ -35,12 +36,16 @@ std::string EndpointOf(std::size_t i) { return "in-process://server" + std::to_s
 struct InProcessCluster::Hub {
  public:
   explicit Hub(std::size_t servers)
-      : inboxes_(servers), down_(servers, false), superseding_(servers) {}
+      : inboxes_(servers), term_inboxes_(servers), down_(servers, false), superseding_(servers) {}
 
   std::mutex mu;
   std::condition_variable changed;
 
   serverd::SmpInbox& inbox(std::size_t i) { return inboxes_[i]; }
+  serverd::RebuildTermsInbox& terms(std::size_t i) { return term_inboxes_[i]; }
+  // Sees every REBUILD_TERMS delivered (under mu), for the tests of what
+  // the rebuild target receives.
+  TermsObserver terms_observer;
   bool down(std::size_t i) const { return down_[i]; }
   void SetDown(std::size_t i, bool down) {
     {
@@ -64,6 +69,7 @@ struct InProcessCluster::Hub {
 
  private:
   std::vector<serverd::SmpInbox> inboxes_;
+  std::vector<serverd::RebuildTermsInbox> term_inboxes_;
   std::vector<bool> down_;
   std::vector<std::optional<std::pair<std::uint64_t, std::uint32_t>>> superseding_;
 };
@@ -157,6 +163,48 @@ class InProcessPeers final : public serverd::PeerExchange {
   void Reset() override {
     const std::lock_guard lock(hub_.mu);
     hub_.inbox(me_).Clear();
+    hub_.terms(me_).Clear();
+  }
+
+  Status SendTerms(std::uint32_t target, std::span<const std::uint8_t> frame) override {
+    if (target >= parties_ || target == me_) {
+      return Status::InvalidArgument("in-process peers: no peer " + std::to_string(target));
+    }
+    {
+      const std::lock_guard lock(hub_.mu);
+      if (hub_.down(me_) || hub_.down(target)) return Status::Ok();  // sent into a cut link
+      auto msg = wire::Decode(frame);
+      S3ORAM_RETURN_IF_ERROR(msg.status());
+      auto& terms = std::get<wire::RebuildTerms>(msg->body);
+      if (terms.from_index != me_) {
+        return Status::InvalidArgument("in-process peers: terms claim another sender");
+      }
+      bytes_sent_ += frame.size();
+      if (hub_.terms_observer) hub_.terms_observer(target, terms);
+      hub_.terms(target).Put(std::move(terms));
+    }
+    hub_.changed.notify_all();
+    return Status::Ok();
+  }
+
+  Result<std::vector<std::vector<Elem>>> AwaitTerms(const serverd::TermsWanted& w) override {
+    std::unique_lock lock(hub_.mu);
+    serverd::RebuildTermsInbox& inbox = hub_.terms(me_);
+    auto key = [&](std::uint32_t p) {
+      return serverd::RebuildTermsInbox::Key{w.nonce, w.first_bucket, p};
+    };
+    auto have_all = [&] {
+      return std::all_of(w.from.begin(), w.from.end(),
+                         [&](std::uint32_t p) { return inbox.Has(key(p), w.holes); });
+    };
+    if (!hub_.changed.wait_for(lock, timeout_, have_all)) {
+      return Status::Unavailable(
+          "rebuild: no terms of buckets from " + std::to_string(w.first_bucket) +
+          " from every participant within " + std::to_string(timeout_.count()) + " ms");
+    }
+    std::vector<std::vector<Elem>> out;
+    for (std::uint32_t p : w.from) out.push_back(*inbox.Take(key(p), w.holes));
+    return out;
   }
 
   std::uint64_t bytes_sent() const override { return bytes_sent_; }
@@ -563,6 +611,11 @@ bool InProcessCluster::lagging(std::size_t server) const {
 void InProcessCluster::SetLiar(std::size_t server, Liar liar) {
   const std::lock_guard lock(servers_.at(server)->mu);
   servers_[server]->liar = std::move(liar);
+}
+
+void InProcessCluster::ObserveTerms(TermsObserver observer) {
+  const std::lock_guard lock(hub_->mu);
+  hub_->terms_observer = std::move(observer);
 }
 
 Status InProcessCluster::Restart(std::size_t server) {

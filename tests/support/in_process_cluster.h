@@ -87,6 +87,10 @@ class InProcessCluster {
   // Server i as a disk replacement leaves it: its data directory emptied,
   // started again waiting for INIT (or a rebuild).
   Status Wipe(std::size_t server);
+  // Sees every REBUILD_TERMS a survivor sends the rebuild target `to`
+  // (called under the cluster's lock; must not call into the cluster).
+  using TermsObserver = std::function<void(std::size_t to, const wire::RebuildTerms& terms)>;
+  void ObserveTerms(TermsObserver observer);
   // The servers' CURVE public keys (Z85), for a state's server_keys: no link
   // uses them in process, but a rebuild's masks derive from them.
   const std::vector<std::string>& public_keys() const;

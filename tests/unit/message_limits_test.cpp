@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <vector>
 
 #include "oramcore/wire/wire.h"
@@ -32,13 +33,12 @@ void CheckShape(const StoreShape& shape, std::uint32_t parties) {
   EXPECT_LE(Size(EvictPrepareRequest{0, 0, 0, Elems((H + 1) * 2 * Z * Z), {}}), l.request_bytes);
   RebuildWriteRequest rw;
   rw.holes.assign(range, 0);
-  for (std::uint32_t i = 0; i < parties; ++i) rw.contributions.push_back(Elems(range * bucket));
+  rw.participants.assign(parties, 0);
   EXPECT_LE(Size(rw), l.request_bytes);
   EXPECT_LE(Size(BackupPutRequest{0, 0, 0, false, Elems(kMaxBackupChunkElems)}), l.request_bytes);
   // Replies.
   EXPECT_LE(Size(RetrieveReply{Elems(m)}), l.reply_bytes);
-  EXPECT_LE(Size(RebuildReadReply{0, std::vector<std::uint8_t>(range, 0), Elems(range * bucket)}),
-            l.reply_bytes);
+  EXPECT_LE(Size(RebuildReadReply{0, std::vector<std::uint8_t>(range, 0)}), l.reply_bytes);
   EXPECT_LE(Size(BackupGetReply{0, 0, Elems(kMaxBackupChunkElems)}), l.reply_bytes);
   const std::uint64_t scrub = std::max<std::uint64_t>(1, kMaxScrubBytes / (bucket * sizeof(Elem)));
   EXPECT_LE(Size(ParityReply{0, std::vector<std::uint8_t>(scrub * Z, 0),
@@ -48,11 +48,16 @@ void CheckShape(const StoreShape& shape, std::uint32_t parties) {
   EXPECT_LE(Size(EvictCheckReply{0, Elems(evicted * Z * kParityElemsPerSlot),
                                  Elems(kEvictCheckCombinations * m)}),
             l.reply_bytes);
-  // Between servers: the leaf round carries two buckets.
-  EXPECT_LE(Size(SmpShares{0, 0, 0, 0, Elems(2 * bucket)}), l.peer_bytes);
-  // And the limits are not loose by orders of magnitude: the largest request
-  // is within twice its largest message plus the allowance.
-  EXPECT_LT(l.peer_bytes, 2 * Size(SmpShares{0, 0, 0, 0, Elems(2 * bucket)}) + (128 << 10));
+  // Between servers: the leaf round carries two buckets; a rebuild range's
+  // terms go from a survivor to the target.
+  const std::uint64_t smp = Size(SmpShares{0, 0, 0, 0, Elems(2 * bucket)});
+  const std::uint64_t terms =
+      Size(RebuildTerms{0, {}, 0, 0, std::vector<std::uint8_t>(range, 0), Elems(range * bucket)});
+  EXPECT_LE(smp, l.peer_bytes);
+  EXPECT_LE(terms, l.peer_bytes);
+  // And the limits are not loose by orders of magnitude: within twice the
+  // largest peer message plus the allowance.
+  EXPECT_LT(l.peer_bytes, 2 * std::max(smp, terms) + (128 << 10));
 }
 
 TEST(MessageLimitsTest, EveryMessageOfTheProtocolFitsItsSocketsLimit) {

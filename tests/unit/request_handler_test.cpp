@@ -61,6 +61,13 @@ class StubPeers final : public PeerExchange {
   void Release(const SmpRound&) override {}
   void Reset() override {}
   std::uint64_t bytes_sent() const override { return 0; }
+  // These tests drive no rebuild.
+  Status SendTerms(std::uint32_t, std::span<const std::uint8_t>) override {
+    return Status::Unavailable("stub: no rebuild link");
+  }
+  Result<std::vector<std::vector<Elem>>> AwaitTerms(const serverd::TermsWanted&) override {
+    return Status::Unavailable("stub: no rebuild link");
+  }
 
  private:
   std::vector<Elem> answers_[2];

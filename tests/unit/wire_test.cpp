@@ -113,12 +113,15 @@ bool Same(const RebuildReadRequest& a, const RebuildReadRequest& b) {
          std::tie(b.target, b.participants, b.nonce, b.first_bucket, b.count, b.dense);
 }
 bool Same(const RebuildReadReply& a, const RebuildReadReply& b) {
-  return std::tie(a.first_bucket, a.holes, a.contribution) ==
-         std::tie(b.first_bucket, b.holes, b.contribution);
+  return std::tie(a.first_bucket, a.holes) == std::tie(b.first_bucket, b.holes);
 }
 bool Same(const RebuildWriteRequest& a, const RebuildWriteRequest& b) {
-  return std::tie(a.first_bucket, a.holes, a.contributions) ==
-         std::tie(b.first_bucket, b.holes, b.contributions);
+  return std::tie(a.first_bucket, a.holes, a.participants, a.nonce) ==
+         std::tie(b.first_bucket, b.holes, b.participants, b.nonce);
+}
+bool Same(const RebuildTerms& a, const RebuildTerms& b) {
+  return std::tie(a.target, a.nonce, a.first_bucket, a.from_index, a.holes, a.terms) ==
+         std::tie(b.target, b.nonce, b.first_bucket, b.from_index, b.holes, b.terms);
 }
 bool Same(const RebuildWriteReply& a, const RebuildWriteReply& b) {
   return a.next_bucket == b.next_bucket;
@@ -309,47 +312,80 @@ class Gen {
         m.dense = Bool();
         return m;
       }
-      case 21: return RebuildReadReply{U64(), Flags(), Elems()};
+      case 21:
+        return RebuildReadReply{U64(), Flags()};
       case 22: {
-        RebuildWriteRequest m{U64(), Flags(), {}};
-        m.contributions.resize(rng_() % 5);
-        for (auto& c : m.contributions) c = Elems();
+        RebuildWriteRequest m{U64(), Flags(), {}, {}};
+        m.participants.resize(rng_() % (kMaxParties + 1));
+        for (auto& p : m.participants) p = U32();
+        for (auto& b : m.nonce) b = static_cast<std::uint8_t>(rng_());
         return m;
       }
       case 23: return RebuildWriteReply{U64()};
       case 24: return RebuildFinishRequest{U64(), U64()};
       case 25: return RebuildFinishReply{};
-      case 26: return BackupPutRequest{U64(), U64(), U64(), Bool(), Elems(), U64()};
-      case 27: return BackupPutReply{U64(), U64()};
-      case 28: return BackupListRequest{};
-      case 29: {
+      case 26: {
+        RebuildTerms m;
+        m.target = U32();
+        for (auto& b : m.nonce) b = static_cast<std::uint8_t>(rng_());
+        m.first_bucket = U64();
+        m.from_index = U32();
+        m.holes = Flags();
+        m.terms = Elems();
+        return m;
+      }
+      case 27:
+        return BackupPutRequest{U64(), U64(), U64(), Bool(), Elems(), U64()};
+      case 28:
+        return BackupPutReply{U64(), U64()};
+      case 29:
+        return BackupListRequest{};
+      case 30: {
         BackupListReply m;
         m.backups.resize(rng_() % (kMaxBackupGenerations + 1));
         for (auto& b : m.backups) b = BackupInfo{U64(), U64(), U64()};
         return m;
       }
-      case 30: return BackupGetRequest{U64(), U64(), U32()};
-      case 31: return BackupGetReply{U64(), U64(), Elems()};
-      case 32: return StatsRequest{};
-      case 33: return StatsReply{U64(), U64(), U64(), U64(), U64(), U64(), U64(), U64(),
-                                 U64(), U64(), U64(), U64(), U64(), U64(), U64()};
+      case 31:
+        return BackupGetRequest{U64(), U64(), U32()};
+      case 32:
+        return BackupGetReply{U64(), U64(), Elems()};
+      case 33:
+        return StatsRequest{};
       case 34:
+        return StatsReply{U64(), U64(), U64(), U64(), U64(), U64(), U64(), U64(),
+                          U64(), U64(), U64(), U64(), U64(), U64(), U64()};
+      case 35:
         return RetrieveWriteRootRequest{U32(),   Elems(),       U64(),
                                         Elems(), ShareSeedOf(), ShareSeedOf()};
-      case 35: return ScrubRequest{U64(), U32()};
-      case 36: return ScrubReply{U64(), Flags()};
-      case 37: return ParityRequest{U64(), U32(), Seed()};
-      case 38: return ParityReply{U64(), Flags(), Elems()};
-      case 39: return EvictCheckRequest{U64(), U32(), Seed()};
-      case 40: return EvictCheckReply{U64(), Elems(), Elems()};
-      case 41: return MacOpenRequest{U64(), Seed()};
-      case 42: return MacOpenReply{U64(), Elems()};
-      case 43: return SlotShareRequest{U64(), U32()};
-      case 44: return SlotShareReply{U64(), U32(), Elems()};
-      case 45: return EvictStartedReply{U64(), U32()};
-      case 46: return EvictResultRequest{U64(), U32()};
-      case 47: return AgeFillRequest{U64(), U32(), Seed()};
-      case 48: return AgeFillReply{U64()};
+      case 36:
+        return ScrubRequest{U64(), U32()};
+      case 37:
+        return ScrubReply{U64(), Flags()};
+      case 38:
+        return ParityRequest{U64(), U32(), Seed()};
+      case 39:
+        return ParityReply{U64(), Flags(), Elems()};
+      case 40:
+        return EvictCheckRequest{U64(), U32(), Seed()};
+      case 41:
+        return EvictCheckReply{U64(), Elems(), Elems()};
+      case 42:
+        return MacOpenRequest{U64(), Seed()};
+      case 43:
+        return MacOpenReply{U64(), Elems()};
+      case 44:
+        return SlotShareRequest{U64(), U32()};
+      case 45:
+        return SlotShareReply{U64(), U32(), Elems()};
+      case 46:
+        return EvictStartedReply{U64(), U32()};
+      case 47:
+        return EvictResultRequest{U64(), U32()};
+      case 48:
+        return AgeFillRequest{U64(), U32(), Seed()};
+      case 49:
+        return AgeFillReply{U64()};
     }
     ADD_FAILURE() << "no generator for variant index " << index;
     return StatusRequest{};
@@ -532,7 +568,7 @@ TEST(WireTest, GoldenBytesRetrieveRequest) {
   // clang-format off
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic "S3OR" as u32 0x524f3353
-      0x09, 0x00,              // version 9
+      0x0a, 0x00,              // version 10
       0x06, 0x00,              // type 6 = RETRIEVE_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -568,7 +604,7 @@ TEST(WireTest, GoldenBytesRetrieveWriteRootRequest) {
   // clang-format off
   const std::vector<std::uint8_t> expected = {
       0x53, 0x33, 0x4f, 0x52,  // magic
-      0x09, 0x00,              // version 9
+      0x0a, 0x00,              // version 10
       0x2a, 0x00,              // type 42 = RETRIEVE_WRITE_ROOT_REQUEST
       0x00, 0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07,  // fs_id
       0x08, 0x09, 0x0a, 0x0b, 0x0c, 0x0d, 0x0e, 0x0f,
@@ -827,9 +863,8 @@ TEST(WireTest, BadMagicAndUnknownTypesAreRejected) {
   bad_magic[0] ^= 0x20;
   ExpectCorruption(Decode(bad_magic), "magic");
   // Gaps between the numbered ranges are unknown too.
-  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{19}, std::uint16_t{28},
-                          std::uint16_t{29}, std::uint16_t{36}, std::uint16_t{39},
-                          std::uint16_t{0xffff}}) {
+  for (std::uint16_t t : {std::uint16_t{0}, std::uint16_t{19}, std::uint16_t{29}, std::uint16_t{36},
+                          std::uint16_t{39}, std::uint16_t{0xffff}}) {
     ExpectCorruption(Decode(RawFrame(t, {})), "unknown message type " + std::to_string(t));
   }
   ExpectCorruption(Decode(std::vector<std::uint8_t>{}), "truncated");
@@ -864,31 +899,33 @@ TEST(WireTest, RebuildMessagesAreBoundsChecked) {
   ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kRebuildReadRequest), body)),
                    "participants");
   // A flag byte of 2.
-  RebuildReadReply reply{1, {0, 1, 0}, {}};
+  RebuildReadReply reply{1, {0, 1, 0}};
   auto rf = Encode(Header{}, reply);
   rf[kHeaderBytes + 8 + 4 + 1] = 2;
   ExpectCorruption(Decode(rf), "not 0 or 1");
-  // A list of vectors claiming 2^31 vectors in a few bytes allocates nothing.
-  std::vector<std::uint8_t> wbody;
-  PutLe(wbody, 1, 8);
-  PutLe(wbody, 0, 4);           // no flags
-  PutLe(wbody, 1u << 31, 4);    // vectors
+  // Terms claiming 2^31 elements in a few bytes allocate nothing.
+  std::vector<std::uint8_t> tbody;
+  PutLe(tbody, 2, 4);                               // target
+  for (int i = 0; i < 32; ++i) tbody.push_back(0);  // nonce
+  PutLe(tbody, 1, 8);                               // first bucket
+  PutLe(tbody, 0, 4);                               // from
+  PutLe(tbody, 0, 4);                               // no flags
+  PutLe(tbody, 1u << 31, 4);                        // elements
   g_probe_max = 0;
   g_probe_armed = true;
-  auto huge = Decode(RawFrame(TypeCode(MessageType::kRebuildWriteRequest), wbody));
+  auto huge = Decode(RawFrame(TypeCode(MessageType::kRebuildTerms), tbody));
   g_probe_armed = false;
-  ExpectCorruption(huge, "contributions");
+  ExpectCorruption(huge, "terms");
   EXPECT_LT(g_probe_max.load(), std::size_t{1} << 16);
-  // A list whose second vector is truncated.
-  RebuildWriteRequest write{5, {0, 0}, {{1, 2, 3}, {4, 5, 6}}};
-  const auto wf = Encode(Header{}, write);
-  ASSERT_GT(wf.size(), kHeaderBytes + 2);
+  // Terms truncated by two bytes.
+  RebuildTerms terms{2, {}, 5, 1, {0, 0}, {1, 2, 3, 4, 5, 6}};
+  const auto tf = Encode(Header{}, terms);
+  ASSERT_GT(tf.size(), kHeaderBytes + 2);
   // The body without its last two bytes (built by copying a range: GCC's
   // -Wstringop-overflow misreads a shrinking resize under ASan).
-  std::vector<std::uint8_t> wb(wf.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes),
-                               wf.end() - 2);
-  ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kRebuildWriteRequest), wb)),
-                   "truncated");
+  std::vector<std::uint8_t> tb(tf.begin() + static_cast<std::ptrdiff_t>(kHeaderBytes),
+                               tf.end() - 2);
+  ExpectCorruption(Decode(RawFrame(TypeCode(MessageType::kRebuildTerms), tb)), "truncated");
 }
 
 TEST(WireTest, ErrorStatusConversion) {
