@@ -5,9 +5,11 @@
 #include <gtest/gtest.h>
 #include <zmq.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <regex>
 #include <string>
 #include <thread>
@@ -195,43 +197,68 @@ TEST(FrameLimitsTest, AClientRefusesRepliesBeyondItsLimit) {
   EXPECT_EQ(refused.status().code(), Status::Code::kUnavailable) << refused.status().ToString();
 }
 
+// Peer 1 as server 0 sees it: a PUSH with peer 1's CURVE key to server 0's
+// peer address (from its configuration), made after one access, which a
+// server serves only once it has opened its sockets anew with the store's
+// limits (after INIT): a frame sent then cannot go to a peer socket that is
+// about to be closed.
+struct AsPeerOne {
+  std::optional<RawSocket> push;
+  std::string public_key;
+  wire::Header header;
+
+  explicit AsPeerOne(testing::TestFs& fs) {
+    const std::string config = ReadAll(fs.cluster->config_path(0));
+    std::smatch m;
+    const bool found = std::regex_search(config, m, std::regex(R"(peer_listen\s*=\s*"([^"]+)\")"));
+    EXPECT_TRUE(found) << config;
+    auto peer1 = LoadCurveKeypair(fs.cluster->dir() + "/server-1.key");
+    EXPECT_TRUE(peer1.ok()) << peer1.status().ToString();
+    if (!found || !peer1.ok()) return;
+    auto c = testing::TestOpen(fs.state, testing::FastRetryOptions());
+    EXPECT_TRUE(c.ok()) << c.status().ToString();
+    if (!c.ok() || !(*c)->Write(0, testing::Content(256, 0, 1)).ok()) return;
+    header = testing::HeaderFromState(fs.state);
+    public_key = peer1->public_key;
+    push.emplace(ZMQ_PUSH, *peer1, fs.cluster->server_public_keys()[0], std::string(m[1]));
+  }
+  ::testing::AssertionResult Send(const std::vector<std::uint8_t>& frame) {
+    if (!push) return ::testing::AssertionFailure() << "no link as peer 1";
+    if (zmq_send(push->socket, frame.data(), frame.size(), 0) != static_cast<int>(frame.size())) {
+      return ::testing::AssertionFailure() << "zmq_send: " << zmq_strerror(zmq_errno());
+    }
+    return ::testing::AssertionSuccess();
+  }
+};
+
+// Server 0's log once it holds every line of `wanted` (bounded wait: it
+// drains its peer socket whenever it is idle; the sending socket stays
+// alive meanwhile, so the frames are not discarded).
+std::string LogOnceItSays(testing::TestFs& fs, const std::vector<std::string>& wanted) {
+  std::string log;
+  for (int i = 0; i < 600; ++i) {
+    log = ReadAll(fs.cluster->log_path(0));
+    if (std::all_of(wanted.begin(), wanted.end(),
+                    [&](const std::string& w) { return log.find(w) != std::string::npos; })) {
+      break;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  return log;
+}
+
 // A peer may speak only for itself: SMP shares sent with peer 1's CURVE key
 // that claim to come from peer 2 are dropped and logged, never stored in
 // peer 2's place.
 TEST(FrameLimitsTest, SmpSharesAreBoundToTheSendersCurveKey) {
   auto fs = testing::MakeFs(testing::SmallParams(256, 8, 6));
   ASSERT_TRUE(fs);
-  // Server 0's peer address, from its configuration.
-  const std::string config = ReadAll(fs->cluster->config_path(0));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(config, m, std::regex(R"(peer_listen\s*=\s*"([^"]+)\")")))
-      << config;
-  const std::string peer_endpoint = m[1];
-  auto peer1 = LoadCurveKeypair(fs->cluster->dir() + "/server-1.key");
-  ASSERT_TRUE(peer1.ok()) << peer1.status().ToString();
-  // One access first: a server serves it only after it has opened its
-  // sockets anew with the store's limits (after INIT), so the frame below
-  // cannot go to a peer socket that is about to be closed.
-  {
-    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    ASSERT_TRUE((*c)->Write(0, testing::Content(256, 0, 1)).ok());
-  }
-  const wire::Header h = testing::HeaderFromState(fs->state);
-  RawSocket push(ZMQ_PUSH, *peer1, fs->cluster->server_public_keys()[0], peer_endpoint);
-  const auto frame =
-      wire::Encode(h, wire::SmpShares{0, 7, 0, /*from_index=*/2, std::vector<field::Elem>(16, 1)});
-  ASSERT_EQ(zmq_send(push.socket, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
-  // The server drains its peer socket whenever it is idle: wait (bounded,
-  // with the sending socket alive so the frame is not discarded) for its
-  // verdict in its log.
+  AsPeerOne peer(*fs);
+  ASSERT_TRUE(peer.Send(wire::Encode(
+      peer.header, wire::SmpShares{0, 7, 0, /*from_index=*/2, std::vector<field::Elem>(16, 1)})));
   const std::string expected =
-      "claim to come from peer 2 but were sent with CURVE key " + peer1->public_key;
-  std::string log;
-  for (int i = 0; i < 600 && log.find(expected) == std::string::npos; ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    log = ReadAll(fs->cluster->log_path(0));
-  }
+      "claim to come from peer 2 but were sent with CURVE key " + peer.public_key;
+  const std::string log = LogOnceItSays(*fs, {expected});
   EXPECT_NE(log.find(expected), std::string::npos) << log;
   // And the evictions that follow use only real shares.
   auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
@@ -254,40 +281,17 @@ TEST(FrameLimitsTest, SmpSharesAreBoundToTheSendersCurveKey) {
 TEST(FrameLimitsTest, RebuildTermsAreBoundToTheSendersCurveKeyAndToARebuild) {
   auto fs = testing::MakeFs(testing::SmallParams(256, 8, 6));
   ASSERT_TRUE(fs);
-  const std::string config = ReadAll(fs->cluster->config_path(0));
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(config, m, std::regex(R"(peer_listen\s*=\s*"([^"]+)\")")))
-      << config;
-  const std::string peer_endpoint = m[1];
-  auto peer1 = LoadCurveKeypair(fs->cluster->dir() + "/server-1.key");
-  ASSERT_TRUE(peer1.ok()) << peer1.status().ToString();
-  {
-    auto c = testing::TestOpen(fs->state, testing::FastRetryOptions());
-    ASSERT_TRUE(c.ok()) << c.status().ToString();
-    ASSERT_TRUE((*c)->Write(0, testing::Content(256, 0, 1)).ok());
-  }
-  const wire::Header h = testing::HeaderFromState(fs->state);
-  RawSocket push(ZMQ_PUSH, *peer1, fs->cluster->server_public_keys()[0], peer_endpoint);
-  auto terms = [&](std::uint32_t from) {
-    return wire::Encode(h,
-                        wire::RebuildTerms{0, {}, 1, from, {0}, std::vector<field::Elem>(16, 1)});
-  };
+  AsPeerOne peer(*fs);
   for (std::uint32_t from : {2u, 1u}) {
-    const auto frame = terms(from);
-    ASSERT_EQ(zmq_send(push.socket, frame.data(), frame.size(), 0), static_cast<int>(frame.size()));
+    ASSERT_TRUE(peer.Send(wire::Encode(
+        peer.header, wire::RebuildTerms{0, {}, 1, from, {0}, std::vector<field::Elem>(16, 1)})));
   }
   const std::string forged =
       "rebuild terms that claim to come from peer 2 but were sent with CURVE key " +
-      peer1->public_key;
+      peer.public_key;
   const std::string unasked =
       "dropping rebuild terms from peer 1: this server is not being rebuilt";
-  std::string log;
-  for (int i = 0;
-       i < 600 && (log.find(forged) == std::string::npos || log.find(unasked) == std::string::npos);
-       ++i) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    log = ReadAll(fs->cluster->log_path(0));
-  }
+  const std::string log = LogOnceItSays(*fs, {forged, unasked});
   EXPECT_NE(log.find(forged), std::string::npos) << log;
   EXPECT_NE(log.find(unasked), std::string::npos) << log;
   // The server goes on serving the filesystem as before.
